@@ -1,0 +1,716 @@
+//! The only place moat issues raw system calls.
+//!
+//! Everything here is a thin, typed wrapper: fds come in as `BorrowedFd` and go out as
+//! `OwnedFd`, errors are `std::io::Error` carrying errno, and EINTR is retried where the
+//! call is restartable. Policy and ordering live in the callers.
+#![allow(unsafe_code)]
+
+pub mod bpf;
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+pub type Result<T> = std::result::Result<T, io::Error>;
+
+fn check(ret: libc::c_long) -> Result<libc::c_long> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn check_int(ret: libc::c_int) -> Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn retry<T>(mut f: impl FnMut() -> Result<T>) -> Result<T> {
+    loop {
+        match f() {
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            r => return r,
+        }
+    }
+}
+
+/// Wraps a freshly returned descriptor.
+fn owned(fd: libc::c_long) -> OwnedFd {
+    // SAFETY: the kernel just returned this descriptor to us and nothing else owns it.
+    unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Processes
+
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// The outcome of a fork-like clone.
+pub enum Forked {
+    Parent(libc::pid_t),
+    Child,
+}
+
+/// `clone3` used like `fork`: the child continues on a copy of the caller's stack.
+/// `cgroup` places the child in a cgroup v2 directory atomically (`CLONE_INTO_CGROUP`).
+/// Falls back to `clone(2)` when clone3 is unavailable (old kernels, seccomp profiles that
+/// answer ENOSYS) and no cgroup fd was asked for.
+///
+/// The caller must be single-threaded: only the calling thread exists in the child.
+pub fn clone_fork(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> Result<Forked> {
+    let mut args = CloneArgs {
+        flags,
+        exit_signal: libc::SIGCHLD as u64,
+        ..Default::default()
+    };
+    if let Some(fd) = cgroup {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = fd.as_raw_fd() as u64;
+    }
+    // SAFETY: clone3 with a zero stack behaves like fork; args is a valid, sized struct.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    let ret = match check(ret) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) && cgroup.is_none() => {
+            // SAFETY: raw clone with a NULL stack is fork-like; the flags fit the C int.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_clone,
+                    (flags | libc::SIGCHLD as u64) as libc::c_ulong,
+                    0usize,
+                    0usize,
+                    0usize,
+                    0usize,
+                )
+            };
+            check(r)?
+        }
+        r => r?,
+    };
+    Ok(if ret == 0 {
+        Forked::Child
+    } else {
+        Forked::Parent(ret as libc::pid_t)
+    })
+}
+
+pub fn setns(fd: BorrowedFd<'_>, nstype: libc::c_int) -> Result<()> {
+    // SAFETY: plain syscall on a valid fd.
+    check_int(unsafe { libc::setns(fd.as_raw_fd(), nstype) }).map(drop)
+}
+
+pub fn unshare(flags: libc::c_int) -> Result<()> {
+    // SAFETY: plain syscall.
+    check_int(unsafe { libc::unshare(flags) }).map(drop)
+}
+
+pub fn pidfd_open(pid: libc::pid_t) -> Result<OwnedFd> {
+    // SAFETY: plain syscall; the returned fd is new.
+    let r = check(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    Ok(owned(r))
+}
+
+pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> Result<()> {
+    // SAFETY: NULL siginfo is allowed and means "as kill(2)".
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    })
+    .map(drop)
+}
+
+pub fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> Result<libc::c_int> {
+    // SAFETY: prctl with scalar arguments only.
+    check_int(unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0) })
+}
+
+pub fn prctl5(
+    option: libc::c_int,
+    arg2: libc::c_ulong,
+    arg3: libc::c_ulong,
+    arg4: libc::c_ulong,
+) -> Result<libc::c_int> {
+    // SAFETY: prctl with scalar arguments only.
+    check_int(unsafe { libc::prctl(option, arg2, arg3, arg4, 0 as libc::c_ulong) })
+}
+
+pub fn setresuid(uid: u32) -> Result<()> {
+    // SAFETY: the raw syscall sets the ids of this thread only, which is what a
+    // single-threaded container init wants (glibc's wrapper would broadcast to threads).
+    check(unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) }).map(drop)
+}
+
+pub fn setresgid(gid: u32) -> Result<()> {
+    // SAFETY: as setresuid.
+    check(unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) }).map(drop)
+}
+
+pub fn setgroups(gids: &[u32]) -> Result<()> {
+    // SAFETY: pointer and length describe a valid slice of gid_t.
+    check(unsafe { libc::syscall(libc::SYS_setgroups, gids.len(), gids.as_ptr()) }).map(drop)
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_V3: u32 = 0x2008_0522;
+
+/// Sets the effective, permitted and inheritable sets of the calling thread.
+pub fn capset(effective: u64, permitted: u64, inheritable: u64) -> Result<()> {
+    let mut hdr = CapHeader {
+        version: CAP_V3,
+        pid: 0,
+    };
+    let data = [
+        CapData {
+            effective: effective as u32,
+            permitted: permitted as u32,
+            inheritable: inheritable as u32,
+        },
+        CapData {
+            effective: (effective >> 32) as u32,
+            permitted: (permitted >> 32) as u32,
+            inheritable: (inheritable >> 32) as u32,
+        },
+    ];
+    // SAFETY: header and a two-element data array, as _LINUX_CAPABILITY_VERSION_3 requires.
+    check(unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()) })
+        .map(drop)
+}
+
+pub fn personality(persona: libc::c_ulong) -> Result<()> {
+    // SAFETY: plain syscall.
+    check_int(unsafe { libc::personality(persona) }).map(drop)
+}
+
+pub fn setdomainname(name: &str) -> Result<()> {
+    // SAFETY: pointer and length of a valid byte slice.
+    check_int(unsafe { libc::setdomainname(name.as_ptr().cast(), name.len()) }).map(drop)
+}
+
+pub fn ioprio_set(class: i32, prio: i32) -> Result<()> {
+    const IOPRIO_WHO_PROCESS: i32 = 1;
+    let value = (class << 13) | prio;
+    // SAFETY: plain syscall for the calling process (who = 0).
+    check(unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, value) }).map(drop)
+}
+
+#[repr(C)]
+#[derive(Default)]
+pub struct SchedAttr {
+    pub size: u32,
+    pub sched_policy: u32,
+    pub sched_flags: u64,
+    pub sched_nice: i32,
+    pub sched_priority: u32,
+    pub sched_runtime: u64,
+    pub sched_deadline: u64,
+    pub sched_period: u64,
+}
+
+pub fn sched_setattr(attr: &mut SchedAttr) -> Result<()> {
+    attr.size = std::mem::size_of::<SchedAttr>() as u32;
+    // SAFETY: attr is a valid, sized sched_attr.
+    check(unsafe { libc::syscall(libc::SYS_sched_setattr, 0, attr as *mut SchedAttr, 0) }).map(drop)
+}
+
+/// `execve` that only returns on failure.
+pub fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Error {
+    let mut a: Vec<*const libc::c_char> = argv.iter().map(|s| s.as_ptr()).collect();
+    a.push(std::ptr::null());
+    let mut e: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
+    e.push(std::ptr::null());
+    // SAFETY: NULL-terminated arrays of pointers into CStrings that outlive the call.
+    unsafe { libc::execve(path.as_ptr(), a.as_ptr(), e.as_ptr()) };
+    io::Error::last_os_error()
+}
+
+/// `execveat(fd, "", …, AT_EMPTY_PATH)`: runs the file behind `fd`.
+pub fn fexecve(fd: BorrowedFd<'_>, argv: &[CString], envp: &[CString]) -> io::Error {
+    let mut a: Vec<*const libc::c_char> = argv.iter().map(|s| s.as_ptr()).collect();
+    a.push(std::ptr::null());
+    let mut e: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
+    e.push(std::ptr::null());
+    // SAFETY: as execve; the empty path string is NUL-terminated.
+    unsafe {
+        libc::syscall(
+            libc::SYS_execveat,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            a.as_ptr(),
+            e.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    io::Error::last_os_error()
+}
+
+/// Exits the current process without running Rust or libc exit handlers: used by forked
+/// children so that they never flush or drop state that belongs to the parent.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no shared state.
+    unsafe { libc::_exit(code) }
+}
+
+// ---------------------------------------------------------------------------------------
+// File descriptors
+
+/// Marks or closes every descriptor from `first` up.
+pub fn close_range_from(first: u32, cloexec_only: bool) -> Result<()> {
+    const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+    let flags = if cloexec_only { CLOSE_RANGE_CLOEXEC } else { 0 };
+    // SAFETY: close_range on our own table; callers ensure no live OwnedFd is above `first`
+    // when closing (cloexec-only mode never invalidates descriptors).
+    check(unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, flags) }).map(drop)
+}
+
+#[repr(C)]
+#[derive(Default)]
+pub struct OpenHow {
+    pub flags: u64,
+    pub mode: u64,
+    pub resolve: u64,
+}
+
+pub const RESOLVE_NO_XDEV: u64 = 0x01;
+pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+pub const RESOLVE_BENEATH: u64 = 0x08;
+pub const RESOLVE_IN_ROOT: u64 = 0x10;
+
+pub fn openat2(dir: BorrowedFd<'_>, path: &CStr, how: &OpenHow) -> Result<OwnedFd> {
+    retry(|| {
+        // SAFETY: valid dirfd, NUL-terminated path and a sized open_how.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir.as_raw_fd(),
+                path.as_ptr(),
+                how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
+        };
+        check(r).map(owned)
+    })
+}
+
+pub fn openat(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int, mode: u32) -> Result<OwnedFd> {
+    retry(|| {
+        // SAFETY: valid dirfd and NUL-terminated path.
+        let r = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                path.as_ptr(),
+                flags | libc::O_CLOEXEC,
+                mode,
+            )
+        };
+        check_int(r).map(|fd| owned(fd as libc::c_long))
+    })
+}
+
+pub fn mkdirat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<()> {
+    // SAFETY: valid dirfd and NUL-terminated name.
+    check_int(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) }).map(drop)
+}
+
+pub fn mknodat(dir: BorrowedFd<'_>, name: &CStr, mode: u32, dev: u64) -> Result<()> {
+    // SAFETY: valid dirfd and NUL-terminated name.
+    check_int(unsafe { libc::mknodat(dir.as_raw_fd(), name.as_ptr(), mode, dev) }).map(drop)
+}
+
+pub fn symlinkat(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> Result<()> {
+    // SAFETY: NUL-terminated strings and a valid dirfd.
+    check_int(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }).map(drop)
+}
+
+pub fn fchownat_empty(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> Result<()> {
+    // SAFETY: AT_EMPTY_PATH on a valid fd.
+    check_int(unsafe {
+        libc::fchownat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            uid,
+            gid,
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
+}
+
+pub fn fstat(fd: BorrowedFd<'_>) -> Result<libc::stat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: fstat fills the buffer on success.
+    check_int(unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: initialised by the successful call (and zeroed before).
+    Ok(unsafe { st.assume_init() })
+}
+
+pub fn fstatfs(fd: BorrowedFd<'_>) -> Result<libc::statfs> {
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: fstatfs fills the buffer on success.
+    check_int(unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: initialised by the successful call.
+    Ok(unsafe { st.assume_init() })
+}
+
+pub fn fstatvfs(fd: BorrowedFd<'_>) -> Result<libc::statvfs> {
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: fstatvfs fills the buffer on success.
+    check_int(unsafe { libc::fstatvfs(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: initialised by the successful call.
+    Ok(unsafe { st.assume_init() })
+}
+
+pub fn fchdir(fd: BorrowedFd<'_>) -> Result<()> {
+    // SAFETY: plain syscall.
+    check_int(unsafe { libc::fchdir(fd.as_raw_fd()) }).map(drop)
+}
+
+pub fn ioctl_int(
+    fd: BorrowedFd<'_>,
+    req: libc::c_ulong,
+    arg: libc::c_ulong,
+) -> Result<libc::c_int> {
+    // SAFETY: requests used with this helper take an integer (or no) argument.
+    check_int(unsafe { libc::ioctl(fd.as_raw_fd(), req, arg) })
+}
+
+pub fn set_winsize(fd: BorrowedFd<'_>, rows: u16, cols: u16) -> Result<()> {
+    let ws = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads a winsize struct.
+    check_int(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            libc::TIOCSWINSZ,
+            &ws as *const libc::winsize,
+        )
+    })
+    .map(drop)
+}
+
+pub fn get_winsize(fd: BorrowedFd<'_>) -> Result<(u16, u16)> {
+    let mut ws = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes a winsize struct.
+    check_int(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            libc::TIOCGWINSZ,
+            &mut ws as *mut libc::winsize,
+        )
+    })?;
+    Ok((ws.ws_row, ws.ws_col))
+}
+
+/// Opens the peer (slave) end of a pty master without a path lookup (TIOCGPTPEER).
+pub fn pty_peer(master: BorrowedFd<'_>) -> Result<OwnedFd> {
+    const TIOCGPTPEER: libc::c_ulong = 0x5441;
+    let fd = ioctl_int(
+        master,
+        TIOCGPTPEER,
+        (libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) as libc::c_ulong,
+    )?;
+    Ok(owned(fd as libc::c_long))
+}
+
+pub fn dup2(fd: BorrowedFd<'_>, target: RawFd) -> Result<()> {
+    // SAFETY: dup2 onto a stdio slot; the caller owns those slots conceptually.
+    check_int(unsafe { libc::dup2(fd.as_raw_fd(), target) }).map(drop)
+}
+
+pub fn dup_cloexec(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor.
+    let r = check_int(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) })?;
+    Ok(owned(r as libc::c_long))
+}
+
+/// Clears `O_CLOEXEC` on a descriptor meant to survive execve (preserved fds, stdio).
+pub fn clear_cloexec(fd: RawFd) -> Result<()> {
+    // SAFETY: fcntl on a descriptor number; failure is reported, not UB.
+    check_int(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }).map(drop)
+}
+
+pub fn is_valid_fd(fd: RawFd) -> bool {
+    // SAFETY: F_GETFD has no side effects.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+}
+
+// ---------------------------------------------------------------------------------------
+// The new mount API (Linux 5.2+, mount_setattr 5.12+)
+
+pub const OPEN_TREE_CLONE: u32 = 1;
+pub const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x04;
+pub const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
+pub const FSMOUNT_CLOEXEC: u32 = 1;
+pub const FSCONFIG_SET_FLAG: u32 = 0;
+pub const FSCONFIG_SET_STRING: u32 = 1;
+pub const FSCONFIG_CMD_CREATE: u32 = 6;
+
+pub const MOUNT_ATTR_RDONLY: u64 = 0x01;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x02;
+pub const MOUNT_ATTR_NODEV: u64 = 0x04;
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x08;
+pub const MOUNT_ATTR__ATIME: u64 = 0x70;
+pub const MOUNT_ATTR_RELATIME: u64 = 0x00;
+pub const MOUNT_ATTR_NOATIME: u64 = 0x10;
+pub const MOUNT_ATTR_STRICTATIME: u64 = 0x20;
+pub const MOUNT_ATTR_NODIRATIME: u64 = 0x80;
+pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+pub const MOUNT_ATTR_NOSYMFOLLOW: u64 = 0x0020_0000;
+
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+pub struct MountAttr {
+    pub attr_set: u64,
+    pub attr_clr: u64,
+    pub propagation: u64,
+    pub userns_fd: u64,
+}
+
+pub fn open_tree(dir: BorrowedFd<'_>, path: &CStr, flags: u32) -> Result<OwnedFd> {
+    // SAFETY: valid dirfd and NUL-terminated path.
+    let r = check(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            flags | libc::O_CLOEXEC as u32,
+        )
+    })?;
+    Ok(owned(r))
+}
+
+/// Attaches the detached mount `from` on top of the object `to` refers to.
+pub fn move_mount_fd(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<()> {
+    // SAFETY: two valid fds with empty paths.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from.as_raw_fd(),
+            c"".as_ptr(),
+            to.as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    })
+    .map(drop)
+}
+
+pub fn fsopen(fstype: &CStr) -> Result<OwnedFd> {
+    const FSOPEN_CLOEXEC: u32 = 1;
+    // SAFETY: NUL-terminated filesystem name.
+    let r = check(unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) })?;
+    Ok(owned(r))
+}
+
+pub fn fsconfig(
+    fs: BorrowedFd<'_>,
+    cmd: u32,
+    key: Option<&CStr>,
+    value: Option<&CStr>,
+) -> Result<()> {
+    let k = key.map_or(std::ptr::null(), |k| k.as_ptr());
+    let v = value.map_or(std::ptr::null(), |v| v.as_ptr());
+    // SAFETY: NULL or NUL-terminated strings as the command requires.
+    check(unsafe { libc::syscall(libc::SYS_fsconfig, fs.as_raw_fd(), cmd, k, v, 0) }).map(drop)
+}
+
+pub fn fsmount(fs: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd> {
+    // SAFETY: valid fs context fd.
+    let r =
+        check(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) })?;
+    Ok(owned(r))
+}
+
+pub fn mount_setattr(fd: BorrowedFd<'_>, recursive: bool, attr: &MountAttr) -> Result<()> {
+    let flags = libc::AT_EMPTY_PATH | if recursive { libc::AT_RECURSIVE } else { 0 };
+    // SAFETY: valid fd, empty path, sized mount_attr.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+    .map(drop)
+}
+
+/// Classic mount(2), used only for propagation changes and remounts of mounts moat made,
+/// always on a `/proc/self/fd/N` path of a pinned fd or on "/" / ".".
+pub fn mount(
+    source: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+    data: Option<&CStr>,
+) -> Result<()> {
+    // SAFETY: NULL or NUL-terminated strings.
+    check_int(unsafe {
+        libc::mount(
+            source.map_or(std::ptr::null(), |s| s.as_ptr()),
+            target.as_ptr(),
+            fstype.map_or(std::ptr::null(), |s| s.as_ptr()),
+            flags,
+            data.map_or(std::ptr::null(), |s| s.as_ptr().cast()),
+        )
+    })
+    .map(drop)
+}
+
+pub fn umount2(target: &CStr, flags: libc::c_int) -> Result<()> {
+    // SAFETY: NUL-terminated path.
+    check_int(unsafe { libc::umount2(target.as_ptr(), flags) }).map(drop)
+}
+
+pub fn pivot_root(new_root: &CStr, put_old: &CStr) -> Result<()> {
+    // SAFETY: NUL-terminated paths.
+    check(unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) })
+        .map(drop)
+}
+
+pub fn chroot(path: &CStr) -> Result<()> {
+    // SAFETY: NUL-terminated path.
+    check_int(unsafe { libc::chroot(path.as_ptr()) }).map(drop)
+}
+
+// ---------------------------------------------------------------------------------------
+// seccomp
+
+/// Installs a classic BPF program as a seccomp filter. With `SECCOMP_FILTER_FLAG_NEW_LISTENER`
+/// in `flags` the kernel returns the notification fd.
+pub fn seccomp_set_filter(flags: u32, prog: &[libc::sock_filter]) -> Result<Option<OwnedFd>> {
+    const SECCOMP_SET_MODE_FILTER: u32 = 1;
+    const SECCOMP_FILTER_FLAG_NEW_LISTENER: u32 = 1 << 3;
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: fprog points at a valid filter array that outlives the call.
+    let r = check(unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            SECCOMP_SET_MODE_FILTER,
+            flags,
+            &fprog as *const libc::sock_fprog,
+        )
+    })?;
+    Ok((flags & SECCOMP_FILTER_FLAG_NEW_LISTENER != 0).then(|| owned(r)))
+}
+
+// ---------------------------------------------------------------------------------------
+// Misc
+
+pub fn getpid() -> libc::pid_t {
+    // SAFETY: always succeeds.
+    unsafe { libc::getpid() }
+}
+
+pub fn geteuid() -> u32 {
+    // SAFETY: always succeeds.
+    unsafe { libc::geteuid() }
+}
+
+pub fn umask(mask: u32) {
+    // SAFETY: always succeeds.
+    unsafe { libc::umask(mask) };
+}
+
+pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> Result<()> {
+    // SAFETY: plain syscall.
+    check_int(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+pub fn signal_default(sig: libc::c_int) {
+    // SAFETY: restoring the default disposition is always valid.
+    unsafe { libc::signal(sig, libc::SIG_DFL) };
+}
+
+/// Unblocks every signal and restores default dispositions, so the container process
+/// starts with a clean signal state whatever moat did.
+pub fn reset_signals() {
+    for sig in 1..libc::SIGRTMAX() {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            signal_default(sig);
+        }
+    }
+    // SAFETY: an empty set unblocks everything for this thread.
+    unsafe {
+        let mut set = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
+        libc::sigemptyset(set.as_mut_ptr());
+        libc::sigprocmask(libc::SIG_SETMASK, set.as_ptr(), std::ptr::null_mut());
+    }
+}
+
+pub fn setsid() -> Result<()> {
+    // SAFETY: plain syscall.
+    check_int(unsafe { libc::setsid() }).map(drop)
+}
+
+/// Returns the raw number of a descriptor for the rare APIs (such as `/proc/self/fd/N`
+/// strings and preserved-fd arithmetic) that need it.
+pub fn raw(fd: BorrowedFd<'_>) -> RawFd {
+    fd.as_raw_fd()
+}
+
+/// Takes ownership of an inherited descriptor number (e.g. `LISTEN_FDS`, preserved fds).
+///
+/// # Safety
+/// The caller must know that `fd` is open and owned by nothing else in this process.
+pub unsafe fn adopt(fd: RawFd) -> OwnedFd {
+    // SAFETY: guaranteed by the caller.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}

@@ -1,0 +1,12 @@
+//! moat: a hardened, runc-compatible OCI runtime.
+#![deny(unsafe_code)]
+
+mod cli;
+mod linux;
+mod log;
+mod spec;
+mod state;
+
+fn main() {
+    std::process::exit(cli::main());
+}

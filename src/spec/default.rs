@@ -1,0 +1,112 @@
+//! The starter `config.json` written by `moat spec`, shaped like `runc spec`'s.
+
+use serde_json::{json, Value};
+
+const MASKED: [&str; 10] = [
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/sys/firmware",
+    "/proc/scsi",
+];
+const READONLY: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// runc's default masked and read-only paths, shared with the hardening policy.
+pub fn masked_paths() -> &'static [&'static str] {
+    &MASKED
+}
+pub fn readonly_paths() -> &'static [&'static str] {
+    &READONLY
+}
+
+pub fn spec(rootless: bool) -> Value {
+    let caps = json!(["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]);
+    let mut devpts = vec![
+        "nosuid",
+        "noexec",
+        "newinstance",
+        "ptmxmode=0666",
+        "mode=0620",
+    ];
+    if !rootless {
+        devpts.push("gid=5");
+    }
+    let sys = if rootless {
+        json!({"destination": "/sys", "type": "none", "source": "/sys",
+               "options": ["rbind", "nosuid", "noexec", "nodev", "ro"]})
+    } else {
+        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs",
+               "options": ["nosuid", "noexec", "nodev", "ro"]})
+    };
+    let mut namespaces = vec![json!({"type": "pid"})];
+    if !rootless {
+        namespaces.push(json!({"type": "network"}));
+    }
+    namespaces.extend([
+        json!({"type": "ipc"}),
+        json!({"type": "uts"}),
+        json!({"type": "mount"}),
+        json!({"type": "cgroup"}),
+    ]);
+    let mut linux = json!({
+        "namespaces": namespaces,
+        "maskedPaths": MASKED,
+        "readonlyPaths": READONLY,
+    });
+    if rootless {
+        let (uid, gid) = (
+            nix::unistd::getuid().as_raw(),
+            nix::unistd::getgid().as_raw(),
+        );
+        linux["namespaces"]
+            .as_array_mut()
+            .expect("namespaces is an array")
+            .push(json!({"type": "user"}));
+        linux["uidMappings"] = json!([{"containerID": 0, "hostID": uid, "size": 1}]);
+        linux["gidMappings"] = json!([{"containerID": 0, "hostID": gid, "size": 1}]);
+    } else {
+        linux["resources"] = json!({"devices": [{"allow": false, "access": "rwm"}]});
+    }
+    json!({
+        "ociVersion": super::OCI_VERSION,
+        "process": {
+            "terminal": true,
+            "user": {"uid": 0, "gid": 0},
+            "args": ["sh"],
+            "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=xterm"],
+            "cwd": "/",
+            "capabilities": {
+                "bounding": caps, "effective": caps, "permitted": caps, "ambient": caps
+            },
+            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
+            "noNewPrivileges": true
+        },
+        "root": {"path": "rootfs", "readonly": true},
+        "hostname": "moat",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": devpts},
+            {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+             "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+            {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
+             "options": ["nosuid", "noexec", "nodev"]},
+            sys,
+            {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+             "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]}
+        ],
+        "linux": linux
+    })
+}

@@ -1,0 +1,586 @@
+//! The OCI runtime spec (`config.json`) as moat reads it.
+//!
+//! moat keeps its own serde types instead of the `oci-spec` crate: every field is a plain
+//! public field with no hidden defaults (oci-spec's builders fill unset capability sets),
+//! and deserialisation errors carry the JSON path of the offending field
+//! (`serde_path_to_error`), which is what a user needs to fix a bundle.
+
+pub mod default;
+pub mod validate;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The OCI runtime-spec version moat implements and reports.
+pub const OCI_VERSION: &str = "1.2.0";
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Spec {
+    #[serde(default)]
+    pub oci_version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<Process>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<Root>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domainname: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<Mount>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<Hooks>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linux: Option<Linux>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Root {
+    pub path: PathBuf,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub readonly: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Process {
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub terminal: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub console_size: Option<ConsoleSize>,
+    #[serde(default)]
+    pub user: User,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    #[serde(default)]
+    pub cwd: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Capabilities>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rlimits: Vec<Rlimit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_new_privileges: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apparmor_profile: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_score_adj: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selinux_label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<Scheduler>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_priority: Option<IoPriority>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct ConsoleSize {
+    pub height: u16,
+    pub width: u16,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct User {
+    #[serde(default)]
+    pub uid: u32,
+    #[serde(default)]
+    pub gid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umask: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub additional_gids: Vec<u32>,
+}
+
+/// Capability names are kept as strings: an unknown name must be reported with its
+/// position, and a name the running kernel lacks must be skipped with a warning
+/// (see `linux::capabilities`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Capabilities {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bounding: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effective: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inheritable: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permitted: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ambient: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Rlimit {
+    #[serde(rename = "type")]
+    pub typ: String,
+    pub hard: u64,
+    pub soft: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Scheduler {
+    pub policy: String,
+    #[serde(default)]
+    pub nice: i32,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
+    #[serde(default)]
+    pub runtime: u64,
+    #[serde(default)]
+    pub deadline: u64,
+    #[serde(default)]
+    pub period: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct IoPriority {
+    pub class: String,
+    #[serde(default)]
+    pub priority: i32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mount {
+    pub destination: String,
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub typ: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uid_mappings: Vec<IdMapping>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gid_mappings: Vec<IdMapping>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hooks {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prestart: Vec<Hook>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub create_runtime: Vec<Hook>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub create_container: Vec<Hook>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub start_container: Vec<Hook>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub poststart: Vec<Hook>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub poststop: Vec<Hook>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Hook {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Linux {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<Namespace>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uid_mappings: Vec<IdMapping>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gid_mappings: Vec<IdMapping>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_offsets: Option<BTreeMap<String, TimeOffset>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<Device>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroups_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootfs_propagation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seccomp: Option<Seccomp>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sysctl: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub masked_paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readonly_paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub personality: Option<Personality>,
+    /// Fields moat refuses rather than ignores (see `validate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intel_rdt: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_devices: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Namespace {
+    #[serde(rename = "type")]
+    pub typ: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct IdMapping {
+    #[serde(rename = "containerID")]
+    pub container_id: u32,
+    #[serde(rename = "hostID")]
+    pub host_id: u32,
+    pub size: u32,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct TimeOffset {
+    #[serde(default)]
+    pub secs: i64,
+    #[serde(default)]
+    pub nanosecs: u32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Device {
+    #[serde(rename = "type")]
+    pub typ: String,
+    pub path: String,
+    #[serde(default)]
+    pub major: i64,
+    #[serde(default)]
+    pub minor: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_mode: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Resources {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceCgroup>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Memory>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Cpu>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<Pids>,
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "blockIO")]
+    pub block_io: Option<BlockIo>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hugepage_limits: Vec<HugepageLimit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unified: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceCgroup {
+    pub allow: bool,
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub typ: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub major: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Memory {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swap: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "kernelTCP")]
+    pub kernel_tcp: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swappiness: Option<u64>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "disableOOMKiller"
+    )]
+    pub disable_oom_killer: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_hierarchy: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_before_update: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Cpu {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realtime_runtime: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realtime_period: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mems: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Pids {
+    pub limit: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockIo {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf_weight: Option<u16>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub weight_device: Vec<WeightDevice>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub throttle_read_bps_device: Vec<ThrottleDevice>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub throttle_write_bps_device: Vec<ThrottleDevice>,
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        rename = "throttleReadIOPSDevice"
+    )]
+    pub throttle_read_iops_device: Vec<ThrottleDevice>,
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        rename = "throttleWriteIOPSDevice"
+    )]
+    pub throttle_write_iops_device: Vec<ThrottleDevice>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WeightDevice {
+    pub major: i64,
+    pub minor: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf_weight: Option<u16>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ThrottleDevice {
+    pub major: i64,
+    pub minor: i64,
+    pub rate: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HugepageLimit {
+    pub page_size: String,
+    pub limit: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Seccomp {
+    pub default_action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_errno_ret: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub architectures: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener_metadata: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub syscalls: Vec<SeccompSyscall>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SeccompSyscall {
+    pub names: Vec<String>,
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errno_ret: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<SeccompArg>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SeccompArg {
+    pub index: u32,
+    pub value: u64,
+    #[serde(default)]
+    pub value_two: u64,
+    pub op: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Personality {
+    pub domain: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Why a bundle could not be loaded; each variant names the file or field.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: invalid JSON at {field}: {message}")]
+    Parse {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
+    #[error("{0}")]
+    Invalid(#[from] validate::Invalid),
+}
+
+impl Spec {
+    /// Reads `<bundle>/config.json` and validates it.
+    pub fn load(bundle: &Path) -> Result<Spec, LoadError> {
+        let path = bundle.join("config.json");
+        let bytes = std::fs::read(&path).map_err(|source| LoadError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let spec = Self::parse(&bytes).map_err(|(field, message)| LoadError::Parse {
+            path: path.clone(),
+            field,
+            message,
+        })?;
+        validate::validate(&spec)?;
+        Ok(spec)
+    }
+
+    /// Parses JSON, reporting the JSON path of the field that failed.
+    pub fn parse(bytes: &[u8]) -> Result<Spec, (String, String)> {
+        let de = &mut serde_json::Deserializer::from_slice(bytes);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let field = e.path().to_string();
+            let field = if field == "." {
+                "top level".to_string()
+            } else {
+                field
+            };
+            (field, e.into_inner().to_string())
+        })
+    }
+
+    pub fn linux(&self) -> &Linux {
+        static EMPTY: std::sync::OnceLock<Linux> = std::sync::OnceLock::new();
+        self.linux
+            .as_ref()
+            .unwrap_or_else(|| EMPTY.get_or_init(Linux::default))
+    }
+
+    /// The namespace entry of a given type, if the spec lists one.
+    pub fn namespace(&self, typ: &str) -> Option<&Namespace> {
+        self.linux().namespaces.iter().find(|n| n.typ == typ)
+    }
+
+    /// Absolute rootfs path: `root.path` resolved against the bundle.
+    pub fn rootfs(&self, bundle: &Path) -> PathBuf {
+        let p = self
+            .root
+            .as_ref()
+            .map(|r| r.path.clone())
+            .unwrap_or_default();
+        if p.is_absolute() {
+            p
+        } else {
+            bundle.join(p)
+        }
+    }
+
+    pub fn process(&self) -> &Process {
+        // validate() guarantees a process for create; other callers only read defaults.
+        static EMPTY: std::sync::OnceLock<Process> = std::sync::OnceLock::new();
+        self.process
+            .as_ref()
+            .unwrap_or_else(|| EMPTY.get_or_init(Process::default))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_error_names_field() {
+        let (field, msg) =
+            Spec::parse(br#"{"ociVersion":"1.0.2","process":{"user":{"uid":"x"}}}"#).unwrap_err();
+        assert_eq!(field, "process.user.uid");
+        assert!(msg.contains("invalid type"), "{msg}");
+    }
+
+    #[test]
+    fn roundtrip_keeps_fields() {
+        let json = br#"{"ociVersion":"1.0.2","root":{"path":"rootfs","readonly":true},
+            "linux":{"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/x"}],
+            "uidMappings":[{"containerID":0,"hostID":1000,"size":1}],
+            "resources":{"memory":{"limit":1048576},"blockIO":{"weight":10}}}}"#;
+        let s = Spec::parse(json).unwrap();
+        assert!(s.root.as_ref().unwrap().readonly);
+        assert_eq!(
+            s.namespace("network").unwrap().path.as_deref(),
+            Some("/run/netns/x")
+        );
+        assert_eq!(s.linux().uid_mappings[0].host_id, 1000);
+        let back = serde_json::to_string(&s).unwrap();
+        assert!(back.contains("\"blockIO\":{\"weight\":10}"), "{back}");
+        assert!(back.contains("\"containerID\":0"), "{back}");
+    }
+}

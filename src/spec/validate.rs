@@ -1,0 +1,239 @@
+//! Checks made before any side effect: a bundle that fails here leaves nothing behind.
+
+use super::Spec;
+
+/// A spec field that moat cannot honour, named by its JSON path.
+#[derive(Debug, thiserror::Error)]
+#[error("config.json: {field}: {reason}")]
+pub struct Invalid {
+    pub field: String,
+    pub reason: String,
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Invalid {
+    Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+pub const NAMESPACE_TYPES: [&str; 8] = [
+    "pid", "network", "mount", "ipc", "uts", "user", "cgroup", "time",
+];
+
+pub fn validate(spec: &Spec) -> Result<(), Invalid> {
+    let major = spec.oci_version.split('.').next().unwrap_or("");
+    if major != "1" {
+        return Err(invalid(
+            "ociVersion",
+            format!(
+                "unsupported version {:?} (moat supports 1.x)",
+                spec.oci_version
+            ),
+        ));
+    }
+    if let Some(root) = &spec.root {
+        if root.path.as_os_str().is_empty() {
+            return Err(invalid("root.path", "must not be empty"));
+        }
+    }
+    if let Some(p) = &spec.process {
+        if p.cwd.is_empty() || !p.cwd.starts_with('/') {
+            return Err(invalid(
+                "process.cwd",
+                format!("{:?} is not an absolute path", p.cwd),
+            ));
+        }
+    }
+    for (i, m) in spec.mounts.iter().enumerate() {
+        if !m.destination.starts_with('/') {
+            return Err(invalid(
+                format!("mounts[{i}].destination"),
+                format!("{:?} is not an absolute path", m.destination),
+            ));
+        }
+    }
+    if let Some(hooks) = &spec.hooks {
+        for (kind, list) in [
+            ("prestart", &hooks.prestart),
+            ("createRuntime", &hooks.create_runtime),
+            ("createContainer", &hooks.create_container),
+            ("startContainer", &hooks.start_container),
+            ("poststart", &hooks.poststart),
+            ("poststop", &hooks.poststop),
+        ] {
+            for (i, h) in list.iter().enumerate() {
+                if !h.path.starts_with('/') {
+                    return Err(invalid(
+                        format!("hooks.{kind}[{i}].path"),
+                        format!("{:?} is not an absolute path", h.path),
+                    ));
+                }
+                if matches!(h.timeout, Some(t) if t <= 0) {
+                    return Err(invalid(
+                        format!("hooks.{kind}[{i}].timeout"),
+                        "must be greater than zero",
+                    ));
+                }
+            }
+        }
+    }
+    let Some(linux) = &spec.linux else {
+        return Ok(());
+    };
+    let mut seen = Vec::new();
+    for (i, ns) in linux.namespaces.iter().enumerate() {
+        if !NAMESPACE_TYPES.contains(&ns.typ.as_str()) {
+            return Err(invalid(
+                format!("linux.namespaces[{i}].type"),
+                format!("unknown namespace type {:?}", ns.typ),
+            ));
+        }
+        if seen.contains(&ns.typ.as_str()) {
+            return Err(invalid(
+                format!("linux.namespaces[{i}].type"),
+                format!("namespace {:?} listed twice", ns.typ),
+            ));
+        }
+        seen.push(ns.typ.as_str());
+        if let Some(path) = &ns.path {
+            if !path.starts_with('/') {
+                return Err(invalid(
+                    format!("linux.namespaces[{i}].path"),
+                    format!("{path:?} is not an absolute path"),
+                ));
+            }
+        }
+    }
+    let has_userns = seen.contains(&"user");
+    if !has_userns && (!linux.uid_mappings.is_empty() || !linux.gid_mappings.is_empty()) {
+        return Err(invalid(
+            "linux.uidMappings",
+            "id mappings need a user namespace in linux.namespaces",
+        ));
+    }
+    if linux.time_offsets.is_some() && !seen.contains(&"time") {
+        return Err(invalid(
+            "linux.timeOffsets",
+            "time offsets need a time namespace in linux.namespaces",
+        ));
+    }
+    if let Some(offsets) = &linux.time_offsets {
+        for clock in offsets.keys() {
+            if clock != "monotonic" && clock != "boottime" {
+                return Err(invalid(
+                    format!("linux.timeOffsets.{clock}"),
+                    "only monotonic and boottime clocks can be offset",
+                ));
+            }
+        }
+    }
+    if let Some(p) = &linux.rootfs_propagation {
+        if !matches!(
+            p.as_str(),
+            "" | "shared"
+                | "slave"
+                | "private"
+                | "unbindable"
+                | "rshared"
+                | "rslave"
+                | "rprivate"
+                | "runbindable"
+        ) {
+            return Err(invalid(
+                "linux.rootfsPropagation",
+                format!("unknown propagation {p:?}"),
+            ));
+        }
+    }
+    if linux.intel_rdt.is_some() {
+        return Err(invalid(
+            "linux.intelRdt",
+            "Intel RDT is not supported by moat",
+        ));
+    }
+    if linux.net_devices.is_some() {
+        return Err(invalid(
+            "linux.netDevices",
+            "moving network devices is not supported by moat",
+        ));
+    }
+    if let Some(r) = &linux.resources {
+        if r.rdma.is_some() {
+            return Err(invalid(
+                "linux.resources.rdma",
+                "the rdma controller is not supported by moat",
+            ));
+        }
+    }
+    for (i, d) in linux.devices.iter().enumerate() {
+        if !matches!(d.typ.as_str(), "c" | "b" | "u" | "p") {
+            return Err(invalid(
+                format!("linux.devices[{i}].type"),
+                format!("unknown device type {:?}", d.typ),
+            ));
+        }
+        if !d.path.starts_with("/dev/") {
+            return Err(invalid(
+                format!("linux.devices[{i}].path"),
+                format!("{:?} is not under /dev", d.path),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: &str) -> Spec {
+        Spec::parse(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn rejects_major_2() {
+        let e = validate(&spec(r#"{"ociVersion":"2.0.0"}"#)).unwrap_err();
+        assert_eq!(e.field, "ociVersion");
+    }
+
+    #[test]
+    fn rejects_unknown_namespace() {
+        let e = validate(&spec(
+            r#"{"ociVersion":"1.0.2","linux":{"namespaces":[{"type":"pid"},{"type":"bogus"}]}}"#,
+        ))
+        .unwrap_err();
+        assert_eq!(e.field, "linux.namespaces[1].type");
+        assert!(e.to_string().contains("bogus"));
+    }
+
+    #[test]
+    fn rejects_duplicate_namespace() {
+        let e = validate(&spec(
+            r#"{"ociVersion":"1.0.2","linux":{"namespaces":[{"type":"pid"},{"type":"pid"}]}}"#,
+        ))
+        .unwrap_err();
+        assert!(e.reason.contains("twice"));
+    }
+
+    #[test]
+    fn rejects_mappings_without_userns() {
+        let e = validate(&spec(
+            r#"{"ociVersion":"1.0.2","linux":{"uidMappings":[{"containerID":0,"hostID":1,"size":1}]}}"#,
+        ))
+        .unwrap_err();
+        assert_eq!(e.field, "linux.uidMappings");
+    }
+
+    #[test]
+    fn refuses_unimplemented_fields() {
+        let e = validate(&spec(r#"{"ociVersion":"1.0.2","linux":{"intelRdt":{}}}"#)).unwrap_err();
+        assert_eq!(e.field, "linux.intelRdt");
+    }
+
+    #[test]
+    fn accepts_runc_default() {
+        let s: Spec = serde_json::from_value(crate::spec::default::spec(false)).unwrap();
+        validate(&s).unwrap();
+    }
+}

@@ -1,0 +1,418 @@
+//! Container state under `<root>/<id>/`.
+//!
+//! | file          | what                                                                    |
+//! |---------------|-------------------------------------------------------------------------|
+//! | `state.json`  | the [`Record`]: what `state` prints plus what later calls need           |
+//! | `config.json` | the effective spec that ran (what exec, delete's poststop hooks use)    |
+//! | `exec.fifo`   | present while the container is *created*; `start` opens and removes it  |
+//!
+//! Every command that changes a container holds an exclusive `flock` on the directory.
+//! Status is never stored: it is read from the live process, identified by pid *and* its
+//! start time, so a recycled pid is never mistaken for the container.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::linux::cgroups::Cgroup;
+use crate::spec::Spec;
+
+/// Bumped when the record changes incompatibly; older records are upgraded on load.
+pub const FORMAT_VERSION: u32 = 1;
+
+pub const STATE_FILE: &str = "state.json";
+pub const SPEC_FILE: &str = "config.json";
+pub const FIFO_FILE: &str = "exec.fifo";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("container does not exist")]
+    NotExist,
+    #[error("container with id exists: {0}")]
+    Exists(String),
+    #[error("invalid container id {0:?}: use letters, digits, '_', '+', '-' and '.'")]
+    InvalidId(String),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("{path}: corrupt state: {message}")]
+    Corrupt { path: PathBuf, message: String },
+}
+
+fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StateError + 'a {
+    move |source| StateError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Creating,
+    Created,
+    Running,
+    Paused,
+    Stopped,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Creating => "creating",
+            Status::Created => "created",
+            Status::Running => "running",
+            Status::Paused => "paused",
+            Status::Stopped => "stopped",
+        }
+    }
+}
+
+/// What moat remembers about a container between calls.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    pub format: u32,
+    pub id: String,
+    /// Host pid of the container init.
+    pub pid: i32,
+    /// The init's start time (clock ticks since boot, /proc/<pid>/stat field 22).
+    pub pid_start: u64,
+    pub bundle: PathBuf,
+    pub rootfs: PathBuf,
+    pub created: String,
+    pub owner: String,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default)]
+    pub cgroup: Option<Cgroup>,
+    /// `--systemd-cgroup` as given at create; replayed by later calls.
+    #[serde(default)]
+    pub systemd_cgroup: bool,
+    #[serde(default)]
+    pub rootless: bool,
+    /// Whether the init has its own pid namespace (then killing it kills all).
+    #[serde(default)]
+    pub own_pidns: bool,
+}
+
+/// The JSON `state` prints, field for field as runc.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OciState<'a> {
+    pub oci_version: &'static str,
+    pub id: &'a str,
+    pub pid: i32,
+    pub status: &'static str,
+    pub bundle: &'a Path,
+    pub rootfs: &'a Path,
+    pub created: &'a str,
+    pub owner: &'a str,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: &'a BTreeMap<String, String>,
+}
+
+/// runc's id rule: `^[\w+-.]+$`, and never `.` or `..`.
+pub fn validate_id(id: &str) -> Result<(), StateError> {
+    let ok = !id.is_empty()
+        && id.len() <= 1024
+        && id != "."
+        && id != ".."
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'+' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(StateError::InvalidId(id.to_string()))
+    }
+}
+
+/// An open, locked container directory.
+pub struct ContainerDir {
+    pub path: PathBuf,
+    /// Holds the flock for as long as the handle lives.
+    lock: OwnedFd,
+}
+
+impl ContainerDir {
+    /// Creates `<root>/<id>` exclusively and locks it. A second create of the same id fails
+    /// here, before anything else happens.
+    pub fn create(root: &Path, id: &str) -> Result<ContainerDir, StateError> {
+        validate_id(id)?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(root)
+            .map_err(io_err("cannot create state root", root))?;
+        let path = root.join(id);
+        match fs::DirBuilder::new().mode(0o711).create(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(StateError::Exists(id.to_string()))
+            }
+            Err(e) => return Err(io_err("cannot create state directory", &path)(e)),
+        }
+        Self::lock(path)
+    }
+
+    /// Opens and locks an existing container directory.
+    pub fn open(root: &Path, id: &str) -> Result<ContainerDir, StateError> {
+        validate_id(id)?;
+        let path = root.join(id);
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => Self::lock(path),
+            Ok(_) => Err(StateError::NotExist),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(StateError::NotExist),
+            Err(e) => Err(io_err("cannot open state directory", &path)(e)),
+        }
+    }
+
+    fn lock(path: PathBuf) -> Result<ContainerDir, StateError> {
+        let dir = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::NotFound {
+                    StateError::NotExist
+                } else {
+                    io_err("cannot open state directory", &path)(e)
+                }
+            })?;
+        let lock: OwnedFd = dir.into();
+        nix::fcntl::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&lock),
+            nix::fcntl::FlockArg::LockExclusive,
+        )
+        .map_err(|e| io_err("cannot lock", &path)(e.into()))?;
+        Ok(ContainerDir { path, lock })
+    }
+
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.lock.as_fd()
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    pub fn load(&self) -> Result<Record, StateError> {
+        let path = self.file(STATE_FILE);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            // A directory without a record is a create that was killed before it
+            // finished: it exists (so delete can clean it) but has no process.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StateError::Corrupt {
+                    path,
+                    message: "no state file (interrupted create?)".into(),
+                })
+            }
+            Err(e) => return Err(io_err("cannot read", &path)(e)),
+        };
+        let rec: Record = serde_json::from_slice(&bytes).map_err(|e| StateError::Corrupt {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        if rec.format > FORMAT_VERSION {
+            return Err(StateError::Corrupt {
+                path,
+                message: format!(
+                    "written by a newer moat (format {}, this moat reads up to {})",
+                    rec.format, FORMAT_VERSION
+                ),
+            });
+        }
+        Ok(rec)
+    }
+
+    pub fn save(&self, rec: &Record) -> Result<(), StateError> {
+        write_atomic(
+            &self.file(STATE_FILE),
+            &serde_json::to_vec(rec).expect("record serialises"),
+        )
+    }
+
+    pub fn save_spec(&self, spec: &Spec) -> Result<(), StateError> {
+        write_atomic(
+            &self.file(SPEC_FILE),
+            &serde_json::to_vec(spec).expect("spec serialises"),
+        )
+    }
+
+    pub fn load_spec(&self) -> Result<Spec, StateError> {
+        let path = self.file(SPEC_FILE);
+        let bytes = fs::read(&path).map_err(io_err("cannot read", &path))?;
+        Spec::parse(&bytes).map_err(|(field, message)| StateError::Corrupt {
+            path,
+            message: format!("{field}: {message}"),
+        })
+    }
+
+    /// Removes the directory and everything in it; the lock goes with the handle.
+    pub fn remove(self) -> Result<(), StateError> {
+        fs::remove_dir_all(&self.path).map_err(io_err("cannot remove", &self.path))
+    }
+}
+
+fn write_atomic(path: &Path, data: &[u8]) -> Result<(), StateError> {
+    let tmp = path.with_extension("tmp");
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(&tmp)
+        .map_err(io_err("cannot write", &tmp))?;
+    f.write_all(data).map_err(io_err("cannot write", &tmp))?;
+    fs::rename(&tmp, path).map_err(io_err("cannot rename into place", path))
+}
+
+/// Writes a pid file as runc does: a dot-prefixed temporary in the same directory, renamed
+/// into place, so a reader never sees a partial number.
+pub fn write_pid_file(path: &Path, pid: i32) -> Result<(), StateError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}"));
+    fs::write(&tmp, pid.to_string()).map_err(io_err("cannot write pid file", &tmp))?;
+    fs::rename(&tmp, path).map_err(io_err("cannot write pid file", path))
+}
+
+/// What /proc says about a pid: `None` when gone, a zombie, or a different process.
+pub fn process_start_time(pid: i32) -> Option<(char, u64)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // comm may contain spaces and parentheses: parse after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut fields = rest.split(' ');
+    let state = fields.next()?.chars().next()?;
+    // rest starts at field 3 (state); starttime is field 22.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+impl Record {
+    /// True when the recorded init is still this container's process and not a zombie.
+    pub fn alive(&self) -> bool {
+        self.pid > 0
+            && matches!(process_start_time(self.pid),
+                Some((state, start)) if start == self.pid_start && state != 'Z' && state != 'X')
+    }
+
+    /// The status, read from the kernel.
+    pub fn status(&self, dir: &ContainerDir) -> Status {
+        if !self.alive() {
+            return Status::Stopped;
+        }
+        if dir.file(FIFO_FILE).exists() {
+            return Status::Created;
+        }
+        if self.cgroup.as_ref().is_some_and(|c| c.is_frozen()) {
+            return Status::Paused;
+        }
+        Status::Running
+    }
+
+    pub fn oci_state(&self, status: Status) -> OciState<'_> {
+        OciState {
+            oci_version: crate::spec::OCI_VERSION,
+            id: &self.id,
+            pid: if status == Status::Stopped {
+                0
+            } else {
+                self.pid
+            },
+            status: status.as_str(),
+            bundle: &self.bundle,
+            rootfs: &self.rootfs,
+            created: &self.created,
+            owner: &self.owner,
+            annotations: &self.annotations,
+        }
+    }
+}
+
+/// Ids of every container directory under the root, sorted.
+pub fn list_ids(root: &Path) -> Result<Vec<String>, StateError> {
+    let rd = match fs::read_dir(root) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err("cannot read state root", root)(e)),
+    };
+    let mut ids: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|id| validate_id(id).is_ok())
+        .collect();
+    ids.sort();
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_rules() {
+        for ok in ["a", "abc-1.2_x+y", &"f".repeat(64)] {
+            validate_id(ok).unwrap();
+        }
+        for bad in ["", ".", "..", "a/b", "../x", "a b", "a\0b", "ä"] {
+            assert!(validate_id(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn own_process_is_alive_and_pid_reuse_is_detected() {
+        let pid = std::process::id() as i32;
+        let (_, start) = process_start_time(pid).unwrap();
+        let mut rec = Record {
+            format: FORMAT_VERSION,
+            id: "t".into(),
+            pid,
+            pid_start: start,
+            bundle: "/b".into(),
+            rootfs: "/b/rootfs".into(),
+            created: String::new(),
+            owner: String::new(),
+            annotations: BTreeMap::new(),
+            cgroup: None,
+            systemd_cgroup: false,
+            rootless: false,
+            own_pidns: true,
+        };
+        assert!(rec.alive());
+        rec.pid_start += 1;
+        assert!(
+            !rec.alive(),
+            "a different start time must read as another process"
+        );
+    }
+
+    #[test]
+    fn create_twice_fails_and_keeps_the_first() {
+        let root = std::env::temp_dir().join(format!("moat-state-test-{}", std::process::id()));
+        let d = ContainerDir::create(&root, "x").unwrap();
+        assert!(matches!(
+            ContainerDir::create(&root, "x"),
+            Err(StateError::Exists(_))
+        ));
+        assert!(d.path.is_dir());
+        d.remove().unwrap();
+        assert!(matches!(
+            ContainerDir::open(&root, "x"),
+            Err(StateError::NotExist)
+        ));
+        fs::remove_dir(&root).unwrap();
+    }
+}
