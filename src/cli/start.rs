@@ -1,12 +1,58 @@
-//! `moat start`.
+//! `moat start`: release a created container's init.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+
+use anyhow::{bail, Context};
 
 use super::{Global, Result};
+use crate::linux::{hooks, process};
+use crate::log;
+use crate::state::{self, ContainerDir, Record, Status};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     pub id: String,
 }
 
-pub fn run(_g: &Global, _a: Args) -> Result<i32> {
-    anyhow::bail!("not built yet")
+/// Writes the exec fifo (the init is blocked reading it), removes it, runs poststart hooks.
+pub fn start(dir: &ContainerDir, rec: &Record) -> Result<()> {
+    match rec.status(dir) {
+        Status::Created => {}
+        Status::Stopped => bail!("cannot start a container that has stopped"),
+        Status::Running | Status::Paused => bail!("cannot start an already running container"),
+        Status::Creating => bail!("cannot start a container that is still being created"),
+    }
+    let fifo = dir.file(state::FIFO_FILE);
+    let mut f = match std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&fifo)
+    {
+        Ok(f) => f,
+        // No reader: the init died between create and start.
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+            bail!("cannot start a container that has stopped")
+        }
+        Err(e) => return Err(e).with_context(|| format!("open {}", fifo.display())),
+    };
+    f.write_all(b"0")
+        .with_context(|| format!("write {}", fifo.display()))?;
+    std::fs::remove_file(&fifo).with_context(|| format!("remove {}", fifo.display()))?;
+    let spec = dir.load_spec()?;
+    if let Some(h) = spec.hooks.as_ref().filter(|h| !h.poststart.is_empty()) {
+        let st = process::state_json(rec, "running", rec.pid);
+        // The process is already running: a failing poststart hook is reported, not fatal.
+        if let Err(e) = hooks::run("poststart", &h.poststart, &st) {
+            log::warn(&e.to_string());
+        }
+    }
+    Ok(())
+}
+
+pub fn run(g: &Global, a: Args) -> Result<i32> {
+    let dir = ContainerDir::open(&g.state_root(), &a.id)?;
+    let rec = dir.load()?;
+    start(&dir, &rec)?;
+    Ok(0)
 }

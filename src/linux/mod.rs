@@ -1,7 +1,20 @@
 //! Everything that talks to the kernel, in the order the kernel sees it during create:
 //! namespaces → rootfs/mounts/devices → console → hooks → pivot → process attributes
-//! (rlimits, user, capabilities, seccomp, AppArmor) → exec.
+//! (rlimits, user, capabilities, seccomp, AppArmor) → exec. `process` holds the sequence.
 
+pub mod apparmor;
+pub mod capabilities;
 pub mod cgroups;
+pub mod console;
+pub mod devices;
+pub mod exeseal;
+pub mod hooks;
+pub mod mount;
+pub mod namespaces;
+pub mod path;
+pub mod process;
+pub mod rootfs;
 pub mod seccomp;
+pub mod signal;
+pub mod sync;
 pub mod sys;

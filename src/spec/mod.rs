@@ -484,7 +484,7 @@ pub enum LoadError {
         field: String,
         message: String,
     },
-    #[error("{0}")]
+    #[error(transparent)]
     Invalid(#[from] validate::Invalid),
 }
 

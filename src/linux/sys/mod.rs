@@ -219,6 +219,13 @@ pub fn capset(effective: u64, permitted: u64, inheritable: u64) -> Result<()> {
         .map(drop)
 }
 
+pub fn join_session_keyring(name: &CStr) -> Result<()> {
+    const KEYCTL_JOIN_SESSION_KEYRING: libc::c_int = 1;
+    // SAFETY: NUL-terminated name.
+    check(unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, name.as_ptr()) })
+        .map(drop)
+}
+
 pub fn personality(persona: libc::c_ulong) -> Result<()> {
     // SAFETY: plain syscall.
     check_int(unsafe { libc::personality(persona) }).map(drop)
@@ -453,6 +460,36 @@ pub fn get_winsize(fd: BorrowedFd<'_>) -> Result<(u16, u16)> {
     Ok((ws.ws_row, ws.ws_col))
 }
 
+pub fn unlockpt(master: BorrowedFd<'_>) -> Result<()> {
+    let unlock: libc::c_int = 0;
+    // SAFETY: TIOCSPTLCK reads an int through the pointer.
+    check_int(unsafe {
+        libc::ioctl(
+            master.as_raw_fd(),
+            libc::TIOCSPTLCK,
+            &unlock as *const libc::c_int,
+        )
+    })
+    .map(drop)
+}
+
+pub fn prlimit(pid: libc::pid_t, resource: libc::c_int, soft: u64, hard: u64) -> Result<()> {
+    let new = libc::rlimit64 {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: new points at a valid rlimit64; old is NULL.
+    check_int(unsafe {
+        libc::prlimit64(
+            pid,
+            resource as libc::__rlimit_resource_t,
+            &new,
+            std::ptr::null_mut(),
+        )
+    })
+    .map(drop)
+}
+
 /// Opens the peer (slave) end of a pty master without a path lookup (TIOCGPTPEER).
 pub fn pty_peer(master: BorrowedFd<'_>) -> Result<OwnedFd> {
     const TIOCGPTPEER: libc::c_ulong = 0x5441;
@@ -484,6 +521,40 @@ pub fn clear_cloexec(fd: RawFd) -> Result<()> {
 pub fn is_valid_fd(fd: RawFd) -> bool {
     // SAFETY: F_GETFD has no side effects.
     unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+}
+
+/// Receives one message and at most one fd passed with SCM_RIGHTS (installed close-on-exec).
+/// Extra fds, if a peer sent more, are closed.
+pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Option<OwnedFd>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut cspace = nix::cmsg_space!([RawFd; 4]);
+    loop {
+        let mut iov = [io::IoSliceMut::new(buf)];
+        match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cspace),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(msg) => {
+                let mut fd = None;
+                for c in msg.cmsgs()? {
+                    if let ControlMessageOwned::ScmRights(fds) = c {
+                        for f in fds {
+                            // SAFETY: the kernel just installed f in our table for this message.
+                            let owned = unsafe { OwnedFd::from_raw_fd(f) };
+                            if fd.is_none() {
+                                fd = Some(owned);
+                            }
+                        }
+                    }
+                }
+                return Ok((msg.bytes, fd));
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -653,6 +724,12 @@ pub fn seccomp_set_filter(flags: u32, prog: &[libc::sock_filter]) -> Result<Opti
 
 // ---------------------------------------------------------------------------------------
 // Misc
+
+/// `AT_FDCWD` as a borrowed fd, for *at calls relative to the working directory.
+pub fn at_fdcwd() -> BorrowedFd<'static> {
+    // SAFETY: AT_FDCWD is a constant the kernel interprets; it is never closed.
+    unsafe { BorrowedFd::borrow_raw(libc::AT_FDCWD) }
+}
 
 pub fn getpid() -> libc::pid_t {
     // SAFETY: always succeeds.

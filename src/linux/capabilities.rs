@@ -1,0 +1,164 @@
+//! Capability names → bit masks, and the order in which a process gives them up.
+
+use crate::log;
+use crate::spec;
+
+/// Capability names in kernel bit order (`include/uapi/linux/capability.h`).
+pub const NAMES: [&str; 41] = [
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_LINUX_IMMUTABLE",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_NET_BROADCAST",
+    "CAP_NET_ADMIN",
+    "CAP_NET_RAW",
+    "CAP_IPC_LOCK",
+    "CAP_IPC_OWNER",
+    "CAP_SYS_MODULE",
+    "CAP_SYS_RAWIO",
+    "CAP_SYS_CHROOT",
+    "CAP_SYS_PTRACE",
+    "CAP_SYS_PACCT",
+    "CAP_SYS_ADMIN",
+    "CAP_SYS_BOOT",
+    "CAP_SYS_NICE",
+    "CAP_SYS_RESOURCE",
+    "CAP_SYS_TIME",
+    "CAP_SYS_TTY_CONFIG",
+    "CAP_MKNOD",
+    "CAP_LEASE",
+    "CAP_AUDIT_WRITE",
+    "CAP_AUDIT_CONTROL",
+    "CAP_SETFCAP",
+    "CAP_MAC_OVERRIDE",
+    "CAP_MAC_ADMIN",
+    "CAP_SYSLOG",
+    "CAP_WAKE_ALARM",
+    "CAP_BLOCK_SUSPEND",
+    "CAP_AUDIT_READ",
+    "CAP_PERFMON",
+    "CAP_BPF",
+    "CAP_CHECKPOINT_RESTORE",
+];
+
+/// The highest capability the running kernel knows.
+pub fn last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+}
+
+pub fn number(name: &str) -> Option<u32> {
+    let upper = name.to_ascii_uppercase();
+    let full = if upper.starts_with("CAP_") {
+        upper
+    } else {
+        format!("CAP_{upper}")
+    };
+    NAMES.iter().position(|n| *n == full).map(|i| i as u32)
+}
+
+/// The five sets as masks, ready for capset/prctl in the child.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sets {
+    pub bounding: u64,
+    pub effective: u64,
+    pub permitted: u64,
+    pub inheritable: u64,
+    pub ambient: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: unknown capability {name:?}")]
+pub struct UnknownCapability {
+    pub field: String,
+    pub name: String,
+}
+
+/// Converts the spec's sets. A name that is not a capability at all is an error; a real
+/// capability this kernel does not have is dropped with a warning, since asking for it
+/// cannot grant anything.
+pub fn from_spec(
+    caps: Option<&spec::Capabilities>,
+    field: &str,
+) -> Result<Sets, UnknownCapability> {
+    let last = last_cap();
+    let Some(c) = caps else {
+        return Ok(Sets::default());
+    };
+    let mask = |set: &Option<Vec<String>>, name: &str| -> Result<u64, UnknownCapability> {
+        let mut m = 0u64;
+        for (i, n) in set.iter().flatten().enumerate() {
+            let Some(bit) = number(n) else {
+                return Err(UnknownCapability {
+                    field: format!("{field}.{name}[{i}]"),
+                    name: n.clone(),
+                });
+            };
+            if bit > last {
+                log::warn(&format!(
+                    "{field}.{name}[{i}]: {n} is not known to this kernel (last capability is {last}); skipped"
+                ));
+                continue;
+            }
+            m |= 1 << bit;
+        }
+        Ok(m)
+    };
+    let mut sets = Sets {
+        bounding: mask(&c.bounding, "bounding")?,
+        effective: mask(&c.effective, "effective")?,
+        permitted: mask(&c.permitted, "permitted")?,
+        inheritable: mask(&c.inheritable, "inheritable")?,
+        ambient: mask(&c.ambient, "ambient")?,
+    };
+    // The kernel only lets a capability be ambient if it is permitted and inheritable;
+    // runc's own default spec asks for ambient caps without inheritable ones.
+    let raisable = sets.permitted & sets.inheritable;
+    if sets.ambient & !raisable != 0 {
+        log::warn(&format!(
+            "{field}.ambient: {:?} not in both permitted and inheritable; not raised",
+            names(sets.ambient & !raisable)
+        ));
+        sets.ambient &= raisable;
+    }
+    Ok(sets)
+}
+
+pub fn names(mask: u64) -> Vec<&'static str> {
+    (0..NAMES.len())
+        .filter(|i| mask & (1 << i) != 0)
+        .map(|i| NAMES[i])
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_numbers() {
+        assert_eq!(number("CAP_SYS_ADMIN"), Some(21));
+        assert_eq!(number("net_raw"), Some(13));
+        assert_eq!(number("CAP_NOPE"), None);
+        assert_eq!(names(1 << 21 | 1), vec!["CAP_CHOWN", "CAP_SYS_ADMIN"]);
+    }
+
+    #[test]
+    fn unknown_name_is_an_error_naming_the_field() {
+        let c = spec::Capabilities {
+            bounding: Some(vec!["CAP_KILL".into(), "CAP_FLY".into()]),
+            ..Default::default()
+        };
+        let e = from_spec(Some(&c), "process.capabilities").unwrap_err();
+        assert_eq!(e.field, "process.capabilities.bounding[1]");
+    }
+}

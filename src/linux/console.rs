@@ -1,0 +1,86 @@
+//! `process.terminal`: a pty allocated from the container's own devpts instance, its master
+//! sent to the caller over `--console-socket` (SCM_RIGHTS, as runc does), its peer made the
+//! container's stdio and `/dev/console`.
+
+use std::io::IoSlice;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+
+use super::mount;
+use super::path::Root;
+use super::sync::{InitFailure, Step, StepExt};
+use super::sys;
+use crate::spec::ConsoleSize;
+
+const DEVPTS_SUPER_MAGIC: i64 = 0x1cd1;
+
+/// Opens `/dev/pts/ptmx` inside the root, checks it really is a devpts ptmx (a swapped-in
+/// symlink or a host device would fail here), and returns (master, peer).
+pub fn open_pty(root: &Root) -> Result<(OwnedFd, OwnedFd), InitFailure> {
+    let what = || "/dev/pts/ptmx".to_string();
+    let master = root
+        .open_at(
+            "/dev/pts/ptmx",
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_NOFOLLOW,
+        )
+        .step(Step::Console, what)?;
+    let fs = sys::fstatfs(master.as_fd()).step(Step::Console, what)?;
+    let st = sys::fstat(master.as_fd()).step(Step::Console, what)?;
+    if fs.f_type as i64 != DEVPTS_SUPER_MAGIC || st.st_rdev != libc::makedev(5, 2) {
+        return Err(InitFailure::new(
+            Step::Console,
+            "/dev/pts/ptmx is not a devpts ptmx (is /dev/pts mounted?)",
+        ));
+    }
+    sys::unlockpt(master.as_fd()).step(Step::Console, || "unlockpt".into())?;
+    let peer = sys::pty_peer(master.as_fd())
+        .step(Step::Console, || "open pty peer (TIOCGPTPEER)".into())?;
+    Ok((master, peer))
+}
+
+/// Bind-mounts the pty peer onto /dev/console (by fd: no /dev/pts/N path is looked up).
+pub fn mount_console(root: &Root, peer: BorrowedFd<'_>) -> Result<(), InitFailure> {
+    let target = root
+        .mkfile("/dev/console", 0o600)
+        .step(Step::Console, || "/dev/console".into())?;
+    let tree =
+        mount::clone_tree(peer, "", false).step(Step::Console, || "clone pty peer".into())?;
+    mount::attach(tree.as_fd(), target.as_fd()).step(Step::Console, || "/dev/console".into())
+}
+
+pub fn send_master(
+    sock: BorrowedFd<'_>,
+    master: BorrowedFd<'_>,
+    size: Option<ConsoleSize>,
+) -> Result<(), InitFailure> {
+    if let Some(s) = size {
+        sys::set_winsize(master, s.height, s.width)
+            .step(Step::Console, || "set console size".into())?;
+    }
+    let fds = [master.as_raw_fd()];
+    let iov = [IoSlice::new(b"/dev/ptmx")];
+    sendmsg::<()>(
+        sock.as_raw_fd(),
+        &iov,
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(std::io::Error::from)
+    .step(Step::Console, || {
+        "send pty master to the console socket".into()
+    })?;
+    Ok(())
+}
+
+/// Makes the peer the controlling terminal and stdio of the init (after setsid).
+pub fn make_stdio(peer: &OwnedFd) -> Result<(), InitFailure> {
+    sys::setsid().step(Step::Console, || "setsid".into())?;
+    sys::ioctl_int(peer.as_fd(), libc::TIOCSCTTY, 0).step(Step::Console, || "TIOCSCTTY".into())?;
+    for target in 0..3 {
+        sys::dup2(peer.as_fd(), target)
+            .step(Step::Console, || format!("dup2 pty to fd {target}"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! OCI hooks: each gets the container state JSON on stdin, its own args (args[0] is argv[0])
+//! and exactly its own env, and is killed when its timeout expires.
+
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use super::sys;
+use crate::spec::Hook;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error("{kind}[{index}] {path}: cannot start: {source}")]
+    Spawn {
+        kind: &'static str,
+        index: usize,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{kind}[{index}] {path}: {status}")]
+    Failed {
+        kind: &'static str,
+        index: usize,
+        path: String,
+        status: String,
+    },
+    #[error("{kind}[{index}] {path}: timed out after {secs}s and was killed")]
+    Timeout {
+        kind: &'static str,
+        index: usize,
+        path: String,
+        secs: i64,
+    },
+}
+
+/// Runs hooks in order; the first failure stops the list.
+pub fn run(kind: &'static str, hooks: &[Hook], state: &[u8]) -> Result<(), HookError> {
+    for (index, h) in hooks.iter().enumerate() {
+        run_one(kind, index, h, state)?;
+    }
+    Ok(())
+}
+
+fn run_one(kind: &'static str, index: usize, h: &Hook, state: &[u8]) -> Result<(), HookError> {
+    let mut cmd = Command::new(&h.path);
+    if let Some((argv0, rest)) = h.args.split_first() {
+        cmd.arg0(argv0).args(rest);
+    }
+    cmd.env_clear();
+    for kv in &h.env {
+        if let Some((k, v)) = kv.split_once('=') {
+            cmd.env(k, v);
+        }
+    }
+    // Hooks must not inherit moat's stdout: a client waiting for EOF on it would hang
+    // for as long as a hook's children live. Their output goes to our stderr.
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit());
+    let spawn_err = |source| HookError::Spawn {
+        kind,
+        index,
+        path: h.path.clone(),
+        source,
+    };
+    let mut child = cmd.spawn().map_err(spawn_err)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A hook that does not read its stdin is fine (EPIPE is ignored).
+        let _ = stdin.write_all(state);
+    }
+    let status = match h.timeout {
+        None => child.wait().map_err(spawn_err)?,
+        Some(secs) => {
+            let pidfd = sys::pidfd_open(child.id() as i32).map_err(spawn_err)?;
+            let deadline = Instant::now() + Duration::from_secs(secs as u64);
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let ms = left.as_millis().min(i32::MAX as u128) as i32;
+                let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+                match poll(
+                    &mut fds,
+                    PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+                ) {
+                    Ok(0) => {
+                        let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+                        let _ = child.wait();
+                        return Err(HookError::Timeout {
+                            kind,
+                            index,
+                            path: h.path.clone(),
+                            secs,
+                        });
+                    }
+                    Ok(_) => break child.wait().map_err(spawn_err)?,
+                    Err(nix::Error::EINTR) => continue,
+                    Err(e) => return Err(spawn_err(e.into())),
+                }
+            }
+        }
+    };
+    if status.success() {
+        Ok(())
+    } else {
+        Err(HookError::Failed {
+            kind,
+            index,
+            path: h.path.clone(),
+            status: status.to_string(),
+        })
+    }
+}

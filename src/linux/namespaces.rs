@@ -1,0 +1,285 @@
+//! Which namespaces the container gets, and how: created at clone, joined by path, or
+//! unshared by an intermediate process.
+//!
+//! The common case ("direct") is one `clone3` with every new namespace flag: the child is
+//! the container init, in its new user namespace if any (the parent writes the id maps),
+//! and joins path namespaces itself (possible because without a new user namespace it
+//! still holds the host's capabilities). Everything else is "staged": an intermediate
+//! child joins the path namespaces first (the user namespace first of all), then unshares
+//! the new ones, and forks the init, which is what joining a pid namespace, setting time
+//! namespace offsets, or joining host-owned namespaces from a new user namespace requires.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::process::Command;
+
+use super::sys;
+use crate::spec::{IdMapping, Spec};
+
+pub const CLONE_NEWTIME: libc::c_int = 0x80;
+
+pub fn flag(typ: &str) -> libc::c_int {
+    match typ {
+        "pid" => libc::CLONE_NEWPID,
+        "network" => libc::CLONE_NEWNET,
+        "mount" => libc::CLONE_NEWNS,
+        "ipc" => libc::CLONE_NEWIPC,
+        "uts" => libc::CLONE_NEWUTS,
+        "user" => libc::CLONE_NEWUSER,
+        "cgroup" => libc::CLONE_NEWCGROUP,
+        "time" => CLONE_NEWTIME,
+        _ => 0,
+    }
+}
+
+/// A namespace to join: its flag, an fd opened in the parent, and the spec path for errors.
+pub struct Join {
+    pub flag: libc::c_int,
+    pub fd: OwnedFd,
+    pub path: String,
+}
+
+pub struct Plan {
+    /// New namespaces (CLONE_NEW* bits), cgroup and time included.
+    pub new: libc::c_int,
+    /// Path namespaces other than user and mount, joined in this order.
+    pub joins: Vec<Join>,
+    pub user_join: Option<Join>,
+    pub mount_join: Option<Join>,
+    pub staged: bool,
+    pub time_offsets: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct NsError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl Plan {
+    pub fn from_spec(spec: &Spec) -> Result<Plan, NsError> {
+        let mut plan = Plan {
+            new: 0,
+            joins: Vec::new(),
+            user_join: None,
+            mount_join: None,
+            staged: false,
+            time_offsets: String::new(),
+        };
+        for (i, ns) in spec.linux().namespaces.iter().enumerate() {
+            let f = flag(&ns.typ);
+            match &ns.path {
+                None => plan.new |= f,
+                Some(path) => {
+                    let c = CString::new(path.as_str()).map_err(|_| NsError {
+                        field: format!("linux.namespaces[{i}].path"),
+                        reason: "contains a NUL byte".into(),
+                    })?;
+                    let fd =
+                        sys::openat(super::path::cwd(), &c, libc::O_RDONLY, 0).map_err(|e| {
+                            NsError {
+                                field: format!("linux.namespaces[{i}].path"),
+                                reason: format!("cannot open {path}: {e}"),
+                            }
+                        })?;
+                    let j = Join {
+                        flag: f,
+                        fd,
+                        path: path.clone(),
+                    };
+                    match f {
+                        libc::CLONE_NEWUSER => plan.user_join = Some(j),
+                        libc::CLONE_NEWNS => plan.mount_join = Some(j),
+                        _ => plan.joins.push(j),
+                    }
+                }
+            }
+        }
+        if plan.new & libc::CLONE_NEWNS == 0 && plan.mount_join.is_none() {
+            return Err(NsError {
+                field: "linux.namespaces".into(),
+                reason: "a mount namespace is required (moat never sets up a rootfs in the host's)"
+                    .into(),
+            });
+        }
+        let pid_join = plan.joins.iter().any(|j| j.flag == libc::CLONE_NEWPID);
+        let new_user = plan.new & libc::CLONE_NEWUSER != 0;
+        plan.staged = plan.user_join.is_some()
+            || plan.mount_join.is_some()
+            || pid_join
+            || plan.new & CLONE_NEWTIME != 0
+            || (new_user && !plan.joins.is_empty());
+        if let Some(offsets) = &spec.linux().time_offsets {
+            for (clock, off) in offsets {
+                plan.time_offsets
+                    .push_str(&format!("{clock} {} {}\n", off.secs, off.nanosecs));
+            }
+        }
+        Ok(plan)
+    }
+
+    pub fn has_new(&self, f: libc::c_int) -> bool {
+        self.new & f != 0
+    }
+
+    /// Flags for the direct clone: every new namespace except cgroup (unshared by the init
+    /// once the parent has placed it in its cgroup, so the namespace is rooted there).
+    pub fn clone_flags(&self) -> u64 {
+        (self.new & !libc::CLONE_NEWCGROUP & !CLONE_NEWTIME) as u64
+    }
+}
+
+/// Writes `/proc/<pid>/{uid,gid}_map`. Root writes them directly; an unprivileged caller
+/// can only map its own ids directly, and goes through the setuid newuidmap/newgidmap
+/// helpers (which check /etc/subuid and /etc/subgid) for anything else.
+pub fn write_id_maps(pid: i32, uid: &[IdMapping], gid: &[IdMapping]) -> io::Result<()> {
+    let fmt = |m: &[IdMapping]| {
+        m.iter()
+            .map(|m| format!("{} {} {}\n", m.container_id, m.host_id, m.size))
+            .collect::<String>()
+    };
+    let euid = sys::geteuid();
+    let self_map =
+        |m: &[IdMapping], own: u32| m.len() == 1 && m[0].size == 1 && m[0].host_id == own;
+    let egid = nix::unistd::getegid().as_raw();
+    if euid == 0 {
+        if !gid.is_empty() {
+            std::fs::write(format!("/proc/{pid}/gid_map"), fmt(gid))?;
+        }
+        if !uid.is_empty() {
+            std::fs::write(format!("/proc/{pid}/uid_map"), fmt(uid))?;
+        }
+        return Ok(());
+    }
+    if !gid.is_empty() {
+        if self_map(gid, egid) {
+            // An unprivileged gid map requires setgroups to be denied first.
+            std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
+            std::fs::write(format!("/proc/{pid}/gid_map"), fmt(gid))?;
+        } else {
+            helper("newgidmap", pid, gid)?;
+        }
+    }
+    if !uid.is_empty() {
+        if self_map(uid, euid) {
+            std::fs::write(format!("/proc/{pid}/uid_map"), fmt(uid))?;
+        } else {
+            helper("newuidmap", pid, uid)?;
+        }
+    }
+    Ok(())
+}
+
+fn helper(name: &str, pid: i32, maps: &[IdMapping]) -> io::Result<()> {
+    let mut cmd = Command::new(name);
+    cmd.arg(pid.to_string());
+    for m in maps {
+        cmd.args([
+            m.container_id.to_string(),
+            m.host_id.to_string(),
+            m.size.to_string(),
+        ]);
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| io::Error::new(e.kind(), format!("{name}: {e}")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "{name} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// Which namespace a sysctl key lives in; `None` for host-global keys.
+pub fn sysctl_namespace(key: &str) -> Option<libc::c_int> {
+    const IPC: [&str; 7] = [
+        "kernel.msgmax",
+        "kernel.msgmnb",
+        "kernel.msgmni",
+        "kernel.sem",
+        "kernel.shmall",
+        "kernel.shmmax",
+        "kernel.shmmni",
+    ];
+    if IPC.contains(&key) || key == "kernel.shm_rmid_forced" || key.starts_with("fs.mqueue.") {
+        Some(libc::CLONE_NEWIPC)
+    } else if key.starts_with("net.") {
+        Some(libc::CLONE_NEWNET)
+    } else if key == "kernel.hostname" || key == "kernel.domainname" {
+        Some(libc::CLONE_NEWUTS)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(ns: &str) -> Spec {
+        Spec::parse(format!(r#"{{"ociVersion":"1.0.2","linux":{{"namespaces":{ns}}}}}"#).as_bytes())
+            .unwrap()
+    }
+
+    #[test]
+    fn direct_when_all_new() {
+        let p = Plan::from_spec(&spec(
+            r#"[{"type":"pid"},{"type":"mount"},{"type":"user"},{"type":"cgroup"}]"#,
+        ))
+        .unwrap();
+        assert!(!p.staged);
+        let f = p.clone_flags() as libc::c_int;
+        assert!(f & libc::CLONE_NEWUSER != 0 && f & libc::CLONE_NEWCGROUP == 0);
+    }
+
+    #[test]
+    fn staged_for_pid_join_and_time() {
+        let p = Plan::from_spec(&spec(
+            r#"[{"type":"mount"},{"type":"pid","path":"/proc/self/ns/pid"}]"#,
+        ))
+        .unwrap();
+        assert!(p.staged);
+        let p = Plan::from_spec(&spec(r#"[{"type":"mount"},{"type":"time"}]"#)).unwrap();
+        assert!(p.staged);
+        let p = Plan::from_spec(&spec(
+            r#"[{"type":"mount"},{"type":"network","path":"/proc/self/ns/net"}]"#,
+        ))
+        .unwrap();
+        assert!(
+            !p.staged,
+            "a host-owned netns is joined directly without a new userns"
+        );
+    }
+
+    #[test]
+    fn mount_namespace_required() {
+        let e = Plan::from_spec(&spec(r#"[{"type":"pid"}]"#)).err().unwrap();
+        assert_eq!(e.field, "linux.namespaces");
+    }
+
+    #[test]
+    fn bad_path_names_field() {
+        let e = Plan::from_spec(&spec(
+            r#"[{"type":"mount"},{"type":"network","path":"/nonexistent/ns"}]"#,
+        ))
+        .err()
+        .unwrap();
+        assert_eq!(e.field, "linux.namespaces[1].path");
+    }
+
+    #[test]
+    fn sysctl_owner() {
+        assert_eq!(
+            sysctl_namespace("net.ipv4.ip_forward"),
+            Some(libc::CLONE_NEWNET)
+        );
+        assert_eq!(sysctl_namespace("kernel.shmmax"), Some(libc::CLONE_NEWIPC));
+        assert_eq!(sysctl_namespace("kernel.core_pattern"), None);
+    }
+}

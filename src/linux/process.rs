@@ -1,0 +1,999 @@
+//! The create sequence. Parent and child each read top to bottom.
+//!
+//! | # | parent (`moat create`)                                   | child (container init)                         |
+//! |---|----------------------------------------------------------|------------------------------------------------|
+//! | 1 | [`Plan::new`]: every spec field parsed and checked; seccomp compiled; namespace paths opened | —                  |
+//! | 2 | cgroup created, `linux.resources` applied; preliminary state written | —                                  |
+//! | 3 | exec fifo, sync socketpair, console socket connected     | —                                              |
+//! | 4 | `clone3` (direct) or fork of an intermediate (staged)    | non-dumpable; waits for `Go`                   |
+//! | 5 | cgroup join, rlimits, oom_score_adj, id maps; `Go`       | joins / unshares namespaces (staged: forks init) |
+//! | 6 | —                                                        | cgroup ns, hostname, rootfs + mounts + devices + console |
+//! | 7 | prestart + createRuntime hooks on `HooksPlease`          | createContainer hooks, pivot_root              |
+//! | 8 | —                                                        | masked/readonly paths, ro root, sysctl, AppArmor/SELinux, personality, scheduler, ioprio |
+//! | 9 | —                                                        | NNP; seccomp (early without NNP); groups, gid, uid; capabilities; umask; cwd (verified inside the root); seccomp (late with NNP); executable looked up |
+//! |10 | on `Ready`: state.json, `--pid-file`, seccomp listener; `Created` | blocks reading exec.fifo                |
+//! |11 | (`moat start` writes the fifo)                           | startContainer hooks, fd sweep, execve         |
+//!
+//! The child only issues syscalls on data the parent prepared: a bad spec fails in step 1,
+//! before anything exists. Every wait in the child is a read on the sync socket, so if the
+//! parent dies the child sees EOF and exits.
+
+use std::ffi::CString;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+
+use super::capabilities::{self, Sets};
+use super::cgroups::Cgroup;
+use super::namespaces::{self, Plan as NsPlan};
+use super::rootfs;
+use super::seccomp::{self, Filter};
+use super::sync::{self, Channel, InitFailure, Step, StepExt, ToChild, ToParent};
+use super::{console, devices, hooks, sys};
+use crate::spec::{Device, Spec};
+use crate::state::{self, ContainerDir, Record};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Spec(String),
+    #[error(transparent)]
+    Cgroup(#[from] super::cgroups::CgroupError),
+    #[error(transparent)]
+    Seccomp(#[from] seccomp::SeccompError),
+    #[error(transparent)]
+    Hook(#[from] hooks::HookError),
+    #[error(transparent)]
+    Init(#[from] InitFailure),
+    #[error(transparent)]
+    State(#[from] state::StateError),
+    #[error("{what}: {source}")]
+    Io { what: String, source: io::Error },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+pub struct CreateOpts {
+    pub id: String,
+    pub bundle: PathBuf,
+    pub console_socket: Option<PathBuf>,
+    pub pid_file: Option<PathBuf>,
+    pub no_pivot: bool,
+    pub new_keyring: bool,
+    pub preserve_fds: u32,
+    pub systemd_cgroup: bool,
+    /// Foreground `run`: the caller waits for the init, so it must be its parent.
+    pub foreground: bool,
+}
+
+/// Everything the child needs, computed before clone.
+struct Plan {
+    ns: NsPlan,
+    rootfs: rootfs::Plan,
+    devices: Vec<Device>,
+    userns: bool,
+    caps: Sets,
+    seccomp: Option<Filter>,
+    no_new_privs: bool,
+    uid: u32,
+    gid: u32,
+    additional_gids: Vec<u32>,
+    umask: Option<u32>,
+    rlimits: Vec<(libc::c_int, u64, u64)>,
+    hostname: Option<String>,
+    domainname: Option<String>,
+    sysctl: Vec<(String, String)>,
+    apparmor: Option<String>,
+    selinux: Option<String>,
+    personality: Option<libc::c_ulong>,
+    ioprio: Option<(i32, i32)>,
+    scheduler: Option<crate::spec::Scheduler>,
+    cwd: String,
+    args: Vec<CString>,
+    env: Vec<CString>,
+    path_env: String,
+    terminal: bool,
+    console_size: Option<crate::spec::ConsoleSize>,
+    preserve_fds: u32,
+    hooks: Option<crate::spec::Hooks>,
+    new_keyring: Option<CString>,
+}
+
+fn spec_err(field: &str, reason: impl std::fmt::Display) -> Error {
+    Error::Spec(format!("{field}: {reason}"))
+}
+
+fn cstrings(v: &[String], field: &str) -> Result<Vec<CString>, Error> {
+    v.iter()
+        .enumerate()
+        .map(|(i, s)| {
+            CString::new(s.as_str())
+                .map_err(|_| spec_err(&format!("{field}[{i}]"), "contains a NUL byte"))
+        })
+        .collect()
+}
+
+fn rlimit_resource(name: &str) -> Option<libc::c_int> {
+    Some(match name {
+        "RLIMIT_CPU" => libc::RLIMIT_CPU,
+        "RLIMIT_FSIZE" => libc::RLIMIT_FSIZE,
+        "RLIMIT_DATA" => libc::RLIMIT_DATA,
+        "RLIMIT_STACK" => libc::RLIMIT_STACK,
+        "RLIMIT_CORE" => libc::RLIMIT_CORE,
+        "RLIMIT_RSS" => libc::RLIMIT_RSS,
+        "RLIMIT_NPROC" => libc::RLIMIT_NPROC,
+        "RLIMIT_NOFILE" => libc::RLIMIT_NOFILE,
+        "RLIMIT_MEMLOCK" => libc::RLIMIT_MEMLOCK,
+        "RLIMIT_AS" => libc::RLIMIT_AS,
+        "RLIMIT_LOCKS" => libc::RLIMIT_LOCKS,
+        "RLIMIT_SIGPENDING" => libc::RLIMIT_SIGPENDING,
+        "RLIMIT_MSGQUEUE" => libc::RLIMIT_MSGQUEUE,
+        "RLIMIT_NICE" => libc::RLIMIT_NICE,
+        "RLIMIT_RTPRIO" => libc::RLIMIT_RTPRIO,
+        "RLIMIT_RTTIME" => libc::RLIMIT_RTTIME,
+        _ => return None,
+    } as libc::c_int)
+}
+
+impl Plan {
+    fn new(spec: &Spec, opts: &CreateOpts, cgroup: &Cgroup) -> Result<Plan, Error> {
+        let Some(p) = spec.process.as_ref() else {
+            return Err(spec_err(
+                "process",
+                "missing: create needs a process to run",
+            ));
+        };
+        if p.args.is_empty() {
+            return Err(spec_err("process.args", "must name the program to run"));
+        }
+        if p.terminal && opts.console_socket.is_none() && !opts.foreground {
+            return Err(spec_err(
+                "process.terminal",
+                "a terminal was requested but no --console-socket was given to send it to",
+            ));
+        }
+        let ns = NsPlan::from_spec(spec).map_err(|e| spec_err(&e.field, e.reason))?;
+        let linux = spec.linux();
+        if (spec.hostname.as_deref().is_some_and(|h| !h.is_empty()) || spec.domainname.is_some())
+            && !ns.has_new(libc::CLONE_NEWUTS)
+            && !ns.joins.iter().any(|j| j.flag == libc::CLONE_NEWUTS)
+        {
+            return Err(spec_err(
+                "hostname",
+                "setting a hostname needs a private uts namespace",
+            ));
+        }
+        let mut sysctl = Vec::new();
+        for (k, v) in &linux.sysctl {
+            let owner = namespaces::sysctl_namespace(k);
+            let private =
+                owner.is_some_and(|f| ns.has_new(f) || ns.joins.iter().any(|j| j.flag == f));
+            if !private {
+                return Err(spec_err(
+                    &format!("linux.sysctl.{k}"),
+                    "refused: it would change the host (the namespace it belongs to is not the container's own)",
+                ));
+            }
+            if k.contains('/') || k.contains("..") {
+                return Err(spec_err(&format!("linux.sysctl.{k}"), "invalid key"));
+            }
+            sysctl.push((k.replace('.', "/"), v.clone()));
+        }
+        let caps = capabilities::from_spec(p.capabilities.as_ref(), "process.capabilities")
+            .map_err(|e| spec_err(&e.field, format!("unknown capability {:?}", e.name)))?;
+        let seccomp = linux.seccomp.as_ref().map(seccomp::compile).transpose()?;
+        let mut rlimits = Vec::new();
+        for (i, r) in p.rlimits.iter().enumerate() {
+            let res = rlimit_resource(&r.typ).ok_or_else(|| {
+                spec_err(
+                    &format!("process.rlimits[{i}].type"),
+                    format!("unknown rlimit {:?}", r.typ),
+                )
+            })?;
+            if r.soft > r.hard {
+                return Err(spec_err(
+                    &format!("process.rlimits[{i}]"),
+                    "soft limit is above the hard limit",
+                ));
+            }
+            rlimits.push((res, r.soft, r.hard));
+        }
+        let userns = ns.has_new(libc::CLONE_NEWUSER) || ns.user_join.is_some();
+        let cgroup_mounts = cgroup.mount_sources();
+        let rootfs = rootfs::plan(
+            spec,
+            &opts.bundle,
+            opts.no_pivot,
+            cgroup_mounts,
+            ns.has_new(libc::CLONE_NEWCGROUP),
+        )
+        .map_err(|e| spec_err(&e.field, e.reason))?;
+        let mut devs = if rootfs.default_devices {
+            devices::defaults()
+        } else {
+            Vec::new()
+        };
+        devs.extend(linux.devices.iter().cloned());
+        let mut env = p.env.clone();
+        let path_env = env
+            .iter()
+            .find_map(|e| e.strip_prefix("PATH="))
+            .unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+            .to_string();
+        // Socket activation: the caller's LISTEN_FDS are passed on with the fds themselves.
+        let mut preserve_fds = opts.preserve_fds;
+        if let Ok(n) = std::env::var("LISTEN_FDS") {
+            if let Ok(n) = n.parse::<u32>() {
+                preserve_fds += n;
+                env.push(format!("LISTEN_FDS={n}"));
+                env.push("LISTEN_PID=1".to_string());
+            }
+        }
+        let personality = match &linux.personality {
+            None => None,
+            Some(pers) => Some(match pers.domain.as_str() {
+                "LINUX" => 0,
+                "LINUX32" => 0x0008,
+                other => {
+                    return Err(spec_err(
+                        "linux.personality.domain",
+                        format!("unknown domain {other:?}"),
+                    ))
+                }
+            }),
+        };
+        let ioprio = match &p.io_priority {
+            None => None,
+            Some(io) => {
+                let class = match io.class.as_str() {
+                    "IOPRIO_CLASS_RT" => 1,
+                    "IOPRIO_CLASS_BE" => 2,
+                    "IOPRIO_CLASS_IDLE" => 3,
+                    other => {
+                        return Err(spec_err(
+                            "process.ioPriority.class",
+                            format!("unknown class {other:?}"),
+                        ))
+                    }
+                };
+                if !(0..=7).contains(&io.priority) {
+                    return Err(spec_err(
+                        "process.ioPriority.priority",
+                        "must be between 0 and 7",
+                    ));
+                }
+                Some((class, io.priority))
+            }
+        };
+        if let Some(s) = &p.scheduler {
+            sched_policy(&s.policy)?;
+        }
+        Ok(Plan {
+            ns,
+            rootfs,
+            devices: devs,
+            userns,
+            caps,
+            seccomp,
+            no_new_privs: p.no_new_privileges.unwrap_or(false),
+            uid: p.user.uid,
+            gid: p.user.gid,
+            additional_gids: p.user.additional_gids.clone(),
+            umask: p.user.umask,
+            rlimits,
+            hostname: spec.hostname.clone().filter(|h| !h.is_empty()),
+            domainname: spec.domainname.clone(),
+            sysctl,
+            apparmor: p.apparmor_profile.clone().filter(|a| !a.is_empty()),
+            selinux: p.selinux_label.clone().filter(|a| !a.is_empty()),
+            personality,
+            ioprio,
+            scheduler: p.scheduler.clone(),
+            cwd: p.cwd.clone(),
+            args: cstrings(&p.args, "process.args")?,
+            env: cstrings(&env, "process.env")?,
+            path_env,
+            terminal: p.terminal,
+            console_size: p.console_size,
+            preserve_fds,
+            hooks: spec.hooks.clone(),
+            new_keyring: opts
+                .new_keyring
+                .then(|| CString::new(opts.id.as_str()).unwrap_or_default()),
+        })
+    }
+}
+
+fn sched_policy(name: &str) -> Result<u32, Error> {
+    Ok(match name {
+        "SCHED_OTHER" => 0,
+        "SCHED_FIFO" => 1,
+        "SCHED_RR" => 2,
+        "SCHED_BATCH" => 3,
+        "SCHED_ISO" => 4,
+        "SCHED_IDLE" => 5,
+        "SCHED_DEADLINE" => 6,
+        other => {
+            return Err(spec_err(
+                "process.scheduler.policy",
+                format!("unknown policy {other:?}"),
+            ))
+        }
+    })
+}
+
+/// The result of a successful create.
+pub struct Created {
+    pub record: Record,
+    /// Set for a foreground run: the init is our child (or reparented to us).
+    pub pidfd: Option<OwnedFd>,
+}
+
+/// Runs the whole create sequence for `spec` into the locked `dir`. On failure everything
+/// it made (process, cgroup) is gone; the caller removes the state directory.
+pub fn create(spec: &Spec, opts: &CreateOpts, dir: &ContainerDir) -> Result<Created, Error> {
+    // 1–2. Plan, cgroup, preliminary record (so an interrupted create can be deleted).
+    let cgroup = Cgroup::prepare(
+        spec.linux().cgroups_path.as_deref(),
+        &opts.id,
+        opts.systemd_cgroup,
+    )?;
+    let result = create_in_cgroup(spec, opts, dir, &cgroup);
+    if result.is_err() {
+        let _ = cgroup.remove();
+    }
+    result
+}
+
+fn create_in_cgroup(
+    spec: &Spec,
+    opts: &CreateOpts,
+    dir: &ContainerDir,
+    cgroup: &Cgroup,
+) -> Result<Created, Error> {
+    let plan = Plan::new(spec, opts, cgroup)?;
+    let mut record = Record {
+        format: state::FORMAT_VERSION,
+        id: opts.id.clone(),
+        pid: 0,
+        pid_start: 0,
+        bundle: opts.bundle.clone(),
+        rootfs: plan.rootfs.rootfs.clone(),
+        created: crate::log::now_rfc3339(true),
+        owner: String::new(),
+        annotations: spec.annotations.clone(),
+        cgroup: Some(cgroup.clone()),
+        systemd_cgroup: opts.systemd_cgroup,
+        rootless: sys::geteuid() != 0,
+        own_pidns: plan.ns.has_new(libc::CLONE_NEWPID),
+    };
+    dir.save(&record)?;
+    dir.save_spec(spec)?;
+    if let Some(res) = &spec.linux().resources {
+        cgroup.apply(res)?;
+    }
+
+    // 3. The exec fifo: the init blocks reading it until `start` writes a byte.
+    let fifo_path = dir.file(state::FIFO_FILE);
+    nix::unistd::mkfifo(&fifo_path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .map_err(|e| io_err(format!("mkfifo {}", fifo_path.display()))(e.into()))?;
+    let fifo: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags_nonblock()
+        .open(&fifo_path)
+        .map_err(io_err(format!("open {}", fifo_path.display())))?
+        .into();
+    let (parent_ch, child_ch) = sync::pair().map_err(io_err("socketpair"))?;
+    let console_sock = match &opts.console_socket {
+        Some(p) => Some(OwnedFd::from(UnixStream::connect(p).map_err(io_err(
+            format!("connect to console socket {}", p.display()),
+        ))?)),
+        None => None,
+    };
+    if opts.foreground && plan.ns.staged {
+        // The init will be a grandchild; make it ours when its parent exits.
+        sys::prctl(libc::PR_SET_CHILD_SUBREAPER, 1).map_err(io_err("PR_SET_CHILD_SUBREAPER"))?;
+    }
+
+    // 4. Fork.
+    let direct_flags = if plan.ns.staged {
+        0
+    } else {
+        plan.ns.clone_flags()
+    };
+    let forked = sys::clone_fork(direct_flags, cgroup.dir_fd_v2().as_ref().map(|f| f.as_fd()))
+        .map_err(io_err("clone"))?;
+    let child = match forked {
+        sys::Forked::Child => {
+            drop(parent_ch);
+            child_main(&plan, &child_ch, &fifo, console_sock.as_ref());
+        }
+        sys::Forked::Parent(pid) => pid,
+    };
+    drop(child_ch);
+    drop(console_sock);
+    drop(fifo);
+    let mut guard = KillGuard(Some(child));
+
+    // 5. Place the child, then let it go.
+    cgroup.add_pid(child)?;
+    for &(res, soft, hard) in &plan.rlimits {
+        sys::prlimit(child, res, soft, hard)
+            .map_err(io_err(format!("setrlimit {res} on the container")))?;
+    }
+    if let Some(adj) = spec.process().oom_score_adj {
+        std::fs::write(format!("/proc/{child}/oom_score_adj"), adj.to_string())
+            .map_err(io_err("process.oomScoreAdj: write oom_score_adj"))?;
+    }
+    let l = spec.linux();
+    if !plan.ns.staged && plan.ns.has_new(libc::CLONE_NEWUSER) {
+        namespaces::write_id_maps(child, &l.uid_mappings, &l.gid_mappings)
+            .map_err(io_err("linux.uidMappings: write id maps"))?;
+    }
+    let mut init_pid = child;
+    let creating = state_json(&record, "creating", child);
+    parent_ch
+        .to_child(&ToChild::Go(creating))
+        .map_err(io_err("sync: send go"))?;
+
+    // 6–10. Serve the child until it is ready.
+    let listener = loop {
+        let (msg, fd) = match parent_ch.from_child() {
+            Ok(m) => m,
+            Err(_) => return Err(died(init_pid)),
+        };
+        match msg {
+            ToParent::UsernsReady => {
+                namespaces::write_id_maps(child, &l.uid_mappings, &l.gid_mappings)
+                    .map_err(io_err("linux.uidMappings: write id maps"))?;
+                parent_ch
+                    .to_child(&ToChild::MapsWritten)
+                    .map_err(io_err("sync"))?;
+            }
+            ToParent::InitPid(pid) => {
+                // The intermediate exits right after sending this; reap it.
+                let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
+                init_pid = pid;
+                guard.0 = Some(pid);
+            }
+            ToParent::HooksPlease => {
+                let st = state_json(&record, "creating", init_pid);
+                if let Some(h) = &spec.hooks {
+                    hooks::run("prestart", &h.prestart, &st)?;
+                    hooks::run("createRuntime", &h.create_runtime, &st)?;
+                }
+                parent_ch
+                    .to_child(&ToChild::HooksDone)
+                    .map_err(io_err("sync"))?;
+            }
+            ToParent::Ready => break fd,
+            ToParent::Failed(f) => {
+                let _ = parent_ch.to_child(&ToChild::Created);
+                return Err(Error::Init(f));
+            }
+        }
+    };
+
+    // 10. Record, pid file, seccomp listener, release.
+    let Some((_, start)) = state::process_start_time(init_pid) else {
+        return Err(died(init_pid));
+    };
+    record.pid = init_pid;
+    record.pid_start = start;
+    dir.save(&record)?;
+    if let (Some(fd), Some(sc)) = (listener, spec.linux().seccomp.as_ref()) {
+        send_listener(sc, fd, &record)?;
+    }
+    if let Some(pf) = &opts.pid_file {
+        state::write_pid_file(pf, init_pid)?;
+    }
+    let pidfd = if opts.foreground {
+        Some(sys::pidfd_open(init_pid).map_err(io_err("pidfd_open"))?)
+    } else {
+        None
+    };
+    parent_ch
+        .to_child(&ToChild::Created)
+        .map_err(io_err("sync: release init"))?;
+    guard.0 = None;
+    Ok(Created { record, pidfd })
+}
+
+/// Kills and reaps the child if create fails half-way.
+struct KillGuard(Option<i32>);
+
+impl Drop for KillGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = sys::kill(pid, libc::SIGKILL);
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+        }
+    }
+}
+
+fn died(pid: i32) -> Error {
+    let status = nix::sys::wait::waitpid(
+        nix::unistd::Pid::from_raw(pid),
+        Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+    );
+    Error::Spec(format!(
+        "container init exited before it was ready ({status:?})"
+    ))
+}
+
+/// The OCI state as hooks and the seccomp agent see it.
+pub fn state_json(rec: &Record, status: &str, pid: i32) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "ociVersion": crate::spec::OCI_VERSION,
+        "id": rec.id,
+        "status": status,
+        "pid": pid,
+        "bundle": rec.bundle,
+        "annotations": rec.annotations,
+    }))
+    .expect("state serialises")
+}
+
+/// Hands the seccomp notify fd to the agent at `listenerPath`, with runc's message format.
+fn send_listener(sc: &crate::spec::Seccomp, fd: OwnedFd, rec: &Record) -> Result<(), Error> {
+    let path = sc.listener_path.as_deref().unwrap_or_default();
+    let sock = UnixStream::connect(path).map_err(io_err(format!(
+        "linux.seccomp.listenerPath: connect {path}"
+    )))?;
+    let msg = serde_json::to_vec(&serde_json::json!({
+        "ociVersion": crate::spec::OCI_VERSION,
+        "fds": ["seccompFd"],
+        "pid": rec.pid,
+        "metadata": sc.listener_metadata.clone().unwrap_or_default(),
+        "state": {
+            "ociVersion": crate::spec::OCI_VERSION,
+            "id": rec.id, "status": "creating", "pid": rec.pid,
+            "bundle": rec.bundle, "annotations": rec.annotations,
+        },
+    }))
+    .expect("serialises");
+    let fds = [fd.as_raw_fd()];
+    nix::sys::socket::sendmsg::<()>(
+        sock.as_raw_fd(),
+        &[io::IoSlice::new(&msg)],
+        &[nix::sys::socket::ControlMessage::ScmRights(&fds)],
+        nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(|e| io_err(format!("linux.seccomp.listenerPath: send to {path}"))(e.into()))?;
+    Ok(())
+}
+
+trait NonBlock {
+    fn custom_flags_nonblock(&mut self) -> &mut Self;
+}
+
+impl NonBlock for std::fs::OpenOptions {
+    fn custom_flags_nonblock(&mut self) -> &mut Self {
+        std::os::unix::fs::OpenOptionsExt::custom_flags(self, libc::O_NONBLOCK | libc::O_CLOEXEC)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The child
+
+/// Entry of the forked child. Never returns: it execs the container process or exits.
+fn child_main(plan: &Plan, ch: &Channel, fifo: &OwnedFd, console: Option<&OwnedFd>) -> ! {
+    let err = match init(plan, ch, fifo, console) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    };
+    let _ = ch.to_parent(&ToParent::Failed(err.clone()), None);
+    // Wait for the parent to read the failure, so it is reported before we are reaped.
+    let _ = ch.from_parent();
+    sys::exit_now(1)
+}
+
+enum Never {}
+
+fn wait_parent(ch: &Channel) -> Result<ToChild, InitFailure> {
+    ch.from_parent().map_err(|_| {
+        // The parent is gone: nobody will ever start us.
+        sys::exit_now(1)
+    })
+}
+
+fn init(
+    plan: &Plan,
+    ch: &Channel,
+    fifo: &OwnedFd,
+    console_sock: Option<&OwnedFd>,
+) -> Result<Never, InitFailure> {
+    // Nothing in the container may ptrace or read /proc/<pid>/* of this process before exec.
+    sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
+    let ToChild::Go(state) = wait_parent(ch)? else {
+        return Err(InitFailure::new(Step::Sync, "expected go"));
+    };
+
+    // Namespaces.
+    if plan.ns.staged {
+        staged_namespaces(plan, ch)?;
+    } else {
+        for j in &plan.ns.joins {
+            sys::setns(j.fd.as_fd(), j.flag)
+                .step(Step::Namespaces, || format!("join {}", j.path))?;
+        }
+        if plan.ns.has_new(libc::CLONE_NEWUSER) {
+            become_root()?;
+        }
+    }
+    if plan.ns.has_new(libc::CLONE_NEWCGROUP) {
+        sys::unshare(libc::CLONE_NEWCGROUP)
+            .step(Step::Namespaces, || "unshare cgroup namespace".into())?;
+    }
+    if let Some(name) = &plan.new_keyring {
+        // A session keyring of its own, so the container cannot read the caller's keys.
+        match sys::join_session_keyring(name) {
+            Err(e)
+                if !matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOSYS) | Some(libc::EPERM) | Some(libc::EACCES)
+                ) =>
+            {
+                return Err(e).step(Step::Namespaces, || "join session keyring".into())
+            }
+            _ => {}
+        }
+    }
+    if let Some(h) = &plan.hostname {
+        nix::unistd::sethostname(h)
+            .map_err(io::Error::from)
+            .step(Step::Hostname, || format!("hostname {h:?}"))?;
+    }
+    if let Some(d) = &plan.domainname {
+        sys::setdomainname(d).step(Step::Hostname, || format!("domainname {d:?}"))?;
+    }
+
+    // Root filesystem.
+    let root = rootfs::mount_all(&plan.rootfs)?;
+    if plan.rootfs.default_devices || !plan.devices.is_empty() {
+        devices::create(&root, &plan.devices, plan.userns)?;
+    }
+    if plan.rootfs.default_devices {
+        devices::symlinks(&root)?;
+    }
+    let pty = if plan.terminal {
+        let (master, peer) = console::open_pty(&root)?;
+        console::mount_console(&root, peer.as_fd())?;
+        if let Some(sock) = console_sock {
+            console::send_master(sock.as_fd(), master.as_fd(), plan.console_size)?;
+        }
+        Some(peer)
+    } else {
+        None
+    };
+    ch.to_parent(&ToParent::HooksPlease, None)
+        .step(Step::Sync, || "hooks".into())?;
+    wait_parent(ch)?;
+    if let Some(h) = &plan.hooks {
+        hooks::run("createContainer", &h.create_container, &state)
+            .map_err(|e| InitFailure::new(Step::Hooks, e.to_string()))?;
+    }
+    rootfs::pivot(&root, plan.rootfs.no_pivot)?;
+    drop(root);
+    rootfs::finalize(&plan.rootfs)?;
+    for (key, value) in &plan.sysctl {
+        write_proc(&format!("/proc/sys/{key}"), value)
+            .step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
+    }
+    apply_lsm(plan)?;
+    if let Some(p) = plan.personality {
+        sys::personality(p).step(Step::Personality, || "linux.personality".into())?;
+    }
+    if let Some(s) = &plan.scheduler {
+        let mut attr = sys::SchedAttr {
+            sched_policy: sched_policy(&s.policy).unwrap_or(0),
+            sched_nice: s.nice,
+            sched_priority: s.priority as u32,
+            sched_runtime: s.runtime,
+            sched_deadline: s.deadline,
+            sched_period: s.period,
+            ..Default::default()
+        };
+        sys::sched_setattr(&mut attr).step(Step::Scheduler, || "process.scheduler".into())?;
+    }
+    if let Some((class, prio)) = plan.ioprio {
+        sys::ioprio_set(class, prio).step(Step::Scheduler, || "process.ioPriority".into())?;
+    }
+
+    // Identity and privileges, in the order the kernel needs them.
+    if plan.no_new_privs {
+        sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)
+            .step(Step::Capabilities, || "PR_SET_NO_NEW_PRIVS".into())?;
+    }
+    let mut listener = None;
+    if let (Some(f), false) = (&plan.seccomp, plan.no_new_privs) {
+        // Without NNP, loading a filter needs CAP_SYS_ADMIN, which is about to go.
+        listener = seccomp::install(f).step(Step::Seccomp, || "load filter (early)".into())?;
+    }
+    set_identity(plan)?;
+    if let Some(m) = plan.umask {
+        sys::umask(m);
+    }
+    std::env::set_current_dir(&plan.cwd).step(Step::Cwd, || format!("process.cwd {}", plan.cwd))?;
+    verify_cwd(&plan.cwd)?;
+    let exe = find_executable(plan)?;
+    if let (Some(f), true) = (&plan.seccomp, plan.no_new_privs) {
+        listener = seccomp::install(f).step(Step::Seccomp, || "load filter".into())?;
+    }
+    if let Some(peer) = &pty {
+        console::make_stdio(peer)?;
+    }
+    drop(pty);
+
+    // Ready; wait to be started.
+    ch.to_parent(&ToParent::Ready, listener.as_ref().map(|l| l.as_fd()))
+        .step(Step::Sync, || "ready".into())?;
+    drop(listener);
+    wait_parent(ch)?;
+    wait_start(fifo)?;
+    if let Some(h) = &plan.hooks {
+        hooks::run("startContainer", &h.start_container, &state)
+            .map_err(|e| InitFailure::new(Step::Hooks, e.to_string()))?;
+    }
+    // Every fd beyond stdio and the preserved ones is closed by execve.
+    sys::close_range_from(3 + plan.preserve_fds, true).step(Step::Exec, || "close_range".into())?;
+    for fd in 3..3 + plan.preserve_fds as i32 {
+        let _ = sys::clear_cloexec(fd);
+    }
+    sys::reset_signals();
+    let e = sys::execve(&exe, &plan.args, &plan.env);
+    Err(e).step(Step::Exec, || format!("exec {:?}", plan.args[0]))
+}
+
+fn staged_namespaces(plan: &Plan, ch: &Channel) -> Result<(), InitFailure> {
+    if let Some(j) = &plan.ns.user_join {
+        sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
+        become_root()?;
+    }
+    for j in &plan.ns.joins {
+        sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
+    }
+    if let Some(j) = &plan.ns.mount_join {
+        sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
+    }
+    if plan.ns.has_new(libc::CLONE_NEWUSER) {
+        sys::unshare(libc::CLONE_NEWUSER)
+            .step(Step::Namespaces, || "unshare user namespace".into())?;
+        ch.to_parent(&ToParent::UsernsReady, None)
+            .step(Step::Sync, || "userns".into())?;
+        wait_parent(ch)?;
+        become_root()?;
+    }
+    let flags = plan.ns.new & !libc::CLONE_NEWUSER & !libc::CLONE_NEWCGROUP;
+    if flags != 0 {
+        sys::unshare(flags).step(Step::Namespaces, || {
+            format!("unshare namespaces {flags:#x}")
+        })?;
+    }
+    if !plan.ns.time_offsets.is_empty() {
+        write_proc("/proc/self/timens_offsets", &plan.ns.time_offsets)
+            .step(Step::Namespaces, || "linux.timeOffsets".into())?;
+    }
+    // Joining or creating a pid (or time) namespace takes effect for children only.
+    match sys::clone_fork(0, None).step(Step::Namespaces, || "fork init".into())? {
+        sys::Forked::Child => Ok(()),
+        sys::Forked::Parent(pid) => {
+            let _ = ch.to_parent(&ToParent::InitPid(pid), None);
+            sys::exit_now(0)
+        }
+    }
+}
+
+/// In a new user namespace, become its root (ids were mapped by the parent).
+fn become_root() -> Result<(), InitFailure> {
+    // EINVAL means 0 is not mapped (e.g. a rootless map of a single non-root id): stay as is.
+    match sys::setresgid(0) {
+        Err(e) if e.raw_os_error() != Some(libc::EINVAL) => {
+            return Err(e).step(Step::UserMapping, || "setresgid 0".into())
+        }
+        _ => {}
+    }
+    match sys::setresuid(0) {
+        Err(e) if e.raw_os_error() != Some(libc::EINVAL) => {
+            Err(e).step(Step::UserMapping, || "setresuid 0".into())
+        }
+        _ => Ok(()),
+    }
+}
+
+fn set_identity(plan: &Plan) -> Result<(), InitFailure> {
+    let c = &plan.caps;
+    // Bounding set first, while CAP_SETPCAP is still effective.
+    let last = capabilities::last_cap();
+    for cap in 0..=last {
+        if c.bounding & (1 << cap) == 0 {
+            match sys::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong) {
+                Err(e) if e.raw_os_error() != Some(libc::EINVAL) => {
+                    return Err(e).step(Step::Capabilities, || {
+                        format!(
+                            "drop {} from bounding set",
+                            capabilities::NAMES[cap as usize]
+                        )
+                    })
+                }
+                _ => {}
+            }
+        }
+    }
+    sys::prctl(libc::PR_SET_KEEPCAPS, 1).step(Step::User, || "PR_SET_KEEPCAPS".into())?;
+    // setgroups is denied in a user namespace whose gid map was written unprivileged.
+    let groups_denied =
+        std::fs::read_to_string("/proc/self/setgroups").is_ok_and(|s| s.trim() == "deny");
+    if !groups_denied {
+        sys::setgroups(&plan.additional_gids).step(Step::User, || {
+            format!("process.user.additionalGids {:?}", plan.additional_gids)
+        })?;
+    }
+    sys::setresgid(plan.gid).step(Step::User, || format!("process.user.gid {}", plan.gid))?;
+    sys::setresuid(plan.uid).step(Step::User, || format!("process.user.uid {}", plan.uid))?;
+    sys::prctl(libc::PR_SET_KEEPCAPS, 0).step(Step::User, || "PR_SET_KEEPCAPS".into())?;
+    sys::capset(c.effective, c.permitted, c.inheritable).step(Step::Capabilities, || {
+        format!(
+            "capset effective={:?} permitted={:?}",
+            capabilities::names(c.effective),
+            capabilities::names(c.permitted)
+        )
+    })?;
+    sys::prctl5(
+        libc::PR_CAP_AMBIENT,
+        libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+        0,
+        0,
+    )
+    .step(Step::Capabilities, || "clear ambient".into())?;
+    for cap in 0..=last {
+        if c.ambient & (1 << cap) != 0 {
+            sys::prctl5(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+                cap as libc::c_ulong,
+                0,
+            )
+            .step(Step::Capabilities, || {
+                format!("raise ambient {}", capabilities::NAMES[cap as usize])
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// A cwd reached through a leaked fd (`/proc/self/fd/N`) lies outside the root; the kernel
+/// then reports it as "(unreachable)" (CVE-2024-21626).
+fn verify_cwd(cwd: &str) -> Result<(), InitFailure> {
+    let real = std::env::current_dir().step(Step::Cwd, || format!("process.cwd {cwd}: getcwd"))?;
+    if !real.is_absolute() || real.to_string_lossy().starts_with("(unreachable)") {
+        return Err(InitFailure::new(
+            Step::Cwd,
+            format!("process.cwd {cwd} is outside the container root"),
+        ));
+    }
+    Ok(())
+}
+
+fn apply_lsm(plan: &Plan) -> Result<(), InitFailure> {
+    if let Some(profile) = &plan.apparmor {
+        if super::apparmor::enabled() {
+            super::apparmor::exec_profile(profile)
+                .step(Step::Lsm, || format!("process.apparmorProfile {profile}"))?;
+        }
+    }
+    if let Some(label) = &plan.selinux {
+        if std::path::Path::new("/sys/fs/selinux/enforce").exists() {
+            write_proc("/proc/thread-self/attr/exec", label)
+                .step(Step::Lsm, || format!("process.selinuxLabel {label}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes to a file that must be on procfs (checked on the opened fd, not the path).
+pub fn write_proc(path: &str, value: &str) -> io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags_nofollow()
+        .open(path)?;
+    let fs = sys::fstatfs(f.as_fd())?;
+    if fs.f_type as i64 != libc::PROC_SUPER_MAGIC as i64 {
+        return Err(io::Error::other(format!("{path} is not on procfs")));
+    }
+    f.write_all(value.as_bytes())
+}
+
+trait NoFollow {
+    fn custom_flags_nofollow(&mut self) -> &mut Self;
+}
+
+impl NoFollow for std::fs::OpenOptions {
+    fn custom_flags_nofollow(&mut self) -> &mut Self {
+        std::os::unix::fs::OpenOptionsExt::custom_flags(self, libc::O_NOFOLLOW | libc::O_CLOEXEC)
+    }
+}
+
+/// Looks up `args[0]` like execvp would, with the container's PATH, so a missing binary
+/// fails create (as runc) instead of start.
+fn find_executable(plan: &Plan) -> Result<CString, InitFailure> {
+    let name = plan.args[0].to_str().unwrap_or_default().to_string();
+    let check = |p: &str| -> io::Result<()> {
+        let m = std::fs::metadata(p)?;
+        if m.is_dir() {
+            return Err(io::Error::from_raw_os_error(libc::EACCES));
+        }
+        Ok(())
+    };
+    if name.contains('/') {
+        return match check(&name) {
+            Ok(()) => Ok(plan.args[0].clone()),
+            Err(e) => Err(InitFailure {
+                step: Step::Exec,
+                errno: 0,
+                detail: format!("{name:?}: stat {name}: {}", errno_text(&e)),
+            }),
+        };
+    }
+    for dir in plan.path_env.split(':') {
+        let dir = if dir.is_empty() { "." } else { dir };
+        let cand = format!("{dir}/{name}");
+        if check(&cand).is_ok() {
+            return Ok(CString::new(cand).expect("no NUL"));
+        }
+    }
+    Err(InitFailure::new(
+        Step::Exec,
+        format!("{name:?}: executable file not found in $PATH"),
+    ))
+}
+
+fn errno_text(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => "no such file or directory".into(),
+        Some(libc::EACCES) => "permission denied".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// Blocks until `moat start` writes the fifo.
+fn wait_start(fifo: &OwnedFd) -> Result<(), InitFailure> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    loop {
+        let mut fds = [PollFd::new(fifo.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => break,
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(io::Error::from(e)).step(Step::Sync, || "wait for start".into()),
+        }
+    }
+    let mut b = [0u8; 1];
+    let mut f = std::fs::File::from(fifo.try_clone().step(Step::Sync, || "exec fifo".into())?);
+    match f.read(&mut b) {
+        Ok(1) => Ok(()),
+        _ => Err(InitFailure::new(
+            Step::Sync,
+            "exec fifo closed without a start",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rlimit_names() {
+        assert_eq!(
+            rlimit_resource("RLIMIT_NOFILE"),
+            Some(libc::RLIMIT_NOFILE as i32)
+        );
+        assert_eq!(rlimit_resource("RLIMIT_BOGUS"), None);
+    }
+}

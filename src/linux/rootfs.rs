@@ -1,0 +1,427 @@
+//! The container's root filesystem, in the order it is built: propagation, the rootfs bind,
+//! `mounts[]` in spec order, devices, then (after hooks) pivot_root, masked and read-only
+//! paths, and the read-only root.
+//!
+//! Mount plans are computed in the parent (options parsed, sources inspected) so that a bad
+//! spec fails before anything is created; the child only issues the syscalls.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use super::mount::{self, Options};
+use super::path::{self, Root};
+use super::sync::{InitFailure, Step, StepExt};
+use super::sys;
+use crate::spec::Spec;
+
+#[derive(Debug, Clone)]
+pub enum Kind {
+    /// A bind mount of a host path.
+    Bind { source: PathBuf, is_dir: bool },
+    /// A new filesystem instance.
+    Fs {
+        fstype: String,
+        source: Option<String>,
+    },
+    /// `type: cgroup|cgroup2`: the container's own cgroup, not the host's hierarchy.
+    Cgroup,
+}
+
+#[derive(Debug, Clone)]
+pub struct MountPlan {
+    pub index: usize,
+    pub destination: String,
+    pub kind: Kind,
+    pub opts: Options,
+}
+
+#[derive(Debug, Clone)]
+pub struct CgroupMount {
+    /// Directory name under the cgroup mount (`cpu,cpuacct`, `unified`; empty for v2).
+    pub name: String,
+    /// The container's cgroup directory on the host.
+    pub host_dir: PathBuf,
+    /// A v2 hierarchy (mountable fresh inside a cgroup namespace).
+    pub v2: bool,
+}
+
+pub struct Plan {
+    pub rootfs: PathBuf,
+    pub readonly: bool,
+    pub propagation: libc::c_ulong,
+    pub mounts: Vec<MountPlan>,
+    pub cgroup_mounts: Vec<CgroupMount>,
+    pub new_cgroupns: bool,
+    pub default_devices: bool,
+    pub masked: Vec<String>,
+    pub readonly_paths: Vec<String>,
+    pub no_pivot: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct PlanError {
+    pub field: String,
+    pub reason: String,
+}
+
+pub fn plan(
+    spec: &Spec,
+    bundle: &Path,
+    no_pivot: bool,
+    cgroup_mounts: Vec<CgroupMount>,
+    new_cgroupns: bool,
+) -> Result<Plan, PlanError> {
+    let rootfs = spec.rootfs(bundle);
+    match std::fs::metadata(&rootfs) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(PlanError {
+                field: "root.path".into(),
+                reason: format!("{} is not a directory", rootfs.display()),
+            })
+        }
+        Err(e) => {
+            return Err(PlanError {
+                field: "root.path".into(),
+                reason: format!("rootfs {}: {e}", rootfs.display()),
+            })
+        }
+    }
+    let propagation = match spec.linux().rootfs_propagation.as_deref().unwrap_or("") {
+        "shared" => libc::MS_SHARED,
+        "rshared" => libc::MS_SHARED | libc::MS_REC,
+        "private" => libc::MS_PRIVATE,
+        "rprivate" => libc::MS_PRIVATE | libc::MS_REC,
+        "slave" => libc::MS_SLAVE,
+        "unbindable" => libc::MS_UNBINDABLE,
+        "runbindable" => libc::MS_UNBINDABLE | libc::MS_REC,
+        // runc's default: the host's mount events reach the container, never the reverse.
+        _ => libc::MS_SLAVE | libc::MS_REC,
+    };
+    let mut mounts = Vec::new();
+    let mut dev_is_bind = false;
+    for (index, m) in spec.mounts.iter().enumerate() {
+        let opts = mount::parse_options(&m.options);
+        let field = |f: &str| format!("mounts[{index}].{f}");
+        let typ = m.typ.as_deref().unwrap_or("");
+        if opts.idmap || !m.uid_mappings.is_empty() {
+            return Err(PlanError {
+                field: field("uidMappings"),
+                reason: "idmapped mounts are not supported yet".into(),
+            });
+        }
+        let kind = if opts.bind || typ == "bind" {
+            let src = m.source.as_deref().unwrap_or("");
+            if src.is_empty() {
+                return Err(PlanError {
+                    field: field("source"),
+                    reason: "a bind mount needs a source".into(),
+                });
+            }
+            let source = if src.starts_with('/') {
+                PathBuf::from(src)
+            } else {
+                bundle.join(src)
+            };
+            let meta = std::fs::metadata(&source).map_err(|e| PlanError {
+                field: field("source"),
+                reason: format!("{}: {e}", source.display()),
+            })?;
+            if path::components(&m.destination).is_empty() {
+                return Err(PlanError {
+                    field: field("destination"),
+                    reason: "cannot bind over the container root".into(),
+                });
+            }
+            if path::components(&m.destination) == ["dev"] {
+                dev_is_bind = true;
+            }
+            Kind::Bind {
+                source,
+                is_dir: meta.is_dir(),
+            }
+        } else if typ == "cgroup" || typ == "cgroup2" {
+            Kind::Cgroup
+        } else {
+            if typ.is_empty() || typ == "none" {
+                return Err(PlanError {
+                    field: field("type"),
+                    reason: "a mount that is not a bind needs a filesystem type".into(),
+                });
+            }
+            Kind::Fs {
+                fstype: typ.to_string(),
+                source: m.source.clone(),
+            }
+        };
+        mounts.push(MountPlan {
+            index,
+            destination: m.destination.clone(),
+            kind,
+            opts,
+        });
+    }
+    let l = spec.linux();
+    Ok(Plan {
+        rootfs,
+        readonly: spec.root.as_ref().is_some_and(|r| r.readonly),
+        propagation,
+        mounts,
+        cgroup_mounts,
+        new_cgroupns,
+        default_devices: !dev_is_bind,
+        masked: l.masked_paths.clone(),
+        readonly_paths: l.readonly_paths.clone(),
+        no_pivot,
+    })
+}
+
+fn c(s: &str) -> CString {
+    CString::new(s).expect("paths were checked for NUL in the parent")
+}
+
+/// Child, before pivot: propagation, the rootfs bind, every spec mount. Returns the root.
+pub fn mount_all(p: &Plan) -> Result<Root, InitFailure> {
+    sys::mount(None, c"/", None, p.propagation, None)
+        .step(Step::Rootfs, || "set propagation of /".into())?;
+    let rootfs = c(p.rootfs.to_str().unwrap_or_default());
+    // pivot_root needs the new root to be a mount point.
+    sys::mount(
+        Some(&rootfs),
+        &rootfs,
+        None,
+        libc::MS_BIND | libc::MS_REC,
+        None,
+    )
+    .step(Step::Rootfs, || {
+        format!("bind {} onto itself", p.rootfs.display())
+    })?;
+    let root =
+        Root::open(&p.rootfs).step(Step::Rootfs, || format!("open {}", p.rootfs.display()))?;
+    for m in &p.mounts {
+        mount_one(&root, p, m)?;
+    }
+    Ok(root)
+}
+
+fn mount_one(root: &Root, p: &Plan, m: &MountPlan) -> Result<(), InitFailure> {
+    let what = || format!("mounts[{}] {}", m.index, m.destination);
+    match &m.kind {
+        Kind::Bind { source, is_dir } => {
+            let target = if *is_dir {
+                root.mkdir_all(&m.destination, 0o755)
+            } else {
+                root.mkfile(&m.destination, 0o644)
+            }
+            .step(Step::Mounts, what)?;
+            let tree = mount::clone_tree(
+                path::cwd(),
+                source.to_str().unwrap_or_default(),
+                m.opts.recursive,
+            )
+            .step(Step::Mounts, || {
+                format!("{}: clone {}", what(), source.display())
+            })?;
+            mount::set_attrs(tree.as_fd(), &m.opts)
+                .step(Step::Mounts, || format!("{}: set attributes", what()))?;
+            mount::attach(tree.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
+        }
+        Kind::Fs { fstype, source } => {
+            let target = root
+                .mkdir_all(&m.destination, 0o755)
+                .step(Step::Mounts, what)?;
+            let mnt = mount::new_fs(fstype, source.as_deref(), &m.opts.data)
+                .step(Step::Mounts, || {
+                    format!("{}: new {fstype} filesystem", what())
+                })?;
+            mount::set_attrs(mnt.as_fd(), &m.opts)
+                .step(Step::Mounts, || format!("{}: set attributes", what()))?;
+            mount::attach(mnt.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
+        }
+        Kind::Cgroup => mount_cgroup(root, p, m)?,
+    }
+    if let Some((flag, rec)) = m.opts.propagation {
+        let top = root
+            .open_at(&m.destination, libc::O_PATH)
+            .step(Step::Mounts, what)?;
+        mount::set_propagation(top.as_fd(), flag, rec)
+            .step(Step::Mounts, || format!("{}: propagation", what()))?;
+    }
+    Ok(())
+}
+
+/// The container sees only its own cgroup. On a v2 host inside a cgroup namespace that is a
+/// fresh cgroup2 mount; otherwise each hierarchy's container directory is bind-mounted
+/// (under a tmpfs on v1). Always read-only unless the spec says `rw`.
+fn mount_cgroup(root: &Root, p: &Plan, m: &MountPlan) -> Result<(), InitFailure> {
+    let what = || format!("mounts[{}] {} (cgroup)", m.index, m.destination);
+    let ro = m.opts.clr & sys::MOUNT_ATTR_RDONLY == 0;
+    let mut attrs = m.opts.clone();
+    if ro {
+        attrs.set |= sys::MOUNT_ATTR_RDONLY;
+    }
+    let target = root
+        .mkdir_all(&m.destination, 0o755)
+        .step(Step::Mounts, what)?;
+    let single_v2 = p.cgroup_mounts.len() == 1 && p.cgroup_mounts[0].name.is_empty();
+    if single_v2 {
+        let cg = &p.cgroup_mounts[0];
+        let mnt = if p.new_cgroupns {
+            mount::new_fs("cgroup2", Some("cgroup"), &[])
+        } else {
+            mount::clone_tree(path::cwd(), cg.host_dir.to_str().unwrap_or_default(), false)
+        }
+        .step(Step::Mounts, || {
+            format!("{}: {}", what(), cg.host_dir.display())
+        })?;
+        mount::set_attrs(mnt.as_fd(), &attrs).step(Step::Mounts, what)?;
+        return mount::attach(mnt.as_fd(), target.as_fd()).step(Step::Mounts, what);
+    }
+    let tmpfs = mount::new_fs(
+        "tmpfs",
+        Some("cgroup"),
+        &[("mode".into(), Some("755".into()))],
+    )
+    .step(Step::Mounts, || format!("{}: tmpfs", what()))?;
+    mount::attach(tmpfs.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
+    for cg in &p.cgroup_mounts {
+        let dest = format!("{}/{}", m.destination, cg.name);
+        let t = root
+            .mkdir_all(&dest, 0o755)
+            .step(Step::Mounts, || dest.clone())?;
+        let mnt = mount::clone_tree(path::cwd(), cg.host_dir.to_str().unwrap_or_default(), false)
+            .step(Step::Mounts, || {
+            format!("{}: {}", what(), cg.host_dir.display())
+        })?;
+        mount::set_attrs(mnt.as_fd(), &attrs).step(Step::Mounts, || dest.clone())?;
+        mount::attach(mnt.as_fd(), t.as_fd()).step(Step::Mounts, || dest.clone())?;
+        // Co-mounted controllers ("cpu,cpuacct") are also reachable by each name.
+        if cg.name.contains(',') {
+            let (dir, _) = root.parent_of(&dest).step(Step::Mounts, || dest.clone())?;
+            for single in cg.name.split(',') {
+                let _ = sys::symlinkat(&c(&cg.name), dir.as_fd(), &c(single));
+            }
+        }
+    }
+    if ro {
+        let top = root
+            .open_at(&m.destination, libc::O_PATH)
+            .step(Step::Mounts, what)?;
+        mount::setattr(top.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0).step(Step::Mounts, what)?;
+    }
+    Ok(())
+}
+
+/// Moves into the new root. The old root is detached, so nothing of the host's tree stays
+/// reachable; with `--no-pivot` the root is moved over / and chrooted into (for initramfs
+/// hosts where pivot_root is impossible).
+pub fn pivot(root: &Root, no_pivot: bool) -> Result<(), InitFailure> {
+    sys::fchdir(root.fd()).step(Step::PivotRoot, || "chdir to rootfs".into())?;
+    if no_pivot {
+        sys::mount(Some(c"."), c"/", None, libc::MS_MOVE, None)
+            .step(Step::PivotRoot, || "move rootfs to /".into())?;
+        sys::chroot(c".").step(Step::PivotRoot, || "chroot".into())?;
+    } else {
+        sys::pivot_root(c".", c".").step(Step::PivotRoot, || "pivot_root".into())?;
+        // The old root is stacked under the new one at "."; make sure unmounting it does
+        // not propagate to the host, then detach it.
+        sys::mount(None, c".", None, libc::MS_SLAVE | libc::MS_REC, None)
+            .step(Step::PivotRoot, || "make old root a slave".into())?;
+        sys::umount2(c".", libc::MNT_DETACH).step(Step::PivotRoot, || "detach old root".into())?;
+    }
+    std::env::set_current_dir("/").step(Step::PivotRoot, || "chdir /".into())
+}
+
+/// After pivot: masked paths (files by a verified /dev/null, directories by one shared,
+/// read-only, empty tmpfs), read-only paths, and the read-only root.
+pub fn finalize(p: &Plan) -> Result<(), InitFailure> {
+    let root = Root::open(Path::new("/")).step(Step::MaskedPaths, || "open /".into())?;
+    if !p.masked.is_empty() {
+        let null = verified_dev_null(&root)?;
+        let mut empty: Option<OwnedFd> = None;
+        for m in &p.masked {
+            let target = match root.open_nofollow(m) {
+                Ok(fd) => fd,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) => return Err(e).step(Step::MaskedPaths, || m.clone()),
+            };
+            let st = sys::fstat(target.as_fd()).step(Step::MaskedPaths, || m.clone())?;
+            let src = if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                if empty.is_none() {
+                    let fs = mount::new_fs(
+                        "tmpfs",
+                        Some("tmpfs"),
+                        &[
+                            ("size".into(), Some("0".into())),
+                            ("mode".into(), Some("555".into())),
+                        ],
+                    )
+                    .step(Step::MaskedPaths, || "empty tmpfs".into())?;
+                    mount::setattr(
+                        fs.as_fd(),
+                        false,
+                        sys::MOUNT_ATTR_RDONLY
+                            | sys::MOUNT_ATTR_NOSUID
+                            | sys::MOUNT_ATTR_NODEV
+                            | sys::MOUNT_ATTR_NOEXEC,
+                        0,
+                    )
+                    .step(Step::MaskedPaths, || "empty tmpfs".into())?;
+                    empty = Some(fs);
+                }
+                mount::clone_tree(empty.as_ref().expect("set above").as_fd(), "", false)
+            } else {
+                mount::clone_tree(null.as_fd(), "", false)
+            }
+            .step(Step::MaskedPaths, || m.clone())?;
+            mount::attach(src.as_fd(), target.as_fd()).step(Step::MaskedPaths, || m.clone())?;
+        }
+    }
+    for r in &p.readonly_paths {
+        let target = match root.open_nofollow(r) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) => return Err(e).step(Step::ReadonlyPaths, || r.clone()),
+        };
+        let tree =
+            mount::clone_tree(target.as_fd(), "", true).step(Step::ReadonlyPaths, || r.clone())?;
+        mount::setattr(
+            tree.as_fd(),
+            true,
+            sys::MOUNT_ATTR_RDONLY
+                | sys::MOUNT_ATTR_NOSUID
+                | sys::MOUNT_ATTR_NODEV
+                | sys::MOUNT_ATTR_NOEXEC,
+            0,
+        )
+        .step(Step::ReadonlyPaths, || r.clone())?;
+        mount::attach(tree.as_fd(), target.as_fd()).step(Step::ReadonlyPaths, || r.clone())?;
+    }
+    if p.readonly {
+        let top = root
+            .open_at("/", libc::O_PATH)
+            .step(Step::Rootfs, || "open /".into())?;
+        mount::setattr(top.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0)
+            .step(Step::Rootfs, || "make / read-only".into())?;
+    }
+    Ok(())
+}
+
+/// The container's /dev/null, opened without following links and checked to be the real
+/// 1:3 character device, so a racing swap cannot turn a mask into a bind of something else
+/// (CVE-2025-31133).
+fn verified_dev_null(root: &Root) -> Result<OwnedFd, InitFailure> {
+    let fd = root
+        .open_nofollow("/dev/null")
+        .step(Step::MaskedPaths, || "/dev/null".into())?;
+    let st = sys::fstat(fd.as_fd()).step(Step::MaskedPaths, || "/dev/null".into())?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFCHR || st.st_rdev != libc::makedev(1, 3) {
+        return Err(InitFailure::new(
+            Step::MaskedPaths,
+            "/dev/null is not the null device (1:3); refusing to mask with it",
+        ));
+    }
+    Ok(fd)
+}

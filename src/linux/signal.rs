@@ -1,0 +1,135 @@
+//! Signal names as runc accepts them, and race-free delivery to a recorded process.
+
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use super::sys;
+use crate::state::Record;
+
+const NAMES: [(&str, i32); 31] = [
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("ILL", libc::SIGILL),
+    ("TRAP", libc::SIGTRAP),
+    ("ABRT", libc::SIGABRT),
+    ("IOT", libc::SIGIOT),
+    ("BUS", libc::SIGBUS),
+    ("FPE", libc::SIGFPE),
+    ("KILL", libc::SIGKILL),
+    ("USR1", libc::SIGUSR1),
+    ("SEGV", libc::SIGSEGV),
+    ("USR2", libc::SIGUSR2),
+    ("PIPE", libc::SIGPIPE),
+    ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM),
+    ("STKFLT", libc::SIGSTKFLT),
+    ("CHLD", libc::SIGCHLD),
+    ("CONT", libc::SIGCONT),
+    ("STOP", libc::SIGSTOP),
+    ("TSTP", libc::SIGTSTP),
+    ("TTIN", libc::SIGTTIN),
+    ("TTOU", libc::SIGTTOU),
+    ("URG", libc::SIGURG),
+    ("XCPU", libc::SIGXCPU),
+    ("XFSZ", libc::SIGXFSZ),
+    ("VTALRM", libc::SIGVTALRM),
+    ("PROF", libc::SIGPROF),
+    ("WINCH", libc::SIGWINCH),
+    ("IO", libc::SIGIO),
+    ("SYS", libc::SIGSYS),
+];
+
+/// `9`, `KILL`, `SIGKILL`, `sigkill`, `RTMIN+3`.
+pub fn parse(s: &str) -> Option<i32> {
+    if let Ok(n) = s.parse::<i32>() {
+        return (1..=libc::SIGRTMAX()).contains(&n).then_some(n);
+    }
+    let up = s.to_ascii_uppercase();
+    let name = up.strip_prefix("SIG").unwrap_or(&up);
+    if let Some(&(_, n)) = NAMES.iter().find(|(k, _)| *k == name) {
+        return Some(n);
+    }
+    if let Some(rest) = name.strip_prefix("RTMIN") {
+        let off: i32 = if rest.is_empty() {
+            0
+        } else {
+            rest.strip_prefix('+')?.parse().ok()?
+        };
+        let n = libc::SIGRTMIN() + off;
+        return (n <= libc::SIGRTMAX()).then_some(n);
+    }
+    if let Some(rest) = name.strip_prefix("RTMAX") {
+        let off: i32 = if rest.is_empty() {
+            0
+        } else {
+            rest.strip_prefix('-')?.parse().ok()?
+        };
+        let n = libc::SIGRTMAX() - off;
+        return (n >= libc::SIGRTMIN()).then_some(n);
+    }
+    None
+}
+
+/// Signals the recorded init. The pidfd is opened first and the start time checked after,
+/// so a pid recycled in between can never receive the signal.
+pub fn signal_init(rec: &Record, sig: i32) -> std::io::Result<bool> {
+    let pidfd = match sys::pidfd_open(rec.pid) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if !rec.alive() {
+        return Ok(false);
+    }
+    match sys::pidfd_send_signal(pidfd.as_fd(), sig) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits until the recorded init has exited (a zombie counts: PID 1 here may reap late).
+pub fn wait_exit(rec: &Record, timeout: Duration) -> bool {
+    let Ok(pidfd) = sys::pidfd_open(rec.pid) else {
+        return true;
+    };
+    if !rec.alive() {
+        return true;
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return !rec.alive();
+        }
+        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        let ms =
+            PollTimeout::try_from(left.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::MAX);
+        match poll(&mut fds, ms) {
+            Ok(n) if n > 0 => return true,
+            Ok(_) => {}
+            Err(nix::Error::EINTR) => {}
+            Err(_) => return !rec.alive(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn forms() {
+        assert_eq!(parse("9"), Some(9));
+        assert_eq!(parse("KILL"), Some(9));
+        assert_eq!(parse("SIGTERM"), Some(15));
+        assert_eq!(parse("sigusr1"), Some(10));
+        assert_eq!(parse("RTMIN+1"), Some(libc::SIGRTMIN() + 1));
+        assert_eq!(parse("NOPE"), None);
+        assert_eq!(parse("0"), None);
+        assert_eq!(parse("99"), None);
+    }
+}
