@@ -23,7 +23,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     let mut rows = Vec::new();
     for id in state::list_ids(&root)? {
         // A container being deleted concurrently simply drops out of the list.
-        let Ok(dir) = ContainerDir::open(&root, &id) else {
+        let Ok(dir) = ContainerDir::open_read(&root, &id) else {
             continue;
         };
         let Ok(rec) = dir.load() else { continue };

@@ -11,7 +11,7 @@ pub struct Args {
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
-    let dir = ContainerDir::open(&g.state_root(), &a.id)?;
+    let dir = ContainerDir::open_read(&g.state_root(), &a.id)?;
     let rec = dir.load().context(a.id.clone())?;
     let st = rec.oci_state(rec.status(&dir));
     println!("{}", serde_json::to_string_pretty(&st)?);

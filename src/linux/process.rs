@@ -409,6 +409,9 @@ fn create_in_cgroup(
         .map_err(io_err("clone"))?;
     let child = match forked {
         sys::Forked::Child => {
+            // The state lock belongs to this create call, not to the container: an
+            // inherited copy would keep the directory locked for the container's life.
+            sys::close_raw(dir.fd());
             drop(parent_ch);
             child_main(&plan, &child_ch, &fifo, console_sock.as_ref());
         }

@@ -161,22 +161,32 @@ impl ContainerDir {
             }
             Err(e) => return Err(io_err("cannot create state directory", &path)(e)),
         }
-        Self::lock(path)
+        Self::lock(path, true)
     }
 
     /// Opens and locks an existing container directory.
     pub fn open(root: &Path, id: &str) -> Result<ContainerDir, StateError> {
+        Self::open_with(root, id, true)
+    }
+
+    /// Opens without locking, for commands that only read (`state`, `list`): the record
+    /// is replaced atomically, so a reader never sees a partial one.
+    pub fn open_read(root: &Path, id: &str) -> Result<ContainerDir, StateError> {
+        Self::open_with(root, id, false)
+    }
+
+    fn open_with(root: &Path, id: &str, lock: bool) -> Result<ContainerDir, StateError> {
         validate_id(id)?;
         let path = root.join(id);
         match fs::symlink_metadata(&path) {
-            Ok(m) if m.is_dir() => Self::lock(path),
+            Ok(m) if m.is_dir() => Self::lock(path, lock),
             Ok(_) => Err(StateError::NotExist),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Err(StateError::NotExist),
             Err(e) => Err(io_err("cannot open state directory", &path)(e)),
         }
     }
 
-    fn lock(path: PathBuf) -> Result<ContainerDir, StateError> {
+    fn lock(path: PathBuf, exclusive: bool) -> Result<ContainerDir, StateError> {
         let dir = fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW)
@@ -189,11 +199,10 @@ impl ContainerDir {
                 }
             })?;
         let lock: OwnedFd = dir.into();
-        nix::fcntl::flock(
-            std::os::fd::AsRawFd::as_raw_fd(&lock),
-            nix::fcntl::FlockArg::LockExclusive,
-        )
-        .map_err(|e| io_err("cannot lock", &path)(e.into()))?;
+        if exclusive {
+            crate::linux::sys::flock_exclusive(lock.as_fd())
+                .map_err(io_err("cannot lock", &path))?;
+        }
         Ok(ContainerDir { path, lock })
     }
 

@@ -410,6 +410,11 @@ pub fn fstatvfs(fd: BorrowedFd<'_>) -> Result<libc::statvfs> {
     Ok(unsafe { st.assume_init() })
 }
 
+pub fn flock_exclusive(fd: BorrowedFd<'_>) -> Result<()> {
+    // SAFETY: plain syscall on a valid fd.
+    retry(|| check_int(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX) }).map(drop))
+}
+
 pub fn fchdir(fd: BorrowedFd<'_>) -> Result<()> {
     // SAFETY: plain syscall.
     check_int(unsafe { libc::fchdir(fd.as_raw_fd()) }).map(drop)
@@ -516,6 +521,13 @@ pub fn dup_cloexec(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
 pub fn clear_cloexec(fd: RawFd) -> Result<()> {
     // SAFETY: fcntl on a descriptor number; failure is reported, not UB.
     check_int(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }).map(drop)
+}
+
+/// Closes a descriptor some other object owns, in a forked child that will never run
+/// that owner's destructor (it execs or `_exit`s).
+pub fn close_raw(fd: BorrowedFd<'_>) {
+    // SAFETY: see above; the owner is never used again in this process.
+    unsafe { libc::close(fd.as_raw_fd()) };
 }
 
 pub fn is_valid_fd(fd: RawFd) -> bool {
