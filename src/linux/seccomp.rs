@@ -111,7 +111,6 @@ pub fn known_flags() -> &'static [&'static str] {
 }
 
 /// The version of the libseccomp moat is linked against at run time, e.g. "2.5.4".
-#[allow(dead_code)] // used by features
 pub fn libseccomp_version() -> String {
     ScmpVersion::current().map_or_else(|_| "unknown".into(), |v| v.to_string())
 }
