@@ -1,16 +1,72 @@
 //! `linux.seccomp` → a classic BPF program (compiled by libseccomp in the parent, before
 //! clone) → installed by the container init with seccomp(2).
+//!
+//! Compiling in the parent keeps libseccomp (and its allocations) out of the child, whose
+//! only seccomp work is one syscall on a ready-made program.
 
+use std::io::{Read, Seek};
 use std::os::fd::OwnedFd;
+use std::str::FromStr;
+
+use libseccomp::{
+    ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall,
+    ScmpVersion,
+};
+use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 
 use crate::spec;
+
+// seccomp(2) `SECCOMP_FILTER_FLAG_*` bits, from linux/seccomp.h (libc lacks the newer ones).
+const FLAG_TSYNC: u32 = 1;
+const FLAG_LOG: u32 = 2;
+const FLAG_SPEC_ALLOW: u32 = 4;
+const FLAG_NEW_LISTENER: u32 = 8;
+const FLAG_TSYNC_ESRCH: u32 = 16;
+const FLAG_WAIT_KILLABLE_RECV: u32 = 32;
+
+#[rustfmt::skip]
+const FLAGS: &[&str] = &[
+    "SECCOMP_FILTER_FLAG_TSYNC", "SECCOMP_FILTER_FLAG_LOG", "SECCOMP_FILTER_FLAG_SPEC_ALLOW",
+    "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV",
+];
+
+#[rustfmt::skip]
+const ACTIONS: &[&str] = &[
+    "SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS", "SCMP_ACT_KILL_THREAD", "SCMP_ACT_TRAP",
+    "SCMP_ACT_ERRNO", "SCMP_ACT_TRACE", "SCMP_ACT_ALLOW", "SCMP_ACT_LOG", "SCMP_ACT_NOTIFY",
+];
+
+#[rustfmt::skip]
+const OPERATORS: &[&str] = &[
+    "SCMP_CMP_NE", "SCMP_CMP_LT", "SCMP_CMP_LE", "SCMP_CMP_EQ", "SCMP_CMP_GE", "SCMP_CMP_GT",
+    "SCMP_CMP_MASKED_EQ",
+];
+
+// SCMP_ARCH_NATIVE is also accepted, but it is not a name a profile should need.
+#[rustfmt::skip]
+const ARCHS: &[&str] = &[
+    "SCMP_ARCH_X86", "SCMP_ARCH_X86_64", "SCMP_ARCH_X32", "SCMP_ARCH_ARM", "SCMP_ARCH_AARCH64",
+    "SCMP_ARCH_LOONGARCH64", "SCMP_ARCH_M68K", "SCMP_ARCH_MIPS", "SCMP_ARCH_MIPS64",
+    "SCMP_ARCH_MIPS64N32", "SCMP_ARCH_MIPSEL", "SCMP_ARCH_MIPSEL64", "SCMP_ARCH_MIPSEL64N32",
+    "SCMP_ARCH_PPC", "SCMP_ARCH_PPC64", "SCMP_ARCH_PPC64LE", "SCMP_ARCH_S390", "SCMP_ARCH_S390X",
+    "SCMP_ARCH_PARISC", "SCMP_ARCH_PARISC64", "SCMP_ARCH_RISCV64", "SCMP_ARCH_SHEB", "SCMP_ARCH_SH",
+];
+
+/// BPF_MAXINSNS: checked here so that an oversized profile fails `create` with a reason
+/// instead of failing in the container init with a bare EINVAL.
+const MAX_INSNS: usize = 4096;
+
+/// Above this many rules libseccomp's binary-tree layout beats its linear one; below it
+/// the linear one is as fast, and libseccomp <= 2.5.4 mishandles the tree with no rules.
+const BINARY_TREE_MIN_RULES: usize = 32;
 
 /// A compiled filter, ready to be installed in the child without further allocation.
 #[derive(Debug, Clone)]
 pub struct Filter {
     /// The BPF program as exported by libseccomp.
     pub prog: Vec<libc::sock_filter>,
-    /// seccomp(2) `SECCOMP_FILTER_FLAG_*` bits (TSYNC, LOG, SPEC_ALLOW, NEW_LISTENER).
+    /// seccomp(2) `SECCOMP_FILTER_FLAG_*` bits (TSYNC, LOG, SPEC_ALLOW, NEW_LISTENER,
+    /// TSYNC_ESRCH, WAIT_KILLABLE_RECV).
     pub flags: u32,
 }
 
@@ -22,17 +78,604 @@ pub struct SeccompError {
     pub reason: String,
 }
 
+fn err(field: impl Into<String>, reason: impl Into<String>) -> SeccompError {
+    SeccompError {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// Action names accepted in `defaultAction` and `syscalls[].action`.
+#[allow(dead_code)] // used by features
+pub fn known_actions() -> &'static [&'static str] {
+    ACTIONS
+}
+
+/// Architecture names accepted in `architectures`; the linked libseccomp may still lack
+/// some of them (e.g. LoongArch before 2.6), which `compile` reports.
+#[allow(dead_code)] // used by features
+pub fn known_archs() -> &'static [&'static str] {
+    ARCHS
+}
+
+/// Operator names accepted in `syscalls[].args[].op`.
+#[allow(dead_code)] // used by features
+pub fn known_operators() -> &'static [&'static str] {
+    OPERATORS
+}
+
+/// Flag names accepted in `flags`.
+#[allow(dead_code)] // used by features
+pub fn known_flags() -> &'static [&'static str] {
+    FLAGS
+}
+
+/// The version of the libseccomp moat is linked against at run time, e.g. "2.5.4".
+pub fn libseccomp_version() -> String {
+    ScmpVersion::current().map_or_else(|_| "unknown".into(), |v| v.to_string())
+}
+
+/// Maps an OCI action name; `errno_ret` is only meaningful for ERRNO and TRACE, and
+/// defaults to EPERM for both, as runc does.
+fn action(
+    name: &str,
+    errno_ret: Option<u32>,
+    field: &str,
+    errno_field: &str,
+) -> Result<ScmpAction, SeccompError> {
+    let ret = || {
+        let v = errno_ret.unwrap_or(libc::EPERM as u32);
+        // The kernel keeps only SECCOMP_RET_DATA (16 bits); refuse rather than truncate.
+        u16::try_from(v).map_err(|_| err(errno_field, format!("{v} does not fit in 16 bits")))
+    };
+    Ok(match name {
+        "SCMP_ACT_KILL" | "SCMP_ACT_KILL_THREAD" => ScmpAction::KillThread,
+        "SCMP_ACT_KILL_PROCESS" => ScmpAction::KillProcess,
+        "SCMP_ACT_TRAP" => ScmpAction::Trap,
+        "SCMP_ACT_ERRNO" => ScmpAction::Errno(i32::from(ret()?)),
+        "SCMP_ACT_TRACE" => ScmpAction::Trace(ret()?),
+        "SCMP_ACT_ALLOW" => ScmpAction::Allow,
+        "SCMP_ACT_LOG" => ScmpAction::Log,
+        "SCMP_ACT_NOTIFY" => ScmpAction::Notify,
+        _ => return Err(err(field, format!("unknown action {name:?}"))),
+    })
+}
+
+fn flag_bit(name: &str) -> Option<u32> {
+    Some(match name {
+        "SECCOMP_FILTER_FLAG_TSYNC" => FLAG_TSYNC,
+        "SECCOMP_FILTER_FLAG_LOG" => FLAG_LOG,
+        "SECCOMP_FILTER_FLAG_SPEC_ALLOW" => FLAG_SPEC_ALLOW,
+        "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV" => FLAG_WAIT_KILLABLE_RECV,
+        _ => return None,
+    })
+}
+
+/// The argument conditions of one `syscalls[]` entry, and whether they must become one
+/// rule each (OR) rather than one rule together (AND): libseccomp cannot AND two
+/// conditions on the same argument, so runc falls back to OR for such entries and
+/// profiles are written against that behaviour.
+fn conditions(
+    args: &[spec::SeccompArg],
+    at: &str,
+) -> Result<(Vec<ScmpArgCompare>, bool), SeccompError> {
+    let mut seen = [0u8; 6];
+    let mut conds = Vec::with_capacity(args.len());
+    for (k, a) in args.iter().enumerate() {
+        let idx = usize::try_from(a.index).ok().filter(|&i| i < seen.len());
+        let Some(idx) = idx else {
+            return Err(err(
+                format!("{at}.args[{k}].index"),
+                format!("{} is not a syscall argument index (0-5)", a.index),
+            ));
+        };
+        seen[idx] = seen[idx].saturating_add(1);
+        let op = match ScmpCompareOp::from_str(&a.op) {
+            // OCI puts the mask in `value` and the expected value in `valueTwo`.
+            Ok(ScmpCompareOp::MaskedEqual(_)) => ScmpCompareOp::MaskedEqual(a.value),
+            Ok(op) => op,
+            Err(_) => {
+                return Err(err(
+                    format!("{at}.args[{k}].op"),
+                    format!("unknown operator {:?}", a.op),
+                ))
+            }
+        };
+        let datum = match op {
+            ScmpCompareOp::MaskedEqual(_) => a.value_two,
+            _ => a.value,
+        };
+        conds.push(ScmpArgCompare::new(a.index, op, datum));
+    }
+    Ok((conds, seen.iter().any(|&n| n > 1)))
+}
+
+/// The architectures of the filter: the native one first (a container can always make
+/// native syscalls), then the listed ones.
+fn add_archs(
+    ctx: &mut ScmpFilterContext,
+    names: &[String],
+) -> Result<Vec<(ScmpArch, String)>, SeccompError> {
+    let native = ScmpArch::native();
+    let mut archs = vec![(native, format!("{} (native)", std::env::consts::ARCH))];
+    for (i, name) in names.iter().enumerate() {
+        let field = format!(".architectures[{i}]");
+        let arch = ScmpArch::from_str(name)
+            .map_err(|_| err(&field, format!("unknown architecture {name:?}")))?;
+        let arch = if arch == ScmpArch::Native {
+            native
+        } else {
+            arch
+        };
+        if archs.iter().any(|(a, _)| *a == arch) {
+            continue;
+        }
+        ctx.add_arch(arch).map_err(|e| {
+            let v = libseccomp_version();
+            err(&field, format!("libseccomp {v} cannot add {name}: {e}"))
+        })?;
+        archs.push((arch, name.clone()));
+    }
+    Ok(archs)
+}
+
+/// Resolves a syscall for a rule, or None when no architecture of the filter has it.
+/// The native number may be one of libseccomp's negative pseudo-numbers (a name that only
+/// exists on another architecture, e.g. `socketcall` on x86_64); libseccomp translates it
+/// per architecture, so such a name still matters when that architecture is listed.
+fn resolve(name: &str, archs: &[(ScmpArch, String)]) -> Option<ScmpSyscall> {
+    let nr = ScmpSyscall::from_name(name).ok()?;
+    let known = archs.iter().any(|&(arch, _)| {
+        ScmpSyscall::from_name_by_arch(name, arch).is_ok_and(|s| s.as_raw_syscall() >= 0)
+    });
+    known.then_some(nr)
+}
+
 /// Compiles `linux.seccomp`. Syscall names unknown on this architecture are skipped with
 /// a warning; unknown actions, operators, architectures or flags are errors naming the field.
-pub fn compile(_seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
-    Err(SeccompError {
-        field: String::new(),
-        reason: "seccomp support is not built yet".into(),
+#[allow(dead_code)] // used by create once it is wired
+pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
+    let default = action(
+        &seccomp.default_action,
+        seccomp.default_errno_ret,
+        ".defaultAction",
+        ".defaultErrnoRet",
+    )?;
+    let lib = |field: &str, e: libseccomp::error::SeccompError| {
+        err(field, format!("libseccomp {}: {e}", libseccomp_version()))
+    };
+    let mut ctx = ScmpFilterContext::new(default).map_err(|e| lib(".defaultAction", e))?;
+    // Only the BPF is exported, so libseccomp never loads it; clearing NNP anyway keeps a
+    // future `load()` from setting no_new_privs behind the caller's back.
+    ctx.set_ctl_nnp(false).map_err(|e| lib("", e))?;
+    let archs = add_archs(&mut ctx, &seccomp.architectures)?;
+
+    let mut flags = 0;
+    for (i, name) in seccomp.flags.iter().enumerate() {
+        flags |= flag_bit(name)
+            .ok_or_else(|| err(format!(".flags[{i}]"), format!("unknown flag {name:?}")))?;
+    }
+
+    let mut notify = default == ScmpAction::Notify;
+    let mut rules = 0;
+    let mut unknown = Vec::new();
+    for (i, call) in seccomp.syscalls.iter().enumerate() {
+        let at = format!(".syscalls[{i}]");
+        let act = action(
+            &call.action,
+            call.errno_ret,
+            &format!("{at}.action"),
+            &format!("{at}.errnoRet"),
+        )?;
+        let (conds, separate) = conditions(&call.args, &at)?;
+        if call.names.is_empty() {
+            return Err(err(
+                format!("{at}.names"),
+                "at least one syscall name is needed",
+            ));
+        }
+        // libseccomp refuses rules whose action is the default one; they are no-ops.
+        if act == default {
+            continue;
+        }
+        notify |= act == ScmpAction::Notify;
+        for (j, name) in call.names.iter().enumerate() {
+            let Some(nr) = resolve(name, &archs) else {
+                unknown.push(name.as_str());
+                continue;
+            };
+            let added = if conds.is_empty() {
+                ctx.add_rule(act, nr).map(drop)
+            } else if separate {
+                conds
+                    .iter()
+                    .try_for_each(|c| ctx.add_rule_conditional(act, nr, &[*c]).map(drop))
+            } else {
+                ctx.add_rule_conditional(act, nr, &conds).map(drop)
+            };
+            added.map_err(|e| lib(&format!("{at}.names[{j}]"), e))?;
+            rules += 1;
+        }
+    }
+    if !unknown.is_empty() {
+        // One line per container, not one per name: stock profiles list dozens of
+        // syscalls that only exist on other architectures or newer kernels.
+        let on: Vec<&str> = archs.iter().map(|(_, n)| n.as_str()).collect();
+        crate::log::warn(&format!(
+            "seccomp: skipping syscalls that libseccomp {} does not know on {}: {}",
+            libseccomp_version(),
+            on.join(", "),
+            unknown.join(", ")
+        ));
+    }
+
+    if notify {
+        if seccomp.listener_path.as_deref().unwrap_or("").is_empty() {
+            return Err(err(
+                ".listenerPath",
+                "SCMP_ACT_NOTIFY needs a listenerPath to send the listener fd to",
+            ));
+        }
+        flags |= FLAG_NEW_LISTENER;
+        // The kernel refuses TSYNC with NEW_LISTENER (both would report through the
+        // return value) unless TSYNC failures are reported as ESRCH instead.
+        if flags & FLAG_TSYNC != 0 {
+            flags |= FLAG_TSYNC_ESRCH;
+        }
+    } else {
+        // WAIT_KILLABLE_RECV is about notifications and the kernel rejects it alone.
+        flags &= !FLAG_WAIT_KILLABLE_RECV;
+    }
+    if rules > BINARY_TREE_MIN_RULES {
+        // Only a speed-up: an older libseccomp without it still builds a correct filter.
+        let _ = ctx.set_ctl_optimize(2);
+    }
+    Ok(Filter {
+        prog: export(&ctx)?,
+        flags,
     })
+}
+
+/// Exports through a memfd: `seccomp_export_bpf_mem` only exists from libseccomp 2.6, and
+/// a pipe could fill up before the export returns.
+fn export(ctx: &ScmpFilterContext) -> Result<Vec<libc::sock_filter>, SeccompError> {
+    let io = |e: std::io::Error| err("", format!("cannot export the BPF program: {e}"));
+    let fd =
+        memfd_create(c"moat-seccomp", MemFdCreateFlag::MFD_CLOEXEC).map_err(|e| io(e.into()))?;
+    ctx.export_bpf(&fd)
+        .map_err(|e| err("", format!("libseccomp cannot export the filter: {e}")))?;
+    let mut file = std::fs::File::from(fd);
+    let mut bytes = Vec::new();
+    file.rewind().map_err(io)?;
+    file.read_to_end(&mut bytes).map_err(io)?;
+    let insn = std::mem::size_of::<libc::sock_filter>();
+    if bytes.len() % insn != 0 || bytes.is_empty() {
+        return Err(err(
+            "",
+            format!("libseccomp exported {} bytes", bytes.len()),
+        ));
+    }
+    if bytes.len() / insn > MAX_INSNS {
+        return Err(err(
+            ".syscalls",
+            format!(
+                "the filter has {} instructions; the kernel accepts at most {MAX_INSNS}",
+                bytes.len() / insn
+            ),
+        ));
+    }
+    // struct sock_filter { __u16 code; __u8 jt; __u8 jf; __u32 k; } in host byte order.
+    Ok(bytes
+        .chunks_exact(insn)
+        .map(|c| libc::sock_filter {
+            code: u16::from_ne_bytes([c[0], c[1]]),
+            jt: c[2],
+            jf: c[3],
+            k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+        })
+        .collect())
 }
 
 /// Installs the filter in the calling thread; returns the listener fd when the filter has
 /// `SCMP_ACT_NOTIFY` rules.
+#[allow(dead_code)] // used by the container init once it is wired
 pub fn install(filter: &Filter) -> std::io::Result<Option<OwnedFd>> {
     crate::linux::sys::seccomp_set_filter(filter.flags, &filter.prog)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::linux::sys::{self, Forked};
+    use nix::errno::Errno;
+    use nix::sys::signal::Signal;
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use serde_json::{json, Value};
+    use std::os::fd::AsFd;
+
+    fn parse(v: Value) -> spec::Seccomp {
+        serde_json::from_value(v).expect("valid linux.seccomp")
+    }
+
+    fn compiled(v: Value) -> Filter {
+        compile(&parse(v)).expect("compiles")
+    }
+
+    fn words(v: Value) -> Vec<(u16, u8, u8, u32)> {
+        compiled(v)
+            .prog
+            .iter()
+            .map(|i| (i.code, i.jt, i.jf, i.k))
+            .collect()
+    }
+
+    fn errno<T>(r: std::io::Result<T>) -> Option<i32> {
+        r.err().and_then(|e| e.raw_os_error())
+    }
+
+    /// Installs `f` in a forked child (after setting no_new_privs, as an unprivileged
+    /// container init would), runs `body` there and returns how the child ended. The child
+    /// makes syscalls only, no allocation: other test threads may hold locks at fork time.
+    fn run_filtered(f: &Filter, body: impl FnOnce(Option<OwnedFd>) -> i32) -> WaitStatus {
+        match sys::clone_fork(0, None).expect("fork") {
+            Forked::Child => sys::exit_now(match sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1) {
+                Err(_) => 10,
+                Ok(_) => match install(f) {
+                    Err(e) => 100 + e.raw_os_error().unwrap_or(0).min(100),
+                    Ok(listener) => body(listener),
+                },
+            }),
+            Forked::Parent(pid) => waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap(),
+        }
+    }
+
+    fn exited_ok(status: WaitStatus) {
+        assert_eq!(status, WaitStatus::Exited(status.pid().unwrap(), 0));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let ok = json!({"names": ["mkdir"], "action": "SCMP_ACT_ERRNO"});
+        let mut cases = vec![
+            (json!({"defaultAction": "SCMP_ACT_BOGUS"}), ".defaultAction"),
+            (json!({"defaultErrnoRet": 70000}), ".defaultErrnoRet"),
+            (
+                json!({"architectures": ["SCMP_ARCH_X86", "VAX"]}),
+                ".architectures[1]",
+            ),
+            (json!({"flags": ["SECCOMP_FILTER_FLAG_NO"]}), ".flags[0]"),
+        ];
+        let eq = json!({"index": 0, "value": 1, "op": "SCMP_CMP_EQ"});
+        let last_call = [
+            (json!({"action": "SCMP_ACT_MAYBE"}), ".syscalls[3].action"),
+            (json!({"errnoRet": 65536}), ".syscalls[3].errnoRet"),
+            (json!({"names": []}), ".syscalls[3].names"),
+            (json!({"action": "SCMP_ACT_NOTIFY"}), ".listenerPath"),
+            (
+                json!({"args": [eq, {"index": 1, "op": "EQ", "value": 1}]}),
+                ".syscalls[3].args[1].op",
+            ),
+            (
+                json!({"args": [{"index": 6, "op": "SCMP_CMP_EQ", "value": 1}]}),
+                ".syscalls[3].args[0].index",
+            ),
+        ];
+        for (edit, field) in last_call {
+            let mut call = ok.clone();
+            for (k, v) in edit.as_object().unwrap() {
+                call[k] = v.clone();
+            }
+            cases.push((json!({"syscalls": [ok, ok, ok, call]}), field));
+        }
+        let base = json!({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [ok, ok, ok, ok]});
+        compiled(base.clone());
+        for (edit, field) in cases {
+            let mut p = base.clone();
+            for (k, v) in edit.as_object().unwrap() {
+                p[k] = v.clone();
+            }
+            let e = compile(&parse(p)).expect_err(field);
+            assert_eq!(e.field, field, "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("linux.seccomp{field}: ")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_syscalls_are_skipped() {
+        let with = |archs: &[&str], names: &[&str]| {
+            let mut v = json!({"defaultAction": "SCMP_ACT_ALLOW", "architectures": archs});
+            if !names.is_empty() {
+                v["syscalls"] = json!([{"names": names, "action": "SCMP_ACT_ERRNO"}]);
+            }
+            words(v)
+        };
+        assert_ne!(with(&[], &["getppid"]), with(&[], &[]));
+        let unknown = ["getppid", "no_such_syscall_moat"];
+        assert_eq!(with(&[], &unknown), with(&[], &["getppid"]));
+        assert_eq!(with(&[], &["no_such_syscall_moat"]), with(&[], &[]));
+        // A name libseccomp knows only on another architecture matters once it is listed.
+        if cfg!(target_arch = "x86_64") {
+            let x86 = &["SCMP_ARCH_X86"];
+            assert_eq!(with(&[], &["socketcall"]), with(&[], &[]));
+            assert_ne!(with(x86, &["socketcall"]), with(x86, &[]));
+        }
+    }
+
+    #[test]
+    fn rules_like_the_default_are_skipped_and_errno_defaults_to_eperm() {
+        let p = |default_ret: Option<u32>, ret: Option<u32>| {
+            let call = json!({"names": ["getppid"], "action": "SCMP_ACT_ERRNO", "errnoRet": ret});
+            let mut v = json!({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [call]});
+            v["defaultErrnoRet"] = json!(default_ret);
+            words(v)
+        };
+        let empty = words(json!({"defaultAction": "SCMP_ACT_ERRNO"}));
+        assert_eq!(p(None, None), empty);
+        assert_eq!(p(None, Some(1)), empty);
+        assert_eq!(p(Some(1), None), empty);
+        assert_ne!(p(None, Some(2)), empty);
+    }
+
+    #[test]
+    fn flags_map_to_kernel_bits() {
+        let flags = |names: &[&str], default: &str, notify: bool| {
+            let calls = match notify {
+                true => json!([{"names": ["getppid"], "action": "SCMP_ACT_NOTIFY"}]),
+                false => json!([]),
+            };
+            let v = json!({"defaultAction": default, "flags": names, "syscalls": calls,
+                "listenerPath": "/run/listener.sock"});
+            compiled(v).flags
+        };
+        let (allow, tsync) = ("SCMP_ACT_ALLOW", "SECCOMP_FILTER_FLAG_TSYNC");
+        let wait = "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV";
+        assert_eq!(flags(&[], allow, false), 0);
+        assert_eq!(flags(&[tsync], allow, false), 1);
+        assert_eq!(flags(&["SECCOMP_FILTER_FLAG_LOG"], allow, false), 2);
+        assert_eq!(flags(&["SECCOMP_FILTER_FLAG_SPEC_ALLOW"], allow, false), 4);
+        assert_eq!(flags(&[wait], allow, false), 0);
+        assert_eq!(flags(&[wait], allow, true), 8 | 32);
+        assert_eq!(flags(&[tsync], allow, true), 1 | 8 | 16);
+        assert_eq!(flags(&[], allow, true), 8);
+        assert_eq!(flags(&[], "SCMP_ACT_NOTIFY", false), 8);
+    }
+
+    #[test]
+    fn known_names_are_accepted() {
+        for a in known_actions() {
+            let call = json!({"names": ["getppid"], "action": a});
+            compiled(
+                json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [call],
+                "listenerPath": "/run/listener.sock"}),
+            );
+        }
+        for op in known_operators() {
+            let args = json!([{"index": 0, "value": 1, "valueTwo": 1, "op": op}]);
+            let call = json!({"names": ["getppid"], "action": "SCMP_ACT_ERRNO", "args": args});
+            words(json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [call]}));
+        }
+        for a in known_archs() {
+            ScmpArch::from_str(a).expect(a);
+        }
+        for f in known_flags() {
+            assert!(flag_bit(f).is_some(), "{f}");
+        }
+        let v = libseccomp_version();
+        assert_eq!(v.split('.').count(), 3, "{v}");
+    }
+
+    #[test]
+    fn installed_filter_denies_with_errno_and_matches_args() {
+        use libc::PR_GET_TIMERSLACK;
+        use libc::{PR_GET_DUMPABLE, PR_GET_KEEPCAPS, PR_GET_NO_NEW_PRIVS, PR_GET_SECCOMP};
+        let eq =
+            |index: u32, value: i32| json!({"index": index, "value": value, "op": "SCMP_CMP_EQ"});
+        // Enough names to make libseccomp lay the filter out as a binary tree.
+        #[rustfmt::skip]
+        let denied = [
+            "mkdir", "mkdirat", "acct", "add_key", "bpf", "clock_adjtime", "delete_module",
+            "finit_module", "get_mempolicy", "init_module", "ioperm", "iopl", "kcmp",
+            "kexec_file_load", "kexec_load", "keyctl", "mbind", "mount", "move_pages",
+            "open_by_handle_at", "perf_event_open", "pivot_root", "process_vm_readv",
+            "process_vm_writev", "ptrace", "quotactl", "reboot", "request_key", "set_mempolicy",
+            "setns", "settimeofday", "swapon", "swapoff", "umount2", "unshare", "userfaultfd",
+        ];
+        let masked = json!({"index": 0, "value": 0xff, "valueTwo": 3, "op": "SCMP_CMP_MASKED_EQ"});
+        let f = compiled(json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+            {"names": &denied[..], "action": "SCMP_ACT_ERRNO", "errnoRet": 38},
+            // Same index twice: either matches.
+            {"names": ["prctl"], "action": "SCMP_ACT_ERRNO", "errnoRet": 33,
+                "args": [eq(0, PR_GET_SECCOMP), eq(0, PR_GET_TIMERSLACK)]},
+            // Different indexes: both must match.
+            {"names": ["prctl"], "action": "SCMP_ACT_ERRNO", "errnoRet": 34,
+                "args": [eq(0, PR_GET_NO_NEW_PRIVS), eq(1, 7)]},
+            // Mask in `value`, expected value in `valueTwo`: matches 3 and 0x103, not 7.
+            {"names": ["prctl"], "action": "SCMP_ACT_ERRNO", "errnoRet": 35,
+                "args": [masked]},
+        ]}));
+        exited_ok(run_filtered(&f, |_| {
+            let mode = nix::sys::stat::Mode::S_IRWXU;
+            if nix::unistd::mkdir("/nonexistent-moat-test/x", mode) != Err(Errno::ENOSYS)
+                || nix::sched::unshare(nix::sched::CloneFlags::empty()) != Err(Errno::ENOSYS)
+                || nix::unistd::getppid().as_raw() <= 0
+            {
+                return 12;
+            }
+            if errno(sys::prctl(PR_GET_SECCOMP, 0)) != Some(33)
+                || errno(sys::prctl(PR_GET_TIMERSLACK, 0)) != Some(33)
+            {
+                return 13;
+            }
+            if errno(sys::prctl(PR_GET_NO_NEW_PRIVS, 7)) != Some(34)
+                || sys::prctl(PR_GET_NO_NEW_PRIVS, 0).ok() != Some(1)
+            {
+                return 14;
+            }
+            if errno(sys::prctl(PR_GET_DUMPABLE, 0)) != Some(35)
+                || errno(sys::prctl(PR_GET_DUMPABLE | 0x100, 0)) != Some(35)
+                || sys::prctl(PR_GET_KEEPCAPS, 0).is_err()
+            {
+                return 15;
+            }
+            0
+        }));
+    }
+
+    #[test]
+    fn installed_allowlist_denies_by_default() {
+        let archs = match cfg!(target_arch = "x86_64") {
+            true => json!(["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"]),
+            false => json!([]),
+        };
+        let f = compiled(
+            json!({"defaultAction": "SCMP_ACT_ERRNO", "architectures": archs,
+            "syscalls": [
+                {"names": ["exit_group", "exit"], "action": "SCMP_ACT_ALLOW"},
+                {"names": ["personality"], "action": "SCMP_ACT_ALLOW",
+                    "args": [{"index": 0, "value": 0xffff_ffff_u32, "op": "SCMP_CMP_EQ"}]},
+            ]}),
+        );
+        exited_ok(run_filtered(&f, |_| {
+            if sys::personality(0xffff_ffff).is_err() {
+                return 20;
+            }
+            if errno(sys::personality(0)) != Some(libc::EPERM) {
+                return 21;
+            }
+            0
+        }));
+    }
+
+    #[test]
+    fn installed_kill_process_kills_with_sigsys() {
+        let call = json!({"names": ["getppid"], "action": "SCMP_ACT_KILL_PROCESS"});
+        let f = compiled(json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [call]}));
+        use nix::sys::resource::{setrlimit, Resource};
+        let status = run_filtered(&f, |_| {
+            // SIGSYS dumps core by default; keep test runs from leaving core files behind.
+            let _ = setrlimit(Resource::RLIMIT_CORE, 0, 0);
+            nix::unistd::getppid();
+            30
+        });
+        assert!(
+            matches!(status, WaitStatus::Signaled(_, Signal::SIGSYS, _)),
+            "{status:?}"
+        );
+    }
+
+    #[test]
+    fn installed_notify_filter_returns_a_listener() {
+        let f = compiled(json!({"defaultAction": "SCMP_ACT_ALLOW",
+            "flags": ["SECCOMP_FILTER_FLAG_TSYNC", "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"],
+            "listenerPath": "/run/listener.sock",
+            "syscalls": [{"names": ["getppid"], "action": "SCMP_ACT_NOTIFY"}]}));
+        exited_ok(run_filtered(&f, |listener| match listener {
+            Some(fd) if sys::is_valid_fd(sys::raw(fd.as_fd())) => 0,
+            _ => 41,
+        }));
+    }
 }
