@@ -16,6 +16,8 @@ mod v2;
 #[cfg(test)]
 mod devices_tests;
 #[cfg(test)]
+mod root_tests;
+#[cfg(test)]
 mod tests;
 
 use std::io;
