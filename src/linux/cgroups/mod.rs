@@ -2,15 +2,131 @@
 //! `linux.resources`, place processes, freeze, report, remove. Works on cgroup v2
 //! (unified), v1 and hybrid hosts (v1 controllers plus a v2 mount at
 //! `/sys/fs/cgroup/unified`).
+//!
+//! The cgroup path is the same in every hierarchy. Hierarchies moat cannot write
+//! (rootless) are remembered as skipped: that is only an error once resources for one of
+//! their controllers are requested.
+
+mod devices;
+mod files;
+mod layout;
+mod v1;
+mod v2;
+
+#[cfg(test)]
+mod devices_tests;
+#[cfg(test)]
+mod root_tests;
+#[cfg(test)]
+mod tests;
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::spec;
 
+use files::{collect_pids, create_in, read_file, remove_tree, write_file};
+pub use layout::{resolve_path, Layout};
+
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
+    #[error("{field}: write {value} to {}: {}", path.display(), errno(err))]
+    Write {
+        field: String,
+        value: String,
+        path: PathBuf,
+        err: io::Error,
+    },
+    #[error("{op} {}: {}", path.display(), errno(err))]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        err: io::Error,
+    },
+    #[error("{field}: {msg}")]
+    Invalid { field: String, msg: String },
+    #[error("{field}: cannot use the {controller} controller at {}: {reason}", path.display())]
+    Unavailable {
+        field: String,
+        controller: String,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("systemd not running on this host, cannot use systemd cgroups manager")]
+    SystemdNotRunning,
+    #[error(
+        "the systemd cgroups driver is not supported by moat yet; run without --systemd-cgroup"
+    )]
+    SystemdUnsupported,
+    #[error("cgroup {} is not empty: it already holds {count} process(es)", path.display())]
+    NotEmpty { path: PathBuf, count: usize },
     #[error("{0}")]
     Other(String),
+}
+
+impl CgroupError {
+    fn io(op: &'static str, path: impl Into<PathBuf>, err: io::Error) -> Self {
+        CgroupError::Io {
+            op,
+            path: path.into(),
+            err,
+        }
+    }
+
+    fn invalid(field: impl Into<String>, msg: impl Into<String>) -> Self {
+        CgroupError::Invalid {
+            field: field.into(),
+            msg: msg.into(),
+        }
+    }
+
+    /// An EACCES/EPERM/EROFS while creating: the hierarchy is not ours to write.
+    fn is_permission(&self) -> bool {
+        let e = match self {
+            CgroupError::Io { err, .. } | CgroupError::Write { err, .. } => err,
+            _ => return false,
+        };
+        matches!(
+            e.raw_os_error(),
+            Some(libc::EACCES | libc::EPERM | libc::EROFS)
+        )
+    }
+}
+
+/// The error text without std's " (os error N)" suffix: messages name the file and value
+/// already, and runc users grep for the bare strerror text.
+fn errno(e: &io::Error) -> String {
+    let s = e.to_string();
+    match s.rfind(" (os error ") {
+        Some(i) if s.ends_with(')') => s[..i].to_string(),
+        _ => s,
+    }
+}
+
+/// One mounted cgroup hierarchy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hierarchy {
+    pub mount: PathBuf,
+    /// v1: the mount's controllers (and `name=…`); v2: the root's `cgroup.controllers`.
+    pub controllers: Vec<String>,
+    pub v2: bool,
+}
+
+impl Hierarchy {
+    pub fn dir(&self, path: &str) -> PathBuf {
+        self.mount.join(path.trim_start_matches('/'))
+    }
+
+    fn has(&self, controller: &str) -> bool {
+        self.controllers.iter().any(|c| c == controller)
+    }
 }
 
 /// The container's cgroup as recorded in its state.
@@ -18,27 +134,192 @@ pub enum CgroupError {
 pub struct Cgroup {
     /// The cgroup path relative to each hierarchy's root, e.g. `/moat/<id>`.
     pub path: String,
+    /// Pure v2 host (else v1 or hybrid).
+    #[serde(default)]
+    pub unified: bool,
+    /// Hierarchies in which the cgroup exists.
+    #[serde(default)]
+    pub hierarchies: Vec<Hierarchy>,
+    /// Hierarchies moat could not write (rootless).
+    #[serde(default)]
+    pub skipped: Vec<Hierarchy>,
 }
 
 impl Cgroup {
     pub fn prepare(
-        _cgroups_path: Option<&str>,
-        _id: &str,
-        _systemd: bool,
+        cgroups_path: Option<&str>,
+        id: &str,
+        systemd: bool,
     ) -> Result<Cgroup, CgroupError> {
-        Ok(Cgroup::default())
+        if systemd {
+            return Err(if Path::new("/run/systemd/system").exists() {
+                CgroupError::SystemdUnsupported
+            } else {
+                CgroupError::SystemdNotRunning
+            });
+        }
+        let path = resolve_path(cgroups_path, id)?;
+        Self::create(Layout::detect()?, path)
     }
 
-    pub fn apply(&self, _res: &spec::Resources) -> Result<(), CgroupError> {
+    /// Creates `path` (already resolved) in every hierarchy of `layout`.
+    pub fn create(layout: Layout, path: String) -> Result<Cgroup, CgroupError> {
+        let mut cg = Cgroup {
+            path,
+            unified: layout.unified,
+            ..Default::default()
+        };
+        let mut denied = Vec::new();
+        for h in layout.hierarchies {
+            match create_in(&h, &cg.path) {
+                Ok(()) => cg.hierarchies.push(h),
+                Err(e) if e.is_permission() => {
+                    denied.push(e.to_string());
+                    cg.skipped.push(h);
+                }
+                Err(e) => {
+                    let _ = cg.remove();
+                    return Err(e);
+                }
+            }
+        }
+        if !denied.is_empty() {
+            crate::log::warn(&format!(
+                "cgroups: cannot write {} hierarchy(ies), so no limits can be set there: {}",
+                denied.len(),
+                denied.join("; ")
+            ));
+        }
+        // A cgroup that already holds processes belongs to someone else: limits, freeze
+        // and kill would hit them too.
+        let pids = cg.pids()?;
+        if !pids.is_empty() {
+            let dir = cg.hierarchies[0].dir(&cg.path);
+            return Err(CgroupError::NotEmpty {
+                path: dir,
+                count: pids.len(),
+            });
+        }
+        Ok(cg)
+    }
+
+    pub fn apply(&self, res: &spec::Resources) -> Result<(), CgroupError> {
+        if self.unified {
+            v2::apply(self, res)
+        } else {
+            v1::apply(self, res)
+        }
+    }
+
+    /// The directory that holds `controller`'s files, or why there is none. Only asked
+    /// when the spec requests something from that controller.
+    fn dir_for(&self, controller: &str, field: &str) -> Result<(PathBuf, bool), CgroupError> {
+        let unavailable = |path: PathBuf, reason: &str| CgroupError::Unavailable {
+            field: field.into(),
+            controller: controller.into(),
+            path,
+            reason: reason.into(),
+        };
+        // v1 first: on hybrid hosts the unified mount only holds what v1 left over.
+        for want_v2 in [false, true] {
+            let pick = |h: &&Hierarchy| {
+                h.v2 == want_v2 && ((want_v2 && self.unified) || h.has(controller))
+            };
+            if let Some(h) = self.hierarchies.iter().find(pick) {
+                return Ok((h.dir(&self.path), h.v2));
+            }
+            if let Some(h) = self.skipped.iter().find(pick) {
+                let why = "the hierarchy is not writable by this user (rootless?)";
+                return Err(unavailable(h.dir(&self.path), why));
+            }
+        }
+        Err(unavailable(
+            PathBuf::from(CGROUP_ROOT),
+            "no hierarchy on this host provides it",
+        ))
+    }
+
+    /// The v2 directory on a hybrid or pure v2 host, if moat could create it.
+    fn v2_dir(&self) -> Option<PathBuf> {
+        self.hierarchies
+            .iter()
+            .find(|h| h.v2)
+            .map(|h| h.dir(&self.path))
+    }
+
+    pub fn add_pid(&self, pid: libc::pid_t) -> Result<(), CgroupError> {
+        for h in &self.hierarchies {
+            write_file(&h.dir(&self.path), "cgroup.procs", &pid.to_string(), "pid")?;
+        }
         Ok(())
     }
 
-    pub fn add_pid(&self, _pid: libc::pid_t) -> Result<(), CgroupError> {
-        Ok(())
+    /// An `O_PATH` fd of the v2 cgroup directory for `clone3(CLONE_INTO_CGROUP)`, on pure
+    /// v2 hosts only (on hybrid hosts the v1 hierarchies need `add_pid` anyway).
+    pub fn dir_fd_v2(&self) -> Option<OwnedFd> {
+        if !self.unified {
+            return None;
+        }
+        let dir = self.v2_dir()?;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(dir)
+            .ok()
+            .map(OwnedFd::from)
     }
 
+    /// Removes the cgroup (and any sub-cgroups the container made) in every hierarchy.
+    /// Shared parents such as `/moat` stay. EBUSY is retried for up to ~50ms, the time
+    /// exiting processes take to leave.
     pub fn remove(&self) -> Result<(), CgroupError> {
-        Ok(())
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let mut first = None;
+        for h in &self.hierarchies {
+            if let Err(e) = remove_tree(&h.dir(&self.path), deadline) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Every process in the cgroup and its descendants.
+    pub fn pids(&self) -> Result<Vec<i32>, CgroupError> {
+        let pref = ["pids", "freezer", "memory", "cpu"];
+        let h = pref
+            .iter()
+            .find_map(|c| self.hierarchies.iter().find(|h| !h.v2 && h.has(c)))
+            .or_else(|| self.hierarchies.iter().find(|h| self.unified || !h.v2))
+            .or(self.hierarchies.first());
+        let mut out = Vec::new();
+        if let Some(h) = h {
+            collect_pids(&h.dir(&self.path), &mut out)?;
+        }
+        Ok(out)
+    }
+
+    pub fn freeze(&self) -> Result<(), CgroupError> {
+        match self.freezer()? {
+            (dir, false) => v1::freeze(&dir),
+            (dir, true) => v2::freeze(&dir),
+        }
+    }
+
+    pub fn thaw(&self) -> Result<(), CgroupError> {
+        match self.freezer()? {
+            (dir, false) => write_file(&dir, "freezer.state", "THAWED", "thaw"),
+            (dir, true) => write_file(&dir, "cgroup.freeze", "0", "thaw"),
+        }
+    }
+
+    /// v1 freezer if mounted, else the v2 core freezer (also present on hybrid hosts).
+    fn freezer(&self) -> Result<(PathBuf, bool), CgroupError> {
+        self.dir_for("freezer", "freezer").or_else(|e| {
+            self.v2_dir()
+                .filter(|d| d.join("cgroup.freeze").exists())
+                .map(|d| (d, true))
+                .ok_or(e)
+        })
     }
 }
 
@@ -46,27 +327,34 @@ impl Cgroup {
     /// True when the cgroup's freezer reports it frozen (v1 `freezer.state` FROZEN,
     /// v2 `cgroup.freeze` 1).
     pub fn is_frozen(&self) -> bool {
-        false
+        match self.freezer() {
+            Ok((dir, false)) => {
+                read_file(&dir, "freezer.state").is_ok_and(|s| s.trim() == "FROZEN")
+            }
+            Ok((dir, true)) => read_file(&dir, "cgroup.freeze").is_ok_and(|s| s.trim() == "1"),
+            Err(_) => false,
+        }
     }
 }
 
 impl Cgroup {
-    /// What the container's `/sys/fs/cgroup` shows: one entry per hierarchy.
+    /// What the container's `/sys/fs/cgroup` shows: its own directory of each hierarchy,
+    /// named as on the host (`cpu,cpuacct`, `unified`, …); one unnamed entry on pure v2.
     pub fn mount_sources(&self) -> Vec<crate::linux::rootfs::CgroupMount> {
-        Vec::new()
-    }
-
-    pub fn dir_fd_v2(&self) -> Option<std::os::fd::OwnedFd> {
-        None
-    }
-}
-
-impl Cgroup {
-    pub fn pids(&self) -> Result<Vec<i32>, CgroupError> {
-        Ok(Vec::new())
-    }
-
-    pub fn thaw(&self) -> Result<(), CgroupError> {
-        Ok(())
+        self.hierarchies
+            .iter()
+            .map(|h| crate::linux::rootfs::CgroupMount {
+                name: if self.unified {
+                    String::new()
+                } else {
+                    h.mount
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                },
+                host_dir: h.dir(&self.path),
+                v2: h.v2,
+            })
+            .collect()
     }
 }

@@ -1,0 +1,168 @@
+//! Where the hierarchies are: detection from statfs and /proc/self/mountinfo, and the
+//! container's path below each hierarchy root.
+
+use std::path::{Path, PathBuf};
+
+use super::{CgroupError, Hierarchy, CGROUP_ROOT};
+
+/// The host's cgroup mounts; injectable so tests can point at a fake tree.
+#[derive(Debug, Clone, Default)]
+pub struct Layout {
+    /// Pure cgroup v2: one hierarchy, v2 semantics for everything.
+    pub unified: bool,
+    pub hierarchies: Vec<Hierarchy>,
+}
+
+impl Layout {
+    pub fn detect() -> Result<Layout, CgroupError> {
+        let root = Path::new(CGROUP_ROOT);
+        let is_v2 = nix::sys::statfs::statfs(root)
+            .map(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+            .unwrap_or(false);
+        if is_v2 {
+            return Ok(Layout {
+                unified: true,
+                hierarchies: vec![v2_hierarchy(root.into())],
+            });
+        }
+        let text = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| CgroupError::io("read", "/proc/self/mountinfo", e))?;
+        let mut hierarchies = parse_mountinfo(&text);
+        for h in hierarchies.iter_mut().filter(|h| h.v2) {
+            *h = v2_hierarchy(std::mem::take(&mut h.mount));
+        }
+        Ok(Layout {
+            unified: false,
+            hierarchies,
+        })
+    }
+}
+
+fn v2_hierarchy(mount: PathBuf) -> Hierarchy {
+    let controllers = std::fs::read_to_string(mount.join("cgroup.controllers"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    Hierarchy {
+        mount,
+        controllers,
+        v2: true,
+    }
+}
+
+/// Decodes the octal escapes (`\040` for space) mountinfo uses in paths.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match oct {
+            Some(d) if b[i] == b'\\' => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            _ => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// v1 hierarchies (each once, however often it is mounted) followed by the first v2
+/// mount. Only mounts of a hierarchy's root are used: a bind mount of a sub-cgroup
+/// would put `/moat/<id>` somewhere unexpected.
+pub fn parse_mountinfo(text: &str) -> Vec<Hierarchy> {
+    const NOT_CONTROLLERS: [&str; 7] = [
+        "rw",
+        "ro",
+        "clone_children",
+        "noprefix",
+        "xattr",
+        "cpuset_v2_mode",
+        "favordynmods",
+    ];
+    let mut seen = Vec::new();
+    let mut v1 = Vec::new();
+    let mut v2 = None;
+    for line in text.lines() {
+        let Some((pre, post)) = line.split_once(" - ") else {
+            continue;
+        };
+        let pre: Vec<&str> = pre.split(' ').collect();
+        let post: Vec<&str> = post.split(' ').collect();
+        if pre.len() < 5 || post.len() < 3 || pre[3] != "/" {
+            continue;
+        }
+        let mount = PathBuf::from(unescape(pre[4]));
+        match post[0] {
+            "cgroup" if !seen.contains(&pre[2]) => {
+                seen.push(pre[2]);
+                let controllers = post[2]
+                    .split(',')
+                    .filter(|o| !NOT_CONTROLLERS.contains(o) && !o.starts_with("release_agent="))
+                    .map(String::from)
+                    .collect();
+                v1.push(Hierarchy {
+                    mount,
+                    controllers,
+                    v2: false,
+                });
+            }
+            "cgroup2" if v2.is_none() => {
+                v2 = Some(Hierarchy {
+                    mount,
+                    controllers: Vec::new(),
+                    v2: true,
+                })
+            }
+            _ => {}
+        }
+    }
+    v1.extend(v2);
+    v1
+}
+
+/// `linux.cgroupsPath` → the path below each hierarchy root: none → `/moat/<id>`,
+/// relative → `/moat/<relative>`, absolute → as given.
+pub fn resolve_path(cgroups_path: Option<&str>, id: &str) -> Result<String, CgroupError> {
+    let raw = match cgroups_path.filter(|p| !p.is_empty()) {
+        Some(p) if p.starts_with('/') => p.to_string(),
+        Some(p) => format!("/moat/{p}"),
+        None if id.is_empty() || id.contains('/') => {
+            return Err(CgroupError::invalid(
+                "id",
+                format!("{id:?} cannot name a cgroup"),
+            ))
+        }
+        None => format!("/moat/{id}"),
+    };
+    let mut out = String::new();
+    for c in raw.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                return Err(CgroupError::invalid(
+                    "linux.cgroupsPath",
+                    format!("{raw:?} must not contain \"..\""),
+                ))
+            }
+            c => {
+                out.push('/');
+                out.push_str(c);
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(CgroupError::invalid(
+            "linux.cgroupsPath",
+            "must not be the root cgroup",
+        ));
+    }
+    Ok(out)
+}
