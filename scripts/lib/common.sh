@@ -75,7 +75,7 @@ cap() {
 	local errf
 	errf=$(mktemp)
 	RC=0
-	OUT=$(timeout -k 5 "${CMD_TIMEOUT:-60}" "$@" 2>"$errf") || RC=$?
+	OUT=$(timeout -k 5 "${CMD_TIMEOUT:-60}" "$@" </dev/null 2>"$errf") || RC=$?
 	ERR=$(<"$errf")
 	rm -f "$errf"
 }
