@@ -303,6 +303,18 @@ class Bench:
         rt.spawn(["/bin/true"]).wait()
         wrapped = time.perf_counter_ns() - t0
         self.record(it, "wrapper_ms", rt, (wrapped - plain) / 1e6)
+        if "concurrent" in self.job["tests"]:
+            # The same for N spawned at once, as in a concurrent phase.
+            n = self.job["concurrency"]
+            t0 = time.perf_counter_ns()
+            for p in [subprocess.Popen(["/bin/true"], stdin=subprocess.DEVNULL) for _ in range(n)]:
+                p.wait()
+            plain = time.perf_counter_ns() - t0
+            t0 = time.perf_counter_ns()
+            for p in [rt.spawn(["/bin/true"]) for _ in range(n)]:
+                p.wait()
+            wrapped = time.perf_counter_ns() - t0
+            self.record(it, f"wrapper{n}_ms", rt, (wrapped - plain) / 1e6)
 
     def rss_floor(self):
         """Peak RSS that GNU time reports for /bin/true: the floor of create_rss_kb."""
@@ -360,18 +372,24 @@ class Bench:
     def report(self):
         # The wrapper's median cost is subtracted once per runtime call the metric spans.
         n = self.job["concurrency"]
-        calls = {"cycle_ms": 3, "create_ms": 1, "start_ms": 1, "delete_ms": 1, "run_ms": 1,
-                 "exec_ms": 1, f"concurrent{n}_total_ms": 3, f"concurrent{n}_create_ms": 1,
-                 f"concurrent{n}_start_ms": 1, f"concurrent{n}_delete_ms": 1}
+        # metric -> (wrapper metric, how many times its cost is in one sample)
+        calls = {"cycle_ms": ("wrapper_ms", 3), "create_ms": ("wrapper_ms", 1),
+                 "start_ms": ("wrapper_ms", 1), "delete_ms": ("wrapper_ms", 1),
+                 "run_ms": ("wrapper_ms", 1), "exec_ms": ("wrapper_ms", 1),
+                 f"concurrent{n}_total_ms": (f"wrapper{n}_ms", 3),
+                 f"concurrent{n}_create_ms": (f"wrapper{n}_ms", 1),
+                 f"concurrent{n}_start_ms": (f"wrapper{n}_ms", 1),
+                 f"concurrent{n}_delete_ms": (f"wrapper{n}_ms", 1)}
         wcost = {}
-        for r in self.runtimes:
-            ws = [v for m, name, _, v in self.samples if m == "wrapper_ms" and name == r.name]
-            if ws:
-                wcost[r.name] = max(0.0, statistics.median(ws))
+        for metric, name, _, v in self.samples:
+            if metric.startswith("wrapper"):
+                wcost.setdefault((metric, name), []).append(v)
+        wcost = {k: max(0.0, statistics.median(v)) for k, v in wcost.items()}
         self.adjusted = []
         by = {}
         for metric, name, it, v in self.samples:
-            adj = v - calls.get(metric, 0) * wcost.get(name, 0.0) if metric != "wrapper_ms" else v
+            wm, k = calls.get(metric, ("", 0))
+            adj = v - k * wcost.get((wm, name), 0.0)
             self.adjusted.append((metric, name, it, v, adj))
             by.setdefault(metric, {}).setdefault(name, []).append(adj)
         names = [r.name for r in self.runtimes]
@@ -379,7 +397,7 @@ class Bench:
         order = ["cycle_ms", "create_ms", "start_ms", "wait_ms", "delete_ms", "run_ms",
                  "exec_ms", "create_rss_kb", f"concurrent{n}_total_ms", f"concurrent{n}_create_ms",
                  f"concurrent{n}_start_ms", f"concurrent{n}_wait_ms", f"concurrent{n}_delete_ms",
-                 "wrapper_ms"]
+                 "wrapper_ms", f"wrapper{n}_ms"]
         metrics = [m for m in order if m in by] + sorted(m for m in by if m not in order)
         stats = {}
         for m in metrics:
@@ -417,12 +435,17 @@ class Bench:
         iters = self.job["iterations"]
         print(f"{iters} iterations (+{self.job['warmup']} warm-up), interleaved; ms = wall time of the "
               f"runtime call(s); ratio = median / median of {ref}.")
-        print(f"create_rss_kb = peak RSS of `create` under GNU time; its floor "
-              f"(time + /bin/true) is {self.rss_floor_kb:.0f} KB.")
-        for name, w in wcost.items():
+        if "create_rss_kb" in by:
+            print(f"create_rss_kb = peak RSS of `create` under GNU time; its floor "
+                  f"(time + /bin/true) is {self.rss_floor_kb:.0f} KB.")
+        conc = self.job["concurrency"]
+        for (wm, name), w in sorted(wcost.items()):
+            if wm != "wrapper_ms":
+                continue
             print(f"{name}: every call runs in a private mount namespace with cgroup2 hidden "
                   f"({self.job.get('cgroup2_wrapper', 'ns')} wrapper); the wrapper's own cost on /bin/true "
-                  f"(wrapper_ms, median {w:.2f} ms) is subtracted once per runtime call (cycle: 3).")
+                  f"(wrapper_ms, median {w:.2f} ms) is subtracted once per runtime call (cycle: 3); "
+                  f"for concurrent phases, that of {conc} wrappers at once (wrapper{conc}_ms).")
         for r in self.runtimes:
             if r.failures:
                 print(f"**{r.name}: {r.failures} failed measurement(s)** (see stderr)")
