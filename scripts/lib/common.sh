@@ -100,14 +100,26 @@ remove_tree() {
 	rm -rf --one-file-system -- "$1" || log "warning: could not remove $1"
 }
 
-# rmdir_cgroup REL -- remove the cgroup REL (e.g. /moat-e2e-123) from every
-# hierarchy (v1 controllers and the v2 tree), leaves first. Only empty ones go.
+# rmdir_cgroup REL [WAIT_S] -- remove the cgroup REL (e.g. /moat-e2e-123) from every
+# hierarchy (v1 controllers and the v2 tree), leaves first. Only empty cgroups can
+# go; processes still exiting (a conmon after `rm -f`) are waited for up to WAIT_S
+# seconds (default 10).
 rmdir_cgroup() {
-	local rel=${1#/} h
+	local rel=${1#/} deadline=$((SECONDS + ${2:-10})) h left
 	[[ -n $rel ]] || return 0
-	for h in /sys/fs/cgroup /sys/fs/cgroup/*/; do
-		[[ -d ${h%/}/$rel ]] || continue
-		find "${h%/}/$rel" -depth -type d -exec rmdir {} + 2>/dev/null || true
+	while :; do
+		left=0
+		for h in /sys/fs/cgroup /sys/fs/cgroup/*/; do
+			[[ -d ${h%/}/$rel ]] || continue
+			find "${h%/}/$rel" -depth -type d -exec rmdir {} + 2>/dev/null || true
+			[[ -d ${h%/}/$rel ]] && left=1
+		done
+		((left)) || return 0
+		if ((SECONDS >= deadline)); then
+			log "warning: cgroup $rel still busy, left in place"
+			return 0
+		fi
+		sleep 0.2
 	done
 }
 
