@@ -1,0 +1,489 @@
+#!/usr/bin/env python3
+"""Benchmark driver behind scripts/bench (see that script for usage).
+
+Reads a JSON job description (argv[1]) and measures, interleaved across the
+runtimes (A B C A B C ...), on one busybox bundle running /bin/true:
+
+  cycle       create -> start -> wait for exit -> delete (each phase recorded)
+  run         foreground `run` of /bin/true
+  rss         peak RSS of the `create` process, via GNU time (see below)
+  exec        foreground `exec` of /bin/true into one running container
+  concurrent  N containers created concurrently, then started, waited, deleted
+
+Waiting for exit: the driver is a child subreaper (like conmon and the
+containerd shim), so the container init is re-parented to it once `create`
+returns and is waited for directly; if it is not our child (a runtime that
+keeps a monitor), the pid from --pid-file is polled until gone or a zombie.
+
+Peak RSS: ru_maxrss of a process includes the memory of whatever it exec'd
+from, so a runtime spawned straight from Python would report Python's size.
+GNU time forks from a ~1 MB process; its floor is measured on /bin/true and
+reported.
+
+Runtimes with hide_cgroup2 (crun on a hybrid-cgroup host) run every call in a
+private mount namespace with /sys/fs/cgroup/unified unmounted, done in the
+forked child before exec ("ns" mode) or by scripts/lib/crun-hybrid ("shell").
+That wrapper's own cost is measured on /bin/true and subtracted per call.
+"""
+
+import csv
+import ctypes
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CLONE_NEWNS = 0x00020000
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+PR_SET_CHILD_SUBREAPER = 36
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def note(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def hide_cgroup2():
+    """preexec_fn: private mount namespace without the cgroup2 mount."""
+    if libc.unshare(CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "make / rprivate")
+    libc.umount2(b"/sys/fs/cgroup/unified", MNT_DETACH)
+
+
+class Failure(Exception):
+    pass
+
+
+class Runtime:
+    def __init__(self, idx, spec, job):
+        self.idx = idx
+        self.name = spec["name"]
+        self.path = spec["path"]
+        self.hide = spec.get("hide_cgroup2", False)
+        self.mode = job.get("cgroup2_wrapper", "ns")
+        self.root = os.path.join(job["workdir"], "roots", f"{idx}-{self.name}")
+        os.makedirs(self.root, exist_ok=True)
+        self.wrapper_shell = job["crun_hybrid"]
+        self.errf = tempfile.TemporaryFile(dir=job["workdir"])
+        self.failures = 0
+
+    def cmd(self, *args):
+        return [self.path, "--root", self.root, *args]
+
+    def spawn(self, argv, **kw):
+        """Popen argv with this runtime's wrapping; argv[0] is the program the
+        wrapper finally execs (the runtime, GNU time, or /bin/true)."""
+        kw.setdefault("stdin", subprocess.DEVNULL)
+        kw.setdefault("stdout", subprocess.DEVNULL)
+        if self.hide and self.mode == "ns":
+            kw["preexec_fn"] = hide_cgroup2
+        elif self.hide and self.mode == "shell":
+            kw["env"] = dict(os.environ, CRUN=argv[0])
+            argv = [self.wrapper_shell] + list(argv[1:])
+        return subprocess.Popen(argv, **kw)
+
+    def call(self, *args, check=True):
+        """Run one runtime command; returns elapsed ns. stderr kept for errors."""
+        self.errf.seek(0)
+        self.errf.truncate()
+        t0 = time.perf_counter_ns()
+        p = self.spawn(self.cmd(*args), stderr=self.errf)
+        rc = p.wait()
+        dt = time.perf_counter_ns() - t0
+        if check and rc != 0:
+            self.errf.seek(0)
+            err = self.errf.read().decode(errors="replace").strip()
+            raise Failure(f"{self.name} {' '.join(args)}: exit {rc}: {err[-500:]}")
+        return dt
+
+
+def wait_exit(pid, timeout=30):
+    """Wait for pid to exit: waitpid if it is our child, else poll /proc."""
+    try:
+        os.waitpid(pid, 0)
+        return
+    except ChildProcessError:
+        pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.0005)
+    raise Failure(f"pid {pid} still running after {timeout}s")
+
+
+def reap_orphans():
+    """Collect zombies re-parented to us (only called with no Popen in flight)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def read_pid(path):
+    with open(path) as f:
+        return int(f.read().strip())
+
+
+class Bench:
+    def __init__(self, job):
+        self.job = job
+        self.work = job["workdir"]
+        self.bundle = job["bundle"]
+        self.sleep_bundle = job["sleep_bundle"]
+        self.runtimes = [Runtime(i, s, job) for i, s in enumerate(job["runtimes"])]
+        self.samples = []  # (metric, runtime, iteration, value)
+        self.seq = 0
+        self.exec_ids = {}
+        self.rss_floor_kb = None
+
+    def cid(self, rt, kind):
+        self.seq += 1
+        return f"mb{os.getpid()}-{rt.idx}-{kind}-{self.seq}"
+
+    def record(self, it, metric, rt, value):
+        if it >= 0:
+            self.samples.append((metric, rt.name, it, value))
+
+    # --- one measurement each -------------------------------------------------
+    def cycle(self, rt, it):
+        cid = self.cid(rt, "c")
+        pidf = os.path.join(self.work, f"{cid}.pid")
+        created = False
+        try:
+            t_create = rt.call("create", "--bundle", self.bundle, "--pid-file", pidf, cid)
+            created = True
+            pid = read_pid(pidf)
+            t_start = rt.call("start", cid)
+            t0 = time.perf_counter_ns()
+            wait_exit(pid)
+            t_wait = time.perf_counter_ns() - t0
+            t_delete = rt.call("delete", cid)
+            created = False
+        finally:
+            if created:
+                rt.call("delete", "--force", cid, check=False)
+            if os.path.exists(pidf):
+                os.unlink(pidf)
+            reap_orphans()
+        self.record(it, "create_ms", rt, t_create / 1e6)
+        self.record(it, "start_ms", rt, t_start / 1e6)
+        self.record(it, "wait_ms", rt, t_wait / 1e6)
+        self.record(it, "delete_ms", rt, t_delete / 1e6)
+        self.record(it, "cycle_ms", rt, (t_create + t_start + t_wait + t_delete) / 1e6)
+
+    def run(self, rt, it):
+        cid = self.cid(rt, "r")
+        try:
+            t = rt.call("run", "--bundle", self.bundle, cid)
+        finally:
+            reap_orphans()
+        self.record(it, "run_ms", rt, t / 1e6)
+
+    def timed_maxrss_kb(self, rt, argv):
+        """Peak RSS (KB) of argv run under GNU time, inside the runtime's wrapping."""
+        out = os.path.join(self.work, "rss.txt")
+        rt.errf.seek(0)
+        rt.errf.truncate()
+        rc = rt.spawn([self.job["gnu_time"], "-f", "%M", "-o", out] + argv, stderr=rt.errf).wait()
+        if rc != 0:
+            rt.errf.seek(0)
+            raise Failure(f"{rt.name} (under time) {' '.join(argv[1:])}: exit {rc}: "
+                          f"{rt.errf.read().decode(errors='replace')[-500:]}")
+        with open(out) as f:
+            return int(f.read().strip().splitlines()[-1])
+
+    def rss(self, rt, it):
+        cid = self.cid(rt, "m")
+        pidf = os.path.join(self.work, f"{cid}.pid")
+        created = False
+        try:
+            kb = self.timed_maxrss_kb(rt, rt.cmd("create", "--bundle", self.bundle, "--pid-file", pidf, cid))
+            created = True
+            pid = read_pid(pidf)
+            rt.call("start", cid)
+            wait_exit(pid)
+            rt.call("delete", cid)
+            created = False
+        finally:
+            if created:
+                rt.call("delete", "--force", cid, check=False)
+            if os.path.exists(pidf):
+                os.unlink(pidf)
+            reap_orphans()
+        self.record(it, "create_rss_kb", rt, kb)
+
+    def exec_setup(self, rt):
+        cid = self.cid(rt, "x")
+        rt.call("create", "--bundle", self.sleep_bundle, cid)
+        self.exec_ids[rt.name] = cid
+        rt.call("start", cid)
+
+    def exec_(self, rt, it):
+        cid = self.exec_ids[rt.name]
+        t = rt.call("exec", cid, "/bin/true")
+        reap_orphans()
+        self.record(it, "exec_ms", rt, t / 1e6)
+
+    def concurrent(self, rt, it):
+        n = self.job["concurrency"]
+        ids = [self.cid(rt, "p") for _ in range(n)]
+        pidfs = [os.path.join(self.work, f"{c}.pid") for c in ids]
+        live = []
+
+        def phase(argvs):
+            # stderr to files, not pipes: a created container's init inherits
+            # create's stdio and would hold a pipe open until it exits.
+            errfs = [tempfile.TemporaryFile(dir=self.work) for _ in argvs]
+            t0 = time.perf_counter_ns()
+            procs = [rt.spawn(a, stderr=ef) for a, ef in zip(argvs, errfs)]
+            rcs = [p.wait() for p in procs]
+            dt = time.perf_counter_ns() - t0
+            errs = []
+            for rc, a, ef in zip(rcs, argvs, errfs):
+                if rc != 0:
+                    ef.seek(0)
+                    errs.append(f"{' '.join(a[3:])}: exit {rc}: {ef.read().decode(errors='replace')[-300:]}")
+                ef.close()
+            if errs:
+                raise Failure(f"{rt.name} concurrent: {len(errs)} failed, first: {errs[0]}")
+            return dt
+
+        t0 = time.perf_counter_ns()
+        try:
+            t_create = phase([rt.cmd("create", "--bundle", self.bundle, "--pid-file", pf, c)
+                              for c, pf in zip(ids, pidfs)])
+            live = list(ids)
+            pids = [read_pid(pf) for pf in pidfs]
+            t_start = phase([rt.cmd("start", c) for c in ids])
+            tw = time.perf_counter_ns()
+            for pid in pids:
+                wait_exit(pid)
+            t_wait = time.perf_counter_ns() - tw
+            t_delete = phase([rt.cmd("delete", c) for c in ids])
+            live = []
+            total = time.perf_counter_ns() - t0
+        finally:
+            for c in live:
+                rt.call("delete", "--force", c, check=False)
+            for pf in pidfs:
+                if os.path.exists(pf):
+                    os.unlink(pf)
+            reap_orphans()
+        self.record(it, f"concurrent{n}_total_ms", rt, total / 1e6)
+        self.record(it, f"concurrent{n}_create_ms", rt, t_create / 1e6)
+        self.record(it, f"concurrent{n}_start_ms", rt, t_start / 1e6)
+        self.record(it, f"concurrent{n}_wait_ms", rt, t_wait / 1e6)
+        self.record(it, f"concurrent{n}_delete_ms", rt, t_delete / 1e6)
+
+    # --- calibration ------------------------------------------------------------
+    def wrapper(self, rt, it):
+        """One sample of the wrapper's own cost: wrapped minus plain /bin/true."""
+        t0 = time.perf_counter_ns()
+        subprocess.Popen(["/bin/true"], stdin=subprocess.DEVNULL).wait()
+        plain = time.perf_counter_ns() - t0
+        t0 = time.perf_counter_ns()
+        rt.spawn(["/bin/true"]).wait()
+        wrapped = time.perf_counter_ns() - t0
+        self.record(it, "wrapper_ms", rt, (wrapped - plain) / 1e6)
+        if "concurrent" in self.job["tests"]:
+            # The same for N spawned at once, as in a concurrent phase.
+            n = self.job["concurrency"]
+            t0 = time.perf_counter_ns()
+            for p in [subprocess.Popen(["/bin/true"], stdin=subprocess.DEVNULL) for _ in range(n)]:
+                p.wait()
+            plain = time.perf_counter_ns() - t0
+            t0 = time.perf_counter_ns()
+            for p in [rt.spawn(["/bin/true"]) for _ in range(n)]:
+                p.wait()
+            wrapped = time.perf_counter_ns() - t0
+            self.record(it, f"wrapper{n}_ms", rt, (wrapped - plain) / 1e6)
+
+    def rss_floor(self):
+        """Peak RSS that GNU time reports for /bin/true: the floor of create_rss_kb."""
+        out = os.path.join(self.work, "rss.txt")
+        floors = []
+        for _ in range(5):
+            subprocess.run([self.job["gnu_time"], "-f", "%M", "-o", out, "/bin/true"], check=True)
+            with open(out) as f:
+                floors.append(int(f.read().strip().splitlines()[-1]))
+        self.rss_floor_kb = statistics.median(floors)
+
+    # --- main loop --------------------------------------------------------------
+    def main(self):
+        tests = self.job["tests"]
+        iters, warm = self.job["iterations"], self.job["warmup"]
+        self.rss_floor()
+        if "exec" in tests:
+            for rt in self.runtimes:
+                try:
+                    self.exec_setup(rt)
+                except Failure as e:
+                    note(f"FAILED exec setup: {e}")
+                    rt.failures += 1
+        plan = [t for t in ("cycle", "run", "rss", "exec", "concurrent") if t in tests]
+        if any(r.hide for r in self.runtimes):
+            plan.append("wrapper")
+        t_begin = time.monotonic()
+        for it in range(-warm, iters):
+            for test in plan:
+                for rt in self.runtimes:           # A B C, A B C, ...
+                    if test == "exec" and rt.name not in self.exec_ids:
+                        continue
+                    if test == "wrapper" and not rt.hide:
+                        continue
+                    try:
+                        getattr(self, "exec_" if test == "exec" else test)(rt, it)
+                    except Failure as e:
+                        rt.failures += 1
+                        note(f"FAILED {test} iteration {it}: {e}")
+            if it >= 0 and (it + 1) % 10 == 0:
+                note(f"{it + 1}/{iters} iterations, {time.monotonic() - t_begin:.0f}s")
+        self.teardown()
+        self.report()
+        return 1 if any(r.failures for r in self.runtimes) else 0
+
+    def teardown(self):
+        for rt in self.runtimes:
+            cid = self.exec_ids.get(rt.name)
+            if cid:
+                rt.call("kill", cid, "KILL", check=False)
+                rt.call("delete", "--force", cid, check=False)
+        reap_orphans()
+
+    # --- output -------------------------------------------------------------------
+    def report(self):
+        # The wrapper's median cost is subtracted once per runtime call the metric spans.
+        n = self.job["concurrency"]
+        # metric -> (wrapper metric, how many times its cost is in one sample)
+        calls = {"cycle_ms": ("wrapper_ms", 3), "create_ms": ("wrapper_ms", 1),
+                 "start_ms": ("wrapper_ms", 1), "delete_ms": ("wrapper_ms", 1),
+                 "run_ms": ("wrapper_ms", 1), "exec_ms": ("wrapper_ms", 1),
+                 f"concurrent{n}_total_ms": (f"wrapper{n}_ms", 3),
+                 f"concurrent{n}_create_ms": (f"wrapper{n}_ms", 1),
+                 f"concurrent{n}_start_ms": (f"wrapper{n}_ms", 1),
+                 f"concurrent{n}_delete_ms": (f"wrapper{n}_ms", 1)}
+        wcost = {}
+        for metric, name, _, v in self.samples:
+            if metric.startswith("wrapper"):
+                wcost.setdefault((metric, name), []).append(v)
+        wcost = {k: max(0.0, statistics.median(v)) for k, v in wcost.items()}
+        self.adjusted = []
+        by = {}
+        for metric, name, it, v in self.samples:
+            wm, k = calls.get(metric, ("", 0))
+            adj = v - k * wcost.get((wm, name), 0.0)
+            self.adjusted.append((metric, name, it, v, adj))
+            by.setdefault(metric, {}).setdefault(name, []).append(adj)
+        names = [r.name for r in self.runtimes]
+        ref = self.job["reference"] if self.job["reference"] in names else names[0]
+        order = ["cycle_ms", "create_ms", "start_ms", "wait_ms", "delete_ms", "run_ms",
+                 "exec_ms", "create_rss_kb", f"concurrent{n}_total_ms", f"concurrent{n}_create_ms",
+                 f"concurrent{n}_start_ms", f"concurrent{n}_wait_ms", f"concurrent{n}_delete_ms",
+                 "wrapper_ms", f"wrapper{n}_ms"]
+        metrics = [m for m in order if m in by] + sorted(m for m in by if m not in order)
+        stats = {}
+        for m in metrics:
+            for n in names:
+                vals = by[m].get(n)
+                if vals:
+                    stats[(m, n)] = (statistics.median(vals), min(vals), max(vals), len(vals))
+
+        def fmt(x):
+            return f"{x:.0f}" if abs(x) >= 100 else f"{x:.2f}" if abs(x) < 10 else f"{x:.1f}"
+
+        others = [n for n in names if n != ref]
+        head = ["metric"] + [f"{n} median [min–max]" for n in names] + [f"{n}/{ref}" for n in others]
+        print()
+        print("| " + " | ".join(head) + " |")
+        print("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
+        rows = []
+        for m in metrics:
+            cells = [m]
+            for n in names:
+                s = stats.get((m, n))
+                cells.append(f"{fmt(s[0])} [{fmt(s[1])}–{fmt(s[2])}]" if s else "—")
+            for n in others:
+                a, b = stats.get((m, n)), stats.get((m, ref))
+                cells.append(f"{a[0] / b[0]:.2f}" if a and b and b[0] > 0 else "—")
+            print("| " + " | ".join(cells) + " |")
+            for n in names:
+                s = stats.get((m, n))
+                if s:
+                    b = stats.get((m, ref))
+                    ratio = s[0] / b[0] if b and b[0] > 0 else ""
+                    rows.append([m, n, s[3], f"{s[0]:.4f}", f"{s[1]:.4f}", f"{s[2]:.4f}",
+                                 f"{ratio:.4f}" if ratio != "" else "", ref])
+        print()
+        iters = self.job["iterations"]
+        print(f"{iters} iterations (+{self.job['warmup']} warm-up), interleaved; ms = wall time of the "
+              f"runtime call(s); ratio = median / median of {ref}.")
+        if "create_rss_kb" in by:
+            print(f"create_rss_kb = peak RSS of `create` under GNU time; its floor "
+                  f"(time + /bin/true) is {self.rss_floor_kb:.0f} KB.")
+        conc = self.job["concurrency"]
+        for (wm, name), w in sorted(wcost.items()):
+            if wm != "wrapper_ms":
+                continue
+            print(f"{name}: every call runs in a private mount namespace with cgroup2 hidden "
+                  f"({self.job.get('cgroup2_wrapper', 'ns')} wrapper); the wrapper's own cost on /bin/true "
+                  f"(wrapper_ms, median {w:.2f} ms) is subtracted once per runtime call (cycle: 3); "
+                  f"for concurrent phases, that of {conc} wrappers at once (wrapper{conc}_ms).")
+        for r in self.runtimes:
+            if r.failures:
+                print(f"**{r.name}: {r.failures} failed measurement(s)** (see stderr)")
+        if self.job.get("csv"):
+            with open(self.job["csv"], "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["metric", "runtime", "n", "median", "min", "max", "ratio", "reference"])
+                w.writerows(rows)
+        if self.job.get("raw"):
+            with open(self.job["raw"], "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["metric", "runtime", "iteration", "value", "adjusted"])
+                w.writerows(self.adjusted)
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        job = json.load(f)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        note("warning: could not become a child subreaper; polling pids instead")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    bench = Bench(job)
+    try:
+        return bench.main()
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        # Whatever is left in the runtime roots (interrupt, failure) goes.
+        for rt in bench.runtimes:
+            try:
+                p = rt.spawn(rt.cmd("list", "-q"), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                out, _ = p.communicate(timeout=30)
+                for cid in out.decode().split():
+                    rt.call("delete", "--force", cid, check=False)
+            except Exception as e:  # noqa: BLE001 - best effort cleanup
+                note(f"cleanup of {rt.name}: {e}")
+        reap_orphans()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
