@@ -683,11 +683,12 @@ fn init(
     }
     rootfs::pivot(&root, plan.rootfs.no_pivot)?;
     drop(root);
-    rootfs::finalize(&plan.rootfs)?;
+    // sysctls go in before /proc/sys becomes a read-only path.
     for (key, value) in &plan.sysctl {
         write_proc(&format!("/proc/sys/{key}"), value)
             .step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
     }
+    rootfs::finalize(&plan.rootfs)?;
     apply_lsm(plan)?;
     if let Some(p) = plan.personality {
         sys::personality(p).step(Step::Personality, || "linux.personality".into())?;

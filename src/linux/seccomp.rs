@@ -301,7 +301,7 @@ pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
         // One line per container, not one per name: stock profiles list dozens of
         // syscalls that only exist on other architectures or newer kernels.
         let on: Vec<&str> = archs.iter().map(|(_, n)| n.as_str()).collect();
-        crate::log::warn(&format!(
+        crate::log::debug(&format!(
             "seccomp: skipping syscalls that libseccomp {} does not know on {}: {}",
             libseccomp_version(),
             on.join(", "),
