@@ -11,9 +11,9 @@ pub fn enabled() -> bool {
 /// Writes `exec <profile>` to the calling thread's attr, through procfs checked by fd.
 pub fn exec_profile(profile: &str) -> io::Result<()> {
     let value = format!("exec {profile}");
-    match super::process::write_proc("/proc/thread-self/attr/apparmor/exec", &value) {
+    match super::attrs::write_proc("/proc/thread-self/attr/apparmor/exec", &value) {
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            super::process::write_proc("/proc/thread-self/attr/exec", &value)
+            super::attrs::write_proc("/proc/thread-self/attr/exec", &value)
         }
         r => r,
     }

@@ -3,6 +3,7 @@
 //! (rlimits, user, capabilities, seccomp, AppArmor) → exec. `process` holds the sequence.
 
 pub mod apparmor;
+pub mod attrs;
 pub mod capabilities;
 pub mod cgroups;
 pub mod console;

@@ -24,11 +24,11 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
-use super::capabilities::{self, Sets};
+use super::attrs::{self, Attrs};
 use super::cgroups::Cgroup;
 use super::namespaces::{self, Plan as NsPlan};
 use super::rootfs;
-use super::seccomp::{self, Filter};
+use super::seccomp;
 use super::sync::{self, Channel, InitFailure, Step, StepExt, ToChild, ToParent};
 use super::{console, devices, hooks, sys};
 use crate::spec::{Device, Spec};
@@ -76,67 +76,17 @@ struct Plan {
     rootfs: rootfs::Plan,
     devices: Vec<Device>,
     userns: bool,
-    caps: Sets,
-    seccomp: Option<Filter>,
-    no_new_privs: bool,
-    uid: u32,
-    gid: u32,
-    additional_gids: Vec<u32>,
-    umask: Option<u32>,
-    rlimits: Vec<(libc::c_int, u64, u64)>,
+    attrs: Attrs,
     hostname: Option<String>,
     domainname: Option<String>,
     sysctl: Vec<(String, String)>,
-    apparmor: Option<String>,
-    selinux: Option<String>,
     personality: Option<libc::c_ulong>,
-    ioprio: Option<(i32, i32)>,
-    scheduler: Option<crate::spec::Scheduler>,
-    cwd: String,
-    args: Vec<CString>,
-    env: Vec<CString>,
-    path_env: String,
-    terminal: bool,
-    console_size: Option<crate::spec::ConsoleSize>,
-    preserve_fds: u32,
     hooks: Option<crate::spec::Hooks>,
     new_keyring: Option<CString>,
 }
 
 fn spec_err(field: &str, reason: impl std::fmt::Display) -> Error {
     Error::Spec(format!("{field}: {reason}"))
-}
-
-fn cstrings(v: &[String], field: &str) -> Result<Vec<CString>, Error> {
-    v.iter()
-        .enumerate()
-        .map(|(i, s)| {
-            CString::new(s.as_str())
-                .map_err(|_| spec_err(&format!("{field}[{i}]"), "contains a NUL byte"))
-        })
-        .collect()
-}
-
-fn rlimit_resource(name: &str) -> Option<libc::c_int> {
-    Some(match name {
-        "RLIMIT_CPU" => libc::RLIMIT_CPU,
-        "RLIMIT_FSIZE" => libc::RLIMIT_FSIZE,
-        "RLIMIT_DATA" => libc::RLIMIT_DATA,
-        "RLIMIT_STACK" => libc::RLIMIT_STACK,
-        "RLIMIT_CORE" => libc::RLIMIT_CORE,
-        "RLIMIT_RSS" => libc::RLIMIT_RSS,
-        "RLIMIT_NPROC" => libc::RLIMIT_NPROC,
-        "RLIMIT_NOFILE" => libc::RLIMIT_NOFILE,
-        "RLIMIT_MEMLOCK" => libc::RLIMIT_MEMLOCK,
-        "RLIMIT_AS" => libc::RLIMIT_AS,
-        "RLIMIT_LOCKS" => libc::RLIMIT_LOCKS,
-        "RLIMIT_SIGPENDING" => libc::RLIMIT_SIGPENDING,
-        "RLIMIT_MSGQUEUE" => libc::RLIMIT_MSGQUEUE,
-        "RLIMIT_NICE" => libc::RLIMIT_NICE,
-        "RLIMIT_RTPRIO" => libc::RLIMIT_RTPRIO,
-        "RLIMIT_RTTIME" => libc::RLIMIT_RTTIME,
-        _ => return None,
-    } as libc::c_int)
 }
 
 impl Plan {
@@ -183,25 +133,9 @@ impl Plan {
             }
             sysctl.push((k.replace('.', "/"), v.clone()));
         }
-        let caps = capabilities::from_spec(p.capabilities.as_ref(), "process.capabilities")
-            .map_err(|e| spec_err(&e.field, format!("unknown capability {:?}", e.name)))?;
         let seccomp = linux.seccomp.as_ref().map(seccomp::compile).transpose()?;
-        let mut rlimits = Vec::new();
-        for (i, r) in p.rlimits.iter().enumerate() {
-            let res = rlimit_resource(&r.typ).ok_or_else(|| {
-                spec_err(
-                    &format!("process.rlimits[{i}].type"),
-                    format!("unknown rlimit {:?}", r.typ),
-                )
-            })?;
-            if r.soft > r.hard {
-                return Err(spec_err(
-                    &format!("process.rlimits[{i}]"),
-                    "soft limit is above the hard limit",
-                ));
-            }
-            rlimits.push((res, r.soft, r.hard));
-        }
+        let attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
+            .map_err(|e| spec_err(&e.field, e.reason))?;
         let userns = ns.has_new(libc::CLONE_NEWUSER) || ns.user_join.is_some();
         let cgroup_mounts = cgroup.mount_sources();
         let rootfs = rootfs::plan(
@@ -218,21 +152,6 @@ impl Plan {
             Vec::new()
         };
         devs.extend(linux.devices.iter().cloned());
-        let mut env = p.env.clone();
-        let path_env = env
-            .iter()
-            .find_map(|e| e.strip_prefix("PATH="))
-            .unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-            .to_string();
-        // Socket activation: the caller's LISTEN_FDS are passed on with the fds themselves.
-        let mut preserve_fds = opts.preserve_fds;
-        if let Ok(n) = std::env::var("LISTEN_FDS") {
-            if let Ok(n) = n.parse::<u32>() {
-                preserve_fds += n;
-                env.push(format!("LISTEN_FDS={n}"));
-                env.push("LISTEN_PID=1".to_string());
-            }
-        }
         let personality = match &linux.personality {
             None => None,
             Some(pers) => Some(match pers.domain.as_str() {
@@ -246,84 +165,22 @@ impl Plan {
                 }
             }),
         };
-        let ioprio = match &p.io_priority {
-            None => None,
-            Some(io) => {
-                let class = match io.class.as_str() {
-                    "IOPRIO_CLASS_RT" => 1,
-                    "IOPRIO_CLASS_BE" => 2,
-                    "IOPRIO_CLASS_IDLE" => 3,
-                    other => {
-                        return Err(spec_err(
-                            "process.ioPriority.class",
-                            format!("unknown class {other:?}"),
-                        ))
-                    }
-                };
-                if !(0..=7).contains(&io.priority) {
-                    return Err(spec_err(
-                        "process.ioPriority.priority",
-                        "must be between 0 and 7",
-                    ));
-                }
-                Some((class, io.priority))
-            }
-        };
-        if let Some(s) = &p.scheduler {
-            sched_policy(&s.policy)?;
-        }
         Ok(Plan {
             ns,
             rootfs,
             devices: devs,
             userns,
-            caps,
-            seccomp,
-            no_new_privs: p.no_new_privileges.unwrap_or(false),
-            uid: p.user.uid,
-            gid: p.user.gid,
-            additional_gids: p.user.additional_gids.clone(),
-            umask: p.user.umask,
-            rlimits,
+            attrs,
             hostname: spec.hostname.clone().filter(|h| !h.is_empty()),
             domainname: spec.domainname.clone(),
             sysctl,
-            apparmor: p.apparmor_profile.clone().filter(|a| !a.is_empty()),
-            selinux: p.selinux_label.clone().filter(|a| !a.is_empty()),
             personality,
-            ioprio,
-            scheduler: p.scheduler.clone(),
-            cwd: p.cwd.clone(),
-            args: cstrings(&p.args, "process.args")?,
-            env: cstrings(&env, "process.env")?,
-            path_env,
-            terminal: p.terminal,
-            console_size: p.console_size,
-            preserve_fds,
             hooks: spec.hooks.clone(),
             new_keyring: opts
                 .new_keyring
                 .then(|| CString::new(opts.id.as_str()).unwrap_or_default()),
         })
     }
-}
-
-fn sched_policy(name: &str) -> Result<u32, Error> {
-    Ok(match name {
-        "SCHED_OTHER" => 0,
-        "SCHED_FIFO" => 1,
-        "SCHED_RR" => 2,
-        "SCHED_BATCH" => 3,
-        "SCHED_ISO" => 4,
-        "SCHED_IDLE" => 5,
-        "SCHED_DEADLINE" => 6,
-        other => {
-            return Err(spec_err(
-                "process.scheduler.policy",
-                format!("unknown policy {other:?}"),
-            ))
-        }
-    })
 }
 
 /// The result of a successful create.
@@ -424,7 +281,7 @@ fn create_in_cgroup(
 
     // 5. Place the child, then let it go.
     cgroup.add_pid(child)?;
-    for &(res, soft, hard) in &plan.rlimits {
+    for &(res, soft, hard) in &plan.attrs.rlimits {
         sys::prlimit(child, res, soft, hard)
             .map_err(io_err(format!("setrlimit {res} on the container")))?;
     }
@@ -664,11 +521,11 @@ fn init(
     if plan.rootfs.default_devices {
         devices::symlinks(&root)?;
     }
-    let pty = if plan.terminal {
+    let pty = if plan.attrs.terminal {
         let (master, peer) = console::open_pty(&root)?;
         console::mount_console(&root, peer.as_fd())?;
         if let Some(sock) = console_sock {
-            console::send_master(sock.as_fd(), master.as_fd(), plan.console_size)?;
+            console::send_master(sock.as_fd(), master.as_fd(), plan.attrs.console_size)?;
         }
         Some(peer)
     } else {
@@ -685,50 +542,14 @@ fn init(
     drop(root);
     // sysctls go in before /proc/sys becomes a read-only path.
     for (key, value) in &plan.sysctl {
-        write_proc(&format!("/proc/sys/{key}"), value)
+        attrs::write_proc(&format!("/proc/sys/{key}"), value)
             .step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
     }
     rootfs::finalize(&plan.rootfs)?;
-    apply_lsm(plan)?;
     if let Some(p) = plan.personality {
         sys::personality(p).step(Step::Personality, || "linux.personality".into())?;
     }
-    if let Some(s) = &plan.scheduler {
-        let mut attr = sys::SchedAttr {
-            sched_policy: sched_policy(&s.policy).unwrap_or(0),
-            sched_nice: s.nice,
-            sched_priority: s.priority as u32,
-            sched_runtime: s.runtime,
-            sched_deadline: s.deadline,
-            sched_period: s.period,
-            ..Default::default()
-        };
-        sys::sched_setattr(&mut attr).step(Step::Scheduler, || "process.scheduler".into())?;
-    }
-    if let Some((class, prio)) = plan.ioprio {
-        sys::ioprio_set(class, prio).step(Step::Scheduler, || "process.ioPriority".into())?;
-    }
-
-    // Identity and privileges, in the order the kernel needs them.
-    if plan.no_new_privs {
-        sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)
-            .step(Step::Capabilities, || "PR_SET_NO_NEW_PRIVS".into())?;
-    }
-    let mut listener = None;
-    if let (Some(f), false) = (&plan.seccomp, plan.no_new_privs) {
-        // Without NNP, loading a filter needs CAP_SYS_ADMIN, which is about to go.
-        listener = seccomp::install(f).step(Step::Seccomp, || "load filter (early)".into())?;
-    }
-    set_identity(plan)?;
-    if let Some(m) = plan.umask {
-        sys::umask(m);
-    }
-    std::env::set_current_dir(&plan.cwd).step(Step::Cwd, || format!("process.cwd {}", plan.cwd))?;
-    verify_cwd(&plan.cwd)?;
-    let exe = find_executable(plan)?;
-    if let (Some(f), true) = (&plan.seccomp, plan.no_new_privs) {
-        listener = seccomp::install(f).step(Step::Seccomp, || "load filter".into())?;
-    }
+    let (exe, listener) = plan.attrs.apply()?;
     if let Some(peer) = &pty {
         console::make_stdio(peer)?;
     }
@@ -744,14 +565,7 @@ fn init(
         hooks::run("startContainer", &h.start_container, &state)
             .map_err(|e| InitFailure::new(Step::Hooks, e.to_string()))?;
     }
-    // Every fd beyond stdio and the preserved ones is closed by execve.
-    sys::close_range_from(3 + plan.preserve_fds, true).step(Step::Exec, || "close_range".into())?;
-    for fd in 3..3 + plan.preserve_fds as i32 {
-        let _ = sys::clear_cloexec(fd);
-    }
-    sys::reset_signals();
-    let e = sys::execve(&exe, &plan.args, &plan.env);
-    Err(e).step(Step::Exec, || format!("exec {:?}", plan.args[0]))
+    Err(plan.attrs.exec(&exe))
 }
 
 fn staged_namespaces(plan: &Plan, ch: &Channel) -> Result<(), InitFailure> {
@@ -780,7 +594,7 @@ fn staged_namespaces(plan: &Plan, ch: &Channel) -> Result<(), InitFailure> {
         })?;
     }
     if !plan.ns.time_offsets.is_empty() {
-        write_proc("/proc/self/timens_offsets", &plan.ns.time_offsets)
+        attrs::write_proc("/proc/self/timens_offsets", &plan.ns.time_offsets)
             .step(Step::Namespaces, || "linux.timeOffsets".into())?;
     }
     // Joining or creating a pid (or time) namespace takes effect for children only.
@@ -807,162 +621,6 @@ fn become_root() -> Result<(), InitFailure> {
             Err(e).step(Step::UserMapping, || "setresuid 0".into())
         }
         _ => Ok(()),
-    }
-}
-
-fn set_identity(plan: &Plan) -> Result<(), InitFailure> {
-    let c = &plan.caps;
-    // Bounding set first, while CAP_SETPCAP is still effective.
-    let last = capabilities::last_cap();
-    for cap in 0..=last {
-        if c.bounding & (1 << cap) == 0 {
-            match sys::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong) {
-                Err(e) if e.raw_os_error() != Some(libc::EINVAL) => {
-                    return Err(e).step(Step::Capabilities, || {
-                        format!(
-                            "drop {} from bounding set",
-                            capabilities::NAMES[cap as usize]
-                        )
-                    })
-                }
-                _ => {}
-            }
-        }
-    }
-    sys::prctl(libc::PR_SET_KEEPCAPS, 1).step(Step::User, || "PR_SET_KEEPCAPS".into())?;
-    // setgroups is denied in a user namespace whose gid map was written unprivileged.
-    let groups_denied =
-        std::fs::read_to_string("/proc/self/setgroups").is_ok_and(|s| s.trim() == "deny");
-    if !groups_denied {
-        sys::setgroups(&plan.additional_gids).step(Step::User, || {
-            format!("process.user.additionalGids {:?}", plan.additional_gids)
-        })?;
-    }
-    sys::setresgid(plan.gid).step(Step::User, || format!("process.user.gid {}", plan.gid))?;
-    sys::setresuid(plan.uid).step(Step::User, || format!("process.user.uid {}", plan.uid))?;
-    sys::prctl(libc::PR_SET_KEEPCAPS, 0).step(Step::User, || "PR_SET_KEEPCAPS".into())?;
-    sys::capset(c.effective, c.permitted, c.inheritable).step(Step::Capabilities, || {
-        format!(
-            "capset effective={:?} permitted={:?}",
-            capabilities::names(c.effective),
-            capabilities::names(c.permitted)
-        )
-    })?;
-    sys::prctl5(
-        libc::PR_CAP_AMBIENT,
-        libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-        0,
-        0,
-    )
-    .step(Step::Capabilities, || "clear ambient".into())?;
-    for cap in 0..=last {
-        if c.ambient & (1 << cap) != 0 {
-            sys::prctl5(
-                libc::PR_CAP_AMBIENT,
-                libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
-                cap as libc::c_ulong,
-                0,
-            )
-            .step(Step::Capabilities, || {
-                format!("raise ambient {}", capabilities::NAMES[cap as usize])
-            })?;
-        }
-    }
-    Ok(())
-}
-
-/// A cwd reached through a leaked fd (`/proc/self/fd/N`) lies outside the root; the kernel
-/// then reports it as "(unreachable)" (CVE-2024-21626).
-fn verify_cwd(cwd: &str) -> Result<(), InitFailure> {
-    let real = std::env::current_dir().step(Step::Cwd, || format!("process.cwd {cwd}: getcwd"))?;
-    if !real.is_absolute() || real.to_string_lossy().starts_with("(unreachable)") {
-        return Err(InitFailure::new(
-            Step::Cwd,
-            format!("process.cwd {cwd} is outside the container root"),
-        ));
-    }
-    Ok(())
-}
-
-fn apply_lsm(plan: &Plan) -> Result<(), InitFailure> {
-    if let Some(profile) = &plan.apparmor {
-        if super::apparmor::enabled() {
-            super::apparmor::exec_profile(profile)
-                .step(Step::Lsm, || format!("process.apparmorProfile {profile}"))?;
-        }
-    }
-    if let Some(label) = &plan.selinux {
-        if std::path::Path::new("/sys/fs/selinux/enforce").exists() {
-            write_proc("/proc/thread-self/attr/exec", label)
-                .step(Step::Lsm, || format!("process.selinuxLabel {label}"))?;
-        }
-    }
-    Ok(())
-}
-
-/// Writes to a file that must be on procfs (checked on the opened fd, not the path).
-pub fn write_proc(path: &str, value: &str) -> io::Result<()> {
-    use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags_nofollow()
-        .open(path)?;
-    let fs = sys::fstatfs(f.as_fd())?;
-    if fs.f_type as i64 != libc::PROC_SUPER_MAGIC as i64 {
-        return Err(io::Error::other(format!("{path} is not on procfs")));
-    }
-    f.write_all(value.as_bytes())
-}
-
-trait NoFollow {
-    fn custom_flags_nofollow(&mut self) -> &mut Self;
-}
-
-impl NoFollow for std::fs::OpenOptions {
-    fn custom_flags_nofollow(&mut self) -> &mut Self {
-        std::os::unix::fs::OpenOptionsExt::custom_flags(self, libc::O_NOFOLLOW | libc::O_CLOEXEC)
-    }
-}
-
-/// Looks up `args[0]` like execvp would, with the container's PATH, so a missing binary
-/// fails create (as runc) instead of start.
-fn find_executable(plan: &Plan) -> Result<CString, InitFailure> {
-    let name = plan.args[0].to_str().unwrap_or_default().to_string();
-    let check = |p: &str| -> io::Result<()> {
-        let m = std::fs::metadata(p)?;
-        if m.is_dir() {
-            return Err(io::Error::from_raw_os_error(libc::EACCES));
-        }
-        Ok(())
-    };
-    if name.contains('/') {
-        return match check(&name) {
-            Ok(()) => Ok(plan.args[0].clone()),
-            Err(e) => Err(InitFailure {
-                step: Step::Exec,
-                errno: 0,
-                detail: format!("{name:?}: stat {name}: {}", errno_text(&e)),
-            }),
-        };
-    }
-    for dir in plan.path_env.split(':') {
-        let dir = if dir.is_empty() { "." } else { dir };
-        let cand = format!("{dir}/{name}");
-        if check(&cand).is_ok() {
-            return Ok(CString::new(cand).expect("no NUL"));
-        }
-    }
-    Err(InitFailure::new(
-        Step::Exec,
-        format!("{name:?}: executable file not found in $PATH"),
-    ))
-}
-
-fn errno_text(e: &io::Error) -> String {
-    match e.raw_os_error() {
-        Some(libc::ENOENT) => "no such file or directory".into(),
-        Some(libc::EACCES) => "permission denied".into(),
-        _ => e.to_string(),
     }
 }
 

@@ -1,0 +1,416 @@
+//! The attributes of a container process (`process` in the spec): shared by the container
+//! init and by every `exec`, so an exec'd process is confined exactly as the init is.
+//!
+//! Parsed in the parent; applied in the child in the order the kernel requires:
+//! LSM label for the next exec → scheduler, I/O priority → no_new_privs → seccomp (early,
+//! when NNP is off: loading then needs CAP_SYS_ADMIN) → bounding set → groups, gid, uid
+//! (keeping caps) → capability sets → ambient → umask → cwd (verified inside the root) →
+//! executable lookup → seccomp (late, with NNP, so the filter never sees moat's own setup).
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+
+use super::capabilities::{self, Sets};
+use super::seccomp::{self, Filter};
+use super::sync::{InitFailure, Step, StepExt};
+use super::sys;
+use crate::spec::{ConsoleSize, Process, Scheduler};
+
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct AttrError {
+    pub field: String,
+    pub reason: String,
+}
+
+fn err(field: impl Into<String>, reason: impl Into<String>) -> AttrError {
+    AttrError {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+pub struct Attrs {
+    pub caps: Sets,
+    pub seccomp: Option<Filter>,
+    pub no_new_privs: bool,
+    pub uid: u32,
+    pub gid: u32,
+    pub additional_gids: Vec<u32>,
+    pub umask: Option<u32>,
+    pub rlimits: Vec<(libc::c_int, u64, u64)>,
+    pub apparmor: Option<String>,
+    pub selinux: Option<String>,
+    pub scheduler: Option<Scheduler>,
+    pub ioprio: Option<(i32, i32)>,
+    pub cwd: String,
+    pub args: Vec<CString>,
+    pub env: Vec<CString>,
+    pub path_env: String,
+    pub terminal: bool,
+    pub console_size: Option<ConsoleSize>,
+    pub preserve_fds: u32,
+}
+
+pub fn cstrings(v: &[String], field: &str) -> Result<Vec<CString>, AttrError> {
+    v.iter()
+        .enumerate()
+        .map(|(i, s)| {
+            CString::new(s.as_str())
+                .map_err(|_| err(format!("{field}[{i}]"), "contains a NUL byte"))
+        })
+        .collect()
+}
+
+pub fn rlimit_resource(name: &str) -> Option<libc::c_int> {
+    Some(match name {
+        "RLIMIT_CPU" => libc::RLIMIT_CPU,
+        "RLIMIT_FSIZE" => libc::RLIMIT_FSIZE,
+        "RLIMIT_DATA" => libc::RLIMIT_DATA,
+        "RLIMIT_STACK" => libc::RLIMIT_STACK,
+        "RLIMIT_CORE" => libc::RLIMIT_CORE,
+        "RLIMIT_RSS" => libc::RLIMIT_RSS,
+        "RLIMIT_NPROC" => libc::RLIMIT_NPROC,
+        "RLIMIT_NOFILE" => libc::RLIMIT_NOFILE,
+        "RLIMIT_MEMLOCK" => libc::RLIMIT_MEMLOCK,
+        "RLIMIT_AS" => libc::RLIMIT_AS,
+        "RLIMIT_LOCKS" => libc::RLIMIT_LOCKS,
+        "RLIMIT_SIGPENDING" => libc::RLIMIT_SIGPENDING,
+        "RLIMIT_MSGQUEUE" => libc::RLIMIT_MSGQUEUE,
+        "RLIMIT_NICE" => libc::RLIMIT_NICE,
+        "RLIMIT_RTPRIO" => libc::RLIMIT_RTPRIO,
+        "RLIMIT_RTTIME" => libc::RLIMIT_RTTIME,
+        _ => return None,
+    } as libc::c_int)
+}
+
+pub fn sched_policy(name: &str) -> Option<u32> {
+    Some(match name {
+        "SCHED_OTHER" => 0,
+        "SCHED_FIFO" => 1,
+        "SCHED_RR" => 2,
+        "SCHED_BATCH" => 3,
+        "SCHED_ISO" => 4,
+        "SCHED_IDLE" => 5,
+        "SCHED_DEADLINE" => 6,
+        _ => return None,
+    })
+}
+
+impl Attrs {
+    /// `field` is where `p` came from (`process`, or the exec process file), for errors.
+    pub fn from_process(
+        p: &Process,
+        field: &str,
+        seccomp: Option<Filter>,
+        preserve_fds: u32,
+    ) -> Result<Attrs, AttrError> {
+        if p.args.is_empty() {
+            return Err(err(format!("{field}.args"), "must name the program to run"));
+        }
+        if !p.cwd.starts_with('/') {
+            return Err(err(
+                format!("{field}.cwd"),
+                format!("{:?} is not an absolute path", p.cwd),
+            ));
+        }
+        let caps =
+            capabilities::from_spec(p.capabilities.as_ref(), &format!("{field}.capabilities"))
+                .map_err(|e| err(e.field, format!("unknown capability {:?}", e.name)))?;
+        let mut rlimits = Vec::new();
+        for (i, r) in p.rlimits.iter().enumerate() {
+            let res = rlimit_resource(&r.typ).ok_or_else(|| {
+                err(
+                    format!("{field}.rlimits[{i}].type"),
+                    format!("unknown rlimit {:?}", r.typ),
+                )
+            })?;
+            if r.soft > r.hard {
+                return Err(err(
+                    format!("{field}.rlimits[{i}]"),
+                    "soft limit is above the hard limit",
+                ));
+            }
+            rlimits.push((res, r.soft, r.hard));
+        }
+        let ioprio = match &p.io_priority {
+            None => None,
+            Some(io) => {
+                let class = match io.class.as_str() {
+                    "IOPRIO_CLASS_RT" => 1,
+                    "IOPRIO_CLASS_BE" => 2,
+                    "IOPRIO_CLASS_IDLE" => 3,
+                    other => {
+                        return Err(err(
+                            format!("{field}.ioPriority.class"),
+                            format!("unknown class {other:?}"),
+                        ))
+                    }
+                };
+                if !(0..=7).contains(&io.priority) {
+                    return Err(err(
+                        format!("{field}.ioPriority.priority"),
+                        "must be between 0 and 7",
+                    ));
+                }
+                Some((class, io.priority))
+            }
+        };
+        if let Some(s) = &p.scheduler {
+            if sched_policy(&s.policy).is_none() {
+                return Err(err(
+                    format!("{field}.scheduler.policy"),
+                    format!("unknown policy {:?}", s.policy),
+                ));
+            }
+        }
+        let mut env = p.env.clone();
+        let path_env = env
+            .iter()
+            .find_map(|e| e.strip_prefix("PATH="))
+            .unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+            .to_string();
+        let mut preserve_fds = preserve_fds;
+        // Socket activation: the caller's LISTEN_FDS are passed on with the fds themselves.
+        if let Some(n) = std::env::var("LISTEN_FDS")
+            .ok()
+            .and_then(|n| n.parse::<u32>().ok())
+        {
+            preserve_fds += n;
+            env.push(format!("LISTEN_FDS={n}"));
+            env.push("LISTEN_PID=1".to_string());
+        }
+        Ok(Attrs {
+            caps,
+            seccomp,
+            no_new_privs: p.no_new_privileges.unwrap_or(false),
+            uid: p.user.uid,
+            gid: p.user.gid,
+            additional_gids: p.user.additional_gids.clone(),
+            umask: p.user.umask,
+            rlimits,
+            apparmor: p.apparmor_profile.clone().filter(|a| !a.is_empty()),
+            selinux: p.selinux_label.clone().filter(|a| !a.is_empty()),
+            scheduler: p.scheduler.clone(),
+            ioprio,
+            cwd: p.cwd.clone(),
+            args: cstrings(&p.args, &format!("{field}.args"))?,
+            env: cstrings(&env, &format!("{field}.env"))?,
+            path_env,
+            terminal: p.terminal,
+            console_size: p.console_size,
+            preserve_fds,
+        })
+    }
+
+    /// Applies everything up to (not including) execve. Returns the executable to run and
+    /// the seccomp listener fd, if the filter has notify rules.
+    pub fn apply(&self) -> Result<(CString, Option<OwnedFd>), InitFailure> {
+        self.apply_lsm()?;
+        if let Some(s) = &self.scheduler {
+            let mut attr = sys::SchedAttr {
+                sched_policy: sched_policy(&s.policy).unwrap_or(0),
+                sched_nice: s.nice,
+                sched_priority: s.priority as u32,
+                sched_runtime: s.runtime,
+                sched_deadline: s.deadline,
+                sched_period: s.period,
+                ..Default::default()
+            };
+            sys::sched_setattr(&mut attr).step(Step::Scheduler, || "process.scheduler".into())?;
+        }
+        if let Some((class, prio)) = self.ioprio {
+            sys::ioprio_set(class, prio).step(Step::Scheduler, || "process.ioPriority".into())?;
+        }
+        if self.no_new_privs {
+            sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)
+                .step(Step::Capabilities, || "PR_SET_NO_NEW_PRIVS".into())?;
+        }
+        let mut listener = None;
+        if let (Some(f), false) = (&self.seccomp, self.no_new_privs) {
+            listener = seccomp::install(f).step(Step::Seccomp, || {
+                "load filter (before dropping privileges)".into()
+            })?;
+        }
+        self.set_identity()?;
+        if let Some(m) = self.umask {
+            sys::umask(m);
+        }
+        std::env::set_current_dir(&self.cwd)
+            .step(Step::Cwd, || format!("process.cwd {}", self.cwd))?;
+        verify_cwd(&self.cwd)?;
+        let exe = self.find_executable()?;
+        if let (Some(f), true) = (&self.seccomp, self.no_new_privs) {
+            listener = seccomp::install(f).step(Step::Seccomp, || "load filter".into())?;
+        }
+        Ok((exe, listener))
+    }
+
+    /// Closes everything but stdio and the preserved fds, resets signals, execs.
+    pub fn exec(&self, exe: &CStr) -> InitFailure {
+        if let Err(e) = sys::close_range_from(3 + self.preserve_fds, true) {
+            return InitFailure {
+                step: Step::Exec,
+                errno: e.raw_os_error().unwrap_or(0),
+                detail: "close_range".into(),
+            };
+        }
+        for fd in 3..3 + self.preserve_fds as i32 {
+            let _ = sys::clear_cloexec(fd);
+        }
+        sys::reset_signals();
+        let e = sys::execve(exe, &self.args, &self.env);
+        InitFailure {
+            step: Step::Exec,
+            errno: e.raw_os_error().unwrap_or(0),
+            detail: format!("exec {:?}", self.args[0]),
+        }
+    }
+
+    fn set_identity(&self) -> Result<(), InitFailure> {
+        let c = &self.caps;
+        // Bounding set first, while CAP_SETPCAP is still effective.
+        let last = capabilities::last_cap();
+        for cap in 0..=last {
+            if c.bounding & (1 << cap) == 0 {
+                match sys::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong) {
+                    Err(e) if e.raw_os_error() != Some(libc::EINVAL) => {
+                        return Err(e).step(Step::Capabilities, || {
+                            format!(
+                                "drop {} from the bounding set",
+                                capabilities::NAMES[cap as usize]
+                            )
+                        })
+                    }
+                    _ => {}
+                }
+            }
+        }
+        sys::prctl(libc::PR_SET_KEEPCAPS, 1).step(Step::User, || "PR_SET_KEEPCAPS".into())?;
+        // setgroups is denied in a user namespace whose gid map was written unprivileged.
+        let groups_denied =
+            std::fs::read_to_string("/proc/self/setgroups").is_ok_and(|s| s.trim() == "deny");
+        if !groups_denied {
+            sys::setgroups(&self.additional_gids).step(Step::User, || {
+                format!("process.user.additionalGids {:?}", self.additional_gids)
+            })?;
+        }
+        sys::setresgid(self.gid).step(Step::User, || format!("process.user.gid {}", self.gid))?;
+        sys::setresuid(self.uid).step(Step::User, || format!("process.user.uid {}", self.uid))?;
+        sys::prctl(libc::PR_SET_KEEPCAPS, 0).step(Step::User, || "PR_SET_KEEPCAPS".into())?;
+        sys::capset(c.effective, c.permitted, c.inheritable).step(Step::Capabilities, || {
+            format!(
+                "capset effective={:?} permitted={:?}",
+                capabilities::names(c.effective),
+                capabilities::names(c.permitted)
+            )
+        })?;
+        sys::prctl5(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+        )
+        .step(Step::Capabilities, || "clear ambient".into())?;
+        for cap in 0..=last {
+            if c.ambient & (1 << cap) != 0 {
+                sys::prctl5(
+                    libc::PR_CAP_AMBIENT,
+                    libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+                    cap as libc::c_ulong,
+                    0,
+                )
+                .step(Step::Capabilities, || {
+                    format!("raise ambient {}", capabilities::NAMES[cap as usize])
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_lsm(&self) -> Result<(), InitFailure> {
+        if let Some(profile) = &self.apparmor {
+            if super::apparmor::enabled() {
+                super::apparmor::exec_profile(profile)
+                    .step(Step::Lsm, || format!("process.apparmorProfile {profile}"))?;
+            }
+        }
+        if let Some(label) = &self.selinux {
+            if std::path::Path::new("/sys/fs/selinux/enforce").exists() {
+                write_proc("/proc/thread-self/attr/exec", label)
+                    .step(Step::Lsm, || format!("process.selinuxLabel {label}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Looks up `args[0]` as execvp would, with the container's PATH, so a missing binary
+    /// fails create (as with runc) instead of start.
+    fn find_executable(&self) -> Result<CString, InitFailure> {
+        let name = self.args[0].to_str().unwrap_or_default().to_string();
+        let check = |p: &str| -> io::Result<()> {
+            let m = std::fs::metadata(p)?;
+            if m.is_dir() {
+                return Err(io::Error::from_raw_os_error(libc::EACCES));
+            }
+            Ok(())
+        };
+        if name.contains('/') {
+            return match check(&name) {
+                Ok(()) => Ok(self.args[0].clone()),
+                Err(e) => Err(InitFailure::new(
+                    Step::Exec,
+                    format!("{name:?}: stat {name}: {}", errno_text(&e)),
+                )),
+            };
+        }
+        for dir in self.path_env.split(':') {
+            let dir = if dir.is_empty() { "." } else { dir };
+            let cand = format!("{dir}/{name}");
+            if check(&cand).is_ok() {
+                return Ok(CString::new(cand).expect("no NUL"));
+            }
+        }
+        Err(InitFailure::new(
+            Step::Exec,
+            format!("{name:?}: executable file not found in $PATH"),
+        ))
+    }
+}
+
+/// A cwd reached through a leaked fd (`/proc/self/fd/N`) lies outside the root; the kernel
+/// then reports it as unreachable (CVE-2024-21626).
+fn verify_cwd(cwd: &str) -> Result<(), InitFailure> {
+    let real = std::env::current_dir().step(Step::Cwd, || format!("process.cwd {cwd}: getcwd"))?;
+    if !real.is_absolute() || real.to_string_lossy().starts_with("(unreachable)") {
+        return Err(InitFailure::new(
+            Step::Cwd,
+            format!("process.cwd {cwd} is outside the container root"),
+        ));
+    }
+    Ok(())
+}
+
+fn errno_text(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => "no such file or directory".into(),
+        Some(libc::EACCES) => "permission denied".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// Writes to a file that must be on procfs (checked on the opened fd, not the path).
+pub fn write_proc(path: &str, value: &str) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    let fs = sys::fstatfs(f.as_fd())?;
+    if fs.f_type as i64 != libc::PROC_SUPER_MAGIC as i64 {
+        return Err(io::Error::other(format!("{path} is not on procfs")));
+    }
+    f.write_all(value.as_bytes())
+}
