@@ -2,8 +2,10 @@
 
 mod create;
 mod delete;
+mod exec;
 mod kill;
 mod list;
+mod pause;
 mod run;
 mod spec;
 mod start;
@@ -70,12 +72,18 @@ pub enum Command {
     Run(run::Args),
     /// Output the state of a container
     State(state::Args),
+    /// Run a new process inside the container
+    Exec(exec::Args),
     /// Send a signal to the container's init process
     Kill(kill::Args),
     /// Delete a container
     Delete(delete::Args),
     /// List containers
     List(list::Args),
+    /// Suspend every process of the container
+    Pause(pause::Args),
+    /// Resume a paused container
+    Resume(pause::Args),
     /// Create a new specification file
     Spec(spec::Args),
 }
@@ -139,9 +147,12 @@ pub fn main() -> i32 {
         Command::Start(a) => start::run(g, a),
         Command::Run(a) => run::run(g, a),
         Command::State(a) => state::run(g, a),
+        Command::Exec(a) => exec::run(g, a),
         Command::Kill(a) => kill::run(g, a),
         Command::Delete(a) => delete::run(g, a),
         Command::List(a) => list::run(g, a),
+        Command::Pause(a) => pause::pause(g, a),
+        Command::Resume(a) => pause::resume(g, a),
         Command::Spec(a) => spec::run(g, a),
     };
     match result {

@@ -124,7 +124,9 @@ pub fn from_spec(
     // runc's own default spec asks for ambient caps without inheritable ones.
     let raisable = sets.permitted & sets.inheritable;
     if sets.ambient & !raisable != 0 {
-        log::warn(&format!(
+        // runc ignores these silently; say it in the debug log only, since engines send
+        // such specs for every container and exec.
+        log::debug(&format!(
             "{field}.ambient: {:?} not in both permitted and inheritable; not raised",
             names(sets.ambient & !raisable)
         ));

@@ -8,6 +8,7 @@ pub mod capabilities;
 pub mod cgroups;
 pub mod console;
 pub mod devices;
+pub mod exec;
 pub mod exeseal;
 pub mod hooks;
 pub mod mount;

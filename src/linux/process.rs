@@ -230,6 +230,9 @@ fn create_in_cgroup(
     };
     dir.save(&record)?;
     dir.save_spec(spec)?;
+    if let Some(f) = &plan.attrs.seccomp {
+        dir.save_file(state::SECCOMP_FILE, &f.to_bytes())?;
+    }
     if let Some(res) = &spec.linux().resources {
         cgroup.apply(res)?;
     }

@@ -379,6 +379,39 @@ fn export(ctx: &ScmpFilterContext) -> Result<Vec<libc::sock_filter>, SeccompErro
 /// Installs the filter in the calling thread; returns the listener fd when the filter has
 /// `SCMP_ACT_NOTIFY` rules.
 #[allow(dead_code)] // used by the container init once it is wired
+impl Filter {
+    /// A flat encoding (flags, then 8 bytes per instruction) for the state directory, so
+    /// `exec` installs exactly the program the init got without compiling it again.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(4 + self.prog.len() * 8);
+        b.extend_from_slice(&self.flags.to_le_bytes());
+        for i in &self.prog {
+            b.extend_from_slice(&i.code.to_le_bytes());
+            b.push(i.jt);
+            b.push(i.jf);
+            b.extend_from_slice(&i.k.to_le_bytes());
+        }
+        b
+    }
+
+    pub fn from_bytes(b: &[u8]) -> Option<Filter> {
+        if b.len() < 4 || (b.len() - 4) % 8 != 0 {
+            return None;
+        }
+        let flags = u32::from_le_bytes(b[..4].try_into().ok()?);
+        let prog = b[4..]
+            .chunks_exact(8)
+            .map(|c| libc::sock_filter {
+                code: u16::from_le_bytes([c[0], c[1]]),
+                jt: c[2],
+                jf: c[3],
+                k: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+            })
+            .collect();
+        Some(Filter { prog, flags })
+    }
+}
+
 pub fn install(filter: &Filter) -> std::io::Result<Option<OwnedFd>> {
     crate::linux::sys::seccomp_set_filter(filter.flags, &filter.prog)
 }

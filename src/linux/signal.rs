@@ -1,9 +1,13 @@
 //! Signal names as runc accepts them, and race-free delivery to a recorded process.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
 
 use super::sys;
 use crate::state::Record;
@@ -113,6 +117,56 @@ pub fn wait_exit(rec: &Record, timeout: Duration) -> bool {
             Ok(_) => {}
             Err(nix::Error::EINTR) => {}
             Err(_) => return !rec.alive(),
+        }
+    }
+}
+
+/// Every signal a foreground `run`/`exec` passes on to the container process.
+pub fn forwarded_set() -> SigSet {
+    let mut set = SigSet::all();
+    for s in [
+        Signal::SIGKILL,
+        Signal::SIGSTOP,
+        Signal::SIGSEGV,
+        Signal::SIGBUS,
+        Signal::SIGILL,
+        Signal::SIGFPE,
+    ] {
+        set.remove(s);
+    }
+    set
+}
+
+/// Waits for our child `pid`, forwarding every signal in `set` (blocked by the caller
+/// before the child existed, so none is lost) except SIGCHLD. Orphans reparented to us as
+/// subreaper are reaped on the way. Returns the exit status, 128+N for a signal.
+pub fn forward_and_wait(pid: i32, pidfd: &OwnedFd, set: &SigSet) -> std::io::Result<i32> {
+    let sfd = SignalFd::with_flags(set, SfdFlags::SFD_CLOEXEC)?;
+    loop {
+        let mut fds = [
+            PollFd::new(sfd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(_) => {}
+        }
+        if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+            if let Ok(Some(info)) = sfd.read_signal() {
+                let sig = info.ssi_signo as i32;
+                if sig != libc::SIGCHLD {
+                    let _ = sys::pidfd_send_signal(pidfd.as_fd(), sig);
+                }
+            }
+        }
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(p, c)) if p.as_raw() == pid => return Ok(c),
+                Ok(WaitStatus::Signaled(p, s, _)) if p.as_raw() == pid => return Ok(128 + s as i32),
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => {}
+            }
         }
     }
 }

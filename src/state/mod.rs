@@ -28,6 +28,7 @@ pub const FORMAT_VERSION: u32 = 1;
 pub const STATE_FILE: &str = "state.json";
 pub const SPEC_FILE: &str = "config.json";
 pub const FIFO_FILE: &str = "exec.fifo";
+pub const SECCOMP_FILE: &str = "seccomp.bpf";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -265,6 +266,20 @@ impl ContainerDir {
             path,
             message: format!("{field}: {message}"),
         })
+    }
+
+    pub fn save_file(&self, name: &str, data: &[u8]) -> Result<(), StateError> {
+        write_atomic(&self.file(name), data)
+    }
+
+    /// Reads a file of the state directory; `None` when it does not exist.
+    pub fn read_file(&self, name: &str) -> Result<Option<Vec<u8>>, StateError> {
+        let path = self.file(name);
+        match fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err("cannot read", &path)(e)),
+        }
     }
 
     /// Removes the directory and everything in it; the lock goes with the handle.

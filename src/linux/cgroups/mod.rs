@@ -358,3 +358,21 @@ impl Cgroup {
             .collect()
     }
 }
+
+impl Cgroup {
+    /// Places a process in an existing sub-cgroup of the container's (`exec --cgroup`).
+    pub fn add_pid_sub(&self, pid: libc::pid_t, sub: &str) -> Result<(), CgroupError> {
+        let sub = sub.trim_start_matches('/');
+        if sub.split('/').any(|c| c == ".." || c == ".") {
+            return Err(CgroupError::Invalid {
+                field: "--cgroup".into(),
+                msg: format!("{sub:?} must stay below the container's cgroup"),
+            });
+        }
+        let path = format!("{}/{}", self.path.trim_end_matches('/'), sub);
+        for h in &self.hierarchies {
+            write_file(&h.dir(&path), "cgroup.procs", &pid.to_string(), "--cgroup")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,233 @@
+//! `moat exec`: run a new process in a container, with runc's flags.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+
+use super::{Global, Result};
+use crate::linux::attrs::Attrs;
+use crate::linux::exec::{self, ExecOpts};
+use crate::linux::seccomp::Filter;
+use crate::linux::{capabilities, exeseal, signal, sys};
+use crate::spec::Process;
+use crate::state::{self, ContainerDir, Status};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Unix socket to send the pty master to (with --tty)
+    #[arg(long = "console-socket")]
+    pub console_socket: Option<PathBuf>,
+    /// Working directory inside the container
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// Set an environment variable (KEY=VALUE)
+    #[arg(short = 'e', long = "env")]
+    pub env: Vec<String>,
+    /// Allocate a pseudo-TTY
+    #[arg(short = 't', long)]
+    pub tty: bool,
+    /// uid[:gid] to run as
+    #[arg(short = 'u', long)]
+    pub user: Option<String>,
+    /// Additional gids
+    #[arg(short = 'g', long = "additional-gids")]
+    pub additional_gids: Vec<u32>,
+    /// Path to a process.json; other process flags are then ignored
+    #[arg(short = 'p', long)]
+    pub process: Option<PathBuf>,
+    /// Detach from the process
+    #[arg(short = 'd', long)]
+    pub detach: bool,
+    /// File to write the process pid to
+    #[arg(long = "pid-file")]
+    pub pid_file: Option<PathBuf>,
+    /// SELinux label for the process
+    #[arg(long = "process-label")]
+    pub process_label: Option<String>,
+    /// AppArmor profile for the process
+    #[arg(long)]
+    pub apparmor: Option<String>,
+    /// Set no_new_privs
+    #[arg(long = "no-new-privs")]
+    pub no_new_privs: bool,
+    /// Add a capability (must be in the container's bounding set)
+    #[arg(short = 'c', long = "cap")]
+    pub cap: Vec<String>,
+    /// Pass N additional fds (from 3 up)
+    #[arg(long = "preserve-fds", default_value_t = 0)]
+    pub preserve_fds: u32,
+    /// Sub-cgroup of the container to run in
+    #[arg(long)]
+    pub cgroup: Option<String>,
+    /// Allow exec into a paused container
+    #[arg(long = "ignore-paused")]
+    pub ignore_paused: bool,
+    pub id: String,
+    /// The command and its arguments
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<String>,
+}
+
+/// `uid[:gid]`, numbers only: a name would be resolved with the host's passwd, and a
+/// lenient parser is how users end up as someone else (crun CVE-2026-30892).
+fn parse_user(s: &str) -> Result<(u32, Option<u32>)> {
+    let (u, g) = match s.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (s, None),
+    };
+    let num = |v: &str, what: &str| -> Result<u32> {
+        if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+            bail!("--user {s:?}: {what} must be a number");
+        }
+        v.parse::<u32>()
+            .ok()
+            .filter(|n| *n != u32::MAX)
+            .with_context(|| format!("--user {s:?}: {what} out of range"))
+    };
+    Ok((num(u, "uid")?, g.map(|g| num(g, "gid")).transpose()?))
+}
+
+fn build_process(a: &Args, spec_process: &Process, bounding: u64) -> Result<Process> {
+    if let Some(path) = &a.process {
+        let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+        let de = &mut serde_json::Deserializer::from_slice(&bytes);
+        let mut p: Process = serde_path_to_error::deserialize(de)
+            .map_err(|e| anyhow::anyhow!("{}: {}: {}", path.display(), e.path(), e.inner()))?;
+        p.terminal |= a.tty;
+        return Ok(p);
+    }
+    if a.command.is_empty() {
+        bail!("exec needs a command to run");
+    }
+    let mut p = spec_process.clone();
+    p.args = a.command.clone();
+    p.terminal = a.tty;
+    for kv in &a.env {
+        let key = kv.split_once('=').map_or(kv.as_str(), |(k, _)| k);
+        p.env
+            .retain(|e| e.split_once('=').map_or(e.as_str(), |(k, _)| k) != key);
+        p.env.push(kv.clone());
+    }
+    if let Some(cwd) = &a.cwd {
+        p.cwd = cwd.clone();
+    }
+    if let Some(u) = &a.user {
+        let (uid, gid) = parse_user(u)?;
+        p.user.uid = uid;
+        p.user.gid = gid.unwrap_or(0);
+    }
+    if !a.additional_gids.is_empty() {
+        p.user.additional_gids = a.additional_gids.clone();
+    }
+    if a.no_new_privs {
+        p.no_new_privileges = Some(true);
+    }
+    if let Some(aa) = &a.apparmor {
+        p.apparmor_profile = Some(aa.clone());
+    }
+    if let Some(l) = &a.process_label {
+        p.selinux_label = Some(l.clone());
+    }
+    if !a.cap.is_empty() {
+        let caps = p.capabilities.get_or_insert_with(Default::default);
+        for c in &a.cap {
+            let Some(bit) = capabilities::number(c) else {
+                bail!("--cap {c}: unknown capability");
+            };
+            // Never wider than the container: exec must not be a way out of its bounding set.
+            if bounding & (1 << bit) == 0 {
+                bail!("--cap {c}: not in the container's bounding set");
+            }
+            let name = capabilities::NAMES[bit as usize].to_string();
+            for set in [
+                &mut caps.bounding,
+                &mut caps.effective,
+                &mut caps.permitted,
+                &mut caps.ambient,
+            ] {
+                let v = set.get_or_insert_with(Vec::new);
+                if !v.contains(&name) {
+                    v.push(name.clone());
+                }
+            }
+        }
+    }
+    Ok(p)
+}
+
+pub fn run(g: &Global, a: Args) -> Result<i32> {
+    let listen: u32 = std::env::var("LISTEN_FDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    sys::close_range_from(3 + a.preserve_fds + listen, true).context("close_range")?;
+    exeseal::ensure().context("protect the moat binary")?;
+    let dir = ContainerDir::open_read(&g.state_root(), &a.id)?;
+    let rec = dir.load()?;
+    match rec.status(&dir) {
+        Status::Stopped => bail!("cannot exec in a stopped container"),
+        Status::Paused if !a.ignore_paused => {
+            bail!("cannot exec in a paused container (use --ignore-paused to override)")
+        }
+        _ => {}
+    }
+    let spec = dir.load_spec()?;
+    let container_caps =
+        capabilities::from_spec(spec.process().capabilities.as_ref(), "process.capabilities")?;
+    let process = build_process(&a, spec.process(), container_caps.bounding)?;
+    if process.terminal && a.console_socket.is_none() {
+        bail!("--tty needs a --console-socket to send the terminal to");
+    }
+    let filter = match dir.read_file(state::SECCOMP_FILE)? {
+        Some(b) => {
+            Some(Filter::from_bytes(&b).context("corrupt seccomp.bpf in the state directory")?)
+        }
+        None => None,
+    };
+    let field = if a.process.is_some() {
+        "process.json"
+    } else {
+        "process"
+    };
+    let attrs = Attrs::from_process(&process, field, filter, a.preserve_fds)?;
+    let opts = ExecOpts {
+        console_socket: a.console_socket.clone(),
+        pid_file: a.pid_file.clone(),
+        detach: a.detach,
+        sub_cgroup: a.cgroup.clone(),
+    };
+    let set = signal::forwarded_set();
+    if !a.detach {
+        set.thread_block().context("block signals")?;
+    }
+    let started = exec::exec(&rec, &attrs, &opts)?;
+    if a.detach {
+        return Ok(0);
+    }
+    let pidfd = sys::pidfd_open(started.pid).context("pidfd_open")?;
+    Ok(signal::forward_and_wait(started.pid, &pidfd, &set)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_user;
+
+    #[test]
+    fn user_forms() {
+        assert_eq!(parse_user("0").unwrap(), (0, None));
+        assert_eq!(parse_user("1000:1000").unwrap(), (1000, Some(1000)));
+        for bad in [
+            "",
+            "root",
+            "1000:",
+            ":1000",
+            "-1",
+            "1 ",
+            "4294967295",
+            "99999999999",
+            "1000:x",
+        ] {
+            assert!(parse_user(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! `exec`: a new process inside a running container, confined exactly as its init.
+//!
+//! | # | parent (`moat exec`)                                      | child                                       |
+//! |---|-----------------------------------------------------------|---------------------------------------------|
+//! | 1 | attributes parsed; the container's compiled seccomp filter loaded from its state | —                    |
+//! | 2 | pidfd of the init; joins its pid (and time) namespace *for children only* | —                           |
+//! | 3 | clone (into the v2 cgroup where possible)                 | non-dumpable, waits                         |
+//! | 4 | cgroup join (v1), rlimits; `Go`                           | setns(pidfd, every other namespace at once)  |
+//! | 5 | —                                                         | console; [`Attrs::apply`]: LSM, NNP, seccomp, user, caps, cwd |
+//! | 6 | EOF on the sync socket = exec'd; `Failed` = error         | execve (the socket is close-on-exec)        |
+//! | 7 | `--pid-file`; detached: done; else wait, forward signals  | —                                           |
+//!
+//! moat is never executed inside the container: the child is a fork, non-dumpable until
+//! execve, so nothing in the container can ptrace it or open its `/proc/<pid>/exe`.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+
+use super::attrs::Attrs;
+use super::path::Root;
+use super::sync::{self, Channel, InitFailure, Step, StepExt, ToChild, ToParent};
+use super::{console, namespaces, sys};
+use crate::state::Record;
+
+pub struct ExecOpts {
+    pub console_socket: Option<PathBuf>,
+    pub pid_file: Option<PathBuf>,
+    pub detach: bool,
+    /// `--cgroup`: a sub-cgroup of the container's, relative.
+    pub sub_cgroup: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Init(#[from] InitFailure),
+    #[error(transparent)]
+    Cgroup(#[from] super::cgroups::CgroupError),
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    #[error("container not running")]
+    NotRunning,
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ExecError {
+    let what = what.into();
+    move |source| ExecError::Io { what, source }
+}
+
+/// The started process: its host pid, and (foreground) a pidfd to wait on.
+pub struct Started {
+    pub pid: i32,
+}
+
+/// Namespaces of `pid` that differ from ours, as CLONE_NEW* flags.
+fn namespaces_of(pid: i32) -> Result<libc::c_int, ExecError> {
+    let mut flags = 0;
+    for (name, flag) in [
+        ("user", libc::CLONE_NEWUSER),
+        ("mnt", libc::CLONE_NEWNS),
+        ("pid", libc::CLONE_NEWPID),
+        ("net", libc::CLONE_NEWNET),
+        ("ipc", libc::CLONE_NEWIPC),
+        ("uts", libc::CLONE_NEWUTS),
+        ("cgroup", libc::CLONE_NEWCGROUP),
+        ("time", namespaces::CLONE_NEWTIME),
+    ] {
+        let theirs = std::fs::metadata(format!("/proc/{pid}/ns/{name}"));
+        let ours = std::fs::metadata(format!("/proc/self/ns/{name}"));
+        match (theirs, ours) {
+            (Ok(t), Ok(o)) => {
+                use std::os::unix::fs::MetadataExt;
+                if (t.dev(), t.ino()) != (o.dev(), o.ino()) {
+                    flags |= flag;
+                }
+            }
+            // A namespace type this kernel lacks (time before 5.6) cannot differ.
+            (Err(e), _) if e.kind() == std::io::ErrorKind::NotFound && name == "time" => {}
+            (Err(e), _) => return Err(io(format!("/proc/{pid}/ns/{name}"))(e)),
+            (_, Err(e)) => return Err(io(format!("/proc/self/ns/{name}"))(e)),
+        }
+    }
+    Ok(flags)
+}
+
+pub fn exec(rec: &Record, attrs: &Attrs, opts: &ExecOpts) -> Result<Started, ExecError> {
+    let pidfd = sys::pidfd_open(rec.pid).map_err(|_| ExecError::NotRunning)?;
+    if !rec.alive() {
+        return Err(ExecError::NotRunning);
+    }
+    let flags = namespaces_of(rec.pid)?;
+    // pid and time namespaces apply to children: join them here, the rest in the child.
+    let for_children = flags & (libc::CLONE_NEWPID | namespaces::CLONE_NEWTIME);
+    if for_children != 0 {
+        sys::setns(pidfd.as_fd(), for_children)
+            .map_err(io("join the container's pid namespace"))?;
+    }
+    let (parent_ch, child_ch) = sync::pair().map_err(io("socketpair"))?;
+    let console_sock = match &opts.console_socket {
+        Some(p) => Some(OwnedFd::from(
+            UnixStream::connect(p)
+                .map_err(io(format!("connect to console socket {}", p.display())))?,
+        )),
+        None => None,
+    };
+    let cgroup = rec.cgroup.as_ref();
+    let v2fd = if opts.sub_cgroup.is_none() {
+        cgroup.and_then(|c| c.dir_fd_v2())
+    } else {
+        None
+    };
+    let child = match sys::clone_fork(0, v2fd.as_ref().map(|f| f.as_fd())).map_err(io("clone"))? {
+        sys::Forked::Child => {
+            drop(parent_ch);
+            let e = match child(
+                attrs,
+                &child_ch,
+                &pidfd,
+                flags & !for_children,
+                console_sock.as_ref(),
+            ) {
+                Err(e) => e,
+                Ok(never) => match never {},
+            };
+            let _ = child_ch.to_parent(&ToParent::Failed(e), None);
+            sys::exit_now(255)
+        }
+        sys::Forked::Parent(pid) => pid,
+    };
+    drop(child_ch);
+    drop(console_sock);
+    let kill = |e: ExecError| {
+        let _ = sys::kill(child, libc::SIGKILL);
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
+        e
+    };
+    if let Some(cg) = cgroup {
+        let placed = match &opts.sub_cgroup {
+            Some(sub) => cg.add_pid_sub(child, sub),
+            None if v2fd.is_some() => Ok(()),
+            None => cg.add_pid(child),
+        };
+        placed.map_err(|e| kill(e.into()))?;
+    }
+    for &(res, soft, hard) in &attrs.rlimits {
+        sys::prlimit(child, res, soft, hard)
+            .map_err(|e| kill(io(format!("setrlimit {res} on the exec'd process"))(e)))?;
+    }
+    parent_ch
+        .to_child(&ToChild::Go(Vec::new()))
+        .map_err(|e| kill(io("sync")(e)))?;
+    // On success the socket closes with the child's execve.
+    match parent_ch.from_child() {
+        Ok((ToParent::Failed(f), _)) => {
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
+            return Err(f.into());
+        }
+        Ok(_) => {
+            return Err(kill(ExecError::Init(InitFailure::new(
+                Step::Sync,
+                "unexpected message",
+            ))))
+        }
+        Err(_) => {}
+    }
+    if let Some(pf) = &opts.pid_file {
+        crate::state::write_pid_file(pf, child)?;
+    }
+    Ok(Started { pid: child })
+}
+
+enum Never {}
+
+fn child(
+    attrs: &Attrs,
+    ch: &Channel,
+    pidfd: &OwnedFd,
+    flags: libc::c_int,
+    console_sock: Option<&OwnedFd>,
+) -> Result<Never, InitFailure> {
+    sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
+    if ch.from_parent().is_err() {
+        sys::exit_now(255);
+    }
+    if flags != 0 {
+        sys::setns(pidfd.as_fd(), flags).step(Step::Namespaces, || {
+            format!("join the container's namespaces ({flags:#x})")
+        })?;
+    }
+    if attrs.terminal {
+        let root = Root::open(std::path::Path::new("/")).step(Step::Console, || "open /".into())?;
+        let (master, peer) = console::open_pty(&root)?;
+        if let Some(sock) = console_sock {
+            console::send_master(sock.as_fd(), master.as_fd(), attrs.console_size)?;
+        }
+        drop(master);
+        console::make_stdio(&peer)?;
+    }
+    let (exe, _listener) = attrs.apply()?;
+    Err(attrs.exec(&exe))
+}
