@@ -193,7 +193,6 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     let opts = ExecOpts {
         console_socket: a.console_socket.clone(),
         pid_file: a.pid_file.clone(),
-        detach: a.detach,
         sub_cgroup: a.cgroup.clone(),
     };
     let set = signal::forwarded_set();

@@ -73,7 +73,7 @@ pub enum Command {
     /// Output the state of a container
     State(state::Args),
     /// Run a new process inside the container
-    Exec(exec::Args),
+    Exec(Box<exec::Args>),
     /// Send a signal to the container's init process
     Kill(kill::Args),
     /// Delete a container
@@ -147,7 +147,7 @@ pub fn main() -> i32 {
         Command::Start(a) => start::run(g, a),
         Command::Run(a) => run::run(g, a),
         Command::State(a) => state::run(g, a),
-        Command::Exec(a) => exec::run(g, a),
+        Command::Exec(a) => exec::run(g, *a),
         Command::Kill(a) => kill::run(g, a),
         Command::Delete(a) => delete::run(g, a),
         Command::List(a) => list::run(g, a),

@@ -409,8 +409,24 @@ pub fn write_proc(path: &str, value: &str) -> io::Result<()> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
     let fs = sys::fstatfs(f.as_fd())?;
-    if fs.f_type as i64 != libc::PROC_SUPER_MAGIC as i64 {
+    if fs.f_type != libc::PROC_SUPER_MAGIC {
         return Err(io::Error::other(format!("{path} is not on procfs")));
     }
     f.write_all(value.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rlimit_and_policy_names() {
+        assert_eq!(
+            rlimit_resource("RLIMIT_NOFILE"),
+            Some(libc::RLIMIT_NOFILE as i32)
+        );
+        assert_eq!(rlimit_resource("RLIMIT_BOGUS"), None);
+        assert_eq!(sched_policy("SCHED_IDLE"), Some(5));
+        assert_eq!(sched_policy("SCHED_NOPE"), None);
+    }
 }

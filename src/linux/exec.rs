@@ -26,7 +26,6 @@ use crate::state::Record;
 pub struct ExecOpts {
     pub console_socket: Option<PathBuf>,
     pub pid_file: Option<PathBuf>,
-    pub detach: bool,
     /// `--cgroup`: a sub-cgroup of the container's, relative.
     pub sub_cgroup: Option<String>,
 }
@@ -128,7 +127,7 @@ pub fn exec(rec: &Record, attrs: &Attrs, opts: &ExecOpts) -> Result<Started, Exe
                 Err(e) => e,
                 Ok(never) => match never {},
             };
-            let _ = child_ch.to_parent(&ToParent::Failed(e), None);
+            let _ = child_ch.send_parent(&ToParent::Failed(e), None);
             sys::exit_now(255)
         }
         sys::Forked::Parent(pid) => pid,
@@ -153,10 +152,10 @@ pub fn exec(rec: &Record, attrs: &Attrs, opts: &ExecOpts) -> Result<Started, Exe
             .map_err(|e| kill(io(format!("setrlimit {res} on the exec'd process"))(e)))?;
     }
     parent_ch
-        .to_child(&ToChild::Go(Vec::new()))
+        .send_child(&ToChild::Go(Vec::new()))
         .map_err(|e| kill(io("sync")(e)))?;
     // On success the socket closes with the child's execve.
-    match parent_ch.from_child() {
+    match parent_ch.recv_child() {
         Ok((ToParent::Failed(f), _)) => {
             let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
             return Err(f.into());
@@ -185,7 +184,7 @@ fn child(
     console_sock: Option<&OwnedFd>,
 ) -> Result<Never, InitFailure> {
     sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
-    if ch.from_parent().is_err() {
+    if ch.recv_parent().is_err() {
         sys::exit_now(255);
     }
     if flags != 0 {

@@ -189,7 +189,7 @@ pub fn set_propagation(
     recursive: bool,
 ) -> io::Result<()> {
     let attr = MountAttr {
-        propagation: flag as u64,
+        propagation: flag,
         ..Default::default()
     };
     sys::mount_setattr(mnt, recursive, &attr)

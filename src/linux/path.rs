@@ -47,10 +47,6 @@ impl Root {
         Ok(Root { fd })
     }
 
-    pub fn from_fd(fd: OwnedFd) -> Root {
-        Root { fd }
-    }
-
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }

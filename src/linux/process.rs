@@ -300,12 +300,12 @@ fn create_in_cgroup(
     let mut init_pid = child;
     let creating = state_json(&record, "creating", child);
     parent_ch
-        .to_child(&ToChild::Go(creating))
+        .send_child(&ToChild::Go(creating))
         .map_err(io_err("sync: send go"))?;
 
     // 6–10. Serve the child until it is ready.
     let listener = loop {
-        let (msg, fd) = match parent_ch.from_child() {
+        let (msg, fd) = match parent_ch.recv_child() {
             Ok(m) => m,
             Err(_) => return Err(died(init_pid)),
         };
@@ -314,7 +314,7 @@ fn create_in_cgroup(
                 namespaces::write_id_maps(child, &l.uid_mappings, &l.gid_mappings)
                     .map_err(io_err("linux.uidMappings: write id maps"))?;
                 parent_ch
-                    .to_child(&ToChild::MapsWritten)
+                    .send_child(&ToChild::MapsWritten)
                     .map_err(io_err("sync"))?;
             }
             ToParent::InitPid(pid) => {
@@ -330,12 +330,12 @@ fn create_in_cgroup(
                     hooks::run("createRuntime", &h.create_runtime, &st)?;
                 }
                 parent_ch
-                    .to_child(&ToChild::HooksDone)
+                    .send_child(&ToChild::HooksDone)
                     .map_err(io_err("sync"))?;
             }
             ToParent::Ready => break fd,
             ToParent::Failed(f) => {
-                let _ = parent_ch.to_child(&ToChild::Created);
+                let _ = parent_ch.send_child(&ToChild::Created);
                 return Err(Error::Init(f));
             }
         }
@@ -360,7 +360,7 @@ fn create_in_cgroup(
         None
     };
     parent_ch
-        .to_child(&ToChild::Created)
+        .send_child(&ToChild::Created)
         .map_err(io_err("sync: release init"))?;
     guard.0 = None;
     Ok(Created { record, pidfd })
@@ -450,16 +450,16 @@ fn child_main(plan: &Plan, ch: &Channel, fifo: &OwnedFd, console: Option<&OwnedF
         Ok(never) => match never {},
         Err(e) => e,
     };
-    let _ = ch.to_parent(&ToParent::Failed(err.clone()), None);
+    let _ = ch.send_parent(&ToParent::Failed(err.clone()), None);
     // Wait for the parent to read the failure, so it is reported before we are reaped.
-    let _ = ch.from_parent();
+    let _ = ch.recv_parent();
     sys::exit_now(1)
 }
 
 enum Never {}
 
 fn wait_parent(ch: &Channel) -> Result<ToChild, InitFailure> {
-    ch.from_parent().map_err(|_| {
+    ch.recv_parent().map_err(|_| {
         // The parent is gone: nobody will ever start us.
         sys::exit_now(1)
     })
@@ -534,7 +534,7 @@ fn init(
     } else {
         None
     };
-    ch.to_parent(&ToParent::HooksPlease, None)
+    ch.send_parent(&ToParent::HooksPlease, None)
         .step(Step::Sync, || "hooks".into())?;
     wait_parent(ch)?;
     if let Some(h) = &plan.hooks {
@@ -559,7 +559,7 @@ fn init(
     drop(pty);
 
     // Ready; wait to be started.
-    ch.to_parent(&ToParent::Ready, listener.as_ref().map(|l| l.as_fd()))
+    ch.send_parent(&ToParent::Ready, listener.as_ref().map(|l| l.as_fd()))
         .step(Step::Sync, || "ready".into())?;
     drop(listener);
     wait_parent(ch)?;
@@ -585,7 +585,7 @@ fn staged_namespaces(plan: &Plan, ch: &Channel) -> Result<(), InitFailure> {
     if plan.ns.has_new(libc::CLONE_NEWUSER) {
         sys::unshare(libc::CLONE_NEWUSER)
             .step(Step::Namespaces, || "unshare user namespace".into())?;
-        ch.to_parent(&ToParent::UsernsReady, None)
+        ch.send_parent(&ToParent::UsernsReady, None)
             .step(Step::Sync, || "userns".into())?;
         wait_parent(ch)?;
         become_root()?;
@@ -604,7 +604,7 @@ fn staged_namespaces(plan: &Plan, ch: &Channel) -> Result<(), InitFailure> {
     match sys::clone_fork(0, None).step(Step::Namespaces, || "fork init".into())? {
         sys::Forked::Child => Ok(()),
         sys::Forked::Parent(pid) => {
-            let _ = ch.to_parent(&ToParent::InitPid(pid), None);
+            let _ = ch.send_parent(&ToParent::InitPid(pid), None);
             sys::exit_now(0)
         }
     }
@@ -646,19 +646,5 @@ fn wait_start(fifo: &OwnedFd) -> Result<(), InitFailure> {
             Step::Sync,
             "exec fifo closed without a start",
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rlimit_names() {
-        assert_eq!(
-            rlimit_resource("RLIMIT_NOFILE"),
-            Some(libc::RLIMIT_NOFILE as i32)
-        );
-        assert_eq!(rlimit_resource("RLIMIT_BOGUS"), None);
     }
 }

@@ -42,8 +42,6 @@ pub struct CgroupMount {
     pub name: String,
     /// The container's cgroup directory on the host.
     pub host_dir: PathBuf,
-    /// A v2 hierarchy (mountable fresh inside a cgroup namespace).
-    pub v2: bool,
 }
 
 pub struct Plan {

@@ -707,7 +707,12 @@ mod tests {
             "listenerPath": "/run/listener.sock",
             "syscalls": [{"names": ["getppid"], "action": "SCMP_ACT_NOTIFY"}]}));
         exited_ok(run_filtered(&f, |listener| match listener {
-            Some(fd) if sys::is_valid_fd(sys::raw(fd.as_fd())) => 0,
+            Some(fd)
+                if nix::fcntl::fcntl(sys::raw(fd.as_fd()), nix::fcntl::FcntlArg::F_GETFD)
+                    .is_ok() =>
+            {
+                0
+            }
             _ => 41,
         }));
     }

@@ -237,7 +237,7 @@ impl Channel {
         Ok((buf, fd))
     }
 
-    pub fn to_child(&self, m: &ToChild) -> io::Result<()> {
+    pub fn send_child(&self, m: &ToChild) -> io::Result<()> {
         match m {
             ToChild::Go(state) => {
                 let mut b = vec![1u8];
@@ -250,7 +250,7 @@ impl Channel {
         }
     }
 
-    pub fn from_parent(&self) -> io::Result<ToChild> {
+    pub fn recv_parent(&self) -> io::Result<ToChild> {
         let (b, _) = self.recv()?;
         Ok(match b[0] {
             1 => ToChild::Go(b[1..].to_vec()),
@@ -261,7 +261,7 @@ impl Channel {
         })
     }
 
-    pub fn to_parent(&self, m: &ToParent, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+    pub fn send_parent(&self, m: &ToParent, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
         match m {
             ToParent::UsernsReady => self.send(&[1], None),
             ToParent::InitPid(pid) => {
@@ -281,7 +281,7 @@ impl Channel {
         }
     }
 
-    pub fn from_child(&self) -> io::Result<(ToParent, Option<OwnedFd>)> {
+    pub fn recv_child(&self) -> io::Result<(ToParent, Option<OwnedFd>)> {
         let (b, fd) = self.recv()?;
         let m = match b[0] {
             1 => ToParent::UsernsReady,
@@ -323,15 +323,15 @@ mod tests {
     #[test]
     fn messages_roundtrip_with_fd() {
         let (p, c) = pair().unwrap();
-        p.to_child(&ToChild::Go(b"{\"x\":1}".to_vec())).unwrap();
-        assert!(matches!(c.from_parent().unwrap(), ToChild::Go(s) if s == b"{\"x\":1}"));
+        p.send_child(&ToChild::Go(b"{\"x\":1}".to_vec())).unwrap();
+        assert!(matches!(c.recv_parent().unwrap(), ToChild::Go(s) if s == b"{\"x\":1}"));
         let f = std::fs::File::open("/dev/null").unwrap();
-        c.to_parent(&ToParent::Ready, Some(std::os::fd::AsFd::as_fd(&f)))
+        c.send_parent(&ToParent::Ready, Some(std::os::fd::AsFd::as_fd(&f)))
             .unwrap();
-        let (m, fd) = p.from_child().unwrap();
+        let (m, fd) = p.recv_child().unwrap();
         assert!(matches!(m, ToParent::Ready));
         assert!(fd.is_some());
-        c.to_parent(
+        c.send_parent(
             &ToParent::Failed(InitFailure {
                 step: Step::Mounts,
                 errno: libc::ENOENT,
@@ -340,7 +340,7 @@ mod tests {
             None,
         )
         .unwrap();
-        let (m, _) = p.from_child().unwrap();
+        let (m, _) = p.recv_child().unwrap();
         let ToParent::Failed(f) = m else { panic!() };
         assert_eq!(f.step, Step::Mounts);
         assert_eq!(
@@ -348,6 +348,6 @@ mod tests {
             "mounts: mounts[2].destination /x: No such file or directory (os error 2)"
         );
         drop(c);
-        assert!(p.from_child().is_err(), "EOF must surface as an error");
+        assert!(p.recv_child().is_err(), "EOF must surface as an error");
     }
 }

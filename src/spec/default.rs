@@ -22,14 +22,6 @@ const READONLY: [&str; 5] = [
     "/proc/sysrq-trigger",
 ];
 
-/// runc's default masked and read-only paths, shared with the hardening policy.
-pub fn masked_paths() -> &'static [&'static str] {
-    &MASKED
-}
-pub fn readonly_paths() -> &'static [&'static str] {
-    &READONLY
-}
-
 pub fn spec(rootless: bool) -> Value {
     let caps = json!(["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]);
     let mut devpts = vec![

@@ -526,11 +526,6 @@ impl Spec {
             .unwrap_or_else(|| EMPTY.get_or_init(Linux::default))
     }
 
-    /// The namespace entry of a given type, if the spec lists one.
-    pub fn namespace(&self, typ: &str) -> Option<&Namespace> {
-        self.linux().namespaces.iter().find(|n| n.typ == typ)
-    }
-
     /// Absolute rootfs path: `root.path` resolved against the bundle.
     pub fn rootfs(&self, bundle: &Path) -> PathBuf {
         let p = self
@@ -575,7 +570,7 @@ mod tests {
         let s = Spec::parse(json).unwrap();
         assert!(s.root.as_ref().unwrap().readonly);
         assert_eq!(
-            s.namespace("network").unwrap().path.as_deref(),
+            s.linux().namespaces[1].path.as_deref(),
             Some("/run/netns/x")
         );
         assert_eq!(s.linux().uid_mappings[0].host_id, 1000);

@@ -353,7 +353,6 @@ impl Cgroup {
                         .unwrap_or_default()
                 },
                 host_dir: h.dir(&self.path),
-                v2: h.v2,
             })
             .collect()
     }

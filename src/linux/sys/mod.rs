@@ -320,10 +320,7 @@ pub struct OpenHow {
     pub resolve: u64,
 }
 
-pub const RESOLVE_NO_XDEV: u64 = 0x01;
 pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-pub const RESOLVE_BENEATH: u64 = 0x08;
 pub const RESOLVE_IN_ROOT: u64 = 0x10;
 
 pub fn openat2(dir: BorrowedFd<'_>, path: &CStr, how: &OpenHow) -> Result<OwnedFd> {
@@ -447,24 +444,6 @@ pub fn set_winsize(fd: BorrowedFd<'_>, rows: u16, cols: u16) -> Result<()> {
     .map(drop)
 }
 
-pub fn get_winsize(fd: BorrowedFd<'_>) -> Result<(u16, u16)> {
-    let mut ws = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes a winsize struct.
-    check_int(unsafe {
-        libc::ioctl(
-            fd.as_raw_fd(),
-            libc::TIOCGWINSZ,
-            &mut ws as *mut libc::winsize,
-        )
-    })?;
-    Ok((ws.ws_row, ws.ws_col))
-}
-
 pub fn unlockpt(master: BorrowedFd<'_>) -> Result<()> {
     let unlock: libc::c_int = 0;
     // SAFETY: TIOCSPTLCK reads an int through the pointer.
@@ -530,11 +509,6 @@ pub fn close_raw(fd: BorrowedFd<'_>) {
     unsafe { libc::close(fd.as_raw_fd()) };
 }
 
-pub fn is_valid_fd(fd: RawFd) -> bool {
-    // SAFETY: F_GETFD has no side effects.
-    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
-}
-
 /// Receives one message and at most one fd passed with SCM_RIGHTS (installed close-on-exec).
 /// Extra fds, if a peer sent more, are closed.
 pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Option<OwnedFd>)> {
@@ -589,7 +563,6 @@ pub const MOUNT_ATTR_RELATIME: u64 = 0x00;
 pub const MOUNT_ATTR_NOATIME: u64 = 0x10;
 pub const MOUNT_ATTR_STRICTATIME: u64 = 0x20;
 pub const MOUNT_ATTR_NODIRATIME: u64 = 0x80;
-pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 pub const MOUNT_ATTR_NOSYMFOLLOW: u64 = 0x0020_0000;
 
 #[repr(C)]
@@ -743,11 +716,6 @@ pub fn at_fdcwd() -> BorrowedFd<'static> {
     unsafe { BorrowedFd::borrow_raw(libc::AT_FDCWD) }
 }
 
-pub fn getpid() -> libc::pid_t {
-    // SAFETY: always succeeds.
-    unsafe { libc::getpid() }
-}
-
 pub fn geteuid() -> u32 {
     // SAFETY: always succeeds.
     unsafe { libc::geteuid() }
@@ -793,13 +761,4 @@ pub fn setsid() -> Result<()> {
 /// strings and preserved-fd arithmetic) that need it.
 pub fn raw(fd: BorrowedFd<'_>) -> RawFd {
     fd.as_raw_fd()
-}
-
-/// Takes ownership of an inherited descriptor number (e.g. `LISTEN_FDS`, preserved fds).
-///
-/// # Safety
-/// The caller must know that `fd` is open and owned by nothing else in this process.
-pub unsafe fn adopt(fd: RawFd) -> OwnedFd {
-    // SAFETY: guaranteed by the caller.
-    unsafe { OwnedFd::from_raw_fd(fd) }
 }
