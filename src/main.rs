@@ -4,6 +4,7 @@
 mod cli;
 mod linux;
 mod log;
+mod policy;
 mod spec;
 mod state;
 

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use super::{Global, Result};
-use crate::linux::{exeseal, process, sys};
+use crate::linux::{apparmor, exeseal, process, sys};
+use crate::policy;
 use crate::spec::Spec;
-use crate::state::ContainerDir;
+use crate::state::{self, ContainerDir};
 
 #[derive(clap::Args, Debug, Clone)]
 #[group(id = "create_args")]
@@ -56,7 +57,13 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
             cwd.join(p)
         }
     });
-    let spec = Spec::load(&bundle)?;
+    let mut spec = Spec::load(&bundle)?;
+    let cfg = policy::Config::load()?;
+    let decision = policy::apply(&mut spec, &cfg, &a.id)?;
+    if spec.process().apparmor_profile.as_deref() == Some(policy::APPARMOR_PROFILE_NAME) {
+        apparmor::ensure_loaded(policy::APPARMOR_PROFILE_NAME, policy::APPARMOR_PROFILE)
+            .context("load moat's AppArmor profile")?;
+    }
     let dir = ContainerDir::create(&g.state_root(), &a.id)?;
     let opts = process::CreateOpts {
         id: a.id.clone(),
@@ -68,8 +75,19 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         preserve_fds: a.preserve_fds,
         systemd_cgroup: g.systemd_cgroup,
         foreground,
+        seccomp_floor: decision.seccomp_floor,
+        loopback_up: decision.network_none,
+        policy: decision.policy,
+        fleet: policy::fleet_budget(&cfg),
     };
-    match process::create(&spec, &opts, &dir) {
+    let created = process::create(&spec, &opts, &dir).and_then(|c| {
+        dir.save_file(
+            state::POLICY_FILE,
+            &serde_json::to_vec_pretty(&decision).expect("serialises"),
+        )?;
+        Ok(c)
+    });
+    match created {
         Ok(c) => Ok((dir, c)),
         Err(e) => {
             let _ = dir.remove();

@@ -87,7 +87,9 @@ fn parse_user(s: &str) -> Result<(u32, Option<u32>)> {
     Ok((num(u, "uid")?, g.map(|g| num(g, "gid")).transpose()?))
 }
 
-fn build_process(a: &Args, spec_process: &Process, bounding: u64) -> Result<Process> {
+/// `bounding`: the container's bounding set, which `--cap` may not exceed (RESTRICTED);
+/// `None` under OPEN, where moat does what runc does.
+fn build_process(a: &Args, spec_process: &Process, bounding: Option<u64>) -> Result<Process> {
     if let Some(path) = &a.process {
         let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
         let de = &mut serde_json::Deserializer::from_slice(&bytes);
@@ -135,7 +137,7 @@ fn build_process(a: &Args, spec_process: &Process, bounding: u64) -> Result<Proc
                 bail!("--cap {c}: unknown capability");
             };
             // Never wider than the container: exec must not be a way out of its bounding set.
-            if bounding & (1 << bit) == 0 {
+            if bounding.is_some_and(|b| b & (1 << bit) == 0) {
                 bail!("--cap {c}: not in the container's bounding set");
             }
             let name = capabilities::NAMES[bit as usize].to_string();
@@ -174,22 +176,23 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     let spec = dir.load_spec()?;
     let container_caps =
         capabilities::from_spec(spec.process().capabilities.as_ref(), "process.capabilities")?;
-    let process = build_process(&a, spec.process(), container_caps.bounding)?;
+    let bounding = (rec.policy != "open").then_some(container_caps.bounding);
+    let process = build_process(&a, spec.process(), bounding)?;
     if process.terminal && a.console_socket.is_none() {
         bail!("--tty needs a --console-socket to send the terminal to");
     }
-    let filter = match dir.read_file(state::SECCOMP_FILE)? {
-        Some(b) => {
-            Some(Filter::from_bytes(&b).context("corrupt seccomp.bpf in the state directory")?)
-        }
-        None => None,
-    };
+    let mut filters = Vec::new();
+    while let Some(b) = dir.read_file(&state::seccomp_file(filters.len()))? {
+        filters.push(
+            Filter::from_bytes(&b).context("corrupt seccomp program in the state directory")?,
+        );
+    }
     let field = if a.process.is_some() {
         "process.json"
     } else {
         "process"
     };
-    let attrs = Attrs::from_process(&process, field, filter, a.preserve_fds)?;
+    let attrs = Attrs::from_process(&process, field, filters, a.preserve_fds)?;
     let opts = ExecOpts {
         console_socket: a.console_socket.clone(),
         pid_file: a.pid_file.clone(),

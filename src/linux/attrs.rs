@@ -33,7 +33,8 @@ fn err(field: impl Into<String>, reason: impl Into<String>) -> AttrError {
 
 pub struct Attrs {
     pub caps: Sets,
-    pub seccomp: Option<Filter>,
+    /// Installed in order; the kernel applies the strictest verdict of all of them.
+    pub seccomp: Vec<Filter>,
     pub no_new_privs: bool,
     pub uid: u32,
     pub gid: u32,
@@ -103,7 +104,7 @@ impl Attrs {
     pub fn from_process(
         p: &Process,
         field: &str,
-        seccomp: Option<Filter>,
+        seccomp: Vec<Filter>,
         preserve_fds: u32,
     ) -> Result<Attrs, AttrError> {
         if p.args.is_empty() {
@@ -228,10 +229,9 @@ impl Attrs {
                 .step(Step::Capabilities, || "PR_SET_NO_NEW_PRIVS".into())?;
         }
         let mut listener = None;
-        if let (Some(f), false) = (&self.seccomp, self.no_new_privs) {
-            listener = seccomp::install(f).step(Step::Seccomp, || {
-                "load filter (before dropping privileges)".into()
-            })?;
+        if !self.no_new_privs {
+            listener =
+                self.install_seccomp(|| "load filter (before dropping privileges)".into())?;
         }
         self.set_identity()?;
         if let Some(m) = self.umask {
@@ -241,8 +241,8 @@ impl Attrs {
             .step(Step::Cwd, || format!("process.cwd {}", self.cwd))?;
         verify_cwd(&self.cwd)?;
         let exe = self.find_executable()?;
-        if let (Some(f), true) = (&self.seccomp, self.no_new_privs) {
-            listener = seccomp::install(f).step(Step::Seccomp, || "load filter".into())?;
+        if self.no_new_privs {
+            listener = self.install_seccomp(|| "load filter".into())?;
         }
         Ok((exe, listener))
     }
@@ -266,6 +266,16 @@ impl Attrs {
             errno: e.raw_os_error().unwrap_or(0),
             detail: format!("exec {:?}", self.args[0]),
         }
+    }
+
+    fn install_seccomp(&self, what: impl Fn() -> String) -> Result<Option<OwnedFd>, InitFailure> {
+        let mut listener = None;
+        for f in &self.seccomp {
+            if let Some(fd) = seccomp::install(f).step(Step::Seccomp, &what)? {
+                listener.get_or_insert(fd);
+            }
+        }
+        Ok(listener)
     }
 
     fn set_identity(&self) -> Result<(), InitFailure> {

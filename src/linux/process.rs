@@ -68,6 +68,13 @@ pub struct CreateOpts {
     pub systemd_cgroup: bool,
     /// Foreground `run`: the caller waits for the init, so it must be its parent.
     pub foreground: bool,
+    /// Set by the policy: stack moat's deny floor on the spec's own seccomp profile.
+    pub seccomp_floor: bool,
+    /// Set by the policy (`moat.network=none`): bring `lo` up in the new netns.
+    pub loopback_up: bool,
+    pub policy: &'static str,
+    /// The fleet budget: the parent cgroup and its limits, ensured before the container's.
+    pub fleet: Option<(String, crate::spec::Resources)>,
 }
 
 /// Everything the child needs, computed before clone.
@@ -83,6 +90,7 @@ struct Plan {
     personality: Option<libc::c_ulong>,
     hooks: Option<crate::spec::Hooks>,
     new_keyring: Option<CString>,
+    loopback_up: bool,
 }
 
 fn spec_err(field: &str, reason: impl std::fmt::Display) -> Error {
@@ -133,7 +141,14 @@ impl Plan {
             }
             sysctl.push((k.replace('.', "/"), v.clone()));
         }
-        let seccomp = linux.seccomp.as_ref().map(seccomp::compile).transpose()?;
+        let mut seccomp: Vec<_> = linux
+            .seccomp
+            .iter()
+            .map(seccomp::compile)
+            .collect::<Result<_, _>>()?;
+        if opts.seccomp_floor {
+            seccomp.push(seccomp::floor()?);
+        }
         let attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
             .map_err(|e| spec_err(&e.field, e.reason))?;
         let userns = ns.has_new(libc::CLONE_NEWUSER) || ns.user_join.is_some();
@@ -176,6 +191,7 @@ impl Plan {
             sysctl,
             personality,
             hooks: spec.hooks.clone(),
+            loopback_up: opts.loopback_up,
             new_keyring: opts
                 .new_keyring
                 .then(|| CString::new(opts.id.as_str()).unwrap_or_default()),
@@ -194,6 +210,9 @@ pub struct Created {
 /// it made (process, cgroup) is gone; the caller removes the state directory.
 pub fn create(spec: &Spec, opts: &CreateOpts, dir: &ContainerDir) -> Result<Created, Error> {
     // 1–2. Plan, cgroup, preliminary record (so an interrupted create can be deleted).
+    if let Some((path, res)) = &opts.fleet {
+        Cgroup::prepare(Some(path), &opts.id, false)?.apply(res)?;
+    }
     let cgroup = Cgroup::prepare(
         spec.linux().cgroups_path.as_deref(),
         &opts.id,
@@ -227,11 +246,13 @@ fn create_in_cgroup(
         systemd_cgroup: opts.systemd_cgroup,
         rootless: sys::geteuid() != 0,
         own_pidns: plan.ns.has_new(libc::CLONE_NEWPID),
+        policy: opts.policy.to_string(),
     };
     dir.save(&record)?;
     dir.save_spec(spec)?;
-    if let Some(f) = &plan.attrs.seccomp {
-        dir.save_file(state::SECCOMP_FILE, &f.to_bytes())?;
+    // exec installs exactly these programs, without compiling anything.
+    for (i, f) in plan.attrs.seccomp.iter().enumerate() {
+        dir.save_file(&state::seccomp_file(i), &f.to_bytes())?;
     }
     if let Some(res) = &spec.linux().resources {
         cgroup.apply(res)?;
@@ -506,6 +527,11 @@ fn init(
             }
             _ => {}
         }
+    }
+    if plan.loopback_up {
+        sys::loopback_up().step(Step::Namespaces, || {
+            "bring lo up in the new network namespace".into()
+        })?;
     }
     if let Some(h) = &plan.hostname {
         nix::unistd::sethostname(h)

@@ -379,6 +379,16 @@ fn export(ctx: &ScmpFilterContext) -> Result<Vec<libc::sock_filter>, SeccompErro
 /// Installs the filter in the calling thread; returns the listener fd when the filter has
 /// `SCMP_ACT_NOTIFY` rules.
 #[allow(dead_code)] // used by the container init once it is wired
+/// moat's deny floor (`seccomp-profiles/floor.json`), compiled.
+pub fn floor() -> Result<Filter, SeccompError> {
+    let s: spec::Seccomp =
+        serde_json::from_str(crate::policy::FLOOR_PROFILE).map_err(|e| SeccompError {
+            field: " (floor.json)".into(),
+            reason: e.to_string(),
+        })?;
+    compile(&s)
+}
+
 impl Filter {
     /// A flat encoding (flags, then 8 bytes per instruction) for the state directory, so
     /// `exec` installs exactly the program the init got without compiling it again.

@@ -28,7 +28,16 @@ pub const FORMAT_VERSION: u32 = 1;
 pub const STATE_FILE: &str = "state.json";
 pub const SPEC_FILE: &str = "config.json";
 pub const FIFO_FILE: &str = "exec.fifo";
-pub const SECCOMP_FILE: &str = "seccomp.bpf";
+/// The compiled seccomp programs, in install order (`seccomp.bpf`, `seccomp.1.bpf`, …).
+pub fn seccomp_file(i: usize) -> String {
+    if i == 0 {
+        "seccomp.bpf".into()
+    } else {
+        format!("seccomp.{i}.bpf")
+    }
+}
+
+pub const POLICY_FILE: &str = "policy.json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -103,6 +112,14 @@ pub struct Record {
     /// Whether the init has its own pid namespace (then killing it kills all).
     #[serde(default)]
     pub own_pidns: bool,
+    /// The hardening policy it was created under (`restricted` or `open`).
+    #[serde(default = "open_policy")]
+    pub policy: String,
+}
+
+/// Records written before the policy existed ran the spec as written.
+fn open_policy() -> String {
+    "open".into()
 }
 
 /// The JSON `state` prints, field for field as runc.
@@ -414,6 +431,7 @@ mod tests {
             systemd_cgroup: false,
             rootless: false,
             own_pidns: true,
+            policy: "open".into(),
         };
         assert!(rec.alive());
         rec.pid_start += 1;

@@ -226,6 +226,27 @@ pub fn join_session_keyring(name: &CStr) -> Result<()> {
         .map(drop)
 }
 
+/// Sets IFF_UP on `lo` in the current network namespace.
+pub fn loopback_up() -> Result<()> {
+    // SAFETY: a plain socket; the returned fd is owned below.
+    let sock = check_int(unsafe {
+        libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
+    })?;
+    // SAFETY: the kernel just returned this fd.
+    let sock = unsafe { OwnedFd::from_raw_fd(sock) };
+    // SAFETY: ifreq is plain data; zeroed is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS fills ifr_flags of a valid ifreq.
+    check_int(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) })?;
+    // SAFETY: reading and writing the flags member of the union SIOCGIFFLAGS filled.
+    unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+    // SAFETY: SIOCSIFFLAGS reads a valid ifreq.
+    check_int(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) }).map(drop)
+}
+
 pub fn personality(persona: libc::c_ulong) -> Result<()> {
     // SAFETY: plain syscall.
     check_int(unsafe { libc::personality(persona) }).map(drop)

@@ -1,0 +1,429 @@
+//! `/etc/moat/config.toml` (or the file `MOAT_CONFIG` names).
+//!
+//! The file is read with a small parser for the subset of TOML moat needs — `[table]`
+//! headers, and `key = value` with strings, integers, booleans and arrays of strings — so
+//! that every error names its line and nothing unknown is silently accepted: an unknown
+//! key, a wrong type or a malformed line makes moat refuse to run (fail closed).
+//!
+//! ```toml
+//! default_policy = "restricted"   # or "open"
+//! allow_open = false              # may the annotation moat.policy=open loosen a container?
+//!
+//! [restricted]
+//! allowed_capabilities = []       # kept when the engine asks for them
+//! readonly_rootfs = false         # default of moat.rootfs (true = readonly)
+//! network = "engine"              # default of moat.network: "engine" or "none"
+//! workspace = "/workspace"        # writable under a read-only root
+//! tmp_size = "64m"                # size of the private /tmp under a read-only root
+//! memory = "2g"                   # limits applied where the engine set none
+//! pids = 4096
+//! cpus = "2"
+//!
+//! [fleet]                         # one parent cgroup capping all containers moat places
+//! cgroup = "/moat"
+//! memory = "16g"
+//! pids = 32768
+//! cpus = "2"
+//! force_nesting = false           # also nest engine-placed (absolute) cgroups under it
+//!
+//! [gvisor]
+//! runtime = "native"              # default runtime: "native" or "gvisor"
+//! allow_native = false            # may moat.runtime=native leave a gVisor default?
+//! runsc_path = "/usr/bin/runsc"
+//! platform = "ptrace"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Str(String),
+    Int(i64),
+    Bool(bool),
+    List(Vec<String>),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}:{line}: {reason}")]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Restricted,
+    Open,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Restricted => "restricted",
+            Mode::Open => "open",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub source: Option<PathBuf>,
+    pub default_policy: Mode,
+    pub allow_open: bool,
+    pub allowed_capabilities: Vec<String>,
+    pub readonly_rootfs: bool,
+    pub network_none: bool,
+    pub workspace: String,
+    pub tmp_size: String,
+    pub memory: Option<i64>,
+    pub pids: Option<i64>,
+    pub cpus: Option<f64>,
+    pub fleet_cgroup: String,
+    pub fleet_memory: Option<i64>,
+    pub fleet_pids: Option<i64>,
+    pub fleet_cpus: Option<f64>,
+    pub force_nesting: bool,
+    pub runtime_gvisor: bool,
+    pub allow_native: bool,
+    pub runsc_path: Option<String>,
+    pub platform: String,
+}
+
+impl Default for Config {
+    /// No file: RESTRICTED, nothing allowed, a pids cap, no other limits imposed.
+    fn default() -> Self {
+        Config {
+            source: None,
+            default_policy: Mode::Restricted,
+            allow_open: false,
+            allowed_capabilities: Vec::new(),
+            readonly_rootfs: false,
+            network_none: false,
+            workspace: "/workspace".into(),
+            tmp_size: "64m".into(),
+            memory: None,
+            pids: Some(4096),
+            cpus: None,
+            fleet_cgroup: "/moat".into(),
+            fleet_memory: None,
+            fleet_pids: None,
+            fleet_cpus: None,
+            force_nesting: false,
+            runtime_gvisor: false,
+            allow_native: false,
+            runsc_path: None,
+            platform: "ptrace".into(),
+        }
+    }
+}
+
+/// `512`, `64k`, `100m`, `2g` → bytes.
+pub fn parse_size(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        (i, 't' | 'T') => (&s[..i], 1i64 << 40),
+        _ => (s, 1),
+    };
+    num.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|n| *n > 0)?
+        .checked_mul(mult)
+}
+
+fn parse_value(raw: &str) -> Result<Value, String> {
+    let raw = raw.trim();
+    if let Some(s) = raw.strip_prefix('"') {
+        let s = s.strip_suffix('"').ok_or("unterminated string")?;
+        if s.contains('"') || s.contains('\\') {
+            return Err("escapes and embedded quotes are not supported".into());
+        }
+        return Ok(Value::Str(s.to_string()));
+    }
+    if let Some(inner) = raw.strip_prefix('[') {
+        let inner = inner
+            .strip_suffix(']')
+            .ok_or("unterminated array (arrays must fit on one line)")?;
+        let mut items = Vec::new();
+        for item in inner.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match parse_value(item)? {
+                Value::Str(s) => items.push(s),
+                _ => return Err("arrays may only hold strings".into()),
+            }
+        }
+        return Ok(Value::List(items));
+    }
+    match raw {
+        "true" => return Ok(Value::Bool(true)),
+        "false" => return Ok(Value::Bool(false)),
+        _ => {}
+    }
+    raw.replace('_', "")
+        .parse::<i64>()
+        .map(Value::Int)
+        .map_err(|_| format!("cannot parse value {raw:?}"))
+}
+
+/// Strips a `#` comment that is not inside a string.
+fn strip_comment(line: &str) -> &str {
+    let mut in_str = false;
+    for (i, c) in line.char_indices() {
+        match c {
+            '"' => in_str = !in_str,
+            '#' if !in_str => return &line[..i],
+            _ => {}
+        }
+    }
+    line
+}
+
+/// Parses into `table.key → (line, value)`.
+pub fn parse(text: &str, path: &Path) -> Result<BTreeMap<String, (usize, Value)>, ConfigError> {
+    let mut out = BTreeMap::new();
+    let mut table = String::new();
+    for (n, line) in text.lines().enumerate() {
+        let line_no = n + 1;
+        let err = |reason: String| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            line: line_no,
+            reason,
+        };
+        let line = strip_comment(line).trim();
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(t) = line.strip_prefix('[') {
+            let t = t
+                .strip_suffix(']')
+                .ok_or_else(|| err("malformed table header".into()))?
+                .trim();
+            if t.is_empty() || !t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(err(format!("invalid table name {t:?}")));
+            }
+            table = t.to_string();
+            continue;
+        }
+        let (k, v) = line
+            .split_once('=')
+            .ok_or_else(|| err("expected `key = value`".into()))?;
+        let k = k.trim();
+        if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(err(format!("invalid key {k:?}")));
+        }
+        let v = parse_value(v).map_err(err)?;
+        let full = if table.is_empty() {
+            k.to_string()
+        } else {
+            format!("{table}.{k}")
+        };
+        if out.insert(full.clone(), (line_no, v)).is_some() {
+            return Err(err(format!("{full} is set twice")));
+        }
+    }
+    Ok(out)
+}
+
+impl Config {
+    /// Reads `MOAT_CONFIG` or `/etc/moat/config.toml`; a missing default file means the
+    /// built-in defaults (RESTRICTED), a missing `MOAT_CONFIG` file is an error.
+    pub fn load() -> Result<Config, ConfigError> {
+        let (path, explicit) = match std::env::var_os("MOAT_CONFIG").filter(|v| !v.is_empty()) {
+            Some(p) => (PathBuf::from(p), true),
+            None => (PathBuf::from("/etc/moat/config.toml"), false),
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Self::from_str(&text, &path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                Ok(Config::default())
+            }
+            Err(source) => Err(ConfigError::Read { path, source }),
+        }
+    }
+
+    pub fn from_str(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let mut c = Config {
+            source: Some(path.to_path_buf()),
+            ..Config::default()
+        };
+        for (key, (line, value)) in parse(text, path)? {
+            let err = |reason: &str| ConfigError::Syntax {
+                path: path.to_path_buf(),
+                line,
+                reason: format!("{key}: {reason}"),
+            };
+            let s = |v: &Value| match v {
+                Value::Str(s) => Ok(s.clone()),
+                _ => Err(err("expected a string")),
+            };
+            let b = |v: &Value| match v {
+                Value::Bool(b) => Ok(*b),
+                _ => Err(err("expected true or false")),
+            };
+            let size = |v: &Value| match v {
+                Value::Int(i) if *i > 0 => Ok(*i),
+                Value::Str(s) => {
+                    parse_size(s).ok_or_else(|| err("expected a size such as \"512m\""))
+                }
+                _ => Err(err("expected a size such as \"512m\"")),
+            };
+            let count = |v: &Value| match v {
+                Value::Int(i) if *i > 0 => Ok(*i),
+                _ => Err(err("expected a positive integer")),
+            };
+            let cpus = |v: &Value| match v {
+                Value::Int(i) if *i > 0 => Ok(*i as f64),
+                Value::Str(s) => s
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|f| *f > 0.0)
+                    .ok_or_else(|| err("expected a number of CPUs such as \"1.5\"")),
+                _ => Err(err("expected a number of CPUs such as \"1.5\"")),
+            };
+            match key.as_str() {
+                "default_policy" => {
+                    c.default_policy = match s(&value)?.as_str() {
+                        "restricted" => Mode::Restricted,
+                        "open" => Mode::Open,
+                        _ => return Err(err("expected \"restricted\" or \"open\"")),
+                    }
+                }
+                "allow_open" => c.allow_open = b(&value)?,
+                "restricted.allowed_capabilities" => match &value {
+                    Value::List(l) => {
+                        for cap in l {
+                            if crate::linux::capabilities::number(cap).is_none() {
+                                return Err(err(&format!("unknown capability {cap:?}")));
+                            }
+                        }
+                        c.allowed_capabilities = l.clone();
+                    }
+                    _ => return Err(err("expected an array of capability names")),
+                },
+                "restricted.readonly_rootfs" => c.readonly_rootfs = b(&value)?,
+                "restricted.network" => {
+                    c.network_none = match s(&value)?.as_str() {
+                        "none" => true,
+                        "engine" => false,
+                        _ => return Err(err("expected \"engine\" or \"none\"")),
+                    }
+                }
+                "restricted.workspace" => {
+                    let w = s(&value)?;
+                    if !w.starts_with('/') {
+                        return Err(err("must be an absolute path"));
+                    }
+                    c.workspace = w;
+                }
+                "restricted.tmp_size" => {
+                    let t = s(&value)?;
+                    parse_size(&t).ok_or_else(|| err("expected a size such as \"64m\""))?;
+                    c.tmp_size = t;
+                }
+                "restricted.memory" => c.memory = Some(size(&value)?),
+                "restricted.pids" => c.pids = Some(count(&value)?),
+                "restricted.cpus" => c.cpus = Some(cpus(&value)?),
+                "fleet.cgroup" => {
+                    let g = s(&value)?;
+                    if !g.starts_with('/') || g.split('/').any(|p| p == "..") {
+                        return Err(err("must be an absolute cgroup path without .."));
+                    }
+                    c.fleet_cgroup = g;
+                }
+                "fleet.memory" => c.fleet_memory = Some(size(&value)?),
+                "fleet.pids" => c.fleet_pids = Some(count(&value)?),
+                "fleet.cpus" => c.fleet_cpus = Some(cpus(&value)?),
+                "fleet.force_nesting" => c.force_nesting = b(&value)?,
+                "gvisor.runtime" => {
+                    c.runtime_gvisor = match s(&value)?.as_str() {
+                        "gvisor" => true,
+                        "native" => false,
+                        _ => return Err(err("expected \"native\" or \"gvisor\"")),
+                    }
+                }
+                "gvisor.allow_native" => c.allow_native = b(&value)?,
+                "gvisor.runsc_path" => c.runsc_path = Some(s(&value)?),
+                "gvisor.platform" => c.platform = s(&value)?,
+                _ => return Err(err("unknown setting")),
+            }
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(text: &str) -> Result<Config, ConfigError> {
+        Config::from_str(text, Path::new("/etc/moat/config.toml"))
+    }
+
+    #[test]
+    fn full_file() {
+        let c = cfg(r#"
+# comment
+default_policy = "open"   # trailing
+allow_open = true
+[restricted]
+allowed_capabilities = ["CAP_NET_BIND_SERVICE", "CAP_CHOWN"]
+memory = "512m"
+pids = 100
+cpus = "1.5"
+network = "none"
+[fleet]
+memory = 1073741824
+force_nesting = true
+"#)
+        .unwrap();
+        assert_eq!(c.default_policy, Mode::Open);
+        assert!(c.allow_open && c.network_none && c.force_nesting);
+        assert_eq!(c.allowed_capabilities.len(), 2);
+        assert_eq!(c.memory, Some(512 << 20));
+        assert_eq!(c.pids, Some(100));
+        assert_eq!(c.cpus, Some(1.5));
+        assert_eq!(c.fleet_memory, Some(1 << 30));
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = cfg("allow_open = true\ndefault_policy = \"permissive\"\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/etc/moat/config.toml:2: default_policy: expected \"restricted\" or \"open\""
+        );
+        let e = cfg("\n\nbogus = 1\n").unwrap_err();
+        assert!(
+            e.to_string().starts_with("/etc/moat/config.toml:3: bogus"),
+            "{e}"
+        );
+        let e = cfg("[restricted]\nallowed_capabilities = [\"CAP_FLY\"]\n").unwrap_err();
+        assert!(
+            e.to_string().contains(":2:") && e.to_string().contains("CAP_FLY"),
+            "{e}"
+        );
+        assert!(cfg("allow_open = yes\n").is_err());
+        assert!(cfg("allow_open\n").is_err());
+        assert!(cfg("allow_open = true\nallow_open = false\n").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64k"), Some(65536));
+        assert_eq!(parse_size("2G"), Some(2 << 30));
+        assert_eq!(parse_size("100"), Some(100));
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(parse_size("m"), None);
+    }
+}

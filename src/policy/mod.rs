@@ -1,0 +1,571 @@
+//! The hardening policy: a pure function from (engine's spec, config, annotations) to the
+//! spec that actually runs, plus the list of what it changed and why.
+//!
+//! RESTRICTED (the default) enforces a floor whatever the engine asked for; OPEN runs the
+//! spec as written (runc semantics) and is only reachable when the configuration says so.
+//! Nothing here touches the system: `create` applies the result, `policy explain` prints
+//! it, `verify` compares the kernel's view of a container with it.
+
+pub mod config;
+
+use serde::Serialize;
+
+use crate::spec::{self, Mount, Namespace, Spec};
+pub use config::{Config, Mode};
+
+/// moat's own seccomp profile, used when the engine gives none.
+pub const RESTRICTED_PROFILE: &str = include_str!("../../seccomp-profiles/restricted.json");
+/// The deny floor stacked on top of an engine's own profile.
+pub const FLOOR_PROFILE: &str = include_str!("../../seccomp-profiles/floor.json");
+/// The AppArmor profile moat loads where the host has AppArmor and the spec names none.
+pub const APPARMOR_PROFILE_NAME: &str = "moat-default";
+pub const APPARMOR_PROFILE: &str = include_str!("../../apparmor/moat-default");
+
+/// runc's default masked and read-only paths.
+pub const MASKED_PATHS: [&str; 10] = [
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/sys/firmware",
+    "/proc/scsi",
+];
+pub const READONLY_PATHS: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// moat's annotation keys; any other `moat.*` key is an error.
+pub const ANNOTATIONS: [&str; 4] = ["moat.policy", "moat.rootfs", "moat.network", "moat.runtime"];
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PolicyError(pub String);
+
+/// One change the policy made to the engine's spec.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Change {
+    /// The spec field, as a JSON path.
+    pub field: String,
+    /// What happened: `removed`, `set`, `added`, `replaced`.
+    pub action: &'static str,
+    pub detail: String,
+    pub reason: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Decision {
+    pub policy: &'static str,
+    pub readonly_rootfs: bool,
+    pub network_none: bool,
+    /// Stack `FLOOR_PROFILE` on top of the spec's own seccomp profile.
+    pub seccomp_floor: bool,
+    pub changes: Vec<Change>,
+}
+
+/// The controls a container gets: config defaults, then annotations, which may always
+/// tighten and may loosen only where the config allows it.
+struct Selection {
+    mode: Mode,
+    readonly_rootfs: bool,
+    network_none: bool,
+}
+
+fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
+    let mut sel = Selection {
+        mode: cfg.default_policy,
+        readonly_rootfs: cfg.readonly_rootfs,
+        network_none: cfg.network_none,
+    };
+    let may_loosen = cfg.allow_open || cfg.default_policy == Mode::Open;
+    let refuse = |k: &str, v: &str| {
+        PolicyError(format!(
+            "annotation {k}={v}: loosening is not allowed by {} (allow_open = false)",
+            cfg.source
+                .as_ref()
+                .map_or("the built-in configuration".to_string(), |p| p
+                    .display()
+                    .to_string())
+        ))
+    };
+    for (k, v) in &spec.annotations {
+        if !k.starts_with("moat.") {
+            continue;
+        }
+        let bad = || PolicyError(format!("annotation {k}: unknown value {v:?}"));
+        match k.as_str() {
+            "moat.policy" => match v.as_str() {
+                "restricted" => sel.mode = Mode::Restricted,
+                "open" if may_loosen => sel.mode = Mode::Open,
+                "open" => return Err(refuse(k, v)),
+                _ => return Err(bad()),
+            },
+            "moat.rootfs" => match v.as_str() {
+                "readonly" => sel.readonly_rootfs = true,
+                "writable" if may_loosen || !cfg.readonly_rootfs => sel.readonly_rootfs = false,
+                "writable" => return Err(refuse(k, v)),
+                _ => return Err(bad()),
+            },
+            "moat.network" => match v.as_str() {
+                "none" => sel.network_none = true,
+                "engine" if may_loosen || !cfg.network_none => sel.network_none = false,
+                "engine" => return Err(refuse(k, v)),
+                _ => return Err(bad()),
+            },
+            "moat.runtime" => {
+                if v != "gvisor" && v != "native" {
+                    return Err(bad());
+                }
+            }
+            _ => {
+                return Err(PolicyError(format!(
+                    "annotation {k}: unknown moat annotation (known: {})",
+                    ANNOTATIONS.join(", ")
+                )))
+            }
+        }
+    }
+    Ok(sel)
+}
+
+/// Applies the policy to `spec` in place and says what changed.
+pub fn apply(spec: &mut Spec, cfg: &Config, id: &str) -> Result<Decision, PolicyError> {
+    let sel = select(spec, cfg)?;
+    let mut d = Decision {
+        policy: sel.mode.as_str(),
+        readonly_rootfs: sel.readonly_rootfs,
+        network_none: sel.network_none,
+        seccomp_floor: false,
+        changes: Vec::new(),
+    };
+    if sel.mode == Mode::Restricted {
+        restrict(spec, cfg, id, &mut d)?;
+    }
+    if sel.readonly_rootfs {
+        readonly_rootfs(spec, cfg, &mut d);
+    }
+    if sel.network_none {
+        network_none(spec, &mut d);
+    }
+    Ok(d)
+}
+
+fn change(
+    d: &mut Decision,
+    field: impl Into<String>,
+    action: &'static str,
+    detail: impl Into<String>,
+    reason: &'static str,
+) {
+    d.changes.push(Change {
+        field: field.into(),
+        action,
+        detail: detail.into(),
+        reason,
+    });
+}
+
+fn restrict(spec: &mut Spec, cfg: &Config, id: &str, d: &mut Decision) -> Result<(), PolicyError> {
+    let Some(process) = spec.process.as_mut() else {
+        return Ok(());
+    };
+    // Capabilities: only what the administrator allows survives; never inheritable.
+    let allowed: Vec<u32> = cfg
+        .allowed_capabilities
+        .iter()
+        .filter_map(|c| crate::linux::capabilities::number(c))
+        .collect();
+    let caps = process.capabilities.get_or_insert_with(Default::default);
+    for (name, set) in [
+        ("bounding", &mut caps.bounding),
+        ("effective", &mut caps.effective),
+        ("permitted", &mut caps.permitted),
+        ("inheritable", &mut caps.inheritable),
+        ("ambient", &mut caps.ambient),
+    ] {
+        let list = set.get_or_insert_with(Vec::new);
+        let (keep, drop): (Vec<String>, Vec<String>) = list.drain(..).partition(|c| {
+            name != "inheritable"
+                && crate::linux::capabilities::number(c).is_some_and(|n| allowed.contains(&n))
+        });
+        if !drop.is_empty() {
+            change(
+                d,
+                format!("process.capabilities.{name}"),
+                "removed",
+                drop.join(","),
+                "not in restricted.allowed_capabilities",
+            );
+        }
+        *list = keep;
+    }
+    if process.no_new_privileges != Some(true) {
+        process.no_new_privileges = Some(true);
+        change(
+            d,
+            "process.noNewPrivileges",
+            "set",
+            "true",
+            "setuid binaries and file capabilities must not raise privileges",
+        );
+    }
+    if crate::linux::apparmor::enabled()
+        && process.apparmor_profile.as_deref().unwrap_or("").is_empty()
+    {
+        process.apparmor_profile = Some(APPARMOR_PROFILE_NAME.into());
+        change(
+            d,
+            "process.apparmorProfile",
+            "set",
+            APPARMOR_PROFILE_NAME,
+            "the host has AppArmor and the spec names no profile",
+        );
+    }
+    let linux = spec.linux.get_or_insert_with(Default::default);
+    match &linux.seccomp {
+        None => {
+            let profile: spec::Seccomp = serde_json::from_str(RESTRICTED_PROFILE)
+                .map_err(|e| PolicyError(format!("built-in restricted seccomp profile: {e}")))?;
+            linux.seccomp = Some(profile);
+            change(
+                d,
+                "linux.seccomp",
+                "set",
+                "seccomp-profiles/restricted.json",
+                "no seccomp profile in the spec",
+            );
+        }
+        Some(_) => {
+            d.seccomp_floor = true;
+            change(
+                d,
+                "linux.seccomp",
+                "added",
+                "seccomp-profiles/floor.json as a second filter",
+                "the deny floor holds whatever profile the engine sends",
+            );
+        }
+    }
+    for (list, defaults, field) in [
+        (
+            &mut linux.masked_paths,
+            &MASKED_PATHS[..],
+            "linux.maskedPaths",
+        ),
+        (
+            &mut linux.readonly_paths,
+            &READONLY_PATHS[..],
+            "linux.readonlyPaths",
+        ),
+    ] {
+        let missing: Vec<&str> = defaults
+            .iter()
+            .copied()
+            .filter(|p| !list.iter().any(|x| x == p))
+            .collect();
+        if !missing.is_empty() {
+            list.extend(missing.iter().map(|s| s.to_string()));
+            change(
+                d,
+                field,
+                "added",
+                missing.join(","),
+                "runc's defaults, left out by the engine",
+            );
+        }
+    }
+    let res = linux.resources.get_or_insert_with(Default::default);
+    if let (Some(limit), None) = (cfg.memory, res.memory.as_ref().and_then(|m| m.limit)) {
+        res.memory.get_or_insert_with(Default::default).limit = Some(limit);
+        change(
+            d,
+            "linux.resources.memory.limit",
+            "set",
+            limit.to_string(),
+            "restricted.memory: the engine set no memory limit",
+        );
+    }
+    if let (Some(pids), true) = (cfg.pids, res.pids.as_ref().is_none_or(|p| p.limit <= 0)) {
+        res.pids = Some(spec::Pids { limit: pids });
+        change(
+            d,
+            "linux.resources.pids.limit",
+            "set",
+            pids.to_string(),
+            "restricted.pids: the engine set no pids limit",
+        );
+    }
+    if let (Some(cpus), None) = (cfg.cpus, res.cpu.as_ref().and_then(|c| c.quota)) {
+        let cpu = res.cpu.get_or_insert_with(Default::default);
+        let period = cpu.period.unwrap_or(100_000);
+        cpu.period = Some(period);
+        cpu.quota = Some((cpus * period as f64) as i64);
+        change(
+            d,
+            "linux.resources.cpu.quota",
+            "set",
+            format!("{} per {period}", cpu.quota.unwrap_or(0)),
+            "restricted.cpus: the engine set no cpu limit",
+        );
+    }
+    // The fleet budget: containers moat places itself sit under one capped parent.
+    let fleet = cfg.fleet_cgroup.trim_end_matches('/');
+    let placed = match linux.cgroups_path.as_deref() {
+        None | Some("") => Some(format!("{fleet}/{id}")),
+        Some(p) if !p.starts_with('/') && !p.contains(':') => Some(format!("{fleet}/{p}")),
+        Some(p) if cfg.force_nesting && p.starts_with('/') => Some(format!("{fleet}{p}")),
+        Some(_) => None,
+    };
+    if let Some(p) = placed {
+        change(
+            d,
+            "linux.cgroupsPath",
+            "set",
+            p.clone(),
+            "under the fleet budget cgroup",
+        );
+        linux.cgroups_path = Some(p);
+    }
+    Ok(())
+}
+
+/// The fleet budget cgroup and its limits, when the config caps anything.
+pub fn fleet_budget(cfg: &Config) -> Option<(String, spec::Resources)> {
+    if cfg.fleet_memory.is_none() && cfg.fleet_pids.is_none() && cfg.fleet_cpus.is_none() {
+        return None;
+    }
+    let res = spec::Resources {
+        memory: cfg.fleet_memory.map(|m| spec::Memory {
+            limit: Some(m),
+            ..Default::default()
+        }),
+        pids: cfg.fleet_pids.map(|limit| spec::Pids { limit }),
+        cpu: cfg.fleet_cpus.map(|c| spec::Cpu {
+            quota: Some((c * 100_000.0) as i64),
+            period: Some(100_000),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Some((cfg.fleet_cgroup.clone(), res))
+}
+
+fn has_mount(spec: &Spec, dest: &str) -> bool {
+    spec.mounts.iter().any(|m| {
+        crate::linux::path::components(&m.destination) == crate::linux::path::components(dest)
+    })
+}
+
+fn readonly_rootfs(spec: &mut Spec, cfg: &Config, d: &mut Decision) {
+    let root = spec.root.get_or_insert_with(Default::default);
+    if !root.readonly {
+        root.readonly = true;
+        change(d, "root.readonly", "set", "true", "moat.rootfs=readonly");
+    }
+    for (dest, mode) in [("/tmp", "1777"), (cfg.workspace.as_str(), "0755")] {
+        if has_mount(spec, dest) {
+            continue;
+        }
+        spec.mounts.push(Mount {
+            destination: dest.to_string(),
+            typ: Some("tmpfs".into()),
+            source: Some("tmpfs".into()),
+            options: vec![
+                "nosuid".into(),
+                "nodev".into(),
+                format!("mode={mode}"),
+                format!("size={}", cfg.tmp_size),
+            ],
+            ..Default::default()
+        });
+        change(
+            d,
+            "mounts",
+            "added",
+            format!("tmpfs {dest} size={}", cfg.tmp_size),
+            "writable paths under a read-only root",
+        );
+    }
+}
+
+fn network_none(spec: &mut Spec, d: &mut Decision) {
+    let linux = spec.linux.get_or_insert_with(Default::default);
+    let fresh = Namespace {
+        typ: "network".into(),
+        path: None,
+    };
+    match linux.namespaces.iter_mut().find(|n| n.typ == "network") {
+        Some(n) if n.path.is_none() => {}
+        Some(n) => {
+            change(
+                d,
+                "linux.namespaces.network",
+                "replaced",
+                format!(
+                    "path {} → a new empty namespace",
+                    n.path.as_deref().unwrap_or("")
+                ),
+                "moat.network=none",
+            );
+            *n = fresh;
+        }
+        None => {
+            linux.namespaces.push(fresh);
+            change(
+                d,
+                "linux.namespaces",
+                "added",
+                "a new empty network namespace",
+                "moat.network=none",
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn podman_like() -> Spec {
+        let mut v = crate::spec::default::spec(false);
+        v["process"]["capabilities"]["bounding"] =
+            serde_json::json!(["CAP_CHOWN", "CAP_NET_RAW", "CAP_SYS_CHROOT"]);
+        v["process"]["noNewPrivileges"] = serde_json::json!(false);
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn restricted_drops_everything_and_says_so() {
+        let mut s = podman_like();
+        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        let caps = s.process().capabilities.as_ref().unwrap();
+        assert!(caps.bounding.as_ref().unwrap().is_empty());
+        assert!(caps.effective.as_ref().unwrap().is_empty());
+        assert_eq!(s.process().no_new_privileges, Some(true));
+        assert!(s.linux().seccomp.is_some());
+        assert!(d.changes.iter().any(
+            |c| c.field == "process.capabilities.bounding" && c.detail.contains("CAP_NET_RAW")
+        ));
+        assert_eq!(
+            s.linux()
+                .resources
+                .as_ref()
+                .unwrap()
+                .pids
+                .as_ref()
+                .unwrap()
+                .limit,
+            4096
+        );
+        assert_eq!(s.linux().cgroups_path.as_deref(), Some("/moat/c1"));
+    }
+
+    #[test]
+    fn allowed_caps_survive_but_never_inheritable() {
+        let mut s = podman_like();
+        s.process
+            .as_mut()
+            .unwrap()
+            .capabilities
+            .as_mut()
+            .unwrap()
+            .inheritable = Some(vec!["CAP_CHOWN".into()]);
+        let cfg = Config {
+            allowed_capabilities: vec!["CAP_CHOWN".into()],
+            ..Config::default()
+        };
+        apply(&mut s, &cfg, "c1").unwrap();
+        let caps = s.process().capabilities.as_ref().unwrap();
+        assert_eq!(
+            caps.bounding.as_deref(),
+            Some(&["CAP_CHOWN".to_string()][..])
+        );
+        assert!(caps.inheritable.as_ref().unwrap().is_empty());
+    }
+
+    #[test]
+    fn engine_profile_gets_the_floor() {
+        let mut s = podman_like();
+        s.linux.as_mut().unwrap().seccomp = Some(spec::Seccomp {
+            default_action: "SCMP_ACT_ALLOW".into(),
+            ..Default::default()
+        });
+        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        assert!(d.seccomp_floor);
+        assert_eq!(
+            s.linux().seccomp.as_ref().unwrap().default_action,
+            "SCMP_ACT_ALLOW"
+        );
+    }
+
+    #[test]
+    fn open_needs_permission() {
+        let mut s = podman_like();
+        s.annotations.insert("moat.policy".into(), "open".into());
+        let e = apply(&mut s, &Config::default(), "c1").unwrap_err();
+        assert!(e.0.contains("moat.policy=open"), "{e}");
+        let cfg = Config {
+            allow_open: true,
+            ..Config::default()
+        };
+        let d = apply(&mut s, &cfg, "c1").unwrap();
+        assert_eq!(d.policy, "open");
+        assert!(d.changes.is_empty());
+        assert_eq!(s.process().no_new_privileges, Some(false));
+    }
+
+    #[test]
+    fn unknown_annotations_fail_closed() {
+        let mut s = podman_like();
+        s.annotations.insert("moat.polcy".into(), "open".into());
+        assert!(apply(&mut s, &Config::default(), "c1")
+            .unwrap_err()
+            .0
+            .contains("unknown moat annotation"));
+        let mut s = podman_like();
+        s.annotations.insert("moat.network".into(), "some".into());
+        assert!(apply(&mut s, &Config::default(), "c1").is_err());
+    }
+
+    #[test]
+    fn readonly_and_network_controls() {
+        let mut s = podman_like();
+        s.root.as_mut().unwrap().readonly = false;
+        s.annotations
+            .insert("moat.rootfs".into(), "readonly".into());
+        s.annotations.insert("moat.network".into(), "none".into());
+        s.linux
+            .as_mut()
+            .unwrap()
+            .namespaces
+            .retain(|n| n.typ != "network");
+        s.linux.as_mut().unwrap().namespaces.push(Namespace {
+            typ: "network".into(),
+            path: Some("/run/netns/x".into()),
+        });
+        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        assert!(d.readonly_rootfs && d.network_none);
+        assert!(s.root.as_ref().unwrap().readonly);
+        assert!(has_mount(&s, "/tmp") && has_mount(&s, "/workspace"));
+        assert!(s
+            .linux()
+            .namespaces
+            .iter()
+            .any(|n| n.typ == "network" && n.path.is_none()));
+    }
+
+    #[test]
+    fn builtin_profiles_parse() {
+        for p in [RESTRICTED_PROFILE, FLOOR_PROFILE] {
+            let s: spec::Seccomp = serde_json::from_str(p).unwrap();
+            crate::linux::seccomp::compile(&s).unwrap();
+        }
+    }
+}
