@@ -130,8 +130,8 @@ fn model(rules: &[Rule], typ: u32, access: u8, major: u32, minor: u32) -> u64 {
                             DevType::Block => typ == 1,
                             DevType::Char => typ == 2,
                         }
-                        && r.major.map_or(true, |m| m == major)
-                        && r.minor.map_or(true, |m| m == minor)
+                        && r.major.is_none_or(|m| m == major)
+                        && r.minor.is_none_or(|m| m == minor)
                 })
                 .is_some_and(|r| r.allow)
     });
