@@ -1,15 +1,18 @@
 //! The command line, flag for flag as runc has it. One file per subcommand.
 
+mod check;
 mod create;
 mod delete;
 mod exec;
 mod kill;
 mod list;
 mod pause;
+mod policy;
 mod run;
 mod spec;
 mod start;
 mod state;
+mod verify;
 
 use std::path::PathBuf;
 
@@ -84,6 +87,12 @@ pub enum Command {
     Pause(pause::Args),
     /// Resume a paused container
     Resume(pause::Args),
+    /// Explain the hardening policy for a bundle
+    Policy(policy::Args),
+    /// Compare what a container really got from the kernel with its policy
+    Verify(verify::Args),
+    /// What this host offers and what each moat control does here
+    Check(check::Args),
     /// Create a new specification file
     Spec(spec::Args),
 }
@@ -154,6 +163,9 @@ pub fn main() -> i32 {
         Command::Pause(a) => pause::pause(g, a),
         Command::Resume(a) => pause::resume(g, a),
         Command::Spec(a) => spec::run(g, a),
+        Command::Policy(a) => policy::run(g, a),
+        Command::Verify(a) => verify::run(g, a),
+        Command::Check(a) => check::run(g, a),
     };
     match result {
         Ok(code) => code,

@@ -89,6 +89,80 @@ fn namespaces_of(pid: i32) -> Result<libc::c_int, ExecError> {
 }
 
 pub fn exec(rec: &Record, attrs: &Attrs, opts: &ExecOpts) -> Result<Started, ExecError> {
+    spawn(rec, attrs, opts, false)
+}
+
+/// Calls the container must not be able to make, as (name, syscall, args). Each uses
+/// arguments that would fail harmlessly (EINVAL, ENOENT) if the call were allowed, so
+/// only EPERM/EACCES/ENOSYS (or a missing address family) count as denied.
+const PROBES: [(&str, libc::c_long, [libc::c_long; 5]); 5] = [
+    (
+        "unshare(CLONE_NEWUSER)",
+        libc::SYS_unshare,
+        [libc::CLONE_NEWUSER as libc::c_long, 0, 0, 0, 0],
+    ),
+    ("keyctl", libc::SYS_keyctl, [0, -3, 0, 0, 0]),
+    (
+        "socket(AF_ALG)",
+        libc::SYS_socket,
+        [
+            libc::AF_ALG as libc::c_long,
+            libc::SOCK_SEQPACKET as libc::c_long,
+            0,
+            0,
+            0,
+        ],
+    ),
+    ("io_uring_setup", libc::SYS_io_uring_setup, [0, 0, 0, 0, 0]),
+    ("setns", libc::SYS_setns, [-1, 0, 0, 0, 0]),
+];
+
+fn run_probes() -> i32 {
+    let mut escaped = 0;
+    for (i, (_, nr, args)) in PROBES.iter().enumerate() {
+        let denied = match sys::syscall_ints(*nr, *args) {
+            Ok(_) => false,
+            Err(e) => matches!(
+                e.raw_os_error(),
+                Some(libc::EPERM | libc::EACCES | libc::ENOSYS | libc::EAFNOSUPPORT)
+            ),
+        };
+        if !denied {
+            escaped |= 1 << i;
+        }
+    }
+    escaped
+}
+
+/// Forks a process into the container with exactly `attrs` applied, which tries the calls
+/// in `PROBES` instead of exec'ing anything; returns those that were *not* denied.
+pub fn probe(rec: &Record, attrs: &Attrs) -> Result<Vec<&'static str>, ExecError> {
+    let opts = ExecOpts {
+        console_socket: None,
+        pid_file: None,
+        sub_cgroup: None,
+    };
+    let started = spawn(rec, attrs, &opts, true)?;
+    let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(started.pid), None)
+        .map_err(|e| io("wait for probe")(e.into()))?;
+    let code = match status {
+        nix::sys::wait::WaitStatus::Exited(_, c) => c,
+        other => {
+            return Err(ExecError::Init(InitFailure::new(
+                Step::Exec,
+                format!("probe ended with {other:?}"),
+            )))
+        }
+    };
+    Ok(PROBES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| code & (1 << i) != 0)
+        .map(|(_, p)| p.0)
+        .collect())
+}
+
+fn spawn(rec: &Record, attrs: &Attrs, opts: &ExecOpts, probe: bool) -> Result<Started, ExecError> {
     let pidfd = sys::pidfd_open(rec.pid).map_err(|_| ExecError::NotRunning)?;
     if !rec.alive() {
         return Err(ExecError::NotRunning);
@@ -123,6 +197,7 @@ pub fn exec(rec: &Record, attrs: &Attrs, opts: &ExecOpts) -> Result<Started, Exe
                 &pidfd,
                 flags & !for_children,
                 console_sock.as_ref(),
+                probe,
             ) {
                 Err(e) => e,
                 Ok(never) => match never {},
@@ -182,6 +257,7 @@ fn child(
     pidfd: &OwnedFd,
     flags: libc::c_int,
     console_sock: Option<&OwnedFd>,
+    probe: bool,
 ) -> Result<Never, InitFailure> {
     sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
     if ch.recv_parent().is_err() {
@@ -202,5 +278,9 @@ fn child(
         console::make_stdio(&peer)?;
     }
     let (exe, _listener) = attrs.apply()?;
+    if probe {
+        // Exiting closes the sync socket, which the parent reads as success.
+        sys::exit_now(run_probes());
+    }
     Err(attrs.exec(&exe))
 }

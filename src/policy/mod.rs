@@ -145,7 +145,7 @@ pub fn apply(spec: &mut Spec, cfg: &Config, id: &str) -> Result<Decision, Policy
         seccomp_floor: false,
         changes: Vec::new(),
     };
-    if sel.mode == Mode::Restricted {
+    if sel.mode == Mode::Restricted && !test_bypass() {
         restrict(spec, cfg, id, &mut d)?;
     }
     if sel.readonly_rootfs {
@@ -155,6 +155,13 @@ pub fn apply(spec: &mut Spec, cfg: &Config, id: &str) -> Result<Decision, Policy
         network_none(spec, &mut d);
     }
     Ok(d)
+}
+
+/// Debug (test) builds only: `MOAT_TEST_SKIP_POLICY=1` records a container as RESTRICTED
+/// without applying the policy, so tests can prove that `verify` catches it. Release
+/// builds do not contain this switch.
+fn test_bypass() -> bool {
+    cfg!(debug_assertions) && std::env::var_os("MOAT_TEST_SKIP_POLICY").is_some_and(|v| v == "1")
 }
 
 fn change(

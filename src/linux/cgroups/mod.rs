@@ -375,3 +375,14 @@ impl Cgroup {
         Ok(())
     }
 }
+
+impl Cgroup {
+    /// `pids.max` as the kernel reports it (for `verify`).
+    pub fn read_pids_max(&self) -> Option<String> {
+        self.hierarchies
+            .iter()
+            .filter(|h| h.has("pids") || (h.v2 && self.unified))
+            .find_map(|h| std::fs::read_to_string(h.dir(&self.path).join("pids.max")).ok())
+            .map(|s| s.trim().to_string())
+    }
+}

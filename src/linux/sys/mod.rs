@@ -247,6 +247,13 @@ pub fn loopback_up() -> Result<()> {
     check_int(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) }).map(drop)
 }
 
+/// A raw syscall whose arguments are all integers or NULL pointers: the kernel validates
+/// them and fails with EFAULT/EINVAL rather than touching our memory. For probes only.
+pub fn syscall_ints(nr: libc::c_long, args: [libc::c_long; 5]) -> Result<libc::c_long> {
+    // SAFETY: no argument is a pointer into our memory (see above).
+    check(unsafe { libc::syscall(nr, args[0], args[1], args[2], args[3], args[4]) })
+}
+
 pub fn personality(persona: libc::c_ulong) -> Result<()> {
     // SAFETY: plain syscall.
     check_int(unsafe { libc::personality(persona) }).map(drop)

@@ -1,0 +1,65 @@
+//! `moat policy explain --bundle DIR`: what the policy would change in a bundle's spec.
+
+use std::path::PathBuf;
+
+use super::{Global, Result};
+use crate::policy;
+use crate::spec::Spec;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Sub,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Sub {
+    /// Print what the policy would change in a bundle's config.json, and why
+    Explain {
+        #[arg(short = 'b', long, default_value = ".")]
+        bundle: PathBuf,
+        /// table or json
+        #[arg(short = 'f', long, default_value = "table")]
+        format: String,
+    },
+}
+
+pub fn run(_g: &Global, a: Args) -> Result<i32> {
+    let Sub::Explain { bundle, format } = a.command;
+    let mut spec = Spec::load(&bundle)?;
+    let cfg = policy::Config::load()?;
+    let decision = policy::apply(&mut spec, &cfg, "<id>")?;
+    if format == "json" {
+        println!("{}", serde_json::to_string_pretty(&decision)?);
+        return Ok(0);
+    }
+    let source = cfg
+        .source
+        .as_ref()
+        .map_or("built-in defaults (no /etc/moat/config.toml)".into(), |p| {
+            p.display().to_string()
+        });
+    println!("policy: {} (config: {source})", decision.policy);
+    println!(
+        "read-only root: {}   network: {}",
+        if decision.readonly_rootfs {
+            "yes"
+        } else {
+            "as the engine set it"
+        },
+        if decision.network_none {
+            "none (new empty namespace, lo up)"
+        } else {
+            "as the engine set it"
+        }
+    );
+    if decision.changes.is_empty() {
+        println!("no changes: the spec runs as written");
+        return Ok(0);
+    }
+    for c in &decision.changes {
+        println!("{:<34} {:<8} {}", c.field, c.action, c.detail);
+        println!("{:<34} {:<8} because {}", "", "", c.reason);
+    }
+    Ok(0)
+}

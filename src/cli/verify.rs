@@ -1,0 +1,241 @@
+//! `moat verify <id>`: read from the kernel what a container really got and compare it with
+//! what its policy demands. Exits 1 on any mismatch.
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+
+use super::{Global, Result};
+use crate::linux::attrs::Attrs;
+use crate::linux::seccomp::Filter;
+use crate::linux::{apparmor, capabilities, exec};
+use crate::policy::{self, Decision};
+use crate::state::{self, ContainerDir, Status};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// table or json
+    #[arg(short = 'f', long, default_value = "table")]
+    pub format: String,
+    pub id: String,
+}
+
+#[derive(Serialize)]
+struct Check {
+    check: String,
+    expected: String,
+    actual: String,
+    ok: bool,
+}
+
+fn status_field(status: &str, key: &str) -> String {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(':')))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
+}
+
+pub fn run(g: &Global, a: Args) -> Result<i32> {
+    let dir = ContainerDir::open_read(&g.state_root(), &a.id)?;
+    let rec = dir.load()?;
+    if !matches!(rec.status(&dir), Status::Running | Status::Created) {
+        bail!("container not running");
+    }
+    let spec = dir.load_spec()?;
+    let decision: Option<Decision> = dir
+        .read_file(state::POLICY_FILE)?
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| {
+            Some(Decision {
+                policy: if v["policy"] == "restricted" {
+                    "restricted"
+                } else {
+                    "open"
+                },
+                readonly_rootfs: v["readonly_rootfs"].as_bool()?,
+                network_none: v["network_none"].as_bool()?,
+                seccomp_floor: v["seccomp_floor"].as_bool()?,
+                changes: Vec::new(),
+            })
+        });
+    let restricted = rec.policy == "restricted";
+    let cfg = policy::Config::load()?;
+    let pid = rec.pid;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("read status")?;
+    let mut checks = Vec::new();
+    let mut add = |check: &str, expected: String, actual: String, ok: bool| {
+        checks.push(Check {
+            check: check.into(),
+            expected,
+            actual,
+            ok,
+        })
+    };
+    // Capabilities: under RESTRICTED only what the config allows; never inheritable.
+    let allowed: u64 = cfg
+        .allowed_capabilities
+        .iter()
+        .filter_map(|c| capabilities::number(c))
+        .fold(0, |m, b| m | 1 << b);
+    let spec_caps =
+        capabilities::from_spec(spec.process().capabilities.as_ref(), "process.capabilities")?;
+    for (key, want) in [
+        ("CapEff", spec_caps.effective),
+        ("CapPrm", spec_caps.permitted),
+        ("CapBnd", spec_caps.bounding),
+        ("CapInh", 0),
+        ("CapAmb", spec_caps.ambient),
+    ] {
+        let got = status_field(&status, key);
+        let mask = u64::from_str_radix(&got, 16).unwrap_or(u64::MAX);
+        let ok = mask == want && (!restricted || mask & !allowed == 0);
+        let expected = if restricted && key != "CapInh" {
+            format!("{want:016x} (within allowed {allowed:016x})")
+        } else {
+            format!("{want:016x}")
+        };
+        add(key, expected, got, ok);
+    }
+    let nnp = status_field(&status, "NoNewPrivs");
+    let want_nnp = restricted || spec.process().no_new_privileges == Some(true);
+    add(
+        "NoNewPrivs",
+        if want_nnp { "1" } else { "0" }.into(),
+        nnp.clone(),
+        nnp == if want_nnp { "1" } else { "0" },
+    );
+    let sc = status_field(&status, "Seccomp");
+    let filters: usize = status_field(&status, "Seccomp_filters")
+        .parse()
+        .unwrap_or(0);
+    let mut programs = Vec::new();
+    while let Some(b) = dir.read_file(&state::seccomp_file(programs.len()))? {
+        programs.push(Filter::from_bytes(&b).context("corrupt seccomp program")?);
+    }
+    let want_sc = restricted || !programs.is_empty();
+    add(
+        "Seccomp",
+        if want_sc {
+            format!("2 (filter, ≥{} programs)", programs.len().max(1))
+        } else {
+            "any".into()
+        },
+        format!("{sc} ({filters} programs)"),
+        !want_sc || (sc == "2" && filters >= programs.len().max(1)),
+    );
+    if apparmor::enabled() {
+        let label = std::fs::read_to_string(format!("/proc/{pid}/attr/current"))
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        let want = spec.process().apparmor_profile.clone().unwrap_or_default();
+        let ok = if want.is_empty() {
+            !restricted
+        } else {
+            label.starts_with(&want) && label.contains("(enforce)")
+        };
+        add(
+            "AppArmor",
+            if want.is_empty() {
+                "unconfined".into()
+            } else {
+                format!("{want} (enforce)")
+            },
+            label,
+            ok,
+        );
+    }
+    if let Some(d) = &decision {
+        let mountinfo =
+            std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+        let root_ro = mountinfo
+            .lines()
+            .find(|l| l.split(' ').nth(4) == Some("/"))
+            .is_some_and(|l| {
+                l.split(' ')
+                    .nth(5)
+                    .is_some_and(|o| o.split(',').any(|x| x == "ro"))
+            });
+        if d.readonly_rootfs || spec.root.as_ref().is_some_and(|r| r.readonly) {
+            add(
+                "read-only root",
+                "ro".into(),
+                if root_ro { "ro" } else { "rw" }.into(),
+                root_ro,
+            );
+        }
+        if d.network_none {
+            let dev = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).unwrap_or_default();
+            let ifaces: Vec<&str> = dev
+                .lines()
+                .skip(2)
+                .filter_map(|l| l.split(':').next())
+                .map(str::trim)
+                .collect();
+            add("network", "lo".into(), ifaces.join(","), ifaces == ["lo"]);
+        }
+    }
+    if restricted {
+        if let Some(want) = cfg.pids.or_else(|| {
+            spec.linux()
+                .resources
+                .as_ref()
+                .and_then(|r| r.pids.as_ref())
+                .map(|p| p.limit)
+        }) {
+            let got = rec
+                .cgroup
+                .as_ref()
+                .and_then(|c| c.read_pids_max())
+                .unwrap_or_else(|| "unreadable".into());
+            let spec_limit = spec
+                .linux()
+                .resources
+                .as_ref()
+                .and_then(|r| r.pids.as_ref())
+                .map(|p| p.limit)
+                .unwrap_or(want);
+            add(
+                "pids.max",
+                spec_limit.to_string(),
+                got.clone(),
+                got == spec_limit.to_string(),
+            );
+        }
+        // Probe: a fork joined to the container with its confinement tries denied calls.
+        let attrs = Attrs::from_process(spec.process(), "process", programs, 0)?;
+        let escaped = exec::probe(&rec, &attrs)?;
+        add(
+            "denied syscalls",
+            "unshare, keyctl, AF_ALG socket, io_uring_setup, setns all fail".into(),
+            if escaped.is_empty() {
+                "all failed".into()
+            } else {
+                format!("succeeded: {}", escaped.join(", "))
+            },
+            escaped.is_empty(),
+        );
+    }
+    let failed = checks.iter().filter(|c| !c.ok).count();
+    if a.format == "json" {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"id": a.id, "policy": rec.policy, "ok": failed == 0, "checks": checks})
+            )?
+        );
+    } else {
+        println!("container {} (policy {})", a.id, rec.policy);
+        for c in &checks {
+            println!(
+                "{:<4} {:<16} expected {:<48} got {}",
+                if c.ok { "ok" } else { "FAIL" },
+                c.check,
+                c.expected,
+                c.actual
+            );
+        }
+        println!("{} checks, {} failed", checks.len(), failed);
+    }
+    Ok(if failed == 0 { 0 } else { 1 })
+}
