@@ -177,7 +177,16 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     let container_caps =
         capabilities::from_spec(spec.process().capabilities.as_ref(), "process.capabilities")?;
     let bounding = (rec.policy != "open").then_some(container_caps.bounding);
-    let process = build_process(&a, spec.process(), bounding)?;
+    let mut process = build_process(&a, spec.process(), bounding)?;
+    if rec.policy == "restricted" {
+        let removed = crate::policy::restrict_exec(&mut process, spec.process());
+        if !removed.is_empty() {
+            crate::log::debug(&format!(
+                "policy: exec capabilities removed: {}",
+                removed.join(" ")
+            ));
+        }
+    }
     if process.terminal && a.console_socket.is_none() {
         bail!("--tty needs a --console-socket to send the terminal to");
     }

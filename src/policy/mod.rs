@@ -343,6 +343,38 @@ fn restrict(spec: &mut Spec, cfg: &Config, id: &str, d: &mut Decision) -> Result
     Ok(())
 }
 
+/// Under RESTRICTED an exec'd process never gets more than the container's init: each
+/// capability set is cut to the init's (inheritable emptied), NNP is forced, and the
+/// init's AppArmor profile applies when the exec names none. Engines send full process
+/// specs with their default capabilities on every exec (podman does).
+pub fn restrict_exec(p: &mut spec::Process, init: &spec::Process) -> Vec<String> {
+    let mut removed = Vec::new();
+    let ic = init.capabilities.clone().unwrap_or_default();
+    let caps = p.capabilities.get_or_insert_with(Default::default);
+    for (name, set, allowed) in [
+        ("bounding", &mut caps.bounding, &ic.bounding),
+        ("effective", &mut caps.effective, &ic.effective),
+        ("permitted", &mut caps.permitted, &ic.permitted),
+        ("inheritable", &mut caps.inheritable, &None),
+        ("ambient", &mut caps.ambient, &ic.ambient),
+    ] {
+        let allowed = allowed.clone().unwrap_or_default();
+        let list = set.get_or_insert_with(Vec::new);
+        list.retain(|c| {
+            let keep = allowed.iter().any(|a| a.eq_ignore_ascii_case(c));
+            if !keep {
+                removed.push(format!("{name}:{c}"));
+            }
+            keep
+        });
+    }
+    p.no_new_privileges = Some(true);
+    if p.apparmor_profile.as_deref().unwrap_or("").is_empty() {
+        p.apparmor_profile = init.apparmor_profile.clone();
+    }
+    removed
+}
+
 /// The fleet budget cgroup and its limits, when the config caps anything.
 pub fn fleet_budget(cfg: &Config) -> Option<(String, spec::Resources)> {
     if cfg.fleet_memory.is_none() && cfg.fleet_pids.is_none() && cfg.fleet_cpus.is_none() {
