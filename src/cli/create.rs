@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use super::{Global, Result};
-use crate::linux::{apparmor, exeseal, process, sys};
+use crate::linux::{apparmor, exeseal, notify, process, sys};
 use crate::policy;
 use crate::spec::Spec;
 use crate::state::{self, ContainerDir};
@@ -65,6 +65,17 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
             .context("load moat's AppArmor profile")?;
     }
     let dir = ContainerDir::create(&g.state_root(), &a.id)?;
+    let notify_socket = std::env::var("NOTIFY_SOCKET")
+        .ok()
+        .filter(|s| !s.is_empty());
+    if notify_socket.is_some() {
+        if let Err(e) = notify::prepare(&mut spec, &dir.path) {
+            let _ = dir.remove();
+            return Err(
+                anyhow::Error::from(e).context("NOTIFY_SOCKET: prepare the container's socket")
+            );
+        }
+    }
     let opts = process::CreateOpts {
         id: a.id.clone(),
         bundle,
@@ -78,6 +89,7 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         seccomp_floor: decision.seccomp_floor,
         loopback_up: decision.network_none,
         policy: decision.policy,
+        notify_socket,
         fleet: policy::fleet_budget(&cfg),
     };
     let created = process::create(&spec, &opts, &dir).and_then(|c| {

@@ -6,7 +6,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use anyhow::{bail, Context};
 
 use super::{Global, Result};
-use crate::linux::{hooks, process};
+use crate::linux::{hooks, notify, process};
 use crate::log;
 use crate::state::{self, ContainerDir, Record, Status};
 
@@ -23,6 +23,12 @@ pub fn start(dir: &ContainerDir, rec: &Record) -> Result<()> {
         Status::Running | Status::Paused => bail!("cannot start an already running container"),
         Status::Creating => bail!("cannot start a container that is still being created"),
     }
+    let notify = match &rec.notify_socket {
+        Some(_) => {
+            Some(notify::bind(&dir.path).context("NOTIFY_SOCKET: bind the container's socket")?)
+        }
+        None => None,
+    };
     let fifo = dir.file(state::FIFO_FILE);
     let mut f = match std::fs::OpenOptions::new()
         .write(true)
@@ -39,6 +45,9 @@ pub fn start(dir: &ContainerDir, rec: &Record) -> Result<()> {
     f.write_all(b"0")
         .with_context(|| format!("write {}", fifo.display()))?;
     std::fs::remove_file(&fifo).with_context(|| format!("remove {}", fifo.display()))?;
+    if let (Some(sock), Some(host)) = (&notify, &rec.notify_socket) {
+        notify::relay(sock, host, rec.pid).context("NOTIFY_SOCKET: relay to the caller")?;
+    }
     let spec = dir.load_spec()?;
     if let Some(h) = spec.hooks.as_ref().filter(|h| !h.poststart.is_empty()) {
         let st = process::state_json(rec, "running", rec.pid);

@@ -13,6 +13,7 @@ pub mod exeseal;
 pub mod hooks;
 pub mod mount;
 pub mod namespaces;
+pub mod notify;
 pub mod path;
 pub mod process;
 pub mod rootfs;

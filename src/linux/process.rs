@@ -73,6 +73,8 @@ pub struct CreateOpts {
     /// Set by the policy (`moat.network=none`): bring `lo` up in the new netns.
     pub loopback_up: bool,
     pub policy: &'static str,
+    /// The caller's sd_notify socket (see `linux/notify.rs`).
+    pub notify_socket: Option<String>,
     /// The fleet budget: the parent cgroup and its limits, ensured before the container's.
     pub fleet: Option<(String, crate::spec::Resources)>,
 }
@@ -247,6 +249,7 @@ fn create_in_cgroup(
         rootless: sys::geteuid() != 0,
         own_pidns: plan.ns.has_new(libc::CLONE_NEWPID),
         policy: opts.policy.to_string(),
+        notify_socket: opts.notify_socket.clone(),
     };
     dir.save(&record)?;
     dir.save_spec(spec)?;

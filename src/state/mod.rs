@@ -115,6 +115,9 @@ pub struct Record {
     /// The hardening policy it was created under (`restricted` or `open`).
     #[serde(default = "open_policy")]
     pub policy: String,
+    /// The caller's `NOTIFY_SOCKET` at create, relayed to by `start`.
+    #[serde(default)]
+    pub notify_socket: Option<String>,
 }
 
 /// Records written before the policy existed ran the spec as written.
@@ -432,6 +435,7 @@ mod tests {
             rootless: false,
             own_pidns: true,
             policy: "open".into(),
+            notify_socket: None,
         };
         assert!(rec.alive());
         rec.pid_start += 1;
