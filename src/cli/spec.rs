@@ -25,7 +25,9 @@ pub struct Args {
 
 pub fn run(_g: &Global, a: Args) -> Result<i32> {
     let path = a.bundle.join("config.json");
-    let json = serde_json::to_string_pretty(&crate::spec::default::spec(a.rootless.as_deref() == Some("true")))?;
+    let json = serde_json::to_string_pretty(&crate::spec::default::spec(
+        a.rootless.as_deref() == Some("true"),
+    ))?;
     let mut f = match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
