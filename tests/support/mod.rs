@@ -233,7 +233,7 @@ pub fn run_cmd(mut cmd: Command, io_dir: &Path, timeout: Duration) -> Out {
 /// Runs a host command (ip, mount, …) and panics if it fails.
 #[track_caller]
 pub fn host(args: &[&str]) -> String {
-    let dir = std::env::temp_dir();
+    let dir = tmp_base();
     let mut cmd = Command::new(args[0]);
     cmd.args(&args[1..]);
     let out = run_cmd(cmd, &dir, CALL_TIMEOUT);
@@ -263,7 +263,7 @@ pub fn shared_rootfs() -> &'static Path {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mkrootfs");
         let mut cmd = Command::new(script);
         cmd.arg(&dir);
-        let out = run_cmd(cmd, &std::env::temp_dir(), Duration::from_secs(300));
+        let out = run_cmd(cmd, &tmp_base(), Duration::from_secs(300));
         let _ = fs::remove_file(&out.out_file);
         let _ = fs::remove_file(&out.err_file);
         assert_eq!(out.code, 0, "scripts/mkrootfs failed: {}", out.stderr);
@@ -287,18 +287,39 @@ pub fn copy_tree(src: &Path, dst: &Path) {
         } else if m.is_dir() {
             copy_tree(&from, &to);
         } else if m.len() > 64 * 1024 {
-            fs::hard_link(&from, &to).expect("hard link");
+            // Across filesystems (cache on disk, tests on tmpfs) a copy it is.
+            if fs::hard_link(&from, &to).is_err() {
+                fs::copy(&from, &to).expect("copy");
+            }
         } else {
             fs::copy(&from, &to).expect("copy");
         }
     }
 }
 
+/// Where per-test directories go: `$MOAT_IT_TMPDIR`, else /dev/shm when it is a tmpfs
+/// (a rootfs copy is ~270 symlinks: milliseconds on tmpfs, far more on this disk), else
+/// the usual temp dir.
+pub fn tmp_base() -> PathBuf {
+    static BASE: OnceLock<PathBuf> = OnceLock::new();
+    BASE.get_or_init(|| {
+        if let Some(d) = std::env::var_os("MOAT_IT_TMPDIR").filter(|d| !d.is_empty()) {
+            return PathBuf::from(d);
+        }
+        let shm = nix::sys::statfs::statfs("/dev/shm");
+        if shm.is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC) {
+            return PathBuf::from("/dev/shm");
+        }
+        std::env::temp_dir()
+    })
+    .clone()
+}
+
 /// The config `moat spec` writes, read once.
 pub fn moat_default_spec() -> &'static Value {
     static SPEC: OnceLock<Value> = OnceLock::new();
     SPEC.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("moat-it-spec-{}", std::process::id()));
+        let dir = tmp_base().join(format!("moat-it-spec-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("mkdir");
         let mut cmd = Command::new(MOAT);
@@ -373,7 +394,7 @@ impl Ctx {
         become_subreaper();
         let rootfs = shared_rootfs();
         let n = next();
-        let dir = std::env::temp_dir().join(format!("moat-it-{}-{n}-{tag}", std::process::id()));
+        let dir = tmp_base().join(format!("moat-it-{}-{n}-{tag}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let bundle = dir.join("bundle");
         let root = dir.join("state");
