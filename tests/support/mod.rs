@@ -467,12 +467,17 @@ impl Ctx {
         self
     }
 
+    /// Writes config.json unless it already holds this config; atomically (a temporary
+    /// renamed into place), since threads of one test may share a bundle.
     pub fn write_config(&self) {
-        fs::write(
-            self.bundle.join("config.json"),
-            serde_json::to_vec_pretty(&self.config).expect("json"),
-        )
-        .expect("write config.json");
+        let path = self.bundle.join("config.json");
+        let bytes = serde_json::to_vec_pretty(&self.config).expect("json");
+        if fs::read(&path).is_ok_and(|old| old == bytes) {
+            return;
+        }
+        let tmp = self.bundle.join(format!(".config.json.{}", next()));
+        fs::write(&tmp, &bytes).expect("write config.json");
+        fs::rename(&tmp, &path).expect("rename config.json");
     }
 
     /// A moat command with `--root` set, ready for more args.
