@@ -191,7 +191,7 @@ fn hook_timeout_kills_the_hook_and_fails_create() {
     let took = t0.elapsed();
     let out = out.fails();
     assert!(
-        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
         "create took {took:?}"
     );
     assert!(out.stderr.contains("timed out"), "{}", out.stderr);
@@ -219,4 +219,39 @@ fn failing_poststart_hook_is_only_a_warning() {
         out.stderr
     );
     assert_eq!(c.status(), "running");
+}
+
+/// With a time namespace the init is forked by an intermediate process ("staged" create).
+/// The hooks that run in the container must still be told the init's pid.
+#[test]
+#[ignore = "moat bug (src/linux/process.rs): in a staged create the state sent with Go \
+            names the intermediate's pid, and createContainer/startContainer hooks get it"]
+fn container_hooks_get_the_init_pid_in_a_staged_create() {
+    if !require_root() {
+        return;
+    }
+    if !Path::new("/proc/self/ns/time").exists() {
+        eprintln!("SKIPPED: kernel has no time namespaces");
+        return;
+    }
+    let mut ctx = Ctx::new("hookstaged");
+    let log = HookLog::new(&mut ctx);
+    ctx.push("/linux/namespaces", json!({"type": "time"}));
+    ctx.set(
+        "/hooks",
+        json!({
+            "createRuntime": [log.host_hook("createRuntime")],
+            "createContainer": [log.host_hook("createContainer")],
+            "startContainer": [log.hook_at(Path::new("/hooklog"), "startContainer", None)],
+        }),
+    );
+    ctx.args(&["sleep", "30"]);
+    let c = ctx.create_ok("c");
+    let pid = c.pid();
+    c.start();
+    let entries = log.entries();
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    for (kind, st) in &entries {
+        assert_eq!(st["pid"], pid, "{kind}: {st}");
+    }
 }
