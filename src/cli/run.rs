@@ -5,6 +5,7 @@ use anyhow::Context;
 
 use super::{create, delete, start, Global, Result};
 use crate::linux::signal;
+use crate::state::{ContainerDir, StateError};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -37,10 +38,23 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     if a.detach {
         return Ok(0);
     }
+    // The state lock is only for the create: held while the container runs, it would
+    // block `kill`, `delete --force` (and anything else that locks) until it exits.
+    let root = dir.path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    drop(dir);
     let pidfd = created.pidfd.context("no pidfd for the init")?;
     let status = signal::forward_and_wait(rec.pid, &pidfd, &set)?;
     if !a.keep {
-        delete::force_delete(dir, &rec)?;
+        match ContainerDir::open(&root, &rec.id) {
+            // Unless someone else deleted it meanwhile (and maybe reused the id).
+            Ok(dir) => {
+                if dir.load().is_ok_and(|r| r.pid == rec.pid && r.pid_start == rec.pid_start) {
+                    delete::force_delete(dir, &rec)?;
+                }
+            }
+            Err(StateError::NotExist) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(status)
 }

@@ -14,13 +14,20 @@ pub struct Args {
     #[arg(short = 'b', long, default_value = ".")]
     pub bundle: PathBuf,
     /// Generate a spec for a rootless container
-    #[arg(long)]
-    pub rootless: bool,
+    ///
+    /// Shares its id with the global `--rootless` (true|false|auto), so clap propagates
+    /// it up into `Global`: it must therefore be a string-valued flag, or parsing panics
+    /// on the type mismatch. The global's value propagates down here too (`auto` when
+    /// not given), so only `true` asks for a rootless spec.
+    #[arg(long, num_args = 0, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub rootless: Option<String>,
 }
 
 pub fn run(_g: &Global, a: Args) -> Result<i32> {
     let path = a.bundle.join("config.json");
-    let json = serde_json::to_string_pretty(&crate::spec::default::spec(a.rootless))?;
+    let json = serde_json::to_string_pretty(&crate::spec::default::spec(
+        a.rootless.as_deref() == Some("true"),
+    ))?;
     let mut f = match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

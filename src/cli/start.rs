@@ -45,6 +45,10 @@ pub fn start(dir: &ContainerDir, rec: &Record) -> Result<()> {
     f.write_all(b"0")
         .with_context(|| format!("write {}", fifo.display()))?;
     std::fs::remove_file(&fifo).with_context(|| format!("remove {}", fifo.display()))?;
+    // poststart hooks run once the process has started. The init holds the fifo's read
+    // end (close-on-exec) through its startContainer hooks until it execs, so the last
+    // reader going away (POLLERR on our write end) is that moment, or its death.
+    wait_no_readers(&f).with_context(|| format!("wait for the exec of {}", rec.id))?;
     if let (Some(sock), Some(host)) = (&notify, &rec.notify_socket) {
         notify::relay(sock, host, rec.pid).context("NOTIFY_SOCKET: relay to the caller")?;
     }
@@ -57,6 +61,20 @@ pub fn start(dir: &ContainerDir, rec: &Record) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn wait_no_readers(f: &std::fs::File) -> std::io::Result<()> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    loop {
+        // No events asked: poll returns only for POLLERR (no reader left) or POLLHUP.
+        let mut fds = [PollFd::new(f.as_fd(), PollFlags::empty())];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => return Ok(()),
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {

@@ -1,0 +1,200 @@
+//! linux.resources on this host's v1 hierarchies, seen from the host through the
+//! container pid's /proc/<pid>/cgroup; cgroupsPath forms; removal at delete.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use support::*;
+
+const T: Duration = Duration::from_secs(20);
+
+/// Every v1 cgroup directory of `pid` (one per hierarchy line, skipping the v2 "0::").
+fn all_dirs(pid: i32) -> Vec<PathBuf> {
+    proc_cgroups(pid)
+        .into_iter()
+        .filter(|(ctrls, _)| !ctrls.is_empty())
+        .map(|(ctrls, path)| {
+            let name = ctrls.strip_prefix("name=").unwrap_or(&ctrls).to_string();
+            Path::new("/sys/fs/cgroup")
+                .join(name)
+                .join(path.trim_start_matches('/'))
+        })
+        .collect()
+}
+
+fn file(pid: i32, ctrl: &str, name: &str) -> String {
+    let dir = v1_cgroup_dir(pid, ctrl).unwrap_or_else(|| panic!("no {ctrl} cgroup for {pid}"));
+    read(dir.join(name)).trim().to_string()
+}
+
+/// Creates and starts a `sleep` container with `resources`.
+fn running(ctx: &mut Ctx, resources: Value) -> (Container, i32) {
+    ctx.set("/linux/resources", resources);
+    ctx.args(&["sleep", "30"]);
+    let c = ctx.create_ok("c");
+    c.start();
+    let pid = c.pid();
+    (c, pid)
+}
+
+#[test]
+fn memory_limit_is_written_to_the_memory_controller() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("cgmem");
+    let (c, pid) = running(&mut ctx, json!({"memory": {"limit": 64 << 20}}));
+    let dir = v1_cgroup_dir(pid, "memory").unwrap();
+    assert!(dir.ends_with(format!("moat/{}", c.id)), "{}", dir.display());
+    assert_eq!(
+        file(pid, "memory", "memory.limit_in_bytes"),
+        (64u64 << 20).to_string()
+    );
+}
+
+#[test]
+fn pids_limit_is_written_and_enforced() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("cgpids");
+    ctx.set("/linux/resources", json!({"pids": {"limit": 6}}));
+    // sh + 5 sleeps reach the limit; the next fork fails and the shell gives up (its
+    // exit takes the sleeps with it: they are in its pid namespace).
+    ctx.sh("for i in 1 2 3 4 5 6 7 8; do sleep 5 & done; echo all-spawned");
+    let c = ctx.create_ok("c");
+    let pid = c.pid();
+    assert_eq!(file(pid, "pids", "pids.max"), "6");
+    c.start();
+    c.wait_stopped(T);
+    assert!(
+        c.stderr().contains("can't fork"),
+        "limit not enforced: {}",
+        c.stderr()
+    );
+    assert!(!c.stdout().contains("all-spawned"));
+}
+
+#[test]
+fn cpu_shares_and_quota_are_written_to_the_cpu_controller() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("cgcpu");
+    let (_c, pid) = running(
+        &mut ctx,
+        json!({"cpu": {"shares": 512, "quota": 50000, "period": 100000}}),
+    );
+    assert_eq!(file(pid, "cpu", "cpu.shares"), "512");
+    assert_eq!(file(pid, "cpu", "cpu.cfs_quota_us"), "50000");
+    assert_eq!(file(pid, "cpu", "cpu.cfs_period_us"), "100000");
+}
+
+#[test]
+fn every_cgroup_dir_is_removed_at_delete() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("cgrm");
+    let (c, pid) = running(&mut ctx, json!({"pids": {"limit": 100}}));
+    let dirs = all_dirs(pid);
+    assert!(dirs.len() >= 5, "{dirs:?}");
+    for d in &dirs {
+        assert!(d.is_dir(), "{}", d.display());
+        assert!(d.ends_with(format!("moat/{}", c.id)), "{}", d.display());
+    }
+    let v2 = Path::new("/sys/fs/cgroup/unified/moat").join(&c.id);
+    c.moat(&["delete", "--force", &c.id]).ok();
+    for d in &dirs {
+        assert!(!d.exists(), "{} left after delete", d.display());
+    }
+    assert!(!v2.exists(), "{} left after delete", v2.display());
+}
+
+/// rmdir of a cgroup we made outside /moat, in every hierarchy (after the test).
+struct TopCgroup(String);
+
+impl Drop for TopCgroup {
+    fn drop(&mut self) {
+        if let Ok(rd) = std::fs::read_dir("/sys/fs/cgroup") {
+            for h in rd.flatten() {
+                let _ = std::fs::remove_dir(h.path().join(&self.0));
+            }
+        }
+    }
+}
+
+#[test]
+fn absolute_cgroups_path_is_used_as_given() {
+    if !require_root() {
+        return;
+    }
+    let name = format!("moat-it-abs-{}", std::process::id());
+    let _cleanup = TopCgroup(name.clone());
+    let mut ctx = Ctx::new("cgabs");
+    ctx.set("/linux/cgroupsPath", json!(format!("/{name}")));
+    let (c, pid) = running(&mut ctx, json!({"pids": {"limit": 50}}));
+    let dir = v1_cgroup_dir(pid, "pids").unwrap();
+    assert_eq!(dir, Path::new("/sys/fs/cgroup/pids").join(&name));
+    assert_eq!(file(pid, "pids", "pids.max"), "50");
+    c.moat(&["delete", "--force", &c.id]).ok();
+    assert!(!dir.exists());
+}
+
+#[test]
+fn relative_cgroups_path_goes_under_moat() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("cgrel");
+    let rel = format!("rel-{}", ctx.id("x"));
+    ctx.set("/linux/cgroupsPath", json!(rel));
+    let (c, pid) = running(&mut ctx, json!({}));
+    let dir = v1_cgroup_dir(pid, "pids").unwrap();
+    assert_eq!(dir, Path::new("/sys/fs/cgroup/pids/moat").join(&rel));
+    c.moat(&["delete", "--force", &c.id]).ok();
+    assert!(!dir.exists());
+}
+
+#[test]
+fn container_sees_its_own_cgroup_read_only() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("cgns");
+    ctx.set("/linux/resources", json!({"pids": {"limit": 33}}));
+    ctx.sh(
+        "grep ':pids:' /proc/self/cgroup; cat /sys/fs/cgroup/pids/pids.max; \
+         echo 1000 > /sys/fs/cgroup/pids/pids.max; echo rc=$?",
+    );
+    let (out, err) = run_to_end(&ctx, "c");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}{err}");
+    assert!(
+        lines[0].ends_with(":pids:/"),
+        "cgroup namespace root: {}",
+        lines[0]
+    );
+    assert_eq!(lines[1], "33", "its own pids.max");
+    assert_eq!(lines[2], "rc=1", "/sys/fs/cgroup must be read-only");
+    assert!(err.contains("Read-only file system"), "{err}");
+}
+
+#[test]
+fn bad_resource_value_fails_create_and_removes_the_cgroup() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("cgbad");
+    // Below the quota minimum of 1ms: the kernel refuses the write.
+    ctx.set(
+        "/linux/resources",
+        json!({"cpu": {"quota": 10, "period": 100000}}),
+    );
+    let (c, out) = ctx.create("c");
+    let out = out.fails();
+    assert!(out.stderr.contains("cpu"), "{}", out.stderr);
+    ctx.assert_no_trace(&c.id);
+}

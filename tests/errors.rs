@@ -1,0 +1,275 @@
+//! Bad bundles and bad calls: each fails with exit 1 and one stderr line naming what is
+//! wrong, and leaves no state directory and no cgroup. A create killed half-way is
+//! cleaned up by `delete --force`.
+
+mod support;
+
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use support::*;
+
+/// `moat create` must fail with one stderr line containing every `needle`, and leave
+/// nothing behind.
+#[track_caller]
+fn create_fails(ctx: &Ctx, needles: &[&str]) -> Out {
+    let (c, out) = ctx.create("c");
+    let out = out.fails();
+    assert_eq!(out.stdout, "");
+    assert_eq!(
+        out.stderr_lines().len(),
+        1,
+        "one line expected: {}",
+        out.stderr
+    );
+    for n in needles {
+        assert!(out.stderr.contains(n), "{n:?} not in {}", out.stderr);
+    }
+    ctx.assert_no_trace(&c.id);
+    out
+}
+
+#[test]
+fn malformed_config_json() {
+    if !require_root() {
+        return;
+    }
+    let ctx = Ctx::new("badjson");
+    ctx.write_config();
+    fs::write(
+        ctx.bundle.join("config.json"),
+        "{\"ociVersion\": \"1.0.2\", ",
+    )
+    .unwrap();
+    // Ctx::create rewrites config.json; call moat directly.
+    let id = ctx.id("c");
+    let mut cmd = ctx.cmd();
+    cmd.args(["create", "--bundle", &ctx.bundle_str(), &id]);
+    let _g = ctx.guard(&id);
+    let out = run_cmd(cmd, &ctx.io, CALL_TIMEOUT).fails();
+    assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("config.json"), "{}", out.stderr);
+    ctx.assert_no_trace(&id);
+}
+
+#[test]
+fn wrongly_typed_field_is_named() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("badtype");
+    ctx.set("/process/user/uid", json!("root"));
+    create_fails(&ctx, &["process.user.uid"]);
+}
+
+#[test]
+fn missing_config_json() {
+    if !require_root() {
+        return;
+    }
+    let ctx = Ctx::new("noconfig");
+    let id = ctx.id("c");
+    let mut cmd = ctx.cmd();
+    cmd.args(["create", "--bundle", &ctx.bundle_str(), &id]);
+    let _g = ctx.guard(&id);
+    // Nothing written: Ctx::run would write it.
+    let out = run_cmd(cmd, &ctx.io, CALL_TIMEOUT).fails();
+    assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("config.json"), "{}", out.stderr);
+    ctx.assert_no_trace(&id);
+}
+
+#[test]
+fn missing_rootfs() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("norootfs");
+    ctx.set("/root/path", json!("no-such-rootfs"));
+    create_fails(&ctx, &["root.path", "no-such-rootfs"]);
+}
+
+#[test]
+fn unsupported_oci_version() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("ociversion");
+    ctx.set("/ociVersion", json!("2.0.0"));
+    create_fails(&ctx, &["ociVersion", "2.0.0"]);
+}
+
+#[test]
+fn unknown_namespace_type() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("badns");
+    ctx.push("/linux/namespaces", json!({"type": "galaxy"}));
+    create_fails(&ctx, &["linux.namespaces[", "].type", "galaxy"]);
+}
+
+#[test]
+fn unknown_capability() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("badcap");
+    ctx.push("/process/capabilities/bounding", json!("CAP_FLY"));
+    create_fails(&ctx, &["process.capabilities.bounding", "CAP_FLY"]);
+}
+
+#[test]
+fn bind_mount_with_missing_source() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("badbind");
+    ctx.push(
+        "/mounts",
+        json!({"destination": "/mnt", "type": "bind", "source": "/no/such/source", "options": ["rbind"]}),
+    );
+    create_fails(&ctx, &["mounts[", "].source", "/no/such/source"]);
+}
+
+#[test]
+fn relative_cwd() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("relcwd");
+    ctx.set("/process/cwd", json!("tmp"));
+    create_fails(&ctx, &["process.cwd"]);
+}
+
+#[test]
+fn invalid_container_id() {
+    if !require_root() {
+        return;
+    }
+    let ctx = Ctx::new("badid");
+    ctx.write_config();
+    for id in ["../x", "a/b", ".."] {
+        let out = ctx
+            .moat(&["create", "--bundle", &ctx.bundle_str(), id])
+            .fails();
+        assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
+        assert!(
+            out.stderr.contains("invalid container id"),
+            "{id}: {}",
+            out.stderr
+        );
+    }
+    assert!(
+        !ctx.dir.join("x").exists(),
+        "created outside the state root"
+    );
+    assert!(!ctx.root.join("a").exists());
+    assert_eq!(ctx.moat(&["list", "-q"]).ok().stdout, "");
+    assert!(!Path::new("/sys/fs/cgroup/pids/x").exists());
+}
+
+#[test]
+fn duplicate_id_fails_and_leaves_the_first_unharmed() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("dup");
+    ctx.sh("echo first");
+    let first = ctx.create_ok("c");
+    let st = first.state();
+    ctx.sh("echo second");
+    let (_second, out) = ctx.create("c");
+    let out = out.fails();
+    assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("container with id exists"),
+        "{}",
+        out.stderr
+    );
+    // Same record, same process, still startable.
+    let again = first.state();
+    assert_eq!(again["pid"], st["pid"]);
+    assert_eq!(again["created"], st["created"]);
+    assert_eq!(again["status"], "created");
+    let cg = v1_cgroup_dir(again["pid"].as_i64().unwrap() as i32, "pids").unwrap();
+    assert!(cg.is_dir());
+    assert_eq!(first.start_and_wait(), "first\n");
+}
+
+#[test]
+fn create_killed_mid_way_is_cleaned_by_delete_force() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("killed");
+    let marker = ctx.dir.join("hook.pid");
+    ctx.set(
+        "/hooks/createRuntime",
+        json!([{"path": "/bin/sh",
+                "args": ["sh", "-c", format!("echo $$ > {}; exec sleep 30", marker.display())]}]),
+    );
+    ctx.args(&["sleep", "30"]);
+    let id = ctx.id("c");
+    let b = ctx.bundle_str();
+    let c = ctx.guard(&id);
+    let create = ctx.moat_bg(&["create", "--bundle", &b, &id]);
+    let t = Duration::from_secs(20);
+    assert!(
+        wait_until(t, || fs::read_to_string(&marker)
+            .is_ok_and(|s| s.ends_with('\n'))),
+        "the hook never ran"
+    );
+    let hook: i32 = read(&marker).trim().parse().unwrap();
+    let cg = Path::new("/sys/fs/cgroup/pids/moat").join(&id);
+    let members: Vec<i32> = read(cg.join("cgroup.procs"))
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert!(
+        !members.is_empty(),
+        "the container's init is in its cgroup by now"
+    );
+    unsafe { libc::kill(create.pid(), libc::SIGKILL) };
+    let out = create.wait(t);
+    assert_eq!(out.code, 128 + libc::SIGKILL);
+    // The hook is moat's child, not the container's: end it ourselves.
+    unsafe { libc::kill(hook, libc::SIGKILL) };
+    assert!(
+        ctx.state_dir(&id).exists(),
+        "an interrupted create leaves its state"
+    );
+    let out = c.moat(&["delete", "--force", &id]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    ctx.assert_no_trace(&id);
+    for pid in members {
+        assert!(
+            wait_until(t, || is_gone(pid)),
+            "container process {pid} left"
+        );
+    }
+    assert!(wait_until(t, || is_gone(hook)));
+    reap();
+}
+
+#[test]
+#[ignore = "moat bug (src/spec/mod.rs LoadError::Read): its `source` field is both printed \
+            in the message and reported as the error source, so the reason appears twice"]
+fn missing_config_json_reason_is_not_repeated() {
+    if !require_root() {
+        return;
+    }
+    let ctx = Ctx::new("noconfig2");
+    let id = ctx.id("c");
+    let mut cmd = ctx.cmd();
+    cmd.args(["create", "--bundle", &ctx.bundle_str(), &id]);
+    let _g = ctx.guard(&id);
+    let out = run_cmd(cmd, &ctx.io, CALL_TIMEOUT).fails();
+    assert_eq!(
+        out.stderr.matches("No such file or directory").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}

@@ -1,0 +1,521 @@
+//! create / start / state / kill / delete / list / run: statuses, JSON fields, exit codes
+//! and the error strings clients match on.
+
+mod support;
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const T: Duration = Duration::from_secs(20);
+
+#[test]
+fn create_leaves_a_created_container_with_runc_state_fields() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("state");
+    ctx.args(&["sleep", "30"]);
+    ctx.set("/annotations", json!({"org.example.k": "v"}));
+    let c = ctx.create_ok("c");
+    let st = c.state();
+    let obj = st.as_object().expect("object");
+    let mut keys: Vec<&str> = obj.keys().map(|k| k.as_str()).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "annotations",
+            "bundle",
+            "created",
+            "id",
+            "ociVersion",
+            "owner",
+            "pid",
+            "rootfs",
+            "status"
+        ]
+    );
+    assert_eq!(st["status"], "created");
+    assert_eq!(st["id"], c.id.as_str());
+    assert_eq!(st["bundle"], ctx.bundle_str());
+    assert_eq!(st["rootfs"], ctx.rootfs().to_str().unwrap());
+    assert!(st["ociVersion"].as_str().unwrap().starts_with("1."), "{st}");
+    assert_eq!(st["annotations"]["org.example.k"], "v");
+    let created = st["created"].as_str().unwrap();
+    assert!(
+        created.len() >= 20 && created.as_bytes()[10] == b'T' && created.ends_with('Z'),
+        "created is not RFC 3339 UTC: {created}"
+    );
+    let pid = st["pid"].as_i64().unwrap() as i32;
+    assert!(pid > 1);
+    assert!(
+        !is_gone(pid),
+        "init {pid} of a created container must be alive"
+    );
+    // The init waits on the exec fifo; nothing has run yet.
+    assert!(ctx.state_dir(&c.id).join("exec.fifo").exists());
+}
+
+#[test]
+fn start_runs_the_process_and_status_becomes_running() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("start");
+    ctx.sh("echo started; exec sleep 30");
+    let c = ctx.create_ok("c");
+    let pid = c.pid();
+    assert_eq!(c.stdout(), "", "nothing may run before start");
+    let out = c.start();
+    assert_eq!(out.stdout, "");
+    assert!(
+        wait_until(T, || c.stdout() == "started\n"),
+        "{:?}",
+        c.stdout()
+    );
+    let st = c.state();
+    assert_eq!(st["status"], "running");
+    assert_eq!(st["pid"], pid, "start must not change the init pid");
+    assert!(!ctx.state_dir(&c.id).join("exec.fifo").exists());
+}
+
+#[test]
+fn start_twice_fails() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("start2");
+    ctx.args(&["sleep", "30"]);
+    let c = ctx.create_ok("c");
+    c.start();
+    let out = c.moat(&["start", &c.id]).fails();
+    assert!(out.stderr.contains("already running"), "{}", out.stderr);
+    assert_eq!(c.status(), "running");
+}
+
+#[test]
+fn exited_container_is_stopped_with_pid_zero() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("stopped");
+    ctx.args(&["true"]);
+    let c = ctx.create_ok("c");
+    c.start_and_wait();
+    let st = c.state();
+    assert_eq!(st["status"], "stopped");
+    assert_eq!(st["pid"], 0);
+    let out = c.moat(&["start", &c.id]).fails();
+    assert!(out.stderr.contains("stopped"), "{}", out.stderr);
+}
+
+#[test]
+fn pid_file_holds_the_init_pid() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("pidfile");
+    ctx.args(&["sleep", "30"]);
+    let pidfile = ctx.dir.join("container.pid");
+    let id = ctx.id("c");
+    let b = ctx.bundle_str();
+    let out = ctx.moat(&[
+        "create",
+        "--bundle",
+        &b,
+        "--pid-file",
+        pidfile.to_str().unwrap(),
+        &id,
+    ]);
+    let c = ctx.guard(&id);
+    out.ok();
+    let text = fs::read_to_string(&pidfile).expect("pid file written before create returns");
+    let pid: i32 = text.trim().parse().expect("decimal pid");
+    assert_eq!(text, pid.to_string(), "runc writes the bare number");
+    assert_eq!(pid, c.pid());
+    // Written through a dot-prefixed temporary that is renamed into place.
+    assert!(!ctx.dir.join(".container.pid").exists());
+    // As subreaper we are the init's parent now, as conmon or the shim would be.
+    assert_eq!(
+        proc_state(pid).map(|s| s.1),
+        Some(std::process::id() as i32)
+    );
+}
+
+#[test]
+fn kill_then_delete_removes_state_cgroup_and_process() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("del");
+    ctx.args(&["sleep", "30"]);
+    let c = ctx.create_ok("c");
+    c.start();
+    let pid = c.pid();
+    let cg = v1_cgroup_dir(pid, "pids").expect("pids cgroup");
+    assert!(cg.ends_with(format!("moat/{}", c.id)), "{}", cg.display());
+    c.kill("KILL").ok();
+    c.wait_stopped(T);
+    c.delete().ok();
+    assert!(!ctx.state_dir(&c.id).exists());
+    assert!(!cg.exists(), "cgroup {} not removed", cg.display());
+    let out = c.moat(&["state", &c.id]).fails();
+    assert!(
+        out.stderr.contains("container does not exist"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn delete_of_created_container_kills_it() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("delcreated");
+    ctx.args(&["sleep", "30"]);
+    let c = ctx.create_ok("c");
+    let pid = c.pid();
+    let out = c.delete();
+    assert_eq!(
+        out.code, 0,
+        "runc deletes a created container: {}",
+        out.stderr
+    );
+    assert!(wait_until(T, || is_gone(pid)), "init {pid} survived delete");
+    assert!(!ctx.state_dir(&c.id).exists());
+    assert_eq!(c.stdout(), "", "the process never ran");
+}
+
+#[test]
+fn delete_of_running_container_needs_force() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("delrun");
+    ctx.args(&["sleep", "30"]);
+    let c = ctx.create_ok("c");
+    c.start();
+    let pid = c.pid();
+    let out = c.delete().fails();
+    assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("not stopped") && out.stderr.contains("running"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(c.status(), "running", "a refused delete must not harm it");
+    c.moat(&["delete", "--force", &c.id]).ok();
+    assert!(wait_until(T, || is_gone(pid)));
+    assert!(!ctx.state_dir(&c.id).exists());
+}
+
+#[test]
+fn delete_force_of_nonexistent_container_succeeds() {
+    if !require_root() {
+        return;
+    }
+    let ctx = Ctx::new("delnone");
+    let id = ctx.id("nosuch");
+    let out = ctx.moat(&["delete", "--force", &id]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let out = ctx.moat(&["delete", &id]).fails();
+    assert!(
+        out.stderr.contains("container does not exist"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn state_of_nonexistent_container_fails() {
+    if !require_root() {
+        return;
+    }
+    let ctx = Ctx::new("statenone");
+    let out = ctx.moat(&["state", "nosuch"]).fails();
+    assert_eq!(out.stdout, "");
+    assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("container does not exist"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn kill_accepts_name_sig_name_and_number() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("killforms");
+    // A pid-namespace init only gets signals it has handlers for.
+    ctx.sh(
+        "trap 'echo got-USR1' USR1; trap 'echo got-TERM; exit 0' TERM; echo ready; \
+         while :; do sleep 0.02; done",
+    );
+    let c = ctx.create_ok("c");
+    c.start();
+    assert!(wait_until(T, || c.stdout().contains("ready")));
+    for (i, form) in ["USR1", "SIGUSR1", "usr1", "10"].iter().enumerate() {
+        c.kill(form).ok();
+        let want = i + 1;
+        assert!(
+            wait_until(T, || c.stdout().matches("got-USR1").count() == want),
+            "signal {form:?} not delivered: {:?}",
+            c.stdout()
+        );
+    }
+    // No signal: SIGTERM.
+    c.moat(&["kill", &c.id]).ok();
+    c.wait_stopped(T);
+    assert!(c.stdout().ends_with("got-TERM\n"), "{:?}", c.stdout());
+    let out = c.kill("NOSUCHSIG").fails();
+    assert!(out.stderr.contains("invalid signal"), "{}", out.stderr);
+}
+
+#[test]
+fn kill_of_stopped_container_says_not_running_but_kill_all_succeeds() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("killstopped");
+    ctx.args(&["true"]);
+    let c = ctx.create_ok("c");
+    c.start_and_wait();
+    let out = c.kill("KILL").fails();
+    assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("container not running"),
+        "{}",
+        out.stderr
+    );
+    // containerd's shim sends this after every exit.
+    let out = c.moat(&["kill", "--all", &c.id, "9"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}
+
+#[test]
+fn kill_all_signals_every_process_in_the_container() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("killall");
+    // Without a pid namespace killing the init does not take its children with it.
+    ctx.without_ns("pid");
+    ctx.sh("sleep 30 & echo $!; wait");
+    let c = ctx.create_ok("c");
+    c.start();
+    assert!(wait_until(T, || c.stdout().ends_with('\n')));
+    let child: i32 = c.stdout().trim().parse().expect("child pid");
+    assert!(!is_gone(child));
+    c.moat(&["kill", "--all", &c.id, "KILL"]).ok();
+    assert!(
+        wait_until(T, || is_gone(child)),
+        "child {child} survived kill --all"
+    );
+    c.wait_stopped(T);
+}
+
+#[test]
+fn run_in_foreground_exits_with_the_process_status_and_deletes() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("run");
+    ctx.sh("echo out; echo err >&2; exit 7");
+    let id = ctx.id("c");
+    let b = ctx.bundle_str();
+    let _g = ctx.guard(&id);
+    let out = ctx.moat(&["run", "--bundle", &b, &id]);
+    assert_eq!(out.code, 7, "{out:#?}");
+    assert_eq!(out.stdout, "out\n");
+    assert_eq!(out.stderr, "err\n");
+    assert!(!ctx.state_dir(&id).exists(), "run without --keep deletes");
+}
+
+#[test]
+fn run_in_foreground_reports_a_signal_as_128_plus_n() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("runsig");
+    // Without a pid namespace the shell is not an init, so SIGTERM kills it.
+    ctx.without_ns("pid");
+    ctx.sh("kill -TERM $$; sleep 5");
+    let id = ctx.id("c");
+    let b = ctx.bundle_str();
+    let _g = ctx.guard(&id);
+    let out = ctx.moat(&["run", "--bundle", &b, &id]);
+    assert_eq!(out.code, 128 + libc::SIGTERM, "{out:#?}");
+}
+
+#[test]
+fn run_in_foreground_killed_from_outside_exits_137() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("runkill");
+    ctx.args(&["sleep", "30"]);
+    let id = ctx.id("c");
+    let b = ctx.bundle_str();
+    let g = ctx.guard(&id);
+    let run = ctx.moat_bg(&["run", "--bundle", &b, &id]);
+    assert!(
+        wait_until(T, || {
+            let o = g.moat(&["state", &id]);
+            o.code == 0 && o.stdout.contains("\"running\"")
+        }),
+        "never running"
+    );
+    g.kill("KILL").ok();
+    let out = run.wait(T);
+    assert_eq!(out.code, 137, "{out:#?}");
+    assert!(!ctx.state_dir(&id).exists());
+}
+
+#[test]
+fn run_detached_returns_at_once_with_a_running_container() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("rund");
+    ctx.args(&["sleep", "30"]);
+    let id = ctx.id("c");
+    let b = ctx.bundle_str();
+    let c = ctx.guard(&id);
+    let t0 = Instant::now();
+    let out = ctx.moat(&["run", "-d", "--bundle", &b, &id]).ok();
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert_eq!(out.stdout, "");
+    assert_eq!(c.status(), "running");
+    let pid = c.pid();
+    c.moat(&["delete", "--force", &id]).ok();
+    assert!(wait_until(T, || is_gone(pid)));
+}
+
+#[test]
+fn run_keep_leaves_a_stopped_container() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("runkeep");
+    ctx.sh("exit 3");
+    let id = ctx.id("c");
+    let b = ctx.bundle_str();
+    let c = ctx.guard(&id);
+    let out = ctx.moat(&["run", "--keep", "--bundle", &b, &id]);
+    assert_eq!(out.code, 3, "{out:#?}");
+    let st = c.state();
+    assert_eq!(st["status"], "stopped");
+    assert_eq!(st["pid"], 0);
+    c.delete().ok();
+    assert!(!ctx.state_dir(&id).exists());
+}
+
+#[test]
+fn list_shows_every_container_in_table_json_and_quiet_forms() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("list");
+    let out = ctx.moat(&["list", "--format", "json"]).ok();
+    assert_eq!(
+        out.stdout.trim(),
+        "null",
+        "runc prints null for no containers"
+    );
+    ctx.args(&["sleep", "30"]);
+    let a = ctx.create_ok("a");
+    let b = ctx.create_ok("b");
+    b.start();
+    let out = ctx.moat(&["list", "-q"]).ok();
+    assert_eq!(out.stdout, format!("{}\n{}\n", a.id, b.id));
+    let out = ctx.moat(&["list", "--format", "json"]).ok();
+    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    let arr = v.as_array().expect("array");
+    assert_eq!(arr.len(), 2);
+    assert_eq!(arr[0]["id"], a.id.as_str());
+    assert_eq!(arr[0]["status"], "created");
+    assert_eq!(arr[1]["id"], b.id.as_str());
+    assert_eq!(arr[1]["status"], "running");
+    assert_eq!(arr[1]["pid"], b.pid());
+    let out = ctx.moat(&["list"]).ok();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", out.stdout);
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["ID", "PID", "STATUS", "BUNDLE", "CREATED", "OWNER"]
+    );
+    let row: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(row[0], b.id);
+    assert_eq!(row[1], b.pid().to_string());
+    assert_eq!(row[2], "running");
+    assert_eq!(row[3], ctx.bundle_str());
+}
+
+#[test]
+fn log_json_failure_writes_exactly_one_error_object() {
+    if !require_root() {
+        return;
+    }
+    let ctx = Ctx::new("logjson");
+    let log = ctx.dir.join("log.json");
+    let l = log.to_str().unwrap();
+    let out = ctx
+        .moat(&["--log", l, "--log-format", "json", "state", "nosuch"])
+        .fails();
+    let text = fs::read_to_string(&log).expect("log file");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let v: Value = serde_json::from_str(lines[0]).expect("one JSON object per line");
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    keys.sort();
+    assert_eq!(keys, ["level", "msg", "time"]);
+    assert_eq!(v["level"], "error");
+    assert!(v["msg"]
+        .as_str()
+        .unwrap()
+        .contains("container does not exist"));
+    let time = v["time"].as_str().unwrap();
+    assert!(time.len() >= 20 && time.as_bytes()[10] == b'T', "{time}");
+    // The same message on stderr, once.
+    assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains(v["msg"].as_str().unwrap()));
+}
+
+#[test]
+fn log_file_is_created_even_on_success() {
+    if !require_root() {
+        return;
+    }
+    let ctx = Ctx::new("logok");
+    let log = ctx.dir.join("sub-log.json");
+    let out = ctx.moat(&[
+        "--log",
+        log.to_str().unwrap(),
+        "--log-format",
+        "json",
+        "list",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let meta = fs::metadata(&log).expect("log file must exist after a successful call");
+    assert_eq!(meta.len(), 0, "{}", fs::read_to_string(&log).unwrap());
+}
+
+#[test]
+fn version_prints_three_lines() {
+    if !require_root() {
+        return;
+    }
+    let ctx = Ctx::new("version");
+    let out = ctx.moat(&["--version"]).ok();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", out.stdout);
+    assert!(lines[0].starts_with("moat version "), "{}", lines[0]);
+    assert!(lines[1].starts_with("commit: "), "{}", lines[1]);
+    assert!(lines[2].starts_with("spec: 1."), "{}", lines[2]);
+}

@@ -1,0 +1,246 @@
+//! Namespaces: created, joined by path, user namespace maps, uts names, time offsets.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use support::*;
+
+const KINDS: [&str; 8] = ["pid", "net", "ipc", "uts", "mnt", "cgroup", "user", "time"];
+
+/// `kind -> link text` as printed by the container's `readlink /proc/self/ns/*`.
+fn container_ns(out: &str) -> BTreeMap<String, String> {
+    out.lines()
+        .filter_map(|l| {
+            let (kind, _) = l.split_once(":[")?;
+            Some((kind.to_string(), l.to_string()))
+        })
+        .collect()
+}
+
+fn ns_script() -> String {
+    format!(
+        "for k in {}; do readlink /proc/self/ns/$k; done",
+        KINDS.join(" ")
+    )
+}
+
+#[test]
+fn requested_namespaces_are_new_and_the_others_are_the_hosts() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("nsnew");
+    // moat spec: pid, network, ipc, uts, mount, cgroup.
+    ctx.sh(&ns_script());
+    let (out, _) = run_to_end(&ctx, "c");
+    let inside = container_ns(&out);
+    assert_eq!(inside.len(), KINDS.len(), "{out}");
+    for (kind, link) in &inside {
+        let host = host_ns(kind);
+        if kind == "user" || kind == "time" {
+            assert_eq!(*link, host, "{kind} was not requested, so it is the host's");
+        } else {
+            assert_ne!(*link, host, "{kind} namespace is the host's");
+        }
+    }
+}
+
+#[test]
+fn init_is_pid_1_in_its_pid_namespace() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("pid1");
+    ctx.sh("echo $$; ps -o pid,comm | wc -l");
+    let (out, _) = run_to_end(&ctx, "c");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "1");
+    // header, sh, ps, wc: nothing of the host is visible.
+    assert!(lines[1].trim().parse::<u32>().unwrap() <= 4, "{out}");
+}
+
+#[test]
+fn without_a_network_namespace_the_host_one_is_shared() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("nsnonet");
+    ctx.without_ns("network");
+    ctx.args(&["readlink", "/proc/self/ns/net"]);
+    let (out, _) = run_to_end(&ctx, "c");
+    assert_eq!(out.trim(), host_ns("net"));
+}
+
+/// `ip netns add` a namespace; deleted on drop.
+struct NetNs(String);
+
+impl NetNs {
+    fn new() -> NetNs {
+        let name = format!("moat-test-{}", std::process::id());
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "delete", &name])
+            .stderr(std::process::Stdio::null())
+            .status();
+        host(&["ip", "netns", "add", &name]);
+        NetNs(name)
+    }
+
+    fn path(&self) -> String {
+        format!("/var/run/netns/{}", self.0)
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        host(&["ip", "netns", "delete", &self.0]);
+    }
+}
+
+#[test]
+fn network_namespace_is_joined_by_path() {
+    if !require_root() {
+        return;
+    }
+    let netns = NetNs::new();
+    // Something to recognise the namespace by from inside: lo is down in a new one.
+    host(&[
+        "ip", "netns", "exec", &netns.0, "ip", "link", "set", "lo", "up",
+    ]);
+    let ino = fs::metadata(netns.path()).expect("netns file").ino();
+    let mut ctx = Ctx::new("nsjoin");
+    let ns = ctx.config["linux"]["namespaces"].as_array_mut().unwrap();
+    for n in ns.iter_mut() {
+        if n["type"] == "network" {
+            n["path"] = json!(netns.path());
+        }
+    }
+    ctx.sh("readlink /proc/self/ns/net; cat /sys/class/net/lo/flags");
+    let (out, _) = run_to_end(&ctx, "c");
+    assert_eq!(
+        out,
+        format!("net:[{ino}]\n0x9\n"),
+        "lo must be up (IFF_UP|IFF_LOOPBACK)"
+    );
+    assert_ne!(format!("net:[{ino}]"), host_ns("net"));
+}
+
+#[test]
+fn uts_namespace_has_the_spec_hostname_and_domainname() {
+    if !require_root() {
+        return;
+    }
+    let host_name = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let mut ctx = Ctx::new("uts");
+    ctx.set("/hostname", json!("moat-it-host"));
+    ctx.set("/domainname", json!("moat.example"));
+    ctx.sh("hostname; cat /proc/sys/kernel/domainname");
+    let (out, _) = run_to_end(&ctx, "c");
+    assert_eq!(out, "moat-it-host\nmoat.example\n");
+    assert_eq!(
+        fs::read_to_string("/proc/sys/kernel/hostname").unwrap(),
+        host_name,
+        "the host's hostname changed"
+    );
+}
+
+#[test]
+fn hostname_without_uts_namespace_is_refused() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("utsnone");
+    ctx.without_ns("uts");
+    ctx.set("/hostname", json!("moat-it-host"));
+    let (c, out) = ctx.create("c");
+    let out = out.fails();
+    assert!(out.stderr.contains("hostname"), "{}", out.stderr);
+    ctx.assert_no_trace(&c.id);
+}
+
+#[test]
+fn user_namespace_maps_root_to_100000() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("userns");
+    ctx.push("/linux/namespaces", json!({"type": "user"}));
+    let map = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+    ctx.set("/linux/uidMappings", map.clone());
+    ctx.set("/linux/gidMappings", map);
+    ctx.sh(
+        "cat /proc/self/uid_map /proc/self/gid_map; id -u; readlink /proc/self/ns/user; sleep 30",
+    );
+    let c = ctx.create_ok("c");
+    let pid = c.pid();
+    c.start();
+    assert!(wait_until(std::time::Duration::from_secs(20), || c
+        .stdout()
+        .lines()
+        .count()
+        == 4));
+    let out = c.stdout();
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0], ["0", "100000", "65536"], "{out}");
+    assert_eq!(lines[1], ["0", "100000", "65536"], "{out}");
+    assert_eq!(lines[2], ["0"], "root inside");
+    assert_ne!(lines[3][0], host_ns("user"));
+    // Seen from the host, the init runs as 100000.
+    let status = read(format!("/proc/{pid}/status"));
+    let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert_eq!(
+        uid.split_whitespace().skip(1).collect::<Vec<_>>(),
+        ["100000"; 4]
+    );
+    c.kill("KILL").ok();
+    c.wait_stopped(std::time::Duration::from_secs(20));
+}
+
+#[test]
+fn time_namespace_applies_boottime_offset() {
+    if !require_root() {
+        return;
+    }
+    if !Path::new("/proc/self/ns/time").exists() {
+        eprintln!("SKIPPED: kernel has no time namespaces");
+        return;
+    }
+    let mut ctx = Ctx::new("timens");
+    ctx.push("/linux/namespaces", json!({"type": "time"}));
+    let day = 86400;
+    ctx.set(
+        "/linux/timeOffsets",
+        json!({"boottime": {"secs": 10 * day, "nanosecs": 0}, "monotonic": {"secs": day, "nanosecs": 0}}),
+    );
+    ctx.sh("cat /proc/uptime; readlink /proc/self/ns/time");
+    let host_before: f64 = uptime();
+    let (out, _) = run_to_end(&ctx, "c");
+    let host_after: f64 = uptime();
+    let mut lines = out.lines();
+    let inside: f64 = lines
+        .next()
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no uptime in {out:?}"));
+    let off = (10 * day) as f64;
+    assert!(
+        inside >= host_before + off && inside <= host_after + off,
+        "uptime inside {inside}, host {host_before}..{host_after}"
+    );
+    assert_ne!(lines.next().unwrap(), host_ns("time"));
+}
+
+fn uptime() -> f64 {
+    read("/proc/uptime")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}

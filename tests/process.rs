@@ -1,0 +1,350 @@
+//! process.*: capabilities, no_new_privs, rlimits, user and groups, cwd, env, umask,
+//! oom_score_adj, and the fds a container gets (T3, T8).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::fd::AsRawFd;
+
+use support::*;
+
+/// `Key: value` lines of /proc/self/status as printed by the container.
+fn status_fields(out: &str) -> BTreeMap<String, String> {
+    out.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            Some((
+                k.to_string(),
+                v.split_whitespace().collect::<Vec<_>>().join(" "),
+            ))
+        })
+        .collect()
+}
+
+fn caps(set: &[&str]) -> Value {
+    json!(set)
+}
+
+fn status_of(ctx: &mut Ctx) -> BTreeMap<String, String> {
+    ctx.args(&["cat", "/proc/self/status"]);
+    let (out, err) = run_to_end(ctx, "c");
+    let f = status_fields(&out);
+    assert!(f.contains_key("CapBnd"), "no status: {out}{err}");
+    f
+}
+
+fn hex(mask: u64) -> String {
+    format!("{mask:016x}")
+}
+
+const CHOWN: u64 = 1 << 0;
+const KILL: u64 = 1 << 5;
+const NET_RAW: u64 = 1 << 13;
+
+#[test]
+fn root_process_gets_the_spec_sets_and_no_inheritable_or_ambient() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("capsroot");
+    ctx.set(
+        "/process/capabilities",
+        json!({"bounding": caps(&["CAP_CHOWN", "CAP_NET_RAW", "CAP_KILL"]),
+               "effective": caps(&["CAP_CHOWN", "CAP_NET_RAW"]),
+               "permitted": caps(&["CAP_CHOWN", "CAP_NET_RAW"])}),
+    );
+    // With no_new_privs execve as uid 0 cannot widen permitted to the bounding set.
+    ctx.set("/process/noNewPrivileges", json!(true));
+    let f = status_of(&mut ctx);
+    assert_eq!(f["CapBnd"], hex(CHOWN | NET_RAW | KILL));
+    assert_eq!(f["CapInh"], hex(0));
+    assert_eq!(f["CapAmb"], hex(0));
+    assert_eq!(f["CapPrm"], hex(CHOWN | NET_RAW));
+    assert_eq!(f["CapEff"], hex(CHOWN | NET_RAW));
+}
+
+#[test]
+fn non_root_process_without_ambient_has_no_capabilities() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("capsuser");
+    ctx.set("/process/user", json!({"uid": 1000, "gid": 1000}));
+    ctx.set(
+        "/process/capabilities",
+        json!({"bounding": caps(&["CAP_CHOWN", "CAP_NET_RAW"]),
+               "effective": caps(&["CAP_CHOWN", "CAP_NET_RAW"]),
+               "permitted": caps(&["CAP_CHOWN", "CAP_NET_RAW"])}),
+    );
+    let f = status_of(&mut ctx);
+    assert_eq!(f["CapBnd"], hex(CHOWN | NET_RAW));
+    for k in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
+        assert_eq!(f[k], hex(0), "{k}");
+    }
+}
+
+#[test]
+fn requested_ambient_capability_survives_exec_as_non_root() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("capsamb");
+    ctx.set("/process/user", json!({"uid": 1000, "gid": 1000}));
+    ctx.set(
+        "/process/capabilities",
+        json!({"bounding": caps(&["CAP_CHOWN", "CAP_NET_RAW"]),
+               "effective": caps(&["CAP_NET_RAW"]),
+               "permitted": caps(&["CAP_NET_RAW"]),
+               "inheritable": caps(&["CAP_NET_RAW"]),
+               "ambient": caps(&["CAP_NET_RAW"])}),
+    );
+    let f = status_of(&mut ctx);
+    assert_eq!(f["CapAmb"], hex(NET_RAW));
+    assert_eq!(f["CapInh"], hex(NET_RAW));
+    assert_eq!(f["CapPrm"], hex(NET_RAW));
+    assert_eq!(f["CapEff"], hex(NET_RAW));
+    assert_eq!(f["CapBnd"], hex(CHOWN | NET_RAW));
+}
+
+#[test]
+fn no_new_privileges_is_set_when_asked_and_only_then() {
+    if !require_root() {
+        return;
+    }
+    for (nnp, want) in [(true, "1"), (false, "0")] {
+        let mut ctx = Ctx::new("nnp");
+        ctx.set("/process/noNewPrivileges", json!(nnp));
+        let f = status_of(&mut ctx);
+        assert_eq!(f["NoNewPrivs"], want, "noNewPrivileges {nnp}");
+    }
+}
+
+#[test]
+fn rlimits_are_applied() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("rlimit");
+    ctx.set(
+        "/process/rlimits",
+        json!([{"type": "RLIMIT_NOFILE", "soft": 512, "hard": 1000},
+               {"type": "RLIMIT_NPROC", "soft": 77, "hard": 77}]),
+    );
+    ctx.sh("ulimit -n; ulimit -Hn; ulimit -u");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(out, "512\n1000\n77\n", "{err}");
+}
+
+#[test]
+fn user_uid_gid_and_additional_gids() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("user");
+    ctx.set(
+        "/process/user",
+        json!({"uid": 1000, "gid": 1000, "additionalGids": [5, 100]}),
+    );
+    ctx.sh("id; grep -E '^(Uid|Gid|Groups):' /proc/self/status");
+    let (out, err) = run_to_end(&ctx, "c");
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next(),
+        Some("uid=1000(u1000) gid=1000(u1000) groups=5(tty),100"),
+        "{out}{err}"
+    );
+    let f = status_fields(&lines.collect::<Vec<_>>().join("\n"));
+    assert_eq!(f["Uid"], "1000 1000 1000 1000");
+    assert_eq!(f["Gid"], "1000 1000 1000 1000");
+    assert_eq!(f["Groups"], "5 100");
+}
+
+#[test]
+fn cwd_is_the_spec_cwd() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("cwd");
+    ctx.set("/process/cwd", json!("/etc"));
+    ctx.args(&["pwd"]);
+    let (out, _) = run_to_end(&ctx, "c");
+    assert_eq!(out, "/etc\n");
+}
+
+#[test]
+fn env_is_exactly_the_spec_env() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("env");
+    ctx.set(
+        "/process/env",
+        json!(["PATH=/bin:/usr/bin", "FOO=bar baz", "EMPTY="]),
+    );
+    ctx.args(&["env"]);
+    let (out, _) = run_to_end(&ctx, "c");
+    let mut got: Vec<&str> = out.lines().collect();
+    got.sort();
+    assert_eq!(got, ["EMPTY=", "FOO=bar baz", "PATH=/bin:/usr/bin"]);
+}
+
+#[test]
+fn umask_is_applied() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("umask");
+    ctx.set("/process/user/umask", json!(0o027));
+    ctx.sh("umask; touch /dev/shm/f; stat -c %a /dev/shm/f");
+    let (out, _) = run_to_end(&ctx, "c");
+    assert_eq!(out, "0027\n640\n");
+}
+
+#[test]
+fn oom_score_adj_is_applied() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("oom");
+    ctx.set("/process/oomScoreAdj", json!(500));
+    ctx.args(&["cat", "/proc/self/oom_score_adj"]);
+    let (out, _) = run_to_end(&ctx, "c");
+    assert_eq!(out, "500\n");
+}
+
+/// T3 (CVE-2024-21626): a cwd through `/proc/self/fd/N` would be a host directory the
+/// init still holds; every such cwd fails create and leaves nothing behind.
+#[test]
+fn cwd_through_proc_self_fd_is_refused() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("t3cwd");
+    for n in 3..=8 {
+        ctx.set("/process/cwd", json!(format!("/proc/self/fd/{n}")));
+        let (c, out) = ctx.create(&format!("fd{n}"));
+        let out = out.fails();
+        assert_eq!(out.stderr_lines().len(), 1, "fd {n}: {}", out.stderr);
+        assert!(out.stderr.contains("cwd"), "fd {n}: {}", out.stderr);
+        ctx.assert_no_trace(&c.id);
+    }
+}
+
+/// `dup2(fd, target)` in moat's child, without FD_CLOEXEC: a leak by a careless caller.
+fn leak_fd(cmd: &mut std::process::Command, fd: i32, target: i32) {
+    unsafe {
+        before_exec(cmd, move || {
+            if libc::dup2(fd, target) < 0 || libc::fcntl(target, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// T3: the same with a host directory leaked into moat at fd 7.
+#[test]
+fn cwd_through_a_leaked_host_directory_fd_is_refused() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("t3leak");
+    ctx.set("/process/cwd", json!("/proc/self/fd/7"));
+    ctx.args(&["true"]);
+    let hostdir = fs::File::open(&ctx.dir).unwrap();
+    let id = ctx.id("c");
+    let mut cmd = ctx.cmd();
+    cmd.args(["create", "--bundle", &ctx.bundle_str(), &id]);
+    leak_fd(&mut cmd, hostdir.as_raw_fd(), 7);
+    let _g = ctx.guard(&id);
+    let out = ctx.run(cmd).fails();
+    assert!(out.stderr.contains("cwd"), "{}", out.stderr);
+    ctx.assert_no_trace(&id);
+}
+
+#[test]
+fn container_gets_only_stdio_even_when_the_caller_leaks_fds() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("t3fds");
+    // No pipeline (its pipe would be open in the shell while ls looks), and not last
+    // (ash would exec ls, which would then list its own directory fd).
+    ctx.sh("ls /proc/$$/fd; true");
+    let leaked = fs::File::open(&ctx.dir).unwrap();
+    let leaked2 = fs::File::open("/dev/null").unwrap();
+    // The leak itself works: a plain host shell started the same way sees both fds.
+    let mut sh = std::process::Command::new("/bin/sh");
+    sh.args(["-c", "ls /proc/$$/fd; true"]);
+    leak_fd(&mut sh, leaked.as_raw_fd(), 5);
+    leak_fd(&mut sh, leaked2.as_raw_fd(), 9);
+    let seen = run_cmd(sh, &ctx.io, CALL_TIMEOUT).ok().stdout;
+    assert!(seen.contains("\n5\n") && seen.contains("\n9\n"), "{seen}");
+    let id = ctx.id("c");
+    let mut cmd = ctx.cmd();
+    cmd.args(["create", "--bundle", &ctx.bundle_str(), &id]);
+    leak_fd(&mut cmd, leaked.as_raw_fd(), 5);
+    leak_fd(&mut cmd, leaked2.as_raw_fd(), 9);
+    let mut c = ctx.guard(&id);
+    c.out = Some(ctx.run(cmd).ok());
+    let out = c.start_and_wait();
+    assert_eq!(out, "0\n1\n2\n", "{}", c.stderr());
+}
+
+#[test]
+fn preserve_fds_passes_fd_3() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("preserve");
+    ctx.sh("cat <&3; ls /proc/$$/fd; true");
+    let path = ctx.dir.join("payload");
+    fs::write(&path, "preserved\n").unwrap();
+    let f = fs::File::open(&path).unwrap();
+    let extra = fs::File::open("/dev/null").unwrap();
+    let id = ctx.id("c");
+    let mut cmd = ctx.cmd();
+    cmd.args([
+        "create",
+        "--preserve-fds",
+        "1",
+        "--bundle",
+        &ctx.bundle_str(),
+        &id,
+    ]);
+    leak_fd(&mut cmd, f.as_raw_fd(), 3);
+    // One beyond the preserved range: must not arrive.
+    leak_fd(&mut cmd, extra.as_raw_fd(), 4);
+    let mut c = ctx.guard(&id);
+    c.out = Some(ctx.run(cmd).ok());
+    let out = c.start_and_wait();
+    assert_eq!(out, "preserved\n0\n1\n2\n3\n", "{}", c.stderr());
+}
+
+#[test]
+fn missing_executable_fails_create_like_runc() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("noexe");
+    ctx.args(&["/no/such/binary"]);
+    let (c, out) = ctx.create("c");
+    let out = out.fails();
+    assert!(
+        out.stderr
+            .contains("stat /no/such/binary: no such file or directory"),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&c.id);
+    ctx.args(&["nosuchcommand"]);
+    let (c, out) = ctx.create("c2");
+    let out = out.fails();
+    assert!(
+        out.stderr.contains("executable file not found in $PATH"),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&c.id);
+}

@@ -1,0 +1,108 @@
+//! linux.seccomp: errno and kill actions, the filter mode in /proc, and loading a filter
+//! for a non-root process without no_new_privs.
+
+mod support;
+
+use support::*;
+
+/// Allow everything but `names`, which fail with `errno`.
+fn deny(names: &[&str], errno: i32) -> Value {
+    json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+        "syscalls": [{"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": errno}]
+    })
+}
+
+fn field<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("{key} not in {out}"))
+}
+
+#[test]
+fn denied_mkdir_fails_with_the_profile_errno() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("scerrno");
+    ctx.set("/linux/seccomp", deny(&["mkdir", "mkdirat"], libc::EXDEV));
+    // /dev/shm is a writable tmpfs: without the filter mkdir would succeed.
+    ctx.sh("mkdir /dev/shm/d; echo rc=$?; touch /dev/shm/f; echo touch=$?");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(out, "rc=1\ntouch=0\n", "{err}");
+    assert!(
+        err.contains("Invalid cross-device link"),
+        "errno 18 expected: {err}"
+    );
+}
+
+#[test]
+fn filter_mode_is_shown_in_proc_status() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("scmode");
+    ctx.set("/linux/seccomp", deny(&["mkdir"], libc::EPERM));
+    ctx.args(&["cat", "/proc/self/status"]);
+    let (out, _) = run_to_end(&ctx, "c");
+    assert_eq!(field(&out, "Seccomp:"), "2");
+    let mut ctx = Ctx::new("scnone");
+    ctx.args(&["cat", "/proc/self/status"]);
+    let (out, _) = run_to_end(&ctx, "c");
+    assert_eq!(field(&out, "Seccomp:"), "0", "no linux.seccomp, no filter");
+}
+
+#[test]
+fn kill_action_kills_the_caller_with_sigsys() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("sckill");
+    ctx.set(
+        "/linux/seccomp",
+        json!({"defaultAction": "SCMP_ACT_ALLOW",
+               "syscalls": [{"names": ["sync"], "action": "SCMP_ACT_KILL"}]}),
+    );
+    // A subshell: ash runs some applets (sync among them) in-process.
+    ctx.sh("echo before; (sync); echo rc=$?");
+    let (out, _) = run_to_end(&ctx, "c");
+    assert_eq!(out, format!("before\nrc={}\n", 128 + libc::SIGSYS));
+}
+
+#[test]
+fn non_root_user_without_no_new_privs_still_gets_the_filter() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("scuser");
+    ctx.set("/process/noNewPrivileges", json!(false));
+    ctx.set("/process/user", json!({"uid": 1000, "gid": 1000}));
+    ctx.set("/linux/seccomp", deny(&["mkdir", "mkdirat"], libc::EXDEV));
+    ctx.sh(
+        "id -u; grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status; mkdir /dev/shm/d; echo rc=$?",
+    );
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(field(&out, "Seccomp:"), "2", "{out}{err}");
+    assert_eq!(field(&out, "NoNewPrivs:"), "0");
+    assert!(out.starts_with("1000\n"), "{out}");
+    assert!(out.ends_with("rc=1\n"), "{out}");
+    assert!(err.contains("Invalid cross-device link"), "{err}");
+}
+
+#[test]
+fn unknown_seccomp_action_fails_create() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("scbad");
+    ctx.set(
+        "/linux/seccomp",
+        json!({"defaultAction": "SCMP_ACT_NOPE", "syscalls": []}),
+    );
+    let (c, out) = ctx.create("c");
+    let out = out.fails();
+    assert!(out.stderr.contains("defaultAction"), "{}", out.stderr);
+    ctx.assert_no_trace(&c.id);
+}

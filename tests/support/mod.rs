@@ -1,0 +1,826 @@
+//! Shared helpers for the integration tests: real containers, run as root with the real
+//! `moat` binary.
+//!
+//! * [`Ctx`]: one test's temp dir holding a bundle (a private copy of the cached busybox
+//!   rootfs and a `config.json` built from `moat spec`) and a private `--root` state dir.
+//!   Dropping it force-deletes every container left in its state dir and removes the dir.
+//! * [`Container`]: a created container; dropping it runs `moat delete --force`.
+//! * Every child process goes through [`spawn`], so the zombie reaper ([`reap`]) never
+//!   steals a status that a `wait` in another thread is about to collect. The test process
+//!   is a child subreaper (as conmon and the containerd shim are): container inits are
+//!   reparented to it when `moat create` exits.
+//!
+//! Each file in `tests/` includes this module; not every file uses every helper.
+#![allow(dead_code)]
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, Once, OnceLock};
+use std::time::{Duration, Instant};
+
+pub use serde_json::{json, Value};
+
+pub const MOAT: &str = env!("CARGO_BIN_EXE_moat");
+
+/// How long any single moat call may take before the test fails (and the call is killed).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+fn next() -> usize {
+    COUNTER.fetch_add(1, Ordering::Relaxed)
+}
+
+// ---------------------------------------------------------------------------------------
+// Root, subreaper, child processes
+
+/// True when running as root. Otherwise prints a loud SKIPPED line (the caller returns).
+pub fn require_root() -> bool {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: moat integration test needs real containers (not root)");
+        return false;
+    }
+    become_subreaper();
+    true
+}
+
+/// Makes the test process a child subreaper, once: orphaned container inits become our
+/// children, as they do under conmon or the containerd shim.
+pub fn become_subreaper() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        assert_eq!(rc, 0, "PR_SET_CHILD_SUBREAPER");
+    });
+}
+
+/// Pids of children spawned through [`spawn`] and not yet waited for: the reaper leaves
+/// them alone. Held across spawn+insert so the reaper never sees an unregistered child.
+static SPAWNED: Mutex<Option<HashSet<i32>>> = Mutex::new(None);
+
+fn spawned() -> MutexGuard<'static, Option<HashSet<i32>>> {
+    SPAWNED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Spawns `cmd`, registering it so that [`reap`] does not collect it.
+pub fn spawn(cmd: &mut Command) -> Child {
+    let mut g = spawned();
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    g.get_or_insert_with(HashSet::new).insert(child.id() as i32);
+    child
+}
+
+/// A pidfd for `pid`, or `None` when the process no longer exists.
+pub fn pidfd(pid: i32) -> Option<OwnedFd> {
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Waits until `pid` has exited (a zombie counts as exited). False on timeout.
+pub fn wait_exit(pid: i32, timeout: Duration) -> bool {
+    let Some(fd) = pidfd(pid) else {
+        return true;
+    };
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let n = unsafe { libc::poll(&mut p, 1, left.as_millis() as i32) };
+        if n > 0 {
+            return true;
+        }
+        if n == 0 {
+            return false;
+        }
+    }
+}
+
+/// Waits for a child from [`spawn`], killing it (and failing) after `timeout`.
+pub fn wait_child(mut child: Child, timeout: Duration) -> ExitStatus {
+    let pid = child.id() as i32;
+    if !wait_exit(pid, timeout) {
+        let _ = child.kill();
+        let _ = child.wait();
+        spawned().get_or_insert_with(HashSet::new).remove(&pid);
+        panic!("process {pid} did not finish within {timeout:?}; killed it");
+    }
+    let st = child.wait().expect("wait");
+    spawned().get_or_insert_with(HashSet::new).remove(&pid);
+    st
+}
+
+/// Reaps every exited child that no [`wait_child`] is waiting for: container inits and
+/// other orphans reparented to us as subreaper.
+pub fn reap() {
+    let g = spawned();
+    let me = std::process::id() as i32;
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if g.as_ref().is_some_and(|s| s.contains(&pid)) {
+            continue;
+        }
+        if let Some((state, ppid)) = proc_state(pid) {
+            if ppid == me && state == 'Z' {
+                unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+            }
+        }
+    }
+}
+
+/// (state, ppid) from /proc/<pid>/stat, `None` when the process is gone.
+pub fn proc_state(pid: i32) -> Option<(char, i32)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut f = rest.split(' ');
+    let state = f.next()?.chars().next()?;
+    let ppid = f.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// A process that is gone or a zombie (PID 1 here reaps orphans late).
+pub fn is_gone(pid: i32) -> bool {
+    !matches!(proc_state(pid), Some((s, _)) if s != 'Z' && s != 'X')
+}
+
+// ---------------------------------------------------------------------------------------
+// Commands
+
+/// What a command left: exit code (128+N for a signal), stdout, stderr, and the files
+/// they were written to (a detached container keeps writing to the create call's files).
+#[derive(Debug)]
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub out_file: PathBuf,
+    pub err_file: PathBuf,
+    pub what: String,
+}
+
+impl Out {
+    /// Panics with everything known unless the command exited 0.
+    #[track_caller]
+    pub fn ok(self) -> Out {
+        assert_eq!(self.code, 0, "{} failed: {self:#?}", self.what);
+        self
+    }
+
+    /// Panics unless the command failed with exit status 1 (runc's status for errors).
+    #[track_caller]
+    pub fn fails(self) -> Out {
+        assert_eq!(self.code, 1, "{}: expected exit 1: {self:#?}", self.what);
+        self
+    }
+
+    /// The output file re-read now (a container started later may have added to it).
+    pub fn stdout_now(&self) -> String {
+        fs::read_to_string(&self.out_file).unwrap_or_default()
+    }
+
+    pub fn stderr_now(&self) -> String {
+        fs::read_to_string(&self.err_file).unwrap_or_default()
+    }
+
+    /// stderr's lines, for the "exactly one error line" contract.
+    pub fn stderr_lines(&self) -> Vec<&str> {
+        self.stderr.lines().filter(|l| !l.is_empty()).collect()
+    }
+}
+
+pub fn exit_code(st: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+}
+
+/// Runs `cmd` to completion with stdin from /dev/null and stdout/stderr to files under
+/// `io_dir` (never pipes: a detached container inherits them and would hold them open).
+pub fn run_cmd(mut cmd: Command, io_dir: &Path, timeout: Duration) -> Out {
+    let n = next();
+    let out_file = io_dir.join(format!("{n}.out"));
+    let err_file = io_dir.join(format!("{n}.err"));
+    let what = format!("{cmd:?}");
+    cmd.stdin(Stdio::null())
+        .stdout(fs::File::create(&out_file).expect("stdout file"))
+        .stderr(fs::File::create(&err_file).expect("stderr file"));
+    let child = spawn(&mut cmd);
+    let code = exit_code(wait_child(child, timeout));
+    Out {
+        code,
+        stdout: fs::read_to_string(&out_file).unwrap_or_default(),
+        stderr: fs::read_to_string(&err_file).unwrap_or_default(),
+        out_file,
+        err_file,
+        what,
+    }
+}
+
+/// Runs a host command (ip, mount, …) and panics if it fails.
+#[track_caller]
+pub fn host(args: &[&str]) -> String {
+    let dir = tmp_base();
+    let mut cmd = Command::new(args[0]);
+    cmd.args(&args[1..]);
+    let out = run_cmd(cmd, &dir, CALL_TIMEOUT);
+    let _ = fs::remove_file(&out.out_file);
+    let _ = fs::remove_file(&out.err_file);
+    out.ok().stdout
+}
+
+// ---------------------------------------------------------------------------------------
+// Rootfs and bundles
+
+/// The target directory (`…/debug/moat` → `…`).
+fn target_dir() -> PathBuf {
+    Path::new(MOAT)
+        .parent()
+        .and_then(Path::parent)
+        .expect("moat binary lives in <target>/<profile>/")
+        .to_path_buf()
+}
+
+/// The shared busybox rootfs, built once per run by `scripts/mkrootfs` (which is
+/// idempotent and locks the directory, so concurrent test binaries are fine).
+pub fn shared_rootfs() -> &'static Path {
+    static ROOTFS: OnceLock<PathBuf> = OnceLock::new();
+    ROOTFS.get_or_init(|| {
+        let dir = target_dir().join("moat-test-rootfs");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mkrootfs");
+        let mut cmd = Command::new(script);
+        cmd.arg(&dir);
+        let out = run_cmd(cmd, &tmp_base(), Duration::from_secs(300));
+        let _ = fs::remove_file(&out.out_file);
+        let _ = fs::remove_file(&out.err_file);
+        assert_eq!(out.code, 0, "scripts/mkrootfs failed: {}", out.stderr);
+        dir
+    })
+}
+
+/// Copies a rootfs: directories and symlinks recreated, small files copied, large files
+/// (the busybox binary) hard-linked. Modes are kept; everything is owned by root anyway.
+pub fn copy_tree(src: &Path, dst: &Path) {
+    let meta = fs::symlink_metadata(src).expect("stat rootfs");
+    fs::create_dir_all(dst).expect("mkdir");
+    fs::set_permissions(dst, fs::Permissions::from_mode(meta.mode() & 0o7777)).expect("chmod");
+    for e in fs::read_dir(src).expect("read rootfs") {
+        let e = e.expect("entry");
+        let (from, to) = (e.path(), dst.join(e.file_name()));
+        let m = fs::symlink_metadata(&from).expect("stat");
+        if m.file_type().is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(&from).expect("readlink"), &to)
+                .expect("symlink");
+        } else if m.is_dir() {
+            copy_tree(&from, &to);
+        } else if m.len() > 64 * 1024 {
+            // Across filesystems (cache on disk, tests on tmpfs) a copy it is.
+            if fs::hard_link(&from, &to).is_err() {
+                fs::copy(&from, &to).expect("copy");
+            }
+        } else {
+            fs::copy(&from, &to).expect("copy");
+        }
+    }
+}
+
+/// Where per-test directories go: `$MOAT_IT_TMPDIR`, else /dev/shm when it is a tmpfs
+/// (a rootfs copy is ~270 symlinks: milliseconds on tmpfs, far more on this disk), else
+/// the usual temp dir.
+pub fn tmp_base() -> PathBuf {
+    static BASE: OnceLock<PathBuf> = OnceLock::new();
+    BASE.get_or_init(|| {
+        if let Some(d) = std::env::var_os("MOAT_IT_TMPDIR").filter(|d| !d.is_empty()) {
+            return PathBuf::from(d);
+        }
+        let shm = nix::sys::statfs::statfs("/dev/shm");
+        if shm.is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC) {
+            return PathBuf::from("/dev/shm");
+        }
+        std::env::temp_dir()
+    })
+    .clone()
+}
+
+/// The config `moat spec` writes, read once.
+pub fn moat_default_spec() -> &'static Value {
+    static SPEC: OnceLock<Value> = OnceLock::new();
+    SPEC.get_or_init(|| {
+        let dir = tmp_base().join(format!("moat-it-spec-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("mkdir");
+        let mut cmd = Command::new(MOAT);
+        cmd.args(["spec", "--bundle"]).arg(&dir);
+        let out = run_cmd(cmd, &dir, CALL_TIMEOUT).ok();
+        assert!(out.stdout.is_empty(), "spec printed {:?}", out.stdout);
+        let v = serde_json::from_slice(&fs::read(dir.join("config.json")).expect("config"))
+            .expect("moat spec writes JSON");
+        fs::remove_dir_all(&dir).expect("rm");
+        v
+    })
+}
+
+/// The base config of every test: `moat spec`'s, with `terminal: false`, no ambient
+/// capabilities (so moat has nothing to warn about on stderr), and `args: ["true"]`.
+pub fn base_config() -> Value {
+    let mut c = moat_default_spec().clone();
+    c["process"]["terminal"] = json!(false);
+    c["process"]["args"] = json!(["true"]);
+    if let Some(caps) = c["process"]["capabilities"].as_object_mut() {
+        caps.remove("ambient");
+    }
+    c
+}
+
+/// Sets `v` at a `/`-separated path, creating objects on the way (`/linux/resources/pids`).
+pub fn set_at(root: &mut Value, path: &str, v: Value) {
+    let mut cur = root;
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    for (i, p) in parts.iter().enumerate() {
+        if i == parts.len() - 1 {
+            match cur {
+                Value::Array(a) => {
+                    let idx: usize = p.parse().expect("array index");
+                    a[idx] = v;
+                }
+                _ => {
+                    if !cur.is_object() {
+                        *cur = json!({});
+                    }
+                    cur[*p] = v;
+                }
+            }
+            return;
+        }
+        cur = match cur {
+            Value::Array(a) => &mut a[p.parse::<usize>().expect("array index")],
+            _ => {
+                if !cur.is_object() {
+                    *cur = json!({});
+                }
+                let o = cur.as_object_mut().expect("object");
+                o.entry(p.to_string()).or_insert_with(|| json!({}))
+            }
+        };
+    }
+}
+
+/// One test's world: temp dir, bundle, state root, config.
+pub struct Ctx {
+    pub dir: PathBuf,
+    pub bundle: PathBuf,
+    pub root: PathBuf,
+    pub io: PathBuf,
+    pub config: Value,
+    tag: String,
+}
+
+impl Ctx {
+    /// A fresh bundle with its own rootfs copy. `tag` goes into ids and the dir name.
+    pub fn new(tag: &str) -> Ctx {
+        become_subreaper();
+        let rootfs = shared_rootfs();
+        let n = next();
+        let dir = tmp_base().join(format!("moat-it-{}-{n}-{tag}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let bundle = dir.join("bundle");
+        let root = dir.join("state");
+        let io = dir.join("io");
+        fs::create_dir_all(&bundle).expect("mkdir bundle");
+        fs::create_dir_all(&io).expect("mkdir io");
+        // Reachable by mapped users (user namespace tests).
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
+        copy_tree(rootfs, &bundle.join("rootfs"));
+        Ctx {
+            dir,
+            bundle,
+            root,
+            io,
+            config: base_config(),
+            tag: format!("it{}-{n}-{tag}", std::process::id()),
+        }
+    }
+
+    /// A container id unique to this test run (cgroup paths are global).
+    pub fn id(&self, name: &str) -> String {
+        format!("{}-{name}", self.tag)
+    }
+
+    pub fn rootfs(&self) -> PathBuf {
+        self.bundle.join("rootfs")
+    }
+
+    /// Sets a config field (see [`set_at`]).
+    pub fn set(&mut self, path: &str, v: Value) -> &mut Self {
+        set_at(&mut self.config, path, v);
+        self
+    }
+
+    pub fn args(&mut self, args: &[&str]) -> &mut Self {
+        self.set("/process/args", json!(args))
+    }
+
+    /// `sh -c SCRIPT`.
+    pub fn sh(&mut self, script: &str) -> &mut Self {
+        self.args(&["sh", "-c", script])
+    }
+
+    /// Appends to an array field (created if missing).
+    pub fn push(&mut self, path: &str, v: Value) -> &mut Self {
+        let mut cur = &mut self.config;
+        for p in path.trim_start_matches('/').split('/') {
+            if !cur.is_object() {
+                *cur = json!({});
+            }
+            cur = cur
+                .as_object_mut()
+                .expect("object")
+                .entry(p.to_string())
+                .or_insert(Value::Null);
+        }
+        if !cur.is_array() {
+            *cur = json!([]);
+        }
+        cur.as_array_mut().expect("array").push(v);
+        self
+    }
+
+    /// Removes a namespace type from `linux.namespaces`.
+    pub fn without_ns(&mut self, typ: &str) -> &mut Self {
+        let ns = self.config["linux"]["namespaces"]
+            .as_array_mut()
+            .expect("namespaces");
+        ns.retain(|n| n["type"] != typ);
+        self
+    }
+
+    /// Writes config.json unless it already holds this config; atomically (a temporary
+    /// renamed into place), since threads of one test may share a bundle.
+    pub fn write_config(&self) {
+        let path = self.bundle.join("config.json");
+        let bytes = serde_json::to_vec_pretty(&self.config).expect("json");
+        if fs::read(&path).is_ok_and(|old| old == bytes) {
+            return;
+        }
+        let tmp = self.bundle.join(format!(".config.json.{}", next()));
+        fs::write(&tmp, &bytes).expect("write config.json");
+        fs::rename(&tmp, &path).expect("rename config.json");
+    }
+
+    /// A moat command with `--root` set, ready for more args.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(MOAT);
+        c.arg("--root").arg(&self.root);
+        c
+    }
+
+    /// Runs `moat --root <root> ARGS…` (config.json is written first).
+    pub fn moat(&self, args: &[&str]) -> Out {
+        self.write_config();
+        let mut c = self.cmd();
+        c.args(args);
+        run_cmd(c, &self.io, CALL_TIMEOUT)
+    }
+
+    /// Runs a prepared command (from [`Ctx::cmd`]) with the same io handling.
+    pub fn run(&self, c: Command) -> Out {
+        self.write_config();
+        run_cmd(c, &self.io, CALL_TIMEOUT)
+    }
+
+    /// `moat --root <root> ARGS…` in the background (config.json is written first).
+    pub fn moat_bg(&self, args: &[&str]) -> Running {
+        self.write_config();
+        let mut c = self.cmd();
+        c.args(args);
+        spawn_bg(c, &self.io)
+    }
+
+    pub fn bundle_str(&self) -> String {
+        self.bundle.to_str().expect("utf-8").to_string()
+    }
+
+    /// `moat create`; the guard force-deletes the container when dropped.
+    pub fn create(&self, name: &str) -> (Container, Out) {
+        let id = self.id(name);
+        let b = self.bundle.to_str().expect("utf-8").to_string();
+        let out = self.moat(&["create", "--bundle", &b, &id]);
+        (self.guard(&id), out)
+    }
+
+    /// `moat create` that must succeed.
+    #[track_caller]
+    pub fn create_ok(&self, name: &str) -> Container {
+        let (mut c, out) = self.create(name);
+        c.out = Some(out.ok());
+        c
+    }
+
+    /// A delete guard for `id` in this context's state root.
+    pub fn guard(&self, id: &str) -> Container {
+        Container {
+            id: id.to_string(),
+            root: self.root.clone(),
+            io: self.io.clone(),
+            out: None,
+        }
+    }
+
+    /// Path of the container's state directory.
+    pub fn state_dir(&self, id: &str) -> PathBuf {
+        self.root.join(id)
+    }
+
+    /// Asserts that create left nothing behind for `id`: no state dir, no cgroup.
+    #[track_caller]
+    pub fn assert_no_trace(&self, id: &str) {
+        assert!(
+            !self.state_dir(id).exists(),
+            "state dir {} left behind",
+            self.state_dir(id).display()
+        );
+        for ctrl in ["pids", "memory", "cpu", "freezer", "unified"] {
+            let cg = Path::new("/sys/fs/cgroup").join(ctrl).join("moat").join(id);
+            assert!(!cg.exists(), "cgroup {} left behind", cg.display());
+        }
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        // Anything a test left (a guard forgotten, a panic mid-way): force-delete it.
+        if let Ok(rd) = fs::read_dir(&self.root) {
+            for e in rd.flatten() {
+                if let Some(id) = e.file_name().to_str() {
+                    force_delete(&self.root, &self.io, id);
+                }
+            }
+        }
+        reap();
+        if let Err(e) = fs::remove_dir_all(&self.dir) {
+            eprintln!("warning: cannot remove {}: {e}", self.dir.display());
+        }
+    }
+}
+
+fn force_delete(root: &Path, io: &Path, id: &str) {
+    let mut c = Command::new(MOAT);
+    c.arg("--root").arg(root).args(["delete", "--force", id]);
+    let out = run_cmd(c, io, CALL_TIMEOUT);
+    if out.code != 0 {
+        eprintln!("warning: delete --force {id}: {}", out.stderr);
+    }
+}
+
+/// A container in some state dir; dropping it runs `moat delete --force`.
+pub struct Container {
+    pub id: String,
+    pub root: PathBuf,
+    io: PathBuf,
+    /// The create call's output (the container's stdout/stderr go to the same files).
+    pub out: Option<Out>,
+}
+
+impl Container {
+    pub fn moat(&self, args: &[&str]) -> Out {
+        let mut c = Command::new(MOAT);
+        c.arg("--root").arg(&self.root).args(args);
+        run_cmd(c, &self.io, CALL_TIMEOUT)
+    }
+
+    #[track_caller]
+    pub fn start(&self) -> Out {
+        self.moat(&["start", &self.id]).ok()
+    }
+
+    pub fn kill(&self, sig: &str) -> Out {
+        self.moat(&["kill", &self.id, sig])
+    }
+
+    pub fn delete(&self) -> Out {
+        self.moat(&["delete", &self.id])
+    }
+
+    /// `moat state` parsed.
+    #[track_caller]
+    pub fn state(&self) -> Value {
+        let out = self.moat(&["state", &self.id]).ok();
+        serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("state is not JSON ({e}): {:?}", out.stdout))
+    }
+
+    #[track_caller]
+    pub fn status(&self) -> String {
+        self.state()["status"]
+            .as_str()
+            .expect("status is a string")
+            .to_string()
+    }
+
+    #[track_caller]
+    pub fn pid(&self) -> i32 {
+        self.state()["pid"].as_i64().expect("pid") as i32
+    }
+
+    /// Waits until the init has exited and `state` says stopped.
+    #[track_caller]
+    pub fn wait_stopped(&self, timeout: Duration) {
+        let st = self.state();
+        if st["status"] != "stopped" {
+            let pid = st["pid"].as_i64().expect("pid") as i32;
+            assert!(
+                wait_exit(pid, timeout),
+                "container {} (pid {pid}) still running after {timeout:?}",
+                self.id
+            );
+        }
+        reap();
+        assert_eq!(self.status(), "stopped");
+    }
+
+    /// The container's stdout so far (it writes to the create call's stdout file).
+    pub fn stdout(&self) -> String {
+        self.out
+            .as_ref()
+            .map(|o| o.stdout_now())
+            .unwrap_or_default()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.out
+            .as_ref()
+            .map(|o| o.stderr_now())
+            .unwrap_or_default()
+    }
+
+    /// start, wait for the exit, and return the container's stdout.
+    #[track_caller]
+    pub fn start_and_wait(&self) -> String {
+        self.start();
+        self.wait_stopped(Duration::from_secs(20));
+        self.stdout()
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        if self.root.join(&self.id).exists() {
+            force_delete(&self.root, &self.io, &self.id);
+        }
+    }
+}
+
+/// Creates, starts and waits for a container of `ctx`'s current config; returns its
+/// stdout and stderr. Fails the test (with moat's stderr) if create fails.
+#[track_caller]
+pub fn run_to_end(ctx: &Ctx, name: &str) -> (String, String) {
+    let c = ctx.create_ok(name);
+    let out = c.start_and_wait();
+    let err = c.stderr();
+    let d = c.delete();
+    assert_eq!(d.code, 0, "delete: {}", d.stderr);
+    (out, err)
+}
+
+/// Host `/proc/self/ns/<kind>` link text, e.g. `net:[4026531840]`.
+pub fn host_ns(kind: &str) -> String {
+    fs::read_link(format!("/proc/self/ns/{kind}"))
+        .expect("readlink ns")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The lines of /proc/<pid>/cgroup as (controllers, path).
+pub fn proc_cgroups(pid: i32) -> Vec<(String, String)> {
+    fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, ':');
+            let _ = it.next()?;
+            Some((it.next()?.to_string(), it.next()?.to_string()))
+        })
+        .collect()
+}
+
+/// `/sys/fs/cgroup/<controller>/<path>` of `pid`'s v1 cgroup for `controller`.
+pub fn v1_cgroup_dir(pid: i32, controller: &str) -> Option<PathBuf> {
+    proc_cgroups(pid)
+        .into_iter()
+        .find(|(ctrls, _)| ctrls.split(',').any(|c| c == controller))
+        .map(|(ctrls, path)| {
+            Path::new("/sys/fs/cgroup")
+                .join(ctrls)
+                .join(path.trim_start_matches('/'))
+        })
+}
+
+/// Reads a whole file that must exist.
+#[track_caller]
+pub fn read(p: impl AsRef<Path>) -> String {
+    let p = p.as_ref();
+    let mut s = String::new();
+    fs::File::open(p)
+        .and_then(|mut f| f.read_to_string(&mut s))
+        .unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+    s
+}
+
+/// Polls `f` every 10 ms until it is true; false after `timeout`.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A moat call running in the background (a foreground `run`, a create to interrupt).
+pub struct Running {
+    pub child: Option<Child>,
+    pub out_file: PathBuf,
+    pub err_file: PathBuf,
+    pub what: String,
+}
+
+impl Running {
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("not waited yet").id() as i32
+    }
+
+    /// Waits for the call to end (at most `timeout`).
+    pub fn wait(mut self, timeout: Duration) -> Out {
+        let child = self.child.take().expect("waited twice");
+        let code = exit_code(wait_child(child, timeout));
+        Out {
+            code,
+            stdout: fs::read_to_string(&self.out_file).unwrap_or_default(),
+            stderr: fs::read_to_string(&self.err_file).unwrap_or_default(),
+            out_file: self.out_file.clone(),
+            err_file: self.err_file.clone(),
+            what: self.what.clone(),
+        }
+    }
+
+    pub fn stdout_now(&self) -> String {
+        fs::read_to_string(&self.out_file).unwrap_or_default()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let pid = c.id() as i32;
+            let _ = c.kill();
+            let _ = c.wait();
+            spawned().get_or_insert_with(HashSet::new).remove(&pid);
+        }
+    }
+}
+
+/// Starts `cmd` in the background with the same stdio handling as [`run_cmd`].
+pub fn spawn_bg(mut cmd: Command, io_dir: &Path) -> Running {
+    let n = next();
+    let out_file = io_dir.join(format!("{n}.out"));
+    let err_file = io_dir.join(format!("{n}.err"));
+    let what = format!("{cmd:?}");
+    cmd.stdin(Stdio::null())
+        .stdout(fs::File::create(&out_file).expect("stdout file"))
+        .stderr(fs::File::create(&err_file).expect("stderr file"));
+    let child = spawn(&mut cmd);
+    Running {
+        child: Some(child),
+        out_file,
+        err_file,
+        what,
+    }
+}
+
+/// Runs `f` in the spawned child right before exec: for leaking fds into moat.
+///
+/// # Safety
+/// `f` runs between fork and exec and must only make async-signal-safe calls.
+pub unsafe fn before_exec<F>(cmd: &mut Command, f: F)
+where
+    F: FnMut() -> std::io::Result<()> + Send + Sync + 'static,
+{
+    cmd.pre_exec(f);
+}
