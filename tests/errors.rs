@@ -254,8 +254,6 @@ fn create_killed_mid_way_is_cleaned_by_delete_force() {
 }
 
 #[test]
-#[ignore = "moat bug (src/spec/mod.rs LoadError::Read): its `source` field is both printed \
-            in the message and reported as the error source, so the reason appears twice"]
 fn missing_config_json_reason_is_not_repeated() {
     if !require_root() {
         return;

@@ -224,8 +224,6 @@ fn failing_poststart_hook_is_only_a_warning() {
 /// With a time namespace the init is forked by an intermediate process ("staged" create).
 /// The hooks that run in the container must still be told the init's pid.
 #[test]
-#[ignore = "moat bug (src/linux/process.rs): in a staged create the state sent with Go \
-            names the intermediate's pid, and createContainer/startContainer hooks get it"]
 fn container_hooks_get_the_init_pid_in_a_staged_create() {
     if !require_root() {
         return;

@@ -341,7 +341,6 @@ fn bind_destination_through_symlink_to_slash_creates_nothing_on_the_host() {
 /// T4 (CVE-2019-19921 family): a rootfs whose /proc is a symlink must be refused, or the
 /// procfs mount (and every later /proc write) lands where the image points it.
 #[test]
-#[ignore = "moat does not refuse yet: a symlinked /proc in the rootfs is followed (inside the root)"]
 fn proc_as_symlink_in_rootfs_is_refused() {
     if !require_root() {
         return;

@@ -40,7 +40,11 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     }
     // The state lock is only for the create: held while the container runs, it would
     // block `kill`, `delete --force` (and anything else that locks) until it exits.
-    let root = dir.path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    let root = dir
+        .path
+        .parent()
+        .map(|p| p.to_path_buf())
+        .unwrap_or_default();
     drop(dir);
     let pidfd = created.pidfd.context("no pidfd for the init")?;
     let status = signal::forward_and_wait(rec.pid, &pidfd, &set)?;
@@ -48,7 +52,10 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         match ContainerDir::open(&root, &rec.id) {
             // Unless someone else deleted it meanwhile (and maybe reused the id).
             Ok(dir) => {
-                if dir.load().is_ok_and(|r| r.pid == rec.pid && r.pid_start == rec.pid_start) {
+                if dir
+                    .load()
+                    .is_ok_and(|r| r.pid == rec.pid && r.pid_start == rec.pid_start)
+                {
                     delete::force_delete(dir, &rec)?;
                 }
             }

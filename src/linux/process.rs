@@ -354,7 +354,7 @@ fn create_in_cgroup(
                     hooks::run("createRuntime", &h.create_runtime, &st)?;
                 }
                 parent_ch
-                    .send_child(&ToChild::HooksDone)
+                    .send_child(&ToChild::HooksDone(st))
                     .map_err(io_err("sync"))?;
             }
             ToParent::Ready => break fd,
@@ -497,7 +497,7 @@ fn init(
 ) -> Result<Never, InitFailure> {
     // Nothing in the container may ptrace or read /proc/<pid>/* of this process before exec.
     sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
-    let ToChild::Go(state) = wait_parent(ch)? else {
+    let ToChild::Go(mut state) = wait_parent(ch)? else {
         return Err(InitFailure::new(Step::Sync, "expected go"));
     };
 
@@ -565,7 +565,9 @@ fn init(
     };
     ch.send_parent(&ToParent::HooksPlease, None)
         .step(Step::Sync, || "hooks".into())?;
-    wait_parent(ch)?;
+    if let ToChild::HooksDone(s) = wait_parent(ch)? {
+        state = s;
+    }
     if let Some(h) = &plan.hooks {
         hooks::run("createContainer", &h.create_container, &state)
             .map_err(|e| InitFailure::new(Step::Hooks, e.to_string()))?;

@@ -154,6 +154,24 @@ pub fn plan(
                 source: m.source.clone(),
             }
         };
+        // /proc and /sys must be the real filesystems: LSM labels, sysctls and masks are
+        // written through them (CVE-2019-16884). rootless specs bind the host's /sys.
+        let comps = path::components(&m.destination);
+        if comps == ["proc"] && !matches!(&kind, Kind::Fs { fstype, .. } if fstype == "proc") {
+            return Err(PlanError {
+                field: field("type"),
+                reason: "/proc must be a proc filesystem".into(),
+            });
+        }
+        if comps == ["sys"]
+            && !matches!(&kind, Kind::Fs { fstype, .. } if fstype == "sysfs")
+            && !matches!(&kind, Kind::Bind { source, .. } if source == std::path::Path::new("/sys"))
+        {
+            return Err(PlanError {
+                field: field("type"),
+                reason: "/sys must be a sysfs filesystem or a bind of the host's /sys".into(),
+            });
+        }
         mounts.push(MountPlan {
             index,
             destination: m.destination.clone(),
@@ -227,6 +245,9 @@ fn mount_one(root: &Root, p: &Plan, m: &MountPlan) -> Result<(), InitFailure> {
             mount::attach(tree.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
         }
         Kind::Fs { fstype, source } => {
+            if fstype == "proc" || fstype == "sysfs" {
+                refuse_symlink(root, &m.destination).step(Step::Mounts, what)?;
+            }
             let target = root
                 .mkdir_all(&m.destination, 0o755)
                 .step(Step::Mounts, what)?;
@@ -248,6 +269,24 @@ fn mount_one(root: &Root, p: &Plan, m: &MountPlan) -> Result<(), InitFailure> {
             .step(Step::Mounts, || format!("{}: propagation", what()))?;
     }
     Ok(())
+}
+
+/// A rootfs that makes /proc or /sys a symlink is refused outright (CVE-2019-19921,
+/// CVE-2025-54867), even though the link would be resolved inside the root.
+fn refuse_symlink(root: &Root, dest: &str) -> std::io::Result<()> {
+    match root.open_nofollow(dest) {
+        Ok(fd) => {
+            let st = sys::fstat(fd.as_fd())?;
+            if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+                return Err(std::io::Error::other(format!(
+                    "{dest} is a symlink in the rootfs; refused"
+                )));
+            }
+            Ok(())
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The container sees only its own cgroup. On a v2 host inside a cgroup namespace that is a

@@ -171,7 +171,8 @@ impl<T> StepExt<T> for io::Result<T> {
 pub enum ToChild {
     Go(Vec<u8>),
     MapsWritten,
-    HooksDone,
+    /// Carries the state JSON again: in a staged create only now is the init's pid known.
+    HooksDone(Vec<u8>),
     Created,
 }
 
@@ -245,7 +246,11 @@ impl Channel {
                 self.send(&b, None)
             }
             ToChild::MapsWritten => self.send(&[2], None),
-            ToChild::HooksDone => self.send(&[3], None),
+            ToChild::HooksDone(state) => {
+                let mut b = vec![3u8];
+                b.extend_from_slice(state);
+                self.send(&b, None)
+            }
             ToChild::Created => self.send(&[4], None),
         }
     }
@@ -255,7 +260,7 @@ impl Channel {
         Ok(match b[0] {
             1 => ToChild::Go(b[1..].to_vec()),
             2 => ToChild::MapsWritten,
-            3 => ToChild::HooksDone,
+            3 => ToChild::HooksDone(b[1..].to_vec()),
             4 => ToChild::Created,
             t => return Err(bad(t)),
         })

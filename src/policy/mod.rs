@@ -198,6 +198,17 @@ fn restrict(spec: &mut Spec, cfg: &Config, id: &str, d: &mut Decision) -> Result
         ("ambient", &mut caps.ambient),
     ] {
         let list = set.get_or_insert_with(Vec::new);
+        // A name that is no capability at all is an error under any policy, not something
+        // to drop quietly.
+        if let Some((i, bad)) = list
+            .iter()
+            .enumerate()
+            .find(|(_, c)| crate::linux::capabilities::number(c).is_none())
+        {
+            return Err(PolicyError(format!(
+                "process.capabilities.{name}[{i}]: unknown capability {bad:?}"
+            )));
+        }
         let (keep, drop): (Vec<String>, Vec<String>) = list.drain(..).partition(|c| {
             name != "inheritable"
                 && crate::linux::capabilities::number(c).is_some_and(|n| allowed.contains(&n))

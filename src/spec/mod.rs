@@ -473,11 +473,8 @@ fn is_false(b: &bool) -> bool {
 /// Why a bundle could not be loaded; each variant names the file or field.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot read {path}: {err}")]
+    Read { path: PathBuf, err: std::io::Error },
     #[error("{path}: invalid JSON at {field}: {message}")]
     Parse {
         path: PathBuf,
@@ -492,9 +489,9 @@ impl Spec {
     /// Reads `<bundle>/config.json` and validates it.
     pub fn load(bundle: &Path) -> Result<Spec, LoadError> {
         let path = bundle.join("config.json");
-        let bytes = std::fs::read(&path).map_err(|source| LoadError::Read {
+        let bytes = std::fs::read(&path).map_err(|err| LoadError::Read {
             path: path.clone(),
-            source,
+            err,
         })?;
         let spec = Self::parse(&bytes).map_err(|(field, message)| LoadError::Parse {
             path: path.clone(),
@@ -510,10 +507,11 @@ impl Spec {
         let de = &mut serde_json::Deserializer::from_slice(bytes);
         serde_path_to_error::deserialize(de).map_err(|e| {
             let field = e.path().to_string();
-            let field = if field == "." {
-                "top level".to_string()
-            } else {
-                field
+            // "." is the document itself, "?" a position serde could not name (syntax).
+            let field = match field.as_str() {
+                "." => "top level".to_string(),
+                "?" => "syntax".to_string(),
+                _ => field,
             };
             (field, e.into_inner().to_string())
         })

@@ -210,7 +210,23 @@ pub fn exit_code(st: ExitStatus) -> i32 {
 
 /// Runs `cmd` to completion with stdin from /dev/null and stdout/stderr to files under
 /// `io_dir` (never pipes: a detached container inherits them and would hold them open).
+/// These tests check runc semantics, so moat runs under an OPEN policy unless a test sets
+/// `MOAT_CONFIG` itself (an empty value means moat's default, RESTRICTED).
+pub fn policy_env(cmd: &mut Command) {
+    static OPEN: OnceLock<PathBuf> = OnceLock::new();
+    if cmd.get_envs().any(|(k, _)| k == "MOAT_CONFIG") {
+        return;
+    }
+    let path = OPEN.get_or_init(|| {
+        let p = target_dir().join(format!("moat-test-open-{}.toml", std::process::id()));
+        fs::write(&p, "default_policy = \"open\"\nallow_open = true\n").expect("write open config");
+        p
+    });
+    cmd.env("MOAT_CONFIG", path);
+}
+
 pub fn run_cmd(mut cmd: Command, io_dir: &Path, timeout: Duration) -> Out {
+    policy_env(&mut cmd);
     let n = next();
     let out_file = io_dir.join(format!("{n}.out"));
     let err_file = io_dir.join(format!("{n}.err"));
@@ -798,6 +814,7 @@ impl Drop for Running {
 
 /// Starts `cmd` in the background with the same stdio handling as [`run_cmd`].
 pub fn spawn_bg(mut cmd: Command, io_dir: &Path) -> Running {
+    policy_env(&mut cmd);
     let n = next();
     let out_file = io_dir.join(format!("{n}.out"));
     let err_file = io_dir.join(format!("{n}.err"));
