@@ -84,3 +84,54 @@ pub fn make_stdio(peer: &OwnedFd) -> Result<(), InitFailure> {
     }
     Ok(())
 }
+
+/// Copies what is available on `from` to `to`; false on EOF or error (nothing to read).
+pub fn pump(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> bool {
+    let mut buf = [0u8; 8192];
+    match nix::unistd::read(from.as_raw_fd(), &mut buf) {
+        Ok(0) | Err(_) => false,
+        Ok(n) => {
+            let mut off = 0;
+            while off < n {
+                match nix::unistd::write(to, &buf[off..n]) {
+                    Ok(w) => off += w,
+                    Err(nix::Error::EINTR) => {}
+                    Err(_) => return false,
+                }
+            }
+            true
+        }
+    }
+}
+
+pub fn copy_winsize(from: BorrowedFd<'_>, to: BorrowedFd<'_>) {
+    if let Ok((rows, cols)) = sys::get_winsize(from) {
+        let _ = sys::set_winsize(to, rows, cols);
+    }
+}
+
+/// The caller's terminal in raw mode for as long as this lives.
+pub struct RawMode {
+    fd: std::os::fd::RawFd,
+    saved: nix::sys::termios::Termios,
+}
+
+impl RawMode {
+    pub fn enter(fd: BorrowedFd<'_>) -> Option<RawMode> {
+        let saved = nix::sys::termios::tcgetattr(fd).ok()?;
+        let mut raw = saved.clone();
+        nix::sys::termios::cfmakeraw(&mut raw);
+        nix::sys::termios::tcsetattr(fd, nix::sys::termios::SetArg::TCSANOW, &raw).ok()?;
+        Some(RawMode {
+            fd: fd.as_raw_fd(),
+            saved,
+        })
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let fd = sys::borrow_stdio(self.fd);
+        let _ = nix::sys::termios::tcsetattr(fd, nix::sys::termios::SetArg::TCSANOW, &self.saved);
+    }
+}

@@ -206,6 +206,9 @@ pub struct Created {
     pub record: Record,
     /// Set for a foreground run: the init is our child (or reparented to us).
     pub pidfd: Option<OwnedFd>,
+    /// Foreground run with a terminal and no `--console-socket`: the pty master, which
+    /// the caller relays to its own stdio.
+    pub console: Option<OwnedFd>,
 }
 
 /// Runs the whole create sequence for `spec` into the locked `dir`. On failure everything
@@ -272,10 +275,19 @@ fn create_in_cgroup(
         .map_err(io_err(format!("open {}", fifo_path.display())))?
         .into();
     let (parent_ch, child_ch) = sync::pair().map_err(io_err("socketpair"))?;
+    // A foreground run with a terminal and no console socket relays the pty itself, so
+    // the init sends the master over a socketpair to us instead.
+    let mut console_relay = None;
     let console_sock = match &opts.console_socket {
         Some(p) => Some(OwnedFd::from(UnixStream::connect(p).map_err(io_err(
             format!("connect to console socket {}", p.display()),
         ))?)),
+        None if plan.attrs.terminal => {
+            let (ours, theirs) =
+                UnixStream::pair().map_err(io_err("socketpair for the console"))?;
+            console_relay = Some(ours);
+            Some(OwnedFd::from(theirs))
+        }
         None => None,
     };
     if opts.foreground && plan.ns.staged {
@@ -383,11 +395,24 @@ fn create_in_cgroup(
     } else {
         None
     };
+    let console = match &console_relay {
+        Some(sock) => Some(
+            sys::recv_with_fd(sock.as_fd(), &mut [0u8; 64])
+                .map_err(io_err("receive the pty master"))?
+                .1
+                .ok_or_else(|| Error::Spec("no pty master received".into()))?,
+        ),
+        None => None,
+    };
     parent_ch
         .send_child(&ToChild::Created)
         .map_err(io_err("sync: release init"))?;
     guard.0 = None;
-    Ok(Created { record, pidfd })
+    Ok(Created {
+        record,
+        pidfd,
+        console,
+    })
 }
 
 /// Kills and reaps the child if create fails half-way.

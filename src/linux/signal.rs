@@ -141,32 +141,83 @@ pub fn forwarded_set() -> SigSet {
 /// before the child existed, so none is lost) except SIGCHLD. Orphans reparented to us as
 /// subreaper are reaped on the way. Returns the exit status, 128+N for a signal.
 pub fn forward_and_wait(pid: i32, pidfd: &OwnedFd, set: &SigSet) -> std::io::Result<i32> {
+    forward_and_wait_tty(pid, pidfd, set, None)
+}
+
+/// As [`forward_and_wait`], relaying a terminal: the caller's stdin to the pty master and
+/// the master to the caller's stdout, with the caller's window size kept in sync (used by
+/// foreground `run`/`exec` with a terminal and no `--console-socket`, as runc does).
+pub fn forward_and_wait_tty(
+    pid: i32,
+    pidfd: &OwnedFd,
+    set: &SigSet,
+    master: Option<&OwnedFd>,
+) -> std::io::Result<i32> {
     let sfd = SignalFd::with_flags(set, SfdFlags::SFD_CLOEXEC)?;
+    let _raw = master.and_then(|_| super::console::RawMode::enter(std::io::stdin().as_fd()));
+    if let Some(m) = master {
+        super::console::copy_winsize(std::io::stdin().as_fd(), m.as_fd());
+    }
+    let mut stdin_open = master.is_some();
+    let mut code = None;
     loop {
-        let mut fds = [
+        let mut fds = vec![
             PollFd::new(sfd.as_fd(), PollFlags::POLLIN),
             PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
         ];
+        let stdin = std::io::stdin();
+        if let Some(m) = master {
+            fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
+            if stdin_open {
+                fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
+            }
+        }
         match poll(&mut fds, PollTimeout::NONE) {
             Err(nix::Error::EINTR) => continue,
             Err(e) => return Err(e.into()),
             Ok(_) => {}
         }
-        if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+        let ready = |i: usize| {
+            fds.get(i)
+                .and_then(|f| f.revents())
+                .is_some_and(|r| !r.is_empty())
+        };
+        let (sig_ready, master_ready, stdin_ready) = (ready(0), ready(2), ready(3));
+        drop(fds);
+        if sig_ready {
             if let Ok(Some(info)) = sfd.read_signal() {
                 let sig = info.ssi_signo as i32;
-                if sig != libc::SIGCHLD {
+                if sig == libc::SIGWINCH {
+                    if let Some(m) = master {
+                        super::console::copy_winsize(std::io::stdin().as_fd(), m.as_fd());
+                    }
+                } else if sig != libc::SIGCHLD {
                     let _ = sys::pidfd_send_signal(pidfd.as_fd(), sig);
                 }
             }
         }
+        if let (Some(m), true) = (master, master_ready) {
+            super::console::pump(m.as_fd(), std::io::stdout().as_fd());
+        }
+        if let (Some(m), true) = (master, stdin_ready) {
+            stdin_open = super::console::pump(std::io::stdin().as_fd(), m.as_fd());
+        }
         loop {
             match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(p, c)) if p.as_raw() == pid => return Ok(c),
-                Ok(WaitStatus::Signaled(p, s, _)) if p.as_raw() == pid => return Ok(128 + s as i32),
+                Ok(WaitStatus::Exited(p, c)) if p.as_raw() == pid => code = Some(c),
+                Ok(WaitStatus::Signaled(p, s, _)) if p.as_raw() == pid => {
+                    code = Some(128 + s as i32)
+                }
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(_) => {}
             }
+        }
+        if let Some(c) = code {
+            if let Some(m) = master {
+                // What the process wrote just before exiting is still in the pty.
+                while super::console::pump(m.as_fd(), std::io::stdout().as_fd()) {}
+            }
+            return Ok(c);
         }
     }
 }

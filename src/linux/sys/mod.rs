@@ -513,6 +513,34 @@ pub fn pty_peer(master: BorrowedFd<'_>) -> Result<OwnedFd> {
     Ok(owned(fd as libc::c_long))
 }
 
+pub fn get_winsize(fd: BorrowedFd<'_>) -> Result<(u16, u16)> {
+    let mut ws = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes a winsize struct.
+    check_int(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            libc::TIOCGWINSZ,
+            &mut ws as *mut libc::winsize,
+        )
+    })?;
+    Ok((ws.ws_row, ws.ws_col))
+}
+
+/// Borrows one of the process's standard descriptors (0–2), which live as long as it.
+pub fn borrow_stdio(fd: RawFd) -> BorrowedFd<'static> {
+    assert!(
+        (0..=2).contains(&fd),
+        "only stdio may be borrowed for 'static"
+    );
+    // SAFETY: stdio descriptors are never closed by moat.
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
 pub fn dup2(fd: BorrowedFd<'_>, target: RawFd) -> Result<()> {
     // SAFETY: dup2 onto a stdio slot; the caller owns those slots conceptually.
     check_int(unsafe { libc::dup2(fd.as_raw_fd(), target) }).map(drop)
