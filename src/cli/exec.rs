@@ -187,8 +187,8 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
             ));
         }
     }
-    if process.terminal && a.console_socket.is_none() {
-        bail!("--tty needs a --console-socket to send the terminal to");
+    if process.terminal && a.console_socket.is_none() && a.detach {
+        bail!("a detached exec with a terminal needs a --console-socket to send it to");
     }
     let mut filters = Vec::new();
     while let Some(b) = dir.read_file(&state::seccomp_file(filters.len()))? {
@@ -216,7 +216,12 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         return Ok(0);
     }
     let pidfd = sys::pidfd_open(started.pid).context("pidfd_open")?;
-    Ok(signal::forward_and_wait(started.pid, &pidfd, &set)?)
+    Ok(signal::forward_and_wait_tty(
+        started.pid,
+        &pidfd,
+        &set,
+        started.console.as_ref(),
+    )?)
 }
 
 #[cfg(test)]

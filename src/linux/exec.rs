@@ -55,6 +55,8 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ExecError {
 /// The started process: its host pid, and (foreground) a pidfd to wait on.
 pub struct Started {
     pub pid: i32,
+    /// The pty master when the caller relays the terminal itself (no console socket).
+    pub console: Option<OwnedFd>,
 }
 
 /// Namespaces of `pid` that differ from ours, as CLONE_NEW* flags.
@@ -175,11 +177,18 @@ fn spawn(rec: &Record, attrs: &Attrs, opts: &ExecOpts, probe: bool) -> Result<St
             .map_err(io("join the container's pid namespace"))?;
     }
     let (parent_ch, child_ch) = sync::pair().map_err(io("socketpair"))?;
+    let mut relay = None;
     let console_sock = match &opts.console_socket {
         Some(p) => Some(OwnedFd::from(
             UnixStream::connect(p)
                 .map_err(io(format!("connect to console socket {}", p.display())))?,
         )),
+        // Foreground exec with a terminal and no console socket: we relay the pty.
+        None if attrs.terminal && !probe => {
+            let (ours, theirs) = UnixStream::pair().map_err(io("socketpair for the console"))?;
+            relay = Some(ours);
+            Some(OwnedFd::from(theirs))
+        }
         None => None,
     };
     let cgroup = rec.cgroup.as_ref();
@@ -246,7 +255,18 @@ fn spawn(rec: &Record, attrs: &Attrs, opts: &ExecOpts, probe: bool) -> Result<St
     if let Some(pf) = &opts.pid_file {
         crate::state::write_pid_file(pf, child)?;
     }
-    Ok(Started { pid: child })
+    let console = match &relay {
+        Some(sock) => {
+            sys::recv_with_fd(sock.as_fd(), &mut [0u8; 64])
+                .map_err(io("receive the pty master"))?
+                .1
+        }
+        None => None,
+    };
+    Ok(Started {
+        pid: child,
+        console,
+    })
 }
 
 enum Never {}
