@@ -216,7 +216,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         return Ok(0);
     }
     let pidfd = sys::pidfd_open(started.pid).context("pidfd_open")?;
-    Ok(signal::forward_and_wait_tty(
+    Ok(signal::forward_and_wait(
         started.pid,
         &pidfd,
         &set,

@@ -47,7 +47,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         .unwrap_or_default();
     drop(dir);
     let pidfd = created.pidfd.context("no pidfd for the init")?;
-    let status = signal::forward_and_wait_tty(rec.pid, &pidfd, &set, created.console.as_ref())?;
+    let status = signal::forward_and_wait(rec.pid, &pidfd, &set, created.console.as_ref())?;
     if !a.keep {
         match ContainerDir::open(&root, &rec.id) {
             // Unless someone else deleted it meanwhile (and maybe reused the id).

@@ -140,14 +140,10 @@ pub fn forwarded_set() -> SigSet {
 /// Waits for our child `pid`, forwarding every signal in `set` (blocked by the caller
 /// before the child existed, so none is lost) except SIGCHLD. Orphans reparented to us as
 /// subreaper are reaped on the way. Returns the exit status, 128+N for a signal.
-pub fn forward_and_wait(pid: i32, pidfd: &OwnedFd, set: &SigSet) -> std::io::Result<i32> {
-    forward_and_wait_tty(pid, pidfd, set, None)
-}
-
-/// As [`forward_and_wait`], relaying a terminal: the caller's stdin to the pty master and
+/// With `master`, also relays a terminal: the caller's stdin to the pty master and
 /// the master to the caller's stdout, with the caller's window size kept in sync (used by
 /// foreground `run`/`exec` with a terminal and no `--console-socket`, as runc does).
-pub fn forward_and_wait_tty(
+pub fn forward_and_wait(
     pid: i32,
     pidfd: &OwnedFd,
     set: &SigSet,
