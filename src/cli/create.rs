@@ -45,11 +45,20 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
     sys::close_range_from(3 + a.preserve_fds + listen, true).context("close_range")?;
     exeseal::ensure().context("protect the moat binary")?;
     let cwd = std::env::current_dir().context("getcwd")?;
-    let bundle = if a.bundle.is_absolute() {
-        a.bundle.clone()
-    } else {
+    // Absolute and lexically clean, like runc's filepath.Abs: `state` shows it.
+    let bundle: std::path::PathBuf =
         cwd.join(&a.bundle)
-    };
+            .components()
+            .fold(std::path::PathBuf::new(), |mut p, c| {
+                match c {
+                    std::path::Component::CurDir => {}
+                    std::path::Component::ParentDir => {
+                        p.pop();
+                    }
+                    c => p.push(c),
+                }
+                p
+            });
     let pid_file = a.pid_file.as_ref().map(|p| {
         if p.is_absolute() {
             p.clone()
@@ -87,6 +96,7 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         systemd_cgroup: g.systemd_cgroup,
         foreground,
         seccomp_floor: decision.seccomp_floor,
+        seccomp_cache: Some(g.state_root().join("@cache").join("seccomp")),
         loopback_up: decision.network_none,
         policy: decision.policy,
         notify_socket,

@@ -70,6 +70,8 @@ pub struct CreateOpts {
     pub foreground: bool,
     /// Set by the policy: stack moat's deny floor on the spec's own seccomp profile.
     pub seccomp_floor: bool,
+    /// Where compiled seccomp programs are cached (under the state root).
+    pub seccomp_cache: Option<PathBuf>,
     /// Set by the policy (`moat.network=none`): bring `lo` up in the new netns.
     pub loopback_up: bool,
     pub policy: &'static str,
@@ -143,13 +145,14 @@ impl Plan {
             }
             sysctl.push((k.replace('.', "/"), v.clone()));
         }
+        let cache = opts.seccomp_cache.as_deref();
         let mut seccomp: Vec<_> = linux
             .seccomp
             .iter()
-            .map(seccomp::compile)
+            .map(|s| seccomp::compile_cached(s, cache))
             .collect::<Result<_, _>>()?;
         if opts.seccomp_floor {
-            seccomp.push(seccomp::floor()?);
+            seccomp.push(seccomp::floor(cache)?);
         }
         let attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
             .map_err(|e| spec_err(&e.field, e.reason))?;

@@ -6,6 +6,7 @@
 
 use std::io::{Read, Seek};
 use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::str::FromStr;
 
 use libseccomp::{
@@ -233,7 +234,6 @@ fn resolve(name: &str, archs: &[(ScmpArch, String)]) -> Option<ScmpSyscall> {
 
 /// Compiles `linux.seccomp`. Syscall names unknown on this architecture are skipped with
 /// a warning; unknown actions, operators, architectures or flags are errors naming the field.
-#[allow(dead_code)] // used by create once it is wired
 pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
     let default = action(
         &seccomp.default_action,
@@ -380,13 +380,66 @@ fn export(ctx: &ScmpFilterContext) -> Result<Vec<libc::sock_filter>, SeccompErro
 /// `SCMP_ACT_NOTIFY` rules.
 #[allow(dead_code)] // used by the container init once it is wired
 /// moat's deny floor (`seccomp-profiles/floor.json`), compiled.
-pub fn floor() -> Result<Filter, SeccompError> {
+pub fn floor(cache: Option<&Path>) -> Result<Filter, SeccompError> {
     let s: spec::Seccomp =
         serde_json::from_str(crate::policy::FLOOR_PROFILE).map_err(|e| SeccompError {
             field: " (floor.json)".into(),
             reason: e.to_string(),
         })?;
-    compile(&s)
+    compile_cached(&s, cache)
+}
+
+/// [`compile`] through a cache of compiled programs under `cache` (the state root's
+/// `@cache/seccomp`; `@` cannot appear in a container id): compiling a large profile costs milliseconds of libseccomp work on
+/// every create, and engines send the same profile each time. An entry is keyed by the
+/// profile's canonical JSON plus the libseccomp and moat versions, stored next to the
+/// program and compared byte for byte on use, so a hash collision can never hand a
+/// container someone else's filter. Any cache failure falls back to compiling.
+pub fn compile_cached(
+    seccomp: &spec::Seccomp,
+    cache: Option<&Path>,
+) -> Result<Filter, SeccompError> {
+    use std::hash::{Hash, Hasher};
+    let Some(dir) = cache else {
+        return compile(seccomp);
+    };
+    let mut key = serde_json::to_vec(seccomp).unwrap_or_default();
+    key.extend_from_slice(
+        format!("\n{}\n{}", libseccomp_version(), env!("CARGO_PKG_VERSION")).as_bytes(),
+    );
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    let name = format!("{:016x}", h.finish());
+    let (key_path, bpf_path) = (
+        dir.join(format!("{name}.key")),
+        dir.join(format!("{name}.bpf")),
+    );
+    if std::fs::read(&key_path).is_ok_and(|k| k == key) {
+        if let Some(f) = std::fs::read(&bpf_path)
+            .ok()
+            .and_then(|b| Filter::from_bytes(&b))
+        {
+            return Ok(f);
+        }
+    }
+    let filter = compile(seccomp)?;
+    let _ = store(dir, &name, &key, &filter.to_bytes());
+    Ok(filter)
+}
+
+fn store(dir: &Path, name: &str, key: &[u8], bpf: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    // Program first, key last: a reader only trusts a program whose key matches.
+    for (file, data) in [(format!("{name}.bpf"), bpf), (format!("{name}.key"), key)] {
+        let tmp = dir.join(format!(".{file}.{}", std::process::id()));
+        std::fs::write(&tmp, data)?;
+        std::fs::rename(&tmp, dir.join(&file))?;
+    }
+    Ok(())
 }
 
 impl Filter {
