@@ -651,7 +651,7 @@ fn wait_start(fifo: &OwnedFd) -> Result<(), InitFailure> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::linux::attrs::rlimit_resource;
 
     #[test]
     fn rlimit_names() {
