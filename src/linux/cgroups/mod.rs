@@ -10,6 +10,7 @@
 mod devices;
 mod files;
 mod layout;
+pub mod stats;
 mod v1;
 mod v2;
 
