@@ -11,6 +11,7 @@ mod devices;
 mod files;
 mod layout;
 pub mod stats;
+mod update;
 mod v1;
 mod v2;
 
