@@ -6,6 +6,7 @@ mod exec;
 mod kill;
 mod list;
 mod pause;
+mod ps;
 mod run;
 mod spec;
 mod start;
@@ -86,6 +87,8 @@ pub enum Command {
     Resume(pause::Args),
     /// Create a new specification file
     Spec(spec::Args),
+    /// Display the processes running inside a container
+    Ps(ps::Args),
 }
 
 /// A failure with the exit status it maps to (1 for errors, like runc).
@@ -154,6 +157,7 @@ pub fn main() -> i32 {
         Command::Pause(a) => pause::pause(g, a),
         Command::Resume(a) => pause::resume(g, a),
         Command::Spec(a) => spec::run(g, a),
+        Command::Ps(a) => ps::run(g, a),
     };
     match result {
         Ok(code) => code,
