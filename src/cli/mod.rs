@@ -2,6 +2,7 @@
 
 mod create;
 mod delete;
+mod events;
 mod exec;
 mod kill;
 mod list;
@@ -89,6 +90,8 @@ pub enum Command {
     Spec(spec::Args),
     /// Display the processes running inside a container
     Ps(ps::Args),
+    /// Display container events such as OOM notifications and resource usage
+    Events(events::Args),
 }
 
 /// A failure with the exit status it maps to (1 for errors, like runc).
@@ -158,6 +161,7 @@ pub fn main() -> i32 {
         Command::Resume(a) => pause::resume(g, a),
         Command::Spec(a) => spec::run(g, a),
         Command::Ps(a) => ps::run(g, a),
+        Command::Events(a) => events::run(g, a),
     };
     match result {
         Ok(code) => code,
