@@ -12,6 +12,7 @@ mod run;
 mod spec;
 mod start;
 mod state;
+mod update;
 
 use std::path::PathBuf;
 
@@ -92,6 +93,8 @@ pub enum Command {
     Ps(ps::Args),
     /// Display container events such as OOM notifications and resource usage
     Events(events::Args),
+    /// Update container resource constraints
+    Update(update::Args),
 }
 
 /// A failure with the exit status it maps to (1 for errors, like runc).
@@ -162,6 +165,7 @@ pub fn main() -> i32 {
         Command::Spec(a) => spec::run(g, a),
         Command::Ps(a) => ps::run(g, a),
         Command::Events(a) => events::run(g, a),
+        Command::Update(a) => update::run(g, a),
     };
     match result {
         Ok(code) => code,
