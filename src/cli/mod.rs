@@ -4,6 +4,7 @@ mod create;
 mod delete;
 mod events;
 mod exec;
+mod features;
 mod kill;
 mod list;
 mod pause;
@@ -95,6 +96,8 @@ pub enum Command {
     Events(events::Args),
     /// Update container resource constraints
     Update(update::Args),
+    /// Show the enabled features
+    Features(features::Args),
 }
 
 /// A failure with the exit status it maps to (1 for errors, like runc).
@@ -166,6 +169,7 @@ pub fn main() -> i32 {
         Command::Ps(a) => ps::run(g, a),
         Command::Events(a) => events::run(g, a),
         Command::Update(a) => update::run(g, a),
+        Command::Features(a) => features::run(g, a),
     };
     match result {
         Ok(code) => code,
