@@ -3,15 +3,19 @@
 mod check;
 mod create;
 mod delete;
+mod events;
 mod exec;
+mod features;
 mod kill;
 mod list;
 mod pause;
 mod policy;
+mod ps;
 mod run;
 mod spec;
 mod start;
 mod state;
+mod update;
 mod verify;
 
 use std::path::PathBuf;
@@ -95,6 +99,14 @@ pub enum Command {
     Check(check::Args),
     /// Create a new specification file
     Spec(spec::Args),
+    /// Display the processes running inside a container
+    Ps(ps::Args),
+    /// Display container events such as OOM notifications and resource usage
+    Events(events::Args),
+    /// Update container resource constraints
+    Update(Box<update::Args>),
+    /// Show the enabled features
+    Features(features::Args),
 }
 
 /// A failure with the exit status it maps to (1 for errors, like runc).
@@ -166,6 +178,10 @@ pub fn main() -> i32 {
         Command::Policy(a) => policy::run(g, a),
         Command::Verify(a) => verify::run(g, a),
         Command::Check(a) => check::run(g, a),
+        Command::Ps(a) => ps::run(g, a),
+        Command::Events(a) => events::run(g, a),
+        Command::Update(a) => update::run(g, *a),
+        Command::Features(a) => features::run(g, a),
     };
     match result {
         Ok(code) => code,

@@ -87,28 +87,60 @@ fn err(field: impl Into<String>, reason: impl Into<String>) -> SeccompError {
 }
 
 /// Action names accepted in `defaultAction` and `syscalls[].action`.
-#[allow(dead_code)] // used by features
 pub fn known_actions() -> &'static [&'static str] {
     ACTIONS
 }
 
 /// Architecture names accepted in `architectures`; the linked libseccomp may still lack
 /// some of them (e.g. LoongArch before 2.6), which `compile` reports.
-#[allow(dead_code)] // used by features
 pub fn known_archs() -> &'static [&'static str] {
     ARCHS
 }
 
 /// Operator names accepted in `syscalls[].args[].op`.
-#[allow(dead_code)] // used by features
 pub fn known_operators() -> &'static [&'static str] {
     OPERATORS
 }
 
 /// Flag names accepted in `flags`.
-#[allow(dead_code)] // used by features
 pub fn known_flags() -> &'static [&'static str] {
     FLAGS
+}
+
+/// The architectures of [`known_archs`] that a filter can hold on this host: the linked
+/// libseccomp must know them, and put them next to the native one (it refuses to mix
+/// byte orders), as `compile` does.
+pub fn supported_archs() -> Vec<&'static str> {
+    known_archs()
+        .iter()
+        .copied()
+        .filter(|name| {
+            let Ok(arch) = ScmpArch::from_str(name) else {
+                return false;
+            };
+            ScmpFilterContext::new(ScmpAction::Allow)
+                .is_ok_and(|mut ctx| ctx.add_arch(arch).is_ok())
+        })
+        .collect()
+}
+
+/// The flags of [`known_flags`] that the running kernel accepts. WAIT_KILLABLE_RECV is
+/// only valid with NEW_LISTENER, which moat adds when a listener is asked for.
+pub fn supported_flags() -> Vec<&'static str> {
+    FLAGS
+        .iter()
+        .copied()
+        .filter(|name| {
+            flag_bit(name).is_some_and(|bit| {
+                let with = if bit == FLAG_WAIT_KILLABLE_RECV {
+                    bit | FLAG_NEW_LISTENER
+                } else {
+                    bit
+                };
+                crate::linux::sys::seccomp_flags_known(with)
+            })
+        })
+        .collect()
 }
 
 /// The version of the libseccomp moat is linked against at run time, e.g. "2.5.4".

@@ -6,6 +6,7 @@
 //! (`serde_path_to_error`), which is what a user needs to fix a bundle.
 
 pub mod default;
+mod merge;
 pub mod validate;
 
 use std::collections::BTreeMap;

@@ -10,6 +10,8 @@
 mod devices;
 mod files;
 mod layout;
+pub mod stats;
+mod update;
 mod v1;
 mod v2;
 

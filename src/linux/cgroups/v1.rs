@@ -12,6 +12,15 @@ use crate::log::warn;
 use crate::spec::{self, Resources};
 
 pub fn apply(cg: &Cgroup, res: &Resources) -> Result<(), CgroupError> {
+    set_resources(cg, res, true)
+}
+
+/// `apply` for a running container: the same limits, device rules left alone.
+pub fn update(cg: &Cgroup, res: &Resources) -> Result<(), CgroupError> {
+    set_resources(cg, res, false)
+}
+
+fn set_resources(cg: &Cgroup, res: &Resources, devices: bool) -> Result<(), CgroupError> {
     if let Some(cpu) = &res.cpu {
         cpuset(cg, cpu)?;
         cpu_limits(cg, cpu)?;
@@ -32,7 +41,9 @@ pub fn apply(cg: &Cgroup, res: &Resources) -> Result<(), CgroupError> {
         blkio(cg, b)?;
     }
     hugetlb(cg, &res.hugepage_limits)?;
-    device_rules(cg, &res.devices)?;
+    if devices {
+        device_rules(cg, &res.devices)?;
+    }
     if let Some(n) = &res.network {
         network(cg, n)?;
     }

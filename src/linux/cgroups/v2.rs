@@ -46,6 +46,14 @@ pub fn apply(cg: &Cgroup, res: &Resources) -> Result<(), CgroupError> {
     }
 }
 
+/// `apply` for a running container: the limits only, the device program left as it is.
+pub fn update(cg: &Cgroup, res: &Resources) -> Result<(), CgroupError> {
+    match first_request(res) {
+        Some((controller, field)) => apply_limits(&cg.dir_for(controller, field)?.0, res),
+        None => Ok(()),
+    }
+}
+
 /// The first limit the spec asks for, as (controller, field), to name in errors when
 /// there is no writable cgroup. Device rules do not count: see v1::device_rules.
 fn first_request(res: &Resources) -> Option<(&'static str, &'static str)> {

@@ -763,6 +763,24 @@ pub fn seccomp_set_filter(flags: u32, prog: &[libc::sock_filter]) -> Result<Opti
     Ok((flags & SECCOMP_FILTER_FLAG_NEW_LISTENER != 0).then(|| owned(r)))
 }
 
+/// Whether the kernel knows the `SECCOMP_FILTER_FLAG_*` bits in `flags`: it checks them
+/// before reading the program, so a NULL program fails with EFAULT when they are known
+/// and EINVAL when not. Nothing is installed either way.
+pub fn seccomp_flags_known(flags: u32) -> bool {
+    const SECCOMP_SET_MODE_FILTER: u32 = 1;
+    // SAFETY: the NULL program is never dereferenced in user space; the kernel fails
+    // the copy with EFAULT.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            SECCOMP_SET_MODE_FILTER,
+            flags,
+            std::ptr::null::<libc::sock_fprog>(),
+        )
+    };
+    r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT)
+}
+
 // ---------------------------------------------------------------------------------------
 // Misc
 
