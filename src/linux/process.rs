@@ -264,7 +264,24 @@ fn create_in_cgroup(
         dir.save_file(&state::seccomp_file(i), &f.to_bytes())?;
     }
     if let Some(res) = &spec.linux().resources {
-        cgroup.apply(res)?;
+        // The devices the spec asks moat to create may be created (mknod), whatever the
+        // access rules say about opening them.
+        let mut res = res.clone();
+        if !res.devices.is_empty() {
+            res.devices.extend(
+                spec.linux()
+                    .devices
+                    .iter()
+                    .map(|d| crate::spec::DeviceCgroup {
+                        allow: true,
+                        typ: Some(if d.typ == "b" { "b" } else { "c" }.into()),
+                        major: Some(d.major),
+                        minor: Some(d.minor),
+                        access: Some("m".into()),
+                    }),
+            );
+        }
+        cgroup.apply(&res)?;
     }
 
     // 3. The exec fifo: the init blocks reading it until `start` writes a byte.

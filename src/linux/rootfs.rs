@@ -377,7 +377,10 @@ pub fn finalize(p: &Plan) -> Result<(), InitFailure> {
     let root = Root::open(Path::new("/")).step(Step::MaskedPaths, || "open /".into())?;
     if !p.masked.is_empty() {
         let null = verified_dev_null(&root)?;
-        let mut empty: Option<OwnedFd> = None;
+        // One empty read-only tmpfs serves every masked directory: the first one gets a
+        // fresh instance, the others a bind of that mount once it is attached (kernels
+        // before 6.x cannot clone a detached mount; one superblock is also cheaper).
+        let mut first_dir: Option<&str> = None;
         for m in &p.masked {
             let target = match root.open_nofollow(m) {
                 Ok(fd) => fd,
@@ -385,32 +388,16 @@ pub fn finalize(p: &Plan) -> Result<(), InitFailure> {
                 Err(e) => return Err(e).step(Step::MaskedPaths, || m.clone()),
             };
             let st = sys::fstat(target.as_fd()).step(Step::MaskedPaths, || m.clone())?;
-            let src = if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-                if empty.is_none() {
-                    let fs = mount::new_fs(
-                        "tmpfs",
-                        Some("tmpfs"),
-                        &[
-                            ("size".into(), Some("0".into())),
-                            ("mode".into(), Some("555".into())),
-                        ],
-                    )
-                    .step(Step::MaskedPaths, || "empty tmpfs".into())?;
-                    mount::setattr(
-                        fs.as_fd(),
-                        false,
-                        sys::MOUNT_ATTR_RDONLY
-                            | sys::MOUNT_ATTR_NOSUID
-                            | sys::MOUNT_ATTR_NODEV
-                            | sys::MOUNT_ATTR_NOEXEC,
-                        0,
-                    )
-                    .step(Step::MaskedPaths, || "empty tmpfs".into())?;
-                    empty = Some(fs);
-                }
-                mount::clone_tree(empty.as_ref().expect("set above").as_fd(), "", false)
-            } else {
+            let src = if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
                 mount::clone_tree(null.as_fd(), "", false)
+            } else if let Some(first) = first_dir {
+                let mounted = root
+                    .open_at(first, libc::O_PATH)
+                    .step(Step::MaskedPaths, || first.to_string())?;
+                mount::clone_tree(mounted.as_fd(), "", false)
+            } else {
+                first_dir = Some(m);
+                empty_tmpfs()
             }
             .step(Step::MaskedPaths, || m.clone())?;
             mount::attach(src.as_fd(), target.as_fd()).step(Step::MaskedPaths, || m.clone())?;
@@ -444,6 +431,27 @@ pub fn finalize(p: &Plan) -> Result<(), InitFailure> {
             .step(Step::Rootfs, || "make / read-only".into())?;
     }
     Ok(())
+}
+
+fn empty_tmpfs() -> std::io::Result<OwnedFd> {
+    let fs = mount::new_fs(
+        "tmpfs",
+        Some("tmpfs"),
+        &[
+            ("size".into(), Some("0".into())),
+            ("mode".into(), Some("555".into())),
+        ],
+    )?;
+    mount::setattr(
+        fs.as_fd(),
+        false,
+        sys::MOUNT_ATTR_RDONLY
+            | sys::MOUNT_ATTR_NOSUID
+            | sys::MOUNT_ATTR_NODEV
+            | sys::MOUNT_ATTR_NOEXEC,
+        0,
+    )?;
+    Ok(fs)
 }
 
 /// The container's /dev/null, opened without following links and checked to be the real

@@ -43,10 +43,17 @@ const fn allow(typ: DevType, major: Option<u32>, minor: Option<u32>, access: u8)
     }
 }
 
-/// runc's default device allow-list, so that containers behave the same under both.
-const DEFAULTS: [Rule; 11] = [
+/// runc's mknod-anything rules. moat puts them *before* the spec's rules, so a spec that
+/// starts by denying everything (as every engine's does) also denies creating device
+/// nodes it does not list; runc appends them after, which leaves mknod of any device
+/// allowed. moat allows mknod of the spec's own `linux.devices` (see `process.rs`).
+const MKNOD_ANY: [Rule; 2] = [
     allow(DevType::Char, None, None, ACC_MKNOD),
     allow(DevType::Block, None, None, ACC_MKNOD),
+];
+
+/// runc's default device allow-list, so that containers behave the same under both.
+const DEFAULTS: [Rule; 9] = [
     allow(DevType::Char, Some(1), Some(3), ACC_ALL), // null
     allow(DevType::Char, Some(1), Some(5), ACC_ALL), // zero
     allow(DevType::Char, Some(1), Some(7), ACC_ALL), // full
@@ -71,7 +78,8 @@ pub fn rules(spec: &[DeviceCgroup]) -> Result<Vec<Rule>, CgroupError> {
             msg: format!("{} rules; at most {MAX_RULES} are supported", spec.len()),
         });
     }
-    let mut out = Vec::with_capacity(spec.len() + DEFAULTS.len());
+    let mut out = Vec::with_capacity(spec.len() + MKNOD_ANY.len() + DEFAULTS.len());
+    out.extend(MKNOD_ANY.iter().cloned());
     for (i, d) in spec.iter().enumerate() {
         out.push(parse(i, d)?);
     }

@@ -26,18 +26,22 @@ fn device_rules_spec_first_then_defaults() {
         dc(true, "c", 10, 200, "rw"),
     ];
     let rules = devices::rules(&spec_rules).unwrap();
-    assert_eq!(rules.len(), 2 + 11);
-    assert!(rules[0].is_reset() && !rules[0].allow);
+    assert_eq!(rules.len(), 2 + 2 + 9);
+    let head: Vec<String> = rules[..2].iter().flat_map(|r| r.v1_lines().1).collect();
     assert_eq!(
-        rules[1].v1_lines(),
+        head,
+        ["c *:* m", "b *:* m"],
+        "mknod-anything comes before the spec"
+    );
+    assert!(rules[2].is_reset() && !rules[2].allow);
+    assert_eq!(
+        rules[3].v1_lines(),
         ("devices.allow", vec!["c 10:200 rw".to_string()])
     );
-    let lines: Vec<String> = rules[2..].iter().flat_map(|r| r.v1_lines().1).collect();
+    let lines: Vec<String> = rules[4..].iter().flat_map(|r| r.v1_lines().1).collect();
     assert_eq!(
         lines,
         [
-            "c *:* m",
-            "b *:* m",
             "c 1:3 rwm",
             "c 1:5 rwm",
             "c 1:7 rwm",
@@ -52,7 +56,7 @@ fn device_rules_spec_first_then_defaults() {
     // "a" with anything narrower than everything must not become a v1 reset.
     let narrow = devices::rules(&[dc(false, "a", -1, -1, "w")]).unwrap();
     assert_eq!(
-        narrow[0].v1_lines(),
+        narrow[2].v1_lines(),
         (
             "devices.deny",
             vec!["b *:* w".to_string(), "c *:* w".to_string()]
@@ -64,7 +68,7 @@ fn device_rules_spec_first_then_defaults() {
     }])
     .unwrap();
     assert_eq!(
-        reset[0].v1_lines(),
+        reset[2].v1_lines(),
         ("devices.allow", vec!["a".to_string()])
     );
 }
@@ -195,7 +199,17 @@ fn bpf_program_last_match_wins() {
     assert_eq!(run(&prog, 2, r, 254, 0), 1);
     assert_eq!(run(&prog, 2, r | w, 254, 0), 0, "write was not allowed");
     assert_eq!(run(&prog, 1, r, 8, 0), 0, "default deny");
-    assert_eq!(run(&prog, 1, m, 8, 0), 1, "mknod of any block device");
+    assert_eq!(
+        run(&prog, 1, m, 8, 0),
+        0,
+        "mknod of an unlisted device: the spec's deny-all wins"
+    );
+    let open = devices::rules(&[dc(true, "c", 254, 0, "r")]).unwrap();
+    assert_eq!(
+        run(&devices::program(&open), 1, m, 8, 0),
+        1,
+        "without a deny-all, mknod of anything (runc)"
+    );
     // A later deny overrides an earlier allow, and vice versa.
     let rules = devices::rules(&[dc(true, "c", 5, -1, "rw"), dc(false, "c", 5, 3, "w")]).unwrap();
     let prog = devices::program(&rules);
