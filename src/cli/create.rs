@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use super::{Global, Result};
-use crate::linux::{apparmor, exeseal, notify, process, sys};
+use crate::linux::{apparmor, notify, process};
 use crate::policy;
 use crate::spec::Spec;
 use crate::state::{self, ContainerDir};
@@ -36,14 +36,7 @@ pub struct Args {
 
 /// Shared by create and run: everything up to a created container.
 pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, process::Created)> {
-    // fds the caller leaked must not reach the container (CVE-2024-21626); the preserved
-    // range and socket-activation fds are the exception.
-    let listen: u32 = std::env::var("LISTEN_FDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    sys::close_range_from(3 + a.preserve_fds + listen, true).context("close_range")?;
-    exeseal::ensure().context("protect the moat binary")?;
+    super::before_fork(a.preserve_fds)?;
     let cwd = std::env::current_dir().context("getcwd")?;
     // Absolute and lexically clean, like runc's filepath.Abs: `state` shows it.
     let bundle: std::path::PathBuf =

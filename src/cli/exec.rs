@@ -8,7 +8,7 @@ use super::{Global, Result};
 use crate::linux::attrs::Attrs;
 use crate::linux::exec::{self, ExecOpts};
 use crate::linux::seccomp::Filter;
-use crate::linux::{capabilities, exeseal, signal, sys};
+use crate::linux::{capabilities, signal, sys};
 use crate::spec::Process;
 use crate::state::{self, ContainerDir, Status};
 
@@ -158,12 +158,7 @@ fn build_process(a: &Args, spec_process: &Process, bounding: Option<u64>) -> Res
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
-    let listen: u32 = std::env::var("LISTEN_FDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    sys::close_range_from(3 + a.preserve_fds + listen, true).context("close_range")?;
-    exeseal::ensure().context("protect the moat binary")?;
+    super::before_fork(a.preserve_fds)?;
     let dir = ContainerDir::open_read(&g.state_root(), &a.id)?;
     let rec = dir.load()?;
     match rec.status(&dir) {

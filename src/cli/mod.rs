@@ -198,6 +198,20 @@ pub fn main() -> i32 {
     }
 }
 
+/// What create, run and exec do before anything forks into a container: fds the caller
+/// leaked must not reach it (CVE-2024-21626; the preserved range and socket-activation
+/// fds excepted), and the moat binary must not be writable through `/proc/self/exe`.
+pub fn before_fork(preserve_fds: u32) -> Result<()> {
+    use anyhow::Context;
+    let listen: u32 = std::env::var("LISTEN_FDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    crate::linux::sys::close_range_from(3 + preserve_fds + listen, true).context("close_range")?;
+    crate::linux::exeseal::ensure().context("protect the moat binary")?;
+    Ok(())
+}
+
 impl Global {
     /// The state root: `--root`, else /run/moat (rootless: $XDG_RUNTIME_DIR/moat, or
     /// /tmp/moat-<uid> when no runtime dir is set, as on hosts without logind).

@@ -2,25 +2,7 @@
 
 use serde_json::{json, Value};
 
-const MASKED: [&str; 10] = [
-    "/proc/acpi",
-    "/proc/asound",
-    "/proc/kcore",
-    "/proc/keys",
-    "/proc/latency_stats",
-    "/proc/timer_list",
-    "/proc/timer_stats",
-    "/proc/sched_debug",
-    "/sys/firmware",
-    "/proc/scsi",
-];
-const READONLY: [&str; 5] = [
-    "/proc/bus",
-    "/proc/fs",
-    "/proc/irq",
-    "/proc/sys",
-    "/proc/sysrq-trigger",
-];
+use crate::policy::{MASKED_PATHS as MASKED, READONLY_PATHS as READONLY};
 
 pub fn spec(rootless: bool) -> Value {
     let caps = json!(["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]);
