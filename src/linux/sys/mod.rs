@@ -349,6 +349,8 @@ pub struct OpenHow {
 }
 
 pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+pub const RESOLVE_BENEATH: u64 = 0x08;
 pub const RESOLVE_IN_ROOT: u64 = 0x10;
 
 pub fn openat2(dir: BorrowedFd<'_>, path: &CStr, how: &OpenHow) -> Result<OwnedFd> {
