@@ -76,3 +76,44 @@ fn t10_mount_targets_through_symlinks_create_nothing_on_the_host() {
         assert!(rootfs.join(format!("{tag}-deep/x/y")).is_dir());
     }
 }
+
+/// T10 under a rename storm: resolving a target through `..` inside the root makes the
+/// kernel answer EAGAIN whenever a rename or mount anywhere on the system races with it.
+/// A container renaming its own files in a loop must not be able to make other containers'
+/// creates fail (nor, retried without bound, hang them).
+#[test]
+fn t10_symlinked_targets_resolve_while_another_container_renames_in_a_loop() {
+    if !require_root() {
+        return;
+    }
+    let Some(probe) = crate::probe() else {
+        return;
+    };
+    let mut storm = ctx("t10storm", crate::Policy::Open);
+    crate::install(&storm, probe, "probe");
+    fs::create_dir(storm.rootfs().join("x")).unwrap();
+    symlink("/", storm.rootfs().join("y")).unwrap();
+    storm.set("/root/readonly", json!(false));
+    storm.args(&["/bin/probe", "flip", "60", "/x,/y"]);
+    let s = storm.create_ok("s");
+    s.start();
+    for policy in BOTH {
+        let mut ctx = ctx("t10eagain", policy);
+        let src = ctx.dir.join("src");
+        fs::create_dir_all(&src).unwrap();
+        symlink("../../../../../../tmp", ctx.rootfs().join("etc/up")).unwrap();
+        ctx.push(
+            "/mounts",
+            json!({"destination": "/etc/up/a/../b/../../up/d", "type": "bind", "source": src, "options": ["bind"]}),
+        );
+        ctx.args(&["true"]);
+        for i in 0..20 {
+            let (c, out) = ctx.create(&format!("c{i}"));
+            assert_eq!(out.code, 0, "{policy:?}: create {i} failed: {}", out.stderr);
+            drop(c);
+        }
+    }
+    s.kill("TERM");
+    s.wait_stopped(std::time::Duration::from_secs(20));
+    assert!(s.stdout().contains("flips="), "the storm did not run: {}", s.stdout());
+}
