@@ -164,33 +164,66 @@ fn t7_dev_pts_symlink_in_rootfs_has_no_host_effect() {
         return;
     }
     for policy in BOTH {
-        let mut ctx = ctx("t7ln", policy);
-        let tag = format!("moat-t7-{}-{}", std::process::id(), policy.tag());
-        let dev = ctx.rootfs().join("dev");
-        symlink(format!("/{tag}"), dev.join("pts")).unwrap();
-        symlink(format!("/{tag}-console"), dev.join("console")).unwrap();
-        ctx.config["mounts"]
-            .as_array_mut()
-            .unwrap()
-            .retain(|m| m["destination"] != "/dev");
-        ctx.set("/process/terminal", json!(true));
-        ctx.sh(SCRIPT);
-        let root_before = entries("/");
-        let (out, got) = run_with_console(&ctx);
-        for p in [format!("/{tag}"), format!("/{tag}-console")] {
+        // A dangling absolute link (were it followed on the host, it would create there),
+        // and one to a directory that exists both in the rootfs and on the host.
+        for target in ["dangling", "/tmp"] {
+            let mut ctx = ctx("t7ln", policy);
+            let tag = format!("moat-t7-{}-{}", std::process::id(), policy.tag());
+            let dev = ctx.rootfs().join("dev");
+            let pts = if target == "dangling" {
+                format!("/{tag}")
+            } else {
+                target.to_string()
+            };
+            symlink(&pts, dev.join("pts")).unwrap();
+            symlink(format!("/{tag}-console"), dev.join("console")).unwrap();
+            ctx.config["mounts"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|m| m["destination"] != "/dev");
+            ctx.set("/process/terminal", json!(true));
+            ctx.set("/root/readonly", json!(false));
+            ctx.sh(SCRIPT);
+            let root_before = entries("/");
+            let tmp_before = entries("/tmp");
+            let (out, got) = run_with_console(&ctx);
+            for p in [format!("/{tag}"), format!("/{tag}-console")] {
+                assert!(
+                    !Path::new(&p).exists(),
+                    "{policy:?}: {p} created on the host"
+                );
+            }
+            let new: Vec<_> = entries("/").difference(&root_before).cloned().collect();
+            assert!(new.is_empty(), "{policy:?}: new in /: {new:?}");
+            let new: Vec<_> = entries("/tmp")
+                .difference(&tmp_before)
+                .filter(|e| e.as_str() == "ptmx" || e.parse::<u32>().is_ok())
+                .cloned()
+                .collect();
             assert!(
-                !Path::new(&p).exists(),
-                "{policy:?}: {p} created on the host"
+                new.is_empty(),
+                "{policy:?}: devpts entries in the host's /tmp: {new:?}"
             );
-        }
-        let new: Vec<_> = entries("/").difference(&root_before).cloned().collect();
-        assert!(new.is_empty(), "{policy:?}: new in /: {new:?}");
-        match got {
-            Some((master, text)) => assert_devpts_console(policy, &master, &text),
-            None => eprintln!(
-                "{policy:?}: create refused the symlinked /dev/pts: {}",
-                out.stderr
-            ),
+            match got {
+                Some((master, text)) => {
+                    eprintln!("{policy:?} /dev/pts -> {pts}: created; {text:?}");
+                    let st = nix::sys::stat::fstat(master.as_raw_fd()).expect("fstat");
+                    assert_eq!(st.st_rdev, libc::makedev(5, 2), "{policy:?}: not a ptmx");
+                    let fs = nix::sys::statfs::fstatfs(&master).expect("fstatfs");
+                    assert_eq!(fs.filesystem_type().0 as i64, 0x1cd1, "{policy:?}");
+                    // The peer is a pty of the container's devpts (wherever the image's
+                    // link put that), and so is /dev/console.
+                    let lines: Vec<&str> = text.lines().collect();
+                    assert!(lines.len() >= 4, "{policy:?}: {text}");
+                    assert!(lines[1].starts_with("88:"), "{policy:?}: {text}");
+                    assert_eq!(lines[2], "devpts", "{policy:?}: {text}");
+                    assert!(lines.contains(&"/dev/console devpts"), "{policy:?}: {text}");
+                }
+                None => eprintln!(
+                    "{policy:?} /dev/pts -> {pts}: create refused: {}",
+                    out.stderr
+                ),
+            }
         }
     }
 }

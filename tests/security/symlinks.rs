@@ -115,5 +115,9 @@ fn t10_symlinked_targets_resolve_while_another_container_renames_in_a_loop() {
     }
     s.kill("TERM");
     s.wait_stopped(std::time::Duration::from_secs(20));
-    assert!(s.stdout().contains("flips="), "the storm did not run: {}", s.stdout());
+    assert!(
+        s.stdout().contains("flips="),
+        "the storm did not run: {}",
+        s.stdout()
+    );
 }
