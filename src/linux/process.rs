@@ -591,7 +591,7 @@ fn init(
     }
 
     // Root filesystem.
-    let root = rootfs::mount_all(&plan.rootfs)?;
+    let (root, pinned) = rootfs::mount_all(&plan.rootfs)?;
     if plan.rootfs.default_devices || !plan.devices.is_empty() {
         devices::create(&root, &plan.devices, plan.userns)?;
     }
@@ -624,7 +624,8 @@ fn init(
         attrs::write_proc(&format!("/proc/sys/{key}"), value)
             .step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
     }
-    rootfs::finalize(&plan.rootfs)?;
+    rootfs::finalize(&plan.rootfs, &pinned)?;
+    drop(pinned);
     if let Some(p) = plan.personality {
         sys::personality(p).step(Step::Personality, || "linux.personality".into())?;
     }

@@ -198,8 +198,19 @@ fn c(s: &str) -> CString {
     CString::new(s).expect("paths were checked for NUL in the parent")
 }
 
-/// Child, before pivot: propagation, the rootfs bind, every spec mount. Returns the root.
-pub fn mount_all(p: &Plan) -> Result<Root, InitFailure> {
+/// A filesystem moat mounted at `/proc` or `/sys`, held by the fd of the mount itself.
+/// Masked and read-only paths below it are resolved from this fd, never again through the
+/// rootfs's names: a process sharing the rootfs (a volume) may rename the directory the
+/// mount sits on, or swap it for a symlink, between the mount and the masks, and a mask
+/// resolved by name would then miss (ENOENT, skipped) and leave the procfs unmasked.
+pub struct Pinned {
+    dest: Vec<String>,
+    fd: OwnedFd,
+}
+
+/// Child, before pivot: propagation, the rootfs bind, every spec mount. Returns the root
+/// and the pinned `/proc` and `/sys` mounts for [`finalize`].
+pub fn mount_all(p: &Plan) -> Result<(Root, Vec<Pinned>), InitFailure> {
     sys::mount(None, c"/", None, p.propagation, None)
         .step(Step::Rootfs, || "set propagation of /".into())?;
     let rootfs = c(p.rootfs.to_str().unwrap_or_default());
@@ -216,14 +227,25 @@ pub fn mount_all(p: &Plan) -> Result<Root, InitFailure> {
     })?;
     let root =
         Root::open(&p.rootfs).step(Step::Rootfs, || format!("open {}", p.rootfs.display()))?;
+    let mut pinned = Vec::new();
     for m in &p.mounts {
-        mount_one(&root, p, m)?;
+        if let Some(fd) = mount_one(&root, p, m)? {
+            let dest = path::components(&m.destination);
+            pinned.retain(|x: &Pinned| x.dest != dest);
+            pinned.push(Pinned {
+                dest: dest.into_iter().map(String::from).collect(),
+                fd,
+            });
+        }
     }
-    Ok(root)
+    Ok((root, pinned))
 }
 
-fn mount_one(root: &Root, p: &Plan, m: &MountPlan) -> Result<(), InitFailure> {
+/// Mounts one spec entry; returns the mount's fd when it is `/proc` or `/sys` (to pin).
+fn mount_one(root: &Root, p: &Plan, m: &MountPlan) -> Result<Option<OwnedFd>, InitFailure> {
     let what = || format!("mounts[{}] {}", m.index, m.destination);
+    let pin = matches!(path::components(&m.destination)[..], ["proc"] | ["sys"]);
+    let mut pinned = None;
     match &m.kind {
         Kind::Bind { source, is_dir } => {
             let target = if *is_dir {
@@ -243,6 +265,9 @@ fn mount_one(root: &Root, p: &Plan, m: &MountPlan) -> Result<(), InitFailure> {
             mount::set_attrs(tree.as_fd(), &m.opts)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
             mount::attach(tree.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
+            if pin {
+                pinned = Some(tree);
+            }
         }
         Kind::Fs { fstype, source } => {
             if fstype == "proc" || fstype == "sysfs" {
@@ -258,6 +283,9 @@ fn mount_one(root: &Root, p: &Plan, m: &MountPlan) -> Result<(), InitFailure> {
             mount::set_attrs(mnt.as_fd(), &m.opts)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
             mount::attach(mnt.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
+            if pin {
+                pinned = Some(mnt);
+            }
         }
         Kind::Cgroup => mount_cgroup(root, p, m)?,
     }
@@ -268,7 +296,7 @@ fn mount_one(root: &Root, p: &Plan, m: &MountPlan) -> Result<(), InitFailure> {
         mount::set_propagation(top.as_fd(), flag, rec)
             .step(Step::Mounts, || format!("{}: propagation", what()))?;
     }
-    Ok(())
+    Ok(pinned)
 }
 
 /// A rootfs that makes /proc or /sys a symlink is refused outright (CVE-2019-19921,
@@ -371,9 +399,31 @@ pub fn pivot(root: &Root, no_pivot: bool) -> Result<(), InitFailure> {
     std::env::set_current_dir("/").step(Step::PivotRoot, || "chdir /".into())
 }
 
+/// The object a masked or read-only path names, not following a final symlink: below a
+/// pinned `/proc` or `/sys` resolved from that mount (no symlinks, never above it),
+/// elsewhere inside the root.
+fn open_target(root: &Root, pinned: &[Pinned], target: &str) -> std::io::Result<OwnedFd> {
+    let comps = path::components(target);
+    let pin = pinned
+        .iter()
+        .filter(|x| comps.len() > x.dest.len() && x.dest.iter().zip(&comps).all(|(a, b)| a == b))
+        .max_by_key(|x| x.dest.len());
+    let Some(pin) = pin else {
+        return root.open_nofollow(target);
+    };
+    let rel = CString::new(comps[pin.dest.len()..].join("/"))
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let how = sys::OpenHow {
+        flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: sys::RESOLVE_BENEATH | sys::RESOLVE_NO_SYMLINKS,
+    };
+    sys::openat2(pin.fd.as_fd(), &rel, &how)
+}
+
 /// After pivot: masked paths (files by a verified /dev/null, directories by one shared,
 /// read-only, empty tmpfs), read-only paths, and the read-only root.
-pub fn finalize(p: &Plan) -> Result<(), InitFailure> {
+pub fn finalize(p: &Plan, pinned: &[Pinned]) -> Result<(), InitFailure> {
     let root = Root::open(Path::new("/")).step(Step::MaskedPaths, || "open /".into())?;
     if !p.masked.is_empty() {
         let null = verified_dev_null(&root)?;
@@ -382,7 +432,7 @@ pub fn finalize(p: &Plan) -> Result<(), InitFailure> {
         // before 6.x cannot clone a detached mount; one superblock is also cheaper).
         let mut first_dir: Option<&str> = None;
         for m in &p.masked {
-            let target = match root.open_nofollow(m) {
+            let target = match open_target(&root, pinned, m) {
                 Ok(fd) => fd,
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
                 Err(e) => return Err(e).step(Step::MaskedPaths, || m.clone()),
@@ -404,7 +454,7 @@ pub fn finalize(p: &Plan) -> Result<(), InitFailure> {
         }
     }
     for r in &p.readonly_paths {
-        let target = match root.open_nofollow(r) {
+        let target = match open_target(&root, pinned, r) {
             Ok(fd) => fd,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
             Err(e) => return Err(e).step(Step::ReadonlyPaths, || r.clone()),

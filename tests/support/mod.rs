@@ -402,6 +402,9 @@ pub struct Ctx {
     pub io: PathBuf,
     pub config: Value,
     tag: String,
+    /// `MOAT_CONFIG` for every moat call made through [`Ctx::cmd`]; `None`: the OPEN test
+    /// config (see [`policy_env`]).
+    moat_config: Option<std::ffi::OsString>,
 }
 
 impl Ctx {
@@ -427,6 +430,7 @@ impl Ctx {
             io,
             config: base_config(),
             tag: format!("it{}-{n}-{tag}", std::process::id()),
+            moat_config: None,
         }
     }
 
@@ -496,10 +500,30 @@ impl Ctx {
         fs::rename(&tmp, &path).expect("rename config.json");
     }
 
+    /// Runs this context's moat calls with `MOAT_CONFIG=config` instead of the OPEN test
+    /// config; an empty value means moat's default policy, RESTRICTED.
+    pub fn use_config(&mut self, config: impl Into<std::ffi::OsString>) -> &mut Self {
+        self.moat_config = Some(config.into());
+        self
+    }
+
+    /// Runs this context's moat calls under moat's default policy, RESTRICTED.
+    pub fn restricted(&mut self) -> &mut Self {
+        self.use_config("")
+    }
+
     /// A moat command with `--root` set, ready for more args.
     pub fn cmd(&self) -> Command {
-        let mut c = Command::new(MOAT);
+        self.cmd_with(Path::new(MOAT))
+    }
+
+    /// Like [`Ctx::cmd`], running the moat binary at `bin` (a copy, for instance).
+    pub fn cmd_with(&self, bin: &Path) -> Command {
+        let mut c = Command::new(bin);
         c.arg("--root").arg(&self.root);
+        if let Some(cfg) = &self.moat_config {
+            c.env("MOAT_CONFIG", cfg);
+        }
         c
     }
 

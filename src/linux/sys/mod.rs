@@ -349,9 +349,31 @@ pub struct OpenHow {
 }
 
 pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+pub const RESOLVE_BENEATH: u64 = 0x08;
 pub const RESOLVE_IN_ROOT: u64 = 0x10;
 
+/// How often [`openat2`] retries EAGAIN before giving up (failing closed).
+const OPENAT2_EAGAIN_TRIES: usize = 1024;
+
+/// `openat2(2)`. With `RESOLVE_IN_ROOT`/`RESOLVE_BENEATH` the kernel answers EAGAIN when a
+/// rename or mount anywhere on the system raced with the resolution of a `..`; that is
+/// retried (a bounded number of times), or any process renaming files in a loop — in its
+/// own container — would make every create with such a path fail.
 pub fn openat2(dir: BorrowedFd<'_>, path: &CStr, how: &OpenHow) -> Result<OwnedFd> {
+    let mut tries = 0;
+    loop {
+        match openat2_once(dir, path, how) {
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && tries < OPENAT2_EAGAIN_TRIES => {
+                tries += 1;
+                std::thread::yield_now();
+            }
+            r => return r,
+        }
+    }
+}
+
+fn openat2_once(dir: BorrowedFd<'_>, path: &CStr, how: &OpenHow) -> Result<OwnedFd> {
     retry(|| {
         // SAFETY: valid dirfd, NUL-terminated path and a sized open_how.
         let r = unsafe {

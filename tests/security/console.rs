@@ -1,0 +1,229 @@
+//! T7 (CVE-2025-52565): with `terminal: true` the console is a pty of the container's own
+//! devpts instance — the master moat sends over `--console-socket` is a ptmx (5:2) on
+//! devpts, the container's stdio is its peer and `/dev/console` a 136:N device — and an
+//! image that pre-creates `/dev/pts` as a symlink cannot redirect any of it to the host.
+
+use std::fs;
+use std::io::IoSliceMut;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::symlink;
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+
+use crate::support::*;
+use crate::{ctx, entries, Policy, BOTH};
+
+/// Waits for one connection on `l` and returns the fd sent over it, or `None` if nobody
+/// connected within `timeout`.
+fn receive_fd(l: &UnixListener, timeout: Duration) -> Option<OwnedFd> {
+    let mut p = libc::pollfd {
+        fd: l.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    if unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) } != 1 {
+        return None;
+    }
+    let (conn, _) = l.accept().expect("accept");
+    let mut buf = [0u8; 256];
+    let mut iov = [IoSliceMut::new(&mut buf)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let msg = recvmsg::<()>(
+        conn.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .ok()?;
+    for c in msg.cmsgs().ok()? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            return Some(unsafe { OwnedFd::from_raw_fd(fds[0]) });
+        }
+    }
+    None
+}
+
+/// Reads the master until the peer side is gone (EIO), at most `timeout`.
+fn read_all(master: &OwnedFd, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    let mut out = Vec::new();
+    while Instant::now() < deadline {
+        let mut p = libc::pollfd {
+            fd: master.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        unsafe { libc::poll(&mut p, 1, 200) };
+        let mut buf = [0u8; 4096];
+        let n = unsafe { libc::read(master.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n > 0 {
+            out.extend_from_slice(&buf[..n as usize]);
+            continue;
+        }
+        let e = std::io::Error::last_os_error().raw_os_error();
+        if n == 0 || e == Some(libc::EIO) {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out).replace("\r\n", "\n")
+}
+
+const SCRIPT: &str = "readlink /proc/self/fd/0; stat -c '%t:%T %F' /dev/console; \
+    stat -f -c %T /dev/pts; stat -c '%t:%T' $(readlink /proc/self/fd/0); \
+    grep -E ' /dev/(console|pts) ' /proc/self/mountinfo | cut -d' ' -f5,9";
+
+/// Creates with a console socket; returns (create exit code and stderr, the master, and
+/// what the container printed on its terminal) — master and output only if create worked.
+fn run_with_console(ctx: &Ctx) -> (Out, Option<(OwnedFd, String)>) {
+    let sock = ctx.dir.join("console.sock");
+    let _ = fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock).expect("bind console socket");
+    let id = ctx.id("c");
+    let b = ctx.bundle_str();
+    let create = ctx.moat_bg(&[
+        "create",
+        "--console-socket",
+        sock.to_str().unwrap(),
+        "--bundle",
+        &b,
+        &id,
+    ]);
+    let c = ctx.guard(&id);
+    let master = receive_fd(&listener, Duration::from_secs(20));
+    let out = create.wait(CALL_TIMEOUT);
+    if out.code != 0 {
+        return (out, None);
+    }
+    let master = master.expect("create succeeded but sent no master");
+    c.start();
+    let text = read_all(&master, Duration::from_secs(20));
+    c.wait_stopped(Duration::from_secs(20));
+    (out, Some((master, text)))
+}
+
+#[track_caller]
+fn assert_devpts_console(policy: Policy, master: &OwnedFd, text: &str) {
+    let st = nix::sys::stat::fstat(master.as_raw_fd()).expect("fstat master");
+    assert_eq!(st.st_mode & libc::S_IFMT, libc::S_IFCHR);
+    assert_eq!(
+        st.st_rdev,
+        libc::makedev(5, 2),
+        "{policy:?}: master is not a ptmx"
+    );
+    let fs = nix::sys::statfs::fstatfs(master).expect("fstatfs");
+    assert_eq!(
+        fs.filesystem_type().0 as i64,
+        0x1cd1,
+        "{policy:?}: not devpts"
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 5, "{policy:?}: {text:?}");
+    let pts = lines[0];
+    let n = pts
+        .strip_prefix("/dev/pts/")
+        .unwrap_or_else(|| panic!("{policy:?}: stdin is {pts}"));
+    // 0x88 = 136, the pty peer major.
+    assert_eq!(
+        lines[1],
+        format!("88:{:x} character special file", n.parse::<u32>().unwrap()),
+        "{policy:?}"
+    );
+    assert_eq!(lines[2], "devpts", "{policy:?}: /dev/pts is not devpts");
+    assert_eq!(lines[3], format!("88:{:x}", n.parse::<u32>().unwrap()));
+    // /dev/console is a bind of the peer (devpts), /dev/pts the devpts instance.
+    assert!(lines.contains(&"/dev/pts devpts"), "{policy:?}: {text}");
+    assert!(lines.contains(&"/dev/console devpts"), "{policy:?}: {text}");
+}
+
+/// T7: the console is a devpts pty, seen from both sides.
+#[test]
+fn t7_console_is_a_devpts_pty() {
+    if !require_root() {
+        return;
+    }
+    for policy in BOTH {
+        let mut ctx = ctx("t7", policy);
+        ctx.set("/process/terminal", json!(true));
+        ctx.sh(SCRIPT);
+        let (out, got) = run_with_console(&ctx);
+        let (master, text) = got.unwrap_or_else(|| panic!("{policy:?}: create failed: {out:#?}"));
+        assert_devpts_console(policy, &master, &text);
+    }
+}
+
+/// T7: an image with `/dev/pts` (and `/dev/console`) pre-created as symlinks pointing out
+/// of the rootfs, and no `/dev` tmpfs in the spec so the image's `/dev` is used as is.
+/// Either create refuses, or the console is still the container's own devpts pty; nothing
+/// appears on the host.
+#[test]
+fn t7_dev_pts_symlink_in_rootfs_has_no_host_effect() {
+    if !require_root() {
+        return;
+    }
+    for policy in BOTH {
+        // A dangling absolute link (were it followed on the host, it would create there),
+        // and one to a directory that exists both in the rootfs and on the host.
+        for target in ["dangling", "/tmp"] {
+            let mut ctx = ctx("t7ln", policy);
+            let tag = format!("moat-t7-{}-{}", std::process::id(), policy.tag());
+            let dev = ctx.rootfs().join("dev");
+            let pts = if target == "dangling" {
+                format!("/{tag}")
+            } else {
+                target.to_string()
+            };
+            symlink(&pts, dev.join("pts")).unwrap();
+            symlink(format!("/{tag}-console"), dev.join("console")).unwrap();
+            ctx.config["mounts"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|m| m["destination"] != "/dev");
+            ctx.set("/process/terminal", json!(true));
+            ctx.set("/root/readonly", json!(false));
+            ctx.sh(SCRIPT);
+            let root_before = entries("/");
+            let tmp_before = entries("/tmp");
+            let (out, got) = run_with_console(&ctx);
+            for p in [format!("/{tag}"), format!("/{tag}-console")] {
+                assert!(
+                    !Path::new(&p).exists(),
+                    "{policy:?}: {p} created on the host"
+                );
+            }
+            let new: Vec<_> = entries("/").difference(&root_before).cloned().collect();
+            assert!(new.is_empty(), "{policy:?}: new in /: {new:?}");
+            let new: Vec<_> = entries("/tmp")
+                .difference(&tmp_before)
+                .filter(|e| e.as_str() == "ptmx" || e.parse::<u32>().is_ok())
+                .cloned()
+                .collect();
+            assert!(
+                new.is_empty(),
+                "{policy:?}: devpts entries in the host's /tmp: {new:?}"
+            );
+            match got {
+                Some((master, text)) => {
+                    eprintln!("{policy:?} /dev/pts -> {pts}: created; {text:?}");
+                    let st = nix::sys::stat::fstat(master.as_raw_fd()).expect("fstat");
+                    assert_eq!(st.st_rdev, libc::makedev(5, 2), "{policy:?}: not a ptmx");
+                    let fs = nix::sys::statfs::fstatfs(&master).expect("fstatfs");
+                    assert_eq!(fs.filesystem_type().0 as i64, 0x1cd1, "{policy:?}");
+                    // The peer is a pty of the container's devpts (wherever the image's
+                    // link put that), and so is /dev/console.
+                    let lines: Vec<&str> = text.lines().collect();
+                    assert!(lines.len() >= 4, "{policy:?}: {text}");
+                    assert!(lines[1].starts_with("88:"), "{policy:?}: {text}");
+                    assert_eq!(lines[2], "devpts", "{policy:?}: {text}");
+                    assert!(lines.contains(&"/dev/console devpts"), "{policy:?}: {text}");
+                }
+                None => eprintln!(
+                    "{policy:?} /dev/pts -> {pts}: create refused: {}",
+                    out.stderr
+                ),
+            }
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! T2 (CVE-2016-9962): the container's processes attacking a joining `moat exec` before it
+//! has exec'd — by ptrace or by reading its `/proc/<pid>` files.
+//!
+//! The joining process is a fork of `moat exec`: until its execve it holds moat's memory,
+//! moat's fds and the **caller's environment** (the engine's, possibly with secrets). The
+//! container's init is a watcher (`probe env-watch`) that, in a tight loop over every pid
+//! it can see, reads `/proc/<pid>/environ` and tries to attach (`PTRACE_SEIZE`, the same access check
+//! as `PTRACE_ATTACH`). The test meanwhile
+//! runs `moat exec -e T2_MARK=… sleep 0.05` many times, with a unique secret in moat's own
+//! environment. The attack has worked if any environ read shows the secret (moat's memory,
+//! not the exec'd program's) or any attach lands on a process that is not yet `sleep`.
+//! The watcher must also read `T2_MARK` from some exec'd processes: proof that it was fast
+//! enough to meet them.
+//!
+//! Design: the kernel lets a process read or attach to another of the same uid with the
+//! same or fewer capabilities unless the target is non-dumpable — and CAP_SYS_PTRACE in the
+//! *target's* user namespace overrides that. So
+//! * under OPEN without a user namespace the container has exactly the capabilities the
+//!   exec'd process gets (the spec's; no CAP_SYS_PTRACE): once the joining fork has dropped
+//!   to them, only non-dumpability protects it;
+//! * under OPEN **with** a user namespace the container holds CAP_SYS_PTRACE (inside it):
+//!   the joining fork's memory belongs to the host's user namespace, where that capability
+//!   means nothing, so again only non-dumpability protects it (CAP_SYS_PTRACE in the
+//!   host's namespace would defeat any runtime: not tested);
+//! * under RESTRICTED ptrace is also filtered; environ reads are not.
+
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+use crate::{ctx, install, probe, Policy};
+
+const WATCH_SECS: u64 = 8;
+
+fn ptrace_join(policy: Policy, userns: bool) {
+    let Some(probe) = probe() else {
+        return;
+    };
+    let mut ctx = ctx(if userns { "t2userns" } else { "t2" }, policy);
+    install(&ctx, probe, "probe");
+    let nonce = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let secret = format!("moat-t2-secret-{nonce}");
+    let mark = format!("moat-t2-mark-{nonce}");
+    if userns {
+        ctx.push("/linux/namespaces", json!({"type": "user"}));
+        let map = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+        ctx.set("/linux/uidMappings", map.clone());
+        ctx.set("/linux/gidMappings", map);
+        let caps = json!(["CAP_SYS_PTRACE", "CAP_KILL", "CAP_AUDIT_WRITE"]);
+        ctx.set(
+            "/process/capabilities",
+            json!({"bounding": caps, "effective": caps, "permitted": caps}),
+        );
+    }
+    ctx.args(&[
+        "/bin/probe",
+        "env-watch",
+        &secret,
+        &mark,
+        "sleep",
+        &WATCH_SECS.to_string(),
+    ]);
+    let c = ctx.create_ok("c");
+    let init = c.pid();
+    c.start();
+    let start = Instant::now();
+    let mut execs = 0;
+    while start.elapsed() < Duration::from_secs(WATCH_SECS - 3) {
+        let mut cmd = ctx.cmd();
+        cmd.env("MOAT_T2_HOST_SECRET", &secret).args([
+            "exec",
+            "-e",
+            &format!("T2_MARK={mark}"),
+            &c.id,
+            "sleep",
+            "0.05",
+        ]);
+        let out = ctx.run(cmd);
+        // The watcher stops `sleep` now and then; that is all it may do. (When it is done,
+        // its exit as pid 1 kills what is left in the namespace.)
+        if out.code == 128 + libc::SIGKILL && is_gone(init) {
+            break;
+        }
+        assert_eq!(out.code, 0, "{policy:?}: exec failed: {out:#?}");
+        execs += 1;
+    }
+    c.wait_stopped(Duration::from_secs(WATCH_SECS + 20));
+    let out = c.stdout();
+    let summary = out
+        .lines()
+        .find(|l| l.starts_with("env-watch "))
+        .unwrap_or_else(|| panic!("{policy:?}: no summary: {out}{}", c.stderr()));
+    eprintln!("T2 {policy:?} userns={userns}: {execs} execs; {summary}");
+    assert!(
+        !out.contains("LEAK") && !out.contains("ATTACHED"),
+        "{policy:?} userns={userns}: the container got at a joining moat process:\n{out}"
+    );
+    let count = |k: &str| -> u64 {
+        summary
+            .split(' ')
+            .find_map(|f| f.strip_prefix(k)?.strip_prefix('='))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {summary}"))
+    };
+    assert!(
+        count("marks") > 0,
+        "{policy:?}: the watcher never read an exec'd process: the test proved nothing: {summary}"
+    );
+    assert!(execs >= 5, "{policy:?}: only {execs} execs");
+    if policy == Policy::Open {
+        assert!(
+            count("attached") > 0,
+            "{policy:?}: the watcher never attached to an exec'd process: {summary}"
+        );
+    }
+}
+
+#[test]
+fn t2_joining_exec_process_cannot_be_read_or_traced_open() {
+    if !require_root() {
+        return;
+    }
+    ptrace_join(Policy::Open, false);
+}
+
+#[test]
+fn t2_joining_exec_process_cannot_be_read_or_traced_open_userns_cap_sys_ptrace() {
+    if !require_root() {
+        return;
+    }
+    ptrace_join(Policy::Open, true);
+}
+
+#[test]
+fn t2_joining_exec_process_cannot_be_read_or_traced_restricted() {
+    if !require_root() {
+        return;
+    }
+    ptrace_join(Policy::Restricted, false);
+}
