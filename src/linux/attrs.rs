@@ -415,12 +415,22 @@ impl Attrs {
 /// A cwd reached through a leaked fd (`/proc/self/fd/N`) lies outside the root; the kernel
 /// then reports it as unreachable (CVE-2024-21626).
 fn verify_cwd(cwd: &str) -> Result<(), InitFailure> {
-    let real = std::env::current_dir().step(Step::Cwd, || format!("process.cwd {cwd}: getcwd"))?;
-    if !real.is_absolute() || real.to_string_lossy().starts_with("(unreachable)") {
-        return Err(InitFailure::new(
+    let outside = || {
+        InitFailure::new(
             Step::Cwd,
             format!("process.cwd {cwd} is outside the container root"),
-        ));
+        )
+    };
+    let real = match std::env::current_dir() {
+        Ok(p) => p,
+        // glibc (2.27 on) reports a directory not reachable from the root as ENOENT
+        // instead of an "(unreachable)" path: a leaked fd's directory, as
+        // /proc/self/fd/N, is that case.
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(outside()),
+        Err(e) => return Err(e).step(Step::Cwd, || format!("process.cwd {cwd}: getcwd")),
+    };
+    if !real.is_absolute() || real.to_string_lossy().starts_with("(unreachable)") {
+        return Err(outside());
     }
     Ok(())
 }
