@@ -64,6 +64,20 @@ fn wrongly_typed_field_is_named() {
 }
 
 #[test]
+fn uid_that_setresuid_would_ignore() {
+    if !require_root() {
+        return;
+    }
+    // 4294967295 is (uid_t)-1, "unchanged" to setresuid: the process would stay root.
+    let mut ctx = Ctx::new("baduid");
+    ctx.set("/process/user/uid", json!(4294967295u32));
+    create_fails(&ctx, &["process.user.uid", "4294967295", "out of range"]);
+    ctx.set("/process/user/uid", json!(0));
+    ctx.set("/process/user/gid", json!(2147483648u32));
+    create_fails(&ctx, &["process.user.gid", "2147483648"]);
+}
+
+#[test]
 fn missing_config_json() {
     if !require_root() {
         return;

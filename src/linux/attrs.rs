@@ -31,6 +31,9 @@ fn err(field: impl Into<String>, reason: impl Into<String>) -> AttrError {
     }
 }
 
+/// The largest uid or gid a process may be given (runc's limit too).
+pub const MAX_ID: u32 = i32::MAX as u32;
+
 pub struct Attrs {
     pub caps: Sets,
     /// Installed in order; the kernel applies the strictest verdict of all of them.
@@ -115,6 +118,26 @@ impl Attrs {
                 format!("{field}.cwd"),
                 format!("{:?} is not an absolute path", p.cwd),
             ));
+        }
+        // (uid_t)-1 means "leave unchanged" to setresuid/setresgid: a spec asking for it
+        // would keep moat's own root. runc refuses everything above i32::MAX, and so do we.
+        let ids = [("uid", p.user.uid), ("gid", p.user.gid)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .chain(
+                p.user
+                    .additional_gids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, g)| (format!("additionalGids[{i}]"), *g)),
+            );
+        for (k, v) in ids {
+            if v > MAX_ID {
+                return Err(err(
+                    format!("{field}.user.{k}"),
+                    format!("{v} is out of range (0-{MAX_ID})"),
+                ));
+            }
         }
         let caps =
             capabilities::from_spec(p.capabilities.as_ref(), &format!("{field}.capabilities"))
@@ -392,12 +415,22 @@ impl Attrs {
 /// A cwd reached through a leaked fd (`/proc/self/fd/N`) lies outside the root; the kernel
 /// then reports it as unreachable (CVE-2024-21626).
 fn verify_cwd(cwd: &str) -> Result<(), InitFailure> {
-    let real = std::env::current_dir().step(Step::Cwd, || format!("process.cwd {cwd}: getcwd"))?;
-    if !real.is_absolute() || real.to_string_lossy().starts_with("(unreachable)") {
-        return Err(InitFailure::new(
+    let outside = || {
+        InitFailure::new(
             Step::Cwd,
             format!("process.cwd {cwd} is outside the container root"),
-        ));
+        )
+    };
+    let real = match std::env::current_dir() {
+        Ok(p) => p,
+        // glibc (2.27 on) reports a directory not reachable from the root as ENOENT
+        // instead of an "(unreachable)" path: a leaked fd's directory, as
+        // /proc/self/fd/N, is that case.
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(outside()),
+        Err(e) => return Err(e).step(Step::Cwd, || format!("process.cwd {cwd}: getcwd")),
+    };
+    if !real.is_absolute() || real.to_string_lossy().starts_with("(unreachable)") {
+        return Err(outside());
     }
     Ok(())
 }
@@ -438,5 +471,35 @@ mod tests {
         assert_eq!(rlimit_resource("RLIMIT_BOGUS"), None);
         assert_eq!(sched_policy("SCHED_IDLE"), Some(5));
         assert_eq!(sched_policy("SCHED_NOPE"), None);
+    }
+
+    fn process(json: serde_json::Value) -> Process {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn ids_above_i32_max_are_refused() {
+        let base = serde_json::json!({"args": ["true"], "cwd": "/", "user": {"uid": 0, "gid": 0}});
+        let ok = |p: &Process| Attrs::from_process(p, "process", Vec::new(), 0);
+        assert!(ok(&process(base.clone())).is_ok());
+        let mut p = process(base.clone());
+        p.user.uid = MAX_ID;
+        assert!(ok(&p).is_ok());
+        for (k, set) in [
+            (
+                "uid",
+                (|p: &mut Process| p.user.uid = u32::MAX) as fn(&mut Process),
+            ),
+            ("gid", |p: &mut Process| p.user.gid = MAX_ID + 1),
+            ("additionalGids[1]", |p: &mut Process| {
+                p.user.additional_gids = vec![5, u32::MAX]
+            }),
+        ] {
+            let mut p = process(base.clone());
+            set(&mut p);
+            let e = ok(&p).err().expect("accepted");
+            assert_eq!(e.field, format!("process.user.{k}"));
+            assert!(e.reason.contains("out of range"), "{}", e.reason);
+        }
     }
 }
