@@ -197,6 +197,9 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         "process"
     };
     let attrs = Attrs::from_process(&process, field, filters, a.preserve_fds)?;
+    // Everything is read: the state directory's fd (a host directory) must not even be
+    // open in the process that joins the container.
+    drop(dir);
     let opts = ExecOpts {
         console_socket: a.console_socket.clone(),
         pid_file: a.pid_file.clone(),
