@@ -1,15 +1,18 @@
 //! The command line, flag for flag as runc has it. One file per subcommand.
 
-mod create;
+pub(crate) mod create;
 mod delete;
-mod exec;
+mod events;
+pub(crate) mod exec;
 mod kill;
 mod list;
 mod pause;
-mod run;
+mod ps;
+pub(crate) mod run;
 mod spec;
 mod start;
 mod state;
+mod update;
 
 use std::path::PathBuf;
 
@@ -84,6 +87,12 @@ pub enum Command {
     Pause(pause::Args),
     /// Resume a paused container
     Resume(pause::Args),
+    /// List the processes of a container
+    Ps(ps::Args),
+    /// Resource usage statistics of a container
+    Events(events::Args),
+    /// Change a container's resource limits
+    Update(update::Args),
     /// Create a new specification file
     Spec(spec::Args),
 }
@@ -153,6 +162,9 @@ pub fn main() -> i32 {
         Command::List(a) => list::run(g, a),
         Command::Pause(a) => pause::pause(g, a),
         Command::Resume(a) => pause::resume(g, a),
+        Command::Ps(a) => ps::run(g, a),
+        Command::Events(a) => events::run(g, a),
+        Command::Update(a) => update::run(g, a),
         Command::Spec(a) => spec::run(g, a),
     };
     match result {

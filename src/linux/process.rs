@@ -227,6 +227,7 @@ fn create_in_cgroup(
         systemd_cgroup: opts.systemd_cgroup,
         rootless: sys::geteuid() != 0,
         own_pidns: plan.ns.has_new(libc::CLONE_NEWPID),
+        backend: Default::default(),
     };
     dir.save(&record)?;
     dir.save_spec(spec)?;

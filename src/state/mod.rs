@@ -103,6 +103,9 @@ pub struct Record {
     /// Whether the init has its own pid namespace (then killing it kills all).
     #[serde(default)]
     pub own_pidns: bool,
+    /// Which engine runs the container (chosen at create); later commands route by it.
+    #[serde(default)]
+    pub backend: crate::gvisor::Backend,
 }
 
 /// The JSON `state` prints, field for field as runc.
@@ -414,6 +417,7 @@ mod tests {
             systemd_cgroup: false,
             rootless: false,
             own_pidns: true,
+            backend: Default::default(),
         };
         assert!(rec.alive());
         rec.pid_start += 1;
