@@ -39,7 +39,17 @@ pub(super) fn runsc_state(g: &Global, gv: &Gvisor, id: &str) -> Result<Option<Ru
         other => bail!("runsc state: unknown status {other:?}"),
     };
     let pid = raw["pid"].as_i64().unwrap_or(0) as i32;
+    // runsc probes its sandbox with kill(pid, 0), which a zombie passes: a sandbox that
+    // exited but is not reaped yet (this host's PID 1 reaps late) is stopped.
+    let status = match status {
+        Status::Created | Status::Running | Status::Paused if !alive(pid) => Status::Stopped,
+        s => s,
+    };
     Ok(Some(RunscState { status, pid, raw }))
+}
+
+fn alive(pid: i32) -> bool {
+    pid > 0 && crate::state::process_start_time(pid).is_some_and(|(st, _)| st != 'Z' && st != 'X')
 }
 
 /// Status and host pid (0 when stopped) for `list`; a container runsc does not know
