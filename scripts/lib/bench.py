@@ -9,6 +9,10 @@ runtimes (A B C A B C ...), on one busybox bundle running /bin/true:
   rss         peak RSS of the `create` process, via GNU time (see below)
   exec        foreground `exec` of /bin/true into one running container
   concurrent  N containers created concurrently, then started, waited, deleted
+  gvisor      create -> start -> wait -> delete through `moat-gvisor` and through
+              runsc called directly with the flags moat gives it, as pairs (the
+              order alternating per iteration); moat's overhead is the median of
+              the per-pair differences of create + start + delete
 
 Waiting for exit: the driver is a child subreaper (like conmon and the
 containerd shim), so the container init is re-parented to it once `create`
@@ -71,13 +75,15 @@ class Runtime:
         self.hide = spec.get("hide_cgroup2", False)
         self.mode = job.get("cgroup2_wrapper", "ns")
         self.root = os.path.join(job["workdir"], "roots", f"{idx}-{self.name}")
+        # Global flags after --root (runsc called directly gets moat's choices).
+        self.global_args = spec.get("global_args", [])
         os.makedirs(self.root, exist_ok=True)
         self.wrapper_shell = job["crun_hybrid"]
         self.errf = tempfile.TemporaryFile(dir=job["workdir"])
         self.failures = 0
 
     def cmd(self, *args):
-        return [self.path, "--root", self.root, *args]
+        return [self.path, "--root", self.root, *self.global_args, *args]
 
     def spawn(self, argv, **kw):
         """Popen argv with this runtime's wrapping; argv[0] is the program the
@@ -137,9 +143,31 @@ def reap_orphans():
             return
 
 
+def reap_all(timeout=10):
+    """Reap children until none is left (only called with no Popen in flight)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.0005)
+    raise Failure(f"children still running after {timeout}s")
+
+
 def read_pid(path):
     with open(path) as f:
         return int(f.read().strip())
+
+
+def quantile(vals, q):
+    """Linear-interpolated quantile of a non-empty list."""
+    v = sorted(vals)
+    k = (len(v) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
 class Bench:
@@ -153,6 +181,9 @@ class Bench:
         self.seq = 0
         self.exec_ids = {}
         self.rss_floor_kb = None
+        gv = job.get("gvisor")
+        # moat through its moat-gvisor alias, and runsc as moat calls it.
+        self.gvisor = [Runtime(100 + i, s, job) for i, s in enumerate(gv)] if gv else []
 
     def cid(self, rt, kind):
         self.seq += 1
@@ -293,6 +324,46 @@ class Bench:
         self.record(it, f"concurrent{n}_wait_ms", rt, t_wait / 1e6)
         self.record(it, f"concurrent{n}_delete_ms", rt, t_delete / 1e6)
 
+    def gvisor_cycle(self, rt, it):
+        """create -> start -> wait -> delete of /bin/true under gVisor; the sandbox
+        is re-parented to us (subreaper) once create returns."""
+        cid = self.cid(rt, "g")
+        pidf = os.path.join(self.work, f"{cid}.pid")
+        created = False
+        try:
+            t_create = rt.call("create", "--bundle", self.bundle, "--pid-file", pidf, cid)
+            created = True
+            pid = read_pid(pidf)
+            t_start = rt.call("start", cid)
+            t0 = time.perf_counter_ns()
+            wait_exit(pid)
+            # The gofer and ptrace stubs are ours too; runsc's delete waits until they
+            # are gone, which a zombie never is, so reap them as a shim or conmon does.
+            reap_all()
+            t_wait = time.perf_counter_ns() - t0
+            t_delete = rt.call("delete", cid)
+            created = False
+        finally:
+            if created:
+                rt.call("delete", "--force", cid, check=False)
+            if os.path.exists(pidf):
+                os.unlink(pidf)
+            reap_orphans()
+        for m, v in (("create", t_create), ("start", t_start), ("wait", t_wait),
+                     ("delete", t_delete), ("calls", t_create + t_start + t_delete),
+                     ("cycle", t_create + t_start + t_wait + t_delete)):
+            self.record(it, f"gvisor_{m}_ms", rt, v / 1e6)
+
+    def gvisor_pair(self, it):
+        """One interleaved pair; which of the two goes first alternates."""
+        pair = self.gvisor if it % 2 == 0 else self.gvisor[::-1]
+        for rt in pair:
+            try:
+                self.gvisor_cycle(rt, it)
+            except Failure as e:
+                rt.failures += 1
+                note(f"FAILED gvisor iteration {it}: {e}")
+
     # --- calibration ------------------------------------------------------------
     def wrapper(self, rt, it):
         """One sample of the wrapper's own cost: wrapped minus plain /bin/true."""
@@ -339,11 +410,16 @@ class Bench:
                     note(f"FAILED exec setup: {e}")
                     rt.failures += 1
         plan = [t for t in ("cycle", "run", "rss", "exec", "concurrent") if t in tests]
+        if "gvisor" in tests and self.gvisor:
+            plan.append("gvisor")
         if any(r.hide for r in self.runtimes):
             plan.append("wrapper")
         t_begin = time.monotonic()
         for it in range(-warm, iters):
             for test in plan:
+                if test == "gvisor":
+                    self.gvisor_pair(it)
+                    continue
                 for rt in self.runtimes:           # A B C, A B C, ...
                     if test == "exec" and rt.name not in self.exec_ids:
                         continue
@@ -392,6 +468,7 @@ class Bench:
             adj = v - k * wcost.get((wm, name), 0.0)
             self.adjusted.append((metric, name, it, v, adj))
             by.setdefault(metric, {}).setdefault(name, []).append(adj)
+        gvisor_by = {m: by.pop(m) for m in [m for m in by if m.startswith("gvisor_")]}
         names = [r.name for r in self.runtimes]
         ref = self.job["reference"] if self.job["reference"] in names else names[0]
         order = ["cycle_ms", "create_ms", "start_ms", "wait_ms", "delete_ms", "run_ms",
@@ -412,8 +489,9 @@ class Bench:
         others = [n for n in names if n != ref]
         head = ["metric"] + [f"{n} median [min–max]" for n in names] + [f"{n}/{ref}" for n in others]
         print()
-        print("| " + " | ".join(head) + " |")
-        print("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
+        if metrics:
+            print("| " + " | ".join(head) + " |")
+            print("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
         rows = []
         for m in metrics:
             cells = [m]
@@ -433,8 +511,9 @@ class Bench:
                                  f"{ratio:.4f}" if ratio != "" else "", ref])
         print()
         iters = self.job["iterations"]
-        print(f"{iters} iterations (+{self.job['warmup']} warm-up), interleaved; ms = wall time of the "
-              f"runtime call(s); ratio = median / median of {ref}.")
+        if metrics:
+            print(f"{iters} iterations (+{self.job['warmup']} warm-up), interleaved; ms = wall time of the "
+                  f"runtime call(s); ratio = median / median of {ref}.")
         if "create_rss_kb" in by:
             print(f"create_rss_kb = peak RSS of `create` under GNU time; its floor "
                   f"(time + /bin/true) is {self.rss_floor_kb:.0f} KB.")
@@ -446,7 +525,8 @@ class Bench:
                   f"({self.job.get('cgroup2_wrapper', 'ns')} wrapper); the wrapper's own cost on /bin/true "
                   f"(wrapper_ms, median {w:.2f} ms) is subtracted once per runtime call (cycle: 3); "
                   f"for concurrent phases, that of {conc} wrappers at once (wrapper{conc}_ms).")
-        for r in self.runtimes:
+        rows += self.report_gvisor(gvisor_by, fmt)
+        for r in self.runtimes + self.gvisor:
             if r.failures:
                 print(f"**{r.name}: {r.failures} failed measurement(s)** (see stderr)")
         if self.job.get("csv"):
@@ -459,6 +539,40 @@ class Bench:
                 w = csv.writer(f)
                 w.writerow(["metric", "runtime", "iteration", "value", "adjusted"])
                 w.writerows(self.adjusted)
+
+    def report_gvisor(self, by, fmt):
+        """moat-gvisor vs runsc: medians per phase and the paired overhead."""
+        if not by or len(self.gvisor) != 2:
+            return []
+        moat, runsc = (r.name for r in self.gvisor)
+        print()
+        print(f"| gVisor metric | {moat} median [min–max] | {runsc} median [min–max] | "
+              f"{moat} − {runsc}, paired: median [p10–p90] |")
+        print("|---|---:|---:|---:|")
+        rows = []
+        pairs_seen = 0
+        for m in ("gvisor_cycle_ms", "gvisor_calls_ms", "gvisor_create_ms", "gvisor_start_ms",
+                  "gvisor_wait_ms", "gvisor_delete_ms"):
+            a, b = by.get(m, {}).get(moat), by.get(m, {}).get(runsc)
+            if not a or not b:
+                continue
+            ita = {it: v for (mm, n, it, _, v) in self.adjusted if mm == m and n == moat}
+            itb = {it: v for (mm, n, it, _, v) in self.adjusted if mm == m and n == runsc}
+            diffs = [ita[i] - itb[i] for i in sorted(set(ita) & set(itb))]
+            pairs_seen = max(pairs_seen, len(diffs))
+            d = f"{fmt(statistics.median(diffs))} [{fmt(quantile(diffs, 0.1))}–{fmt(quantile(diffs, 0.9))}]"
+            print(f"| {m} | {fmt(statistics.median(a))} [{fmt(min(a))}–{fmt(max(a))}] | "
+                  f"{fmt(statistics.median(b))} [{fmt(min(b))}–{fmt(max(b))}] | {d} |")
+            for n, vals in ((moat, a), (runsc, b)):
+                rows.append([m, n, len(vals), f"{statistics.median(vals):.4f}", f"{min(vals):.4f}",
+                             f"{max(vals):.4f}", "", runsc])
+            rows.append([m, f"{moat}-minus-{runsc}", len(diffs), f"{statistics.median(diffs):.4f}",
+                         f"{min(diffs):.4f}", f"{max(diffs):.4f}", "", runsc])
+        print()
+        print(f"{pairs_seen} interleaved pairs (order alternating). gvisor_calls_ms = create + start + "
+              f"delete, the calls moat sits in front of; wait is the sandbox's own run time. "
+              f"{runsc} is called with the flags moat passes ({' '.join(self.gvisor[1].global_args)}).")
+        return rows
 
 
 def main():
@@ -474,9 +588,9 @@ def main():
         return 130
     finally:
         # Whatever is left in the runtime roots (interrupt, failure) goes.
-        for rt in bench.runtimes:
+        for rt in bench.runtimes + bench.gvisor:
             try:
-                p = rt.spawn(rt.cmd("list", "-q"), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                p = rt.spawn(rt.cmd("list", "--quiet"), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
                 out, _ = p.communicate(timeout=30)
                 for cid in out.decode().split():
                     rt.call("delete", "--force", cid, check=False)

@@ -264,9 +264,9 @@ pub fn kill(g: &Global, rec: &Record, gv: &Gvisor, all: bool, sig: i32) -> Resul
     }
 }
 
-/// `delete [--force]`: runsc deletes, then the state directory goes. A created container
-/// is deleted without `--force` (runc does, callers rely on it). A container runsc no
-/// longer knows is gone: with `--force` that is success.
+/// `delete [--force]`: runsc deletes, then the state directory goes. runsc deletes a
+/// created container without `--force`, as runc does. A container runsc no longer knows
+/// is gone: with `--force` that is success.
 pub fn delete(
     g: &Global,
     dir: ContainerDir,
@@ -274,14 +274,6 @@ pub fn delete(
     gv: &Gvisor,
     force: bool,
 ) -> Result<i32> {
-    let force = force
-        || matches!(
-            runsc_state(g, gv, &rec.id),
-            Ok(Some(RunscState {
-                status: Status::Created,
-                ..
-            }))
-        );
     let out = Runsc::quiet(gv, g, "delete")
         .flag("force", force)
         .args([&rec.id])
