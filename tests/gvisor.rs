@@ -429,3 +429,81 @@ fn alias_selects_gvisor_and_refuses_a_native_annotation() {
     assert!(rec.contains(r#""kind":"gvisor""#), "{rec}");
     e.ok(&["delete", "--force", &id]);
 }
+
+#[test]
+fn events_update_pause_and_ps() {
+    if !usable("events_update_pause_and_ps") {
+        return;
+    }
+    let mut e = Env::new("extra");
+    let id = e.id("c");
+    let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["sleep", "600"]);
+    // A cgroup of our own, so that update has something to write to.
+    let cgpath = format!("/{}/c", e.tag);
+    let cfg = bundle.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    spec["linux"]["cgroupsPath"] = Value::String(cgpath.clone());
+    std::fs::write(&cfg, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let _cg = CgroupGuard(format!("/{}", e.tag));
+    e.ok(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+
+    // runsc panics on events of a created container; moat answers with zeros.
+    let ev: Value = serde_json::from_str(&e.ok(&["events", "--stats", &id])).unwrap();
+    assert_eq!(ev["type"], "stats");
+    assert_eq!(ev["data"]["pids"]["current"], 0);
+
+    // runsc has no update: moat writes the sandbox's host cgroup.
+    e.ok(&["update", "--pids-limit", "77", &id]);
+    let pids_max = Path::new("/sys/fs/cgroup/pids").join(cgpath.trim_start_matches('/'));
+    if pids_max.is_dir() {
+        let v = std::fs::read_to_string(pids_max.join("pids.max")).unwrap();
+        assert_eq!(v.trim(), "77");
+    }
+
+    e.ok(&["start", &id]);
+    let ev: Value = serde_json::from_str(&e.ok(&["events", "--stats", &id])).unwrap();
+    assert!(ev["data"]["pids"]["current"].as_i64().unwrap() >= 1, "{ev}");
+    let ps: Value = serde_json::from_str(&e.ok(&["ps", "-f", "json", &id])).unwrap();
+    assert!(!ps.as_array().unwrap().is_empty(), "{ps}");
+
+    e.ok(&["pause", &id]);
+    assert_eq!(e.state(&id)["status"], "paused");
+    e.ok(&["resume", &id]);
+    assert_eq!(e.state(&id)["status"], "running");
+    e.ok(&["pause", &id]);
+    // runsc refuses to signal a paused container; SIGKILL must still end it.
+    e.ok(&["kill", &id, "KILL"]);
+    assert_eq!(e.wait_status(&id, "stopped")["status"], "stopped");
+    e.ok(&["delete", &id]);
+}
+
+/// Removes a cgroup (every hierarchy, leaves first) when dropped.
+struct CgroupGuard(String);
+
+impl Drop for CgroupGuard {
+    fn drop(&mut self) {
+        let rel = self.0.trim_start_matches('/');
+        let Ok(rd) = std::fs::read_dir("/sys/fs/cgroup") else {
+            return;
+        };
+        let mut roots: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        roots.push(PathBuf::from("/sys/fs/cgroup"));
+        for r in roots {
+            let dir = r.join(rel);
+            if dir.is_dir() {
+                remove_cgroup_tree(&dir);
+            }
+        }
+    }
+}
+
+fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.filter_map(|e| e.ok()) {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup_tree(&e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}

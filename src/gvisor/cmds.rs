@@ -257,10 +257,20 @@ pub fn kill(g: &Global, rec: &Record, gv: &Gvisor, all: bool, sig: i32) -> Resul
             }
             Ok(0)
         }
-        Status::Running | Status::Paused => Runsc::new(gv, g, "kill")
-            .flag("all", all)
-            .args([rec.id.clone(), sig.to_string()])
-            .wait(),
+        Status::Running | Status::Paused => {
+            // runsc refuses to signal a paused container; SIGKILL ends a paused runc
+            // container all the same, so resume it first for that one.
+            if st.status == Status::Paused && sig == libc::SIGKILL {
+                let code = Runsc::new(gv, g, "resume").args([&rec.id]).wait()?;
+                if code != 0 {
+                    return Ok(code);
+                }
+            }
+            Runsc::new(gv, g, "kill")
+                .flag("all", all)
+                .args([rec.id.clone(), sig.to_string()])
+                .wait()
+        }
     }
 }
 
@@ -316,6 +326,12 @@ pub fn exec(
     }
     if a.apparmor.is_some() {
         crate::log::warn("--apparmor ignored: gVisor does not apply AppArmor profiles");
+    }
+    if a.tty && a.console_socket.is_some() && !a.detach {
+        bail!(
+            "--tty --console-socket without --detach: runsc uses its own stdio as the terminal \
+             of a foreground exec; add --detach, or drop --console-socket"
+        );
     }
     if a.cgroup.is_some() {
         crate::log::warn("--cgroup ignored: a gVisor container has one host cgroup, its sandbox's");
