@@ -34,6 +34,7 @@ import csv
 import ctypes
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -77,13 +78,16 @@ class Runtime:
         self.root = os.path.join(job["workdir"], "roots", f"{idx}-{self.name}")
         # Global flags after --root (runsc called directly gets moat's choices).
         self.global_args = spec.get("global_args", [])
+        # A fresh --root per container, <root>/<id>/runsc, as moat gives runsc.
+        self.root_per_container = spec.get("root_per_container", False)
+        self.cur_root = None
         os.makedirs(self.root, exist_ok=True)
         self.wrapper_shell = job["crun_hybrid"]
         self.errf = tempfile.TemporaryFile(dir=job["workdir"])
         self.failures = 0
 
     def cmd(self, *args):
-        return [self.path, "--root", self.root, *self.global_args, *args]
+        return [self.path, "--root", self.cur_root or self.root, *self.global_args, *args]
 
     def spawn(self, argv, **kw):
         """Popen argv with this runtime's wrapping; argv[0] is the program the
@@ -330,6 +334,9 @@ class Bench:
         cid = self.cid(rt, "g")
         pidf = os.path.join(self.work, f"{cid}.pid")
         created = False
+        if rt.root_per_container:
+            rt.cur_root = os.path.join(rt.root, cid, "runsc")
+            os.makedirs(rt.cur_root)
         try:
             t_create = rt.call("create", "--bundle", self.bundle, "--pid-file", pidf, cid)
             created = True
@@ -349,15 +356,18 @@ class Bench:
             if os.path.exists(pidf):
                 os.unlink(pidf)
             reap_orphans()
+            if rt.cur_root:
+                shutil.rmtree(os.path.dirname(rt.cur_root), ignore_errors=True)
+                rt.cur_root = None
         for m, v in (("create", t_create), ("start", t_start), ("wait", t_wait),
                      ("delete", t_delete), ("calls", t_create + t_start + t_delete),
                      ("cycle", t_create + t_start + t_wait + t_delete)):
             self.record(it, f"gvisor_{m}_ms", rt, v / 1e6)
 
     def gvisor_pair(self, it):
-        """One interleaved pair; which of the two goes first alternates."""
-        pair = self.gvisor if it % 2 == 0 else self.gvisor[::-1]
-        for rt in pair:
+        """One interleaved round (moat, runsc, ...); the order rotates per iteration."""
+        k = it % len(self.gvisor)
+        for rt in self.gvisor[k:] + self.gvisor[:k]:
             try:
                 self.gvisor_cycle(rt, it)
             except Failure as e:
@@ -541,37 +551,47 @@ class Bench:
                 w.writerows(self.adjusted)
 
     def report_gvisor(self, by, fmt):
-        """moat-gvisor vs runsc: medians per phase and the paired overhead."""
-        if not by or len(self.gvisor) != 2:
+        """moat-gvisor vs each way of calling runsc directly: medians per phase and
+        moat's overhead as the median of per-round differences."""
+        if not by or len(self.gvisor) < 2:
             return []
-        moat, runsc = (r.name for r in self.gvisor)
+        moat = self.gvisor[0].name
+        refs = [r.name for r in self.gvisor[1:]]
+        names = [moat] + refs
         print()
-        print(f"| gVisor metric | {moat} median [min–max] | {runsc} median [min–max] | "
-              f"{moat} − {runsc}, paired: median [p10–p90] |")
-        print("|---|---:|---:|---:|")
+        print("| gVisor metric | " + " | ".join(f"{n} median [min–max]" for n in names) + " | "
+              + " | ".join(f"{moat} − {r}, paired: median [p10–p90]" for r in refs) + " |")
+        print("|---|" + "---:|" * (len(names) + len(refs)))
         rows = []
-        pairs_seen = 0
+        rounds = 0
         for m in ("gvisor_cycle_ms", "gvisor_calls_ms", "gvisor_create_ms", "gvisor_start_ms",
                   "gvisor_wait_ms", "gvisor_delete_ms"):
-            a, b = by.get(m, {}).get(moat), by.get(m, {}).get(runsc)
-            if not a or not b:
+            vals = {n: by.get(m, {}).get(n) for n in names}
+            if not all(vals.values()):
                 continue
-            ita = {it: v for (mm, n, it, _, v) in self.adjusted if mm == m and n == moat}
-            itb = {it: v for (mm, n, it, _, v) in self.adjusted if mm == m and n == runsc}
-            diffs = [ita[i] - itb[i] for i in sorted(set(ita) & set(itb))]
-            pairs_seen = max(pairs_seen, len(diffs))
-            d = f"{fmt(statistics.median(diffs))} [{fmt(quantile(diffs, 0.1))}–{fmt(quantile(diffs, 0.9))}]"
-            print(f"| {m} | {fmt(statistics.median(a))} [{fmt(min(a))}–{fmt(max(a))}] | "
-                  f"{fmt(statistics.median(b))} [{fmt(min(b))}–{fmt(max(b))}] | {d} |")
-            for n, vals in ((moat, a), (runsc, b)):
-                rows.append([m, n, len(vals), f"{statistics.median(vals):.4f}", f"{min(vals):.4f}",
-                             f"{max(vals):.4f}", "", runsc])
-            rows.append([m, f"{moat}-minus-{runsc}", len(diffs), f"{statistics.median(diffs):.4f}",
-                         f"{min(diffs):.4f}", f"{max(diffs):.4f}", "", runsc])
+            per_it = {n: {it: v for (mm, nn, it, _, v) in self.adjusted if mm == m and nn == n}
+                      for n in names}
+            cells = [f"{fmt(statistics.median(v))} [{fmt(min(v))}–{fmt(max(v))}]" for v in vals.values()]
+            for n, v in vals.items():
+                rows.append([m, n, len(v), f"{statistics.median(v):.4f}", f"{min(v):.4f}",
+                             f"{max(v):.4f}", "", refs[0]])
+            for r in refs:
+                common = sorted(set(per_it[moat]) & set(per_it[r]))
+                diffs = [per_it[moat][i] - per_it[r][i] for i in common]
+                rounds = max(rounds, len(diffs))
+                cells.append(f"{fmt(statistics.median(diffs))} [{fmt(quantile(diffs, 0.1))}–"
+                             f"{fmt(quantile(diffs, 0.9))}]")
+                rows.append([m, f"{moat}-minus-{r}", len(diffs), f"{statistics.median(diffs):.4f}",
+                             f"{quantile(diffs, 0.1):.4f}", f"{quantile(diffs, 0.9):.4f}", "", r])
+            print(f"| {m} | " + " | ".join(cells) + " |")
         print()
-        print(f"{pairs_seen} interleaved pairs (order alternating). gvisor_calls_ms = create + start + "
-              f"delete, the calls moat sits in front of; wait is the sandbox's own run time. "
-              f"{runsc} is called with the flags moat passes ({' '.join(self.gvisor[1].global_args)}).")
+        flags = " ".join(self.gvisor[1].global_args)
+        print(f"{rounds} interleaved rounds (order rotating). gvisor_calls_ms = create + start + delete, "
+              f"the calls moat sits in front of; wait is the sandbox's own run time. runsc is called "
+              f"with the flags moat passes ({flags}); runsc-own-root gets a fresh --root per "
+              f"container, <root>/<id>/runsc, as moat gives it, so {moat} − runsc-own-root is moat's "
+              f"own cost and runsc-own-root − runsc that of the per-container root. "
+              f"CSV rows for differences hold median, p10, p90.")
         return rows
 
 
