@@ -19,6 +19,7 @@
 
 mod cmds;
 pub mod config;
+mod exec;
 mod extra;
 mod runsc;
 pub mod select;
@@ -27,9 +28,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use cmds::{create, delete, exec, kill, pause, ps, resume, run, start, state, status};
+pub use cmds::{create, delete, kill, pause, ps, resume, run, start, state, status};
 // `features_json` and `wants_gvisor_features` are for `src/cli/features.rs` (being
 // written separately): `if wants_gvisor_features() { print features_json() }`.
+pub use exec::exec;
 pub use extra::{events, update, UpdateRequest};
 #[allow(unused_imports)]
 pub use extra::{features_json, wants_gvisor_features};
