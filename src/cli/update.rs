@@ -118,14 +118,23 @@ impl Args {
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
-    let resources = a.resources()?;
+    let mut resources = a.resources()?;
+    // As runc: update never rewrites device rules.
+    resources.devices.clear();
     let dir = ContainerDir::open(&g.state_root(), &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
         let req = crate::gvisor::UpdateRequest { resources };
         return crate::gvisor::update(g, &rec, gv, req);
     }
-    bail!("update is not implemented for native containers yet")
+    let Some(cg) = &rec.cgroup else {
+        bail!("container has no cgroup to update");
+    };
+    if rec.status(&dir) == crate::state::Status::Stopped {
+        bail!("container not running");
+    }
+    cg.apply(&resources)?;
+    Ok(0)
 }
 
 #[cfg(test)]

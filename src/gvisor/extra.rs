@@ -79,10 +79,8 @@ pub fn update(g: &Global, rec: &Record, gv: &Gvisor, req: UpdateRequest) -> Resu
     let text = std::fs::read_to_string(format!("/proc/{}/cgroup", st.pid))
         .with_context(|| format!("read /proc/{}/cgroup", st.pid))?;
     let cg = sandbox_cgroup(st.pid, &text, Layout::detect()?)?;
-    let mut res = req.resources;
-    // Device access is the sentry's business; the host rules stay as runsc set them.
-    res.devices.clear();
-    cg.apply(&res)?;
+    // Device rules are not updated (cleared by the CLI): the host's stay as runsc set them.
+    cg.apply(&req.resources)?;
     Ok(0)
 }
 
