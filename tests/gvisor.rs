@@ -214,6 +214,26 @@ fn lifecycle_under_gvisor() {
 
     e.ok(&["start", &id]);
     assert_eq!(e.state(&id)["status"], "running");
+    // A runsc failure: runc's status 1 (runsc exits 128), its message on stderr and as
+    // one JSON line in --log.
+    let log = e.dir.join("start-log.json");
+    let o = e.run(&[
+        "--log",
+        log.to_str().unwrap(),
+        "--log-format",
+        "json",
+        "start",
+        &id,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("in state running"), "{}", stderr(&o));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.ends_with("}\n") && logged.lines().count() == 1,
+        "{logged:?}"
+    );
+    let obj: Value = serde_json::from_str(logged.trim()).unwrap();
+    assert_eq!(obj["level"], "error");
 
     let out = e.ok(&["exec", &id, "sh", "-c", "echo exec-out"]);
     assert_eq!(out.trim(), "exec-out");

@@ -29,6 +29,8 @@ use crate::linux::{signal, sys};
 pub struct Runsc<'a> {
     gv: &'a Gvisor,
     argv: Vec<OsString>,
+    /// `--log` as passed to runsc.
+    log: Option<std::path::PathBuf>,
 }
 
 /// What a captured runsc call printed and how it ended.
@@ -52,6 +54,25 @@ impl Output {
 
     pub fn not_exist(&self) -> bool {
         self.code != 0 && self.stderr.contains("does not exist")
+    }
+}
+
+/// runsc writes its error object to `--log` without a newline; clients expect one object
+/// per line (containerd decodes a stream, but a later line must not run on).
+fn end_line(log: &std::path::Path) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(log)
+    else {
+        return;
+    };
+    let mut last = [0u8; 1];
+    let ends_open =
+        f.seek(SeekFrom::End(-1)).is_ok() && f.read_exact(&mut last).is_ok() && last[0] != b'\n';
+    if ends_open {
+        let _ = f.write_all(b"\n");
     }
 }
 
@@ -92,7 +113,11 @@ impl<'a> Runsc<'a> {
             argv.push("--debug".into());
         }
         argv.push(sub.into());
-        Runsc { gv, argv }
+        Runsc {
+            gv,
+            argv,
+            log: g.log.clone(),
+        }
     }
 
     /// As [`Runsc::new`] without `--log`: for calls whose errors moat reports itself
@@ -191,9 +216,15 @@ impl<'a> Runsc<'a> {
     /// for a runtime call: 0, or 1 for any failure (runsc's message is already on stderr
     /// and in `--log`).
     pub fn wait(self) -> Result<i32> {
+        let log = self.log.clone();
         Ok(match self.wait_raw()? {
             0 => 0,
-            _ => 1,
+            _ => {
+                if let Some(log) = log {
+                    end_line(&log);
+                }
+                1
+            }
         })
     }
 
