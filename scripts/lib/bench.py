@@ -80,6 +80,8 @@ class Runtime:
         self.global_args = spec.get("global_args", [])
         # A fresh --root per container, <root>/<id>/runsc, as moat gives runsc.
         self.root_per_container = spec.get("root_per_container", False)
+        # Extra environment (the no-op runsc variant points MOAT_CONFIG at /bin/true).
+        self.env = dict(os.environ, **spec["env"]) if spec.get("env") else None
         self.cur_root = None
         os.makedirs(self.root, exist_ok=True)
         self.wrapper_shell = job["crun_hybrid"]
@@ -94,6 +96,8 @@ class Runtime:
         wrapper finally execs (the runtime, GNU time, or /bin/true)."""
         kw.setdefault("stdin", subprocess.DEVNULL)
         kw.setdefault("stdout", subprocess.DEVNULL)
+        if self.env is not None:
+            kw.setdefault("env", self.env)
         if self.hide and self.mode == "ns":
             kw["preexec_fn"] = hide_cgroup2
         elif self.hide and self.mode == "shell":
@@ -188,6 +192,8 @@ class Bench:
         gv = job.get("gvisor")
         # moat through its moat-gvisor alias, and runsc as moat calls it.
         self.gvisor = [Runtime(100 + i, s, job) for i, s in enumerate(gv)] if gv else []
+        noop = job.get("gvisor_noop")
+        self.gvisor_noop_rt = Runtime(110, noop, job) if noop else None
 
     def cid(self, rt, kind):
         self.seq += 1
@@ -364,6 +370,34 @@ class Bench:
                      ("cycle", t_create + t_start + t_wait + t_delete)):
             self.record(it, f"gvisor_{m}_ms", rt, v / 1e6)
 
+    def gvisor_noop(self, it):
+        """moat's own cost per call: moat-gvisor create/start/delete with /bin/true as
+        runsc, each minus a plain /bin/true spawned right before or after it."""
+        rt = self.gvisor_noop_rt
+        cid = self.cid(rt, "n")
+
+        def true_ns():
+            t0 = time.perf_counter_ns()
+            subprocess.Popen(["/bin/true"], stdin=subprocess.DEVNULL).wait()
+            return time.perf_counter_ns() - t0
+
+        total = 0.0
+        try:
+            for sub in (("create", "--bundle", self.bundle, cid), ("start", cid), ("delete", cid)):
+                if it % 2:
+                    d = rt.call(*sub) - true_ns()
+                else:
+                    b = true_ns()
+                    d = rt.call(*sub) - b
+                self.record(it, f"gvisor_own_{sub[0]}_ms", rt, d / 1e6)
+                total += d
+        except Failure as e:
+            rt.failures += 1
+            note(f"FAILED gvisor no-op iteration {it}: {e}")
+            rt.call("delete", "--force", cid, check=False)
+            return
+        self.record(it, "gvisor_own_calls_ms", rt, total / 1e6)
+
     def gvisor_pair(self, it):
         """One interleaved round (moat, runsc, ...); the order rotates per iteration."""
         k = it % len(self.gvisor)
@@ -429,6 +463,8 @@ class Bench:
             for test in plan:
                 if test == "gvisor":
                     self.gvisor_pair(it)
+                    if self.gvisor_noop_rt:
+                        self.gvisor_noop(it)
                     continue
                 for rt in self.runtimes:           # A B C, A B C, ...
                     if test == "exec" and rt.name not in self.exec_ids:
@@ -536,7 +572,7 @@ class Bench:
                   f"(wrapper_ms, median {w:.2f} ms) is subtracted once per runtime call (cycle: 3); "
                   f"for concurrent phases, that of {conc} wrappers at once (wrapper{conc}_ms).")
         rows += self.report_gvisor(gvisor_by, fmt)
-        for r in self.runtimes + self.gvisor:
+        for r in self.runtimes + self.gvisor + [r for r in [self.gvisor_noop_rt] if r]:
             if r.failures:
                 print(f"**{r.name}: {r.failures} failed measurement(s)** (see stderr)")
         if self.job.get("csv"):
@@ -584,6 +620,21 @@ class Bench:
                 rows.append([m, f"{moat}-minus-{r}", len(diffs), f"{statistics.median(diffs):.4f}",
                              f"{quantile(diffs, 0.1):.4f}", f"{quantile(diffs, 0.9):.4f}", "", r])
             print(f"| {m} | " + " | ".join(cells) + " |")
+        own = self.gvisor_noop_rt.name if self.gvisor_noop_rt else None
+        if own and by.get("gvisor_own_calls_ms", {}).get(own):
+            parts = []
+            for m in ("gvisor_own_calls_ms", "gvisor_own_create_ms", "gvisor_own_start_ms",
+                      "gvisor_own_delete_ms"):
+                v = by.get(m, {}).get(own)
+                if not v:
+                    continue
+                parts.append(f"{m[len('gvisor_own_'):-3]} {fmt(statistics.median(v))} "
+                             f"[{fmt(quantile(v, 0.1))}–{fmt(quantile(v, 0.9))}]")
+                rows.append([m, own, len(v), f"{statistics.median(v):.4f}", f"{quantile(v, 0.1):.4f}",
+                             f"{quantile(v, 0.9):.4f}", "", "/bin/true"])
+            print()
+            print(f"moat's own cost, measured with /bin/true as runsc (each call minus a plain "
+                  f"/bin/true), ms median [p10–p90]: " + "; ".join(parts) + ".")
         print()
         flags = " ".join(self.gvisor[1].global_args)
         print(f"{rounds} interleaved rounds (order rotating). gvisor_calls_ms = create + start + delete, "
