@@ -170,9 +170,11 @@ def reap_runsc(timeout=10):
                 with open(f"/proc/{k}/stat") as f:
                     zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
                 with open(f"/proc/{k}/cmdline", "rb") as f:
-                    # A zombie's cmdline is empty: reap it on the next turn.
-                    if zombie or f.read().startswith(b"runsc"):
-                        left.append(k)
+                    cmdline = f.read()
+                # An exiting process's cmdline is empty before it turns zombie: wait for
+                # it, then reap it on a later turn.
+                if zombie or not cmdline or cmdline.startswith(b"runsc"):
+                    left.append(k)
             except OSError:
                 pass
         if not left:
