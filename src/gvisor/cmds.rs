@@ -122,19 +122,48 @@ fn discard(g: &Global, gv: &Gvisor, root: &Path, id: &str) {
     }
 }
 
+/// Where runsc writes the sandbox pid when the caller gave no `--pid-file`.
+const PID_FILE: &str = "sandbox.pid";
+
 /// `runsc create` for a prepared container; a failure leaves nothing behind, as runc.
 fn create_prepared(g: &Global, p: Prepared, a: &create_cli::Args) -> Result<i32> {
+    let pid_file = a.pid_file.clone().unwrap_or_else(|| p.dir.file(PID_FILE));
     let code = Runsc::new(&p.gv, g, "create")
         .opt("bundle", &p.shadow)
         .opt_some("console-socket", a.console_socket.as_ref())
-        .opt_some("pid-file", a.pid_file.as_ref())
+        .opt("pid-file", &pid_file)
         .args([&a.id])
         .wait()?;
-    drop(p.dir);
     if code != 0 {
+        drop(p.dir);
         discard(g, &p.gv, &g.state_root(), &a.id);
+        return Ok(code);
     }
-    Ok(code)
+    remember_sandbox(&p.dir, &pid_file);
+    Ok(0)
+}
+
+/// Records the sandbox's pid, start time and host cgroup while it is alive: once it has
+/// exited, `/proc/<pid>/cgroup` no longer says where it was, and a runsc delete that
+/// gives up on an unreaped sandbox leaves that cgroup behind. Best effort.
+fn remember_sandbox(dir: &ContainerDir, pid_file: &Path) {
+    let Some(pid) = std::fs::read_to_string(pid_file)
+        .ok()
+        .and_then(|t| t.trim().parse::<i32>().ok())
+    else {
+        return;
+    };
+    let Ok(mut rec) = dir.load() else { return };
+    let Some((_, start)) = crate::state::process_start_time(pid) else {
+        return;
+    };
+    rec.pid = pid;
+    rec.pid_start = start;
+    rec.cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .ok()
+        .zip(crate::linux::cgroups::Layout::detect().ok())
+        .and_then(|(text, layout)| super::extra::sandbox_cgroup(pid, &text, layout).ok());
+    let _ = dir.save(&rec);
 }
 
 pub fn create(g: &Global, a: &create_cli::Args, sel: Selection) -> Result<i32> {
@@ -296,8 +325,13 @@ pub fn delete(
         bail!("container does not exist");
     }
     // runsc gives up waiting for a sandbox nobody has reaped yet, after removing its
-    // state: the container is gone all the same.
+    // state but not its cgroup: the container is gone all the same.
     if matches!(runsc_state(g, gv, &rec.id), Ok(None)) {
+        if let Some(cg) = &rec.cgroup {
+            if let Err(e) = cg.remove() {
+                crate::log::warn(&format!("remove the sandbox's cgroup: {e}"));
+            }
+        }
         dir.remove()?;
         return Ok(0);
     }

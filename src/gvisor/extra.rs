@@ -24,7 +24,7 @@ pub struct UpdateRequest {
 /// The sandbox's host cgroup, read from `/proc/<pid>/cgroup`: the hierarchies in which
 /// it is below the root (runsc places it at `linux.cgroupsPath`; hierarchies where it
 /// stayed at `/` are never written).
-fn sandbox_cgroup(pid: i32, proc_cgroup: &str, layout: Layout) -> Result<Cgroup> {
+pub(super) fn sandbox_cgroup(pid: i32, proc_cgroup: &str, layout: Layout) -> Result<Cgroup> {
     let mut path: Option<String> = None;
     let mut hierarchies = Vec::new();
     for h in layout.hierarchies {

@@ -12,6 +12,7 @@
 //! |---|---|
 //! | `runsc/` | runsc's `--root` for this container (its state and lock files) |
 //! | `bundle/config.json` | the shadow bundle runsc reads: the caller's spec, `root.path` absolute; the rootfs stays where it is |
+//! | `sandbox.pid` | runsc's `--pid-file` when the caller gave none; the sandbox's pid, start time and host cgroup are copied into the record after create |
 //! | `exec-<pid>.json` | process.json written for `exec -t` in argv form or `--tty` with a process file lacking `terminal` |
 //!
 //! What runsc is given and how it is run: [`runsc`]. How runsc 20221219 differs from runc
