@@ -2,6 +2,7 @@
 #![deny(unsafe_code)]
 
 mod cli;
+mod gvisor;
 mod linux;
 mod log;
 mod policy;

@@ -9,6 +9,10 @@ runtimes (A B C A B C ...), on one busybox bundle running /bin/true:
   rss         peak RSS of the `create` process, via GNU time (see below)
   exec        foreground `exec` of /bin/true into one running container
   concurrent  N containers created concurrently, then started, waited, deleted
+  gvisor      create -> start -> wait -> delete through `moat-gvisor` and through
+              runsc called directly with the flags moat gives it, as pairs (the
+              order alternating per iteration); moat's overhead is the median of
+              the per-pair differences of create + start + delete
 
 Waiting for exit: the driver is a child subreaper (like conmon and the
 containerd shim), so the container init is re-parented to it once `create`
@@ -30,6 +34,7 @@ import csv
 import ctypes
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -71,19 +76,28 @@ class Runtime:
         self.hide = spec.get("hide_cgroup2", False)
         self.mode = job.get("cgroup2_wrapper", "ns")
         self.root = os.path.join(job["workdir"], "roots", f"{idx}-{self.name}")
+        # Global flags after --root (runsc called directly gets moat's choices).
+        self.global_args = spec.get("global_args", [])
+        # A fresh --root per container, <root>/<id>/runsc, as moat gives runsc.
+        self.root_per_container = spec.get("root_per_container", False)
+        # Extra environment (the no-op runsc variant points MOAT_CONFIG at /bin/true).
+        self.env = dict(os.environ, **spec["env"]) if spec.get("env") else None
+        self.cur_root = None
         os.makedirs(self.root, exist_ok=True)
         self.wrapper_shell = job["crun_hybrid"]
         self.errf = tempfile.TemporaryFile(dir=job["workdir"])
         self.failures = 0
 
     def cmd(self, *args):
-        return [self.path, "--root", self.root, *args]
+        return [self.path, "--root", self.cur_root or self.root, *self.global_args, *args]
 
     def spawn(self, argv, **kw):
         """Popen argv with this runtime's wrapping; argv[0] is the program the
         wrapper finally execs (the runtime, GNU time, or /bin/true)."""
         kw.setdefault("stdin", subprocess.DEVNULL)
         kw.setdefault("stdout", subprocess.DEVNULL)
+        if self.env is not None:
+            kw.setdefault("env", self.env)
         if self.hide and self.mode == "ns":
             kw["preexec_fn"] = hide_cgroup2
         elif self.hide and self.mode == "shell":
@@ -137,9 +151,51 @@ def reap_orphans():
             return
 
 
+def reap_runsc(timeout=10):
+    """Reap our runsc children (gofer, ptrace stubs) once they exit, as a shim or
+    conmon does at once: runsc's delete waits until they are gone, which a zombie
+    never is. Other children (the exec test's containers) are left alone."""
+    me = os.getpid()
+    deadline = time.monotonic() + timeout
+    while True:
+        reap_orphans()
+        try:
+            with open(f"/proc/{me}/task/{me}/children") as f:
+                kids = f.read().split()
+        except OSError:
+            return
+        left = []
+        for k in kids:
+            try:
+                with open(f"/proc/{k}/stat") as f:
+                    zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+                with open(f"/proc/{k}/cmdline", "rb") as f:
+                    cmdline = f.read()
+                # An exiting process's cmdline is empty before it turns zombie: wait for
+                # it, then reap it on a later turn.
+                if zombie or not cmdline or cmdline.startswith(b"runsc"):
+                    left.append(k)
+            except OSError:
+                pass
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise Failure(f"runsc processes {left} still running after {timeout}s")
+        time.sleep(0.0005)
+
+
 def read_pid(path):
     with open(path) as f:
         return int(f.read().strip())
+
+
+def quantile(vals, q):
+    """Linear-interpolated quantile of a non-empty list."""
+    v = sorted(vals)
+    k = (len(v) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
 class Bench:
@@ -153,6 +209,11 @@ class Bench:
         self.seq = 0
         self.exec_ids = {}
         self.rss_floor_kb = None
+        gv = job.get("gvisor")
+        # moat through its moat-gvisor alias, and runsc as moat calls it.
+        self.gvisor = [Runtime(100 + i, s, job) for i, s in enumerate(gv)] if gv else []
+        noop = job.get("gvisor_noop")
+        self.gvisor_noop_rt = Runtime(110, noop, job) if noop else None
 
     def cid(self, rt, kind):
         self.seq += 1
@@ -293,6 +354,80 @@ class Bench:
         self.record(it, f"concurrent{n}_wait_ms", rt, t_wait / 1e6)
         self.record(it, f"concurrent{n}_delete_ms", rt, t_delete / 1e6)
 
+    def gvisor_cycle(self, rt, it):
+        """create -> start -> wait -> delete of /bin/true under gVisor; the sandbox
+        is re-parented to us (subreaper) once create returns."""
+        cid = self.cid(rt, "g")
+        pidf = os.path.join(self.work, f"{cid}.pid")
+        created = False
+        if rt.root_per_container:
+            rt.cur_root = os.path.join(rt.root, cid, "runsc")
+            os.makedirs(rt.cur_root)
+        try:
+            t_create = rt.call("create", "--bundle", self.bundle, "--pid-file", pidf, cid)
+            created = True
+            pid = read_pid(pidf)
+            t_start = rt.call("start", cid)
+            t0 = time.perf_counter_ns()
+            wait_exit(pid)
+            # The gofer and ptrace stubs are ours too; runsc's delete waits until they
+            # are gone, which a zombie never is, so reap them as a shim or conmon does.
+            reap_runsc()
+            t_wait = time.perf_counter_ns() - t0
+            t_delete = rt.call("delete", cid)
+            created = False
+        finally:
+            if created:
+                rt.call("delete", "--force", cid, check=False)
+            if os.path.exists(pidf):
+                os.unlink(pidf)
+            reap_orphans()
+            if rt.cur_root:
+                shutil.rmtree(os.path.dirname(rt.cur_root), ignore_errors=True)
+                rt.cur_root = None
+        for m, v in (("create", t_create), ("start", t_start), ("wait", t_wait),
+                     ("delete", t_delete), ("calls", t_create + t_start + t_delete),
+                     ("cycle", t_create + t_start + t_wait + t_delete)):
+            self.record(it, f"gvisor_{m}_ms", rt, v / 1e6)
+
+    def gvisor_noop(self, it):
+        """moat's own cost per call: moat-gvisor create/start/delete with /bin/true as
+        runsc, each minus a plain /bin/true spawned right before or after it."""
+        rt = self.gvisor_noop_rt
+        cid = self.cid(rt, "n")
+
+        def true_ns():
+            t0 = time.perf_counter_ns()
+            subprocess.Popen(["/bin/true"], stdin=subprocess.DEVNULL).wait()
+            return time.perf_counter_ns() - t0
+
+        total = 0.0
+        try:
+            for sub in (("create", "--bundle", self.bundle, cid), ("start", cid), ("delete", cid)):
+                if it % 2:
+                    d = rt.call(*sub) - true_ns()
+                else:
+                    b = true_ns()
+                    d = rt.call(*sub) - b
+                self.record(it, f"gvisor_own_{sub[0]}_ms", rt, d / 1e6)
+                total += d
+        except Failure as e:
+            rt.failures += 1
+            note(f"FAILED gvisor no-op iteration {it}: {e}")
+            rt.call("delete", "--force", cid, check=False)
+            return
+        self.record(it, "gvisor_own_calls_ms", rt, total / 1e6)
+
+    def gvisor_pair(self, it):
+        """One interleaved round (moat, runsc, ...); the order rotates per iteration."""
+        k = it % len(self.gvisor)
+        for rt in self.gvisor[k:] + self.gvisor[:k]:
+            try:
+                self.gvisor_cycle(rt, it)
+            except Failure as e:
+                rt.failures += 1
+                note(f"FAILED gvisor iteration {it}: {e}")
+
     # --- calibration ------------------------------------------------------------
     def wrapper(self, rt, it):
         """One sample of the wrapper's own cost: wrapped minus plain /bin/true."""
@@ -339,11 +474,18 @@ class Bench:
                     note(f"FAILED exec setup: {e}")
                     rt.failures += 1
         plan = [t for t in ("cycle", "run", "rss", "exec", "concurrent") if t in tests]
+        if "gvisor" in tests and self.gvisor:
+            plan.append("gvisor")
         if any(r.hide for r in self.runtimes):
             plan.append("wrapper")
         t_begin = time.monotonic()
         for it in range(-warm, iters):
             for test in plan:
+                if test == "gvisor":
+                    self.gvisor_pair(it)
+                    if self.gvisor_noop_rt:
+                        self.gvisor_noop(it)
+                    continue
                 for rt in self.runtimes:           # A B C, A B C, ...
                     if test == "exec" and rt.name not in self.exec_ids:
                         continue
@@ -392,6 +534,7 @@ class Bench:
             adj = v - k * wcost.get((wm, name), 0.0)
             self.adjusted.append((metric, name, it, v, adj))
             by.setdefault(metric, {}).setdefault(name, []).append(adj)
+        gvisor_by = {m: by.pop(m) for m in [m for m in by if m.startswith("gvisor_")]}
         names = [r.name for r in self.runtimes]
         ref = self.job["reference"] if self.job["reference"] in names else names[0]
         order = ["cycle_ms", "create_ms", "start_ms", "wait_ms", "delete_ms", "run_ms",
@@ -412,8 +555,9 @@ class Bench:
         others = [n for n in names if n != ref]
         head = ["metric"] + [f"{n} median [min–max]" for n in names] + [f"{n}/{ref}" for n in others]
         print()
-        print("| " + " | ".join(head) + " |")
-        print("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
+        if metrics:
+            print("| " + " | ".join(head) + " |")
+            print("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
         rows = []
         for m in metrics:
             cells = [m]
@@ -433,8 +577,9 @@ class Bench:
                                  f"{ratio:.4f}" if ratio != "" else "", ref])
         print()
         iters = self.job["iterations"]
-        print(f"{iters} iterations (+{self.job['warmup']} warm-up), interleaved; ms = wall time of the "
-              f"runtime call(s); ratio = median / median of {ref}.")
+        if metrics:
+            print(f"{iters} iterations (+{self.job['warmup']} warm-up), interleaved; ms = wall time of the "
+                  f"runtime call(s); ratio = median / median of {ref}.")
         if "create_rss_kb" in by:
             print(f"create_rss_kb = peak RSS of `create` under GNU time; its floor "
                   f"(time + /bin/true) is {self.rss_floor_kb:.0f} KB.")
@@ -446,7 +591,8 @@ class Bench:
                   f"({self.job.get('cgroup2_wrapper', 'ns')} wrapper); the wrapper's own cost on /bin/true "
                   f"(wrapper_ms, median {w:.2f} ms) is subtracted once per runtime call (cycle: 3); "
                   f"for concurrent phases, that of {conc} wrappers at once (wrapper{conc}_ms).")
-        for r in self.runtimes:
+        rows += self.report_gvisor(gvisor_by, fmt)
+        for r in self.runtimes + self.gvisor + [r for r in [self.gvisor_noop_rt] if r]:
             if r.failures:
                 print(f"**{r.name}: {r.failures} failed measurement(s)** (see stderr)")
         if self.job.get("csv"):
@@ -459,6 +605,65 @@ class Bench:
                 w = csv.writer(f)
                 w.writerow(["metric", "runtime", "iteration", "value", "adjusted"])
                 w.writerows(self.adjusted)
+
+    def report_gvisor(self, by, fmt):
+        """moat-gvisor vs each way of calling runsc directly: medians per phase and
+        moat's overhead as the median of per-round differences."""
+        if not by or len(self.gvisor) < 2:
+            return []
+        moat = self.gvisor[0].name
+        refs = [r.name for r in self.gvisor[1:]]
+        names = [moat] + refs
+        print()
+        print("| gVisor metric | " + " | ".join(f"{n} median [min–max]" for n in names) + " | "
+              + " | ".join(f"{moat} − {r}, paired: median [p10–p90]" for r in refs) + " |")
+        print("|---|" + "---:|" * (len(names) + len(refs)))
+        rows = []
+        rounds = 0
+        for m in ("gvisor_cycle_ms", "gvisor_calls_ms", "gvisor_create_ms", "gvisor_start_ms",
+                  "gvisor_wait_ms", "gvisor_delete_ms"):
+            vals = {n: by.get(m, {}).get(n) for n in names}
+            if not all(vals.values()):
+                continue
+            per_it = {n: {it: v for (mm, nn, it, _, v) in self.adjusted if mm == m and nn == n}
+                      for n in names}
+            cells = [f"{fmt(statistics.median(v))} [{fmt(min(v))}–{fmt(max(v))}]" for v in vals.values()]
+            for n, v in vals.items():
+                rows.append([m, n, len(v), f"{statistics.median(v):.4f}", f"{min(v):.4f}",
+                             f"{max(v):.4f}", "", refs[0]])
+            for r in refs:
+                common = sorted(set(per_it[moat]) & set(per_it[r]))
+                diffs = [per_it[moat][i] - per_it[r][i] for i in common]
+                rounds = max(rounds, len(diffs))
+                cells.append(f"{fmt(statistics.median(diffs))} [{fmt(quantile(diffs, 0.1))}–"
+                             f"{fmt(quantile(diffs, 0.9))}]")
+                rows.append([m, f"{moat}-minus-{r}", len(diffs), f"{statistics.median(diffs):.4f}",
+                             f"{quantile(diffs, 0.1):.4f}", f"{quantile(diffs, 0.9):.4f}", "", r])
+            print(f"| {m} | " + " | ".join(cells) + " |")
+        own = self.gvisor_noop_rt.name if self.gvisor_noop_rt else None
+        if own and by.get("gvisor_own_calls_ms", {}).get(own):
+            parts = []
+            for m in ("gvisor_own_calls_ms", "gvisor_own_create_ms", "gvisor_own_start_ms",
+                      "gvisor_own_delete_ms"):
+                v = by.get(m, {}).get(own)
+                if not v:
+                    continue
+                parts.append(f"{m[len('gvisor_own_'):-3]} {fmt(statistics.median(v))} "
+                             f"[{fmt(quantile(v, 0.1))}–{fmt(quantile(v, 0.9))}]")
+                rows.append([m, own, len(v), f"{statistics.median(v):.4f}", f"{quantile(v, 0.1):.4f}",
+                             f"{quantile(v, 0.9):.4f}", "", "/bin/true"])
+            print()
+            print(f"moat's own cost, measured with /bin/true as runsc (each call minus a plain "
+                  f"/bin/true), ms median [p10–p90]: " + "; ".join(parts) + ".")
+        print()
+        flags = " ".join(self.gvisor[1].global_args)
+        print(f"{rounds} interleaved rounds (order rotating). gvisor_calls_ms = create + start + delete, "
+              f"the calls moat sits in front of; wait is the sandbox's own run time. runsc is called "
+              f"with the flags moat passes ({flags}); runsc-own-root gets a fresh --root per "
+              f"container, <root>/<id>/runsc, as moat gives it, so {moat} − runsc-own-root is moat's "
+              f"own cost and runsc-own-root − runsc that of the per-container root. "
+              f"CSV rows for differences hold median, p10, p90.")
+        return rows
 
 
 def main():
@@ -474,9 +679,9 @@ def main():
         return 130
     finally:
         # Whatever is left in the runtime roots (interrupt, failure) goes.
-        for rt in bench.runtimes:
+        for rt in bench.runtimes + bench.gvisor:
             try:
-                p = rt.spawn(rt.cmd("list", "-q"), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                p = rt.spawn(rt.cmd("list", "--quiet"), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
                 out, _ = p.communicate(timeout=30)
                 for cid in out.decode().split():
                     rt.call("delete", "--force", cid, check=False)

@@ -112,6 +112,9 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
+    if let Some(sel) = crate::gvisor::select(&a.bundle)? {
+        return crate::gvisor::create(g, &a, sel);
+    }
     create(g, &a, false)?;
     Ok(0)
 }

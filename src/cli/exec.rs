@@ -70,7 +70,7 @@ pub struct Args {
 
 /// `uid[:gid]`, numbers only: a name would be resolved with the host's passwd, and a
 /// lenient parser is how users end up as someone else (crun CVE-2026-30892).
-fn parse_user(s: &str) -> Result<(u32, Option<u32>)> {
+pub(crate) fn parse_user(s: &str) -> Result<(u32, Option<u32>)> {
     let (u, g) = match s.split_once(':') {
         Some((u, g)) => (u, Some(g)),
         None => (s, None),
@@ -158,9 +158,12 @@ fn build_process(a: &Args, spec_process: &Process, bounding: Option<u64>) -> Res
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
-    super::before_fork(a.preserve_fds)?;
     let dir = ContainerDir::open_read(&g.state_root(), &a.id)?;
     let rec = dir.load()?;
+    if let Some(gv) = rec.backend.gvisor() {
+        return crate::gvisor::exec(g, &dir, &rec, gv, &a);
+    }
+    super::before_fork(a.preserve_fds)?;
     match rec.status(&dir) {
         Status::Stopped => bail!("cannot exec in a stopped container"),
         Status::Paused if !a.ignore_paused => {

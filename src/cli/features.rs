@@ -151,6 +151,14 @@ pub fn features() -> Features {
 }
 
 pub fn run(_g: &Global, _a: Args) -> Result<i32> {
+    // Invoked as moat-gvisor (or MOAT_RUNTIME=gvisor): what the gVisor path honours.
+    if crate::gvisor::wants_gvisor_features() {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&crate::gvisor::features_json())?
+        );
+        return Ok(0);
+    }
     println!("{}", serde_json::to_string_pretty(&features())?);
     Ok(0)
 }

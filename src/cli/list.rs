@@ -26,8 +26,17 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         let Ok(dir) = ContainerDir::open_read(&root, &id) else {
             continue;
         };
-        let Ok(rec) = dir.load() else { continue };
-        let status = rec.status(&dir);
+        let Ok(mut rec) = dir.load() else { continue };
+        let status = match rec.backend.gvisor().cloned() {
+            Some(gv) => {
+                let Ok((status, pid)) = crate::gvisor::status(g, &rec, &gv) else {
+                    continue;
+                };
+                rec.pid = pid;
+                status
+            }
+            None => rec.status(&dir),
+        };
         rows.push((rec, status));
     }
     let mut out = std::io::stdout().lock();

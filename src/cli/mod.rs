@@ -1,17 +1,17 @@
 //! The command line, flag for flag as runc has it. One file per subcommand.
 
 mod check;
-mod create;
+pub(crate) mod create;
 mod delete;
 mod events;
-mod exec;
+pub(crate) mod exec;
 mod features;
 mod kill;
 mod list;
 mod pause;
 mod policy;
 mod ps;
-mod run;
+pub(crate) mod run;
 mod spec;
 mod start;
 mod state;

@@ -13,6 +13,9 @@ pub struct Args {
 pub fn pause(g: &Global, a: Args) -> Result<i32> {
     let dir = ContainerDir::open(&g.state_root(), &a.id)?;
     let rec = dir.load()?;
+    if let Some(gv) = rec.backend.gvisor() {
+        return crate::gvisor::pause(g, &rec, gv);
+    }
     match rec.status(&dir) {
         Status::Running => {}
         Status::Paused => bail!("container already paused"),
@@ -29,6 +32,9 @@ pub fn pause(g: &Global, a: Args) -> Result<i32> {
 pub fn resume(g: &Global, a: Args) -> Result<i32> {
     let dir = ContainerDir::open(&g.state_root(), &a.id)?;
     let rec = dir.load()?;
+    if let Some(gv) = rec.backend.gvisor() {
+        return crate::gvisor::resume(g, &rec, gv);
+    }
     if rec.status(&dir) != Status::Paused {
         bail!("container not paused");
     }

@@ -23,6 +23,9 @@ pub struct Args {
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
+    if let Some(sel) = crate::gvisor::select(&a.create.bundle)? {
+        return crate::gvisor::run(g, &a, sel);
+    }
     // Block forwarded signals before the container exists, so none is lost; the init
     // resets its mask before exec.
     let set = signal::forwarded_set();

@@ -90,6 +90,12 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     normalize(&mut res);
     let dir = ContainerDir::open(&g.state_root(), &a.id)?;
     let rec = dir.load()?;
+    if let Some(gv) = rec.backend.gvisor() {
+        // As runc: update never rewrites device rules.
+        res.devices.clear();
+        let req = crate::gvisor::UpdateRequest { resources: res };
+        return crate::gvisor::update(g, &rec, gv, req);
+    }
     if rec.status(&dir) == Status::Stopped {
         bail!("container not running");
     }

@@ -256,6 +256,7 @@ fn create_in_cgroup(
         own_pidns: plan.ns.has_new(libc::CLONE_NEWPID),
         policy: opts.policy.to_string(),
         notify_socket: opts.notify_socket.clone(),
+        backend: Default::default(),
     };
     dir.save(&record)?;
     dir.save_spec(spec)?;

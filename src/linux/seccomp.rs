@@ -408,9 +408,6 @@ fn export(ctx: &ScmpFilterContext) -> Result<Vec<libc::sock_filter>, SeccompErro
         .collect())
 }
 
-/// Installs the filter in the calling thread; returns the listener fd when the filter has
-/// `SCMP_ACT_NOTIFY` rules.
-#[allow(dead_code)] // used by the container init once it is wired
 /// moat's deny floor (`seccomp-profiles/floor.json`), compiled.
 pub fn floor(cache: Option<&Path>) -> Result<Filter, SeccompError> {
     let s: spec::Seccomp =
@@ -507,6 +504,8 @@ impl Filter {
     }
 }
 
+/// Installs the filter in the calling thread; returns the listener fd when the filter has
+/// `SCMP_ACT_NOTIFY` rules.
 pub fn install(filter: &Filter) -> std::io::Result<Option<OwnedFd>> {
     crate::linux::sys::seccomp_set_filter(filter.flags, &filter.prog)
 }

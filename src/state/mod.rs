@@ -118,6 +118,9 @@ pub struct Record {
     /// The caller's `NOTIFY_SOCKET` at create, relayed to by `start`.
     #[serde(default)]
     pub notify_socket: Option<String>,
+    /// Which engine runs the container (chosen at create); later commands route by it.
+    #[serde(default)]
+    pub backend: crate::gvisor::Backend,
 }
 
 /// Records written before the policy existed ran the spec as written.
@@ -436,6 +439,7 @@ mod tests {
             own_pidns: true,
             policy: "open".into(),
             notify_socket: None,
+            backend: Default::default(),
         };
         assert!(rec.alive());
         rec.pid_start += 1;

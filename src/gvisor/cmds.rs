@@ -1,0 +1,388 @@
+//! The lifecycle commands for a gVisor container, each reached from one early branch in
+//! `src/cli/<cmd>.rs`. Flags arrive parsed by moat's runc-compatible CLI (short forms
+//! included) and leave as runsc's long `--name=value` forms, before the id.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use super::runsc::Runsc;
+use super::select::{self, Prepared, Selection};
+use super::Gvisor;
+use crate::cli::{create as create_cli, run as run_cli, Global};
+use crate::linux::sys;
+use crate::state::{ContainerDir, Record, Status};
+
+/// What `runsc state` says, or `None` when runsc does not know the container.
+pub(super) struct RunscState {
+    pub status: Status,
+    pub pid: i32,
+    pub raw: Value,
+}
+
+pub(super) fn runsc_state(g: &Global, gv: &Gvisor, id: &str) -> Result<Option<RunscState>> {
+    let out = Runsc::quiet(gv, g, "state").args([id]).output()?;
+    if out.not_exist() {
+        return Ok(None);
+    }
+    if out.code != 0 {
+        bail!("{}", out.error());
+    }
+    let raw: Value = serde_json::from_slice(&out.stdout).context("runsc state: invalid JSON")?;
+    let status = match raw["status"].as_str().unwrap_or("") {
+        "creating" => Status::Creating,
+        "created" => Status::Created,
+        "running" => Status::Running,
+        "paused" => Status::Paused,
+        "stopped" => Status::Stopped,
+        other => bail!("runsc state: unknown status {other:?}"),
+    };
+    let pid = raw["pid"].as_i64().unwrap_or(0) as i32;
+    // runsc probes its sandbox with kill(pid, 0), which a zombie passes: a sandbox that
+    // exited but is not reaped yet (this host's PID 1 reaps late) is stopped.
+    let status = match status {
+        Status::Created | Status::Running | Status::Paused if !alive(pid) => Status::Stopped,
+        s => s,
+    };
+    Ok(Some(RunscState { status, pid, raw }))
+}
+
+fn alive(pid: i32) -> bool {
+    pid > 0 && crate::state::process_start_time(pid).is_some_and(|(st, _)| st != 'Z' && st != 'X')
+}
+
+/// Status and host pid (0 when stopped) for `list`; a container runsc does not know
+/// (a create that failed half-way) shows as stopped.
+pub fn status(g: &Global, rec: &Record, gv: &Gvisor) -> Result<(Status, i32)> {
+    Ok(match runsc_state(g, gv, &rec.id)? {
+        Some(s) if s.status != Status::Stopped => (s.status, s.pid.max(0)),
+        _ => (Status::Stopped, 0),
+    })
+}
+
+/// runc's state JSON, field for field.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OciState<'a> {
+    oci_version: &'a str,
+    id: &'a str,
+    pid: i32,
+    status: &'static str,
+    bundle: &'a Path,
+    rootfs: &'a Path,
+    created: &'a str,
+    owner: &'a str,
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    annotations: &'a std::collections::BTreeMap<String, String>,
+}
+
+/// runsc's state completed to runc's: the caller's bundle (not the shadow), `rootfs`,
+/// `created`, `owner`, `annotations`, and pid 0 instead of -1 when stopped.
+fn complete_state<'a>(rec: &'a Record, st: &'a RunscState) -> OciState<'a> {
+    OciState {
+        oci_version: st.raw["ociVersion"]
+            .as_str()
+            .unwrap_or(crate::spec::OCI_VERSION),
+        id: &rec.id,
+        pid: if st.status == Status::Stopped {
+            0
+        } else {
+            st.pid.max(0)
+        },
+        status: st.status.as_str(),
+        bundle: &rec.bundle,
+        rootfs: &rec.rootfs,
+        created: &rec.created,
+        owner: &rec.owner,
+        annotations: &rec.annotations,
+    }
+}
+
+pub fn state(g: &Global, rec: &Record, gv: &Gvisor) -> Result<i32> {
+    let Some(st) = runsc_state(g, gv, &rec.id)? else {
+        bail!("container does not exist");
+    };
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&complete_state(rec, &st))?
+    );
+    Ok(0)
+}
+
+/// Removes runsc's container (if any) and the state directory; errors are ignored (this
+/// undoes a create that failed).
+fn discard(g: &Global, gv: &Gvisor, root: &Path, id: &str) {
+    let _ = Runsc::quiet(gv, g, "delete")
+        .flag("force", true)
+        .args([id])
+        .output();
+    if let Ok(dir) = ContainerDir::open(root, id) {
+        let _ = dir.remove();
+    }
+}
+
+/// Where runsc writes the sandbox pid when the caller gave no `--pid-file`.
+const PID_FILE: &str = "sandbox.pid";
+
+/// `runsc create` for a prepared container; a failure leaves nothing behind, as runc.
+fn create_prepared(g: &Global, p: Prepared, a: &create_cli::Args) -> Result<i32> {
+    let pid_file = a.pid_file.clone().unwrap_or_else(|| p.dir.file(PID_FILE));
+    let code = Runsc::new(&p.gv, g, "create")
+        .opt("bundle", &p.shadow)
+        .opt_some("console-socket", a.console_socket.as_ref())
+        .opt("pid-file", &pid_file)
+        .args([&a.id])
+        .wait()?;
+    if code != 0 {
+        drop(p.dir);
+        discard(g, &p.gv, &g.state_root(), &a.id);
+        return Ok(code);
+    }
+    remember_sandbox(&p.dir, &pid_file);
+    Ok(0)
+}
+
+/// Records the sandbox's pid, start time and host cgroup while it is alive: once it has
+/// exited, `/proc/<pid>/cgroup` no longer says where it was, and a runsc delete that
+/// gives up on an unreaped sandbox leaves that cgroup behind. Best effort.
+fn remember_sandbox(dir: &ContainerDir, pid_file: &Path) {
+    let Some(pid) = std::fs::read_to_string(pid_file)
+        .ok()
+        .and_then(|t| t.trim().parse::<i32>().ok())
+    else {
+        return;
+    };
+    let Ok(mut rec) = dir.load() else { return };
+    let Some((_, start)) = crate::state::process_start_time(pid) else {
+        return;
+    };
+    rec.pid = pid;
+    rec.pid_start = start;
+    rec.cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .ok()
+        .zip(crate::linux::cgroups::Layout::detect().ok())
+        .and_then(|(text, layout)| super::extra::sandbox_cgroup(pid, &text, layout).ok());
+    let _ = dir.save(&rec);
+}
+
+pub fn create(g: &Global, a: &create_cli::Args, sel: Selection) -> Result<i32> {
+    // --no-pivot and --no-new-keyring mean nothing to the sentry; --preserve-fds > 0 is
+    // refused in prepare.
+    let p = select::prepare(g, &a.bundle, &a.id, a.preserve_fds, sel)?;
+    create_prepared(g, p, a)
+}
+
+pub fn run(g: &Global, a: &run_cli::Args, sel: Selection) -> Result<i32> {
+    if a.keep {
+        bail!("--keep is not supported for gVisor containers (runsc removes its container when the process exits)");
+    }
+    let c = &a.create;
+    let p = select::prepare(g, &c.bundle, &c.id, c.preserve_fds, sel)?;
+    let root = g.state_root();
+    if a.detach {
+        // create + start rather than `runsc run --detach`, whose re-execution drops every
+        // argument containing "detach".
+        let gv = p.gv.clone();
+        let code = create_prepared(g, p, c)?;
+        if code != 0 {
+            return Ok(code);
+        }
+        let code = Runsc::new(&gv, g, "start").args([&c.id]).wait()?;
+        if code != 0 {
+            discard(g, &gv, &root, &c.id);
+        }
+        return Ok(code);
+    }
+    let Prepared { dir, gv, shadow } = p;
+    // Unlocked while the container runs, so kill and state can reach it.
+    drop(dir);
+    let status = Runsc::new(&gv, g, "run")
+        .opt("bundle", &shadow)
+        .opt_some("console-socket", c.console_socket.as_ref())
+        .opt_some("pid-file", c.pid_file.as_ref())
+        .args([&c.id])
+        .wait_raw();
+    discard(g, &gv, &root, &c.id);
+    status
+}
+
+pub fn start(g: &Global, rec: &Record, gv: &Gvisor) -> Result<i32> {
+    Runsc::new(gv, g, "start").args([&rec.id]).wait()
+}
+
+pub fn pause(g: &Global, rec: &Record, gv: &Gvisor) -> Result<i32> {
+    Runsc::new(gv, g, "pause").args([&rec.id]).wait()
+}
+
+pub fn resume(g: &Global, rec: &Record, gv: &Gvisor) -> Result<i32> {
+    Runsc::new(gv, g, "resume").args([&rec.id]).wait()
+}
+
+/// `ps --format table|json`. runsc lists the sandbox's own pids; ps arguments after `--`
+/// are not supported by runsc and are dropped.
+pub fn ps(g: &Global, rec: &Record, gv: &Gvisor, format: &str, ps_args: &[String]) -> Result<i32> {
+    if !ps_args.is_empty() {
+        crate::log::warn(&format!(
+            "ps arguments {ps_args:?} ignored: runsc's ps takes none"
+        ));
+    }
+    Runsc::new(gv, g, "ps")
+        .opt("format", format)
+        .args([&rec.id])
+        .wait()
+}
+
+/// Default action of `sig` ends the process (what a created container's init would do
+/// with it under runc).
+fn terminates(sig: i32) -> bool {
+    !matches!(
+        sig,
+        libc::SIGCHLD
+            | libc::SIGCONT
+            | libc::SIGURG
+            | libc::SIGWINCH
+            | libc::SIGSTOP
+            | libc::SIGTSTP
+            | libc::SIGTTIN
+            | libc::SIGTTOU
+    )
+}
+
+/// SIGKILLs the sandbox of a created container, after checking through a pidfd that
+/// the pid still is a runsc sandbox.
+fn kill_sandbox(pid: i32) -> Result<()> {
+    if pid <= 0 {
+        return Ok(());
+    }
+    let pidfd = match sys::pidfd_open(pid) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(()),
+        Err(e) => return Err(e).context("pidfd_open sandbox"),
+    };
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    if !cmdline.starts_with(b"runsc-sandbox\0") {
+        return Ok(());
+    }
+    match sys::pidfd_send_signal(std::os::fd::AsFd::as_fd(&pidfd), libc::SIGKILL) {
+        Err(e) if e.raw_os_error() != Some(libc::ESRCH) => Err(e).context("kill sandbox"),
+        _ => Ok(()),
+    }
+}
+
+/// runc's kill on top of runsc's: a created container is killed by killing its sandbox
+/// (runsc refuses to signal it); a stopped one is `container not running` (success with
+/// `--all`, which containerd's shim sends after every exit).
+pub fn kill(g: &Global, rec: &Record, gv: &Gvisor, all: bool, sig: i32) -> Result<i32> {
+    let Some(st) = runsc_state(g, gv, &rec.id)? else {
+        bail!("container does not exist");
+    };
+    match st.status {
+        Status::Stopped if all => Ok(0),
+        Status::Stopped => bail!("container not running"),
+        Status::Created | Status::Creating => {
+            if terminates(sig) {
+                kill_sandbox(st.pid)?;
+            }
+            Ok(0)
+        }
+        Status::Running | Status::Paused => {
+            // runsc refuses to signal a paused container; SIGKILL ends a paused runc
+            // container all the same, so resume it first for that one.
+            if st.status == Status::Paused && sig == libc::SIGKILL {
+                let code = Runsc::new(gv, g, "resume").args([&rec.id]).wait()?;
+                if code != 0 {
+                    return Ok(code);
+                }
+            }
+            Runsc::new(gv, g, "kill")
+                .flag("all", all)
+                .args([rec.id.clone(), sig.to_string()])
+                .wait()
+        }
+    }
+}
+
+/// `delete [--force]`: runsc deletes, then the state directory goes. runsc deletes a
+/// created container without `--force`, as runc does. A container runsc no longer knows
+/// is gone: with `--force` that is success.
+pub fn delete(
+    g: &Global,
+    dir: ContainerDir,
+    rec: &Record,
+    gv: &Gvisor,
+    force: bool,
+) -> Result<i32> {
+    let out = Runsc::quiet(gv, g, "delete")
+        .flag("force", force)
+        .args([&rec.id])
+        .output()?;
+    if out.code == 0 || (force && out.not_exist()) {
+        dir.remove()?;
+        return Ok(0);
+    }
+    if out.not_exist() {
+        bail!("container does not exist");
+    }
+    // runsc gives up waiting for a sandbox nobody has reaped yet, after removing its
+    // state but not its cgroup: the container is gone all the same.
+    if matches!(runsc_state(g, gv, &rec.id), Ok(None)) {
+        if let Some(cg) = &rec.cgroup {
+            if let Err(e) = cg.remove() {
+                crate::log::warn(&format!("remove the sandbox's cgroup: {e}"));
+            }
+        }
+        dir.remove()?;
+        return Ok(0);
+    }
+    bail!("{}", out.error())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminating_signals() {
+        assert!(
+            terminates(libc::SIGTERM) && terminates(libc::SIGKILL) && terminates(libc::SIGUSR1)
+        );
+        assert!(
+            !terminates(libc::SIGCHLD) && !terminates(libc::SIGWINCH) && !terminates(libc::SIGCONT)
+        );
+    }
+
+    #[test]
+    fn state_is_completed_like_runc() {
+        let rec = Record {
+            format: 1,
+            id: "c".into(),
+            pid: 0,
+            pid_start: 0,
+            bundle: "/engine/bundle".into(),
+            rootfs: "/engine/bundle/rootfs".into(),
+            created: "2026-01-01T00:00:00Z".into(),
+            owner: String::new(),
+            annotations: [("moat.runtime".to_string(), "gvisor".to_string())].into(),
+            cgroup: None,
+            systemd_cgroup: false,
+            rootless: false,
+            own_pidns: true,
+            policy: "open".into(),
+            notify_socket: None,
+            backend: crate::gvisor::Backend::Native,
+        };
+        let st = RunscState {
+            status: Status::Stopped,
+            pid: -1,
+            raw: serde_json::json!({"ociVersion":"1.0.2-dev","id":"c","status":"stopped","pid":-1,"bundle":"/run/moat/c/bundle"}),
+        };
+        let v = serde_json::to_value(complete_state(&rec, &st)).unwrap();
+        assert_eq!(v["pid"], 0);
+        assert_eq!(v["bundle"], "/engine/bundle");
+        assert_eq!(v["rootfs"], "/engine/bundle/rootfs");
+        assert_eq!(v["owner"], "");
+        assert_eq!(v["created"], "2026-01-01T00:00:00Z");
+        assert_eq!(v["annotations"]["moat.runtime"], "gvisor");
+    }
+}

@@ -1,0 +1,202 @@
+//! `exec` into a gVisor container: runc's flags translated to runsc's. runsc has no
+//! `--tty`: the terminal setting travels in a process.json, written here when the caller
+//! gave none or one without `terminal: true`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+use super::runsc::Runsc;
+use super::{select, Gvisor};
+use crate::cli::{exec as exec_cli, Global};
+use crate::linux::capabilities;
+use crate::state::{ContainerDir, Record};
+
+/// `exec`: runc's flags translated; `--tty` dropped (the terminal setting travels in a
+/// process.json, written here for the argv form). Detached: runsc is waited for and its
+/// status made runc's; foreground: runsc replaces moat, so the process's status, stdio
+/// and signals pass straight through.
+pub fn exec(
+    g: &Global,
+    dir: &ContainerDir,
+    rec: &Record,
+    gv: &Gvisor,
+    a: &exec_cli::Args,
+) -> Result<i32> {
+    if a.preserve_fds > 0 {
+        bail!(
+            "--preserve-fds {}: runsc cannot pass extra descriptors to a gVisor container",
+            a.preserve_fds
+        );
+    }
+    if a.process_label.as_deref().is_some_and(|l| !l.is_empty()) {
+        bail!("--process-label: SELinux is not supported by gVisor");
+    }
+    if a.apparmor.is_some() {
+        crate::log::warn("--apparmor ignored: gVisor does not apply AppArmor profiles");
+    }
+    if a.tty && a.console_socket.is_some() && !a.detach {
+        bail!(
+            "--tty --console-socket without --detach: runsc uses its own stdio as the terminal \
+             of a foreground exec; add --detach, or drop --console-socket"
+        );
+    }
+    if a.cgroup.is_some() {
+        crate::log::warn("--cgroup ignored: a gVisor container has one host cgroup, its sandbox's");
+    }
+    let shadow: Value = {
+        let path = dir.file(&format!("{}/config.json", select::BUNDLE_DIR));
+        let b = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+        serde_json::from_slice(&b).with_context(|| format!("parse {}", path.display()))?
+    };
+    let bounding = container_bounding(&shadow)?;
+    for c in &a.cap {
+        cap_name(c, bounding)?;
+    }
+    let mut r = Runsc::new(gv, g, "exec");
+    let process = match (&a.process, a.tty) {
+        (Some(p), false) => Some(p.clone()),
+        (Some(p), true) => Some(with_terminal(dir, p)?),
+        (None, true) => Some(write_process(dir, &argv_process(&shadow, a, bounding)?)?),
+        (None, false) => {
+            if a.command.is_empty() {
+                bail!("exec needs a command to run");
+            }
+            if let Some(u) = &a.user {
+                crate::cli::exec::parse_user(u)?;
+                r = r.opt("user", u);
+            }
+            r = r.opt_some("cwd", a.cwd.as_ref());
+            for e in &a.env {
+                r = r.opt("env", e);
+            }
+            for gid in &a.additional_gids {
+                r = r.opt("additional-gids", gid.to_string());
+            }
+            for c in &a.cap {
+                r = r.opt("cap", cap_name(c, bounding)?);
+            }
+            None
+        }
+    };
+    r = r
+        .opt_some("process", process)
+        .opt_some("console-socket", a.console_socket.as_ref())
+        .opt_some("pid-file", a.pid_file.as_ref())
+        .flag("detach", a.detach)
+        .args([&rec.id]);
+    if a.process.is_none() && !a.tty {
+        r = r.args(&a.command);
+    }
+    if a.detach {
+        r.check_detach_bug()?;
+        return r.wait();
+    }
+    Err(r.exec())
+}
+
+fn container_bounding(shadow: &Value) -> Result<u64> {
+    let caps = shadow.pointer("/process/capabilities").cloned();
+    let caps: Option<crate::spec::Capabilities> = match caps {
+        Some(c) => Some(serde_json::from_value(c).context("process.capabilities")?),
+        None => None,
+    };
+    Ok(capabilities::from_spec(caps.as_ref(), "process.capabilities")?.bounding)
+}
+
+/// `--cap X` as runsc wants it (`CAP_X`), never wider than the container.
+fn cap_name(c: &str, bounding: u64) -> Result<String> {
+    let Some(bit) = capabilities::number(c) else {
+        bail!("--cap {c}: unknown capability");
+    };
+    if bounding & (1 << bit) == 0 {
+        bail!("--cap {c}: not in the container's bounding set");
+    }
+    Ok(capabilities::NAMES[bit as usize].to_string())
+}
+
+/// A process.json for `exec -t` in argv form: the container's process with runc's
+/// overrides applied.
+fn argv_process(shadow: &Value, a: &exec_cli::Args, bounding: u64) -> Result<Value> {
+    if a.command.is_empty() {
+        bail!("exec needs a command to run");
+    }
+    let mut p = shadow.get("process").cloned().unwrap_or_else(|| json!({}));
+    p["args"] = json!(a.command);
+    p["terminal"] = json!(true);
+    if !a.env.is_empty() {
+        let mut env: Vec<String> = p["env"]
+            .as_array()
+            .map(|e| {
+                e.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let key = |kv: &str| kv.split_once('=').map_or(kv, |(k, _)| k).to_string();
+        for kv in &a.env {
+            env.retain(|e| key(e) != key(kv));
+            env.push(kv.clone());
+        }
+        p["env"] = json!(env);
+    }
+    if let Some(cwd) = &a.cwd {
+        p["cwd"] = json!(cwd);
+    }
+    if let Some(u) = &a.user {
+        let (uid, gid) = crate::cli::exec::parse_user(u)?;
+        p["user"]["uid"] = json!(uid);
+        p["user"]["gid"] = json!(gid.unwrap_or(0));
+    }
+    if !a.additional_gids.is_empty() {
+        p["user"]["additionalGids"] = json!(a.additional_gids);
+    }
+    for c in &a.cap {
+        let name = cap_name(c, bounding)?;
+        for set in ["bounding", "effective", "permitted", "ambient"] {
+            let caps = &mut p["capabilities"][set];
+            if !caps.is_array() {
+                *caps = json!([]);
+            }
+            let list = caps.as_array_mut().expect("array");
+            if !list.iter().any(|n| n == name.as_str()) {
+                list.push(json!(name));
+            }
+        }
+    }
+    Ok(p)
+}
+
+/// Writes a process.json into the state directory (removed with it at delete).
+fn write_process(dir: &ContainerDir, p: &Value) -> Result<PathBuf> {
+    let name = format!("exec-{}.json", std::process::id());
+    dir.save_file(&name, &serde_json::to_vec(p)?)?;
+    Ok(dir.file(&name))
+}
+
+/// `--process F --tty`: runsc has no `--tty`; a process file without `terminal: true`
+/// gets a copy that has it.
+fn with_terminal(dir: &ContainerDir, path: &Path) -> Result<PathBuf> {
+    let b = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+    let mut p: Value =
+        serde_json::from_slice(&b).with_context(|| format!("parse {}", path.display()))?;
+    if p["terminal"] == json!(true) {
+        return Ok(path.to_path_buf());
+    }
+    p["terminal"] = json!(true);
+    write_process(dir, &p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_are_named_and_bounded() {
+        let b = 1 << capabilities::number("CAP_KILL").unwrap();
+        assert_eq!(cap_name("kill", b).unwrap(), "CAP_KILL");
+        assert!(cap_name("CAP_SYS_ADMIN", b).is_err());
+        assert!(cap_name("CAP_NOPE", b).is_err());
+    }
+}

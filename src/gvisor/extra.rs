@@ -1,0 +1,213 @@
+//! What runsc 20221219 lacks or gets wrong, done by moat: `update` (missing in runsc),
+//! `events` on a created container (runsc panics), and `features` for the gVisor path.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+use super::cmds::runsc_state;
+use super::runsc::Runsc;
+use super::{select, Gvisor};
+use crate::cli::Global;
+use crate::linux::cgroups::{Cgroup, Layout};
+use crate::spec::Resources;
+use crate::state::{Record, Status};
+
+/// What runc's `update` asks for, already turned into a `LinuxResources`.
+pub struct UpdateRequest {
+    pub resources: Resources,
+}
+
+/// The sandbox's host cgroup, read from `/proc/<pid>/cgroup`: the hierarchies in which
+/// it is below the root (runsc places it at `linux.cgroupsPath`; hierarchies where it
+/// stayed at `/` are never written).
+pub(super) fn sandbox_cgroup(pid: i32, proc_cgroup: &str, layout: Layout) -> Result<Cgroup> {
+    let mut path: Option<String> = None;
+    let mut hierarchies = Vec::new();
+    for h in layout.hierarchies {
+        let line = proc_cgroup.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctrl, p) = (f.next()?, f.next()?, f.next()?);
+            let matches = if h.v2 {
+                ctrl.is_empty()
+            } else {
+                let mut a: Vec<&str> = ctrl.split(',').collect();
+                let mut b: Vec<&str> = h.controllers.iter().map(String::as_str).collect();
+                a.sort_unstable();
+                b.sort_unstable();
+                !ctrl.is_empty() && a == b
+            };
+            matches.then_some(p)
+        });
+        let Some(p) = line.filter(|p| *p != "/" && !p.is_empty()) else {
+            continue;
+        };
+        match &path {
+            None => path = Some(p.to_string()),
+            Some(q) if q == p => {}
+            Some(q) => bail!("sandbox {pid} is in different cgroups ({q} and {p}); not updating"),
+        }
+        hierarchies.push(h);
+    }
+    let Some(path) = path else {
+        bail!("sandbox {pid} is in the root cgroup (no linux.cgroupsPath?): nothing to update");
+    };
+    Ok(Cgroup {
+        path,
+        unified: layout.unified,
+        hierarchies,
+        skipped: Vec::new(),
+    })
+}
+
+/// runsc 20221219 has no `update`: the resources are written into the sandbox's host
+/// cgroup with moat's cgroup code. The sentry's own memory size stays as at create.
+pub fn update(g: &Global, rec: &Record, gv: &Gvisor, req: UpdateRequest) -> Result<i32> {
+    let Some(st) = runsc_state(g, gv, &rec.id)? else {
+        bail!("container does not exist");
+    };
+    if st.status == Status::Stopped {
+        bail!("container not running");
+    }
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", st.pid)).unwrap_or_default();
+    if !cmdline.starts_with(b"runsc-sandbox\0") {
+        bail!("pid {} is not the container's sandbox", st.pid);
+    }
+    let text = std::fs::read_to_string(format!("/proc/{}/cgroup", st.pid))
+        .with_context(|| format!("read /proc/{}/cgroup", st.pid))?;
+    let cg = sandbox_cgroup(st.pid, &text, Layout::detect()?)?;
+    // Device rules are not updated (cleared by the CLI): the host's stay as runsc set them.
+    cg.apply(&req.resources)?;
+    Ok(0)
+}
+
+fn zero_stats(id: &str) -> Value {
+    json!({"type": "stats", "id": id, "data": {
+        "cpu": {"usage": {"total": 0}},
+        "memory": {"usage": {"limit": 0, "usage": 0, "failcnt": 0}},
+        "pids": {"current": 0}
+    }})
+}
+
+/// `events [--stats] [--interval N]`. While the container is only created, zero stats
+/// are printed (runsc divides by zero there); once it runs, runsc takes over.
+pub fn events(
+    g: &Global,
+    rec: &Record,
+    gv: &Gvisor,
+    stats: bool,
+    interval: Duration,
+) -> Result<i32> {
+    loop {
+        let Some(st) = runsc_state(g, gv, &rec.id)? else {
+            bail!("container does not exist");
+        };
+        if !matches!(st.status, Status::Created | Status::Creating) {
+            break;
+        }
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", zero_stats(&rec.id))?;
+        out.flush()?;
+        if stats {
+            return Ok(0);
+        }
+        std::thread::sleep(interval);
+    }
+    let secs = interval.as_secs_f64().ceil().max(1.0) as u64;
+    let r = Runsc::new(gv, g, "events").flag("stats", stats);
+    let r = if stats {
+        r
+    } else {
+        r.opt("interval", secs.to_string())
+    };
+    Err(r.args([&rec.id]).exec())
+}
+
+/// `features` asked of the gVisor path: moat invoked as `moat-gvisor`, or
+/// `MOAT_RUNTIME=gvisor`.
+pub fn wants_gvisor_features() -> bool {
+    select::invoked_as_alias() || std::env::var(select::ENV).is_ok_and(|v| v == "gvisor")
+}
+
+/// What a container handed to runsc 20221219 gets, in runc's `features` schema, with
+/// moat's notes under `annotations`.
+pub fn features_json() -> Value {
+    let caps: Vec<&str> = crate::linux::capabilities::NAMES.to_vec();
+    let runsc = super::config::GvisorConfig::load()
+        .ok()
+        .and_then(|c| select::find_runsc(&c).ok())
+        .map(|p: PathBuf| p.display().to_string())
+        .unwrap_or_default();
+    json!({
+        "ociVersionMin": "1.0.0",
+        "ociVersionMax": "1.0.2-dev",
+        // createContainer and startContainer would run inside the sandbox: runsc skips them.
+        "hooks": ["prestart", "createRuntime", "poststart", "poststop"],
+        "mountOptions": ["ro", "rw", "bind", "rbind", "nosuid", "nodev", "noexec",
+                         "private", "rprivate", "shared", "rshared", "slave", "rslave"],
+        "linux": {
+            "namespaces": ["pid", "ipc", "uts", "mount", "network"],
+            "capabilities": caps,
+            "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false},
+            "seccomp": {"enabled": true},
+            "apparmor": {"enabled": false},
+            "selinux": {"enabled": false}
+        },
+        "annotations": {
+            "moat.runtime": "gvisor",
+            "moat.gvisor.runsc": runsc,
+            "moat.gvisor.platform": select::PLATFORM,
+            "moat.gvisor.network": "none for a new netns, host for none or a joined one; never sandbox",
+            "moat.gvisor.seccomp": "applied inside the sentry (runsc --oci-seccomp)",
+            "moat.gvisor.ignored": "process.apparmorProfile, linux.maskedPaths, linux.readonlyPaths, linux.sysctl, hooks.createContainer, hooks.startContainer",
+            "moat.gvisor.refused": "process.selinuxLabel, --preserve-fds > 0, rootless, CRI multi-container pods",
+            "moat.gvisor.pid1-signals": "the container's PID 1 is not protected from signals it does not handle (TERM, USR1 kill it)"
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::linux::cgroups::Hierarchy;
+
+    fn h(mount: &str, ctrl: &[&str], v2: bool) -> Hierarchy {
+        Hierarchy {
+            mount: mount.into(),
+            controllers: ctrl.iter().map(|s| s.to_string()).collect(),
+            v2,
+        }
+    }
+
+    #[test]
+    fn sandbox_cgroup_from_proc() {
+        let layout = Layout {
+            unified: false,
+            hierarchies: vec![
+                h("/sys/fs/cgroup/pids", &["pids"], false),
+                h("/sys/fs/cgroup/cpu,cpuacct", &["cpuacct", "cpu"], false),
+                h("/sys/fs/cgroup/unified", &[], true),
+            ],
+        };
+        let text = "8:pids:/moat-x/c\n2:cpu,cpuacct:/moat-x/c\n0::/\n";
+        let cg = sandbox_cgroup(7, text, layout.clone()).unwrap();
+        assert_eq!(cg.path, "/moat-x/c");
+        assert_eq!(cg.hierarchies.len(), 2, "the v2 root is never written");
+        assert!(sandbox_cgroup(7, "8:pids:/\n0::/\n", layout.clone()).is_err());
+        assert!(sandbox_cgroup(7, "8:pids:/a\n2:cpu,cpuacct:/b\n", layout).is_err());
+    }
+
+    #[test]
+    fn features_say_what_is_ignored() {
+        let f = features_json();
+        assert_eq!(f["annotations"]["moat.runtime"], "gvisor");
+        assert_eq!(f["linux"]["apparmor"]["enabled"], false);
+        assert!(f["annotations"]["moat.gvisor.ignored"]
+            .as_str()
+            .unwrap()
+            .contains("linux.maskedPaths"));
+    }
+}

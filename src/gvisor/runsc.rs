@@ -1,0 +1,341 @@
+//! Calling runsc: the global flags from the record and the current call, a clean
+//! environment, and three ways to run it.
+//!
+//! | way | used for | what moat does |
+//! |---|---|---|
+//! | [`Runsc::exec`] | foreground `exec`, `events` | `execve`: nothing stays between the client and runsc (exit status, signals, stdio) |
+//! | [`Runsc::wait`] | `create`, `start`, detached `exec`, `kill`, `pause`, `resume`, `ps` | spawn with the caller's stdio, forward signals, wait, map any failure status (runsc: 128) to runc's 1 |
+//! | [`Runsc::output`] | `state`, `list`, `delete`, the `kill` pre-check | spawn, capture stdout and stderr, post-process |
+//!
+//! moat is never a subreaper, so everything `runsc create`/`exec --detach` leaves behind
+//! (sandbox, gofer, `runsc-exec` child) is reparented to the client's subreaper (the
+//! shim, conmon), exactly as when the client calls runsc itself. Before runsc runs,
+//! every descriptor above 2 is marked close-on-exec (moat's own are already; this also
+//! covers those the caller leaked) and `MOAT_*` variables are removed from the
+//! environment. moat never changes directory, so relative `--pid-file`, `--log` and
+//! `--console-socket` paths mean what the caller meant.
+
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result};
+
+use super::Gvisor;
+use crate::cli::Global;
+use crate::linux::{signal, sys};
+
+/// One runsc invocation: global flags fixed at construction, then the subcommand.
+pub struct Runsc<'a> {
+    gv: &'a Gvisor,
+    argv: Vec<OsString>,
+    /// `--log` as passed to runsc.
+    log: Option<std::path::PathBuf>,
+}
+
+/// What a captured runsc call printed and how it ended.
+pub struct Output {
+    pub code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+}
+
+impl Output {
+    /// The error runsc reported, trimmed to one line (runsc prints it on stderr).
+    pub fn error(&self) -> String {
+        let msg = self.stderr.trim();
+        let msg = msg.lines().last().unwrap_or("").trim();
+        if msg.is_empty() {
+            format!("runsc exited with status {}", self.code)
+        } else {
+            msg.to_string()
+        }
+    }
+
+    pub fn not_exist(&self) -> bool {
+        self.code != 0 && self.stderr.contains("does not exist")
+    }
+}
+
+/// runsc writes its error object to `--log` without a newline; clients expect one object
+/// per line (containerd decodes a stream, but a later line must not run on).
+fn end_line(log: &std::path::Path) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(log)
+    else {
+        return;
+    };
+    let mut last = [0u8; 1];
+    let ends_open =
+        f.seek(SeekFrom::End(-1)).is_ok() && f.read_exact(&mut last).is_ok() && last[0] != b'\n';
+    if ends_open {
+        let _ = f.write_all(b"\n");
+    }
+}
+
+/// The process environment minus moat's own variables.
+pub fn environment() -> Vec<(OsString, OsString)> {
+    without_moat(std::env::vars_os())
+}
+
+fn without_moat(vars: impl Iterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
+    vars.filter(|(k, _)| !k.as_bytes().starts_with(b"MOAT_"))
+        .collect()
+}
+
+impl<'a> Runsc<'a> {
+    /// `runsc <global flags> <sub>`; the global flags replay the record (root, platform,
+    /// network, seccomp, systemd) and pass this call's `--log`, `--log-format`, `--debug`.
+    pub fn new(gv: &'a Gvisor, g: &Global, sub: &str) -> Runsc<'a> {
+        let mut argv: Vec<OsString> = vec![gv.runsc.clone().into_os_string()];
+        let mut flag = |name: &str, value: &std::ffi::OsStr| {
+            let mut f = OsString::from(format!("--{name}="));
+            f.push(value);
+            argv.push(f);
+        };
+        flag("root", gv.root.as_os_str());
+        flag("platform", gv.platform.as_ref());
+        flag("network", gv.network.as_ref());
+        if let Some(log) = &g.log {
+            flag("log", log.as_os_str());
+            flag("log-format", g.log_format.as_ref());
+        }
+        if gv.oci_seccomp {
+            argv.push("--oci-seccomp".into());
+        }
+        if gv.systemd_cgroup {
+            argv.push("--systemd-cgroup".into());
+        }
+        if g.debug {
+            argv.push("--debug".into());
+        }
+        argv.push(sub.into());
+        Runsc {
+            gv,
+            argv,
+            log: g.log.clone(),
+        }
+    }
+
+    /// As [`Runsc::new`] without `--log`: for calls whose errors moat reports itself
+    /// (one error object per failing call in the log, as clients expect).
+    pub fn quiet(gv: &'a Gvisor, g: &Global, sub: &str) -> Runsc<'a> {
+        let mut g = g.clone();
+        g.log = None;
+        Runsc::new(gv, &g, sub)
+    }
+
+    /// runsc 20221219 re-executes itself to detach and drops every argument containing
+    /// "detach" on the way (not only the flag), which would silently change the call.
+    pub fn check_detach_bug(&self) -> Result<()> {
+        match self
+            .argv
+            .iter()
+            .skip(1)
+            .find(|a| *a != "--detach" && a.as_bytes().windows(6).any(|w| w == b"detach"))
+        {
+            Some(a) => anyhow::bail!(
+                "{:?}: runsc drops every argument containing \"detach\" when it detaches; \
+                 choose another id or path",
+                a
+            ),
+            None => Ok(()),
+        }
+    }
+
+    /// Appends `--name=value`.
+    pub fn opt(mut self, name: &str, value: impl Into<OsString>) -> Self {
+        let mut f = OsString::from(format!("--{name}="));
+        f.push(value.into());
+        self.argv.push(f);
+        self
+    }
+
+    /// Appends `--name=value` when there is a value.
+    pub fn opt_some<V: Into<OsString>>(self, name: &str, value: Option<V>) -> Self {
+        match value {
+            Some(v) => self.opt(name, v),
+            None => self,
+        }
+    }
+
+    /// Appends `--name` when set.
+    pub fn flag(mut self, name: &str, set: bool) -> Self {
+        if set {
+            self.argv.push(format!("--{name}").into());
+        }
+        self
+    }
+
+    /// Appends positional arguments (the id, a signal, a command).
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.argv.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    #[cfg(test)]
+    pub fn argv(&self) -> &[OsString] {
+        &self.argv
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new(&self.gv.runsc);
+        c.args(&self.argv[1..]).env_clear().envs(environment());
+        c
+    }
+
+    /// Replaces moat with runsc. Returns only on failure.
+    pub fn exec(self) -> anyhow::Error {
+        if let Err(e) = sys::close_range_from(3, true) {
+            return anyhow::Error::from(e).context("close_range");
+        }
+        let cstr = |b: Vec<u8>| CString::new(b).unwrap_or_default();
+        let path = cstr(self.gv.runsc.as_os_str().as_bytes().to_vec());
+        let argv: Vec<CString> = self.argv.into_iter().map(|a| cstr(a.into_vec())).collect();
+        let envp: Vec<CString> = environment()
+            .into_iter()
+            .map(|(k, v)| {
+                let mut b = k.into_vec();
+                b.push(b'=');
+                b.extend_from_slice(v.as_bytes());
+                cstr(b)
+            })
+            .collect();
+        let err = sys::execve(&path, &argv, &envp);
+        anyhow::Error::from(err).context(format!("execute {}", self.gv.runsc.display()))
+    }
+
+    /// Runs runsc with the caller's stdio, forwarding signals, and returns runc's status
+    /// for a runtime call: 0, or 1 for any failure (runsc's message is already on stderr
+    /// and in `--log`).
+    pub fn wait(self) -> Result<i32> {
+        let log = self.log.clone();
+        Ok(match self.wait_raw()? {
+            0 => 0,
+            _ => {
+                if let Some(log) = log {
+                    end_line(&log);
+                }
+                1
+            }
+        })
+    }
+
+    /// As [`Runsc::wait`], but returns runsc's own status (a foreground process's).
+    pub fn wait_raw(self) -> Result<i32> {
+        sys::close_range_from(3, true).context("close_range")?;
+        let set = signal::forwarded_set();
+        set.thread_block().context("block signals")?;
+        // std resets the signal mask in the child before it executes runsc.
+        let child = self
+            .command()
+            .spawn()
+            .with_context(|| format!("execute {}", self.gv.runsc.display()))?;
+        let pid = child.id() as i32;
+        let pidfd = sys::pidfd_open(pid).context("pidfd_open runsc")?;
+        // Signals stay blocked: a foreground `run` still has to delete after this.
+        signal::forward_and_wait(pid, &pidfd, &set, None).context("wait for runsc")
+    }
+
+    /// Runs runsc with stdin from /dev/null and captures its output.
+    pub fn output(self) -> Result<Output> {
+        let out = self
+            .command()
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("execute {}", self.gv.runsc.display()))?;
+        Ok(Output {
+            code: out.status.code().unwrap_or(128),
+            stdout: out.stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Global;
+
+    fn global(log: Option<&str>, debug: bool) -> Global {
+        Global {
+            root: Some("/run/moat".into()),
+            log: log.map(Into::into),
+            log_format: "json".into(),
+            debug,
+            systemd_cgroup: false,
+            rootless: "auto".into(),
+            criu: Some("/usr/sbin/criu".into()),
+            version: false,
+        }
+    }
+
+    fn gv() -> Gvisor {
+        Gvisor {
+            runsc: "/usr/bin/runsc".into(),
+            root: "/run/moat/c1/runsc".into(),
+            platform: "ptrace".into(),
+            network: "none".into(),
+            oci_seccomp: true,
+            systemd_cgroup: true,
+        }
+    }
+
+    #[test]
+    fn global_flags_replay_the_record_and_pass_this_calls_log() {
+        let gv = gv();
+        let r = Runsc::new(&gv, &global(Some("log.json"), true), "kill")
+            .flag("all", true)
+            .flag("never", false)
+            .args(["c1", "9"]);
+        let got: Vec<String> = r
+            .argv()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "/usr/bin/runsc",
+                "--root=/run/moat/c1/runsc",
+                "--platform=ptrace",
+                "--network=none",
+                "--log=log.json",
+                "--log-format=json",
+                "--oci-seccomp",
+                "--systemd-cgroup",
+                "--debug",
+                "kill",
+                "--all",
+                "c1",
+                "9"
+            ]
+        );
+        // --criu and --rootless never reach runsc.
+        assert!(!got
+            .iter()
+            .any(|a| a.contains("criu") || a.contains("rootless")));
+    }
+
+    #[test]
+    fn moat_variables_are_not_passed_on() {
+        let vars = [
+            ("MOAT_RUNTIME", "gvisor"),
+            ("PATH", "/bin"),
+            ("XMOAT_", "1"),
+        ]
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        let kept: Vec<_> = without_moat(vars.into_iter())
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(kept, ["PATH", "XMOAT_"]);
+    }
+}

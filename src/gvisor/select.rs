@@ -1,0 +1,446 @@
+//! Which backend a new container gets, and the preparation of a gVisor container's state
+//! directory: checks that must fail before anything exists, the shadow bundle and the
+//! record.
+//!
+//! | order | source | may choose |
+//! |---|---|---|
+//! | 1 | annotation `moat.runtime` in config.json | `gvisor` always; `native` only where nothing below chose gVisor |
+//! | 2 | argv[0] basename `moat-gvisor` (a symlink used as an engine's runtime path) | gVisor |
+//! | 3 | `MOAT_RUNTIME` in moat's environment (daemon-wide default, tests) | either; `native` cannot undo 2 or 4 |
+//! | 4 | `runtime` in the config file ([`super::config`]) | either |
+//!
+//! Moving a container off gVisor where the operator chose it needs the config's
+//! permission, which comes with the policy configuration; until then it is refused.
+
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use super::config::GvisorConfig;
+use super::Gvisor;
+use crate::cli::Global;
+use crate::spec::Spec;
+use crate::state::{self, ContainerDir, Record};
+
+pub const RUNTIME_ANNOTATION: &str = "moat.runtime";
+pub const NETWORK_ANNOTATION: &str = "moat.network";
+pub const ALIAS: &str = "moat-gvisor";
+pub const ENV: &str = "MOAT_RUNTIME";
+/// Pinned: the default changed between runsc releases, and KVM hangs on this class of
+/// host (no VMX/SVM in the guest). runsc 20221219 has no systrap.
+pub const PLATFORM: &str = "ptrace";
+/// Inside `<root>/<id>/`.
+pub const RUNSC_DIR: &str = "runsc";
+pub const BUNDLE_DIR: &str = "bundle";
+
+/// CRI multi-container annotations: runsc would join the pod's sandbox and write the
+/// pod sandbox's pid, which is not a child of this container's shim.
+const CRI_CONTAINER_TYPE: [&str; 2] = [
+    "io.kubernetes.cri.container-type",
+    "io.kubernetes.cri-o.ContainerType",
+];
+
+/// A create that goes to gVisor: the bundle's config.json as read, and why.
+pub struct Selection {
+    pub spec: Value,
+    pub reason: String,
+    pub config: GvisorConfig,
+}
+
+/// True when moat was invoked through the `moat-gvisor` alias.
+pub fn invoked_as_alias() -> bool {
+    std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n == ALIAS))
+        .unwrap_or(false)
+}
+
+/// The operator-level default (alias, environment, config): `Some(reason)` for gVisor.
+pub fn operator_choice(
+    alias: bool,
+    env: Option<&str>,
+    config: &GvisorConfig,
+) -> Result<Option<String>> {
+    let env = env.filter(|e| !e.is_empty());
+    if let Some(e) = env.filter(|e| *e != "gvisor" && *e != "native") {
+        bail!("{ENV}={e:?}: want gvisor or native");
+    }
+    let reason = if alias {
+        Some(format!("invoked as {ALIAS}"))
+    } else if env == Some("gvisor") {
+        Some(format!("{ENV}=gvisor"))
+    } else if config.runtime.as_deref() == Some("gvisor") {
+        Some(format!(
+            "runtime = \"gvisor\" in {}",
+            config.source.display()
+        ))
+    } else {
+        None
+    };
+    if let (Some("native"), Some(r)) = (env, &reason) {
+        bail!(
+            "{ENV}=native refused: gVisor is required here ({r}), and moving a container \
+             off gVisor needs the config's permission, which this moat does not support yet"
+        );
+    }
+    Ok(reason)
+}
+
+/// Applies the annotation to the operator's choice.
+pub fn decide(operator: Option<String>, annotation: Option<&str>) -> Result<Option<String>> {
+    match annotation {
+        None => Ok(operator),
+        Some("gvisor") => Ok(Some(format!("annotation {RUNTIME_ANNOTATION}=gvisor"))),
+        Some("native") => match operator {
+            None => Ok(None),
+            Some(r) => bail!(
+                "annotation {RUNTIME_ANNOTATION}=native refused: this container must run under \
+                 gVisor ({r}); moving it off gVisor needs the config's permission, which this \
+                 moat does not support yet"
+            ),
+        },
+        Some(other) => bail!("annotation {RUNTIME_ANNOTATION}={other:?}: want gvisor or native"),
+    }
+}
+
+/// Decides at create/run: `None` for a native container. A bundle that cannot be read
+/// is left to the native path to report, unless gVisor was required.
+pub fn select(bundle: &Path) -> Result<Option<Selection>> {
+    let config = GvisorConfig::load()?;
+    let env = std::env::var(ENV).ok();
+    let operator = operator_choice(invoked_as_alias(), env.as_deref(), &config)?;
+    let path = bundle.join("config.json");
+    let spec: Value = match std::fs::read(&path)
+        .map_err(anyhow::Error::from)
+        .and_then(|b| serde_json::from_slice(&b).map_err(anyhow::Error::from))
+    {
+        Ok(v) => v,
+        Err(_) if operator.is_none() => return Ok(None),
+        Err(e) => return Err(e.context(format!("read {}", path.display()))),
+    };
+    let annotation = match spec.pointer("/annotations/moat.runtime") {
+        None => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(v) => bail!("annotation {RUNTIME_ANNOTATION}: want a string, got {v}"),
+    };
+    Ok(decide(operator, annotation)?.map(|reason| Selection {
+        spec,
+        reason,
+        config,
+    }))
+}
+
+/// runsc from the config, else from PATH; it must be an executable file.
+pub fn find_runsc(config: &GvisorConfig) -> Result<PathBuf> {
+    let executable =
+        |p: &Path| std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if let Some(p) = &config.runsc_path {
+        return match executable(p) {
+            Ok(true) => Ok(p.clone()),
+            Ok(false) => bail!(
+                "runsc not found ({}, runsc_path in {}, is not an executable file)",
+                p.display(),
+                config.source.display()
+            ),
+            Err(e) => bail!(
+                "runsc not found ({}, runsc_path in {}: {})",
+                p.display(),
+                config.source.display(),
+                strerror(&e)
+            ),
+        };
+    }
+    let path = std::env::var("PATH").unwrap_or_default();
+    for d in path.split(':').filter(|d| d.starts_with('/')) {
+        let p = Path::new(d).join("runsc");
+        if executable(&p).unwrap_or(false) {
+            return Ok(p);
+        }
+    }
+    bail!(
+        "runsc not found (not in PATH={path:?}; install runsc or set runsc_path in {})",
+        config.source.display()
+    )
+}
+
+/// The message without std's " (os error N)" suffix.
+fn strerror(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error ") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+/// `--network` for runsc 20221219, whose default `sandbox` always fails on kernels that
+/// show `net.core.rmem_default` in every namespace (gVisor #10704).
+pub fn network_mode(spec: &Spec) -> Result<&'static str> {
+    match spec.annotations.get(NETWORK_ANNOTATION).map(String::as_str) {
+        None => {}
+        Some("none") => return Ok("none"),
+        Some(other) => {
+            bail!("annotation {NETWORK_ANNOTATION}={other:?}: only \"none\" is supported")
+        }
+    }
+    Ok(
+        match spec.linux().namespaces.iter().find(|n| n.typ == "network") {
+            // The host's network: runsc's host stack.
+            None => "host",
+            // A new, empty namespace: nothing to attach to.
+            Some(n) if n.path.as_deref().unwrap_or("").is_empty() => "none",
+            // A namespace the engine prepared (CNI, netavark): the sandbox joins it.
+            Some(_) => "host",
+        },
+    )
+}
+
+/// The refusals that must happen before anything exists.
+pub fn check(spec: &Spec, preserve_fds: u32) -> Result<()> {
+    if crate::linux::sys::geteuid() != 0 {
+        bail!("gVisor needs root (runsc's rootless mode is not used by moat)");
+    }
+    if preserve_fds > 0 {
+        bail!("--preserve-fds {preserve_fds}: runsc cannot pass extra descriptors to a gVisor container");
+    }
+    let Some(process) = &spec.process else {
+        bail!("process: required to create a container");
+    };
+    if process
+        .selinux_label
+        .as_deref()
+        .is_some_and(|l| !l.is_empty())
+    {
+        bail!("process.selinuxLabel: SELinux is not supported by gVisor");
+    }
+    for key in CRI_CONTAINER_TYPE {
+        if spec.annotations.get(key).is_some_and(|v| v == "container") {
+            bail!(
+                "annotation {key}=container: gVisor pods (several containers in one sandbox) \
+                 are not supported by moat; use containerd-shim-runsc-v1 for pods"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The effective spec runsc reads: the caller's JSON with `root.path` and relative bind
+/// sources made absolute against the caller's bundle (runsc resolves them against the
+/// shadow bundle's directory otherwise).
+pub fn shadow_spec(mut spec: Value, bundle: &Path, rootfs: &Path) -> Value {
+    if let Some(root) = spec.get_mut("root").and_then(Value::as_object_mut) {
+        root.insert("path".into(), Value::String(rootfs.display().to_string()));
+    }
+    if let Some(mounts) = spec.get_mut("mounts").and_then(Value::as_array_mut) {
+        for m in mounts {
+            let bind = m.get("type").and_then(Value::as_str) == Some("bind")
+                || m.get("options")
+                    .and_then(Value::as_array)
+                    .is_some_and(|o| o.iter().any(|o| o == "bind" || o == "rbind"));
+            let Some(src) = m.get("source").and_then(Value::as_str) else {
+                continue;
+            };
+            if bind && !src.starts_with('/') {
+                let abs = bundle.join(src).display().to_string();
+                m["source"] = Value::String(abs);
+            }
+        }
+    }
+    spec
+}
+
+/// Everything a gVisor create needs, with the state directory, shadow bundle and record
+/// in place. On error nothing is left behind.
+pub struct Prepared {
+    pub dir: ContainerDir,
+    pub gv: Gvisor,
+    pub shadow: PathBuf,
+}
+
+pub fn prepare(
+    g: &Global,
+    bundle: &Path,
+    id: &str,
+    preserve_fds: u32,
+    sel: Selection,
+) -> Result<Prepared> {
+    let bytes = serde_json::to_vec(&sel.spec)?;
+    let spec = Spec::parse(&bytes).map_err(|(field, msg)| {
+        anyhow::anyhow!(
+            "{}: invalid JSON at {field}: {msg}",
+            bundle.join("config.json").display()
+        )
+    })?;
+    check(&spec, preserve_fds)?;
+    let runsc = find_runsc(&sel.config)?;
+    let network = network_mode(&spec)?;
+    let cwd = std::env::current_dir().context("getcwd")?;
+    let bundle = cwd.join(bundle);
+    let rootfs = spec.rootfs(&bundle);
+    let dir = ContainerDir::create(&g.state_root(), id)?;
+    crate::log::debug(&format!("{id}: gVisor ({})", sel.reason));
+    let gv = Gvisor {
+        runsc,
+        root: dir.file(RUNSC_DIR),
+        platform: PLATFORM.into(),
+        network: network.into(),
+        oci_seccomp: spec.linux().seccomp.is_some(),
+        systemd_cgroup: g.systemd_cgroup,
+    };
+    let shadow = dir.file(BUNDLE_DIR);
+    let made = (|| -> Result<()> {
+        let mut b = std::fs::DirBuilder::new();
+        b.mode(0o700);
+        b.create(&gv.root)
+            .with_context(|| format!("mkdir {}", gv.root.display()))?;
+        b.create(&shadow)
+            .with_context(|| format!("mkdir {}", shadow.display()))?;
+        let effective = shadow_spec(sel.spec, &bundle, &rootfs);
+        dir.save_file(
+            &format!("{BUNDLE_DIR}/config.json"),
+            &serde_json::to_vec(&effective)?,
+        )?;
+        let rec = Record {
+            format: state::FORMAT_VERSION,
+            id: id.to_string(),
+            pid: 0,
+            pid_start: 0,
+            bundle: bundle.clone(),
+            rootfs: rootfs.clone(),
+            created: crate::log::now_rfc3339(true),
+            owner: String::new(),
+            annotations: spec.annotations.clone(),
+            cgroup: None,
+            systemd_cgroup: g.systemd_cgroup,
+            rootless: false,
+            own_pidns: true,
+            // The hardening policy does not reach the gVisor path yet (see docs/gvisor.md).
+            policy: "open".into(),
+            notify_socket: None,
+            backend: super::Backend::Gvisor(gv.clone()),
+        };
+        dir.save(&rec)?;
+        Ok(())
+    })();
+    if let Err(e) = made {
+        let _ = dir.remove();
+        return Err(e);
+    }
+    Ok(Prepared { dir, gv, shadow })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(runtime: Option<&str>) -> GvisorConfig {
+        GvisorConfig {
+            source: "/etc/moat/config.toml".into(),
+            runtime: runtime.map(Into::into),
+            runsc_path: None,
+        }
+    }
+
+    #[test]
+    fn operator_sources() {
+        assert_eq!(operator_choice(false, None, &cfg(None)).unwrap(), None);
+        assert!(operator_choice(true, None, &cfg(None))
+            .unwrap()
+            .unwrap()
+            .contains(ALIAS));
+        assert!(operator_choice(false, Some("gvisor"), &cfg(None))
+            .unwrap()
+            .is_some());
+        assert!(operator_choice(false, None, &cfg(Some("gvisor")))
+            .unwrap()
+            .is_some());
+        assert_eq!(
+            operator_choice(false, Some("native"), &cfg(None)).unwrap(),
+            None
+        );
+        assert_eq!(operator_choice(false, Some(""), &cfg(None)).unwrap(), None);
+        let e = operator_choice(false, Some("native"), &cfg(Some("gvisor"))).unwrap_err();
+        assert!(e.to_string().contains("MOAT_RUNTIME=native refused"), "{e}");
+        assert!(operator_choice(true, Some("native"), &cfg(None)).is_err());
+        assert!(operator_choice(false, Some("kata"), &cfg(None)).is_err());
+    }
+
+    #[test]
+    fn annotation_may_raise_but_not_lower() {
+        assert_eq!(decide(None, None).unwrap(), None);
+        assert!(decide(None, Some("gvisor")).unwrap().is_some());
+        assert_eq!(decide(None, Some("native")).unwrap(), None);
+        assert!(decide(Some("x".into()), Some("gvisor")).unwrap().is_some());
+        let e = decide(Some(format!("invoked as {ALIAS}")), Some("native")).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains("moat.runtime=native") && e.contains(ALIAS),
+            "{e}"
+        );
+        assert!(decide(None, Some("runc")).is_err());
+    }
+
+    fn spec(json: &str) -> Spec {
+        Spec::parse(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn network_follows_the_namespace() {
+        assert_eq!(network_mode(&spec(r#"{"linux":{}}"#)).unwrap(), "host");
+        let none = r#"{"linux":{"namespaces":[{"type":"network"}]}}"#;
+        assert_eq!(network_mode(&spec(none)).unwrap(), "none");
+        let joined = r#"{"linux":{"namespaces":[{"type":"network","path":"/run/netns/x"}]}}"#;
+        assert_eq!(network_mode(&spec(joined)).unwrap(), "host");
+        let forced = r#"{"annotations":{"moat.network":"none"},"linux":{}}"#;
+        assert_eq!(network_mode(&spec(forced)).unwrap(), "none");
+        let bad = r#"{"annotations":{"moat.network":"sandbox"}}"#;
+        assert!(network_mode(&spec(bad)).is_err());
+    }
+
+    #[test]
+    fn refusals() {
+        let ok = spec(r#"{"process":{"args":["sh"]}}"#);
+        if crate::linux::sys::geteuid() == 0 {
+            check(&ok, 0).unwrap();
+        }
+        assert!(check(&ok, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("--preserve-fds 1"));
+        let se = spec(r#"{"process":{"args":["sh"],"selinuxLabel":"system_u:x"}}"#);
+        assert!(check(&se, 0).unwrap_err().to_string().contains("SELinux"));
+        let pod = spec(
+            r#"{"process":{},"annotations":{"io.kubernetes.cri.container-type":"container"}}"#,
+        );
+        assert!(check(&pod, 0).is_err());
+        assert!(check(&spec("{}"), 0).is_err());
+    }
+
+    #[test]
+    fn shadow_spec_is_absolute_and_keeps_unknown_fields() {
+        let v: Value = serde_json::from_str(
+            r#"{"root":{"path":"rootfs","readonly":true},"vm":{"x":1},
+               "mounts":[{"destination":"/a","type":"bind","source":"data"},
+                         {"destination":"/b","source":"/abs","options":["rbind"]},
+                         {"destination":"/c","type":"tmpfs","source":"tmpfs"}]}"#,
+        )
+        .unwrap();
+        let out = shadow_spec(v, Path::new("/b/x"), Path::new("/b/x/rootfs"));
+        assert_eq!(out["root"]["path"], "/b/x/rootfs");
+        assert_eq!(out["root"]["readonly"], true);
+        assert_eq!(out["vm"]["x"], 1);
+        assert_eq!(out["mounts"][0]["source"], "/b/x/data");
+        assert_eq!(out["mounts"][1]["source"], "/abs");
+        assert_eq!(out["mounts"][2]["source"], "tmpfs");
+    }
+
+    #[test]
+    fn runsc_from_config_must_exist() {
+        let mut c = cfg(None);
+        c.runsc_path = Some("/nonexistent/runsc".into());
+        let e = find_runsc(&c).unwrap_err().to_string();
+        assert!(e.starts_with("runsc not found (/nonexistent/runsc"), "{e}");
+    }
+}

@@ -1,0 +1,529 @@
+//! gVisor delegation through moat's CLI, against the real runsc (Debian's `runsc`).
+//! Needs root; skipped loudly when runsc is not installed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const MOAT: &str = env!("CARGO_BIN_EXE_moat");
+
+fn runsc_installed() -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("runsc").is_file()))
+        .unwrap_or(false)
+}
+
+/// True when the test can run; says why not otherwise.
+fn usable(test: &str) -> bool {
+    if !runsc_installed() {
+        eprintln!("SKIPPED: runsc not installed ({test})");
+        return false;
+    }
+    if euid() != 0 {
+        eprintln!("SKIPPED: not root ({test})");
+        return false;
+    }
+    true
+}
+
+fn euid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2))
+                .and_then(|u| u.parse().ok())
+        })
+        .unwrap_or(u32::MAX)
+}
+
+/// A temp dir with a state root and bundles; on drop every container it made is
+/// force-deleted and the directory removed.
+struct Env {
+    dir: PathBuf,
+    ids: Vec<String>,
+    tag: String,
+}
+
+impl Env {
+    fn new(name: &str) -> Env {
+        let tag = format!("gvt{}-{name}", std::process::id());
+        let dir = std::env::temp_dir().join(&tag);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Env {
+            dir,
+            ids: Vec::new(),
+            tag,
+        }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
+
+    fn id(&mut self, name: &str) -> String {
+        let id = format!("{}-{name}", self.tag);
+        self.ids.push(id.clone());
+        id
+    }
+
+    /// A busybox bundle (scripts/mkbundle) running `args`, with extra annotations.
+    fn bundle(&self, name: &str, annotations: &[(&str, &str)], args: &[&str]) -> PathBuf {
+        let b = self.dir.join(name);
+        let st = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mkbundle"))
+            .arg(&b)
+            .args(args)
+            .stdout(Stdio::null())
+            .status()
+            .expect("run scripts/mkbundle");
+        assert!(st.success(), "mkbundle failed");
+        let cfg = b.join("config.json");
+        let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+        for (k, v) in annotations {
+            spec["annotations"][*k] = Value::String(v.to_string());
+        }
+        std::fs::write(&cfg, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+        b
+    }
+
+    fn moat(&self) -> Command {
+        let mut c = Command::new(MOAT);
+        c.arg("--root").arg(self.root()).stdin(Stdio::null());
+        c.env_remove("MOAT_RUNTIME").env_remove("MOAT_CONFIG");
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let mut c = self.moat();
+        c.args(args);
+        let out = output(&mut c, &self.dir);
+        eprintln!(
+            "moat {args:?} -> {:?}\n  stdout: {}\n  stderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        out
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(out.status.success(), "moat {args:?} failed");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn state(&self, id: &str) -> Value {
+        serde_json::from_str(&self.ok(&["state", id])).expect("state JSON")
+    }
+
+    fn wait_status(&self, id: &str, want: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let st = self.state(id);
+            if st["status"] == want || Instant::now() > deadline {
+                return st;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        for id in &self.ids {
+            let _ = self
+                .moat()
+                .args(["delete", "--force", id])
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `Command::output` through files: a created container's sandbox and gofer keep the
+/// caller's stdout and stderr open (as a runc container's init does), so reading pipes
+/// to EOF would wait for the container to exit.
+fn output(c: &mut Command, dir: &Path) -> Output {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (o, e) = (dir.join(format!(".out{n}")), dir.join(format!(".err{n}")));
+    let status = c
+        .stdout(std::fs::File::create(&o).unwrap())
+        .stderr(std::fs::File::create(&e).unwrap())
+        .status()
+        .expect("run moat");
+    let out = Output {
+        status,
+        stdout: std::fs::read(&o).unwrap(),
+        stderr: std::fs::read(&e).unwrap(),
+    };
+    let _ = (std::fs::remove_file(o), std::fs::remove_file(e));
+    out
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn lifecycle_under_gvisor() {
+    if !usable("lifecycle_under_gvisor") {
+        return;
+    }
+    let mut e = Env::new("life");
+    let id = e.id("c");
+    let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["sleep", "600"]);
+    let pid_file = e.dir.join("pid");
+    e.ok(&[
+        "create",
+        "--bundle",
+        bundle.to_str().unwrap(),
+        "--pid-file",
+        pid_file.to_str().unwrap(),
+        &id,
+    ]);
+
+    let st = e.state(&id);
+    assert_eq!(st["status"], "created");
+    assert_eq!(
+        st["bundle"],
+        bundle.to_str().unwrap(),
+        "state shows the engine's bundle"
+    );
+    assert_eq!(st["rootfs"], bundle.join("rootfs").to_str().unwrap());
+    assert_eq!(st["annotations"]["moat.runtime"], "gvisor");
+    assert!(st["created"].as_str().is_some_and(|c| !c.is_empty()));
+    let pid: i64 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(st["pid"], pid, "pid-file holds the sandbox pid");
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    assert!(
+        cmdline.starts_with(b"runsc-sandbox\0"),
+        "pid is runsc's sandbox"
+    );
+    let rec = std::fs::read_to_string(e.root().join(&id).join("state.json")).unwrap();
+    assert!(rec.contains(r#""kind":"gvisor""#), "{rec}");
+
+    e.ok(&["start", &id]);
+    assert_eq!(e.state(&id)["status"], "running");
+    // A runsc failure: runc's status 1 (runsc exits 128), its message on stderr and as
+    // one JSON line in --log.
+    let log = e.dir.join("start-log.json");
+    let o = e.run(&[
+        "--log",
+        log.to_str().unwrap(),
+        "--log-format",
+        "json",
+        "start",
+        &id,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("in state running"), "{}", stderr(&o));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.ends_with("}\n") && logged.lines().count() == 1,
+        "{logged:?}"
+    );
+    let obj: Value = serde_json::from_str(logged.trim()).unwrap();
+    assert_eq!(obj["level"], "error");
+
+    let out = e.ok(&["exec", &id, "sh", "-c", "echo exec-out"]);
+    assert_eq!(out.trim(), "exec-out");
+    let o = e.run(&["exec", &id, "sh", "-c", "exit 5"]);
+    assert_eq!(
+        o.status.code(),
+        Some(5),
+        "exec passes the exit status through"
+    );
+
+    // Proof of gVisor: its kernel log and its own kernel version.
+    let dmesg = e.ok(&["exec", &id, "dmesg"]);
+    assert!(dmesg.contains("Starting gVisor"), "dmesg: {dmesg}");
+    let inside = e.ok(&["exec", &id, "uname", "-r"]);
+    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_ne!(inside.trim(), host.trim(), "same kernel inside and outside");
+
+    e.ok(&["kill", &id, "KILL"]);
+    let st = e.wait_status(&id, "stopped");
+    assert_eq!(st["status"], "stopped");
+    assert_eq!(st["pid"], 0, "pid 0 when stopped, as runc");
+
+    e.ok(&["delete", &id]);
+    assert!(!e.root().join(&id).exists(), "record gone after delete");
+    let o = e.run(&["state", &id]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("does not exist"));
+}
+
+#[test]
+fn native_and_gvisor_side_by_side() {
+    if !usable("native_and_gvisor_side_by_side") {
+        return;
+    }
+    let mut e = Env::new("both");
+    let (n, g) = (e.id("native"), e.id("gvisor"));
+    let nb = e.bundle("nb", &[], &["sleep", "600"]);
+    let gb = e.bundle("gb", &[("moat.runtime", "gvisor")], &["sleep", "600"]);
+    e.ok(&["run", "-d", "--bundle", nb.to_str().unwrap(), &n]);
+    e.ok(&["run", "-d", "--bundle", gb.to_str().unwrap(), &g]);
+
+    let list: Value = serde_json::from_str(&e.ok(&["list", "--format", "json"])).unwrap();
+    let rows = list.as_array().expect("list is an array");
+    for id in [&n, &g] {
+        let row = rows.iter().find(|r| r["id"] == id.as_str());
+        let row = row.unwrap_or_else(|| panic!("{id} not listed: {list}"));
+        assert_eq!(row["status"], "running", "{row}");
+        assert!(row["pid"].as_i64().unwrap() > 0, "{row}");
+    }
+    let table = e.ok(&["list"]);
+    assert!(table.contains(&n) && table.contains(&g), "{table}");
+
+    // Only the gVisor one runs gVisor's kernel.
+    let gk = e.ok(&["exec", &g, "cat", "/proc/version"]);
+    let nk = e.ok(&["exec", &n, "cat", "/proc/version"]);
+    let host = std::fs::read_to_string("/proc/version").unwrap();
+    assert_eq!(nk.trim(), host.trim());
+    assert_ne!(gk.trim(), host.trim());
+
+    e.ok(&["delete", "--force", &n]);
+    e.ok(&["delete", "--force", &g]);
+    assert_eq!(e.ok(&["list", "--format", "json"]).trim(), "null");
+}
+
+#[test]
+fn runsc_missing_is_a_clear_error_and_leaves_nothing() {
+    if !usable("runsc_missing") {
+        return;
+    }
+    let mut e = Env::new("missing");
+    let id = e.id("c");
+    let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["true"]);
+    let cfg = e.dir.join("config.toml");
+    std::fs::write(&cfg, "runsc_path = \"/nonexistent/runsc\"\n").unwrap();
+    let log = e.dir.join("log.json");
+    let o = output(
+        e.moat()
+            .env("MOAT_CONFIG", &cfg)
+            .args(["--log", log.to_str().unwrap(), "--log-format", "json"])
+            .args(["create", "--bundle", bundle.to_str().unwrap(), &id]),
+        &e.dir,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("runsc not found (/nonexistent/runsc"),
+        "{}",
+        stderr(&o)
+    );
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let last: Value = serde_json::from_str(logged.lines().last().unwrap()).unwrap();
+    assert_eq!(last["level"], "error");
+    assert!(last["msg"].as_str().unwrap().starts_with("runsc not found"));
+    assert!(!e.root().join(&id).exists(), "no state dir left behind");
+
+    // Not in PATH either.
+    let o = output(
+        e.moat()
+            .env("PATH", "/nonexistent")
+            .env("MOAT_CONFIG", e.dir.join("none.toml"))
+            .args(["run", "--bundle", bundle.to_str().unwrap(), &id]),
+        &e.dir,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("runsc not found (not in PATH"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!e.root().join(&id).exists());
+}
+
+#[test]
+fn kill_created_and_stopped_like_runc() {
+    if !usable("kill_created_and_stopped") {
+        return;
+    }
+    let mut e = Env::new("kill");
+    let id = e.id("c");
+    let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["sleep", "600"]);
+    let log = e.dir.join("log.json");
+    e.ok(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+    // runsc refuses to signal a created container; runc kills its init.
+    e.ok(&["kill", &id, "TERM"]);
+    assert_eq!(e.wait_status(&id, "stopped")["status"], "stopped");
+
+    let o = output(
+        e.moat()
+            .args(["--log", log.to_str().unwrap(), "--log-format", "json"])
+            .args(["kill", &id, "KILL"]),
+        &e.dir,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("container not running"),
+        "{}",
+        stderr(&o)
+    );
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.ends_with("}\n"),
+        "one JSON object per line: {logged:?}"
+    );
+    let last: Value = serde_json::from_str(logged.lines().last().unwrap()).unwrap();
+    assert_eq!(last["msg"], "container not running");
+    // containerd's shim sends `kill --all <id> 9` after every exit.
+    e.ok(&["kill", "--all", &id, "9"]);
+    e.ok(&["delete", &id]);
+    assert!(!e.root().join(&id).exists());
+}
+
+#[test]
+fn foreground_run_passes_the_status_and_removes_the_record() {
+    if !usable("foreground_run") {
+        return;
+    }
+    let mut e = Env::new("fg");
+    let id = e.id("c");
+    let bundle = e.bundle("b", &[], &["sh", "-c", "echo fg-out; exit 7"]);
+    let o = output(
+        e.moat().env("MOAT_RUNTIME", "gvisor").args([
+            "run",
+            "--bundle",
+            bundle.to_str().unwrap(),
+            &id,
+        ]),
+        &e.dir,
+    );
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "fg-out");
+    assert!(!e.root().join(&id).exists(), "record removed after the run");
+}
+
+#[test]
+fn alias_selects_gvisor_and_refuses_a_native_annotation() {
+    if !usable("alias") {
+        return;
+    }
+    let mut e = Env::new("alias");
+    let alias = e.dir.join("moat-gvisor");
+    std::os::unix::fs::symlink(MOAT, &alias).unwrap();
+    let id = e.id("c");
+    let native = e.bundle("nb", &[("moat.runtime", "native")], &["true"]);
+    let o = output(
+        Command::new(&alias)
+            .arg("--root")
+            .arg(e.root())
+            .args(["create", "--bundle", native.to_str().unwrap(), &id])
+            .stdin(Stdio::null()),
+        &e.dir,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("annotation moat.runtime=native refused") && err.contains("moat-gvisor"),
+        "{err}"
+    );
+    assert!(!e.root().join(&id).exists());
+
+    let plain = e.bundle("pb", &[], &["sleep", "600"]);
+    let o = output(
+        Command::new(&alias)
+            .arg("--root")
+            .arg(e.root())
+            .args(["run", "-d", "--bundle", plain.to_str().unwrap(), &id])
+            .stdin(Stdio::null()),
+        &e.dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Later calls route by the record, whatever the binary's name.
+    let st = e.state(&id);
+    assert_eq!(st["status"], "running");
+    let rec = std::fs::read_to_string(e.root().join(&id).join("state.json")).unwrap();
+    assert!(rec.contains(r#""kind":"gvisor""#), "{rec}");
+    e.ok(&["delete", "--force", &id]);
+}
+
+#[test]
+fn events_update_pause_and_ps() {
+    if !usable("events_update_pause_and_ps") {
+        return;
+    }
+    let mut e = Env::new("extra");
+    let id = e.id("c");
+    let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["sleep", "600"]);
+    // A cgroup of our own, so that update has something to write to.
+    let cgpath = format!("/{}/c", e.tag);
+    let cfg = bundle.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    spec["linux"]["cgroupsPath"] = Value::String(cgpath.clone());
+    std::fs::write(&cfg, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let _cg = CgroupGuard(format!("/{}", e.tag));
+    e.ok(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+
+    // runsc panics on events of a created container; moat answers with zeros.
+    let ev: Value = serde_json::from_str(&e.ok(&["events", "--stats", &id])).unwrap();
+    assert_eq!(ev["type"], "stats");
+    assert_eq!(ev["data"]["pids"]["current"], 0);
+
+    // runsc has no update: moat writes the sandbox's host cgroup.
+    e.ok(&["update", "--pids-limit", "77", &id]);
+    let pids_max = Path::new("/sys/fs/cgroup/pids").join(cgpath.trim_start_matches('/'));
+    if pids_max.is_dir() {
+        let v = std::fs::read_to_string(pids_max.join("pids.max")).unwrap();
+        assert_eq!(v.trim(), "77");
+    }
+
+    e.ok(&["start", &id]);
+    let ev: Value = serde_json::from_str(&e.ok(&["events", "--stats", &id])).unwrap();
+    assert!(ev["data"]["pids"]["current"].as_i64().unwrap() >= 1, "{ev}");
+    let ps: Value = serde_json::from_str(&e.ok(&["ps", "-f", "json", &id])).unwrap();
+    assert!(!ps.as_array().unwrap().is_empty(), "{ps}");
+
+    e.ok(&["pause", &id]);
+    assert_eq!(e.state(&id)["status"], "paused");
+    e.ok(&["resume", &id]);
+    assert_eq!(e.state(&id)["status"], "running");
+    e.ok(&["pause", &id]);
+    // runsc refuses to signal a paused container; SIGKILL must still end it.
+    e.ok(&["kill", &id, "KILL"]);
+    assert_eq!(e.wait_status(&id, "stopped")["status"], "stopped");
+    e.ok(&["delete", &id]);
+}
+
+/// Removes a cgroup (every hierarchy, leaves first) when dropped.
+struct CgroupGuard(String);
+
+impl Drop for CgroupGuard {
+    fn drop(&mut self) {
+        let rel = self.0.trim_start_matches('/');
+        let Ok(rd) = std::fs::read_dir("/sys/fs/cgroup") else {
+            return;
+        };
+        let mut roots: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        roots.push(PathBuf::from("/sys/fs/cgroup"));
+        for r in roots {
+            let dir = r.join(rel);
+            if dir.is_dir() {
+                remove_cgroup_tree(&dir);
+            }
+        }
+    }
+}
+
+fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.filter_map(|e| e.ok()) {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup_tree(&e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
