@@ -307,7 +307,7 @@ fn runsc_missing_is_a_clear_error_and_leaves_nothing() {
     let id = e.id("c");
     let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["true"]);
     let cfg = e.dir.join("config.toml");
-    std::fs::write(&cfg, "runsc_path = \"/nonexistent/runsc\"\n").unwrap();
+    std::fs::write(&cfg, "[gvisor]\nrunsc_path = \"/nonexistent/runsc\"\n").unwrap();
     let log = e.dir.join("log.json");
     let o = output(
         e.moat()
@@ -329,6 +329,7 @@ fn runsc_missing_is_a_clear_error_and_leaves_nothing() {
     assert!(!e.root().join(&id).exists(), "no state dir left behind");
 
     // Not in PATH either.
+    std::fs::write(e.dir.join("none.toml"), "").unwrap();
     let o = output(
         e.moat()
             .env("PATH", "/nonexistent")
