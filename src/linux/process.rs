@@ -95,6 +95,8 @@ struct Plan {
     hooks: Option<crate::spec::Hooks>,
     new_keyring: Option<CString>,
     loopback_up: bool,
+    /// Set just before clone: the parent joins the (v1) cgroup while the child works.
+    deferred_placement: bool,
 }
 
 fn spec_err(field: &str, reason: impl std::fmt::Display) -> Error {
@@ -197,6 +199,7 @@ impl Plan {
             personality,
             hooks: spec.hooks.clone(),
             loopback_up: opts.loopback_up,
+            deferred_placement: false,
             new_keyring: opts
                 .new_keyring
                 .then(|| CString::new(opts.id.as_str()).unwrap_or_default()),
@@ -239,7 +242,7 @@ fn create_in_cgroup(
     dir: &ContainerDir,
     cgroup: &Cgroup,
 ) -> Result<Created, Error> {
-    let plan = Plan::new(spec, opts, cgroup)?;
+    let mut plan = Plan::new(spec, opts, cgroup)?;
     let mut record = Record {
         format: state::FORMAT_VERSION,
         id: opts.id.clone(),
@@ -322,8 +325,13 @@ fn create_in_cgroup(
     } else {
         plan.ns.clone_flags()
     };
-    let forked = sys::clone_fork(direct_flags, cgroup.dir_fd_v2().as_ref().map(|f| f.as_fd()))
-        .map_err(io_err("clone"))?;
+    let v2fd = cgroup.dir_fd_v2();
+    // Joining a v1 cgroup waits for an RCU grace period (~10 ms): in a direct create the
+    // child does its rootfs work meanwhile and unshares its cgroup namespace only once
+    // told it is placed. A staged create forks the init later, so it must be placed first.
+    plan.deferred_placement = v2fd.is_none() && !plan.ns.staged;
+    let forked =
+        sys::clone_fork(direct_flags, v2fd.as_ref().map(|f| f.as_fd())).map_err(io_err("clone"))?;
     let child = match forked {
         sys::Forked::Child => {
             // The state lock belongs to this create call, not to the container: an
@@ -339,8 +347,10 @@ fn create_in_cgroup(
     drop(fifo);
     let mut guard = KillGuard(Some(child));
 
-    // 5. Place the child, then let it go.
-    cgroup.add_pid(child)?;
+    // 5. Place the child (at clone on cgroup v2), then let it go.
+    if v2fd.is_none() && !plan.deferred_placement {
+        cgroup.add_pid(child)?;
+    }
     for &(res, soft, hard) in &plan.attrs.rlimits {
         sys::prlimit(child, res, soft, hard)
             .map_err(io_err(format!("setrlimit {res} on the container")))?;
@@ -359,6 +369,12 @@ fn create_in_cgroup(
     parent_ch
         .send_child(&ToChild::Go(creating))
         .map_err(io_err("sync: send go"))?;
+    if plan.deferred_placement {
+        cgroup.add_pid(child)?;
+        parent_ch
+            .send_child(&ToChild::Placed)
+            .map_err(io_err("sync: placed"))?;
+    }
 
     // 6–10. Serve the child until it is ready.
     let listener = loop {
@@ -559,7 +575,7 @@ fn init(
             become_root()?;
         }
     }
-    if plan.ns.has_new(libc::CLONE_NEWCGROUP) {
+    if plan.ns.has_new(libc::CLONE_NEWCGROUP) && !plan.deferred_placement {
         sys::unshare(libc::CLONE_NEWCGROUP)
             .step(Step::Namespaces, || "unshare cgroup namespace".into())?;
     }
@@ -609,6 +625,17 @@ fn init(
     } else {
         None
     };
+    if plan.deferred_placement {
+        // v1/hybrid: the cgroup mount above is a bind of the container's own directories,
+        // so only the namespace itself had to wait for the placement.
+        if !matches!(wait_parent(ch)?, ToChild::Placed) {
+            return Err(InitFailure::new(Step::Sync, "expected placed"));
+        }
+        if plan.ns.has_new(libc::CLONE_NEWCGROUP) {
+            sys::unshare(libc::CLONE_NEWCGROUP)
+                .step(Step::Namespaces, || "unshare cgroup namespace".into())?;
+        }
+    }
     ch.send_parent(&ToParent::HooksPlease, None)
         .step(Step::Sync, || "hooks".into())?;
     if let ToChild::HooksDone(s) = wait_parent(ch)? {
