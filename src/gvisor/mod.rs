@@ -30,11 +30,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use cmds::{create, delete, kill, pause, ps, resume, run, start, state, status};
-// `features_json` and `wants_gvisor_features` are for `src/cli/features.rs` (being
-// written separately): `if wants_gvisor_features() { print features_json() }`.
 pub use exec::exec;
 pub use extra::{events, update, UpdateRequest};
-#[allow(unused_imports)]
 pub use extra::{features_json, wants_gvisor_features};
 pub use select::select;
 

@@ -21,6 +21,7 @@
 use std::ffi::CString;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
@@ -294,7 +295,7 @@ fn create_in_cgroup(
         .map_err(|e| io_err(format!("mkfifo {}", fifo_path.display()))(e.into()))?;
     let fifo: OwnedFd = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags_nonblock()
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(&fifo_path)
         .map_err(io_err(format!("open {}", fifo_path.display())))?
         .into();
@@ -515,16 +516,6 @@ fn send_listener(sc: &crate::spec::Seccomp, fd: OwnedFd, rec: &Record) -> Result
     )
     .map_err(|e| io_err(format!("linux.seccomp.listenerPath: send to {path}"))(e.into()))?;
     Ok(())
-}
-
-trait NonBlock {
-    fn custom_flags_nonblock(&mut self) -> &mut Self;
-}
-
-impl NonBlock for std::fs::OpenOptions {
-    fn custom_flags_nonblock(&mut self) -> &mut Self {
-        std::os::unix::fs::OpenOptionsExt::custom_flags(self, libc::O_NONBLOCK | libc::O_CLOEXEC)
-    }
 }
 
 // ---------------------------------------------------------------------------------------
