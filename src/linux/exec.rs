@@ -4,8 +4,8 @@
 //! |---|-----------------------------------------------------------|---------------------------------------------|
 //! | 1 | attributes parsed; the container's compiled seccomp filter loaded from its state | —                    |
 //! | 2 | pidfd of the init; joins its pid (and time) namespace *for children only* | —                           |
-//! | 3 | clone (into the v2 cgroup where possible)                 | non-dumpable, waits                         |
-//! | 4 | cgroup join (v1), rlimits; `Go`                           | setns(pidfd, every other namespace at once)  |
+//! | 3 | clone (into the v2 cgroup)                                | non-dumpable; joins the v1 cgroups itself; rlimits |
+//! | 4 | —                                                         | setns(pidfd, every other namespace at once)  |
 //! | 5 | —                                                         | console; [`Attrs::apply`]: LSM, NNP, seccomp, user, caps, cwd |
 //! | 6 | EOF on the sync socket = exec'd; `Failed` = error         | execve (the socket is close-on-exec)        |
 //! | 7 | `--pid-file`; detached: done; else wait, forward signals  | —                                           |
@@ -18,8 +18,9 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use super::attrs::Attrs;
+use super::cgroups::Placement;
 use super::path::Root;
-use super::sync::{self, Channel, InitFailure, Step, StepExt, ToChild, ToParent};
+use super::sync::{self, InitFailure, Step, StepExt, ToParent};
 use super::{console, namespaces, sys};
 use crate::state::Record;
 
@@ -191,18 +192,17 @@ fn spawn(rec: &Record, attrs: &Attrs, opts: &ExecOpts, probe: bool) -> Result<St
         }
         None => None,
     };
-    let cgroup = rec.cgroup.as_ref();
-    let v2fd = if opts.sub_cgroup.is_none() {
-        cgroup.and_then(|c| c.dir_fd_v2())
-    } else {
-        None
+    // The child enters the cgroup by itself (see cgroups/placement.rs).
+    let placement = match &rec.cgroup {
+        Some(cg) => cg.placement(opts.sub_cgroup.as_deref())?,
+        None => Placement::none(),
     };
-    let child = match sys::clone_fork(0, v2fd.as_ref().map(|f| f.as_fd())).map_err(io("clone"))? {
+    let child = match sys::clone_fork(0, placement.clone_into()).map_err(io("clone"))? {
         sys::Forked::Child => {
             drop(parent_ch);
             let e = match child(
                 attrs,
-                &child_ch,
+                placement,
                 &pidfd,
                 flags & !for_children,
                 console_sock.as_ref(),
@@ -216,6 +216,7 @@ fn spawn(rec: &Record, attrs: &Attrs, opts: &ExecOpts, probe: bool) -> Result<St
         }
         sys::Forked::Parent(pid) => pid,
     };
+    drop(placement);
     drop(child_ch);
     drop(console_sock);
     let kill = |e: ExecError| {
@@ -223,21 +224,6 @@ fn spawn(rec: &Record, attrs: &Attrs, opts: &ExecOpts, probe: bool) -> Result<St
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
         e
     };
-    if let Some(cg) = cgroup {
-        let placed = match &opts.sub_cgroup {
-            Some(sub) => cg.add_pid_sub(child, sub),
-            None if v2fd.is_some() => Ok(()),
-            None => cg.add_pid(child),
-        };
-        placed.map_err(|e| kill(e.into()))?;
-    }
-    for &(res, soft, hard) in &attrs.rlimits {
-        sys::prlimit(child, res, soft, hard)
-            .map_err(|e| kill(io(format!("setrlimit {res} on the exec'd process"))(e)))?;
-    }
-    parent_ch
-        .send_child(&ToChild::Go(Vec::new()))
-        .map_err(|e| kill(io("sync")(e)))?;
     // On success the socket closes with the child's execve.
     match parent_ch.recv_child() {
         Ok((ToParent::Failed(f), _)) => {
@@ -273,15 +259,19 @@ enum Never {}
 
 fn child(
     attrs: &Attrs,
-    ch: &Channel,
+    placement: Placement,
     pidfd: &OwnedFd,
     flags: libc::c_int,
     console_sock: Option<&OwnedFd>,
     probe: bool,
 ) -> Result<Never, InitFailure> {
+    super::process::enter_cgroup(placement)?;
     sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
-    if ch.recv_parent().is_err() {
-        sys::exit_now(255);
+    // Still on the host, with the caller's privileges (raising a hard limit needs them).
+    for &(res, soft, hard) in &attrs.rlimits {
+        sys::prlimit(0, res, soft, hard).step(Step::Exec, || {
+            format!("setrlimit {res} on the exec'd process")
+        })?;
     }
     if flags != 0 {
         sys::setns(pidfd.as_fd(), flags).step(Step::Namespaces, || {

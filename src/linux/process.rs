@@ -5,8 +5,8 @@
 //! | 1 | [`Plan::new`]: every spec field parsed and checked; seccomp compiled; namespace paths opened | —                  |
 //! | 2 | cgroup created, `linux.resources` applied; preliminary state written | —                                  |
 //! | 3 | exec fifo, sync socketpair, console socket connected     | —                                              |
-//! | 4 | `clone3` (direct) or fork of an intermediate (staged)    | non-dumpable; waits for `Go`                   |
-//! | 5 | rlimits, oom_score_adj, id maps; `Go`; cgroup join (v2: at clone; v1: while the child works, then `Placed`) | joins / unshares namespaces (staged: forks init); cgroup ns once placed |
+//! | 4 | `clone3` (direct) or fork of an intermediate (staged), into the v2 cgroup | joins the v1 cgroups itself ([`Placement`]); non-dumpable; waits for `Go` |
+//! | 5 | rlimits, oom_score_adj, id maps; `Go`                    | joins / unshares namespaces (staged: forks init) |
 //! | 6 | —                                                        | cgroup ns, hostname, rootfs + mounts + devices + console |
 //! | 7 | prestart + createRuntime hooks on `HooksPlease`          | createContainer hooks, pivot_root              |
 //! | 8 | —                                                        | masked/readonly paths, ro root, sysctl, AppArmor/SELinux, personality, scheduler, ioprio |
@@ -26,7 +26,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use super::attrs::{self, Attrs};
-use super::cgroups::Cgroup;
+use super::cgroups::{Cgroup, Placement};
 use super::namespaces::{self, Plan as NsPlan};
 use super::rootfs;
 use super::seccomp;
@@ -96,8 +96,6 @@ struct Plan {
     hooks: Option<crate::spec::Hooks>,
     new_keyring: Option<CString>,
     loopback_up: bool,
-    /// Set just before clone: the parent joins the (v1) cgroup while the child works.
-    deferred_placement: bool,
 }
 
 fn spec_err(field: &str, reason: impl std::fmt::Display) -> Error {
@@ -200,7 +198,6 @@ impl Plan {
             personality,
             hooks: spec.hooks.clone(),
             loopback_up: opts.loopback_up,
-            deferred_placement: false,
             new_keyring: opts
                 .new_keyring
                 .then(|| CString::new(opts.id.as_str()).unwrap_or_default()),
@@ -243,7 +240,7 @@ fn create_in_cgroup(
     dir: &ContainerDir,
     cgroup: &Cgroup,
 ) -> Result<Created, Error> {
-    let mut plan = Plan::new(spec, opts, cgroup)?;
+    let plan = Plan::new(spec, opts, cgroup)?;
     let mut record = Record {
         format: state::FORMAT_VERSION,
         id: opts.id.clone(),
@@ -326,32 +323,27 @@ fn create_in_cgroup(
     } else {
         plan.ns.clone_flags()
     };
-    let v2fd = cgroup.dir_fd_v2();
-    // Joining a v1 cgroup waits for an RCU grace period (~10 ms): in a direct create the
-    // child does its rootfs work meanwhile and unshares its cgroup namespace only once
-    // told it is placed. A staged create forks the init later, so it must be placed first.
-    plan.deferred_placement = v2fd.is_none() && !plan.ns.staged;
-    let forked =
-        sys::clone_fork(direct_flags, v2fd.as_ref().map(|f| f.as_fd())).map_err(io_err("clone"))?;
+    // The child enters the cgroup by itself, without the parent's cgroup.procs write
+    // and its RCU grace period (see cgroups/placement.rs).
+    let placement = cgroup.placement(None)?;
+    let forked = sys::clone_fork(direct_flags, placement.clone_into()).map_err(io_err("clone"))?;
     let child = match forked {
         sys::Forked::Child => {
             // The state lock belongs to this create call, not to the container: an
             // inherited copy would keep the directory locked for the container's life.
             sys::close_raw(dir.fd());
             drop(parent_ch);
-            child_main(&plan, &child_ch, &fifo, console_sock.as_ref());
+            child_main(&plan, placement, &child_ch, &fifo, console_sock.as_ref());
         }
         sys::Forked::Parent(pid) => pid,
     };
+    drop(placement);
     drop(child_ch);
     drop(console_sock);
     drop(fifo);
     let mut guard = KillGuard(Some(child));
 
-    // 5. Place the child (at clone on cgroup v2), then let it go.
-    if v2fd.is_none() && !plan.deferred_placement {
-        cgroup.add_pid(child)?;
-    }
+    // 5. Limits and id maps, then let the child go.
     for &(res, soft, hard) in &plan.attrs.rlimits {
         sys::prlimit(child, res, soft, hard)
             .map_err(io_err(format!("setrlimit {res} on the container")))?;
@@ -370,12 +362,6 @@ fn create_in_cgroup(
     parent_ch
         .send_child(&ToChild::Go(creating))
         .map_err(io_err("sync: send go"))?;
-    if plan.deferred_placement {
-        cgroup.add_pid(child)?;
-        parent_ch
-            .send_child(&ToChild::Placed)
-            .map_err(io_err("sync: placed"))?;
-    }
 
     // 6–10. Serve the child until it is ready.
     let listener = loop {
@@ -522,8 +508,14 @@ fn send_listener(sc: &crate::spec::Seccomp, fd: OwnedFd, rec: &Record) -> Result
 // The child
 
 /// Entry of the forked child. Never returns: it execs the container process or exits.
-fn child_main(plan: &Plan, ch: &Channel, fifo: &OwnedFd, console: Option<&OwnedFd>) -> ! {
-    let err = match init(plan, ch, fifo, console) {
+fn child_main(
+    plan: &Plan,
+    placement: Placement,
+    ch: &Channel,
+    fifo: &OwnedFd,
+    console: Option<&OwnedFd>,
+) -> ! {
+    let err = match enter_cgroup(placement).and_then(|()| init(plan, ch, fifo, console)) {
         Ok(never) => match never {},
         Err(e) => e,
     };
@@ -534,6 +526,17 @@ fn child_main(plan: &Plan, ch: &Channel, fifo: &OwnedFd, console: Option<&OwnedF
 }
 
 enum Never {}
+
+/// First thing in the child, before any namespace is joined or unshared.
+pub(crate) fn enter_cgroup(placement: Placement) -> Result<(), InitFailure> {
+    let entered = placement.enter();
+    // Host cgroupfs fds: closed before anything of the container is joined.
+    drop(placement);
+    match entered {
+        Ok(()) => Ok(()),
+        Err((path, e)) => Err(e).step(Step::Cgroup, || format!("write 0 to {}", path.display())),
+    }
+}
 
 fn wait_parent(ch: &Channel) -> Result<ToChild, InitFailure> {
     ch.recv_parent().map_err(|_| {
@@ -566,7 +569,7 @@ fn init(
             become_root()?;
         }
     }
-    if plan.ns.has_new(libc::CLONE_NEWCGROUP) && !plan.deferred_placement {
+    if plan.ns.has_new(libc::CLONE_NEWCGROUP) {
         sys::unshare(libc::CLONE_NEWCGROUP)
             .step(Step::Namespaces, || "unshare cgroup namespace".into())?;
     }
@@ -616,17 +619,6 @@ fn init(
     } else {
         None
     };
-    if plan.deferred_placement {
-        // v1/hybrid: the cgroup mount above is a bind of the container's own directories,
-        // so only the namespace itself had to wait for the placement.
-        if !matches!(wait_parent(ch)?, ToChild::Placed) {
-            return Err(InitFailure::new(Step::Sync, "expected placed"));
-        }
-        if plan.ns.has_new(libc::CLONE_NEWCGROUP) {
-            sys::unshare(libc::CLONE_NEWCGROUP)
-                .step(Step::Namespaces, || "unshare cgroup namespace".into())?;
-        }
-    }
     ch.send_parent(&ToParent::HooksPlease, None)
         .step(Step::Sync, || "hooks".into())?;
     if let ToChild::HooksDone(s) = wait_parent(ch)? {

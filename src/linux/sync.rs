@@ -3,11 +3,9 @@
 //!
 //! ```text
 //!   parent (moat create)                         child (container init)
-//!   clone ─────────────────────────────────────▶ waits
-//!   cgroup, rlimits, oom_score_adj, id maps*
+//!   clone (into the v2 cgroup) ────────────────▶ joins the v1 cgroups itself; waits
+//!   rlimits, oom_score_adj, id maps*
 //!   Go(state JSON) ────────────────────────────▶ joins/unshares namespaces
-//!   joins the cgroup (v1: ~1 RCU grace period)    rootfs, mounts, devices, console
-//!   Placed ────────────────────────────────────▶ cgroup namespace      (direct v1 only)
 //!                         ◀──────────────────── UsernsReady        (staged userns only)
 //!   writes id maps
 //!   MapsWritten ───────────────────────────────▶
@@ -176,8 +174,6 @@ pub enum ToChild {
     /// Carries the state JSON again: in a staged create only now is the init's pid known.
     HooksDone(Vec<u8>),
     Created,
-    /// The child is in its cgroup (sent when placement overlaps the child's rootfs work).
-    Placed,
 }
 
 #[derive(Debug)]
@@ -256,7 +252,6 @@ impl Channel {
                 self.send(&b, None)
             }
             ToChild::Created => self.send(&[4], None),
-            ToChild::Placed => self.send(&[5], None),
         }
     }
 
@@ -267,7 +262,6 @@ impl Channel {
             2 => ToChild::MapsWritten,
             3 => ToChild::HooksDone(b[1..].to_vec()),
             4 => ToChild::Created,
-            5 => ToChild::Placed,
             t => return Err(bad(t)),
         })
     }

@@ -10,6 +10,7 @@
 mod devices;
 mod files;
 mod layout;
+mod placement;
 pub mod stats;
 mod update;
 mod v1;
@@ -23,8 +24,6 @@ mod root_tests;
 mod tests;
 
 use std::io;
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -34,6 +33,7 @@ use crate::spec;
 
 use files::{collect_pids, create_in, read_file, remove_tree, write_file};
 pub use layout::{resolve_path, Layout};
+pub use placement::Placement;
 
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
@@ -249,26 +249,14 @@ impl Cgroup {
             .map(|h| h.dir(&self.path))
     }
 
+    /// Moves an existing process in (tests only: moat's own children place themselves,
+    /// see [`Placement`]).
+    #[cfg(test)]
     pub fn add_pid(&self, pid: libc::pid_t) -> Result<(), CgroupError> {
         for h in &self.hierarchies {
             write_file(&h.dir(&self.path), "cgroup.procs", &pid.to_string(), "pid")?;
         }
         Ok(())
-    }
-
-    /// An `O_PATH` fd of the v2 cgroup directory for `clone3(CLONE_INTO_CGROUP)`, on pure
-    /// v2 hosts only (on hybrid hosts the v1 hierarchies need `add_pid` anyway).
-    pub fn dir_fd_v2(&self) -> Option<OwnedFd> {
-        if !self.unified {
-            return None;
-        }
-        let dir = self.v2_dir()?;
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
-            .open(dir)
-            .ok()
-            .map(OwnedFd::from)
     }
 
     /// Removes the cgroup (and any sub-cgroups the container made) in every hierarchy.
@@ -357,24 +345,6 @@ impl Cgroup {
                 host_dir: h.dir(&self.path),
             })
             .collect()
-    }
-}
-
-impl Cgroup {
-    /// Places a process in an existing sub-cgroup of the container's (`exec --cgroup`).
-    pub fn add_pid_sub(&self, pid: libc::pid_t, sub: &str) -> Result<(), CgroupError> {
-        let sub = sub.trim_start_matches('/');
-        if sub.split('/').any(|c| c == ".." || c == ".") {
-            return Err(CgroupError::Invalid {
-                field: "--cgroup".into(),
-                msg: format!("{sub:?} must stay below the container's cgroup"),
-            });
-        }
-        let path = format!("{}/{}", self.path.trim_end_matches('/'), sub);
-        for h in &self.hierarchies {
-            write_file(&h.dir(&path), "cgroup.procs", &pid.to_string(), "--cgroup")?;
-        }
-        Ok(())
     }
 }
 

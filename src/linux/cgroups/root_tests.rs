@@ -318,3 +318,74 @@ fn v2_core_freezer() {
     collect_pids(&dir, &mut pids).unwrap();
     assert_eq!(pids, vec![pid as i32]);
 }
+
+/// A child placed by `Placement` (clone into the v2 directory, `0` to each v1 `tasks`)
+/// is in the container's cgroup in every hierarchy; a sub-cgroup works the same way.
+#[test]
+fn child_places_itself() {
+    if !root() {
+        return;
+    }
+    let layout = Layout::detect().unwrap();
+    let top = format!("/moat-test-{}-place", std::process::id());
+    let mut guard = Guard::default();
+    guard.dirs = layout.hierarchies.iter().map(|h| h.dir(&top)).collect();
+    let cg = Cgroup::create(layout, format!("{top}/ct")).unwrap();
+    for h in &cg.hierarchies {
+        guard.dirs.push(h.dir(&cg.path));
+    }
+    assert!(cg.placement(Some("../escape")).is_err());
+    let e = cg.placement(Some("missing")).unwrap_err().to_string();
+    assert!(e.contains("missing"), "{e}");
+    for h in &cg.hierarchies {
+        fs::create_dir(h.dir(&cg.path).join("sub")).unwrap();
+        if !h.v2 && h.has("cpuset") {
+            for f in ["cpuset.cpus", "cpuset.mems"] {
+                let v = read(&h.dir(&cg.path), f);
+                fs::write(h.dir(&cg.path).join("sub").join(f), v).unwrap();
+            }
+        }
+    }
+    for (sub, want) in [
+        (None, cg.path.clone()),
+        (Some("sub"), format!("{}/sub", cg.path)),
+    ] {
+        let placement = cg.placement(sub).unwrap();
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let (placed_r, placed_w) = nix::unistd::pipe().unwrap();
+        // The child only makes syscalls: no allocation after a raw clone in a threaded test.
+        let pid = match crate::linux::sys::clone_fork(0, placement.clone_into()).unwrap() {
+            crate::linux::sys::Forked::Child => {
+                crate::linux::sys::close_raw(std::os::fd::AsFd::as_fd(&w));
+                let ok = placement.enter().is_ok();
+                let _ = nix::unistd::write(&placed_w, b"p");
+                let _ = nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&r), &mut [0u8]);
+                crate::linux::sys::exit_now(if ok { 0 } else { 1 })
+            }
+            crate::linux::sys::Forked::Parent(pid) => pid,
+        };
+        drop(placement);
+        drop(placed_w);
+        let _ = nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&placed_r), &mut [0u8]);
+        let membership = fs::read_to_string(format!("/proc/{pid}/cgroup"));
+        // Releases the child whatever the read gave, before anything can panic.
+        drop(w);
+        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
+        let membership = membership.unwrap();
+        assert_eq!(
+            status,
+            nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0)
+        );
+        let mut seen = 0;
+        for line in membership.lines() {
+            // Hierarchies the host has but moat did not use (none here) would differ.
+            assert!(line.ends_with(&want), "{line} (want {want})");
+            seen += 1;
+        }
+        assert_eq!(seen, cg.hierarchies.len(), "{membership}");
+    }
+    for h in &cg.hierarchies {
+        fs::remove_dir(h.dir(&cg.path).join("sub")).unwrap();
+    }
+    cg.remove().unwrap();
+}

@@ -263,7 +263,8 @@ fn v2_create_enables_controllers_top_down() {
     );
     // The leaf never gets controllers enabled (no internal processes).
     assert!(!read(&root.join("moat/ct"), "cgroup.controllers").contains('+'));
-    let fd = cg.dir_fd_v2().expect("O_PATH fd of the v2 dir");
+    let placement = cg.placement(None).unwrap();
+    let fd = placement.clone_into().expect("O_PATH fd of the v2 dir");
     let link = fs::read_link(format!(
         "/proc/self/fd/{}",
         std::os::fd::AsRawFd::as_raw_fd(&fd)
@@ -426,7 +427,7 @@ fn v2_rootless_without_cgroup() {
         "linux.resources.pids: cannot use the pids controller at /sys/fs/cgroup/moat/x: \
          the hierarchy is not writable by this user (rootless?)"
     );
-    assert!(cg.dir_fd_v2().is_none());
+    assert!(cg.placement(None).unwrap().clone_into().is_none());
     assert!(cg.pids().unwrap().is_empty());
 }
 

@@ -1,0 +1,106 @@
+//! How a new process (container init, exec'd process) enters the container's cgroup.
+//!
+//! Moving a process by writing its pid to `cgroup.procs` takes the kernel's global
+//! `cgroup_threadgroup_rwsem` for writing, and taking it waits for an RCU grace period
+//! (~10 ms on the hosts measured, see docs/performance.md) unless another migration
+//! happened just before. Two ways in avoid that lock:
+//! - v2: `clone3(CLONE_INTO_CGROUP)` creates the process in the cgroup (the fork path
+//!   only reads the lock);
+//! - v1: the single-threaded child writes `0` ("myself") to each hierarchy's `tasks`
+//!   file; moving only the calling thread needs no thread-group stability, so the kernel
+//!   skips the global lock (the child has one thread, so the thread is the process).
+//!
+//! The parent opens every file (with its credentials, before anything enters the
+//! container); the child only writes to the inherited fds, first thing after clone, and
+//! closes them.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+
+use super::{Cgroup, CgroupError};
+
+/// The open handles a child needs to place itself.
+#[derive(Debug)]
+pub struct Placement {
+    /// The v2 directory (`O_PATH`), for `CLONE_INTO_CGROUP`.
+    v2: Option<OwnedFd>,
+    /// Each v1 hierarchy's `tasks` file, open for writing.
+    v1: Vec<(PathBuf, OwnedFd)>,
+}
+
+impl Placement {
+    /// Nothing to join (no cgroup).
+    pub fn none() -> Placement {
+        Placement {
+            v2: None,
+            v1: Vec::new(),
+        }
+    }
+
+    /// The fd to pass to `clone3` as `CLONE_INTO_CGROUP`.
+    pub fn clone_into(&self) -> Option<BorrowedFd<'_>> {
+        self.v2.as_ref().map(|f| f.as_fd())
+    }
+
+    /// In the child, before it does anything else: joins every v1 hierarchy. Returns the
+    /// file that refused, with the error. Allocates nothing on success. The caller drops
+    /// the placement right after, before it enters any container namespace.
+    pub fn enter(&self) -> Result<(), (PathBuf, std::io::Error)> {
+        for (path, fd) in &self.v1 {
+            match nix::unistd::write(fd, b"0") {
+                Ok(1) => {}
+                Ok(_) => return Err((path.clone(), std::io::ErrorKind::WriteZero.into())),
+                Err(e) => return Err((path.clone(), e.into())),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Cgroup {
+    /// Opens what a child needs to place itself in this cgroup, or in its sub-cgroup
+    /// `sub` (`exec --cgroup`, relative, must exist).
+    pub fn placement(&self, sub: Option<&str>) -> Result<Placement, CgroupError> {
+        let path = match sub {
+            None => self.path.clone(),
+            Some(sub) => {
+                let sub = sub.trim_start_matches('/');
+                if sub.split('/').any(|c| c == ".." || c == ".") {
+                    return Err(CgroupError::invalid(
+                        "--cgroup",
+                        format!("{sub:?} must stay below the container's cgroup"),
+                    ));
+                }
+                format!("{}/{}", self.path.trim_end_matches('/'), sub)
+            }
+        };
+        let field = if sub.is_some() { "--cgroup" } else { "pid" };
+        let mut placement = Placement::none();
+        for h in &self.hierarchies {
+            let dir = h.dir(&path);
+            if h.v2 {
+                let fd = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+                    .open(&dir)
+                    .map_err(|e| CgroupError::io("open", &dir, e))?;
+                placement.v2 = Some(fd.into());
+            } else {
+                let file = dir.join("tasks");
+                let fd = std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_CLOEXEC)
+                    .open(&file)
+                    .map_err(|err| CgroupError::Write {
+                        field: field.into(),
+                        value: "0".into(),
+                        path: file.clone(),
+                        err,
+                    })?;
+                placement.v1.push((file, fd.into()));
+            }
+        }
+        Ok(placement)
+    }
+}
