@@ -6,7 +6,8 @@ runtimes (A B C A B C ...), on one busybox bundle running /bin/true:
 
   cycle       create -> start -> wait for exit -> delete (each phase recorded)
   run         foreground `run` of /bin/true
-  rss         peak RSS of the `create` process, via GNU time (see below)
+  rss         peak RSS of the `create` process and of an `exec` of /bin/true into
+              a running container, via GNU time (see below)
   exec        foreground `exec` of /bin/true into one running container
   concurrent  N containers created concurrently, then started, waited, deleted
   gvisor      create -> start -> wait -> delete through `moat-gvisor` and through
@@ -32,6 +33,8 @@ That wrapper's own cost is measured on /bin/true and subtracted per call.
 
 import csv
 import ctypes
+import html
+import io
 import json
 import os
 import shutil
@@ -290,6 +293,11 @@ class Bench:
                 os.unlink(pidf)
             reap_orphans()
         self.record(it, "create_rss_kb", rt, kb)
+        cid = self.exec_ids.get(rt.name)
+        if cid:
+            kb = self.timed_maxrss_kb(rt, rt.cmd("exec", cid, "/bin/true"))
+            reap_orphans()
+            self.record(it, "exec_rss_kb", rt, kb)
 
     def exec_setup(self, rt):
         cid = self.cid(rt, "x")
@@ -466,7 +474,7 @@ class Bench:
         tests = self.job["tests"]
         iters, warm = self.job["iterations"], self.job["warmup"]
         self.rss_floor()
-        if "exec" in tests:
+        if "exec" in tests or "rss" in tests:
             for rt in self.runtimes:
                 try:
                     self.exec_setup(rt)
@@ -512,6 +520,33 @@ class Bench:
 
     # --- output -------------------------------------------------------------------
     def report(self):
+        """Prints the tables; with --md also writes them (after the header lines) to a
+        file, and with --chart draws the medians as SVG."""
+        buf = io.StringIO()
+        real = sys.stdout
+
+        class Tee:
+            def write(self, s):
+                real.write(s)
+                buf.write(s)
+
+            def flush(self):
+                real.flush()
+
+        sys.stdout = Tee()
+        try:
+            self._report()
+        finally:
+            sys.stdout = real
+        if self.job.get("md"):
+            with open(self.job["md"], "w") as f:
+                f.write(self.job.get("header", ""))
+                f.write(buf.getvalue())
+        if self.job.get("chart"):
+            with open(self.job["chart"], "w") as f:
+                f.write(self.chart())
+
+    def _report(self):
         # The wrapper's median cost is subtracted once per runtime call the metric spans.
         n = self.job["concurrency"]
         # metric -> (wrapper metric, how many times its cost is in one sample)
@@ -528,6 +563,8 @@ class Bench:
                 wcost.setdefault((metric, name), []).append(v)
         wcost = {k: max(0.0, statistics.median(v)) for k, v in wcost.items()}
         self.adjusted = []
+        self.medians = {}
+        self.names = [r.name for r in self.runtimes]
         by = {}
         for metric, name, it, v in self.samples:
             wm, k = calls.get(metric, ("", 0))
@@ -538,7 +575,7 @@ class Bench:
         names = [r.name for r in self.runtimes]
         ref = self.job["reference"] if self.job["reference"] in names else names[0]
         order = ["cycle_ms", "create_ms", "start_ms", "wait_ms", "delete_ms", "run_ms",
-                 "exec_ms", "create_rss_kb", f"concurrent{n}_total_ms", f"concurrent{n}_create_ms",
+                 "exec_ms", "create_rss_kb", "exec_rss_kb", f"concurrent{n}_total_ms", f"concurrent{n}_create_ms",
                  f"concurrent{n}_start_ms", f"concurrent{n}_wait_ms", f"concurrent{n}_delete_ms",
                  "wrapper_ms", f"wrapper{n}_ms"]
         metrics = [m for m in order if m in by] + sorted(m for m in by if m not in order)
@@ -571,6 +608,7 @@ class Bench:
             for n in names:
                 s = stats.get((m, n))
                 if s:
+                    self.medians[(m, n)] = s[0]
                     b = stats.get((m, ref))
                     ratio = s[0] / b[0] if b and b[0] > 0 else ""
                     rows.append([m, n, s[3], f"{s[0]:.4f}", f"{s[1]:.4f}", f"{s[2]:.4f}",
@@ -581,8 +619,8 @@ class Bench:
             print(f"{iters} iterations (+{self.job['warmup']} warm-up), interleaved; ms = wall time of the "
                   f"runtime call(s); ratio = median / median of {ref}.")
         if "create_rss_kb" in by:
-            print(f"create_rss_kb = peak RSS of `create` under GNU time; its floor "
-                  f"(time + /bin/true) is {self.rss_floor_kb:.0f} KB.")
+            print(f"create_rss_kb, exec_rss_kb = peak RSS of `create` and of `exec /bin/true` "
+                  f"under GNU time; its floor (time + /bin/true) is {self.rss_floor_kb:.0f} KB.")
         conc = self.job["concurrency"]
         for (wm, name), w in sorted(wcost.items()):
             if wm != "wrapper_ms":
@@ -605,6 +643,49 @@ class Bench:
                 w = csv.writer(f)
                 w.writerow(["metric", "runtime", "iteration", "value", "adjusted"])
                 w.writerows(self.adjusted)
+
+    def chart(self):
+        """The medians as an SVG bar chart: one panel per metric, one bar per runtime,
+        each panel scaled to its own largest median."""
+        n = self.job["concurrency"]
+        wanted = ["cycle_ms", "create_ms", "start_ms", "delete_ms", "run_ms", "exec_ms",
+                  "create_rss_kb", "exec_rss_kb", f"concurrent{n}_total_ms"]
+        metrics = [m for m in wanted if any((m, r) in self.medians for r in self.names)]
+        colors = ["#1b6ca8", "#c0392b", "#27ae60", "#8e44ad", "#d35400", "#7f8c8d"]
+        bar_h, gap, label_w, plot_w, val_w = 16, 4, 170, 360, 80
+        panel_h = len(self.names) * (bar_h + gap) + 14
+        width = label_w + plot_w + val_w
+        legend_h = 24
+        height = 40 + legend_h + len(metrics) * panel_h
+        out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+               f'font-family="sans-serif" font-size="12">',
+               f'<rect width="{width}" height="{height}" fill="white"/>',
+               f'<text x="8" y="20" font-size="14" font-weight="bold">Medians, '
+               f'{self.job["iterations"]} interleaved iterations (lower is better)</text>']
+        for i, r in enumerate(self.names):
+            x = 8 + i * 110
+            out.append(f'<rect x="{x}" y="32" width="12" height="12" '
+                       f'fill="{colors[i % len(colors)]}"/>')
+            out.append(f'<text x="{x + 16}" y="43">{html.escape(r)}</text>')
+        y = 40 + legend_h
+        for m in metrics:
+            vals = [self.medians.get((m, r)) for r in self.names]
+            top = max(v for v in vals if v is not None) or 1.0
+            unit = "KB" if m.endswith("_kb") else "ms"
+            out.append(f'<text x="8" y="{y + 12}" font-weight="bold">{html.escape(m)}</text>')
+            for i, v in enumerate(vals):
+                by = y + i * (bar_h + gap)
+                if v is None:
+                    out.append(f'<text x="{label_w}" y="{by + 12}" fill="#999">—</text>')
+                    continue
+                w = max(1.0, plot_w * v / top)
+                out.append(f'<rect x="{label_w}" y="{by}" width="{w:.1f}" height="{bar_h}" '
+                           f'fill="{colors[i % len(colors)]}"/>')
+                txt = f"{v:.0f} {unit}" if v >= 100 else f"{v:.1f} {unit}"
+                out.append(f'<text x="{label_w + w + 4:.1f}" y="{by + 12}">{txt}</text>')
+            y += panel_h
+        out.append("</svg>")
+        return "\n".join(out) + "\n"
 
     def report_gvisor(self, by, fmt):
         """moat-gvisor vs each way of calling runsc directly: medians per phase and
