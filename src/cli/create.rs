@@ -66,7 +66,8 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         apparmor::ensure_loaded(policy::APPARMOR_PROFILE_NAME, policy::APPARMOR_PROFILE)
             .context("load moat's AppArmor profile")?;
     }
-    let dir = ContainerDir::create(&g.state_root(), &a.id)?;
+    let rootless = g.rootless()?;
+    let dir = ContainerDir::create(&g.state_root()?, &a.id)?;
     let notify_socket = std::env::var("NOTIFY_SOCKET")
         .ok()
         .filter(|s| !s.is_empty());
@@ -89,11 +90,13 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         systemd_cgroup: g.systemd_cgroup,
         foreground,
         seccomp_floor: decision.seccomp_floor,
-        seccomp_cache: Some(g.state_root().join("@cache").join("seccomp")),
+        seccomp_cache: Some(g.state_root()?.join("@cache").join("seccomp")),
         loopback_up: decision.network_none,
         policy: decision.policy,
         notify_socket,
-        fleet: policy::fleet_budget(&cfg),
+        // A fleet budget is a host-wide cgroup: never a rootless caller's.
+        fleet: policy::fleet_budget(&cfg).filter(|_| !rootless),
+        rootless,
     };
     let created = process::create(&spec, &opts, &dir).and_then(|c| {
         dir.save_file(

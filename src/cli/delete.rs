@@ -18,7 +18,7 @@ pub struct Args {
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
-    let dir = match ContainerDir::open(&g.state_root(), &a.id) {
+    let dir = match ContainerDir::open(&g.state_root()?, &a.id) {
         Ok(d) => d,
         Err(StateError::NotExist) if a.force => return Ok(0),
         Err(e) => return Err(e.into()),

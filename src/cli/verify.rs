@@ -36,7 +36,7 @@ fn status_field(status: &str, key: &str) -> String {
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
-    let dir = ContainerDir::open_read(&g.state_root(), &a.id)?;
+    let dir = ContainerDir::open_read(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if !matches!(rec.status(&dir), Status::Running | Status::Created) {
         bail!("container not running");

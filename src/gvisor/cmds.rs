@@ -136,7 +136,7 @@ fn create_prepared(g: &Global, p: Prepared, a: &create_cli::Args) -> Result<i32>
         .wait()?;
     if code != 0 {
         drop(p.dir);
-        discard(g, &p.gv, &g.state_root(), &a.id);
+        discard(g, &p.gv, &g.state_root()?, &a.id);
         return Ok(code);
     }
     remember_sandbox(&p.dir, &pid_file);
@@ -179,7 +179,7 @@ pub fn run(g: &Global, a: &run_cli::Args, sel: Selection) -> Result<i32> {
     }
     let c = &a.create;
     let p = select::prepare(g, &c.bundle, &c.id, c.preserve_fds, sel)?;
-    let root = g.state_root();
+    let root = g.state_root()?;
     if a.detach {
         // create + start rather than `runsc run --detach`, whose re-execution drops every
         // argument containing "detach".

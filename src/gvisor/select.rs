@@ -279,7 +279,7 @@ pub fn prepare(
     let cwd = std::env::current_dir().context("getcwd")?;
     let bundle = cwd.join(bundle);
     let rootfs = spec.rootfs(&bundle);
-    let dir = ContainerDir::create(&g.state_root(), id)?;
+    let dir = ContainerDir::create(&g.state_root()?, id)?;
     crate::log::debug(&format!("{id}: gVisor ({})", sel.reason));
     let gv = Gvisor {
         runsc,

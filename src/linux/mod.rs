@@ -17,6 +17,7 @@ pub mod notify;
 pub mod path;
 pub mod process;
 pub mod rootfs;
+pub mod rootless;
 pub mod seccomp;
 pub mod signal;
 pub mod sync;

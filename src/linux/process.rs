@@ -29,6 +29,7 @@ use super::attrs::{self, Attrs};
 use super::cgroups::Cgroup;
 use super::namespaces::{self, Plan as NsPlan};
 use super::rootfs;
+use super::rootless;
 use super::seccomp;
 use super::sync::{self, Channel, InitFailure, Step, StepExt, ToChild, ToParent};
 use super::{console, devices, hooks, sys};
@@ -49,13 +50,13 @@ pub enum Error {
     Init(#[from] InitFailure),
     #[error(transparent)]
     State(#[from] state::StateError),
-    #[error("{what}: {source}")]
-    Io { what: String, source: io::Error },
+    #[error("{what}: {err}")]
+    Io { what: String, err: io::Error },
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> Error {
     let what = what.into();
-    move |source| Error::Io { what, source }
+    move |err| Error::Io { what, err }
 }
 
 pub struct CreateOpts {
@@ -80,6 +81,8 @@ pub struct CreateOpts {
     pub notify_socket: Option<String>,
     /// The fleet budget: the parent cgroup and its limits, ensured before the container's.
     pub fleet: Option<(String, crate::spec::Resources)>,
+    /// `--rootless` resolved: no real root (see `linux/rootless.rs`).
+    pub rootless: bool,
 }
 
 /// Everything the child needs, computed before clone.
@@ -98,6 +101,9 @@ struct Plan {
     loopback_up: bool,
     /// Set just before clone: the parent joins the (v1) cgroup while the child works.
     deferred_placement: bool,
+    /// An unprivileged parent writes the child's id maps, which needs the child's
+    /// `/proc/<pid>` to be its own: the child stays dumpable until they are written.
+    dumpable_until_mapped: bool,
 }
 
 fn spec_err(field: &str, reason: impl std::fmt::Display) -> Error {
@@ -159,7 +165,11 @@ impl Plan {
         }
         let attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
             .map_err(|e| spec_err(&e.field, e.reason))?;
-        let userns = ns.has_new(libc::CLONE_NEWUSER) || ns.user_join.is_some();
+        if opts.rootless {
+            rootless_checks(spec, &ns)?;
+        }
+        // mknod needs the initial user namespace: in any other, device nodes are bound.
+        let userns = ns.has_new(libc::CLONE_NEWUSER) || ns.user_join.is_some() || opts.rootless;
         let cgroup_mounts = cgroup.mount_sources();
         let rootfs = rootfs::plan(
             spec,
@@ -188,6 +198,8 @@ impl Plan {
                 }
             }),
         };
+        let dumpable_until_mapped =
+            opts.rootless && sys::geteuid() != 0 && ns.has_new(libc::CLONE_NEWUSER);
         Ok(Plan {
             ns,
             rootfs,
@@ -201,6 +213,7 @@ impl Plan {
             hooks: spec.hooks.clone(),
             loopback_up: opts.loopback_up,
             deferred_placement: false,
+            dumpable_until_mapped,
             new_keyring: opts
                 .new_keyring
                 .then(|| CString::new(opts.id.as_str()).unwrap_or_default()),
@@ -221,6 +234,9 @@ pub struct Created {
 /// Runs the whole create sequence for `spec` into the locked `dir`. On failure everything
 /// it made (process, cgroup) is gone; the caller removes the state directory.
 pub fn create(spec: &Spec, opts: &CreateOpts, dir: &ContainerDir) -> Result<Created, Error> {
+    if opts.rootless {
+        return create_rootless(spec, opts, dir);
+    }
     // 1–2. Plan, cgroup, preliminary record (so an interrupted create can be deleted).
     if let Some((path, res)) = &opts.fleet {
         Cgroup::prepare(Some(path), &opts.id, false)?.apply(res)?;
@@ -235,6 +251,59 @@ pub fn create(spec: &Spec, opts: &CreateOpts, dir: &ContainerDir) -> Result<Crea
         let _ = cgroup.remove();
     }
     result
+}
+
+/// `create` without real root: a delegated cgroup v2 subtree when there is one, else no
+/// cgroup and no `linux.resources`, said in one warning line.
+fn create_rootless(spec: &Spec, opts: &CreateOpts, dir: &ContainerDir) -> Result<Created, Error> {
+    let l = spec.linux();
+    match Cgroup::prepare_rootless(l.cgroups_path.as_deref(), &opts.id)? {
+        Ok(cgroup) => {
+            let result = create_in_cgroup(spec, opts, dir, &cgroup);
+            if result.is_err() {
+                let _ = cgroup.remove();
+            }
+            result
+        }
+        Err(super::cgroups::NoCgroup(why)) => {
+            let mut spec = spec.clone();
+            if let Some(res) = spec.linux.as_mut().and_then(|l| l.resources.take()) {
+                let asked = rootless::resource_names(&res);
+                if !asked.is_empty() {
+                    crate::log::warn(&format!(
+                        "rootless: no cgroup: {why}; linux.resources not applied ({asked})"
+                    ));
+                }
+            }
+            create_in_cgroup(&spec, opts, dir, &Cgroup::default())
+        }
+    }
+}
+
+/// A rootless create fails here, before anything exists, where the kernel or newuidmap
+/// would fail later with less to say.
+fn rootless_checks(spec: &Spec, ns: &NsPlan) -> Result<(), Error> {
+    if sys::geteuid() == 0 {
+        // uid 0 inside someone's user namespace (rootless podman): its own maps apply.
+        return Ok(());
+    }
+    let l = spec.linux();
+    if !ns.has_new(libc::CLONE_NEWUSER) && ns.user_join.is_none() {
+        return Err(spec_err(
+            "linux.namespaces",
+            "a rootless container needs a user namespace (`moat spec --rootless` writes one)",
+        ));
+    }
+    if ns.has_new(libc::CLONE_NEWUSER) {
+        if l.uid_mappings.is_empty() || l.gid_mappings.is_empty() {
+            return Err(spec_err(
+                "linux.uidMappings",
+                "a rootless container's new user namespace needs uidMappings and gidMappings",
+            ));
+        }
+        rootless::check_spec_maps(&l.uid_mappings, &l.gid_mappings).map_err(Error::Spec)?;
+    }
+    Ok(())
 }
 
 fn create_in_cgroup(
@@ -256,7 +325,7 @@ fn create_in_cgroup(
         annotations: spec.annotations.clone(),
         cgroup: Some(cgroup.clone()),
         systemd_cgroup: opts.systemd_cgroup,
-        rootless: sys::geteuid() != 0,
+        rootless: opts.rootless,
         own_pidns: plan.ns.has_new(libc::CLONE_NEWPID),
         policy: opts.policy.to_string(),
         notify_socket: opts.notify_socket.clone(),
@@ -549,7 +618,9 @@ fn init(
     console_sock: Option<&OwnedFd>,
 ) -> Result<Never, InitFailure> {
     // Nothing in the container may ptrace or read /proc/<pid>/* of this process before exec.
-    sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
+    if !plan.dumpable_until_mapped {
+        sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
+    }
     let ToChild::Go(mut state) = wait_parent(ch)? else {
         return Err(InitFailure::new(Step::Sync, "expected go"));
     };
@@ -565,6 +636,10 @@ fn init(
         if plan.ns.has_new(libc::CLONE_NEWUSER) {
             become_root()?;
         }
+    }
+    if plan.dumpable_until_mapped {
+        // Maps written; nothing of the container runs yet.
+        sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
     }
     if plan.ns.has_new(libc::CLONE_NEWCGROUP) && !plan.deferred_placement {
         sys::unshare(libc::CLONE_NEWCGROUP)

@@ -10,6 +10,7 @@
 mod devices;
 mod files;
 mod layout;
+mod rootless;
 pub mod stats;
 mod update;
 mod v1;
@@ -34,6 +35,7 @@ use crate::spec;
 
 use files::{collect_pids, create_in, read_file, remove_tree, write_file};
 pub use layout::{resolve_path, Layout};
+pub use rootless::NoCgroup;
 
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
