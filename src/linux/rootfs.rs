@@ -276,11 +276,14 @@ fn mount_one(root: &Root, p: &Plan, m: &MountPlan) -> Result<Option<OwnedFd>, In
             let target = root
                 .mkdir_all(&m.destination, 0o755)
                 .step(Step::Mounts, what)?;
-            let mnt = mount::new_fs(fstype, source.as_deref(), &m.opts.data)
+            let Some((mnt, opts)) = new_fs_or_fallback(fstype, source.as_deref(), &m.opts)
                 .step(Step::Mounts, || {
                     format!("{}: new {fstype} filesystem", what())
-                })?;
-            mount::set_attrs(mnt.as_fd(), &m.opts)
+                })?
+            else {
+                return Ok(None);
+            };
+            mount::set_attrs(mnt.as_fd(), &opts)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
             mount::attach(mnt.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
             if pin {
@@ -297,6 +300,46 @@ fn mount_one(root: &Root, p: &Plan, m: &MountPlan) -> Result<Option<OwnedFd>, In
             .step(Step::Mounts, || format!("{}: propagation", what()))?;
     }
     Ok(pinned)
+}
+
+/// A new filesystem for a spec mount, and the attributes to give it. In a user namespace
+/// the kernel refuses what a runc-shaped spec often asks for, and moat falls back as runc
+/// does: sysfs without a network namespace of its own → a recursive bind of the host's
+/// /sys; mqueue without an ipc namespace of its own → a bind of the host's /dev/mqueue;
+/// `uid=`/`gid=` of an id the namespace does not map (devpts `gid=5`) → the option left
+/// out. Attributes of a bind tree (`ro`, `nosuid`, …) apply to every mount in it.
+/// `None`: nothing to mount (mqueue, and the host has no /dev/mqueue either; message
+/// queues still work, only their listing under /dev/mqueue is missing).
+fn new_fs_or_fallback(
+    fstype: &str,
+    source: Option<&str>,
+    opts: &Options,
+) -> std::io::Result<Option<(OwnedFd, Options)>> {
+    let err = match mount::new_fs(fstype, source, &opts.data) {
+        Ok(m) => return Ok(Some((m, opts.clone()))),
+        Err(e) => e,
+    };
+    if !super::rootless::in_user_namespace() {
+        return Err(err);
+    }
+    let bind = |host: &str, recursive: bool| {
+        let mut o = opts.clone();
+        o.rec_set |= o.set;
+        mount::clone_tree(path::cwd(), host, recursive).map(|t| Some((t, o)))
+    };
+    let ids = |k: &str| k == "uid" || k == "gid";
+    match (fstype, err.raw_os_error()) {
+        ("sysfs", Some(libc::EPERM)) => bind("/sys", true),
+        ("mqueue", Some(libc::EPERM)) if Path::new("/dev/mqueue").is_dir() => {
+            bind("/dev/mqueue", false)
+        }
+        ("mqueue", Some(libc::EPERM)) => Ok(None),
+        (_, Some(libc::EINVAL | libc::EPERM)) if opts.data.iter().any(|(k, _)| ids(k)) => {
+            let data: Vec<_> = opts.data.iter().filter(|(k, _)| !ids(k)).cloned().collect();
+            Ok(Some((mount::new_fs(fstype, source, &data)?, opts.clone())))
+        }
+        _ => Err(err),
+    }
 }
 
 /// A rootfs that makes /proc or /sys a symlink is refused outright (CVE-2019-19921,
