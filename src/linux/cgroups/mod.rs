@@ -224,6 +224,12 @@ impl Cgroup {
             path,
             reason: reason.into(),
         };
+        if self.path.is_empty() {
+            return Err(unavailable(
+                PathBuf::from(CGROUP_ROOT),
+                "the container has no cgroup (rootless, and no cgroup v2 subtree was delegated to the user)",
+            ));
+        }
         // v1 first: on hybrid hosts the unified mount only holds what v1 left over.
         for want_v2 in [false, true] {
             let pick = |h: &&Hierarchy| {
