@@ -162,6 +162,18 @@ struct Bundle {
     dir: PathBuf,
     io: PathBuf,
     config: Value,
+    /// The moat binary as the user runs it: `MOAT`, or a copy when the user cannot reach
+    /// the target directory (a checkout in a private home).
+    moat: PathBuf,
+    bin_copy: Option<PathBuf>,
+}
+
+/// Whether an ordinary user may execute `p`: every directory above it searchable by
+/// others, the file executable by others (everything here is root's).
+fn reachable_by_others(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |q: &Path| fs::metadata(q).map(|m| m.permissions().mode()).unwrap_or(0);
+    mode(p) & 0o005 == 0o005 && p.ancestors().skip(1).all(|a| mode(a) & 0o001 != 0)
 }
 
 impl Bundle {
@@ -179,10 +191,28 @@ impl Bundle {
             &format!("{}:{}", user.uid, user.gid),
             dir.to_str().unwrap(),
         ]);
+        let (moat, bin_copy) = if reachable_by_others(Path::new(MOAT)) {
+            (PathBuf::from(MOAT), None)
+        } else {
+            let d = std::env::temp_dir().join(format!("moat-rl-bin-{}-{tag}", std::process::id()));
+            fs::create_dir_all(&d).unwrap();
+            let bin = d.join("moat");
+            fs::copy(MOAT, &bin).unwrap();
+            host(&["chmod", "0755", d.to_str().unwrap(), bin.to_str().unwrap()]);
+            (bin, Some(d))
+        };
+        // The OPEN test policy (runc semantics), where the user can read it.
+        fs::write(
+            io.join("open.toml"),
+            "default_policy = \"open\"\nallow_open = true\n",
+        )
+        .unwrap();
         let mut b = Bundle {
             dir,
             io,
             config: Value::Null,
+            moat,
+            bin_copy,
         };
         b.as_user(user, &["spec", "--rootless"]).ok();
         let text = fs::read_to_string(b.bundle().join("config.json")).unwrap();
@@ -220,24 +250,23 @@ impl Bundle {
         }
         let mut c = Command::new("runuser");
         c.args(["-u", &user.name, "--", "env", "-u", "XDG_RUNTIME_DIR"]);
-        // The OPEN test policy (runc semantics), readable by the user.
-        policy_env(&mut c);
-        let cfg = c
-            .get_envs()
-            .find(|(k, _)| *k == "MOAT_CONFIG")
-            .and_then(|(_, v)| v.map(|v| v.to_owned()))
-            .unwrap();
-        c.arg(format!("MOAT_CONFIG={}", cfg.to_string_lossy()));
+        c.arg(format!(
+            "MOAT_CONFIG={}",
+            self.io.join("open.toml").display()
+        ));
         for (k, v) in env {
             c.arg(format!("{k}={v}"));
         }
-        c.arg(MOAT).args(args).current_dir(self.bundle());
+        c.arg(&self.moat).args(args).current_dir(self.bundle());
         run_cmd(c, &self.io, CALL_TIMEOUT)
     }
 }
 
 impl Drop for Bundle {
     fn drop(&mut self) {
+        if let Some(d) = &self.bin_copy {
+            let _ = fs::remove_dir_all(d);
+        }
         let _ = fs::remove_dir_all(&self.dir);
     }
 }
