@@ -437,6 +437,26 @@ fn rootless_bad_maps_fail_clearly_and_leave_nothing() {
         assert!(user.pids().is_empty(), "case {i}: process left");
     }
 
+    // No user namespace at all: refused before anything exists.
+    let mut nouserns = b.config.clone();
+    nouserns["linux"]["namespaces"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|n| n["type"] != "user");
+    nouserns["linux"]
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| k != "uidMappings" && k != "gidMappings");
+    b.config = nouserns;
+    let out = b.as_user(&user, &["run", "nous"]).fails();
+    assert!(
+        out.stderr
+            .contains("linux.namespaces: a rootless container needs a user namespace"),
+        "{}",
+        out.stderr
+    );
+    assert!(!user.state_root().join("nous").exists());
+
     // A user without any subordinate ids: only the self-mapping works.
     let lone = TestUser::new("d", false);
     let mut b2 = Bundle::new(&lone, "d");
