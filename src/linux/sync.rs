@@ -242,6 +242,23 @@ impl Channel {
         Ok((buf, fd))
     }
 
+    /// An idmapped mount the parent built for `mounts[index]` (or the rootfs), by fd.
+    pub fn send_mount(&self, index: u32, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let mut b = vec![6u8];
+        b.extend_from_slice(&index.to_le_bytes());
+        self.send(&b, Some(fd))
+    }
+
+    pub fn recv_mount(&self) -> io::Result<(u32, OwnedFd)> {
+        let (b, fd) = self.recv()?;
+        match (b.first(), fd) {
+            (Some(6), Some(fd)) if b.len() == 5 => {
+                Ok((u32::from_le_bytes(b[1..5].try_into().expect("4 bytes")), fd))
+            }
+            _ => Err(bad(b[0])),
+        }
+    }
+
     pub fn send_child(&self, m: &ToChild) -> io::Result<()> {
         match m {
             ToChild::Go(state) => {
