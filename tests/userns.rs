@@ -433,3 +433,37 @@ fn verify_shows_the_map_and_fails_root_to_root() {
         "{line}"
     );
 }
+
+#[test]
+fn staged_create_with_a_joined_network_namespace() {
+    if !require_root() {
+        return;
+    }
+    // Rootful podman passes its network namespace by path: the user namespace is then
+    // unshared by an intermediate after the join (staged), the idmapped rootfs arrives
+    // after the maps, and sysfs (refused in a netns the userns does not own) is the host's
+    // /sys, read-only.
+    let mut ctx = Ctx::new("userns-staged");
+    let ns = ctx.id("ns");
+    host(&["ip", "netns", "add", &ns]);
+    struct DelNs(String);
+    impl Drop for DelNs {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let _ns = DelNs(ns.clone());
+    ctx.without_ns("network").push(
+        "/linux/namespaces",
+        json!({"type": "network", "path": format!("/run/netns/{ns}")}),
+    );
+    auto(&mut ctx).sh("id -u; cat /proc/self/uid_map; stat -c '%u' /bin/busybox; \
+         grep ' /sys ' /proc/self/mountinfo | grep -q ' ro,' && echo sys-ro");
+    let (out, err) = run_to_end(&ctx, "c");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}{err}");
+    assert_eq!(lines[0], "0");
+    let host_root: u64 = lines[1].split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(host_root >= 65536, "{out}");
+    assert_eq!(&lines[2..], ["0", "sys-ro"], "{out}");
+}

@@ -350,10 +350,19 @@ fn mount_one(
             let target = root
                 .mkdir_all(&m.destination, 0o755)
                 .step(Step::Mounts, what)?;
-            let mnt = mount::new_fs(fstype, source.as_deref(), &m.opts.data)
-                .step(Step::Mounts, || {
+            let mnt = match mount::new_fs(fstype, source.as_deref(), &m.opts.data) {
+                // In a new user namespace that does not own the network namespace (one
+                // joined by path, as rootful podman passes it), the kernel refuses sysfs:
+                // the host's /sys, recursively read-only, is what runc gives instead.
+                Err(e) if fstype == "sysfs" && e.raw_os_error() == Some(libc::EPERM) => {
+                    host_sysfs().step(Step::Mounts, || {
+                        format!("{}: bind the host's /sys (sysfs refused)", what())
+                    })?
+                }
+                r => r.step(Step::Mounts, || {
                     format!("{}: new {fstype} filesystem", what())
-                })?;
+                })?,
+            };
             mount::set_attrs(mnt.as_fd(), &m.opts)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
             mount::attach(mnt.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
@@ -371,6 +380,20 @@ fn mount_one(
             .step(Step::Mounts, || format!("{}: propagation", what()))?;
     }
     Ok(pinned)
+}
+
+fn host_sysfs() -> std::io::Result<OwnedFd> {
+    let t = mount::clone_tree(path::cwd(), "/sys", true)?;
+    mount::setattr(
+        t.as_fd(),
+        true,
+        sys::MOUNT_ATTR_RDONLY
+            | sys::MOUNT_ATTR_NOSUID
+            | sys::MOUNT_ATTR_NODEV
+            | sys::MOUNT_ATTR_NOEXEC,
+        0,
+    )?;
+    Ok(t)
 }
 
 /// A rootfs that makes /proc or /sys a symlink is refused outright (CVE-2019-19921,
