@@ -298,7 +298,9 @@ fn overlay_rootfs_is_rebuilt_over_idmapped_layers() {
         fs::create_dir(d).unwrap();
     }
     let opts = format!(
-        "lowerdir={},upperdir={},workdir={}",
+        // podman mounts its overlays volatile: the kernel then refuses a second mount on
+        // the same work directory.
+        "lowerdir={},upperdir={},workdir={},volatile",
         ctx.rootfs().display(),
         upper.display(),
         work.display()

@@ -18,12 +18,15 @@
 //! upper-layer work (work dir, copy-up) with its creator's credentials, and host id 0 has
 //! no representation through the idmapped upper layer (EOVERFLOW). The engine's own
 //! overlay stays mounted on the host over the same upper layer, as a second user of it
-//! (the kernel warns "upperdir is in-use"; only one of the two should be written to).
+//! (the kernel warns "upperdir is in-use"; only one of the two should be written to), with
+//! a work directory of its own beside the engine's (`<workdir>-moat`, left for the engine
+//! to remove with the layer).
 
 use std::ffi::CString;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use super::sys::{self, MountAttr};
@@ -275,7 +278,19 @@ fn overlay(
         r.map_err(err(format!("{what}: option {k}")))
     };
     set("lowerdir", Some(&lower.join(":")))?;
-    if let (Some(up), Some(work)) = (&o.upper, &o.work) {
+    if let (Some(up), Some(engine_work)) = (&o.upper, &o.work) {
+        // A work directory of our own next to the engine's: a live overlay's work dir is
+        // not for a second mount, and one mounted `volatile` marks it so that the kernel
+        // refuses any other mount over it ("incompat feature 'volatile'").
+        let mut name = engine_work.file_name().unwrap_or_default().to_os_string();
+        name.push("-moat");
+        let work = &engine_work.with_file_name(name);
+        match std::fs::DirBuilder::new().mode(0o700).create(work) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(err(format!("{what}: create {}", work.display()))(e))
+            }
+            _ => {}
+        }
         // upperdir and workdir must sit on one mount: idmap their common directory once.
         let base = common_dir(up, work);
         let fd = idmapped_tree(&base, false, false, userns)
@@ -288,7 +303,8 @@ fn overlay(
         set("workdir", Some(&under(work)))?;
         held.push(fd);
     }
-    for (k, v) in &o.other {
+    // `volatile` is the engine's choice for its own mount; this one stays durable.
+    for (k, v) in o.other.iter().filter(|(k, _)| k != "volatile") {
         set(k, v.as_deref())?;
     }
     // overlayfs keeps its creator's credentials for work on the upper layer: make them

@@ -94,6 +94,10 @@ struct Plan {
     hostname: Option<String>,
     domainname: Option<String>,
     sysctl: Vec<(String, String)>,
+    /// Sysctls of a namespace joined by path while the container gets a new user
+    /// namespace: written by the intermediate right after the join, while it is still
+    /// privileged over that namespace (container root never is).
+    sysctl_joined: Vec<(String, String)>,
     personality: Option<libc::c_ulong>,
     hooks: Option<crate::spec::Hooks>,
     new_keyring: Option<CString>,
@@ -148,7 +152,9 @@ impl Plan {
             if k.contains('/') || k.contains("..") {
                 return Err(spec_err(&format!("linux.sysctl.{k}"), "invalid key"));
             }
-            sysctl.push((k.replace('.', "/"), v.clone()));
+            // Joined, and container root will not be privileged over it.
+            let early = owner.is_some_and(|f| !ns.has_new(f)) && ns.has_new(libc::CLONE_NEWUSER);
+            sysctl.push((k.replace('.', "/"), v.clone(), early));
         }
         let cache = opts.seccomp_cache.as_deref();
         let mut seccomp: Vec<_> = linux
@@ -202,7 +208,16 @@ impl Plan {
             attrs,
             hostname: spec.hostname.clone().filter(|h| !h.is_empty()),
             domainname: spec.domainname.clone(),
-            sysctl,
+            sysctl_joined: sysctl
+                .iter()
+                .filter(|s| s.2)
+                .map(|s| (s.0.clone(), s.1.clone()))
+                .collect(),
+            sysctl: sysctl
+                .iter()
+                .filter(|s| !s.2)
+                .map(|s| (s.0.clone(), s.1.clone()))
+                .collect(),
             personality,
             hooks: spec.hooks.clone(),
             loopback_up: opts.loopback_up,
@@ -269,7 +284,13 @@ fn send_idmapped(plan: &Plan, ch: &Channel, userns_pid: Option<i32>) -> Result<(
             .map_err(io_err("sync: send the idmapped rootfs"))?;
     }
     for m in &plan.rootfs.mounts {
-        if let (Some(im), rootfs::Kind::Bind { source, .. }) = (&m.idmap, &m.kind) {
+        let rootfs::Kind::Bind { source, .. } = &m.kind else {
+            continue;
+        };
+        if !plan.rootfs.parent_built(m) {
+            continue;
+        }
+        if let Some(im) = &m.idmap {
             let fd = idmap::bind(source, &m.opts, im, container.as_ref().map(|f| f.as_fd()))
                 .map_err(|e| Error::Io {
                     what: format!("mounts[{}].uidMappings: {}", m.index, e.what),
@@ -277,6 +298,19 @@ fn send_idmapped(plan: &Plan, ch: &Channel, userns_pid: Option<i32>) -> Result<(
                 })?;
             ch.send_mount(m.index as u32, fd.as_fd())
                 .map_err(io_err("sync: send an idmapped mount"))?;
+        } else {
+            let fd = super::mount::clone_tree(
+                super::path::cwd(),
+                source.to_str().unwrap_or_default(),
+                m.opts.recursive,
+            )
+            .map_err(io_err(format!(
+                "mounts[{}]: clone {}",
+                m.index,
+                source.display()
+            )))?;
+            ch.send_mount(m.index as u32, fd.as_fd())
+                .map_err(io_err("sync: send a bind mount"))?;
         }
     }
     Ok(())
@@ -777,6 +811,10 @@ fn staged_namespaces(
     }
     if let Some(j) = &plan.ns.mount_join {
         sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
+    }
+    for (key, value) in &plan.sysctl_joined {
+        attrs::write_proc(&format!("/proc/sys/{key}"), value)
+            .step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
     }
     if plan.ns.has_new(libc::CLONE_NEWUSER) {
         sys::unshare(libc::CLONE_NEWUSER)

@@ -6,7 +6,7 @@
 //! spec fails before anything is created; the child only issues the syscalls.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use super::mount::{self, Options};
@@ -63,10 +63,16 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// How many idmapped mount fds the parent sends the child.
+    /// Whether the parent makes this mount: idmapped binds, and with moat's own user
+    /// namespace every bind, whose source container root may have no way to reach.
+    pub fn parent_built(&self, m: &MountPlan) -> bool {
+        m.idmap.is_some() || (self.idmap_root.is_some() && matches!(m.kind, Kind::Bind { .. }))
+    }
+
+    /// How many mount fds the parent sends the child.
     pub fn idmapped_count(&self) -> usize {
         self.idmap_root.is_some() as usize
-            + self.mounts.iter().filter(|m| m.idmap.is_some()).count()
+            + self.mounts.iter().filter(|m| self.parent_built(m)).count()
     }
 }
 
@@ -258,13 +264,9 @@ pub fn mount_all(
     sys::mount(None, c"/", None, p.propagation, None)
         .step(Step::Rootfs, || "set propagation of /".into())?;
     let rootfs = c(p.rootfs.to_str().unwrap_or_default());
-    if let Some(tree) = take(idmapped, super::idmap::ROOTFS) {
-        // The idmapped rootfs goes over the engine's; it is a mount point, as pivot_root needs.
-        let target = sys::openat(path::cwd(), &rootfs, libc::O_PATH | libc::O_DIRECTORY, 0)
-            .step(Step::Rootfs, || format!("open {}", p.rootfs.display()))?;
-        mount::attach(tree.as_fd(), target.as_fd()).step(Step::Rootfs, || {
-            format!("attach the idmapped rootfs on {}", p.rootfs.display())
-        })?;
+    let root = if let Some(tree) = take(idmapped, super::idmap::ROOTFS) {
+        attach_rootfs(&p.rootfs, &rootfs, tree.as_fd())?;
+        Root::from_fd(tree)
     } else {
         // pivot_root needs the new root to be a mount point.
         sys::mount(
@@ -277,9 +279,8 @@ pub fn mount_all(
         .step(Step::Rootfs, || {
             format!("bind {} onto itself", p.rootfs.display())
         })?;
-    }
-    let root =
-        Root::open(&p.rootfs).step(Step::Rootfs, || format!("open {}", p.rootfs.display()))?;
+        Root::open(&p.rootfs).step(Step::Rootfs, || format!("open {}", p.rootfs.display()))?
+    };
     let mut pinned = Vec::new();
     for m in &p.mounts {
         let prebuilt = take(idmapped, m.index as u32);
@@ -293,6 +294,24 @@ pub fn mount_all(
         }
     }
     Ok((root, pinned))
+}
+
+/// Attaches the rootfs the parent built (idmapped) over the engine's, which makes it a
+/// mount point as pivot_root needs. Container root may have no way to the engine's path
+/// (podman keeps its storage under 0700 directories, and does not know moat mapped root
+/// elsewhere): then it goes on top of `/` of the container's mount namespace, where
+/// nothing needs a path to reach it (createContainer hooks then see it as `/`).
+fn attach_rootfs(p: &Path, rootfs: &CString, tree: BorrowedFd<'_>) -> Result<(), InitFailure> {
+    let target = match sys::openat(path::cwd(), rootfs, libc::O_PATH | libc::O_DIRECTORY, 0) {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            sys::openat(path::cwd(), c"/", libc::O_PATH | libc::O_DIRECTORY, 0)
+        }
+        r => r,
+    }
+    .step(Step::Rootfs, || format!("open {}", p.display()))?;
+    mount::attach(tree, target.as_fd()).step(Step::Rootfs, || {
+        format!("attach the idmapped rootfs on {}", p.display())
+    })
 }
 
 fn take(idmapped: &mut Vec<(u32, OwnedFd)>, index: u32) -> Option<OwnedFd> {
@@ -321,7 +340,7 @@ fn mount_one(
             .step(Step::Mounts, what)?;
             let tree = match prebuilt {
                 Some(t) => t,
-                None if m.idmap.is_some() => {
+                None if p.parent_built(m) => {
                     return Err(InitFailure::new(
                         Step::Mounts,
                         format!("{}: no idmapped mount from the parent", what()),
