@@ -469,3 +469,33 @@ fn staged_create_with_a_joined_network_namespace() {
     assert!(host_root >= 65536, "{out}");
     assert_eq!(&lines[2..], ["0", "sys-ro"], "{out}");
 }
+
+#[test]
+fn engine_paths_closed_to_container_root_still_work() {
+    if !require_root() {
+        return;
+    }
+    // podman keeps rootfs and bind sources under 0700 root directories and does not know
+    // moat maps root elsewhere: the parent makes those mounts, the child never walks them.
+    let mut ctx = Ctx::new("userns-closed");
+    let closed = ctx.dir.join("closed");
+    fs::create_dir(&closed).unwrap();
+    fs::set_permissions(&closed, fs::Permissions::from_mode(0o700)).unwrap();
+    copy_tree(&ctx.rootfs(), &closed.join("rootfs"));
+    fs::create_dir(closed.join("data")).unwrap();
+    fs::write(closed.join("data/hosts"), "127.0.0.1 closed\n").unwrap();
+    auto(&mut ctx)
+        .set(
+            "/root",
+            json!({"path": closed.join("rootfs"), "readonly": false}),
+        )
+        .push(
+            "/mounts",
+            json!({"destination": "/etc/hosts", "type": "bind",
+                   "source": closed.join("data/hosts"), "options": ["bind", "ro"]}),
+        )
+        .sh("cat /etc/hosts; stat -c '%u' /bin/busybox; echo ok > /root/w && cat /root/w");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(out, "127.0.0.1 closed\n0\nok\n", "{err}");
+    assert_eq!(fs::metadata(closed.join("rootfs/root/w")).unwrap().uid(), 0);
+}
