@@ -135,6 +135,12 @@ fn userns_allocate(
     if !decision.userns_pool {
         return Ok(None);
     }
+    if crate::linux::sys::geteuid() != 0 {
+        anyhow::bail!(
+            "moat.userns=auto: needs a rootful moat (host ids are allocated from the \
+             host-wide pool); a rootless container is already in its user's namespace"
+        );
+    }
     let root = pool_root(g);
     let (start, size) = cfg.userns_pool;
     let r = idpool::Pool::default()

@@ -311,7 +311,14 @@ fn overlay(
     // container root's filesystem ids, with the capabilities kept effective.
     let (eff, prm, inh) = sys::capget().map_err(err("capget"))?;
     let old = sys::setfsids(root_host, root_host);
-    let caps = sys::capset(eff, prm, inh);
+    // setfsuid reports no error; an id that did not take would make the overlay read-only
+    // (the kernel only warns), so read it back (an invalid id changes nothing).
+    let now = sys::setfsids(u32::MAX, u32::MAX);
+    let caps = if now == (root_host, root_host) {
+        sys::capset(eff, prm, inh)
+    } else {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    };
     let created =
         caps.and_then(|_| sys::fsconfig(fs.as_fd(), sys::FSCONFIG_CMD_CREATE, None, None));
     sys::setfsids(old.0, old.1);
