@@ -247,6 +247,11 @@ fn common_dir(a: &Path, b: &Path) -> PathBuf {
 
 /// A new overlay over idmapped copies of `rootfs`'s layers, created with the filesystem
 /// ids of `root_host` (container root on the host).
+///
+/// The layers are idmapped here, then a helper in a private mount namespace of its own
+/// mounts each copy over its original path and creates the overlay from the engine's own
+/// paths: overlayfs before 6.x takes (`clone_private_mount`) only layers attached in the
+/// creator's mount namespace, never detached ones, and the host must not see the copies.
 fn overlay(
     rootfs: &Path,
     info: &MountInfo,
@@ -254,78 +259,146 @@ fn overlay(
     root_host: u32,
 ) -> Result<OwnedFd, IdmapError> {
     let what = format!("root.path: overlay {}", rootfs.display());
-    let o = overlay_opts(&info.super_opts)
-        .map_err(|e| err(format!("{what}: {e}"))(io::Error::from_raw_os_error(libc::EINVAL)))?;
-    let mut held = Vec::new();
-    let mut lower = Vec::new();
-    for l in &o.lower {
-        let fd = idmapped_tree(l, false, false, userns)
-            .map_err(|e| err(format!("{what}: layer {}", e.what))(e.source))?;
-        lower.push(format!("/proc/self/fd/{}", fd.as_raw_fd()));
-        held.push(fd);
-    }
-    let fs = sys::fsopen(c"overlay").map_err(err(format!("{what}: fsopen overlay")))?;
-    let set = |k: &str, v: Option<&str>| -> Result<(), IdmapError> {
-        let key = CString::new(k).map_err(|_| err(format!("{what}: option {k}"))(einval()))?;
-        let r = match v {
-            Some(v) => {
-                let val =
-                    CString::new(v).map_err(|_| err(format!("{what}: option {k}"))(einval()))?;
-                sys::fsconfig(fs.as_fd(), sys::FSCONFIG_SET_STRING, Some(&key), Some(&val))
-            }
-            None => sys::fsconfig(fs.as_fd(), sys::FSCONFIG_SET_FLAG, Some(&key), None),
-        };
-        r.map_err(err(format!("{what}: option {k}")))
-    };
-    set("lowerdir", Some(&lower.join(":")))?;
+    let o = overlay_opts(&info.super_opts).map_err(|e| err(format!("{what}: {e}"))(einval()))?;
+    // Layers are attached in base-first order: the upper layer's directory may hold a lower.
+    let mut layers: Vec<(PathBuf, OwnedFd)> = Vec::new();
+    let mut upper = None;
     if let (Some(up), Some(engine_work)) = (&o.upper, &o.work) {
         // A work directory of our own next to the engine's: a live overlay's work dir is
         // not for a second mount, and one mounted `volatile` marks it so that the kernel
         // refuses any other mount over it ("incompat feature 'volatile'").
         let mut name = engine_work.file_name().unwrap_or_default().to_os_string();
         name.push("-moat");
-        let work = &engine_work.with_file_name(name);
-        match std::fs::DirBuilder::new().mode(0o700).create(work) {
+        let work = engine_work.with_file_name(name);
+        match std::fs::DirBuilder::new().mode(0o700).create(&work) {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
                 return Err(err(format!("{what}: create {}", work.display()))(e))
             }
             _ => {}
         }
         // upperdir and workdir must sit on one mount: idmap their common directory once.
-        let base = common_dir(up, work);
+        let base = common_dir(up, &work);
         let fd = idmapped_tree(&base, false, false, userns)
             .map_err(|e| err(format!("{what}: upper layer {}", e.what))(e.source))?;
-        let under = |p: &Path| {
-            let rel = p.strip_prefix(&base).unwrap_or(Path::new(""));
-            format!("/proc/self/fd/{}/{}", fd.as_raw_fd(), rel.display())
-        };
-        set("upperdir", Some(&under(up)))?;
-        set("workdir", Some(&under(work)))?;
-        held.push(fd);
+        layers.push((base, fd));
+        upper = Some((up.clone(), work));
+    }
+    for l in &o.lower {
+        let fd = idmapped_tree(l, false, false, userns)
+            .map_err(|e| err(format!("{what}: layer {}", e.what))(e.source))?;
+        layers.push((l.clone(), fd));
+    }
+    let mut opts: Vec<(String, Option<String>)> = Vec::new();
+    let plain = |p: &Path| -> Result<String, IdmapError> {
+        let s = p.to_str().unwrap_or_default();
+        if s.is_empty() || s.contains([',', ':', '\\']) {
+            return Err(err(format!(
+                "{what}: layer path {} has characters overlay options cannot carry",
+                p.display()
+            ))(einval()));
+        }
+        Ok(s.to_string())
+    };
+    let lower: Vec<String> = o.lower.iter().map(|l| plain(l)).collect::<Result<_, _>>()?;
+    opts.push(("lowerdir".into(), Some(lower.join(":"))));
+    if let Some((up, work)) = &upper {
+        opts.push(("upperdir".into(), Some(plain(up)?)));
+        opts.push(("workdir".into(), Some(plain(work)?)));
     }
     // `volatile` is the engine's choice for its own mount; this one stays durable.
-    for (k, v) in o.other.iter().filter(|(k, _)| k != "volatile") {
-        set(k, v.as_deref())?;
+    opts.extend(o.other.iter().filter(|(k, _)| k != "volatile").cloned());
+
+    let (ours, theirs) = super::sync::pair().map_err(err("socketpair"))?;
+    let (rd, wr) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| err("pipe")(e.into()))?;
+    match sys::clone_fork(libc::CLONE_NEWNS as u64, None).map_err(err("fork the overlay helper"))? {
+        sys::Forked::Child => {
+            drop(ours);
+            drop(rd);
+            let r = overlay_helper(&layers, &opts, root_host).and_then(|fd| {
+                theirs
+                    .send_mount(0, fd.as_fd())
+                    .map_err(|e| ("send".into(), e))
+            });
+            match r {
+                Ok(()) => sys::exit_now(0),
+                Err((step, e)) => {
+                    use std::io::Write;
+                    let _ = std::fs::File::from(wr).write_all(format!("{step}: {e}").as_bytes());
+                    sys::exit_now(1)
+                }
+            }
+        }
+        sys::Forked::Parent(pid) => {
+            drop(theirs);
+            drop(wr);
+            let got = ours.recv_mount();
+            let mut msg = String::new();
+            let _ = std::fs::File::from(rd).read_to_string(&mut msg);
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+            match got {
+                Ok((_, fd)) => Ok(fd),
+                Err(e) => Err(IdmapError {
+                    what: format!(
+                        "{what}: create the idmapped overlay: {}",
+                        if msg.is_empty() {
+                            "helper died".to_string()
+                        } else {
+                            msg
+                        }
+                    ),
+                    source: e,
+                }),
+            }
+        }
     }
-    // overlayfs keeps its creator's credentials for work on the upper layer: make them
-    // container root's filesystem ids, with the capabilities kept effective.
-    let (eff, prm, inh) = sys::capget().map_err(err("capget"))?;
-    let old = sys::setfsids(root_host, root_host);
-    // setfsuid reports no error; an id that did not take would make the overlay read-only
-    // (the kernel only warns), so read it back (an invalid id changes nothing).
-    let now = sys::setfsids(u32::MAX, u32::MAX);
-    let caps = if now == (root_host, root_host) {
-        sys::capset(eff, prm, inh)
-    } else {
-        Err(io::Error::from_raw_os_error(libc::EPERM))
-    };
-    let created =
-        caps.and_then(|_| sys::fsconfig(fs.as_fd(), sys::FSCONFIG_CMD_CREATE, None, None));
-    sys::setfsids(old.0, old.1);
-    let restored = sys::capset(eff, prm, inh);
-    created.map_err(err(format!("{what}: create the idmapped overlay")))?;
-    restored.map_err(err("restore capabilities"))?;
-    sys::fsmount(fs.as_fd(), 0).map_err(err(format!("{what}: fsmount")))
+}
+
+/// In the helper's private mount namespace: the idmapped layers over their paths, then the
+/// overlay, created with container root's filesystem ids.
+fn overlay_helper(
+    layers: &[(PathBuf, OwnedFd)],
+    opts: &[(String, Option<String>)],
+    root_host: u32,
+) -> Result<OwnedFd, (String, io::Error)> {
+    let at = |what: String| move |e: io::Error| (what, e);
+    sys::mount(None, c"/", None, libc::MS_PRIVATE | libc::MS_REC, None)
+        .map_err(at("make the helper's mounts private".into()))?;
+    for (p, fd) in layers {
+        let c = cpath(p).map_err(at(p.display().to_string()))?;
+        let target = sys::openat(path::cwd(), &c, libc::O_PATH | libc::O_DIRECTORY, 0)
+            .map_err(at(format!("open {}", p.display())))?;
+        mount::attach(fd.as_fd(), target.as_fd())
+            .map_err(at(format!("attach the idmapped {}", p.display())))?;
+    }
+    let fs = sys::fsopen(c"overlay").map_err(at("fsopen overlay".into()))?;
+    for (k, v) in opts {
+        let key = CString::new(k.as_str()).map_err(|_| (format!("option {k}"), einval()))?;
+        match v {
+            Some(v) => {
+                let val =
+                    CString::new(v.as_str()).map_err(|_| (format!("option {k}"), einval()))?;
+                sys::fsconfig(fs.as_fd(), sys::FSCONFIG_SET_STRING, Some(&key), Some(&val))
+            }
+            None => sys::fsconfig(fs.as_fd(), sys::FSCONFIG_SET_FLAG, Some(&key), None),
+        }
+        .map_err(at(format!("option {k}")))?;
+    }
+    // overlayfs keeps its creator's credentials for work on the upper layer (work dir,
+    // copy-up): container root's filesystem ids, which the idmapped upper layer stores as
+    // the image's root; host id 0 has no representation there (EOVERFLOW, and the kernel
+    // would quietly mount read-only). Capabilities stay effective.
+    let (eff, prm, inh) = sys::capget().map_err(at("capget".into()))?;
+    sys::setfsids(root_host, root_host);
+    // setfsuid reports no error: read it back (an invalid id changes nothing).
+    if sys::setfsids(u32::MAX, u32::MAX) != (root_host, root_host) {
+        return Err(("setfsuid".into(), io::Error::from_raw_os_error(libc::EPERM)));
+    }
+    sys::capset(eff, prm, inh).map_err(at("capset".into()))?;
+    sys::fsconfig(fs.as_fd(), sys::FSCONFIG_CMD_CREATE, None, None).map_err(at(
+        "create (see the kernel log for overlayfs's reason)".into(),
+    ))?;
+    sys::fsmount(fs.as_fd(), 0).map_err(at("fsmount".into()))
 }
 
 fn einval() -> io::Error {
