@@ -10,17 +10,19 @@
 //! to: through the container's own namespace (container 0 → host S), the image's root
 //! files show as S, i.e. as root inside, and what container root writes is stored as 0.
 //!
-//! An overlay mount cannot be idmapped itself (6.18 refuses `MOUNT_ATTR_IDMAP` on
-//! overlayfs with EINVAL, as 6.1 does). So an overlay rootfs (what podman and containerd
-//! mount at `bundle/rootfs`) is rebuilt: its layers, read from `/proc/self/mountinfo`, are
-//! idmapped one by one and a new overlay is made over them (kernel 5.19+). The new overlay
-//! is created with the filesystem ids of container root (host S): overlayfs does its
-//! upper-layer work (work dir, copy-up) with its creator's credentials, and host id 0 has
-//! no representation through the idmapped upper layer (EOVERFLOW). The engine's own
-//! overlay stays mounted on the host over the same upper layer, as a second user of it
-//! (the kernel warns "upperdir is in-use"; only one of the two should be written to), with
-//! a work directory of its own beside the engine's (`<workdir>-moat`, left for the engine
-//! to remove with the layer).
+//! An overlay mount cannot be idmapped itself (overlayfs does not allow it: 6.18 answers
+//! EINVAL). So an overlay rootfs (what podman and containerd mount at
+//! `bundle/rootfs`) is rebuilt: its layers, read from `/proc/self/mountinfo`, are idmapped
+//! one by one, and a short-lived helper in a private mount namespace attaches each copy
+//! over its own path and creates a new overlay from the engine's options (6.1's overlayfs
+//! takes only layers attached in its creator's namespace). The helper creates it with the
+//! filesystem ids of container root (host S): overlayfs does its upper-layer work (work
+//! dir, copy-up) with its creator's credentials, and host id 0 has no representation
+//! through the idmapped upper layer (EOVERFLOW). The engine's own overlay stays mounted on
+//! the host over the same upper layer, as a second user of it (the kernel warns
+//! "upperdir is in-use"; only one of the two should be written to), with a work directory
+//! of its own beside the engine's (`<workdir>-moat`, left for the engine to remove with
+//! the layer).
 
 use std::ffi::CString;
 use std::io::{self, Read};

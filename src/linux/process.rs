@@ -49,7 +49,8 @@ pub enum Error {
     Init(#[from] InitFailure),
     #[error(transparent)]
     State(#[from] state::StateError),
-    #[error("{what}: {source}")]
+    /// The source is printed by the error chain (`cli::run` joins it), not here again.
+    #[error("{what}")]
     Io { what: String, source: io::Error },
 }
 
