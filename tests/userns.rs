@@ -42,6 +42,33 @@ fn allocations(id: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Root, and a kernel that can idmap the test directories (5.19+; tmpfs from 6.3).
+/// Anything else is said loudly: these tests would otherwise fail for the kernel's reasons.
+fn can_run() -> bool {
+    if !require_root() {
+        return false;
+    }
+    let rel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut v = rel
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|x| x.parse::<u32>().ok());
+    let ver = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+    let tmpfs = nix::sys::statfs::statfs(&tmp_base())
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+    let need = if tmpfs { (6, 3) } else { (5, 19) };
+    if ver < need {
+        eprintln!(
+            "SKIPPED: kernel {} cannot idmap {} (needs {}.{}+); set MOAT_IT_TMPDIR to an ext4 directory",
+            rel.trim(),
+            tmp_base().display(),
+            need.0,
+            need.1
+        );
+        return false;
+    }
+    true
+}
+
 fn auto(ctx: &mut Ctx) -> &mut Ctx {
     ctx.set("/annotations", json!({"moat.userns": "auto"}))
 }
@@ -59,7 +86,7 @@ fn config(ctx: &Ctx, extra: &str) -> PathBuf {
 
 #[test]
 fn two_containers_get_disjoint_unprivileged_ranges() {
-    if !require_root() {
+    if !can_run() {
         return;
     }
     let mut ctx = Ctx::new("userns-two");
@@ -125,7 +152,7 @@ fn two_containers_get_disjoint_unprivileged_ranges() {
 
 #[test]
 fn range_released_reused_and_pool_exhaustion_leaves_nothing() {
-    if !require_root() {
+    if !can_run() {
         return;
     }
     let mut ctx = Ctx::new("userns-pool");
@@ -174,7 +201,7 @@ fn range_released_reused_and_pool_exhaustion_leaves_nothing() {
 
 #[test]
 fn idmapped_bind_writes_as_the_ids_the_container_used() {
-    if !require_root() {
+    if !can_run() {
         return;
     }
     let mut ctx = Ctx::new("userns-bind");
@@ -231,7 +258,7 @@ fn idmapped_bind_writes_as_the_ids_the_container_used() {
 
 #[test]
 fn escaped_process_has_no_power_over_host_files() {
-    if !require_root() {
+    if !can_run() {
         return;
     }
     let mut ctx = Ctx::new("userns-escape");
@@ -285,7 +312,7 @@ fn escaped_process_has_no_power_over_host_files() {
 
 #[test]
 fn overlay_rootfs_is_rebuilt_over_idmapped_layers() {
-    if !require_root() {
+    if !can_run() {
         return;
     }
     let mut ctx = Ctx::new("userns-ovl");
@@ -342,7 +369,7 @@ fn overlay_rootfs_is_rebuilt_over_idmapped_layers() {
 
 #[test]
 fn filesystem_without_idmap_support_is_refused_cleanly() {
-    if !require_root() {
+    if !can_run() {
         return;
     }
     // ramfs has no idmapped mount support on any kernel (tmpfs has since 6.3).
@@ -387,7 +414,7 @@ fn filesystem_without_idmap_support_is_refused_cleanly() {
 
 #[test]
 fn verify_shows_the_map_and_fails_root_to_root() {
-    if !require_root() {
+    if !can_run() {
         return;
     }
     let mut ctx = Ctx::new("userns-verify");
@@ -438,7 +465,7 @@ fn verify_shows_the_map_and_fails_root_to_root() {
 
 #[test]
 fn staged_create_with_a_joined_network_namespace() {
-    if !require_root() {
+    if !can_run() {
         return;
     }
     // Rootful podman passes its network namespace by path: the user namespace is then
@@ -472,7 +499,7 @@ fn staged_create_with_a_joined_network_namespace() {
 
 #[test]
 fn engine_paths_closed_to_container_root_still_work() {
-    if !require_root() {
+    if !can_run() {
         return;
     }
     // podman keeps rootfs and bind sources under 0700 root directories and does not know
