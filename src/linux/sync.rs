@@ -6,11 +6,13 @@
 //!   clone ─────────────────────────────────────▶ waits
 //!   cgroup, rlimits, oom_score_adj, id maps*
 //!   Go(state JSON) ────────────────────────────▶ joins/unshares namespaces
+//!   MountFd(i) + fd, one per idmapped mount** ──▶
 //!   joins the cgroup (v1: ~1 RCU grace period)    rootfs, mounts, devices, console
 //!   Placed ────────────────────────────────────▶ cgroup namespace      (direct v1 only)
 //!                         ◀──────────────────── UsernsReady        (staged userns only)
 //!   writes id maps
 //!   MapsWritten ───────────────────────────────▶
+//!   MountFd(i) + fd, one per idmapped mount** ──▶
 //!                         ◀──────────────────── InitPid(pid)       (staged only: the
 //!                                                                    grandchild is init)
 //!                                                rootfs, mounts, devices, console
@@ -23,7 +25,9 @@
 //!   Created ───────────────────────────────────▶ blocks on exec.fifo until `start`
 //! ```
 //! (*) id maps are written right after clone when the child was cloned into its user
-//! namespace. Any failure in the child is a `Failed` message carrying the step, errno and
+//! namespace. (**) `linux/idmap.rs`: sent once the container's user namespace is mapped,
+//! after `Go`, or after `MapsWritten` when the userns is unshared by a staged
+//! intermediate; the child knows how many to expect from its plan. Any failure in the child is a `Failed` message carrying the step, errno and
 //! the object (path, field) it failed on. EOF on either side means the peer died: the
 //! child exits, the parent cleans up.
 
