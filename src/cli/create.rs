@@ -8,7 +8,7 @@ use super::{Global, Result};
 use crate::linux::{apparmor, notify, process};
 use crate::policy;
 use crate::spec::Spec;
-use crate::state::{self, ContainerDir};
+use crate::state::{self, idpool, ContainerDir};
 
 #[derive(clap::Args, Debug, Clone)]
 #[group(id = "create_args")]
@@ -79,6 +79,13 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
             );
         }
     }
+    let userns_range = match userns_allocate(g, a, &cfg, &decision, &dir, &mut spec) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = dir.remove();
+            return Err(e);
+        }
+    };
     let opts = process::CreateOpts {
         id: a.id.clone(),
         bundle,
@@ -96,6 +103,7 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         notify_socket,
         // A fleet budget is a host-wide cgroup: never a rootless caller's.
         fleet: policy::fleet_budget(&cfg).filter(|_| !rootless),
+        idmap_rootfs: userns_range.is_some(),
         rootless,
     };
     let created = process::create(&spec, &opts, &dir).and_then(|c| {
@@ -109,8 +117,76 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         Ok(c) => Ok((dir, c)),
         Err(e) => {
             let _ = dir.remove();
+            if userns_range.is_some() {
+                userns_release(g, &a.id);
+            }
             Err(e.into())
         }
+    }
+}
+
+/// `moat.userns=auto`: a free range from the host-wide pool becomes the container's id
+/// mapping (container 0.. → the range), recorded in the state directory.
+fn userns_allocate(
+    g: &Global,
+    a: &Args,
+    cfg: &policy::Config,
+    decision: &policy::Decision,
+    dir: &ContainerDir,
+    spec: &mut Spec,
+) -> Result<Option<idpool::IdRange>> {
+    if !decision.userns_pool {
+        return Ok(None);
+    }
+    if g.rootless()? {
+        anyhow::bail!(
+            "moat.userns=auto: needs a rootful moat (host ids are allocated from the \
+             host-wide pool); a rootless container is already in its user's namespace"
+        );
+    }
+    let root = pool_root(g);
+    let (start, size) = cfg.userns_pool;
+    let r = idpool::Pool::default()
+        .allocate(
+            idpool::IdRange { start, size },
+            cfg.userns_size,
+            &root,
+            &a.id,
+        )
+        .context("moat.userns=auto: allocate host ids")?;
+    let saved = dir.save_file(
+        state::USERNS_FILE,
+        &serde_json::to_vec(&r).expect("serialises"),
+    );
+    if let Err(e) = saved {
+        userns_release(g, &a.id);
+        return Err(e.into());
+    }
+    let map = vec![crate::spec::IdMapping {
+        container_id: 0,
+        host_id: r.start,
+        size: r.size,
+    }];
+    let linux = spec.linux.get_or_insert_with(Default::default);
+    linux.uid_mappings = map.clone();
+    linux.gid_mappings = map;
+    Ok(Some(r))
+}
+
+/// The state root as the pool records it: absolute, so any caller can tell whether the
+/// container still exists.
+fn pool_root(g: &Global) -> PathBuf {
+    // Only rootful moat allocates from the pool, and its state root cannot fail.
+    let root = g
+        .state_root()
+        .unwrap_or_else(|_| PathBuf::from("/run/moat"));
+    std::fs::canonicalize(&root).unwrap_or(root)
+}
+
+/// Gives back whatever range the container holds in the pool (a missing pool is fine).
+pub fn userns_release(g: &Global, id: &str) {
+    if let Err(e) = idpool::Pool::default().release(&pool_root(g), id) {
+        crate::log::warn(&format!("release userns range of {id}: {e}"));
     }
 }
 

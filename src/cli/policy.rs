@@ -53,6 +53,21 @@ pub fn run(_g: &Global, a: Args) -> Result<i32> {
             "as the engine set it"
         }
     );
+    println!(
+        "user namespace: {}",
+        match (decision.userns, decision.userns_pool) {
+            ("auto", true) => format!(
+                "auto (container 0-{} mapped to a free range of the host pool {}+{}, \
+                 rootfs idmapped)",
+                cfg.userns_size - 1,
+                cfg.userns_pool.0,
+                cfg.userns_pool.1
+            ),
+            ("auto", false) => "auto, but the engine's own mapping is kept".into(),
+            _ =>
+                "as the engine set it (moat.userns=auto maps root to an unprivileged range)".into(),
+        }
+    );
     if decision.changes.is_empty() {
         println!("no changes: the spec runs as written");
         return Ok(0);

@@ -55,6 +55,12 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
                 readonly_rootfs: v["readonly_rootfs"].as_bool()?,
                 network_none: v["network_none"].as_bool()?,
                 seccomp_floor: v["seccomp_floor"].as_bool()?,
+                userns: if v["userns"] == "auto" {
+                    "auto"
+                } else {
+                    "engine"
+                },
+                userns_pool: v["userns_pool"].as_bool().unwrap_or(false),
                 changes: Vec::new(),
             })
         });
@@ -174,6 +180,65 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
                 .collect();
             add("network", "lo".into(), ifaces.join(","), ifaces == ["lo"]);
         }
+    }
+    // The id mapping: container root must not be host root when a user namespace is in use
+    // (a FAIL when the policy asked for one, informational otherwise).
+    let read_map = |f: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/{f}"))
+            .map(|m| {
+                m.lines()
+                    .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_else(|e| format!("unreadable: {e}"))
+    };
+    let (uid_map, gid_map) = (read_map("uid_map"), read_map("gid_map"));
+    let root_host = |map: &str| {
+        map.split(", ").find_map(|l| {
+            let v: Vec<u64> = l.split(' ').filter_map(|x| x.parse().ok()).collect();
+            (v.len() == 3 && v[0] == 0 && v[2] > 0).then_some(v[1])
+        })
+    };
+    let own_userns = std::fs::read_link(format!("/proc/{pid}/ns/user")).ok()
+        != std::fs::read_link("/proc/1/ns/user").ok();
+    let asked = decision.as_ref().is_some_and(|d| d.userns == "auto");
+    let ok = !asked || (own_userns && root_host(&uid_map).is_some_and(|h| h != 0));
+    add(
+        "uid_map",
+        if asked {
+            "container 0 → a host id that is not 0".into()
+        } else {
+            "(informational)".into()
+        },
+        if own_userns {
+            uid_map
+        } else {
+            format!("host user namespace ({uid_map})")
+        },
+        ok,
+    );
+    let ok = !asked || (own_userns && root_host(&gid_map).is_some_and(|h| h != 0));
+    add(
+        "gid_map",
+        if asked {
+            "container 0 → a host id that is not 0".into()
+        } else {
+            "(informational)".into()
+        },
+        gid_map,
+        ok,
+    );
+    if let Some(r) = dir
+        .read_file(state::USERNS_FILE)?
+        .and_then(|b| serde_json::from_slice::<state::idpool::IdRange>(&b).ok())
+    {
+        add(
+            "userns pool",
+            format!("{}+{}", r.start, r.size),
+            root_host(&read_map("uid_map")).map_or("no root mapping".into(), |h| h.to_string()),
+            root_host(&read_map("uid_map")) == Some(r.start as u64),
+        );
     }
     if restricted {
         if let Some(want) = cfg.pids.or_else(|| {

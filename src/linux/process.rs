@@ -6,7 +6,7 @@
 //! | 2 | cgroup created, `linux.resources` applied; preliminary state written | —                                  |
 //! | 3 | exec fifo, sync socketpair, console socket connected     | —                                              |
 //! | 4 | `clone3` (direct) or fork of an intermediate (staged)    | non-dumpable; waits for `Go`                   |
-//! | 5 | rlimits, oom_score_adj, id maps; `Go`; cgroup join (v2: at clone; v1: while the child works, then `Placed`) | joins / unshares namespaces (staged: forks init); cgroup ns once placed |
+//! | 5 | rlimits, oom_score_adj, id maps; `Go`; idmapped mounts by fd once maps are written ([`send_idmapped`]); cgroup join (v2: at clone; v1: while the child works, then `Placed`) | joins / unshares namespaces (staged: forks init); receives mount fds; cgroup ns once placed |
 //! | 6 | —                                                        | cgroup ns, hostname, rootfs + mounts + devices + console |
 //! | 7 | prestart + createRuntime hooks on `HooksPlease`          | createContainer hooks, pivot_root              |
 //! | 8 | —                                                        | masked/readonly paths, ro root, sysctl, AppArmor/SELinux, personality, scheduler, ioprio |
@@ -32,7 +32,7 @@ use super::rootfs;
 use super::rootless;
 use super::seccomp;
 use super::sync::{self, Channel, InitFailure, Step, StepExt, ToChild, ToParent};
-use super::{console, devices, hooks, sys};
+use super::{console, devices, hooks, idmap, sys};
 use crate::spec::{Device, Spec};
 use crate::state::{self, ContainerDir, Record};
 
@@ -50,13 +50,14 @@ pub enum Error {
     Init(#[from] InitFailure),
     #[error(transparent)]
     State(#[from] state::StateError),
-    #[error("{what}: {err}")]
-    Io { what: String, err: io::Error },
+    /// The source is printed by the error chain (`cli::run` joins it), not here again.
+    #[error("{what}")]
+    Io { what: String, source: io::Error },
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> Error {
     let what = what.into();
-    move |err| Error::Io { what, err }
+    move |source| Error::Io { what, source }
 }
 
 pub struct CreateOpts {
@@ -81,6 +82,8 @@ pub struct CreateOpts {
     pub notify_socket: Option<String>,
     /// The fleet budget: the parent cgroup and its limits, ensured before the container's.
     pub fleet: Option<(String, crate::spec::Resources)>,
+    /// `moat.userns=auto`: the rootfs is shown to the container through an idmapped mount.
+    pub idmap_rootfs: bool,
     /// `--rootless` resolved: no real root (see `linux/rootless.rs`).
     pub rootless: bool,
 }
@@ -95,6 +98,10 @@ struct Plan {
     hostname: Option<String>,
     domainname: Option<String>,
     sysctl: Vec<(String, String)>,
+    /// Sysctls of a namespace joined by path while the container gets a new user
+    /// namespace: written by the intermediate right after the join, while it is still
+    /// privileged over that namespace (container root never is).
+    sysctl_joined: Vec<(String, String)>,
     personality: Option<libc::c_ulong>,
     hooks: Option<crate::spec::Hooks>,
     new_keyring: Option<CString>,
@@ -152,7 +159,9 @@ impl Plan {
             if k.contains('/') || k.contains("..") {
                 return Err(spec_err(&format!("linux.sysctl.{k}"), "invalid key"));
             }
-            sysctl.push((k.replace('.', "/"), v.clone()));
+            // Joined, and container root will not be privileged over it.
+            let early = owner.is_some_and(|f| !ns.has_new(f)) && ns.has_new(libc::CLONE_NEWUSER);
+            sysctl.push((k.replace('.', "/"), v.clone(), early));
         }
         let cache = opts.seccomp_cache.as_deref();
         let mut seccomp: Vec<_> = linux
@@ -179,6 +188,10 @@ impl Plan {
             ns.has_new(libc::CLONE_NEWCGROUP),
         )
         .map_err(|e| spec_err(&e.field, e.reason))?;
+        let mut rootfs = rootfs;
+        if opts.idmap_rootfs {
+            rootfs.idmap_root = idmap_root(spec)?;
+        }
         let mut devs = if rootfs.default_devices {
             devices::defaults()
         } else {
@@ -208,7 +221,16 @@ impl Plan {
             attrs,
             hostname: spec.hostname.clone().filter(|h| !h.is_empty()),
             domainname: spec.domainname.clone(),
-            sysctl,
+            sysctl_joined: sysctl
+                .iter()
+                .filter(|s| s.2)
+                .map(|s| (s.0.clone(), s.1.clone()))
+                .collect(),
+            sysctl: sysctl
+                .iter()
+                .filter(|s| !s.2)
+                .map(|s| (s.0.clone(), s.1.clone()))
+                .collect(),
             personality,
             hooks: spec.hooks.clone(),
             loopback_up: opts.loopback_up,
@@ -219,6 +241,103 @@ impl Plan {
                 .then(|| CString::new(opts.id.as_str()).unwrap_or_default()),
         })
     }
+}
+
+/// `moat.userns=auto`: the host id container root maps to (the rootfs is idmapped to it).
+fn idmap_root(spec: &Spec) -> Result<Option<u32>, Error> {
+    let find = |m: &[crate::spec::IdMapping]| {
+        m.iter()
+            .find(|m| m.container_id == 0 && m.size > 0)
+            .map(|m| m.host_id)
+    };
+    let l = spec.linux();
+    match (find(&l.uid_mappings), find(&l.gid_mappings)) {
+        (Some(u), Some(g)) if u == g => Ok(Some(u)),
+        _ => Err(spec_err(
+            "linux.uidMappings",
+            "an idmapped rootfs needs container 0 mapped to the same host uid and gid",
+        )),
+    }
+}
+
+/// Whether the idmapped mounts go to the child only once it has unshared its user
+/// namespace (staged create), rather than right after `Go`.
+fn idmapped_late(plan: &Plan) -> bool {
+    plan.ns.staged && plan.ns.has_new(libc::CLONE_NEWUSER)
+}
+
+/// Parent: builds the idmapped rootfs and bind mounts (`linux/idmap.rs`) once the
+/// container's user namespace is mapped, and sends them to the child.
+fn send_idmapped(plan: &Plan, ch: &Channel, userns_pid: Option<i32>) -> Result<(), Error> {
+    if plan.rootfs.idmapped_count() == 0 {
+        return Ok(());
+    }
+    let container = match (userns_pid, &plan.ns.user_join) {
+        (Some(pid), _) => {
+            Some(idmap::userns_of(pid).map_err(io_err("open the container's user namespace"))?)
+        }
+        (None, Some(j)) => Some(
+            sys::dup_cloexec(j.fd.as_fd())
+                .map_err(io_err(format!("{}: duplicate the namespace fd", j.path)))?,
+        ),
+        (None, None) => None,
+    };
+    let failed = |e: idmap::IdmapError| Error::Io {
+        what: e.what,
+        source: e.source,
+    };
+    if let Some(host) = plan.rootfs.idmap_root {
+        let ns = container.as_ref().ok_or_else(|| {
+            spec_err(
+                "linux.namespaces",
+                "an idmapped rootfs needs a user namespace",
+            )
+        })?;
+        let fd = idmap::rootfs(&plan.rootfs.rootfs, ns.as_fd(), host).map_err(failed)?;
+        ch.send_mount(idmap::ROOTFS, fd.as_fd())
+            .map_err(io_err("sync: send the idmapped rootfs"))?;
+    }
+    for m in &plan.rootfs.mounts {
+        let rootfs::Kind::Bind { source, .. } = &m.kind else {
+            continue;
+        };
+        if !plan.rootfs.parent_built(m) {
+            continue;
+        }
+        if let Some(im) = &m.idmap {
+            let fd = idmap::bind(source, &m.opts, im, container.as_ref().map(|f| f.as_fd()))
+                .map_err(|e| Error::Io {
+                    what: format!("mounts[{}].uidMappings: {}", m.index, e.what),
+                    source: e.source,
+                })?;
+            ch.send_mount(m.index as u32, fd.as_fd())
+                .map_err(io_err("sync: send an idmapped mount"))?;
+        } else {
+            let fd = super::mount::clone_tree(
+                super::path::cwd(),
+                source.to_str().unwrap_or_default(),
+                m.opts.recursive,
+            )
+            .map_err(io_err(format!(
+                "mounts[{}]: clone {}",
+                m.index,
+                source.display()
+            )))?;
+            ch.send_mount(m.index as u32, fd.as_fd())
+                .map_err(io_err("sync: send a bind mount"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Child: the idmapped mounts from [`send_idmapped`].
+fn recv_idmapped(plan: &Plan, ch: &Channel) -> Result<Vec<(u32, OwnedFd)>, InitFailure> {
+    (0..plan.rootfs.idmapped_count())
+        .map(|_| {
+            ch.recv_mount()
+                .step(Step::Mounts, || "receive an idmapped mount".into())
+        })
+        .collect()
 }
 
 /// The result of a successful create.
@@ -439,6 +558,10 @@ fn create_in_cgroup(
     parent_ch
         .send_child(&ToChild::Go(creating))
         .map_err(io_err("sync: send go"))?;
+    if !idmapped_late(&plan) {
+        let userns_pid = plan.ns.has_new(libc::CLONE_NEWUSER).then_some(child);
+        send_idmapped(&plan, &parent_ch, userns_pid)?;
+    }
     if plan.deferred_placement {
         cgroup.add_pid(child)?;
         parent_ch
@@ -459,6 +582,7 @@ fn create_in_cgroup(
                 parent_ch
                     .send_child(&ToChild::MapsWritten)
                     .map_err(io_err("sync"))?;
+                send_idmapped(&plan, &parent_ch, Some(child))?;
             }
             ToParent::InitPid(pid) => {
                 // The intermediate exits right after sending this; reap it.
@@ -625,9 +749,15 @@ fn init(
         return Err(InitFailure::new(Step::Sync, "expected go"));
     };
 
+    let mut idmapped = if idmapped_late(plan) {
+        Vec::new()
+    } else {
+        recv_idmapped(plan, ch)?
+    };
+
     // Namespaces.
     if plan.ns.staged {
-        staged_namespaces(plan, ch)?;
+        staged_namespaces(plan, ch, &mut idmapped)?;
     } else {
         for j in &plan.ns.joins {
             sys::setns(j.fd.as_fd(), j.flag)
@@ -674,7 +804,8 @@ fn init(
     }
 
     // Root filesystem.
-    let (root, pinned) = rootfs::mount_all(&plan.rootfs)?;
+    let (root, pinned) = rootfs::mount_all(&plan.rootfs, &mut idmapped)?;
+    drop(idmapped);
     if plan.rootfs.default_devices || !plan.devices.is_empty() {
         devices::create(&root, &plan.devices, plan.userns)?;
     }
@@ -742,7 +873,11 @@ fn init(
     Err(plan.attrs.exec(&exe))
 }
 
-fn staged_namespaces(plan: &Plan, ch: &Channel) -> Result<(), InitFailure> {
+fn staged_namespaces(
+    plan: &Plan,
+    ch: &Channel,
+    idmapped: &mut Vec<(u32, OwnedFd)>,
+) -> Result<(), InitFailure> {
     if let Some(j) = &plan.ns.user_join {
         sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
         become_root()?;
@@ -753,12 +888,17 @@ fn staged_namespaces(plan: &Plan, ch: &Channel) -> Result<(), InitFailure> {
     if let Some(j) = &plan.ns.mount_join {
         sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
     }
+    for (key, value) in &plan.sysctl_joined {
+        attrs::write_proc(&format!("/proc/sys/{key}"), value)
+            .step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
+    }
     if plan.ns.has_new(libc::CLONE_NEWUSER) {
         sys::unshare(libc::CLONE_NEWUSER)
             .step(Step::Namespaces, || "unshare user namespace".into())?;
         ch.send_parent(&ToParent::UsernsReady, None)
             .step(Step::Sync, || "userns".into())?;
         wait_parent(ch)?;
+        *idmapped = recv_idmapped(plan, ch)?;
         become_root()?;
     }
     let flags = plan.ns.new & !libc::CLONE_NEWUSER & !libc::CLONE_NEWCGROUP;
