@@ -5,7 +5,7 @@
 //! | 1 | [`Plan::new`]: every spec field parsed and checked; seccomp compiled; namespace paths opened | —                  |
 //! | 2 | cgroup created, `linux.resources` applied; preliminary state written | —                                  |
 //! | 3 | exec fifo, sync socketpair, console socket connected     | —                                              |
-//! | 4 | `clone3` (direct) or fork of an intermediate (staged)    | non-dumpable; waits for `Go`                   |
+//! | 4 | `clone3` (direct) or fork of an intermediate (staged)    | non-dumpable (unprivileged parent: once its id maps are written); waits for `Go` |
 //! | 5 | rlimits, oom_score_adj, id maps; `Go`; idmapped mounts by fd once maps are written ([`send_idmapped`]); cgroup join (v2: at clone; v1: while the child works, then `Placed`) | joins / unshares namespaces (staged: forks init); receives mount fds; cgroup ns once placed |
 //! | 6 | —                                                        | cgroup ns, hostname, rootfs + mounts + devices + console |
 //! | 7 | prestart + createRuntime hooks on `HooksPlease`          | createContainer hooks, pivot_root              |

@@ -287,6 +287,19 @@ mod tests {
     }
 
     #[test]
+    fn rootless_flag() {
+        assert_eq!(detect("true"), Ok(true));
+        assert_eq!(detect("false"), Ok(false));
+        assert_eq!(
+            detect("auto"),
+            Ok(sys::geteuid() != 0 || in_user_namespace())
+        );
+        assert!(detect("yes")
+            .unwrap_err()
+            .contains("want true, false or auto"));
+    }
+
+    #[test]
     fn initial_namespace() {
         assert!(is_initial_map("         0          0 4294967295\n"));
         assert!(!is_initial_map("         0       1000          1\n"));
