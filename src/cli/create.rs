@@ -185,6 +185,10 @@ fn pool_root(g: &Global) -> PathBuf {
 
 /// Gives back whatever range the container holds in the pool (a missing pool is fine).
 pub fn userns_release(g: &Global, id: &str) {
+    // A rootless moat never allocates, and may not even open the host-wide pool.
+    if g.rootless().unwrap_or(false) {
+        return;
+    }
     if let Err(e) = idpool::Pool::default().release(&pool_root(g), id) {
         crate::log::warn(&format!("release userns range of {id}: {e}"));
     }
