@@ -117,8 +117,17 @@ fn discard(g: &Global, gv: &Gvisor, root: &Path, id: &str) {
         .flag("force", true)
         .args([id])
         .output();
+    forget(gv, id);
     if let Ok(dir) = ContainerDir::open(root, id) {
         let _ = dir.remove();
+    }
+}
+
+/// Removes what runsc may have left of a container it no longer knows from its (shared)
+/// root: the lock file of a failed create, the state of a delete that gave up.
+fn forget(gv: &Gvisor, id: &str) {
+    for ext in ["lock", "state"] {
+        let _ = std::fs::remove_file(gv.root.join(format!("{id}_sandbox:{id}.{ext}")));
     }
 }
 
@@ -318,6 +327,9 @@ pub fn delete(
         .args([&rec.id])
         .output()?;
     if out.code == 0 || (force && out.not_exist()) {
+        if out.code != 0 {
+            forget(gv, &rec.id);
+        }
         dir.remove()?;
         return Ok(0);
     }
@@ -327,6 +339,7 @@ pub fn delete(
     // runsc gives up waiting for a sandbox nobody has reaped yet, after removing its
     // state but not its cgroup: the container is gone all the same.
     if matches!(runsc_state(g, gv, &rec.id), Ok(None)) {
+        forget(gv, &rec.id);
         if let Some(cg) = &rec.cgroup {
             if let Err(e) = cg.remove() {
                 crate::log::warn(&format!("remove the sandbox's cgroup: {e}"));

@@ -45,11 +45,7 @@ pub fn exec(
     if a.cgroup.is_some() {
         crate::log::warn("--cgroup ignored: a gVisor container has one host cgroup, its sandbox's");
     }
-    let shadow: Value = {
-        let path = dir.file(&format!("{}/config.json", select::BUNDLE_DIR));
-        let b = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
-        serde_json::from_slice(&b).with_context(|| format!("parse {}", path.display()))?
-    };
+    let shadow: Value = select::shadow_config(dir)?;
     let bounding = container_bounding(&shadow)?;
     for c in &a.cap {
         cap_name(c, bounding)?;
