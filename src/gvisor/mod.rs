@@ -24,8 +24,10 @@ mod cmds;
 pub mod config;
 mod exec;
 mod extra;
+pub mod policy;
 mod runsc;
 pub mod select;
+pub mod verify;
 
 use std::path::PathBuf;
 

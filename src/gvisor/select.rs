@@ -188,8 +188,9 @@ pub fn network_mode(spec: &Spec) -> Result<&'static str> {
     match spec.annotations.get(NETWORK_ANNOTATION).map(String::as_str) {
         None => {}
         Some("none") => return Ok("none"),
+        Some("engine") => {}
         Some(other) => {
-            bail!("annotation {NETWORK_ANNOTATION}={other:?}: only \"none\" is supported")
+            bail!("annotation {NETWORK_ANNOTATION}={other:?}: want \"none\" or \"engine\"")
         }
     }
     Ok(
@@ -284,13 +285,21 @@ pub fn prepare(
     sel: Selection,
 ) -> Result<Prepared> {
     let bytes = serde_json::to_vec(&sel.spec)?;
-    let spec = Spec::parse(&bytes).map_err(|(field, msg)| {
+    let mut spec = Spec::parse(&bytes).map_err(|(field, msg)| {
         anyhow::anyhow!(
             "{}: invalid JSON at {field}: {msg}",
             bundle.join("config.json").display()
         )
     })?;
     check(&spec, preserve_fds)?;
+    let engine_apparmor = spec
+        .process
+        .as_ref()
+        .and_then(|p| p.apparmor_profile.clone());
+    let engine_mounts = spec.mounts.len();
+    let cfg = &sel.config.policy;
+    let mut decision = crate::policy::apply(&mut spec, cfg, id)?;
+    super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
     let runsc = find_runsc(&sel.config)?;
     let network = network_mode(&spec)?;
     let cwd = std::env::current_dir().context("getcwd")?;
@@ -316,8 +325,20 @@ pub fn prepare(
             }
             _ => {}
         }
-        let effective = shadow_spec(sel.spec, &bundle, &rootfs);
+        // runsc creates the sandbox's cgroup at linux.cgroupsPath, under the fleet
+        // parent when the policy placed it there; the parent and its caps are moat's.
+        if let Some((path, res)) = crate::policy::fleet_budget(cfg) {
+            crate::linux::cgroups::Cgroup::prepare(Some(&path), id, false)
+                .and_then(|c| c.apply(&res))
+                .with_context(|| format!("fleet cgroup {path}"))?;
+        }
+        let effective = super::policy::merge(sel.spec, &spec, &decision, engine_mounts);
+        let effective = shadow_spec(effective, &bundle, &rootfs);
         dir.save_file(state::SPEC_FILE, &serde_json::to_vec(&effective)?)?;
+        dir.save_file(
+            state::POLICY_FILE,
+            &serde_json::to_vec_pretty(&decision).expect("serialises"),
+        )?;
         let rec = Record {
             format: state::FORMAT_VERSION,
             id: id.to_string(),
@@ -332,8 +353,7 @@ pub fn prepare(
             systemd_cgroup: g.systemd_cgroup,
             rootless: false,
             own_pidns: true,
-            // The hardening policy does not reach the gVisor path yet (see docs/gvisor.md).
-            policy: "open".into(),
+            policy: decision.policy.into(),
             notify_socket: None,
             backend: super::Backend::Gvisor(gv.clone()),
         };
@@ -356,6 +376,7 @@ mod tests {
             source: "/etc/moat/config.toml".into(),
             runtime: runtime.map(Into::into),
             runsc_path: None,
+            policy: Default::default(),
         }
     }
 

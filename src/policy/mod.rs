@@ -68,6 +68,10 @@ pub struct Decision {
     /// Stack `FLOOR_PROFILE` on top of the spec's own seccomp profile.
     pub seccomp_floor: bool,
     pub changes: Vec<Change>,
+    /// What the backend running the container does not apply (gVisor: AppArmor, masked
+    /// paths, ...); empty for native containers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_applied: Vec<Change>,
 }
 
 /// The controls a container gets: config defaults, then annotations, which may always
@@ -144,6 +148,7 @@ pub fn apply(spec: &mut Spec, cfg: &Config, id: &str) -> Result<Decision, Policy
         network_none: sel.network_none,
         seccomp_floor: false,
         changes: Vec::new(),
+        not_applied: Vec::new(),
     };
     if sel.mode == Mode::Restricted && !test_bypass() {
         restrict(spec, cfg, id, &mut d)?;
