@@ -80,6 +80,12 @@ class Runtime:
         self.global_args = spec.get("global_args", [])
         # A fresh --root per container, <root>/<id>/runsc, as moat gives runsc.
         self.root_per_container = spec.get("root_per_container", False)
+        # runsc called directly with the spec moat gives runsc (the policy applied): a
+        # config.json captured from moat; each container gets its own cgroupsPath.
+        self.effective_spec = None
+        if spec.get("effective_spec"):
+            with open(spec["effective_spec"]) as f:
+                self.effective_spec = json.load(f)
         # Extra environment (the no-op runsc variant points MOAT_CONFIG at /bin/true).
         self.env = dict(os.environ, **spec["env"]) if spec.get("env") else None
         self.cur_root = None
@@ -229,7 +235,7 @@ class Bench:
         pidf = os.path.join(self.work, f"{cid}.pid")
         created = False
         try:
-            t_create = rt.call("create", "--bundle", self.bundle, "--pid-file", pidf, cid)
+            t_create = rt.call("create", "--bundle", bundle, "--pid-file", pidf, cid)
             created = True
             pid = read_pid(pidf)
             t_start = rt.call("start", cid)
@@ -360,11 +366,21 @@ class Bench:
         cid = self.cid(rt, "g")
         pidf = os.path.join(self.work, f"{cid}.pid")
         created = False
+        bundle = self.bundle
+        if rt.effective_spec is not None:
+            bundle = os.path.join(self.work, f"eff-{cid}")
+            os.makedirs(bundle)
+            spec = json.loads(json.dumps(rt.effective_spec))
+            cg = spec.get("linux", {}).get("cgroupsPath")
+            if cg:
+                spec["linux"]["cgroupsPath"] = cg.rsplit("/", 1)[0] + "/" + cid
+            with open(os.path.join(bundle, "config.json"), "w") as f:
+                json.dump(spec, f)
         if rt.root_per_container:
             rt.cur_root = os.path.join(rt.root, cid, "runsc")
             os.makedirs(rt.cur_root)
         try:
-            t_create = rt.call("create", "--bundle", self.bundle, "--pid-file", pidf, cid)
+            t_create = rt.call("create", "--bundle", bundle, "--pid-file", pidf, cid)
             created = True
             pid = read_pid(pidf)
             t_start = rt.call("start", cid)
@@ -385,6 +401,8 @@ class Bench:
             if rt.cur_root:
                 shutil.rmtree(os.path.dirname(rt.cur_root), ignore_errors=True)
                 rt.cur_root = None
+            if bundle != self.bundle:
+                shutil.rmtree(bundle, ignore_errors=True)
         for m, v in (("create", t_create), ("start", t_start), ("wait", t_wait),
                      ("delete", t_delete), ("calls", t_create + t_start + t_delete),
                      ("cycle", t_create + t_start + t_wait + t_delete)):
@@ -659,8 +677,11 @@ class Bench:
         flags = " ".join(self.gvisor[1].global_args)
         print(f"{rounds} interleaved rounds (order rotating). gvisor_calls_ms = create + start + delete, "
               f"the calls moat sits in front of; wait is the sandbox's own run time. runsc is called "
-              f"with the flags moat passes ({flags}) and one shared --root, as moat uses. "
-              f"CSV rows for differences hold median, min, max.")
+              f"with the flags moat passes ({flags}) and one shared --root, as moat uses, on the "
+              f"spec moat writes for runsc (the RESTRICTED policy applied), so {moat} − {refs[0]} is "
+              f"moat's own overhead; runsc-engine-spec runs the engine's spec unchanged (no policy, "
+              f"no --oci-seccomp), so {refs[0]} − runsc-engine-spec is what the policy costs inside "
+              f"gVisor. CSV rows for differences hold median, min, max.")
         return rows
 
 
