@@ -14,7 +14,6 @@
 //! |---|---|
 //! | `config.json` | the effective spec; `<root>/<id>` is the shadow bundle runsc reads: the caller's spec with the policy applied and `root.path` absolute; the rootfs stays where it is |
 //! | `policy.json` | the policy decision: what was changed, and what gVisor does not apply |
-//! | `sandbox.pid` | runsc's `--pid-file` when the caller gave none; the sandbox's pid, start time and host cgroup are copied into the record after create |
 //! | `exec-<pid>.json` | process.json written for `exec -t` in argv form or `--tty` with a process file lacking `terminal` |
 //!
 //! What runsc is given and how it is run: [`runsc`]. How runsc 20221219 differs from runc
