@@ -509,11 +509,21 @@ impl Drop for CgroupGuard {
         };
         let mut roots: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
         roots.push(PathBuf::from("/sys/fs/cgroup"));
-        for r in roots {
-            let dir = r.join(rel);
-            if dir.is_dir() {
-                remove_cgroup_tree(&dir);
+        // A sandbox that has just exited may still be leaving its cgroup (EBUSY).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let mut left = false;
+            for r in &roots {
+                let dir = r.join(rel);
+                if dir.is_dir() {
+                    remove_cgroup_tree(&dir);
+                    left |= dir.is_dir();
+                }
             }
+            if !left || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 }
