@@ -16,7 +16,7 @@ mod spec;
 mod start;
 mod state;
 mod update;
-mod verify;
+pub(crate) mod verify;
 
 use std::path::PathBuf;
 

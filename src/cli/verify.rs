@@ -20,11 +20,11 @@ pub struct Args {
 }
 
 #[derive(Serialize)]
-struct Check {
-    check: String,
-    expected: String,
-    actual: String,
-    ok: bool,
+pub struct Check {
+    pub check: String,
+    pub expected: String,
+    pub actual: String,
+    pub ok: bool,
 }
 
 fn status_field(status: &str, key: &str) -> String {
@@ -38,6 +38,28 @@ fn status_field(status: &str, key: &str) -> String {
 pub fn run(g: &Global, a: Args) -> Result<i32> {
     let dir = ContainerDir::open_read(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
+    if let Some(gv) = rec.backend.gvisor() {
+        let spec: crate::spec::Spec = {
+            let v = crate::gvisor::select::shadow_config(&dir)?;
+            serde_json::from_value(v).context("the container's effective spec")?
+        };
+        let checks = crate::gvisor::verify::checks(g, &rec, gv, &spec)?;
+        let not_applied: Vec<policy::Change> = dir
+            .read_file(state::POLICY_FILE)?
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v.get("not_applied").cloned())
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| policy::Change {
+                field: c["field"].as_str().unwrap_or("").into(),
+                action: "not applied",
+                detail: c["detail"].as_str().unwrap_or("").into(),
+                reason: "",
+            })
+            .collect();
+        return report(&a, &rec.policy, "gvisor", &checks, &not_applied);
+    }
     if !matches!(rec.status(&dir), Status::Running | Status::Created) {
         bail!("container not running");
     }
@@ -62,6 +84,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
                 },
                 userns_pool: v["userns_pool"].as_bool().unwrap_or(false),
                 changes: Vec::new(),
+                not_applied: Vec::new(),
             })
         });
     let restricted = rec.policy == "restricted";
@@ -281,23 +304,45 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
             escaped.is_empty(),
         );
     }
+    report(&a, &rec.policy, "native", &checks, &[])
+}
+
+/// Prints the checks (and, for gVisor, what it does not apply); 1 when any check failed.
+fn report(
+    a: &Args,
+    policy: &str,
+    backend: &str,
+    checks: &[Check],
+    not_applied: &[policy::Change],
+) -> Result<i32> {
     let failed = checks.iter().filter(|c| !c.ok).count();
     if a.format == "json" {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"id": a.id, "policy": rec.policy, "ok": failed == 0, "checks": checks})
-            )?
-        );
+        let mut v =
+            serde_json::json!({"id": a.id, "policy": policy, "ok": failed == 0, "checks": checks});
+        if backend != "native" {
+            v["backend"] = serde_json::json!(backend);
+            v["not_applied"] = serde_json::to_value(not_applied)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("container {} (policy {})", a.id, rec.policy);
-        for c in &checks {
+        if backend == "native" {
+            println!("container {} (policy {policy})", a.id);
+        } else {
+            println!("container {} (policy {policy}, {backend})", a.id);
+        }
+        for c in checks {
             println!(
                 "{:<4} {:<16} expected {:<48} got {}",
                 if c.ok { "ok" } else { "FAIL" },
                 c.check,
                 c.expected,
                 c.actual
+            );
+        }
+        for n in not_applied {
+            println!(
+                "n/a  {:<24} not applied by {backend}: {}",
+                n.field, n.detail
             );
         }
         println!("{} checks, {} failed", checks.len(), failed);

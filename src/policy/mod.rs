@@ -79,6 +79,10 @@ pub struct Decision {
     /// engine gave no mappings of its own).
     pub userns_pool: bool,
     pub changes: Vec<Change>,
+    /// What the backend running the container does not apply (gVisor: AppArmor, masked
+    /// paths, ...); empty for native containers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_applied: Vec<Change>,
 }
 
 /// The controls a container gets: config defaults, then annotations, which may always
@@ -165,6 +169,7 @@ pub fn apply(spec: &mut Spec, cfg: &Config, id: &str) -> Result<Decision, Policy
         userns: if sel.userns_auto { "auto" } else { "engine" },
         userns_pool: false,
         changes: Vec::new(),
+        not_applied: Vec::new(),
     };
     if sel.mode == Mode::Restricted && !test_bypass() {
         restrict(spec, cfg, id, &mut d)?;
