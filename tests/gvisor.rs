@@ -509,11 +509,21 @@ impl Drop for CgroupGuard {
         };
         let mut roots: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
         roots.push(PathBuf::from("/sys/fs/cgroup"));
-        for r in roots {
-            let dir = r.join(rel);
-            if dir.is_dir() {
-                remove_cgroup_tree(&dir);
+        // A sandbox that has just exited may still be leaving its cgroup (EBUSY).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let mut left = false;
+            for r in &roots {
+                let dir = r.join(rel);
+                if dir.is_dir() {
+                    remove_cgroup_tree(&dir);
+                    left |= dir.is_dir();
+                }
             }
+            if !left || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 }
@@ -527,4 +537,233 @@ fn remove_cgroup_tree(dir: &Path) {
         }
     }
     let _ = std::fs::remove_dir(dir);
+}
+
+/// Every runsc process under a moat root: its cmdline mentions the root.
+fn runsc_processes(root: &Path) -> Vec<i32> {
+    let root = root.to_str().unwrap().as_bytes();
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()) {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if args[0].starts_with(b"runsc")
+            && args
+                .iter()
+                .any(|a| a.windows(root.len()).any(|w| w == root))
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn restricted_policy_reaches_runsc_and_verify_checks_it() {
+    if !usable("restricted_policy_reaches_runsc_and_verify_checks_it") {
+        return;
+    }
+    let mut e = Env::new("pol");
+    let id = e.id("c");
+    let fleet = format!("/{}-fleet", e.tag);
+    let _cg = CgroupGuard(fleet.clone());
+    let cfg = e.dir.join("config.toml");
+    std::fs::write(
+        &cfg,
+        format!("[restricted]\nmemory = \"512m\"\n\n[fleet]\ncgroup = \"{fleet}\"\npids = 20000\n"),
+    )
+    .unwrap();
+    let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["sleep", "600"]);
+    let spec_path = bundle.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&spec_path).unwrap()).unwrap();
+    spec["process"]["capabilities"]["bounding"]
+        .as_array_mut()
+        .unwrap()
+        .push("CAP_SYS_ADMIN".into());
+    spec["process"]["noNewPrivileges"] = Value::Bool(false);
+    std::fs::write(&spec_path, serde_json::to_vec(&spec).unwrap()).unwrap();
+
+    // A descriptor leaked by the caller (no FD_CLOEXEC) and moat variables in the
+    // environment must not reach runsc's processes.
+    let marker = e.dir.join("leaked-fd-marker");
+    let leaked = std::fs::File::create(&marker).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&leaked);
+    nix::fcntl::fcntl(
+        fd,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .unwrap();
+    let mut c = e.moat();
+    c.env("MOAT_CONFIG", &cfg)
+        .env("MOAT_LEAK_PROBE", "1")
+        .args(["create", "--bundle", bundle.to_str().unwrap(), &id]);
+    let out = output(&mut c, &e.dir);
+    drop(leaked);
+    assert!(out.status.success(), "create: {}", stderr(&out));
+
+    let dir = e.root().join(&id);
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
+    assert_eq!(rec["policy"], "restricted", "the real policy is recorded");
+    let eff: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(
+        eff["process"]["capabilities"]["bounding"],
+        serde_json::json!([])
+    );
+    assert_eq!(eff["process"]["noNewPrivileges"], true);
+    assert!(
+        eff["linux"]["seccomp"]["syscalls"].is_array(),
+        "moat's profile"
+    );
+    assert_eq!(eff["linux"]["cgroupsPath"], format!("{fleet}/{id}"));
+    assert_eq!(eff["linux"]["resources"]["memory"]["limit"], 512 << 20);
+    let decision: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("policy.json")).unwrap()).unwrap();
+    assert!(
+        decision["not_applied"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["field"] == "linux.maskedPaths"),
+        "{decision}"
+    );
+
+    let procs = runsc_processes(&e.root());
+    assert!(procs.len() >= 2, "sandbox and gofer: {procs:?}");
+    for pid in &procs {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        assert!(
+            !environ.windows(5).any(|w| w == b"MOAT_"),
+            "pid {pid} got moat's environment"
+        );
+        for f in std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .flatten()
+        {
+            let target = std::fs::read_link(f.path()).unwrap_or_default();
+            assert_ne!(target, marker, "pid {pid} got the leaked descriptor");
+        }
+    }
+    let sandbox = e.state(&id)["pid"].as_i64().unwrap();
+    let cmdline = String::from_utf8(std::fs::read(format!("/proc/{sandbox}/cmdline")).unwrap())
+        .unwrap()
+        .replace('\0', " ");
+    assert!(cmdline.contains("--oci-seccomp=true"), "{cmdline}");
+
+    // The fleet parent is capped, the sandbox's cgroup holds the policy's limits.
+    let pids_root = Path::new("/sys/fs/cgroup/pids");
+    if pids_root.join(fleet.trim_start_matches('/')).is_dir() {
+        let parent = pids_root.join(fleet.trim_start_matches('/'));
+        assert_eq!(
+            std::fs::read_to_string(parent.join("pids.max"))
+                .unwrap()
+                .trim(),
+            "20000"
+        );
+        assert_eq!(
+            std::fs::read_to_string(parent.join(&id).join("pids.max"))
+                .unwrap()
+                .trim(),
+            "4096"
+        );
+    }
+
+    e.ok(&["start", &id]);
+    // The sentry's view of PID 1: no capabilities, moat's seccomp profile.
+    let mut v = e.moat();
+    v.env("MOAT_CONFIG", &cfg).args(["verify", &id]);
+    let out = output(&mut v, &e.dir);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{text}{}", stderr(&out));
+    assert!(out.status.success(), "verify failed:\n{text}");
+    for check in [
+        "gVisor sandbox",
+        "runsc --oci-seccomp",
+        "sandbox pids.max",
+        "sandbox memory limit",
+        "fleet pids.max",
+        "inside: CapBnd",
+        "inside: Seccomp",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("ok") && l.contains(check)),
+            "{check} not checked:\n{text}"
+        );
+    }
+    assert!(text.contains("n/a  linux.maskedPaths"), "{text}");
+
+    // verify notices when the sandbox's cgroup no longer holds the policy's limit.
+    let sandbox_pids = pids_root.join(fleet.trim_start_matches('/')).join(&id);
+    if sandbox_pids.is_dir() {
+        std::fs::write(sandbox_pids.join("pids.max"), "4000").unwrap();
+        let mut v = e.moat();
+        v.env("MOAT_CONFIG", &cfg).args(["verify", &id]);
+        let out = output(&mut v, &e.dir);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("FAIL") && l.contains("sandbox pids.max")),
+            "{text}"
+        );
+    }
+
+    // An exec gets no more than the container, whatever the process file asks for.
+    let proc_file = e.dir.join("process.json");
+    let mut p = spec["process"].clone();
+    p["args"] = serde_json::json!(["cat", "/proc/self/status"]);
+    p["capabilities"]["bounding"] = serde_json::json!(["CAP_SYS_ADMIN", "CAP_CHOWN"]);
+    p["capabilities"]["effective"] = serde_json::json!(["CAP_SYS_ADMIN", "CAP_CHOWN"]);
+    p["capabilities"]["permitted"] = serde_json::json!(["CAP_SYS_ADMIN", "CAP_CHOWN"]);
+    std::fs::write(&proc_file, serde_json::to_vec(&p).unwrap()).unwrap();
+    let status = e.ok(&["exec", "--process", proc_file.to_str().unwrap(), &id]);
+    for key in ["CapEff", "CapBnd"] {
+        let line = status.lines().find(|l| l.starts_with(key)).unwrap_or("");
+        assert!(line.ends_with("0000000000000000"), "{key}: {line}");
+    }
+
+    e.ok(&["kill", &id, "KILL"]);
+    e.wait_status(&id, "stopped");
+    e.ok(&["delete", &id]);
+}
+
+#[test]
+fn host_network_refused_under_restricted_and_explained() {
+    if !usable("host_network_refused_under_restricted_and_explained") {
+        return;
+    }
+    let mut e = Env::new("net");
+    let id = e.id("c");
+    let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["true"]);
+    let spec_path = bundle.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&spec_path).unwrap()).unwrap();
+    spec["linux"]["namespaces"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|n| n["type"] != "network");
+    std::fs::write(&spec_path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let o = e.run(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("linux.namespaces") && err.contains("host's network"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(!e.root().join(&id).exists(), "nothing left behind");
+
+    // policy explain for a gVisor spec lists what gVisor does not apply.
+    let b2 = e.bundle("b2", &[("moat.runtime", "gvisor")], &["true"]);
+    let text = e.ok(&["policy", "explain", "--bundle", b2.to_str().unwrap()]);
+    assert!(text.contains("runtime: gVisor"), "{text}");
+    assert!(text.contains("not applied under gVisor"), "{text}");
+    assert!(text.contains("linux.maskedPaths"), "{text}");
+    assert!(
+        !text.contains("process.apparmorProfile         set"),
+        "{text}"
+    );
 }

@@ -8,7 +8,7 @@ use super::{Global, Result};
 use crate::linux::{apparmor, notify, process};
 use crate::policy;
 use crate::spec::Spec;
-use crate::state::{self, ContainerDir};
+use crate::state::{self, idpool, ContainerDir};
 
 #[derive(clap::Args, Debug, Clone)]
 #[group(id = "create_args")]
@@ -66,7 +66,8 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         apparmor::ensure_loaded(policy::APPARMOR_PROFILE_NAME, policy::APPARMOR_PROFILE)
             .context("load moat's AppArmor profile")?;
     }
-    let dir = ContainerDir::create(&g.state_root(), &a.id)?;
+    let rootless = g.rootless()?;
+    let dir = ContainerDir::create(&g.state_root()?, &a.id)?;
     let notify_socket = std::env::var("NOTIFY_SOCKET")
         .ok()
         .filter(|s| !s.is_empty());
@@ -78,6 +79,13 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
             );
         }
     }
+    let userns_range = match userns_allocate(g, a, &cfg, &decision, &dir, &mut spec) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = dir.remove();
+            return Err(e);
+        }
+    };
     let opts = process::CreateOpts {
         id: a.id.clone(),
         bundle,
@@ -89,11 +97,14 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         systemd_cgroup: g.systemd_cgroup,
         foreground,
         seccomp_floor: decision.seccomp_floor,
-        seccomp_cache: Some(g.state_root().join("@cache").join("seccomp")),
+        seccomp_cache: Some(g.state_root()?.join("@cache").join("seccomp")),
         loopback_up: decision.network_none,
         policy: decision.policy,
         notify_socket,
-        fleet: policy::fleet_budget(&cfg),
+        // A fleet budget is a host-wide cgroup: never a rootless caller's.
+        fleet: policy::fleet_budget(&cfg).filter(|_| !rootless),
+        idmap_rootfs: userns_range.is_some(),
+        rootless,
     };
     let created = process::create(&spec, &opts, &dir).and_then(|c| {
         dir.save_file(
@@ -106,8 +117,80 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         Ok(c) => Ok((dir, c)),
         Err(e) => {
             let _ = dir.remove();
+            if userns_range.is_some() {
+                userns_release(g, &a.id);
+            }
             Err(e.into())
         }
+    }
+}
+
+/// `moat.userns=auto`: a free range from the host-wide pool becomes the container's id
+/// mapping (container 0.. → the range), recorded in the state directory.
+fn userns_allocate(
+    g: &Global,
+    a: &Args,
+    cfg: &policy::Config,
+    decision: &policy::Decision,
+    dir: &ContainerDir,
+    spec: &mut Spec,
+) -> Result<Option<idpool::IdRange>> {
+    if !decision.userns_pool {
+        return Ok(None);
+    }
+    if g.rootless()? {
+        anyhow::bail!(
+            "moat.userns=auto: needs a rootful moat (host ids are allocated from the \
+             host-wide pool); a rootless container is already in its user's namespace"
+        );
+    }
+    let root = pool_root(g);
+    let (start, size) = cfg.userns_pool;
+    let r = idpool::Pool::default()
+        .allocate(
+            idpool::IdRange { start, size },
+            cfg.userns_size,
+            &root,
+            &a.id,
+        )
+        .context("moat.userns=auto: allocate host ids")?;
+    let saved = dir.save_file(
+        state::USERNS_FILE,
+        &serde_json::to_vec(&r).expect("serialises"),
+    );
+    if let Err(e) = saved {
+        userns_release(g, &a.id);
+        return Err(e.into());
+    }
+    let map = vec![crate::spec::IdMapping {
+        container_id: 0,
+        host_id: r.start,
+        size: r.size,
+    }];
+    let linux = spec.linux.get_or_insert_with(Default::default);
+    linux.uid_mappings = map.clone();
+    linux.gid_mappings = map;
+    Ok(Some(r))
+}
+
+/// The state root as the pool records it: absolute, so any caller can tell whether the
+/// container still exists.
+fn pool_root(g: &Global) -> PathBuf {
+    // Only rootful moat allocates from the pool, and its state root cannot fail.
+    let root = g
+        .state_root()
+        .unwrap_or_else(|_| PathBuf::from("/run/moat"));
+    std::fs::canonicalize(&root).unwrap_or(root)
+}
+
+/// Gives back whatever range the container holds in the pool (a missing pool is fine).
+pub fn userns_release(g: &Global, id: &str) {
+    // A rootless moat never allocates, and may not even open the host-wide pool.
+    if g.rootless().unwrap_or(false) {
+        return;
+    }
+    if let Err(e) = idpool::Pool::default().release(&pool_root(g), id) {
+        crate::log::warn(&format!("release userns range of {id}: {e}"));
     }
 }
 

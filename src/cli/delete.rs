@@ -18,7 +18,7 @@ pub struct Args {
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
-    let dir = match ContainerDir::open(&g.state_root(), &a.id) {
+    let dir = match ContainerDir::open(&g.state_root()?, &a.id) {
         Ok(d) => d,
         Err(StateError::NotExist) if a.force => return Ok(0),
         Err(e) => return Err(e.into()),
@@ -28,6 +28,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         // A create killed before its first record: nothing but the directory exists.
         Err(StateError::Corrupt { .. }) if a.force => {
             dir.remove()?;
+            super::create::userns_release(g, &a.id);
             return Ok(0);
         }
         Err(e) => return Err(e.into()),
@@ -48,6 +49,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         ),
     }
     destroy(dir, &rec)?;
+    super::create::userns_release(g, &a.id);
     Ok(0)
 }
 

@@ -41,7 +41,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     let interval = parse_duration(&a.interval)
         .with_context(|| format!("invalid --interval {:?}", a.interval))?;
     // Not locked: a stream may run for hours and must not hold up delete.
-    let dir = ContainerDir::open_read(&g.state_root(), &a.id)?;
+    let dir = ContainerDir::open_read(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
         return crate::gvisor::events(g, &rec, gv, a.stats, interval);

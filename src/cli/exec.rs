@@ -158,7 +158,7 @@ fn build_process(a: &Args, spec_process: &Process, bounding: Option<u64>) -> Res
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
-    let dir = ContainerDir::open_read(&g.state_root(), &a.id)?;
+    let dir = ContainerDir::open_read(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
         return crate::gvisor::exec(g, &dir, &rec, gv, &a);

@@ -76,14 +76,13 @@ const HOOKS: [&str; 6] = [
 ];
 
 /// The options `mount::parse_options` acts on (or knowingly accepts as no-ops) rather
-/// than passing to the filesystem. `idmap`/`ridmap` are parsed but refused at create, so
-/// they are not listed.
+/// than passing to the filesystem (`idmap`/`ridmap`: idmapped binds, `linux/idmap.rs`).
 #[rustfmt::skip]
 const MOUNT_OPTIONS: &[&str] = &[
-    "async", "atime", "bind", "defaults", "dev", "diratime", "exec", "noatime", "nodev",
+    "async", "atime", "bind", "defaults", "dev", "diratime", "exec", "idmap", "noatime", "nodev",
     "nodiratime", "noexec", "nomand", "norelatime", "nostrictatime", "nosuid", "nosymfollow",
     "private", "ratime", "rbind", "rdev", "rdiratime", "relatime", "remount", "rexec",
-    "rnoatime", "rnodev", "rnodiratime", "rnoexec", "rnorelatime", "rnostrictatime", "rnosuid",
+    "ridmap", "rnoatime", "rnodev", "rnodiratime", "rnoexec", "rnorelatime", "rnostrictatime", "rnosuid",
     "rnosymfollow", "ro", "rprivate", "rrelatime", "rro", "rrw", "rshared", "rslave",
     "rstrictatime", "rsuid", "rsymfollow", "runbindable", "rw", "shared", "slave",
     "strictatime", "suid", "symfollow", "tmpcopyup", "unbindable",
@@ -143,7 +142,7 @@ pub fn features() -> Features {
             selinux: Enabled { enabled: true },
             intel_rdt: Enabled { enabled: false },
             mount_extensions: MountExtensions {
-                idmap: Enabled { enabled: false },
+                idmap: Enabled { enabled: true },
             },
         },
         annotations,
@@ -173,7 +172,7 @@ mod tests {
         for o in MOUNT_OPTIONS {
             let parsed = mount::parse_options(&[o.to_string()]);
             assert!(parsed.data.is_empty(), "{o} would reach the filesystem");
-            assert!(!parsed.idmap, "{o}");
+            assert_eq!(parsed.idmap, o.ends_with("idmap"), "{o}");
         }
         let mut s = MOUNT_OPTIONS.to_vec();
         s.sort_unstable();
@@ -194,7 +193,7 @@ mod tests {
         assert_eq!(l["cgroup"]["systemd"], false);
         assert_eq!(l["cgroup"]["rdma"], false);
         assert_eq!(l["intelRdt"]["enabled"], false);
-        assert_eq!(l["mountExtensions"]["idmap"]["enabled"], false);
+        assert_eq!(l["mountExtensions"]["idmap"]["enabled"], true);
         let sc = &l["seccomp"];
         assert!(sc["archs"]
             .as_array()

@@ -21,7 +21,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     let Some(sig) = signal::parse(sig_name) else {
         bail!("invalid signal {sig_name:?}");
     };
-    let dir = ContainerDir::open(&g.state_root(), &a.id)?;
+    let dir = ContainerDir::open(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
         return crate::gvisor::kill(g, &rec, gv, a.all, sig);

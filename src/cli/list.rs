@@ -19,7 +19,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     if a.format != "table" && a.format != "json" {
         anyhow::bail!("invalid format {:?} (want table or json)", a.format);
     }
-    let root = g.state_root();
+    let root = g.state_root()?;
     let mut rows = Vec::new();
     for id in state::list_ids(&root)? {
         // A container being deleted concurrently simply drops out of the list.

@@ -16,7 +16,7 @@ mod spec;
 mod start;
 mod state;
 mod update;
-mod verify;
+pub(crate) mod verify;
 
 use std::path::PathBuf;
 
@@ -213,18 +213,20 @@ pub fn before_fork(preserve_fds: u32) -> Result<()> {
 }
 
 impl Global {
-    /// The state root: `--root`, else /run/moat (rootless: $XDG_RUNTIME_DIR/moat, or
-    /// /tmp/moat-<uid> when no runtime dir is set, as on hosts without logind).
-    pub fn state_root(&self) -> PathBuf {
+    /// `--rootless` resolved: `auto` is runc's rule (see `linux::rootless::detect`).
+    pub fn rootless(&self) -> Result<bool> {
+        crate::linux::rootless::detect(&self.rootless).map_err(anyhow::Error::msg)
+    }
+
+    /// The state root: `--root`, else /run/moat; rootless, `$XDG_RUNTIME_DIR/moat`, or
+    /// a private `/tmp/moat-<uid>` when no runtime dir is set (hosts without logind).
+    pub fn state_root(&self) -> Result<PathBuf> {
         if let Some(r) = &self.root {
-            return r.clone();
+            return Ok(r.clone());
         }
-        if crate::linux::sys::geteuid() != 0 {
-            if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|x| !x.is_empty()) {
-                return PathBuf::from(x).join("moat");
-            }
-            return PathBuf::from(format!("/tmp/moat-{}", crate::linux::sys::geteuid()));
+        if self.rootless()? {
+            return Ok(crate::linux::rootless::state_root()?);
         }
-        PathBuf::from("/run/moat")
+        Ok(PathBuf::from("/run/moat"))
     }
 }

@@ -11,7 +11,7 @@ pub struct Args {
 }
 
 pub fn pause(g: &Global, a: Args) -> Result<i32> {
-    let dir = ContainerDir::open(&g.state_root(), &a.id)?;
+    let dir = ContainerDir::open(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
         return crate::gvisor::pause(g, &rec, gv);
@@ -30,7 +30,7 @@ pub fn pause(g: &Global, a: Args) -> Result<i32> {
 }
 
 pub fn resume(g: &Global, a: Args) -> Result<i32> {
-    let dir = ContainerDir::open(&g.state_root(), &a.id)?;
+    let dir = ContainerDir::open(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
         return crate::gvisor::resume(g, &rec, gv);

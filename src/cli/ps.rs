@@ -20,7 +20,7 @@ pub struct Args {
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
-    let dir = ContainerDir::open_read(&g.state_root(), &a.id)?;
+    let dir = ContainerDir::open_read(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
         return crate::gvisor::ps(g, &rec, gv, &a.format, &a.ps_args);

@@ -36,6 +36,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     let rec = created.record;
     if let Err(e) = start::start(&dir, &rec) {
         let _ = delete::force_delete(dir, &rec);
+        create::userns_release(g, &rec.id);
         return Err(e);
     }
     if a.detach {
@@ -60,6 +61,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
                     .is_ok_and(|r| r.pid == rec.pid && r.pid_start == rec.pid_start)
                 {
                     delete::force_delete(dir, &rec)?;
+                    create::userns_release(g, &rec.id);
                 }
             }
             Err(StateError::NotExist) => {}

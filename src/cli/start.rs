@@ -78,7 +78,7 @@ fn wait_no_readers(f: &std::fs::File) -> std::io::Result<()> {
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
-    let dir = ContainerDir::open(&g.state_root(), &a.id)?;
+    let dir = ContainerDir::open(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
         return crate::gvisor::start(g, &rec, gv);

@@ -88,7 +88,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         None => from_flags(&a),
     };
     normalize(&mut res);
-    let dir = ContainerDir::open(&g.state_root(), &a.id)?;
+    let dir = ContainerDir::open(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
         // As runc: update never rewrites device rules.

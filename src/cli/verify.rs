@@ -20,11 +20,11 @@ pub struct Args {
 }
 
 #[derive(Serialize)]
-struct Check {
-    check: String,
-    expected: String,
-    actual: String,
-    ok: bool,
+pub struct Check {
+    pub check: String,
+    pub expected: String,
+    pub actual: String,
+    pub ok: bool,
 }
 
 fn status_field(status: &str, key: &str) -> String {
@@ -36,8 +36,30 @@ fn status_field(status: &str, key: &str) -> String {
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
-    let dir = ContainerDir::open_read(&g.state_root(), &a.id)?;
+    let dir = ContainerDir::open_read(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
+    if let Some(gv) = rec.backend.gvisor() {
+        let spec: crate::spec::Spec = {
+            let v = crate::gvisor::select::shadow_config(&dir)?;
+            serde_json::from_value(v).context("the container's effective spec")?
+        };
+        let checks = crate::gvisor::verify::checks(g, &rec, gv, &spec)?;
+        let not_applied: Vec<policy::Change> = dir
+            .read_file(state::POLICY_FILE)?
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v.get("not_applied").cloned())
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| policy::Change {
+                field: c["field"].as_str().unwrap_or("").into(),
+                action: "not applied",
+                detail: c["detail"].as_str().unwrap_or("").into(),
+                reason: "",
+            })
+            .collect();
+        return report(&a, &rec.policy, "gvisor", &checks, &not_applied);
+    }
     if !matches!(rec.status(&dir), Status::Running | Status::Created) {
         bail!("container not running");
     }
@@ -55,7 +77,14 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
                 readonly_rootfs: v["readonly_rootfs"].as_bool()?,
                 network_none: v["network_none"].as_bool()?,
                 seccomp_floor: v["seccomp_floor"].as_bool()?,
+                userns: if v["userns"] == "auto" {
+                    "auto"
+                } else {
+                    "engine"
+                },
+                userns_pool: v["userns_pool"].as_bool().unwrap_or(false),
                 changes: Vec::new(),
+                not_applied: Vec::new(),
             })
         });
     let restricted = rec.policy == "restricted";
@@ -175,6 +204,65 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
             add("network", "lo".into(), ifaces.join(","), ifaces == ["lo"]);
         }
     }
+    // The id mapping: container root must not be host root when a user namespace is in use
+    // (a FAIL when the policy asked for one, informational otherwise).
+    let read_map = |f: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/{f}"))
+            .map(|m| {
+                m.lines()
+                    .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_else(|e| format!("unreadable: {e}"))
+    };
+    let (uid_map, gid_map) = (read_map("uid_map"), read_map("gid_map"));
+    let root_host = |map: &str| {
+        map.split(", ").find_map(|l| {
+            let v: Vec<u64> = l.split(' ').filter_map(|x| x.parse().ok()).collect();
+            (v.len() == 3 && v[0] == 0 && v[2] > 0).then_some(v[1])
+        })
+    };
+    let own_userns = std::fs::read_link(format!("/proc/{pid}/ns/user")).ok()
+        != std::fs::read_link("/proc/1/ns/user").ok();
+    let asked = decision.as_ref().is_some_and(|d| d.userns == "auto");
+    let ok = !asked || (own_userns && root_host(&uid_map).is_some_and(|h| h != 0));
+    add(
+        "uid_map",
+        if asked {
+            "container 0 → a host id that is not 0".into()
+        } else {
+            "(informational)".into()
+        },
+        if own_userns {
+            uid_map
+        } else {
+            format!("host user namespace ({uid_map})")
+        },
+        ok,
+    );
+    let ok = !asked || (own_userns && root_host(&gid_map).is_some_and(|h| h != 0));
+    add(
+        "gid_map",
+        if asked {
+            "container 0 → a host id that is not 0".into()
+        } else {
+            "(informational)".into()
+        },
+        gid_map,
+        ok,
+    );
+    if let Some(r) = dir
+        .read_file(state::USERNS_FILE)?
+        .and_then(|b| serde_json::from_slice::<state::idpool::IdRange>(&b).ok())
+    {
+        add(
+            "userns pool",
+            format!("{}+{}", r.start, r.size),
+            root_host(&read_map("uid_map")).map_or("no root mapping".into(), |h| h.to_string()),
+            root_host(&read_map("uid_map")) == Some(r.start as u64),
+        );
+    }
     if restricted {
         if let Some(want) = cfg.pids.or_else(|| {
             spec.linux()
@@ -216,23 +304,45 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
             escaped.is_empty(),
         );
     }
+    report(&a, &rec.policy, "native", &checks, &[])
+}
+
+/// Prints the checks (and, for gVisor, what it does not apply); 1 when any check failed.
+fn report(
+    a: &Args,
+    policy: &str,
+    backend: &str,
+    checks: &[Check],
+    not_applied: &[policy::Change],
+) -> Result<i32> {
     let failed = checks.iter().filter(|c| !c.ok).count();
     if a.format == "json" {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"id": a.id, "policy": rec.policy, "ok": failed == 0, "checks": checks})
-            )?
-        );
+        let mut v =
+            serde_json::json!({"id": a.id, "policy": policy, "ok": failed == 0, "checks": checks});
+        if backend != "native" {
+            v["backend"] = serde_json::json!(backend);
+            v["not_applied"] = serde_json::to_value(not_applied)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("container {} (policy {})", a.id, rec.policy);
-        for c in &checks {
+        if backend == "native" {
+            println!("container {} (policy {policy})", a.id);
+        } else {
+            println!("container {} (policy {policy}, {backend})", a.id);
+        }
+        for c in checks {
             println!(
                 "{:<4} {:<16} expected {:<48} got {}",
                 if c.ok { "ok" } else { "FAIL" },
                 c.check,
                 c.expected,
                 c.actual
+            );
+        }
+        for n in not_applied {
+            println!(
+                "n/a  {:<24} not applied by {backend}: {}",
+                n.field, n.detail
             );
         }
         println!("{} checks, {} failed", checks.len(), failed);

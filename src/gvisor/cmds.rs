@@ -117,53 +117,61 @@ fn discard(g: &Global, gv: &Gvisor, root: &Path, id: &str) {
         .flag("force", true)
         .args([id])
         .output();
+    forget(gv, id);
     if let Ok(dir) = ContainerDir::open(root, id) {
         let _ = dir.remove();
     }
 }
 
-/// Where runsc writes the sandbox pid when the caller gave no `--pid-file`.
-const PID_FILE: &str = "sandbox.pid";
+/// Removes what runsc may have left of a container it no longer knows from its (shared)
+/// root: the lock file of a failed create, the state of a delete that gave up.
+fn forget(gv: &Gvisor, id: &str) {
+    for ext in ["lock", "state"] {
+        let _ = std::fs::remove_file(gv.root.join(format!("{id}_sandbox:{id}.{ext}")));
+    }
+}
 
 /// `runsc create` for a prepared container; a failure leaves nothing behind, as runc.
 fn create_prepared(g: &Global, p: Prepared, a: &create_cli::Args) -> Result<i32> {
-    let pid_file = a.pid_file.clone().unwrap_or_else(|| p.dir.file(PID_FILE));
     let code = Runsc::new(&p.gv, g, "create")
         .opt("bundle", &p.shadow)
         .opt_some("console-socket", a.console_socket.as_ref())
-        .opt("pid-file", &pid_file)
+        .opt_some("pid-file", a.pid_file.as_ref())
         .args([&a.id])
         .wait()?;
     if code != 0 {
         drop(p.dir);
-        discard(g, &p.gv, &g.state_root(), &a.id);
+        discard(g, &p.gv, &g.state_root()?, &a.id);
         return Ok(code);
     }
-    remember_sandbox(&p.dir, &pid_file);
     Ok(0)
 }
 
-/// Records the sandbox's pid, start time and host cgroup while it is alive: once it has
-/// exited, `/proc/<pid>/cgroup` no longer says where it was, and a runsc delete that
-/// gives up on an unreaped sandbox leaves that cgroup behind. Best effort.
-fn remember_sandbox(dir: &ContainerDir, pid_file: &Path) {
-    let Some(pid) = std::fs::read_to_string(pid_file)
-        .ok()
-        .and_then(|t| t.trim().parse::<i32>().ok())
-    else {
-        return;
-    };
-    let Ok(mut rec) = dir.load() else { return };
-    let Some((_, start)) = crate::state::process_start_time(pid) else {
-        return;
-    };
-    rec.pid = pid;
-    rec.pid_start = start;
-    rec.cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .ok()
-        .zip(crate::linux::cgroups::Layout::detect().ok())
-        .and_then(|(text, layout)| super::extra::sandbox_cgroup(pid, &text, layout).ok());
-    let _ = dir.save(&rec);
+/// The sandbox's host cgroup, for when runsc's delete gave up on an unreaped sandbox
+/// after removing its state but not the cgroup: records made before this version hold
+/// it; otherwise it is `linux.cgroupsPath` of the effective spec (where runsc made it),
+/// in the hierarchies where it exists. Nothing for a relative or systemd path.
+fn leftover_cgroup(dir: &ContainerDir, rec: &Record) -> Option<crate::linux::cgroups::Cgroup> {
+    if let Some(cg) = &rec.cgroup {
+        return Some(cg.clone());
+    }
+    let spec = select::shadow_config(dir).ok()?;
+    let path = spec.pointer("/linux/cgroupsPath")?.as_str()?;
+    if !path.starts_with('/') || path.contains(':') || path.trim_matches('/').is_empty() {
+        return None;
+    }
+    let layout = crate::linux::cgroups::Layout::detect().ok()?;
+    let hierarchies: Vec<_> = layout
+        .hierarchies
+        .into_iter()
+        .filter(|h| h.dir(path).is_dir())
+        .collect();
+    Some(crate::linux::cgroups::Cgroup {
+        path: path.to_string(),
+        unified: layout.unified,
+        hierarchies,
+        skipped: Vec::new(),
+    })
 }
 
 pub fn create(g: &Global, a: &create_cli::Args, sel: Selection) -> Result<i32> {
@@ -179,7 +187,7 @@ pub fn run(g: &Global, a: &run_cli::Args, sel: Selection) -> Result<i32> {
     }
     let c = &a.create;
     let p = select::prepare(g, &c.bundle, &c.id, c.preserve_fds, sel)?;
-    let root = g.state_root();
+    let root = g.state_root()?;
     if a.detach {
         // create + start rather than `runsc run --detach`, whose re-execution drops every
         // argument containing "detach".
@@ -318,6 +326,9 @@ pub fn delete(
         .args([&rec.id])
         .output()?;
     if out.code == 0 || (force && out.not_exist()) {
+        if out.code != 0 {
+            forget(gv, &rec.id);
+        }
         dir.remove()?;
         return Ok(0);
     }
@@ -327,7 +338,8 @@ pub fn delete(
     // runsc gives up waiting for a sandbox nobody has reaped yet, after removing its
     // state but not its cgroup: the container is gone all the same.
     if matches!(runsc_state(g, gv, &rec.id), Ok(None)) {
-        if let Some(cg) = &rec.cgroup {
+        forget(gv, &rec.id);
+        if let Some(cg) = leftover_cgroup(&dir, rec) {
             if let Err(e) = cg.remove() {
                 crate::log::warn(&format!("remove the sandbox's cgroup: {e}"));
             }

@@ -45,17 +45,15 @@ pub fn exec(
     if a.cgroup.is_some() {
         crate::log::warn("--cgroup ignored: a gVisor container has one host cgroup, its sandbox's");
     }
-    let shadow: Value = {
-        let path = dir.file(&format!("{}/config.json", select::BUNDLE_DIR));
-        let b = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
-        serde_json::from_slice(&b).with_context(|| format!("parse {}", path.display()))?
-    };
+    let shadow: Value = select::shadow_config(dir)?;
     let bounding = container_bounding(&shadow)?;
     for c in &a.cap {
         cap_name(c, bounding)?;
     }
     let mut r = Runsc::new(gv, g, "exec");
+    let restricted = rec.policy == "restricted";
     let process = match (&a.process, a.tty) {
+        (Some(p), tty) if restricted => Some(restricted_process(dir, p, &shadow, tty)?),
         (Some(p), false) => Some(p.clone()),
         (Some(p), true) => Some(with_terminal(dir, p)?),
         (None, true) => Some(write_process(dir, &argv_process(&shadow, a, bounding)?)?),
@@ -173,6 +171,32 @@ fn write_process(dir: &ContainerDir, p: &Value) -> Result<PathBuf> {
     let name = format!("exec-{}.json", std::process::id());
     dir.save_file(&name, &serde_json::to_vec(p)?)?;
     Ok(dir.file(&name))
+}
+
+/// `--process F` under RESTRICTED: a copy cut to the container's capabilities, with NNP
+/// (and `terminal: true` for `--tty`). Engines send full process specs with their default
+/// capabilities on every exec (podman does), which the sentry would grant.
+fn restricted_process(
+    dir: &ContainerDir,
+    path: &Path,
+    shadow: &Value,
+    tty: bool,
+) -> Result<PathBuf> {
+    let b = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+    let mut p: Value =
+        serde_json::from_slice(&b).with_context(|| format!("parse {}", path.display()))?;
+    let container = shadow.get("process").cloned().unwrap_or_else(|| json!({}));
+    let removed = super::policy::restrict_exec(&mut p, &container);
+    if !removed.is_empty() {
+        crate::log::debug(&format!(
+            "exec: capabilities beyond the container's removed (RESTRICTED): {}",
+            removed.join(",")
+        ));
+    }
+    if tty {
+        p["terminal"] = json!(true);
+    }
+    write_process(dir, &p)
 }
 
 /// `--process F --tty`: runsc has no `--tty`; a process file without `terminal: true`

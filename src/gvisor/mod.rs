@@ -6,13 +6,14 @@
 //! across a container's life). Each command in `src/cli/` has one early branch into this
 //! module for gVisor records.
 //!
-//! Under `<root>/<id>/`, next to `state.json`:
+//! runsc's `--root` is `<root>/@runsc`, shared by the gVisor containers under one moat
+//! root (runsc keeps `<id>_sandbox:<id>.{state,lock}` there). Under `<root>/<id>/`, next
+//! to `state.json`:
 //!
 //! | path | what |
 //! |---|---|
-//! | `runsc/` | runsc's `--root` for this container (its state and lock files) |
-//! | `bundle/config.json` | the shadow bundle runsc reads: the caller's spec, `root.path` absolute; the rootfs stays where it is |
-//! | `sandbox.pid` | runsc's `--pid-file` when the caller gave none; the sandbox's pid, start time and host cgroup are copied into the record after create |
+//! | `config.json` | the effective spec; `<root>/<id>` is the shadow bundle runsc reads: the caller's spec with the policy applied and `root.path` absolute; the rootfs stays where it is |
+//! | `policy.json` | the policy decision: what was changed, and what gVisor does not apply |
 //! | `exec-<pid>.json` | process.json written for `exec -t` in argv form or `--tty` with a process file lacking `terminal` |
 //!
 //! What runsc is given and how it is run: [`runsc`]. How runsc 20221219 differs from runc
@@ -22,8 +23,10 @@ mod cmds;
 pub mod config;
 mod exec;
 mod extra;
+pub mod policy;
 mod runsc;
 pub mod select;
+pub mod verify;
 
 use std::path::PathBuf;
 
@@ -49,7 +52,7 @@ pub enum Backend {
 pub struct Gvisor {
     /// Absolute path of runsc, resolved at create.
     pub runsc: PathBuf,
-    /// runsc's `--root`: `<root>/<id>/runsc`.
+    /// runsc's `--root`: `<root>/@runsc` (`<root>/<id>/runsc` in older records).
     pub root: PathBuf,
     /// `--platform`.
     pub platform: String,

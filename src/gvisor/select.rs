@@ -31,9 +31,16 @@ pub const ENV: &str = "MOAT_RUNTIME";
 /// Pinned: the default changed between runsc releases, and KVM hangs on this class of
 /// host (no VMX/SVM in the guest). runsc 20221219 has no systrap.
 pub const PLATFORM: &str = "ptrace";
-/// Inside `<root>/<id>/`.
-pub const RUNSC_DIR: &str = "runsc";
-pub const BUNDLE_DIR: &str = "bundle";
+/// runsc's `--root`, shared by the gVisor containers of one moat root: `<root>/@runsc`
+/// (`@` is not valid in a container id, so it never collides with one). runsc keeps
+/// `<id>_sandbox:<id>.{state,lock}` there and removes both on delete. A directory per
+/// container would cost an `rmdir` per delete, which is slow on some filesystems (ext4
+/// with `discard`: ≈ 4 ms each).
+pub const RUNSC_ROOT: &str = "@runsc";
+/// Records made before the shared root kept runsc's root and the shadow bundle in
+/// `<root>/<id>/runsc` and `<root>/<id>/bundle`; they still work (the record names the
+/// root, and [`shadow_config`] falls back to the old bundle).
+const OLD_BUNDLE_DIR: &str = "bundle";
 
 /// CRI multi-container annotations: runsc would join the pod's sandbox and write the
 /// pod sandbox's pid, which is not a child of this container's shim.
@@ -181,8 +188,9 @@ pub fn network_mode(spec: &Spec) -> Result<&'static str> {
     match spec.annotations.get(NETWORK_ANNOTATION).map(String::as_str) {
         None => {}
         Some("none") => return Ok("none"),
+        Some("engine") => {}
         Some(other) => {
-            bail!("annotation {NETWORK_ANNOTATION}={other:?}: only \"none\" is supported")
+            bail!("annotation {NETWORK_ANNOTATION}={other:?}: want \"none\" or \"engine\"")
         }
     }
     Ok(
@@ -251,6 +259,16 @@ pub fn shadow_spec(mut spec: Value, bundle: &Path, rootfs: &Path) -> Value {
     spec
 }
 
+/// The effective spec runsc reads for this container, as JSON.
+pub fn shadow_config(dir: &ContainerDir) -> Result<Value> {
+    let mut path = dir.file(state::SPEC_FILE);
+    if !path.exists() {
+        path = dir.file(&format!("{OLD_BUNDLE_DIR}/{}", state::SPEC_FILE));
+    }
+    let b = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+    serde_json::from_slice(&b).with_context(|| format!("parse {}", path.display()))
+}
+
 /// Everything a gVisor create needs, with the state directory, shadow bundle and record
 /// in place. On error nothing is left behind.
 pub struct Prepared {
@@ -267,40 +285,60 @@ pub fn prepare(
     sel: Selection,
 ) -> Result<Prepared> {
     let bytes = serde_json::to_vec(&sel.spec)?;
-    let spec = Spec::parse(&bytes).map_err(|(field, msg)| {
+    let mut spec = Spec::parse(&bytes).map_err(|(field, msg)| {
         anyhow::anyhow!(
             "{}: invalid JSON at {field}: {msg}",
             bundle.join("config.json").display()
         )
     })?;
     check(&spec, preserve_fds)?;
+    let engine_apparmor = spec
+        .process
+        .as_ref()
+        .and_then(|p| p.apparmor_profile.clone());
+    let engine_mounts = spec.mounts.len();
+    let cfg = &sel.config.policy;
+    let mut decision = crate::policy::apply(&mut spec, cfg, id)?;
+    super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
     let runsc = find_runsc(&sel.config)?;
     let network = network_mode(&spec)?;
     let cwd = std::env::current_dir().context("getcwd")?;
     let bundle = cwd.join(bundle);
     let rootfs = spec.rootfs(&bundle);
-    let dir = ContainerDir::create(&g.state_root(), id)?;
+    let state_root = g.state_root()?;
+    let dir = ContainerDir::create(&state_root, id)?;
     crate::log::debug(&format!("{id}: gVisor ({})", sel.reason));
     let gv = Gvisor {
         runsc,
-        root: dir.file(RUNSC_DIR),
+        root: state_root.join(RUNSC_ROOT),
         platform: PLATFORM.into(),
         network: network.into(),
         oci_seccomp: spec.linux().seccomp.is_some(),
         systemd_cgroup: g.systemd_cgroup,
     };
-    let shadow = dir.file(BUNDLE_DIR);
+    // The state directory is the shadow bundle: runsc reads `config.json` from it, as
+    // `verify` reads a native container's effective spec.
+    let shadow = dir.path.clone();
     let made = (|| -> Result<()> {
-        let mut b = std::fs::DirBuilder::new();
-        b.mode(0o700);
-        b.create(&gv.root)
-            .with_context(|| format!("mkdir {}", gv.root.display()))?;
-        b.create(&shadow)
-            .with_context(|| format!("mkdir {}", shadow.display()))?;
-        let effective = shadow_spec(sel.spec, &bundle, &rootfs);
+        match std::fs::DirBuilder::new().mode(0o700).create(&gv.root) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(e).with_context(|| format!("mkdir {}", gv.root.display()))
+            }
+            _ => {}
+        }
+        // runsc creates the sandbox's cgroup at linux.cgroupsPath, under the fleet
+        // parent when the policy placed it there; the parent and its caps are moat's.
+        if let Some((path, res)) = crate::policy::fleet_budget(cfg) {
+            crate::linux::cgroups::Cgroup::prepare(Some(&path), id, false)
+                .and_then(|c| c.apply(&res))
+                .with_context(|| format!("fleet cgroup {path}"))?;
+        }
+        let effective = super::policy::merge(sel.spec, &spec, &decision, engine_mounts);
+        let effective = shadow_spec(effective, &bundle, &rootfs);
+        dir.save_file(state::SPEC_FILE, &serde_json::to_vec(&effective)?)?;
         dir.save_file(
-            &format!("{BUNDLE_DIR}/config.json"),
-            &serde_json::to_vec(&effective)?,
+            state::POLICY_FILE,
+            &serde_json::to_vec_pretty(&decision).expect("serialises"),
         )?;
         let rec = Record {
             format: state::FORMAT_VERSION,
@@ -316,8 +354,7 @@ pub fn prepare(
             systemd_cgroup: g.systemd_cgroup,
             rootless: false,
             own_pidns: true,
-            // The hardening policy does not reach the gVisor path yet (see docs/gvisor.md).
-            policy: "open".into(),
+            policy: decision.policy.into(),
             notify_socket: None,
             backend: super::Backend::Gvisor(gv.clone()),
         };
@@ -340,6 +377,7 @@ mod tests {
             source: "/etc/moat/config.toml".into(),
             runtime: runtime.map(Into::into),
             runsc_path: None,
+            policy: Default::default(),
         }
     }
 

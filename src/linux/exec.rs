@@ -3,7 +3,7 @@
 //! | # | parent (`moat exec`)                                      | child                                       |
 //! |---|-----------------------------------------------------------|---------------------------------------------|
 //! | 1 | attributes parsed; the container's compiled seccomp filter loaded from its state | —                    |
-//! | 2 | pidfd of the init; joins its pid (and time) namespace *for children only* | —                           |
+//! | 2 | pidfd of the init; unprivileged: joins its user namespace (non-dumpable first); joins its pid (and time) namespace *for children only* | — |
 //! | 3 | clone (into the v2 cgroup)                                | non-dumpable; joins the v1 cgroups itself; rlimits |
 //! | 4 | —                                                         | setns(pidfd, every other namespace at once)  |
 //! | 5 | —                                                         | console; [`Attrs::apply`]: LSM, NNP, seccomp, user, caps, cwd |
@@ -33,11 +33,8 @@ pub struct ExecOpts {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        source: std::io::Error,
-    },
+    #[error("{what}: {err}")]
+    Io { what: String, err: std::io::Error },
     #[error(transparent)]
     Init(#[from] InitFailure),
     #[error(transparent)]
@@ -50,7 +47,7 @@ pub enum ExecError {
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ExecError {
     let what = what.into();
-    move |source| ExecError::Io { what, source }
+    move |err| ExecError::Io { what, err }
 }
 
 /// The started process: its host pid, and (foreground) a pidfd to wait on.
@@ -170,7 +167,11 @@ fn spawn(rec: &Record, attrs: &Attrs, opts: &ExecOpts, probe: bool) -> Result<St
     if !rec.alive() {
         return Err(ExecError::NotRunning);
     }
-    let flags = namespaces_of(rec.pid)?;
+    let mut flags = namespaces_of(rec.pid)?;
+    if flags & libc::CLONE_NEWUSER != 0 && sys::geteuid() != 0 {
+        join_user_namespace(&pidfd)?;
+        flags &= !libc::CLONE_NEWUSER;
+    }
     // pid and time namespaces apply to children: join them here, the rest in the child.
     let for_children = flags & (libc::CLONE_NEWPID | namespaces::CLONE_NEWTIME);
     if for_children != 0 {
@@ -253,6 +254,16 @@ fn spawn(rec: &Record, attrs: &Attrs, opts: &ExecOpts, probe: bool) -> Result<St
         pid: child,
         console,
     })
+}
+
+/// Rootless: the container's pid namespace belongs to its user namespace, so an
+/// unprivileged caller can only join it from inside that user namespace. Non-dumpable
+/// first: this process keeps its host mm, so the container's root, whose capabilities
+/// stop at its own user namespace, can neither ptrace it nor open its /proc files.
+fn join_user_namespace(pidfd: &OwnedFd) -> Result<(), ExecError> {
+    sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(io("PR_SET_DUMPABLE"))?;
+    sys::setns(pidfd.as_fd(), libc::CLONE_NEWUSER)
+        .map_err(io("join the container's user namespace"))
 }
 
 enum Never {}

@@ -47,6 +47,11 @@ impl Root {
         Ok(Root { fd })
     }
 
+    /// The root held by an fd already open on it (a mount made by the parent).
+    pub fn from_fd(fd: OwnedFd) -> Root {
+        Root { fd }
+    }
+
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }

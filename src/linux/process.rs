@@ -5,8 +5,8 @@
 //! | 1 | [`Plan::new`]: every spec field parsed and checked; seccomp compiled; namespace paths opened | —                  |
 //! | 2 | cgroup created, `linux.resources` applied; preliminary state written | —                                  |
 //! | 3 | exec fifo, sync socketpair, console socket connected     | —                                              |
-//! | 4 | `clone3` (direct) or fork of an intermediate (staged), into the v2 cgroup | joins the v1 cgroups itself ([`Placement`]); non-dumpable; waits for `Go` |
-//! | 5 | rlimits, oom_score_adj, id maps; `Go`                    | joins / unshares namespaces (staged: forks init) |
+//! | 4 | `clone3` (direct) or fork of an intermediate (staged), into the v2 cgroup | joins the v1 cgroups itself ([`Placement`]); non-dumpable (unprivileged parent: once its id maps are written); waits for `Go` |
+//! | 5 | rlimits, oom_score_adj, id maps; `Go`; idmapped mounts by fd once maps are written ([`send_idmapped`]) | joins / unshares namespaces (staged: forks init); receives mount fds |
 //! | 6 | —                                                        | cgroup ns, hostname, rootfs + mounts + devices + console |
 //! | 7 | prestart + createRuntime hooks on `HooksPlease`          | createContainer hooks, pivot_root              |
 //! | 8 | —                                                        | masked/readonly paths, ro root, sysctl, AppArmor/SELinux, personality, scheduler, ioprio |
@@ -29,9 +29,10 @@ use super::attrs::{self, Attrs};
 use super::cgroups::{Cgroup, Placement};
 use super::namespaces::{self, Plan as NsPlan};
 use super::rootfs;
+use super::rootless;
 use super::seccomp;
 use super::sync::{self, Channel, InitFailure, Step, StepExt, ToChild, ToParent};
-use super::{console, devices, hooks, sys};
+use super::{console, devices, hooks, idmap, sys};
 use crate::spec::{Device, Spec};
 use crate::state::{self, ContainerDir, Record};
 
@@ -49,7 +50,8 @@ pub enum Error {
     Init(#[from] InitFailure),
     #[error(transparent)]
     State(#[from] state::StateError),
-    #[error("{what}: {source}")]
+    /// The source is printed by the error chain (`cli::run` joins it), not here again.
+    #[error("{what}")]
     Io { what: String, source: io::Error },
 }
 
@@ -80,6 +82,10 @@ pub struct CreateOpts {
     pub notify_socket: Option<String>,
     /// The fleet budget: the parent cgroup and its limits, ensured before the container's.
     pub fleet: Option<(String, crate::spec::Resources)>,
+    /// `moat.userns=auto`: the rootfs is shown to the container through an idmapped mount.
+    pub idmap_rootfs: bool,
+    /// `--rootless` resolved: no real root (see `linux/rootless.rs`).
+    pub rootless: bool,
 }
 
 /// Everything the child needs, computed before clone.
@@ -92,10 +98,17 @@ struct Plan {
     hostname: Option<String>,
     domainname: Option<String>,
     sysctl: Vec<(String, String)>,
+    /// Sysctls of a namespace joined by path while the container gets a new user
+    /// namespace: written by the intermediate right after the join, while it is still
+    /// privileged over that namespace (container root never is).
+    sysctl_joined: Vec<(String, String)>,
     personality: Option<libc::c_ulong>,
     hooks: Option<crate::spec::Hooks>,
     new_keyring: Option<CString>,
     loopback_up: bool,
+    /// An unprivileged parent writes the child's id maps, which needs the child's
+    /// `/proc/<pid>` to be its own: the child stays dumpable until they are written.
+    dumpable_until_mapped: bool,
 }
 
 fn spec_err(field: &str, reason: impl std::fmt::Display) -> Error {
@@ -144,7 +157,9 @@ impl Plan {
             if k.contains('/') || k.contains("..") {
                 return Err(spec_err(&format!("linux.sysctl.{k}"), "invalid key"));
             }
-            sysctl.push((k.replace('.', "/"), v.clone()));
+            // Joined, and container root will not be privileged over it.
+            let early = owner.is_some_and(|f| !ns.has_new(f)) && ns.has_new(libc::CLONE_NEWUSER);
+            sysctl.push((k.replace('.', "/"), v.clone(), early));
         }
         let cache = opts.seccomp_cache.as_deref();
         let mut seccomp: Vec<_> = linux
@@ -157,7 +172,11 @@ impl Plan {
         }
         let attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
             .map_err(|e| spec_err(&e.field, e.reason))?;
-        let userns = ns.has_new(libc::CLONE_NEWUSER) || ns.user_join.is_some();
+        if opts.rootless {
+            rootless_checks(spec, &ns)?;
+        }
+        // mknod needs the initial user namespace: in any other, device nodes are bound.
+        let userns = ns.has_new(libc::CLONE_NEWUSER) || ns.user_join.is_some() || opts.rootless;
         let cgroup_mounts = cgroup.mount_sources();
         let rootfs = rootfs::plan(
             spec,
@@ -167,6 +186,10 @@ impl Plan {
             ns.has_new(libc::CLONE_NEWCGROUP),
         )
         .map_err(|e| spec_err(&e.field, e.reason))?;
+        let mut rootfs = rootfs;
+        if opts.idmap_rootfs {
+            rootfs.idmap_root = idmap_root(spec)?;
+        }
         let mut devs = if rootfs.default_devices {
             devices::defaults()
         } else {
@@ -186,6 +209,8 @@ impl Plan {
                 }
             }),
         };
+        let dumpable_until_mapped =
+            opts.rootless && sys::geteuid() != 0 && ns.has_new(libc::CLONE_NEWUSER);
         Ok(Plan {
             ns,
             rootfs,
@@ -194,15 +219,122 @@ impl Plan {
             attrs,
             hostname: spec.hostname.clone().filter(|h| !h.is_empty()),
             domainname: spec.domainname.clone(),
-            sysctl,
+            sysctl_joined: sysctl
+                .iter()
+                .filter(|s| s.2)
+                .map(|s| (s.0.clone(), s.1.clone()))
+                .collect(),
+            sysctl: sysctl
+                .iter()
+                .filter(|s| !s.2)
+                .map(|s| (s.0.clone(), s.1.clone()))
+                .collect(),
             personality,
             hooks: spec.hooks.clone(),
             loopback_up: opts.loopback_up,
+            dumpable_until_mapped,
             new_keyring: opts
                 .new_keyring
                 .then(|| CString::new(opts.id.as_str()).unwrap_or_default()),
         })
     }
+}
+
+/// `moat.userns=auto`: the host id container root maps to (the rootfs is idmapped to it).
+fn idmap_root(spec: &Spec) -> Result<Option<u32>, Error> {
+    let find = |m: &[crate::spec::IdMapping]| {
+        m.iter()
+            .find(|m| m.container_id == 0 && m.size > 0)
+            .map(|m| m.host_id)
+    };
+    let l = spec.linux();
+    match (find(&l.uid_mappings), find(&l.gid_mappings)) {
+        (Some(u), Some(g)) if u == g => Ok(Some(u)),
+        _ => Err(spec_err(
+            "linux.uidMappings",
+            "an idmapped rootfs needs container 0 mapped to the same host uid and gid",
+        )),
+    }
+}
+
+/// Whether the idmapped mounts go to the child only once it has unshared its user
+/// namespace (staged create), rather than right after `Go`.
+fn idmapped_late(plan: &Plan) -> bool {
+    plan.ns.staged && plan.ns.has_new(libc::CLONE_NEWUSER)
+}
+
+/// Parent: builds the idmapped rootfs and bind mounts (`linux/idmap.rs`) once the
+/// container's user namespace is mapped, and sends them to the child.
+fn send_idmapped(plan: &Plan, ch: &Channel, userns_pid: Option<i32>) -> Result<(), Error> {
+    if plan.rootfs.idmapped_count() == 0 {
+        return Ok(());
+    }
+    let container = match (userns_pid, &plan.ns.user_join) {
+        (Some(pid), _) => {
+            Some(idmap::userns_of(pid).map_err(io_err("open the container's user namespace"))?)
+        }
+        (None, Some(j)) => Some(
+            sys::dup_cloexec(j.fd.as_fd())
+                .map_err(io_err(format!("{}: duplicate the namespace fd", j.path)))?,
+        ),
+        (None, None) => None,
+    };
+    let failed = |e: idmap::IdmapError| Error::Io {
+        what: e.what,
+        source: e.source,
+    };
+    if let Some(host) = plan.rootfs.idmap_root {
+        let ns = container.as_ref().ok_or_else(|| {
+            spec_err(
+                "linux.namespaces",
+                "an idmapped rootfs needs a user namespace",
+            )
+        })?;
+        let fd = idmap::rootfs(&plan.rootfs.rootfs, ns.as_fd(), host).map_err(failed)?;
+        ch.send_mount(idmap::ROOTFS, fd.as_fd())
+            .map_err(io_err("sync: send the idmapped rootfs"))?;
+    }
+    for m in &plan.rootfs.mounts {
+        let rootfs::Kind::Bind { source, .. } = &m.kind else {
+            continue;
+        };
+        if !plan.rootfs.parent_built(m) {
+            continue;
+        }
+        if let Some(im) = &m.idmap {
+            let fd = idmap::bind(source, &m.opts, im, container.as_ref().map(|f| f.as_fd()))
+                .map_err(|e| Error::Io {
+                    what: format!("mounts[{}].uidMappings: {}", m.index, e.what),
+                    source: e.source,
+                })?;
+            ch.send_mount(m.index as u32, fd.as_fd())
+                .map_err(io_err("sync: send an idmapped mount"))?;
+        } else {
+            let fd = super::mount::clone_tree(
+                super::path::cwd(),
+                source.to_str().unwrap_or_default(),
+                m.opts.recursive,
+            )
+            .map_err(io_err(format!(
+                "mounts[{}]: clone {}",
+                m.index,
+                source.display()
+            )))?;
+            ch.send_mount(m.index as u32, fd.as_fd())
+                .map_err(io_err("sync: send a bind mount"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Child: the idmapped mounts from [`send_idmapped`].
+fn recv_idmapped(plan: &Plan, ch: &Channel) -> Result<Vec<(u32, OwnedFd)>, InitFailure> {
+    (0..plan.rootfs.idmapped_count())
+        .map(|_| {
+            ch.recv_mount()
+                .step(Step::Mounts, || "receive an idmapped mount".into())
+        })
+        .collect()
 }
 
 /// The result of a successful create.
@@ -218,6 +350,9 @@ pub struct Created {
 /// Runs the whole create sequence for `spec` into the locked `dir`. On failure everything
 /// it made (process, cgroup) is gone; the caller removes the state directory.
 pub fn create(spec: &Spec, opts: &CreateOpts, dir: &ContainerDir) -> Result<Created, Error> {
+    if opts.rootless {
+        return create_rootless(spec, opts, dir);
+    }
     // 1–2. Plan, cgroup, preliminary record (so an interrupted create can be deleted).
     if let Some((path, res)) = &opts.fleet {
         Cgroup::prepare(Some(path), &opts.id, false)?.apply(res)?;
@@ -232,6 +367,59 @@ pub fn create(spec: &Spec, opts: &CreateOpts, dir: &ContainerDir) -> Result<Crea
         let _ = cgroup.remove();
     }
     result
+}
+
+/// `create` without real root: a delegated cgroup v2 subtree when there is one, else no
+/// cgroup and no `linux.resources`, said in one warning line.
+fn create_rootless(spec: &Spec, opts: &CreateOpts, dir: &ContainerDir) -> Result<Created, Error> {
+    let l = spec.linux();
+    match Cgroup::prepare_rootless(l.cgroups_path.as_deref(), &opts.id)? {
+        Ok(cgroup) => {
+            let result = create_in_cgroup(spec, opts, dir, &cgroup);
+            if result.is_err() {
+                let _ = cgroup.remove();
+            }
+            result
+        }
+        Err(super::cgroups::NoCgroup(why)) => {
+            let mut spec = spec.clone();
+            if let Some(res) = spec.linux.as_mut().and_then(|l| l.resources.take()) {
+                let asked = rootless::resource_names(&res);
+                if !asked.is_empty() {
+                    crate::log::warn(&format!(
+                        "rootless: no cgroup: {why}; linux.resources not applied ({asked})"
+                    ));
+                }
+            }
+            create_in_cgroup(&spec, opts, dir, &Cgroup::default())
+        }
+    }
+}
+
+/// A rootless create fails here, before anything exists, where the kernel or newuidmap
+/// would fail later with less to say.
+fn rootless_checks(spec: &Spec, ns: &NsPlan) -> Result<(), Error> {
+    if sys::geteuid() == 0 {
+        // uid 0 inside someone's user namespace (rootless podman): its own maps apply.
+        return Ok(());
+    }
+    let l = spec.linux();
+    if !ns.has_new(libc::CLONE_NEWUSER) && ns.user_join.is_none() {
+        return Err(spec_err(
+            "linux.namespaces",
+            "a rootless container needs a user namespace (`moat spec --rootless` writes one)",
+        ));
+    }
+    if ns.has_new(libc::CLONE_NEWUSER) {
+        if l.uid_mappings.is_empty() || l.gid_mappings.is_empty() {
+            return Err(spec_err(
+                "linux.uidMappings",
+                "a rootless container's new user namespace needs uidMappings and gidMappings",
+            ));
+        }
+        rootless::check_spec_maps(&l.uid_mappings, &l.gid_mappings).map_err(Error::Spec)?;
+    }
+    Ok(())
 }
 
 fn create_in_cgroup(
@@ -253,7 +441,7 @@ fn create_in_cgroup(
         annotations: spec.annotations.clone(),
         cgroup: Some(cgroup.clone()),
         systemd_cgroup: opts.systemd_cgroup,
-        rootless: sys::geteuid() != 0,
+        rootless: opts.rootless,
         own_pidns: plan.ns.has_new(libc::CLONE_NEWPID),
         policy: opts.policy.to_string(),
         notify_socket: opts.notify_socket.clone(),
@@ -362,6 +550,10 @@ fn create_in_cgroup(
     parent_ch
         .send_child(&ToChild::Go(creating))
         .map_err(io_err("sync: send go"))?;
+    if !idmapped_late(&plan) {
+        let userns_pid = plan.ns.has_new(libc::CLONE_NEWUSER).then_some(child);
+        send_idmapped(&plan, &parent_ch, userns_pid)?;
+    }
 
     // 6–10. Serve the child until it is ready.
     let listener = loop {
@@ -376,6 +568,7 @@ fn create_in_cgroup(
                 parent_ch
                     .send_child(&ToChild::MapsWritten)
                     .map_err(io_err("sync"))?;
+                send_idmapped(&plan, &parent_ch, Some(child))?;
             }
             ToParent::InitPid(pid) => {
                 // The intermediate exits right after sending this; reap it.
@@ -552,14 +745,22 @@ fn init(
     console_sock: Option<&OwnedFd>,
 ) -> Result<Never, InitFailure> {
     // Nothing in the container may ptrace or read /proc/<pid>/* of this process before exec.
-    sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
+    if !plan.dumpable_until_mapped {
+        sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
+    }
     let ToChild::Go(mut state) = wait_parent(ch)? else {
         return Err(InitFailure::new(Step::Sync, "expected go"));
     };
 
+    let mut idmapped = if idmapped_late(plan) {
+        Vec::new()
+    } else {
+        recv_idmapped(plan, ch)?
+    };
+
     // Namespaces.
     if plan.ns.staged {
-        staged_namespaces(plan, ch)?;
+        staged_namespaces(plan, ch, &mut idmapped)?;
     } else {
         for j in &plan.ns.joins {
             sys::setns(j.fd.as_fd(), j.flag)
@@ -568,6 +769,10 @@ fn init(
         if plan.ns.has_new(libc::CLONE_NEWUSER) {
             become_root()?;
         }
+    }
+    if plan.dumpable_until_mapped {
+        // Maps written; nothing of the container runs yet.
+        sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
     }
     if plan.ns.has_new(libc::CLONE_NEWCGROUP) {
         sys::unshare(libc::CLONE_NEWCGROUP)
@@ -602,7 +807,8 @@ fn init(
     }
 
     // Root filesystem.
-    let (root, pinned) = rootfs::mount_all(&plan.rootfs)?;
+    let (root, pinned) = rootfs::mount_all(&plan.rootfs, &mut idmapped)?;
+    drop(idmapped);
     if plan.rootfs.default_devices || !plan.devices.is_empty() {
         devices::create(&root, &plan.devices, plan.userns)?;
     }
@@ -659,7 +865,11 @@ fn init(
     Err(plan.attrs.exec(&exe))
 }
 
-fn staged_namespaces(plan: &Plan, ch: &Channel) -> Result<(), InitFailure> {
+fn staged_namespaces(
+    plan: &Plan,
+    ch: &Channel,
+    idmapped: &mut Vec<(u32, OwnedFd)>,
+) -> Result<(), InitFailure> {
     if let Some(j) = &plan.ns.user_join {
         sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
         become_root()?;
@@ -670,12 +880,17 @@ fn staged_namespaces(plan: &Plan, ch: &Channel) -> Result<(), InitFailure> {
     if let Some(j) = &plan.ns.mount_join {
         sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
     }
+    for (key, value) in &plan.sysctl_joined {
+        attrs::write_proc(&format!("/proc/sys/{key}"), value)
+            .step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
+    }
     if plan.ns.has_new(libc::CLONE_NEWUSER) {
         sys::unshare(libc::CLONE_NEWUSER)
             .step(Step::Namespaces, || "unshare user namespace".into())?;
         ch.send_parent(&ToParent::UsernsReady, None)
             .step(Step::Sync, || "userns".into())?;
         wait_parent(ch)?;
+        *idmapped = recv_idmapped(plan, ch)?;
         become_root()?;
     }
     let flags = plan.ns.new & !libc::CLONE_NEWUSER & !libc::CLONE_NEWCGROUP;

@@ -6,7 +6,7 @@
 //! spec fails before anything is created; the child only issues the syscalls.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use super::mount::{self, Options};
@@ -34,6 +34,8 @@ pub struct MountPlan {
     pub destination: String,
     pub kind: Kind,
     pub opts: Options,
+    /// An idmapped bind (`uidMappings` or `idmap`/`ridmap`): the parent builds the mount.
+    pub idmap: Option<super::idmap::Idmap>,
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +57,23 @@ pub struct Plan {
     pub masked: Vec<String>,
     pub readonly_paths: Vec<String>,
     pub no_pivot: bool,
+    /// `moat.userns=auto`: the host id of container root; the parent builds an idmapped
+    /// rootfs that replaces the self-bind.
+    pub idmap_root: Option<u32>,
+}
+
+impl Plan {
+    /// Whether the parent makes this mount: idmapped binds, and with moat's own user
+    /// namespace every bind, whose source container root may have no way to reach.
+    pub fn parent_built(&self, m: &MountPlan) -> bool {
+        m.idmap.is_some() || (self.idmap_root.is_some() && matches!(m.kind, Kind::Bind { .. }))
+    }
+
+    /// How many mount fds the parent sends the child.
+    pub fn idmapped_count(&self) -> usize {
+        self.idmap_root.is_some() as usize
+            + self.mounts.iter().filter(|m| self.parent_built(m)).count()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +90,7 @@ pub fn plan(
     cgroup_mounts: Vec<CgroupMount>,
     new_cgroupns: bool,
 ) -> Result<Plan, PlanError> {
+    let userns = spec.linux().namespaces.iter().any(|n| n.typ == "user");
     let rootfs = spec.rootfs(bundle);
     match std::fs::metadata(&rootfs) {
         Ok(m) if m.is_dir() => {}
@@ -104,12 +124,35 @@ pub fn plan(
         let opts = mount::parse_options(&m.options);
         let field = |f: &str| format!("mounts[{index}].{f}");
         let typ = m.typ.as_deref().unwrap_or("");
-        if opts.idmap || !m.uid_mappings.is_empty() {
-            return Err(PlanError {
-                field: field("uidMappings"),
-                reason: "idmapped mounts are not supported yet".into(),
-            });
-        }
+        let idmap = if opts.idmap || !m.uid_mappings.is_empty() || !m.gid_mappings.is_empty() {
+            if !(opts.bind || typ == "bind") {
+                return Err(PlanError {
+                    field: field("uidMappings"),
+                    reason: "only bind mounts can be idmapped".into(),
+                });
+            }
+            if m.uid_mappings.is_empty() != m.gid_mappings.is_empty() {
+                return Err(PlanError {
+                    field: field("uidMappings"),
+                    reason: "an idmapped mount needs both uidMappings and gidMappings".into(),
+                });
+            }
+            if m.uid_mappings.is_empty() && !userns {
+                return Err(PlanError {
+                    field: field("options"),
+                    reason: "idmap without uidMappings maps through the container's user \
+                             namespace, and the container has none"
+                        .into(),
+                });
+            }
+            Some(super::idmap::Idmap {
+                uid: m.uid_mappings.clone(),
+                gid: m.gid_mappings.clone(),
+                recursive: m.options.iter().any(|o| o == "ridmap"),
+            })
+        } else {
+            None
+        };
         let kind = if opts.bind || typ == "bind" {
             let src = m.source.as_deref().unwrap_or("");
             if src.is_empty() {
@@ -177,6 +220,7 @@ pub fn plan(
             destination: m.destination.clone(),
             kind,
             opts,
+            idmap,
         });
     }
     let l = spec.linux();
@@ -191,6 +235,7 @@ pub fn plan(
         masked: l.masked_paths.clone(),
         readonly_paths: l.readonly_paths.clone(),
         no_pivot,
+        idmap_root: None,
     })
 }
 
@@ -210,26 +255,36 @@ pub struct Pinned {
 
 /// Child, before pivot: propagation, the rootfs bind, every spec mount. Returns the root
 /// and the pinned `/proc` and `/sys` mounts for [`finalize`].
-pub fn mount_all(p: &Plan) -> Result<(Root, Vec<Pinned>), InitFailure> {
+/// `idmapped` holds the mounts the parent built (see `linux/idmap.rs`), by mount index
+/// ([`super::idmap::ROOTFS`] for the rootfs).
+pub fn mount_all(
+    p: &Plan,
+    idmapped: &mut Vec<(u32, OwnedFd)>,
+) -> Result<(Root, Vec<Pinned>), InitFailure> {
     sys::mount(None, c"/", None, p.propagation, None)
         .step(Step::Rootfs, || "set propagation of /".into())?;
     let rootfs = c(p.rootfs.to_str().unwrap_or_default());
-    // pivot_root needs the new root to be a mount point.
-    sys::mount(
-        Some(&rootfs),
-        &rootfs,
-        None,
-        libc::MS_BIND | libc::MS_REC,
-        None,
-    )
-    .step(Step::Rootfs, || {
-        format!("bind {} onto itself", p.rootfs.display())
-    })?;
-    let root =
-        Root::open(&p.rootfs).step(Step::Rootfs, || format!("open {}", p.rootfs.display()))?;
+    let root = if let Some(tree) = take(idmapped, super::idmap::ROOTFS) {
+        attach_rootfs(&p.rootfs, &rootfs, tree.as_fd())?;
+        Root::from_fd(tree)
+    } else {
+        // pivot_root needs the new root to be a mount point.
+        sys::mount(
+            Some(&rootfs),
+            &rootfs,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+        )
+        .step(Step::Rootfs, || {
+            format!("bind {} onto itself", p.rootfs.display())
+        })?;
+        Root::open(&p.rootfs).step(Step::Rootfs, || format!("open {}", p.rootfs.display()))?
+    };
     let mut pinned = Vec::new();
     for m in &p.mounts {
-        if let Some(fd) = mount_one(&root, p, m)? {
+        let prebuilt = take(idmapped, m.index as u32);
+        if let Some(fd) = mount_one(&root, p, m, prebuilt)? {
             let dest = path::components(&m.destination);
             pinned.retain(|x: &Pinned| x.dest != dest);
             pinned.push(Pinned {
@@ -241,8 +296,37 @@ pub fn mount_all(p: &Plan) -> Result<(Root, Vec<Pinned>), InitFailure> {
     Ok((root, pinned))
 }
 
+/// Attaches the rootfs the parent built (idmapped) over the engine's, which makes it a
+/// mount point as pivot_root needs. Container root may have no way to the engine's path
+/// (podman keeps its storage under 0700 directories, and does not know moat mapped root
+/// elsewhere): then it goes on top of `/` of the container's mount namespace, where
+/// nothing needs a path to reach it (createContainer hooks then see it as `/`).
+fn attach_rootfs(p: &Path, rootfs: &CString, tree: BorrowedFd<'_>) -> Result<(), InitFailure> {
+    let target = match sys::openat(path::cwd(), rootfs, libc::O_PATH | libc::O_DIRECTORY, 0) {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            sys::openat(path::cwd(), c"/", libc::O_PATH | libc::O_DIRECTORY, 0)
+        }
+        r => r,
+    }
+    .step(Step::Rootfs, || format!("open {}", p.display()))?;
+    mount::attach(tree, target.as_fd()).step(Step::Rootfs, || {
+        format!("attach the idmapped rootfs on {}", p.display())
+    })
+}
+
+fn take(idmapped: &mut Vec<(u32, OwnedFd)>, index: u32) -> Option<OwnedFd> {
+    let i = idmapped.iter().position(|(x, _)| *x == index)?;
+    Some(idmapped.swap_remove(i).1)
+}
+
 /// Mounts one spec entry; returns the mount's fd when it is `/proc` or `/sys` (to pin).
-fn mount_one(root: &Root, p: &Plan, m: &MountPlan) -> Result<Option<OwnedFd>, InitFailure> {
+/// `prebuilt` is the idmapped copy of a bind's source the parent made.
+fn mount_one(
+    root: &Root,
+    p: &Plan,
+    m: &MountPlan,
+    prebuilt: Option<OwnedFd>,
+) -> Result<Option<OwnedFd>, InitFailure> {
     let what = || format!("mounts[{}] {}", m.index, m.destination);
     let pin = matches!(path::components(&m.destination)[..], ["proc"] | ["sys"]);
     let mut pinned = None;
@@ -254,14 +338,23 @@ fn mount_one(root: &Root, p: &Plan, m: &MountPlan) -> Result<Option<OwnedFd>, In
                 root.mkfile(&m.destination, 0o644)
             }
             .step(Step::Mounts, what)?;
-            let tree = mount::clone_tree(
-                path::cwd(),
-                source.to_str().unwrap_or_default(),
-                m.opts.recursive,
-            )
-            .step(Step::Mounts, || {
-                format!("{}: clone {}", what(), source.display())
-            })?;
+            let tree = match prebuilt {
+                Some(t) => t,
+                None if p.parent_built(m) => {
+                    return Err(InitFailure::new(
+                        Step::Mounts,
+                        format!("{}: no idmapped mount from the parent", what()),
+                    ))
+                }
+                None => mount::clone_tree(
+                    path::cwd(),
+                    source.to_str().unwrap_or_default(),
+                    m.opts.recursive,
+                )
+                .step(Step::Mounts, || {
+                    format!("{}: clone {}", what(), source.display())
+                })?,
+            };
             mount::set_attrs(tree.as_fd(), &m.opts)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
             mount::attach(tree.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
@@ -276,11 +369,14 @@ fn mount_one(root: &Root, p: &Plan, m: &MountPlan) -> Result<Option<OwnedFd>, In
             let target = root
                 .mkdir_all(&m.destination, 0o755)
                 .step(Step::Mounts, what)?;
-            let mnt = mount::new_fs(fstype, source.as_deref(), &m.opts.data)
+            let Some((mnt, opts)) = new_fs_or_fallback(fstype, source.as_deref(), &m.opts)
                 .step(Step::Mounts, || {
                     format!("{}: new {fstype} filesystem", what())
-                })?;
-            mount::set_attrs(mnt.as_fd(), &m.opts)
+                })?
+            else {
+                return Ok(None);
+            };
+            mount::set_attrs(mnt.as_fd(), &opts)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
             mount::attach(mnt.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
             if pin {
@@ -297,6 +393,61 @@ fn mount_one(root: &Root, p: &Plan, m: &MountPlan) -> Result<Option<OwnedFd>, In
             .step(Step::Mounts, || format!("{}: propagation", what()))?;
     }
     Ok(pinned)
+}
+
+/// A new filesystem for a spec mount, and the attributes to give it. In a user namespace
+/// the kernel refuses what a runc-shaped spec often asks for, and moat falls back as runc
+/// does: sysfs in a user namespace that does not own the network namespace (none of its
+/// own, or one joined by path as rootful podman passes it) → the host's /sys bound
+/// recursively read-only; mqueue without an ipc namespace of its own → a bind of the host's /dev/mqueue;
+/// `uid=`/`gid=` of an id the namespace does not map (devpts `gid=5`) → the option left
+/// out. Attributes of a bind tree (`ro`, `nosuid`, …) apply to every mount in it.
+/// `None`: nothing to mount (mqueue, and the host has no /dev/mqueue either; message
+/// queues still work, only their listing under /dev/mqueue is missing).
+fn new_fs_or_fallback(
+    fstype: &str,
+    source: Option<&str>,
+    opts: &Options,
+) -> std::io::Result<Option<(OwnedFd, Options)>> {
+    let err = match mount::new_fs(fstype, source, &opts.data) {
+        Ok(m) => return Ok(Some((m, opts.clone()))),
+        Err(e) => e,
+    };
+    if !super::rootless::in_user_namespace() {
+        return Err(err);
+    }
+    let bind = |host: &str, recursive: bool| {
+        let mut o = opts.clone();
+        o.rec_set |= o.set;
+        mount::clone_tree(path::cwd(), host, recursive).map(|t| Some((t, o)))
+    };
+    let ids = |k: &str| k == "uid" || k == "gid";
+    match (fstype, err.raw_os_error()) {
+        ("sysfs", Some(libc::EPERM)) => host_sysfs().map(|t| Some((t, opts.clone()))),
+        ("mqueue", Some(libc::EPERM)) if Path::new("/dev/mqueue").is_dir() => {
+            bind("/dev/mqueue", false)
+        }
+        ("mqueue", Some(libc::EPERM)) => Ok(None),
+        (_, Some(libc::EINVAL | libc::EPERM)) if opts.data.iter().any(|(k, _)| ids(k)) => {
+            let data: Vec<_> = opts.data.iter().filter(|(k, _)| !ids(k)).cloned().collect();
+            Ok(Some((mount::new_fs(fstype, source, &data)?, opts.clone())))
+        }
+        _ => Err(err),
+    }
+}
+
+fn host_sysfs() -> std::io::Result<OwnedFd> {
+    let t = mount::clone_tree(path::cwd(), "/sys", true)?;
+    mount::setattr(
+        t.as_fd(),
+        true,
+        sys::MOUNT_ATTR_RDONLY
+            | sys::MOUNT_ATTR_NOSUID
+            | sys::MOUNT_ATTR_NODEV
+            | sys::MOUNT_ATTR_NOEXEC,
+        0,
+    )?;
+    Ok(t)
 }
 
 /// A rootfs that makes /proc or /sys a symlink is refused outright (CVE-2019-19921,

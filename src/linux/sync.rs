@@ -6,9 +6,11 @@
 //!   clone (into the v2 cgroup) ────────────────▶ joins the v1 cgroups itself; waits
 //!   rlimits, oom_score_adj, id maps*
 //!   Go(state JSON) ────────────────────────────▶ joins/unshares namespaces
+//!   MountFd(i) + fd, one per idmapped mount** ──▶
 //!                         ◀──────────────────── UsernsReady        (staged userns only)
 //!   writes id maps
 //!   MapsWritten ───────────────────────────────▶
+//!   MountFd(i) + fd, one per idmapped mount** ──▶
 //!                         ◀──────────────────── InitPid(pid)       (staged only: the
 //!                                                                    grandchild is init)
 //!                                                rootfs, mounts, devices, console
@@ -21,7 +23,9 @@
 //!   Created ───────────────────────────────────▶ blocks on exec.fifo until `start`
 //! ```
 //! (*) id maps are written right after clone when the child was cloned into its user
-//! namespace. Any failure in the child is a `Failed` message carrying the step, errno and
+//! namespace. (**) `linux/idmap.rs`: sent once the container's user namespace is mapped,
+//! after `Go`, or after `MapsWritten` when the userns is unshared by a staged
+//! intermediate; the child knows how many to expect from its plan. Any failure in the child is a `Failed` message carrying the step, errno and
 //! the object (path, field) it failed on. EOF on either side means the peer died: the
 //! child exits, the parent cleans up.
 
@@ -236,6 +240,23 @@ impl Channel {
         }
         buf.truncate(n);
         Ok((buf, fd))
+    }
+
+    /// An idmapped mount the parent built for `mounts[index]` (or the rootfs), by fd.
+    pub fn send_mount(&self, index: u32, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let mut b = vec![6u8];
+        b.extend_from_slice(&index.to_le_bytes());
+        self.send(&b, Some(fd))
+    }
+
+    pub fn recv_mount(&self) -> io::Result<(u32, OwnedFd)> {
+        let (b, fd) = self.recv()?;
+        match (b.first(), fd) {
+            (Some(6), Some(fd)) if b.len() == 5 => {
+                Ok((u32::from_le_bytes(b[1..5].try_into().expect("4 bytes")), fd))
+            }
+            _ => Err(bad(b[0])),
+        }
     }
 
     pub fn send_child(&self, m: &ToChild) -> io::Result<()> {

@@ -31,6 +31,11 @@
 //! allow_native = false            # may moat.runtime=native leave a gVisor default?
 //! runsc_path = "/usr/bin/runsc"
 //! platform = "ptrace"
+//!
+//! [userns]
+//! default = "engine"              # default of moat.userns: "engine" or "auto"
+//! pool = "2147483648:1073741824"  # START:SIZE of the host ids moat.userns=auto maps to
+//! size = 65536                    # ids per container (container 0..size-1)
 //! ```
 
 use std::collections::BTreeMap;
@@ -96,6 +101,26 @@ pub struct Config {
     pub allow_native: bool,
     pub runsc_path: Option<String>,
     pub platform: String,
+    /// `[userns] default = "auto"`: containers get a range from the pool by default.
+    pub userns_auto: bool,
+    /// The host-wide pool `moat.userns=auto` allocates from (`[userns] pool`).
+    pub userns_pool: (u32, u32),
+    /// Ids per container (`[userns] size`).
+    pub userns_size: u32,
+}
+
+/// Above the ids of ordinary users and of systemd's container ranges, below 2^32 - 1.
+pub const USERNS_POOL: (u32, u32) = (1 << 31, 1 << 30);
+pub const USERNS_SIZE: u32 = 65536;
+
+/// `START:SIZE`, never reaching host id 0 or the ordinary user range, nor the invalid
+/// id 2^32 - 1.
+pub fn parse_pool(s: &str) -> Option<(u32, u32)> {
+    let (a, b) = s.split_once(':')?;
+    let start: u32 = a.trim().replace('_', "").parse().ok()?;
+    let size: u32 = b.trim().replace('_', "").parse().ok()?;
+    (start >= 65536 && size > 0 && start as u64 + size as u64 <= u32::MAX as u64)
+        .then_some((start, size))
 }
 
 impl Default for Config {
@@ -122,6 +147,9 @@ impl Default for Config {
             allow_native: false,
             runsc_path: None,
             platform: "ptrace".into(),
+            userns_auto: false,
+            userns_pool: USERNS_POOL,
+            userns_size: USERNS_SIZE,
         }
     }
 }
@@ -355,8 +383,34 @@ impl Config {
                 "gvisor.allow_native" => c.allow_native = b(&value)?,
                 "gvisor.runsc_path" => c.runsc_path = Some(s(&value)?),
                 "gvisor.platform" => c.platform = s(&value)?,
+                "userns.default" => {
+                    c.userns_auto = match s(&value)?.as_str() {
+                        "auto" => true,
+                        "engine" => false,
+                        _ => return Err(err("expected \"engine\" or \"auto\"")),
+                    }
+                }
+                "userns.pool" => {
+                    c.userns_pool = parse_pool(&s(&value)?).ok_or_else(|| {
+                        err("expected \"START:SIZE\" with START >= 65536 and START+SIZE < 2^32")
+                    })?
+                }
+                "userns.size" => {
+                    c.userns_size = u32::try_from(count(&value)?)
+                        .map_err(|_| err("expected a positive integer below 2^32"))?
+                }
                 _ => return Err(err("unknown setting")),
             }
+        }
+        if c.userns_size > c.userns_pool.1 {
+            return Err(ConfigError::Syntax {
+                path: path.to_path_buf(),
+                line: 0,
+                reason: format!(
+                    "userns.size: {} ids per container do not fit in the pool of {}",
+                    c.userns_size, c.userns_pool.1
+                ),
+            });
         }
         Ok(c)
     }
@@ -416,6 +470,25 @@ force_nesting = true
         assert!(cfg("allow_open = yes\n").is_err());
         assert!(cfg("allow_open\n").is_err());
         assert!(cfg("allow_open = true\nallow_open = false\n").is_err());
+    }
+
+    #[test]
+    fn userns_keys() {
+        let c = cfg("[userns]\ndefault = \"auto\"\npool = \"100000000:131072\"\nsize = 65536\n")
+            .unwrap();
+        assert!(c.userns_auto);
+        assert_eq!(c.userns_pool, (100_000_000, 131_072));
+        assert!(cfg("[userns]\ndefault = \"yes\"\n").is_err());
+        assert!(
+            cfg("[userns]\npool = \"0:65536\"\n").is_err(),
+            "host root in the pool"
+        );
+        assert!(cfg("[userns]\npool = \"4294967000:65536\"\n").is_err());
+        assert!(cfg("[userns]\npool = \"100000\"\n").is_err());
+        assert!(
+            cfg("[userns]\npool = \"100000:1000\"\n").is_err(),
+            "size > pool"
+        );
     }
 
     #[test]

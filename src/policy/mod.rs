@@ -43,7 +43,13 @@ pub const READONLY_PATHS: [&str; 5] = [
 ];
 
 /// moat's annotation keys; any other `moat.*` key is an error.
-pub const ANNOTATIONS: [&str; 4] = ["moat.policy", "moat.rootfs", "moat.network", "moat.runtime"];
+pub const ANNOTATIONS: [&str; 5] = [
+    "moat.policy",
+    "moat.rootfs",
+    "moat.network",
+    "moat.runtime",
+    "moat.userns",
+];
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -67,7 +73,16 @@ pub struct Decision {
     pub network_none: bool,
     /// Stack `FLOOR_PROFILE` on top of the spec's own seccomp profile.
     pub seccomp_floor: bool,
+    /// `moat.userns`: `auto` (container root is an unprivileged host range) or `engine`.
+    pub userns: &'static str,
+    /// moat takes the container's id range from the host pool at create (`auto`, and the
+    /// engine gave no mappings of its own).
+    pub userns_pool: bool,
     pub changes: Vec<Change>,
+    /// What the backend running the container does not apply (gVisor: AppArmor, masked
+    /// paths, ...); empty for native containers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_applied: Vec<Change>,
 }
 
 /// The controls a container gets: config defaults, then annotations, which may always
@@ -76,6 +91,7 @@ struct Selection {
     mode: Mode,
     readonly_rootfs: bool,
     network_none: bool,
+    userns_auto: bool,
 }
 
 fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
@@ -83,6 +99,7 @@ fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
         mode: cfg.default_policy,
         readonly_rootfs: cfg.readonly_rootfs,
         network_none: cfg.network_none,
+        userns_auto: cfg.userns_auto,
     };
     let may_loosen = cfg.allow_open || cfg.default_policy == Mode::Open;
     let refuse = |k: &str, v: &str| {
@@ -119,6 +136,12 @@ fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
                 "engine" => return Err(refuse(k, v)),
                 _ => return Err(bad()),
             },
+            "moat.userns" => match v.as_str() {
+                "auto" => sel.userns_auto = true,
+                "engine" if may_loosen || !cfg.userns_auto => sel.userns_auto = false,
+                "engine" => return Err(refuse(k, v)),
+                _ => return Err(bad()),
+            },
             "moat.runtime" => {
                 if v != "gvisor" && v != "native" {
                     return Err(bad());
@@ -143,7 +166,10 @@ pub fn apply(spec: &mut Spec, cfg: &Config, id: &str) -> Result<Decision, Policy
         readonly_rootfs: sel.readonly_rootfs,
         network_none: sel.network_none,
         seccomp_floor: false,
+        userns: if sel.userns_auto { "auto" } else { "engine" },
+        userns_pool: false,
         changes: Vec::new(),
+        not_applied: Vec::new(),
     };
     if sel.mode == Mode::Restricted && !test_bypass() {
         restrict(spec, cfg, id, &mut d)?;
@@ -153,6 +179,9 @@ pub fn apply(spec: &mut Spec, cfg: &Config, id: &str) -> Result<Decision, Policy
     }
     if sel.network_none {
         network_none(spec, &mut d);
+    }
+    if sel.userns_auto {
+        userns_auto(spec, cfg, &mut d);
     }
     Ok(d)
 }
@@ -445,6 +474,64 @@ fn readonly_rootfs(spec: &mut Spec, cfg: &Config, d: &mut Decision) {
     }
 }
 
+/// `moat.userns=auto`: a new user namespace whose root is a host range from the pool. An
+/// engine that maps ids itself (`linux.uidMappings`, or a user namespace joined by path)
+/// keeps its mapping: it already chose who container root is on the host.
+fn userns_auto(spec: &mut Spec, cfg: &Config, d: &mut Decision) {
+    let linux = spec.linux.get_or_insert_with(Default::default);
+    if linux
+        .namespaces
+        .iter()
+        .any(|n| n.typ == "user" && n.path.is_some())
+    {
+        change(
+            d,
+            "linux.namespaces.user",
+            "kept",
+            "the engine's user namespace (joined by path)",
+            "moat.userns=auto: the engine chose the mapping",
+        );
+        return;
+    }
+    if !linux.uid_mappings.is_empty() || !linux.gid_mappings.is_empty() {
+        change(
+            d,
+            "linux.uidMappings",
+            "kept",
+            "the engine's id mappings",
+            "moat.userns=auto: the engine chose the mapping",
+        );
+        return;
+    }
+    if !linux.namespaces.iter().any(|n| n.typ == "user") {
+        linux.namespaces.push(Namespace {
+            typ: "user".into(),
+            path: None,
+        });
+        change(
+            d,
+            "linux.namespaces",
+            "added",
+            "a new user namespace",
+            "moat.userns=auto",
+        );
+    }
+    d.userns_pool = true;
+    change(
+        d,
+        "linux.uidMappings",
+        "set",
+        format!(
+            "container 0-{} → a free host range from the pool {}+{} (allocated at create); \
+             the rootfs idmapped to it",
+            cfg.userns_size - 1,
+            cfg.userns_pool.0,
+            cfg.userns_pool.1
+        ),
+        "moat.userns=auto: container root is an unprivileged host user",
+    );
+}
+
 fn network_none(spec: &mut Spec, d: &mut Decision) {
     let linux = spec.linux.get_or_insert_with(Default::default);
     let fresh = Namespace {
@@ -609,6 +696,43 @@ mod tests {
             .namespaces
             .iter()
             .any(|n| n.typ == "network" && n.path.is_none()));
+    }
+
+    #[test]
+    fn userns_auto_adds_a_namespace_and_keeps_engine_maps() {
+        let mut s = podman_like();
+        s.annotations.insert("moat.userns".into(), "auto".into());
+        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        assert!(d.userns_pool && d.userns == "auto");
+        assert!(s.linux().namespaces.iter().any(|n| n.typ == "user"));
+        let mut s = podman_like();
+        s.annotations.insert("moat.userns".into(), "auto".into());
+        s.linux.as_mut().unwrap().uid_mappings = vec![spec::IdMapping {
+            container_id: 0,
+            host_id: 5000,
+            size: 10,
+        }];
+        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        assert!(!d.userns_pool && d.userns == "auto");
+        let mut s = podman_like();
+        s.annotations.insert("moat.userns".into(), "yes".into());
+        assert!(apply(&mut s, &Config::default(), "c1").is_err());
+        // Config default auto: the annotation may not turn it off without allow_open.
+        let cfg = Config {
+            userns_auto: true,
+            ..Config::default()
+        };
+        let mut s = podman_like();
+        let d = apply(&mut s, &cfg, "c1").unwrap();
+        assert!(d.userns_pool);
+        s.annotations.insert("moat.userns".into(), "engine".into());
+        assert!(apply(&mut podman_like_with(&s), &cfg, "c1").is_err());
+    }
+
+    fn podman_like_with(s: &Spec) -> Spec {
+        let mut n = podman_like();
+        n.annotations = s.annotations.clone();
+        n
     }
 
     #[test]

@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub mod idpool;
+
 use crate::linux::cgroups::Cgroup;
 use crate::spec::Spec;
 
@@ -38,6 +40,8 @@ pub fn seccomp_file(i: usize) -> String {
 }
 
 pub const POLICY_FILE: &str = "policy.json";
+/// The host id range taken from the userns pool (`moat.userns=auto`), as [`idpool::IdRange`].
+pub const USERNS_FILE: &str = "userns.json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {

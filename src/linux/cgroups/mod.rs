@@ -11,6 +11,7 @@ mod devices;
 mod files;
 mod layout;
 mod placement;
+mod rootless;
 pub mod stats;
 mod update;
 mod v1;
@@ -34,6 +35,7 @@ use crate::spec;
 use files::{collect_pids, create_in, read_file, remove_tree, write_file};
 pub use layout::{resolve_path, Layout};
 pub use placement::Placement;
+pub use rootless::NoCgroup;
 
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
@@ -222,6 +224,12 @@ impl Cgroup {
             path,
             reason: reason.into(),
         };
+        if self.path.is_empty() {
+            return Err(unavailable(
+                PathBuf::from(CGROUP_ROOT),
+                "the container has no cgroup (rootless, and no cgroup v2 subtree was delegated to the user)",
+            ));
+        }
         // v1 first: on hybrid hosts the unified mount only holds what v1 left over.
         for want_v2 in [false, true] {
             let pick = |h: &&Hierarchy| {

@@ -219,6 +219,39 @@ pub fn capset(effective: u64, permitted: u64, inheritable: u64) -> Result<()> {
         .map(drop)
 }
 
+/// The (effective, permitted, inheritable) sets of the calling thread.
+pub fn capget() -> Result<(u64, u64, u64)> {
+    let mut hdr = CapHeader {
+        version: CAP_V3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: header and a writable two-element data array, as version 3 requires.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut hdr as *mut CapHeader,
+            data.as_mut_ptr(),
+        )
+    })?;
+    let join = |lo: u32, hi: u32| lo as u64 | (hi as u64) << 32;
+    Ok((
+        join(data[0].effective, data[1].effective),
+        join(data[0].permitted, data[1].permitted),
+        join(data[0].inheritable, data[1].inheritable),
+    ))
+}
+
+/// Sets the filesystem uid and gid of the calling thread; returns the previous pair.
+/// (The kernel reports no error: the caller checks by setting again.)
+pub fn setfsids(uid: u32, gid: u32) -> (u32, u32) {
+    // SAFETY: scalar arguments; affects this thread's credentials only.
+    let old_gid = unsafe { libc::syscall(libc::SYS_setfsgid, gid) } as u32;
+    // SAFETY: as above.
+    let old_uid = unsafe { libc::syscall(libc::SYS_setfsuid, uid) } as u32;
+    (old_uid, old_gid)
+}
+
 pub fn join_session_keyring(name: &CStr) -> Result<()> {
     const KEYCTL_JOIN_SESSION_KEYRING: libc::c_int = 1;
     // SAFETY: NUL-terminated name.
@@ -642,6 +675,7 @@ pub const MOUNT_ATTR_NOATIME: u64 = 0x10;
 pub const MOUNT_ATTR_STRICTATIME: u64 = 0x20;
 pub const MOUNT_ATTR_NODIRATIME: u64 = 0x80;
 pub const MOUNT_ATTR_NOSYMFOLLOW: u64 = 0x0020_0000;
+pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 
 #[repr(C)]
 #[derive(Default, Debug, Clone, Copy)]

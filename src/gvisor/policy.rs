@@ -1,0 +1,333 @@
+//! The hardening policy on the gVisor path: `policy::apply` on the engine's spec, then what
+//! differs under runsc, and the result merged into the JSON runsc reads.
+//!
+//! | control | under gVisor |
+//! |---|---|
+//! | capabilities, `noNewPrivileges` | applied by the sentry from the spec (NNP is always on there) |
+//! | seccomp | moat's profile (or the engine's) applied by the sentry: moat passes `--oci-seccomp`. The floor is not stacked: runsc takes one profile, and the container's system calls are served by the sentry, not the host kernel the floor protects |
+//! | resource limits, `cgroupsPath` under the fleet cgroup | written by runsc into the sandbox's host cgroup; moat creates and caps the fleet parent first |
+//! | AppArmor | not applied by runsc: moat does not set its profile (a profile the engine names is ignored, with runsc's warning) |
+//! | masked / read-only paths, sysctl | not applied as such (listed by `policy explain`, recorded in `policy.json`) |
+//! | network | the host's network (no network namespace in the spec) is refused under RESTRICTED: runsc would serve it with host sockets (`--network=host`) |
+
+use serde_json::Value;
+
+use crate::policy::{Change, Decision};
+use crate::spec::Spec;
+
+fn note(field: &str, detail: impl Into<String>, reason: &'static str) -> Change {
+    Change {
+        field: field.into(),
+        action: "not applied",
+        detail: detail.into(),
+        reason,
+    }
+}
+
+/// Adjusts a decision made by `policy::apply` for runsc: reverts what runsc cannot take
+/// (moat's AppArmor profile, the stacked seccomp floor), refuses the host's network
+/// under RESTRICTED, and lists what gVisor does not apply in `decision.not_applied`.
+/// `engine_apparmor` is the profile the engine's spec named before the policy ran.
+pub fn adjust(
+    spec: &mut Spec,
+    d: &mut Decision,
+    engine_apparmor: Option<String>,
+) -> anyhow::Result<()> {
+    if d.policy == "restricted" {
+        let host_net = !spec.linux().namespaces.iter().any(|n| n.typ == "network");
+        if host_net {
+            anyhow::bail!(
+                "linux.namespaces: the container shares the host's network, which the RESTRICTED \
+                 policy refuses for gVisor (runsc would serve it with host sockets); give it a \
+                 network namespace, or moat.network=none"
+            );
+        }
+    }
+    if let Some(i) = d
+        .changes
+        .iter()
+        .position(|c| c.field == "process.apparmorProfile")
+    {
+        d.changes.remove(i);
+        if let Some(p) = spec.process.as_mut() {
+            p.apparmor_profile = engine_apparmor;
+        }
+    }
+    if d.seccomp_floor {
+        d.seccomp_floor = false;
+        d.changes
+            .retain(|c| !(c.field == "linux.seccomp" && c.action == "added"));
+        d.not_applied.push(note(
+            "linux.seccomp",
+            "seccomp-profiles/floor.json (the engine's profile is applied by the sentry)",
+            "runsc takes one profile; the container's system calls are served by the sentry, \
+             not by the host kernel the floor protects",
+        ));
+    }
+    d.not_applied.extend(ignored(spec));
+    Ok(())
+}
+
+/// What runsc 20221219 does not apply of a spec, for `policy explain` and `policy.json`.
+pub fn ignored(spec: &Spec) -> Vec<Change> {
+    let mut out = Vec::new();
+    if let Some(p) = spec
+        .process
+        .as_ref()
+        .and_then(|p| p.apparmor_profile.as_deref())
+        .filter(|p| !p.is_empty())
+    {
+        out.push(note(
+            "process.apparmorProfile",
+            p,
+            "runsc ignores AppArmor (it warns); the sentry's own system call implementation and \
+             its host seccomp filter stand in",
+        ));
+    }
+    let linux = spec.linux();
+    if linux.seccomp.is_some() {
+        out.push(note(
+            "linux.seccomp",
+            "for processes started with exec",
+            "runsc 20221219 applies the profile to the container's process and what it forks, \
+             not to processes it starts for exec (their capabilities are still cut and NNP is on)",
+        ));
+    }
+    if !linux.masked_paths.is_empty() {
+        out.push(note(
+            "linux.maskedPaths",
+            linux.masked_paths.join(","),
+            "not applied as such: gVisor's /proc and /sys are its own (no kcore, keys, \
+             timer_list, sysrq-trigger)",
+        ));
+    }
+    if !linux.readonly_paths.is_empty() {
+        out.push(note(
+            "linux.readonlyPaths",
+            linux.readonly_paths.join(","),
+            "not applied as such: gVisor's /proc/sys is read-only even for root",
+        ));
+    }
+    if !linux.sysctl.is_empty() {
+        out.push(note(
+            "linux.sysctl",
+            linux.sysctl.keys().cloned().collect::<Vec<_>>().join(","),
+            "runsc ignores sysctl settings",
+        ));
+    }
+    if let Some(h) = &spec.hooks {
+        if !h.create_container.is_empty() || !h.start_container.is_empty() {
+            out.push(note(
+                "hooks",
+                "createContainer, startContainer",
+                "runsc does not run these hooks",
+            ));
+        }
+    }
+    out
+}
+
+/// The engine's JSON with every field the decision changed taken from the typed spec, so
+/// fields moat does not model survive untouched.
+pub fn merge(mut engine: Value, spec: &Spec, d: &Decision, engine_mounts: usize) -> Value {
+    let typed = serde_json::to_value(spec).expect("spec serialises");
+    for c in &d.changes {
+        let parts: Vec<&str> = c.field.split('.').collect();
+        let pointer = match parts.as_slice() {
+            ["mounts"] => {
+                if let (Some(all), Some(list)) = (
+                    typed.pointer("/mounts").and_then(Value::as_array),
+                    engine.pointer_mut("/mounts").and_then(Value::as_array_mut),
+                ) {
+                    list.extend(all.iter().skip(engine_mounts).cloned());
+                } else if let Some(all) = typed.pointer("/mounts") {
+                    engine["mounts"] = all.clone();
+                }
+                continue;
+            }
+            // The namespace list is replaced whole; a resource is copied with its
+            // siblings (a cpu quota needs its period).
+            ["linux", "namespaces", ..] => "/linux/namespaces".to_string(),
+            ["linux", "resources", kind, ..] => format!("/linux/resources/{kind}"),
+            p => format!("/{}", p.join("/")),
+        };
+        set(&mut engine, &pointer, typed.pointer(&pointer).cloned());
+    }
+    engine
+}
+
+/// Sets (or, for `None`, removes) the value at a JSON pointer, creating objects on the way.
+fn set(v: &mut Value, pointer: &str, value: Option<Value>) {
+    let keys: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    let Some((last, path)) = keys.split_last() else {
+        return;
+    };
+    let mut cur = v;
+    for k in path {
+        if !cur.get(*k).is_some_and(Value::is_object) {
+            if value.is_none() {
+                return;
+            }
+            cur[*k] = Value::Object(Default::default());
+        }
+        cur = &mut cur[*k];
+    }
+    match (value, cur.as_object_mut()) {
+        (Some(x), Some(o)) => {
+            o.insert(last.to_string(), x);
+        }
+        (None, Some(o)) => {
+            o.remove(*last);
+        }
+        _ => {}
+    }
+}
+
+/// Under RESTRICTED an exec'd process gets no more than the container's process: each
+/// capability set cut to the container's, inheritable emptied, NNP on (as
+/// `policy::restrict_exec` does natively), on the JSON runsc reads.
+pub fn restrict_exec(p: &mut Value, container: &Value) -> Vec<String> {
+    let mut removed = Vec::new();
+    for set in [
+        "bounding",
+        "effective",
+        "permitted",
+        "inheritable",
+        "ambient",
+    ] {
+        let allowed: Vec<String> = if set == "inheritable" {
+            Vec::new()
+        } else {
+            container
+                .pointer(&format!("/capabilities/{set}"))
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(str::to_ascii_uppercase))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let Some(list) = p
+            .pointer_mut(&format!("/capabilities/{set}"))
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        list.retain(|c| {
+            let name = c.as_str().unwrap_or("").to_ascii_uppercase();
+            let keep = allowed.contains(&name);
+            if !keep {
+                removed.push(format!("{set}:{name}"));
+            }
+            keep
+        });
+    }
+    if p.is_object() {
+        p["noNewPrivileges"] = Value::Bool(true);
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{self, Config};
+
+    fn engine() -> Value {
+        serde_json::json!({
+            "ociVersion": "1.0.2",
+            "process": {"args": ["sh"], "cwd": "/", "noNewPrivileges": false,
+                        "capabilities": {"bounding": ["CAP_CHOWN", "CAP_NET_RAW"],
+                                         "effective": ["CAP_CHOWN"]},
+                        "ioPriority": {"class": "IOPRIO_CLASS_IDLE"}},
+            "root": {"path": "rootfs"},
+            "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
+            "linux": {"namespaces": [{"type": "pid"}, {"type": "network"}],
+                      "intelRdt": {"closID": "x"},
+                      "resources": {"memory": {"limit": 1048576}}},
+            "vm": {"hypervisor": {"path": "/x"}}
+        })
+    }
+
+    #[test]
+    fn restricted_reaches_the_json_and_keeps_unknown_fields() {
+        let v = engine();
+        let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
+        let mut d = policy::apply(&mut spec, &Config::default(), "c1").unwrap();
+        adjust(&mut spec, &mut d, None).unwrap();
+        let out = merge(v, &spec, &d, 1);
+        assert_eq!(
+            out["process"]["capabilities"]["bounding"],
+            serde_json::json!([])
+        );
+        assert_eq!(out["process"]["noNewPrivileges"], true);
+        assert!(out["process"].get("apparmorProfile").is_none());
+        assert!(out["linux"]["seccomp"]["syscalls"].is_array());
+        assert_eq!(out["linux"]["cgroupsPath"], "/moat/c1");
+        assert_eq!(out["linux"]["resources"]["pids"]["limit"], 4096);
+        assert_eq!(out["linux"]["resources"]["memory"]["limit"], 1048576);
+        assert!(out["linux"]["maskedPaths"].as_array().unwrap().len() >= 10);
+        // Not modelled by moat, kept as the engine wrote them.
+        assert_eq!(out["process"]["ioPriority"]["class"], "IOPRIO_CLASS_IDLE");
+        assert_eq!(out["linux"]["intelRdt"]["closID"], "x");
+        assert_eq!(out["vm"]["hypervisor"]["path"], "/x");
+        assert_eq!(out["root"]["path"], "rootfs");
+        assert!(d.not_applied.iter().any(|c| c.field == "linux.maskedPaths"));
+    }
+
+    #[test]
+    fn host_network_is_refused_under_restricted_only() {
+        let mut v = engine();
+        v["linux"]["namespaces"] = serde_json::json!([{"type": "pid"}]);
+        let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
+        let mut d = policy::apply(&mut spec, &Config::default(), "c1").unwrap();
+        let e = adjust(&mut spec, &mut d, None).unwrap_err().to_string();
+        assert!(e.contains("host's network"), "{e}");
+        let cfg = Config {
+            default_policy: policy::Mode::Open,
+            ..Config::default()
+        };
+        let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
+        let mut d = policy::apply(&mut spec, &cfg, "c1").unwrap();
+        adjust(&mut spec, &mut d, None).unwrap();
+    }
+
+    #[test]
+    fn engine_profile_is_kept_and_the_floor_listed() {
+        let mut v = engine();
+        v["linux"]["seccomp"] = serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW"});
+        let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
+        let mut d = policy::apply(&mut spec, &Config::default(), "c1").unwrap();
+        assert!(d.seccomp_floor);
+        adjust(&mut spec, &mut d, None).unwrap();
+        assert!(!d.seccomp_floor);
+        let out = merge(v, &spec, &d, 1);
+        assert_eq!(out["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ALLOW");
+        assert!(d
+            .not_applied
+            .iter()
+            .any(|c| c.field == "linux.seccomp" && c.detail.contains("floor")));
+    }
+
+    #[test]
+    fn exec_gets_no_more_than_the_container() {
+        let mut p = serde_json::json!({"args": ["sh"], "capabilities": {
+            "bounding": ["CAP_CHOWN", "CAP_SYS_ADMIN"], "effective": ["cap_chown"],
+            "inheritable": ["CAP_CHOWN"]}});
+        let container = serde_json::json!({"capabilities": {"bounding": ["CAP_CHOWN"],
+            "effective": ["CAP_CHOWN"]}});
+        let removed = restrict_exec(&mut p, &container);
+        assert_eq!(
+            p["capabilities"]["bounding"],
+            serde_json::json!(["CAP_CHOWN"])
+        );
+        assert_eq!(
+            p["capabilities"]["effective"],
+            serde_json::json!(["cap_chown"])
+        );
+        assert_eq!(p["capabilities"]["inheritable"], serde_json::json!([]));
+        assert_eq!(p["noNewPrivileges"], true);
+        assert_eq!(removed, ["bounding:CAP_SYS_ADMIN", "inheritable:CAP_CHOWN"]);
+    }
+}

@@ -1,0 +1,247 @@
+//! `moat verify` for a gVisor container: what can be checked from the host (the sandbox
+//! process, the flags runsc was started with, its host cgroup and the fleet parent) and,
+//! through `runsc exec`, the sentry's view of the container's PID 1.
+
+use super::runsc::Runsc;
+use super::Gvisor;
+use crate::cli::verify::Check;
+use crate::cli::Global;
+use crate::linux::capabilities;
+use crate::linux::cgroups::Cgroup;
+use crate::spec::Spec;
+use crate::state::{Record, Status};
+
+fn field(status: &str, key: &str) -> String {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(':')))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The value of `--name=` in runsc's argv, if present.
+fn flag<'a>(argv: &'a [String], name: &str) -> Option<&'a str> {
+    let prefix = format!("--{name}=");
+    argv.iter().find_map(|a| a.strip_prefix(prefix.as_str()))
+}
+
+/// A controller file of the cgroup, from the hierarchy that has the controller (v1) or
+/// the unified one.
+fn read(cg: &Cgroup, controller: &str, v1: &str, v2: &str) -> Option<String> {
+    cg.hierarchies.iter().find_map(|h| {
+        let file = if h.v2 {
+            v2
+        } else if h.controllers.iter().any(|c| c == controller) {
+            v1
+        } else {
+            return None;
+        };
+        std::fs::read_to_string(h.dir(&cg.path).join(file))
+            .ok()
+            .map(|s| s.trim().to_string())
+    })
+}
+
+/// The kernel's text for a limit: v1 prints "max"-less byte counts, v2 "max".
+fn same_limit(got: &str, want: i64) -> bool {
+    got == want.to_string() || (want < 0 && (got == "max" || got == "9223372036854771712"))
+}
+
+pub fn checks(g: &Global, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result<Vec<Check>> {
+    let mut out = Vec::new();
+    let mut add = |check: &str, expected: String, actual: String, ok: bool| {
+        out.push(Check {
+            check: check.into(),
+            expected,
+            actual,
+            ok,
+        })
+    };
+    let restricted = rec.policy == "restricted";
+    let st = super::cmds::runsc_state(g, gv, &rec.id)?;
+    let Some(st) = st.filter(|s| s.status != Status::Stopped) else {
+        anyhow::bail!("container not running");
+    };
+    let pid = st.pid;
+    let argv: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let is_sandbox = argv.first().is_some_and(|a| a == "runsc-sandbox");
+    add(
+        "gVisor sandbox",
+        "runsc-sandbox … boot".into(),
+        format!(
+            "pid {pid}: {}",
+            argv.iter().take(1).cloned().collect::<Vec<_>>().join(" ")
+        ),
+        is_sandbox && argv.iter().any(|a| a == "boot"),
+    );
+    let root = gv.root.display().to_string();
+    add(
+        "runsc --root",
+        root.clone(),
+        flag(&argv, "root").unwrap_or("").into(),
+        flag(&argv, "root") == Some(root.as_str()),
+    );
+    // runsc passes only flags that differ from its defaults to the sandbox.
+    let platform = flag(&argv, "platform").unwrap_or("ptrace");
+    add(
+        "runsc --platform",
+        gv.platform.clone(),
+        platform.into(),
+        platform == gv.platform,
+    );
+    let network = flag(&argv, "network").unwrap_or("sandbox");
+    add(
+        "runsc --network",
+        gv.network.clone(),
+        network.into(),
+        network == gv.network,
+    );
+    let has_seccomp = spec.linux().seccomp.is_some();
+    let oci_seccomp = flag(&argv, "oci-seccomp") == Some("true");
+    add(
+        "runsc --oci-seccomp",
+        if has_seccomp { "true" } else { "any" }.into(),
+        oci_seccomp.to_string(),
+        oci_seccomp || !has_seccomp,
+    );
+    let override_flags = argv.iter().any(|a| a.starts_with("--allow-flag-override"));
+    add(
+        "no flag override",
+        "absent".into(),
+        if override_flags { "present" } else { "absent" }.into(),
+        !override_flags,
+    );
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    for (key, want) in [("NoNewPrivs", "1"), ("Seccomp", "2")] {
+        let got = field(&status, key);
+        add(
+            &format!("sandbox {key}"),
+            want.into(),
+            got.clone(),
+            got == want,
+        );
+    }
+
+    // The sandbox's host cgroup, where runsc wrote linux.resources.
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let cg = crate::linux::cgroups::Layout::detect()
+        .ok()
+        .and_then(|layout| super::extra::sandbox_cgroup(pid, &text, layout).ok());
+    let want_path = spec.linux().cgroups_path.clone().unwrap_or_default();
+    let got_path = cg.as_ref().map_or("/".to_string(), |c| c.path.clone());
+    if !want_path.is_empty() {
+        add(
+            "sandbox cgroup",
+            want_path.clone(),
+            got_path.clone(),
+            got_path == want_path,
+        );
+    }
+    let res = spec.linux().resources.clone().unwrap_or_default();
+    if let Some(cg) = &cg {
+        if let Some(p) = res.pids.as_ref().filter(|p| p.limit > 0) {
+            let got = cg.read_pids_max().unwrap_or_else(|| "unreadable".into());
+            add(
+                "sandbox pids.max",
+                p.limit.to_string(),
+                got.clone(),
+                got == p.limit.to_string(),
+            );
+        }
+        if let Some(m) = res.memory.as_ref().and_then(|m| m.limit) {
+            let got = read(cg, "memory", "memory.limit_in_bytes", "memory.max")
+                .unwrap_or_else(|| "unreadable".into());
+            add(
+                "sandbox memory limit",
+                m.to_string(),
+                got.clone(),
+                same_limit(&got, m),
+            );
+        }
+    }
+    if restricted {
+        let cfg = crate::policy::Config::load()?;
+        if let Some((fleet, budget)) = crate::policy::fleet_budget(&cfg) {
+            let fleet = fleet.trim_end_matches('/').to_string();
+            let under = got_path.starts_with(&format!("{fleet}/"));
+            add(
+                "under fleet cgroup",
+                format!("{fleet}/…"),
+                got_path.clone(),
+                under,
+            );
+            if let (true, Some(cg)) = (under, &cg) {
+                let parent = Cgroup {
+                    path: fleet.clone(),
+                    ..cg.clone()
+                };
+                if let Some(p) = &budget.pids {
+                    let got = parent
+                        .read_pids_max()
+                        .unwrap_or_else(|| "unreadable".into());
+                    add(
+                        "fleet pids.max",
+                        p.limit.to_string(),
+                        got.clone(),
+                        got == p.limit.to_string(),
+                    );
+                }
+                if let Some(m) = budget.memory.as_ref().and_then(|m| m.limit) {
+                    let got = read(&parent, "memory", "memory.limit_in_bytes", "memory.max")
+                        .unwrap_or_else(|| "unreadable".into());
+                    add(
+                        "fleet memory limit",
+                        m.to_string(),
+                        got.clone(),
+                        same_limit(&got, m),
+                    );
+                }
+            }
+        }
+    }
+
+    // The sentry's view of PID 1, read through `runsc exec` (needs `cat` in the image).
+    if st.status == Status::Running {
+        let out = Runsc::quiet(gv, g, "exec")
+            .args([rec.id.as_str(), "cat", "/proc/1/status"])
+            .output()?;
+        if out.code != 0 {
+            add(
+                "inside: /proc/1/status",
+                "readable with cat".into(),
+                out.error(),
+                false,
+            );
+        } else {
+            let inside = String::from_utf8_lossy(&out.stdout).into_owned();
+            let caps = capabilities::from_spec(
+                spec.process().capabilities.as_ref(),
+                "process.capabilities",
+            )?;
+            for (key, want) in [
+                ("CapEff", caps.effective),
+                ("CapPrm", caps.permitted),
+                ("CapBnd", caps.bounding),
+                ("CapInh", caps.inheritable),
+            ] {
+                let got = field(&inside, key);
+                let mask = u64::from_str_radix(&got, 16).unwrap_or(u64::MAX);
+                add(
+                    &format!("inside: {key}"),
+                    format!("{want:016x}"),
+                    got,
+                    mask == want,
+                );
+            }
+            let got = field(&inside, "Seccomp");
+            let want = if has_seccomp { "2" } else { "0" };
+            add("inside: Seccomp", want.into(), got.clone(), got == want);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,298 @@
+//! The host-wide pool of ids that `moat.userns=auto` containers are mapped to.
+//!
+//! One pool for the whole host, whatever `--root` each engine passes: two engines with
+//! their own state roots must never hand the same host ids to two containers. So it lives
+//! outside every state root, in [`POOL_DIR`] (a tmpfs: containers do not survive a reboot,
+//! neither do their allocations):
+//!
+//! | file      | what                                                                 |
+//! |-----------|----------------------------------------------------------------------|
+//! | `lock`    | flocked for every allocation and release                             |
+//! | `<start>` | one allocation: `{"start", "size", "root", "id"}` (JSON)             |
+//!
+//! An allocation whose container directory (`<root>/<id>`) is gone is stale (a create or
+//! delete killed half-way) and is reclaimed by the next allocation.
+
+use std::fs;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub const POOL_DIR: &str = "/run/moat-userns";
+
+/// A range of host ids: `start .. start + size`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdRange {
+    pub start: u32,
+    pub size: u32,
+}
+
+impl IdRange {
+    fn end(&self) -> u64 {
+        self.start as u64 + self.size as u64
+    }
+
+    fn overlaps(&self, o: &IdRange) -> bool {
+        (self.start as u64) < o.end() && (o.start as u64) < self.end()
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Allocation {
+    start: u32,
+    size: u32,
+    root: PathBuf,
+    id: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("userns pool {dir}: {what}: {source}")]
+    Io {
+        dir: PathBuf,
+        what: String,
+        source: io::Error,
+    },
+    #[error(
+        "userns pool exhausted: no free range of {size} ids left in {start}..{end} \
+         ({used} ranges in use; see [userns] pool in the moat configuration)"
+    )]
+    Exhausted {
+        size: u32,
+        start: u32,
+        end: u64,
+        used: usize,
+    },
+}
+
+pub struct Pool {
+    dir: PathBuf,
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Pool {
+            dir: PathBuf::from(POOL_DIR),
+        }
+    }
+}
+
+impl Pool {
+    #[cfg(test)]
+    pub fn at(dir: impl Into<PathBuf>) -> Pool {
+        Pool { dir: dir.into() }
+    }
+
+    fn err(&self, what: impl Into<String>) -> impl FnOnce(io::Error) -> PoolError + '_ {
+        let what = what.into();
+        move |source| PoolError::Io {
+            dir: self.dir.clone(),
+            what,
+            source,
+        }
+    }
+
+    fn lock(&self) -> Result<OwnedFd, PoolError> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(self.err("create"))?;
+        let f: OwnedFd = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(self.dir.join("lock"))
+            .map_err(self.err("open lock"))?
+            .into();
+        crate::linux::sys::flock_exclusive(f.as_fd()).map_err(self.err("lock"))?;
+        Ok(f)
+    }
+
+    /// Every allocation file, parsed; unreadable entries are skipped (never reused blindly:
+    /// a file named by a number still blocks its start id).
+    fn entries(&self) -> Result<Vec<(PathBuf, Option<Allocation>)>, PoolError> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(&self.dir).map_err(self.err("list"))? {
+            let e = e.map_err(self.err("list"))?;
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.parse::<u32>().is_err() {
+                continue;
+            }
+            let a = fs::read(e.path())
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Allocation>(&b).ok());
+            out.push((e.path(), a));
+        }
+        Ok(out)
+    }
+
+    /// Takes the first free `size`-aligned range of `pool` for the container `root`/`id`.
+    pub fn allocate(
+        &self,
+        pool: IdRange,
+        size: u32,
+        root: &Path,
+        id: &str,
+    ) -> Result<IdRange, PoolError> {
+        let _lock = self.lock()?;
+        let mut used = Vec::new();
+        for (path, a) in self.entries()? {
+            match a {
+                Some(a) if !a.root.join(&a.id).is_dir() => {
+                    // The container is gone without releasing its range: reclaim it.
+                    let _ = fs::remove_file(&path);
+                }
+                Some(a) => used.push(IdRange {
+                    start: a.start,
+                    size: a.size,
+                }),
+                None => {
+                    let start = path
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0);
+                    used.push(IdRange { start, size: 1 });
+                }
+            }
+        }
+        let mut candidate = pool.start as u64;
+        while candidate + size as u64 <= pool.end() {
+            let r = IdRange {
+                start: candidate as u32,
+                size,
+            };
+            match used
+                .iter()
+                .filter(|u| u.overlaps(&r))
+                .map(|u| u.end())
+                .max()
+            {
+                None => {
+                    let a = Allocation {
+                        start: r.start,
+                        size,
+                        root: root.to_path_buf(),
+                        id: id.to_string(),
+                    };
+                    let path = self.dir.join(r.start.to_string());
+                    let tmp = self.dir.join(format!(".{}.tmp", r.start));
+                    fs::write(&tmp, serde_json::to_vec(&a).expect("serialises"))
+                        .map_err(self.err(format!("write {}", tmp.display())))?;
+                    fs::rename(&tmp, &path)
+                        .map_err(self.err(format!("rename into {}", path.display())))?;
+                    return Ok(r);
+                }
+                // Skip past the blocking range, staying aligned to the pool's grid.
+                Some(end) => {
+                    let off = end.saturating_sub(pool.start as u64);
+                    candidate = pool.start as u64 + off.div_ceil(size as u64) * size as u64;
+                }
+            }
+        }
+        Err(PoolError::Exhausted {
+            size,
+            start: pool.start,
+            end: pool.end(),
+            used: used.len(),
+        })
+    }
+
+    /// Releases whatever the container `root`/`id` holds; returns the ranges released.
+    pub fn release(&self, root: &Path, id: &str) -> Result<Vec<IdRange>, PoolError> {
+        if !self.dir.exists() {
+            return Ok(Vec::new());
+        }
+        let _lock = self.lock()?;
+        let mut out = Vec::new();
+        for (path, a) in self.entries()? {
+            if let Some(a) = a.filter(|a| a.root == root && a.id == id) {
+                fs::remove_file(&path).map_err(self.err(format!("remove {}", path.display())))?;
+                out.push(IdRange {
+                    start: a.start,
+                    size: a.size,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("moat-idpool-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn disjoint_release_reuse_and_exhaustion() {
+        let base = tmp("a");
+        let root = base.join("root");
+        for id in ["a", "b", "c"] {
+            fs::create_dir_all(root.join(id)).unwrap();
+        }
+        let pool = Pool::at(base.join("pool"));
+        let range = IdRange {
+            start: 1_000_000,
+            size: 2 * 65536,
+        };
+        let a = pool.allocate(range, 65536, &root, "a").unwrap();
+        let b = pool.allocate(range, 65536, &root, "b").unwrap();
+        assert!(!a.overlaps(&b));
+        assert_eq!((a.start, b.start), (1_000_000, 1_065_536));
+        let e = pool.allocate(range, 65536, &root, "c").unwrap_err();
+        assert!(e.to_string().contains("exhausted"), "{e}");
+        assert_eq!(pool.release(&root, "a").unwrap(), vec![a]);
+        assert_eq!(pool.allocate(range, 65536, &root, "c").unwrap(), a);
+        // A container whose directory is gone loses its range to the next allocation.
+        fs::remove_dir(root.join("b")).unwrap();
+        fs::create_dir_all(root.join("d")).unwrap();
+        assert_eq!(pool.allocate(range, 65536, &root, "d").unwrap(), b);
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn foreign_ranges_are_skipped_on_the_grid() {
+        let base = tmp("b");
+        let root = base.join("root");
+        fs::create_dir_all(root.join("x")).unwrap();
+        fs::create_dir_all(root.join("y")).unwrap();
+        let pool = Pool::at(base.join("pool"));
+        // Another configuration's odd-sized range inside ours.
+        pool.allocate(
+            IdRange {
+                start: 100,
+                size: 10,
+            },
+            10,
+            &root,
+            "x",
+        )
+        .unwrap();
+        let r = pool
+            .allocate(
+                IdRange {
+                    start: 64,
+                    size: 256,
+                },
+                64,
+                &root,
+                "y",
+            )
+            .unwrap();
+        assert_eq!(r.start, 128);
+        fs::remove_dir_all(&base).unwrap();
+    }
+}
