@@ -72,7 +72,19 @@ fn spawned() -> MutexGuard<'static, Option<HashSet<i32>>> {
 /// Spawns `cmd`, registering it so that [`reap`] does not collect it.
 pub fn spawn(cmd: &mut Command) -> Child {
     let mut g = spawned();
-    let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    // ETXTBSY: a write-open of the same inode elsewhere, even one that then fails with
+    // EROFS on a read-only bind (security T1's watcher hammers exactly that), holds the
+    // inode's write count for an instant; the execve is simply retried.
+    let mut tries = 0;
+    let child = loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            r => break r.unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}")),
+        }
+    };
     g.get_or_insert_with(HashSet::new).insert(child.id() as i32);
     child
 }
