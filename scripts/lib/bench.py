@@ -238,7 +238,7 @@ class Bench:
         pidf = os.path.join(self.work, f"{cid}.pid")
         created = False
         try:
-            t_create = rt.call("create", "--bundle", bundle, "--pid-file", pidf, cid)
+            t_create = rt.call("create", "--bundle", self.bundle, "--pid-file", pidf, cid)
             created = True
             pid = read_pid(pidf)
             t_start = rt.call("start", cid)
