@@ -50,6 +50,7 @@ MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
 PR_SET_CHILD_SUBREAPER = 36
+CALL_TIMEOUT = 60
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -120,7 +121,14 @@ class Runtime:
         self.errf.truncate()
         t0 = time.perf_counter_ns()
         p = self.spawn(self.cmd(*args), stderr=self.errf)
-        rc = p.wait()
+        try:
+            rc = p.wait(timeout=CALL_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            # A runtime that hangs (youki 0.7's foreground run now and then) fails this
+            # measurement instead of the whole benchmark.
+            p.kill()
+            p.wait()
+            raise Failure(f"{self.name} {' '.join(args)}: no exit after {CALL_TIMEOUT}s, killed")
         dt = time.perf_counter_ns() - t0
         if check and rc != 0:
             self.errf.seek(0)
