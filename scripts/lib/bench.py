@@ -760,8 +760,8 @@ class Bench:
                 rows.append([m, own, len(v), f"{statistics.median(v):.4f}", f"{quantile(v, 0.1):.4f}",
                              f"{quantile(v, 0.9):.4f}", "", "/bin/true"])
             print()
-            print(f"moat's own cost, measured with /bin/true as runsc (each call minus a plain "
-                  f"/bin/true), ms median [p10–p90]: " + "; ".join(parts) + ".")
+            print("moat's own cost, measured with /bin/true as runsc (each call minus a plain "
+                  "/bin/true), ms median [p10–p90]: " + "; ".join(parts) + ".")
         print()
         flags = " ".join(self.gvisor[1].global_args)
         print(f"{rounds} interleaved rounds (order rotating). gvisor_calls_ms = create + start + delete, "
