@@ -119,10 +119,13 @@ pub type Result<T> = anyhow::Result<T>;
 fn parse() -> std::result::Result<Cli, clap::Error> {
     use clap::{CommandFactory, FromArgMatches};
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let cmd = match subcommand_name(&args).and_then(light_command) {
-        Some(c) => c,
-        None => Cli::command(),
-    };
+    let version_only = args.len() > 1 && args[1..].iter().all(|a| a == "-v" || a == "--version");
+    let cmd = match subcommand_name(&args) {
+        Some(name) => light_command(name),
+        None if version_only => Some(light_root()),
+        None => None,
+    }
+    .unwrap_or_else(Cli::command);
     let mut m = cmd.try_get_matches_from(args)?;
     Cli::from_arg_matches_mut(&mut m)
 }
@@ -176,8 +179,13 @@ fn light_command(name: &str) -> Option<clap::Command> {
         "features" => ("features", features::Args::augment_args),
         _ => return None,
     };
-    let root = clap::Command::new("moat").disable_version_flag(true);
-    Some(Global::augment_args(root).subcommand(augment(clap::Command::new(name))))
+    Some(light_root().subcommand(augment(clap::Command::new(name))))
+}
+
+/// moat's root command with the global flags only.
+fn light_root() -> clap::Command {
+    use clap::Args as A;
+    Global::augment_args(clap::Command::new("moat").disable_version_flag(true))
 }
 
 pub fn main() -> i32 {
@@ -384,5 +392,16 @@ mod tests {
         assert_eq!(name(&["moat", "help", "create"]), None);
         assert_eq!(name(&["moat", "--debug"]), None);
         assert!(light_command("frobnicate").is_none());
+    }
+
+    #[test]
+    fn version_alone_parses_alike() {
+        for argv in [["moat", "-v"], ["moat", "--version"]] {
+            let parse = |c: clap::Command| {
+                let mut m = c.try_get_matches_from(argv).unwrap();
+                format!("{:?}", Cli::from_arg_matches_mut(&mut m).unwrap())
+            };
+            assert_eq!(parse(light_root()), parse(Cli::command()), "{argv:?}");
+        }
     }
 }
