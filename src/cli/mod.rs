@@ -112,8 +112,84 @@ pub enum Command {
 /// A failure with the exit status it maps to (1 for errors, like runc).
 pub type Result<T> = anyhow::Result<T>;
 
+/// The command line parsed with only the named subcommand's part of the tree built: clap
+/// builds (allocates, faults in) every argument of every subcommand it is given, which was
+/// a third of the page faults of a short command such as `start` (docs/performance.md).
+/// Help, an unknown or missing subcommand get the whole tree (usage, suggestions).
+fn parse() -> std::result::Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let version_only = args.len() > 1 && args[1..].iter().all(|a| a == "-v" || a == "--version");
+    let cmd = match subcommand_name(&args) {
+        Some(name) => light_command(name),
+        None if version_only => Some(light_root()),
+        None => None,
+    }
+    .unwrap_or_else(Cli::command);
+    let mut m = cmd.try_get_matches_from(args)?;
+    Cli::from_arg_matches_mut(&mut m)
+}
+
+/// The subcommand named on the command line, when nothing asks for help: the first
+/// argument that is neither a global flag nor a global flag's value.
+fn subcommand_name(args: &[std::ffi::OsString]) -> Option<&str> {
+    if args
+        .iter()
+        .skip(1)
+        .any(|a| a == "-h" || a == "--help" || a == "help")
+    {
+        return None;
+    }
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        let a = a.to_str()?;
+        match a {
+            "--root" | "--log" | "--log-format" | "--rootless" | "--criu" => {
+                it.next();
+            }
+            _ if a.starts_with('-') => {}
+            _ => return Some(a),
+        }
+    }
+    None
+}
+
+/// moat's root command with the global flags and one subcommand, as the derive builds them.
+fn light_command(name: &str) -> Option<clap::Command> {
+    use clap::Args as A;
+    type Augment = fn(clap::Command) -> clap::Command;
+    let (name, augment): (&'static str, Augment) = match name {
+        "create" => ("create", create::Args::augment_args),
+        "start" => ("start", start::Args::augment_args),
+        "run" => ("run", run::Args::augment_args),
+        "state" => ("state", state::Args::augment_args),
+        "exec" => ("exec", exec::Args::augment_args),
+        "kill" => ("kill", kill::Args::augment_args),
+        "delete" => ("delete", delete::Args::augment_args),
+        "list" => ("list", list::Args::augment_args),
+        "pause" => ("pause", pause::Args::augment_args),
+        "resume" => ("resume", pause::Args::augment_args),
+        "policy" => ("policy", policy::Args::augment_args),
+        "verify" => ("verify", verify::Args::augment_args),
+        "check" => ("check", check::Args::augment_args),
+        "spec" => ("spec", spec::Args::augment_args),
+        "ps" => ("ps", ps::Args::augment_args),
+        "events" => ("events", events::Args::augment_args),
+        "update" => ("update", update::Args::augment_args),
+        "features" => ("features", features::Args::augment_args),
+        _ => return None,
+    };
+    Some(light_root().subcommand(augment(clap::Command::new(name))))
+}
+
+/// moat's root command with the global flags only.
+fn light_root() -> clap::Command {
+    use clap::Args as A;
+    Global::augment_args(clap::Command::new("moat").disable_version_flag(true))
+}
+
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -228,5 +304,104 @@ impl Global {
             return Ok(crate::linux::rootless::state_root()?);
         }
         Ok(PathBuf::from("/run/moat"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, FromArgMatches};
+
+    fn ids(c: &clap::Command) -> Vec<String> {
+        let mut v: Vec<String> = c.get_arguments().map(|a| a.get_id().to_string()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn light_tree_matches_the_full_one() {
+        let full = Cli::command();
+        let mut n = 0;
+        for sub in full.get_subcommands() {
+            let name = sub.get_name();
+            let light = light_command(name).unwrap_or_else(|| panic!("no light tree for {name}"));
+            assert_eq!(ids(&light), ids(&full), "global flags, {name}");
+            let lsub = light.find_subcommand(name).unwrap();
+            assert_eq!(ids(lsub), ids(sub), "arguments of {name}");
+            let subs = |c: &clap::Command| -> Vec<String> {
+                c.get_subcommands()
+                    .map(|s| s.get_name().to_string())
+                    .collect()
+            };
+            assert_eq!(subs(lsub), subs(sub), "subcommands of {name}");
+            n += 1;
+        }
+        assert_eq!(n, 18);
+    }
+
+    fn both(argv: &[&str]) -> (String, String) {
+        let args: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+        let name = subcommand_name(&args).expect("a subcommand");
+        let parse = |c: clap::Command| match c.try_get_matches_from(&args) {
+            Ok(mut m) => format!("{:?}", Cli::from_arg_matches_mut(&mut m)),
+            Err(e) => format!("{:?} {}", e.kind(), e.render()),
+        };
+        (parse(light_command(name).unwrap()), parse(Cli::command()))
+    }
+
+    #[test]
+    fn light_and_full_parse_alike() {
+        for argv in [
+            &[
+                "moat",
+                "--root",
+                "/r",
+                "--log=/l",
+                "create",
+                "-b",
+                "/b",
+                "--pid-file",
+                "p",
+                "c1",
+            ][..],
+            &["moat", "--log-format", "json", "start", "c1", "--debug"],
+            &["moat", "delete", "-f", "c1"],
+            &["moat", "exec", "-t", "c1", "sh", "-c", "true"],
+            &["moat", "kill", "--all", "c1", "KILL"],
+            &["moat", "--systemd-cgroup", "update", "--memory", "1m", "c1"],
+            &["moat", "create", "c1", "--bogus"],
+            &["moat", "start"],
+            &["moat", "policy", "explain", "/b"],
+        ] {
+            let (light, full) = both(argv);
+            assert_eq!(light, full, "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn help_and_unknown_names_take_the_full_tree() {
+        let name = |v: &[&str]| {
+            let a: Vec<std::ffi::OsString> = v.iter().map(Into::into).collect();
+            subcommand_name(&a).map(str::to_string)
+        };
+        assert_eq!(
+            name(&["moat", "--root", "start", "delete", "x"]).as_deref(),
+            Some("delete")
+        );
+        assert_eq!(name(&["moat", "create", "--help"]), None);
+        assert_eq!(name(&["moat", "help", "create"]), None);
+        assert_eq!(name(&["moat", "--debug"]), None);
+        assert!(light_command("frobnicate").is_none());
+    }
+
+    #[test]
+    fn version_alone_parses_alike() {
+        for argv in [["moat", "-v"], ["moat", "--version"]] {
+            let parse = |c: clap::Command| {
+                let mut m = c.try_get_matches_from(argv).unwrap();
+                format!("{:?}", Cli::from_arg_matches_mut(&mut m).unwrap())
+            };
+            assert_eq!(parse(light_root()), parse(Cli::command()), "{argv:?}");
+        }
     }
 }

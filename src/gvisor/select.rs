@@ -52,6 +52,8 @@ const CRI_CONTAINER_TYPE: [&str; 2] = [
 /// A create that goes to gVisor: the bundle's config.json as read, and why.
 pub struct Selection {
     pub spec: Value,
+    /// config.json's bytes, parsed again into the typed spec without a round trip.
+    pub raw: Vec<u8>,
     pub reason: String,
     pub config: GvisorConfig,
 }
@@ -120,10 +122,12 @@ pub fn select(bundle: &Path) -> Result<Option<Selection>> {
     let env = std::env::var(ENV).ok();
     let operator = operator_choice(invoked_as_alias(), env.as_deref(), &config)?;
     let path = bundle.join("config.json");
-    let spec: Value = match std::fs::read(&path)
+    let (raw, spec): (Vec<u8>, Value) = match std::fs::read(&path)
         .map_err(anyhow::Error::from)
-        .and_then(|b| serde_json::from_slice(&b).map_err(anyhow::Error::from))
-    {
+        .and_then(|b| {
+            let v = serde_json::from_slice(&b)?;
+            Ok((b, v))
+        }) {
         Ok(v) => v,
         Err(_) if operator.is_none() => return Ok(None),
         Err(e) => return Err(e.context(format!("read {}", path.display()))),
@@ -135,6 +139,7 @@ pub fn select(bundle: &Path) -> Result<Option<Selection>> {
     };
     Ok(decide(operator, annotation)?.map(|reason| Selection {
         spec,
+        raw,
         reason,
         config,
     }))
@@ -284,8 +289,7 @@ pub fn prepare(
     preserve_fds: u32,
     sel: Selection,
 ) -> Result<Prepared> {
-    let bytes = serde_json::to_vec(&sel.spec)?;
-    let mut spec = Spec::parse(&bytes).map_err(|(field, msg)| {
+    let mut spec = Spec::parse(&sel.raw).map_err(|(field, msg)| {
         anyhow::anyhow!(
             "{}: invalid JSON at {field}: {msg}",
             bundle.join("config.json").display()
@@ -335,8 +339,10 @@ pub fn prepare(
         }
         let effective = super::policy::merge(sel.spec, &spec, &decision, engine_mounts);
         let effective = shadow_spec(effective, &bundle, &rootfs);
-        dir.save_file(state::SPEC_FILE, &serde_json::to_vec(&effective)?)?;
-        dir.save_file(
+        // Written in place: nothing reads them before the record (saved atomically, last)
+        // exists, and a create that fails removes the directory.
+        dir.write_new(state::SPEC_FILE, &serde_json::to_vec(&effective)?)?;
+        dir.write_new(
             state::POLICY_FILE,
             &serde_json::to_vec_pretty(&decision).expect("serialises"),
         )?;
