@@ -143,7 +143,7 @@ impl Plan {
                 "setting a hostname needs a private uts namespace",
             ));
         }
-        let mut sysctl = Vec::new();
+        let (mut sysctl, mut sysctl_joined) = (Vec::new(), Vec::new());
         for (k, v) in &linux.sysctl {
             let owner = namespaces::sysctl_namespace(k);
             let private =
@@ -159,7 +159,12 @@ impl Plan {
             }
             // Joined, and container root will not be privileged over it.
             let early = owner.is_some_and(|f| !ns.has_new(f)) && ns.has_new(libc::CLONE_NEWUSER);
-            sysctl.push((k.replace('.', "/"), v.clone(), early));
+            let list = if early {
+                &mut sysctl_joined
+            } else {
+                &mut sysctl
+            };
+            list.push((k.replace('.', "/"), v.clone()));
         }
         let cache = opts.seccomp_cache.as_deref();
         let mut seccomp: Vec<_> = linux
@@ -219,16 +224,8 @@ impl Plan {
             attrs,
             hostname: spec.hostname.clone().filter(|h| !h.is_empty()),
             domainname: spec.domainname.clone(),
-            sysctl_joined: sysctl
-                .iter()
-                .filter(|s| s.2)
-                .map(|s| (s.0.clone(), s.1.clone()))
-                .collect(),
-            sysctl: sysctl
-                .iter()
-                .filter(|s| !s.2)
-                .map(|s| (s.0.clone(), s.1.clone()))
-                .collect(),
+            sysctl_joined,
+            sysctl,
             personality,
             hooks: spec.hooks.clone(),
             loopback_up: opts.loopback_up,
