@@ -30,6 +30,27 @@ fn create_fails(ctx: &Ctx, needles: &[&str]) -> Out {
     out
 }
 
+/// Rust's start-up reopens closed 0-2 on /dev/null, and moat's own entry point must too:
+/// otherwise the first file moat opens (here the `--log` file) takes fd 1, and what it
+/// prints on stdout (here `list`'s table) lands in that file.
+#[test]
+fn closed_stdout_is_reopened_on_dev_null() {
+    let dir = std::env::temp_dir().join(format!("moat-stdio-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("log.json");
+    let out = std::process::Command::new("/bin/sh")
+        .args(["-c", "exec \"$0\" --root \"$1\" --log \"$2\" list >&-"])
+        .arg(env!("CARGO_BIN_EXE_moat"))
+        .arg(dir.join("root"))
+        .arg(&log)
+        .output()
+        .unwrap();
+    let logged = fs::read_to_string(&log).unwrap_or_default();
+    let _ = fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(logged, "", "stdout went into the log file");
+}
+
 #[test]
 fn malformed_config_json() {
     if !require_root() {

@@ -16,8 +16,9 @@
 //! `--console-socket` paths mean what the caller meant.
 
 use std::ffi::{CString, OsString};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result};
 
@@ -185,21 +186,16 @@ impl<'a> Runsc<'a> {
         &self.argv
     }
 
-    fn command(&self) -> Command {
-        let mut c = Command::new(&self.gv.runsc);
-        c.args(&self.argv[1..]).env_clear().envs(environment());
-        c
-    }
-
-    /// Replaces moat with runsc. Returns only on failure.
-    pub fn exec(self) -> anyhow::Error {
-        if let Err(e) = sys::close_range_from(3, true) {
-            return anyhow::Error::from(e).context("close_range");
-        }
+    /// Path, argv and environment as `execve` takes them.
+    fn exec_args(&self) -> (CString, Vec<CString>, Vec<CString>) {
         let cstr = |b: Vec<u8>| CString::new(b).unwrap_or_default();
         let path = cstr(self.gv.runsc.as_os_str().as_bytes().to_vec());
-        let argv: Vec<CString> = self.argv.into_iter().map(|a| cstr(a.into_vec())).collect();
-        let envp: Vec<CString> = environment()
+        let argv = self
+            .argv
+            .iter()
+            .map(|a| cstr(a.clone().into_vec()))
+            .collect();
+        let envp = environment()
             .into_iter()
             .map(|(k, v)| {
                 let mut b = k.into_vec();
@@ -208,6 +204,22 @@ impl<'a> Runsc<'a> {
                 cstr(b)
             })
             .collect();
+        (path, argv, envp)
+    }
+
+    /// Starts runsc with `stdio` in place of moat's 0-2 where given.
+    fn spawn(&self, stdio: [Option<BorrowedFd<'_>>; 3]) -> Result<(i32, OwnedFd)> {
+        let (path, argv, envp) = self.exec_args();
+        sys::spawn(&path, &argv, &envp, stdio)
+            .with_context(|| format!("execute {}", self.gv.runsc.display()))
+    }
+
+    /// Replaces moat with runsc. Returns only on failure.
+    pub fn exec(self) -> anyhow::Error {
+        if let Err(e) = sys::close_range_from(3, true) {
+            return anyhow::Error::from(e).context("close_range");
+        }
+        let (path, argv, envp) = self.exec_args();
         let err = sys::execve(&path, &argv, &envp);
         anyhow::Error::from(err).context(format!("execute {}", self.gv.runsc.display()))
     }
@@ -233,28 +245,39 @@ impl<'a> Runsc<'a> {
         sys::close_range_from(3, true).context("close_range")?;
         let set = signal::forwarded_set();
         set.thread_block().context("block signals")?;
-        // std resets the signal mask in the child before it executes runsc.
-        let child = self
-            .command()
-            .spawn()
-            .with_context(|| format!("execute {}", self.gv.runsc.display()))?;
-        let pid = child.id() as i32;
-        let pidfd = sys::pidfd_open(pid).context("pidfd_open runsc")?;
+        // The child empties its signal mask before it executes runsc.
+        let (pid, pidfd) = self.spawn([None, None, None])?;
         // Signals stay blocked: a foreground `run` still has to delete after this.
         signal::forward_and_wait(pid, &pidfd, &set, None).context("wait for runsc")
     }
 
-    /// Runs runsc with stdin from /dev/null and captures its output.
+    /// Runs runsc with stdin from /dev/null and captures its output. stdout and stderr go
+    /// to anonymous files, read once runsc has exited: no pipe to drain while it runs.
     pub fn output(self) -> Result<Output> {
-        let out = self
-            .command()
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("execute {}", self.gv.runsc.display()))?;
+        let null = std::fs::File::open("/dev/null").context("open /dev/null")?;
+        let out = sys::memfd(c"runsc-stdout").context("memfd_create")?;
+        let err = sys::memfd(c"runsc-stderr").context("memfd_create")?;
+        let (pid, _pidfd) =
+            self.spawn([Some(null.as_fd()), Some(out.as_fd()), Some(err.as_fd())])?;
+        drop(null);
+        let status = sys::wait_pid(pid).context("wait for runsc")?;
+        let code = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            128
+        };
+        let read = |fd: OwnedFd| -> Result<Vec<u8>> {
+            let mut f = std::fs::File::from(fd);
+            f.seek(SeekFrom::Start(0))?;
+            let mut buf = Vec::new();
+            f.read_to_end(&mut buf)?;
+            Ok(buf)
+        };
         Ok(Output {
-            code: out.status.code().unwrap_or(128),
-            stdout: out.stdout,
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            code,
+            stdout: read(out).context("read runsc's output")?,
+            stderr: String::from_utf8_lossy(&read(err).context("read runsc's output")?)
+                .into_owned(),
         })
     }
 }
