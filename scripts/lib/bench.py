@@ -13,7 +13,11 @@ runtimes (A B C A B C ...), on one busybox bundle running /bin/true:
   gvisor      create -> start -> wait -> delete through `moat-gvisor` and through
               runsc called directly with the flags moat gives it, as pairs (the
               order alternating per iteration); moat's overhead is the median of
-              the per-pair differences of create + start + delete
+              the per-pair differences of create + start + delete. With tracefs, each
+              call's time outside runsc is measured too: the call minus the life of
+              the runsc process inside it (exec to exit, from the kernel's
+              sched_process_* tracepoints), which takes runsc's own ±30 ms out of the
+              difference while runsc still does the real work
 
 Waiting for exit: the driver is a child subreaper (like conmon and the
 containerd shim), so the container init is re-parented to it once `create`
@@ -37,6 +41,8 @@ import html
 import io
 import json
 import os
+import re
+import select
 import shutil
 import signal
 import statistics
@@ -97,6 +103,7 @@ class Runtime:
         self.wrapper_shell = job["crun_hybrid"]
         self.errf = tempfile.TemporaryFile(dir=job["workdir"])
         self.failures = 0
+        self.last_pid = None
 
     def cmd(self, *args):
         return [self.path, "--root", self.cur_root or self.root, *self.global_args, *args]
@@ -121,20 +128,36 @@ class Runtime:
         self.errf.truncate()
         t0 = time.perf_counter_ns()
         p = self.spawn(self.cmd(*args), stderr=self.errf)
-        try:
-            rc = p.wait(timeout=CALL_TIMEOUT)
-        except subprocess.TimeoutExpired:
+        self.last_pid = p.pid
+        if not wait_or_kill(p, CALL_TIMEOUT):
             # A runtime that hangs (youki 0.7's foreground run now and then) fails this
             # measurement instead of the whole benchmark.
-            p.kill()
-            p.wait()
             raise Failure(f"{self.name} {' '.join(args)}: no exit after {CALL_TIMEOUT}s, killed")
+        rc = p.returncode
         dt = time.perf_counter_ns() - t0
         if check and rc != 0:
             self.errf.seek(0)
             err = self.errf.read().decode(errors="replace").strip()
             raise Failure(f"{self.name} {' '.join(args)}: exit {rc}: {err[-500:]}")
         return dt
+
+
+def wait_or_kill(p, timeout):
+    """Waits for Popen p to exit, woken by its pidfd the moment it does; after
+    `timeout` seconds kills it and returns False. (Popen.wait(timeout=...) polls with
+    sleeps that double up to 50 ms, which rounds every measured call up to the next
+    poll: 1.5, 3.5, 7.5, ... 63.5 ms.)"""
+    fd = os.pidfd_open(p.pid)
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+    if not ready:
+        p.kill()
+        p.wait()
+        return False
+    p.wait()
+    return True
 
 
 def wait_exit(pid, timeout=30):
@@ -215,6 +238,75 @@ def quantile(vals, q):
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
+class RunscTracer:
+    """How long the runsc process inside a call lived, from exec to exit, read from
+    the kernel's sched_process_{fork,exec,exit} tracepoints in a private tracefs
+    instance (so other tracing on the host is untouched). A call's time outside runsc
+    is its wall time minus that: for moat-gvisor, moat's start-up, work, spawn and
+    wait; for runsc called directly, the driver's own spawn and wait."""
+
+    LINE = re.compile(r"^\s*.+-(\d+)\s+\[\d+\]\s+\S+\s+([\d.]+): (sched_process_\w+): (.*)$")
+
+    def __init__(self, work):
+        base = next((b for b in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+                     if os.path.isdir(os.path.join(b, "instances"))), None)
+        if base is None:
+            raise OSError("no tracefs with instances")
+        self.dir = os.path.join(base, "instances", f"moat-bench-{os.getpid()}")
+        os.mkdir(self.dir)
+        try:
+            self._write("buffer_size_kb", "8192")
+            self._write("trace_clock", "mono")
+            for ev in ("sched_process_fork", "sched_process_exec", "sched_process_exit"):
+                self._write(f"events/sched/{ev}/enable", "1")
+            self._write("tracing_on", "1")
+        except OSError:
+            self.close()
+            raise
+
+    def _write(self, name, value):
+        with open(os.path.join(self.dir, name), "w") as f:
+            f.write(value)
+
+    def take(self):
+        """The events since the last take, as (pid, seconds, event, fields)."""
+        with open(os.path.join(self.dir, "trace")) as f:
+            text = f.read()
+        self._write("trace", "")
+        out = []
+        for line in text.splitlines():
+            m = self.LINE.match(line)
+            if m:
+                fields = dict(re.findall(r"(\w+)=(\S+)", m.group(4)))
+                out.append((int(m.group(1)), float(m.group(2)), m.group(3), fields))
+        return out
+
+    def runsc_life_ns(self, root_pid):
+        """exec-to-exit of the first process under root_pid (itself included) that
+        executed a file named runsc; None when there was none."""
+        tree = {root_pid}
+        execd = None
+        for pid, ts, ev, f in self.take():
+            if ev == "sched_process_fork" and int(f.get("pid", -1)) in tree:
+                tree.add(int(f.get("child_pid", -1)))
+            elif (ev == "sched_process_exec" and execd is None and pid in tree
+                  and os.path.basename(f.get("filename", "")) == "runsc"):
+                execd = (pid, ts)
+            elif ev == "sched_process_exit" and execd and int(f.get("pid", -1)) == execd[0]:
+                return round((ts - execd[1]) * 1e9)
+        return None
+
+    def close(self):
+        try:
+            self._write("tracing_on", "0")
+        except OSError:
+            pass
+        try:
+            os.rmdir(self.dir)
+        except OSError as e:
+            note(f"warning: could not remove tracefs instance {self.dir}: {e}")
+
+
 class Bench:
     def __init__(self, job):
         self.job = job
@@ -231,6 +323,12 @@ class Bench:
         self.gvisor = [Runtime(100 + i, s, job) for i, s in enumerate(gv)] if gv else []
         noop = job.get("gvisor_noop")
         self.gvisor_noop_rt = Runtime(110, noop, job) if noop else None
+        self.tracer = None
+        if self.gvisor and "gvisor" in job["tests"]:
+            try:
+                self.tracer = RunscTracer(self.work)
+            except OSError as e:
+                note(f"*** NOTE: time outside runsc not measured: tracefs unusable ({e}) ***")
 
     def cid(self, rt, kind):
         self.seq += 1
@@ -395,18 +493,29 @@ class Bench:
         if rt.root_per_container:
             rt.cur_root = os.path.join(rt.root, cid, "runsc")
             os.makedirs(rt.cur_root)
+        outside = {}
+
+        def call(phase, *args):
+            if self.tracer:
+                self.tracer.take()
+            t = rt.call(*args)
+            life = self.tracer.runsc_life_ns(rt.last_pid) if self.tracer else None
+            if life is not None:
+                outside[phase] = t - life
+            return t
+
         try:
-            t_create = rt.call("create", "--bundle", bundle, "--pid-file", pidf, cid)
+            t_create = call("create", "create", "--bundle", bundle, "--pid-file", pidf, cid)
             created = True
             pid = read_pid(pidf)
-            t_start = rt.call("start", cid)
+            t_start = call("start", "start", cid)
             t0 = time.perf_counter_ns()
             wait_exit(pid)
             # The gofer and ptrace stubs are ours too; runsc's delete waits until they
             # are gone, which a zombie never is, so reap them as a shim or conmon does.
             reap_runsc()
             t_wait = time.perf_counter_ns() - t0
-            t_delete = rt.call("delete", cid)
+            t_delete = call("delete", "delete", cid)
             created = False
         finally:
             if created:
@@ -423,6 +532,10 @@ class Bench:
                      ("delete", t_delete), ("calls", t_create + t_start + t_delete),
                      ("cycle", t_create + t_start + t_wait + t_delete)):
             self.record(it, f"gvisor_{m}_ms", rt, v / 1e6)
+        if len(outside) == 3:
+            for m, v in outside.items():
+                self.record(it, f"gvisor_outside_{m}_ms", rt, v / 1e6)
+            self.record(it, "gvisor_outside_calls_ms", rt, sum(outside.values()) / 1e6)
 
     def gvisor_noop(self, it):
         """moat's own cost per call: moat-gvisor create/start/delete with /bin/true as
@@ -728,7 +841,9 @@ class Bench:
         rows = []
         rounds = 0
         for m in ("gvisor_cycle_ms", "gvisor_calls_ms", "gvisor_create_ms", "gvisor_start_ms",
-                  "gvisor_wait_ms", "gvisor_delete_ms"):
+                  "gvisor_wait_ms", "gvisor_delete_ms", "gvisor_outside_calls_ms",
+                  "gvisor_outside_create_ms", "gvisor_outside_start_ms",
+                  "gvisor_outside_delete_ms"):
             vals = {n: by.get(m, {}).get(n) for n in names}
             if not all(vals.values()):
                 continue
@@ -771,6 +886,12 @@ class Bench:
               f"moat's own overhead; runsc-engine-spec runs the engine's spec unchanged (no policy, "
               f"no --oci-seccomp), so {refs[0]} − runsc-engine-spec is what the policy costs inside "
               f"gVisor. CSV rows for differences hold median, min, max.")
+        if by.get("gvisor_outside_calls_ms"):
+            print()
+            print(f"gvisor_outside_* is each call's time outside the runsc process it ran (the call "
+                  f"minus runsc's exec-to-exit, from tracefs), so {moat} − {refs[0]} on it is moat's "
+                  f"overhead over calling runsc directly without runsc's own variation: moat's "
+                  f"start-up, work, spawn and wait, less the driver's own spawn and wait of runsc.")
         return rows
 
 
@@ -786,6 +907,8 @@ def main():
     except KeyboardInterrupt:
         return 130
     finally:
+        if bench.tracer:
+            bench.tracer.close()
         # Whatever is left in the runtime roots (interrupt, failure) goes.
         for rt in bench.runtimes + bench.gvisor:
             try:
