@@ -5,6 +5,7 @@ pub(crate) mod create;
 mod delete;
 mod events;
 pub(crate) mod exec;
+mod fast;
 mod features;
 mod kill;
 mod list;
@@ -119,6 +120,9 @@ pub type Result<T> = anyhow::Result<T>;
 fn parse() -> std::result::Result<Cli, clap::Error> {
     use clap::{CommandFactory, FromArgMatches};
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(cli) = fast::parse(&args) {
+        return Ok(cli);
+    }
     let version_only = args.len() > 1 && args[1..].iter().all(|a| a == "-v" || a == "--version");
     let cmd = match subcommand_name(&args) {
         Some(name) => light_command(name),
