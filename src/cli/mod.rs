@@ -119,7 +119,7 @@ pub type Result<T> = anyhow::Result<T>;
 /// Help, an unknown or missing subcommand get the whole tree (usage, suggestions).
 fn parse() -> std::result::Result<Cli, clap::Error> {
     use clap::{CommandFactory, FromArgMatches};
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let args = crate::linux::sys::args();
     if let Some(cli) = fast::parse(&args) {
         return Ok(cli);
     }

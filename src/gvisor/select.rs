@@ -60,7 +60,8 @@ pub struct Selection {
 
 /// True when moat was invoked through the `moat-gvisor` alias.
 pub fn invoked_as_alias() -> bool {
-    std::env::args_os()
+    crate::linux::sys::args()
+        .into_iter()
         .next()
         .map(PathBuf::from)
         .and_then(|p| p.file_name().map(|n| n == ALIAS))

@@ -452,7 +452,10 @@ pub fn write_proc(path: &str, value: &str) -> io::Result<()> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
     let fs = sys::fstatfs(f.as_fd())?;
-    if fs.f_type != libc::PROC_SUPER_MAGIC {
+    // f_type and the magic are i64 under glibc, unsigned under musl.
+    #[allow(clippy::unnecessary_cast)]
+    let not_proc = fs.f_type as u64 != libc::PROC_SUPER_MAGIC as u64;
+    if not_proc {
         return Err(io::Error::other(format!("{path} is not on procfs")));
     }
     f.write_all(value.as_bytes())
@@ -464,10 +467,10 @@ mod tests {
 
     #[test]
     fn rlimit_and_policy_names() {
-        assert_eq!(
-            rlimit_resource("RLIMIT_NOFILE"),
-            Some(libc::RLIMIT_NOFILE as i32)
-        );
+        // RLIMIT_* are u32 under glibc, i32 under musl.
+        #[allow(clippy::unnecessary_cast)]
+        let nofile = libc::RLIMIT_NOFILE as i32;
+        assert_eq!(rlimit_resource("RLIMIT_NOFILE"), Some(nofile));
         assert_eq!(rlimit_resource("RLIMIT_BOGUS"), None);
         assert_eq!(sched_policy("SCHED_IDLE"), Some(5));
         assert_eq!(sched_policy("SCHED_NOPE"), None);

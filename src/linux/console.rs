@@ -77,7 +77,8 @@ pub fn send_master(
 /// Makes the peer the controlling terminal and stdio of the init (after setsid).
 pub fn make_stdio(peer: &OwnedFd) -> Result<(), InitFailure> {
     sys::setsid().step(Step::Console, || "setsid".into())?;
-    sys::ioctl_int(peer.as_fd(), libc::TIOCSCTTY, 0).step(Step::Console, || "TIOCSCTTY".into())?;
+    sys::ioctl_int(peer.as_fd(), libc::TIOCSCTTY as libc::Ioctl, 0)
+        .step(Step::Console, || "TIOCSCTTY".into())?;
     for target in 0..3 {
         sys::dup2(peer.as_fd(), target)
             .step(Step::Console, || format!("dup2 pty to fd {target}"))?;

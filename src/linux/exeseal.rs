@@ -35,7 +35,8 @@ pub fn ensure() -> io::Result<()> {
     if is_protected(&exe) {
         return Ok(());
     }
-    let argv: Vec<CString> = std::env::args_os()
+    let argv: Vec<CString> = sys::args()
+        .into_iter()
         .map(|a| CString::new(a.as_bytes()).unwrap_or_default())
         .collect();
     let envp: Vec<CString> = std::env::vars_os()

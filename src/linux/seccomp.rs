@@ -510,6 +510,16 @@ pub fn install(filter: &Filter) -> std::io::Result<Option<OwnedFd>> {
     crate::linux::sys::seccomp_set_filter(filter.flags, &filter.prog)
 }
 
+/// Debian's `libseccomp.a` is built against glibc with `_FORTIFY_SOURCE`, and its text
+/// (PFC) export, which moat never calls, references glibc's `__fprintf_chk`. musl has no
+/// such symbol; this one satisfies the static link and aborts if ever reached.
+#[cfg(target_env = "musl")]
+#[allow(unsafe_code)] // `no_mangle`: the symbol the C library links against.
+#[no_mangle]
+extern "C" fn __fprintf_chk() -> std::ffi::c_int {
+    std::process::abort()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -273,11 +273,18 @@ pub fn loopback_up() -> Result<()> {
         *d = *s as libc::c_char;
     }
     // SAFETY: SIOCGIFFLAGS fills ifr_flags of a valid ifreq.
-    check_int(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) })?;
+    check_int(unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCGIFFLAGS as libc::Ioctl,
+            &mut req,
+        )
+    })?;
     // SAFETY: reading and writing the flags member of the union SIOCGIFFLAGS filled.
     unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
     // SAFETY: SIOCSIFFLAGS reads a valid ifreq.
-    check_int(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) }).map(drop)
+    check_int(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as libc::Ioctl, &req) })
+        .map(drop)
 }
 
 /// A raw syscall whose arguments are all integers or NULL pointers: the kernel validates
@@ -354,11 +361,33 @@ pub fn fexecve(fd: BorrowedFd<'_>, argv: &[CString], envp: &[CString]) -> io::Er
     io::Error::last_os_error()
 }
 
-/// What Rust's own start-up would have done, for moat's C `main` (`src/main.rs`):
-/// SIGPIPE ignored, so that a write to a closed pipe is an error rather than death, and
-/// descriptors 0-2 opened on /dev/null when closed, so that no file moat opens later
-/// takes their place and receives output meant for a terminal.
-pub fn process_init() {
+/// The command line `main` received.
+static ARGS: std::sync::OnceLock<Vec<std::ffi::OsString>> = std::sync::OnceLock::new();
+
+/// moat's command line: what `main` received, or std's view of it where moat did not
+/// start through its own `main` (unit tests).
+pub fn args() -> Vec<std::ffi::OsString> {
+    ARGS.get()
+        .cloned()
+        .unwrap_or_else(|| std::env::args_os().collect())
+}
+
+/// What Rust's own start-up would have done, for moat's C `main` (`src/main.rs`): keep
+/// the command line (std finds it by itself under glibc only; musl hands it to `main`
+/// alone), ignore SIGPIPE, so that a write to a closed pipe is an error rather than
+/// death, and open descriptors 0-2 on /dev/null when closed, so that no file moat opens
+/// later takes their place and receives output meant for a terminal.
+///
+/// # Safety
+/// `argv` must hold `argc` valid NUL-terminated strings, as libc passes to `main`.
+pub unsafe fn process_init(argc: libc::c_int, argv: *const *const libc::c_char) {
+    use std::os::unix::ffi::OsStrExt;
+    let args = (0..argc.max(0) as usize)
+        // SAFETY: the caller guarantees argc valid strings.
+        .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) })
+        .map(|a| std::ffi::OsStr::from_bytes(a.to_bytes()).to_os_string())
+        .collect();
+    let _ = ARGS.set(args);
     // SAFETY: setting a disposition to SIG_IGN and polling three fds are always valid.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
@@ -650,11 +679,7 @@ pub fn fchdir(fd: BorrowedFd<'_>) -> Result<()> {
     check_int(unsafe { libc::fchdir(fd.as_raw_fd()) }).map(drop)
 }
 
-pub fn ioctl_int(
-    fd: BorrowedFd<'_>,
-    req: libc::c_ulong,
-    arg: libc::c_ulong,
-) -> Result<libc::c_int> {
+pub fn ioctl_int(fd: BorrowedFd<'_>, req: libc::Ioctl, arg: libc::c_ulong) -> Result<libc::c_int> {
     // SAFETY: requests used with this helper take an integer (or no) argument.
     check_int(unsafe { libc::ioctl(fd.as_raw_fd(), req, arg) })
 }
@@ -696,20 +721,12 @@ pub fn prlimit(pid: libc::pid_t, resource: libc::c_int, soft: u64, hard: u64) ->
         rlim_max: hard,
     };
     // SAFETY: new points at a valid rlimit64; old is NULL.
-    check_int(unsafe {
-        libc::prlimit64(
-            pid,
-            resource as libc::__rlimit_resource_t,
-            &new,
-            std::ptr::null_mut(),
-        )
-    })
-    .map(drop)
+    check_int(unsafe { libc::prlimit64(pid, resource as _, &new, std::ptr::null_mut()) }).map(drop)
 }
 
 /// Opens the peer (slave) end of a pty master without a path lookup (TIOCGPTPEER).
 pub fn pty_peer(master: BorrowedFd<'_>) -> Result<OwnedFd> {
-    const TIOCGPTPEER: libc::c_ulong = 0x5441;
+    const TIOCGPTPEER: libc::Ioctl = 0x5441;
     let fd = ioctl_int(
         master,
         TIOCGPTPEER,
@@ -1052,7 +1069,21 @@ mod tests {
     fn run(argv: &[&str]) -> Result<(i32, String)> {
         let out = memfd(c"test-out")?;
         let cs: Vec<CString> = argv.iter().map(|a| CString::new(*a).unwrap()).collect();
-        let (pid, _pidfd) = spawn(&cs[0], &cs, &[], [None, Some(out.as_fd()), None])?;
+        let (pid, pidfd) = spawn(&cs[0], &cs, &[], [None, Some(out.as_fd()), None])?;
+        // The pidfd from clone refers to the child (musl's clone passes it through too).
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on our own pidfd, writing a local siginfo.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        assert_eq!(r, 0, "waitid on the pidfd: {}", io::Error::last_os_error());
+        // SAFETY: si_pid of a siginfo filled by waitid.
+        assert_eq!(unsafe { info.si_pid() }, pid);
         let status = wait_pid(pid)?;
         let mut f = std::fs::File::from(out);
         f.rewind().unwrap();
