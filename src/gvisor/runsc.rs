@@ -254,6 +254,7 @@ impl<'a> Runsc<'a> {
     /// Runs runsc with stdin from /dev/null and captures its output. stdout and stderr go
     /// to anonymous files, read once runsc has exited: no pipe to drain while it runs.
     pub fn output(self) -> Result<Output> {
+        sys::close_range_from(3, true).context("close_range")?;
         let null = std::fs::File::open("/dev/null").context("open /dev/null")?;
         let out = sys::memfd(c"runsc-stdout").context("memfd_create")?;
         let err = sys::memfd(c"runsc-stderr").context("memfd_create")?;
