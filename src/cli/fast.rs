@@ -5,11 +5,11 @@
 //! the reference host, the largest part of a short call such as `start` after the
 //! process start itself (docs/gvisor.md). This parser accepts a strict subset of what
 //! clap accepts: each flag at most once, as `--name value` or `--name=value` (short
-//! `-b`, `-f`, `-a` on their own), no value starting with `-`, UTF-8 where the field is
-//! a `String`. Anything else (help, `--version`, `--`, an unknown or repeated flag, a
-//! missing or extra argument) returns `None` and clap parses the command line, with its
-//! errors and help. The tests check that whatever this parser accepts, clap parses to
-//! the same `Cli`.
+//! `-b`, `-f`, `-a` on their own), no value empty or starting with `-`, UTF-8 where the
+//! field is a `String`. Anything else (help, `--version`, `--`, an unknown or repeated
+//! flag, a missing or extra argument) returns `None` and clap parses the command line,
+//! with its errors and help. The tests check that whatever this parser accepts, clap
+//! parses to the same `Cli`.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -26,7 +26,7 @@ fn split(arg: &OsStr) -> (&[u8], Option<&OsStr>) {
     }
 }
 
-/// A flag's value: inline (`--x=v`) or the next token, which must not look like a flag.
+/// A flag's value: inline (`--x=v`) or the next token; not empty, not looking like a flag.
 fn value<'a>(
     inline: Option<&'a OsStr>,
     rest: &mut impl Iterator<Item = &'a OsString>,
@@ -35,7 +35,8 @@ fn value<'a>(
         Some(v) => v,
         None => rest.next()?.as_os_str(),
     };
-    (!v.as_bytes().starts_with(b"-")).then_some(v)
+    // clap refuses an empty path and treats a leading '-' as the next flag.
+    (!v.is_empty() && !v.as_bytes().starts_with(b"-")).then_some(v)
 }
 
 fn utf8(v: &OsStr) -> Option<String> {
@@ -257,6 +258,9 @@ mod tests {
             "list",
             "--debug=true start c1",
             "--root",
+            "--root= start c1",
+            "create --bundle= c1",
+            "--log-format= state c1",
         ] {
             assert!(!same(line), "{line:?} should go to clap");
         }
