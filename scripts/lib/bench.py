@@ -247,7 +247,7 @@ class RunscTracer:
 
     LINE = re.compile(r"^\s*.+-(\d+)\s+\[\d+\]\s+\S+\s+([\d.]+): (sched_process_\w+): (.*)$")
 
-    def __init__(self, work):
+    def __init__(self):
         base = next((b for b in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
                      if os.path.isdir(os.path.join(b, "instances"))), None)
         if base is None:
@@ -330,7 +330,7 @@ class Bench:
         self.tracer = None
         if self.gvisor and "gvisor" in job["tests"]:
             try:
-                self.tracer = RunscTracer(self.work)
+                self.tracer = RunscTracer()
             except OSError as e:
                 note(f"*** NOTE: time outside runsc not measured: tracefs unusable ({e}) ***")
 

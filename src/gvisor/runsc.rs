@@ -261,11 +261,11 @@ impl<'a> Runsc<'a> {
         let (pid, _pidfd) =
             self.spawn([Some(null.as_fd()), Some(out.as_fd()), Some(err.as_fd())])?;
         drop(null);
-        let status = sys::wait_pid(pid).context("wait for runsc")?;
-        let code = if libc::WIFEXITED(status) {
-            libc::WEXITSTATUS(status)
-        } else {
-            128
+        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None)
+            .context("wait for runsc")?;
+        let code = match status {
+            nix::sys::wait::WaitStatus::Exited(_, c) => c,
+            _ => 128,
         };
         let read = |fd: OwnedFd| -> Result<Vec<u8>> {
             let mut f = std::fs::File::from(fd);

@@ -47,6 +47,35 @@ fn same_limit(got: &str, want: i64) -> bool {
     got == want.to_string() || (want < 0 && (got == "max" || got == "9223372036854771712"))
 }
 
+/// `<who> pids.max` and `<who> memory limit` of a cgroup against the wanted limits.
+fn limits(
+    add: &mut impl FnMut(&str, String, String, bool),
+    who: &str,
+    cg: &Cgroup,
+    pids: Option<i64>,
+    memory: Option<i64>,
+) {
+    if let Some(want) = pids {
+        let got = cg.read_pids_max().unwrap_or_else(|| "unreadable".into());
+        add(
+            &format!("{who} pids.max"),
+            want.to_string(),
+            got.clone(),
+            got == want.to_string(),
+        );
+    }
+    if let Some(want) = memory {
+        let got = read(cg, "memory", "memory.limit_in_bytes", "memory.max")
+            .unwrap_or_else(|| "unreadable".into());
+        add(
+            &format!("{who} memory limit"),
+            want.to_string(),
+            got.clone(),
+            same_limit(&got, want),
+        );
+    }
+}
+
 pub fn checks(g: &Global, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result<Vec<Check>> {
     let mut out = Vec::new();
     let mut add = |check: &str, expected: String, actual: String, ok: bool| {
@@ -144,25 +173,9 @@ pub fn checks(g: &Global, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Res
     }
     let res = spec.linux().resources.clone().unwrap_or_default();
     if let Some(cg) = &cg {
-        if let Some(p) = res.pids.as_ref().filter(|p| p.limit > 0) {
-            let got = cg.read_pids_max().unwrap_or_else(|| "unreadable".into());
-            add(
-                "sandbox pids.max",
-                p.limit.to_string(),
-                got.clone(),
-                got == p.limit.to_string(),
-            );
-        }
-        if let Some(m) = res.memory.as_ref().and_then(|m| m.limit) {
-            let got = read(cg, "memory", "memory.limit_in_bytes", "memory.max")
-                .unwrap_or_else(|| "unreadable".into());
-            add(
-                "sandbox memory limit",
-                m.to_string(),
-                got.clone(),
-                same_limit(&got, m),
-            );
-        }
+        let pids = res.pids.as_ref().map(|p| p.limit).filter(|&l| l > 0);
+        let memory = res.memory.as_ref().and_then(|m| m.limit);
+        limits(&mut add, "sandbox", cg, pids, memory);
     }
     if restricted {
         let cfg = crate::policy::Config::load()?;
@@ -180,27 +193,9 @@ pub fn checks(g: &Global, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Res
                     path: fleet.clone(),
                     ..cg.clone()
                 };
-                if let Some(p) = &budget.pids {
-                    let got = parent
-                        .read_pids_max()
-                        .unwrap_or_else(|| "unreadable".into());
-                    add(
-                        "fleet pids.max",
-                        p.limit.to_string(),
-                        got.clone(),
-                        got == p.limit.to_string(),
-                    );
-                }
-                if let Some(m) = budget.memory.as_ref().and_then(|m| m.limit) {
-                    let got = read(&parent, "memory", "memory.limit_in_bytes", "memory.max")
-                        .unwrap_or_else(|| "unreadable".into());
-                    add(
-                        "fleet memory limit",
-                        m.to_string(),
-                        got.clone(),
-                        same_limit(&got, m),
-                    );
-                }
+                let pids = budget.pids.as_ref().map(|p| p.limit);
+                let memory = budget.memory.as_ref().and_then(|m| m.limit);
+                limits(&mut add, "fleet", &parent, pids, memory);
             }
         }
     }

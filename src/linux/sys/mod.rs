@@ -513,17 +513,10 @@ pub fn spawn(
     };
     let pidfd = owned(pidfd as libc::c_long);
     if args.errno != 0 {
-        let _ = wait_pid(pid);
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
         return Err(io::Error::from_raw_os_error(args.errno));
     }
     Ok((pid, pidfd))
-}
-
-/// Reaps `pid` and returns its wait status.
-pub fn wait_pid(pid: libc::pid_t) -> Result<libc::c_int> {
-    let mut status = 0;
-    // SAFETY: waitpid writes the status into a local.
-    retry(|| check_int(unsafe { libc::waitpid(pid, &mut status, 0) })).map(|_| status)
 }
 
 /// `memfd_create(name, MFD_CLOEXEC)`: an anonymous file, for a child's captured output.
@@ -1084,12 +1077,15 @@ mod tests {
         assert_eq!(r, 0, "waitid on the pidfd: {}", io::Error::last_os_error());
         // SAFETY: si_pid of a siginfo filled by waitid.
         assert_eq!(unsafe { info.si_pid() }, pid);
-        let status = wait_pid(pid)?;
+        let code = match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None)? {
+            nix::sys::wait::WaitStatus::Exited(_, c) => c,
+            other => panic!("{other:?}"),
+        };
         let mut f = std::fs::File::from(out);
         f.rewind().unwrap();
         let mut s = String::new();
         f.read_to_string(&mut s).unwrap();
-        Ok((libc::WEXITSTATUS(status), s))
+        Ok((code, s))
     }
 
     #[test]
