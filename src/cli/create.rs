@@ -61,7 +61,9 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
     });
     let mut spec = Spec::load(&bundle)?;
     let cfg = policy::Config::load()?;
-    let decision = policy::apply(&mut spec, &cfg, &a.id)?;
+    let facts = crate::linux::namespaces::floor_facts(&spec);
+    let decision = policy::apply(&mut spec, &cfg, &facts, &a.id)?;
+    decision.warn_ignored();
     if spec.process().apparmor_profile.as_deref() == Some(policy::APPARMOR_PROFILE_NAME) {
         apparmor::ensure_loaded(policy::APPARMOR_PROFILE_NAME, policy::APPARMOR_PROFILE)
             .context("load moat's AppArmor profile")?;

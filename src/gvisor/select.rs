@@ -9,8 +9,9 @@
 //! | 3 | `MOAT_RUNTIME` in moat's environment (daemon-wide default, tests) | either; `native` cannot undo 2 or 4 |
 //! | 4 | `runtime` in the config file ([`super::config`]) | either |
 //!
-//! Moving a container off gVisor where the operator chose it needs the config's
-//! permission, which comes with the policy configuration; until then it is refused.
+//! Annotations only tighten: `moat.runtime=native` cannot move a container off gVisor
+//! where the operator chose it. The operator does that with a name: an alias whose
+//! `[alias.NAME.gvisor]` sets `runtime = "native"` (`policy::config`).
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -84,16 +85,21 @@ pub fn operator_choice(
         Some(format!("{ENV}=gvisor"))
     } else if config.runtime.as_deref() == Some("gvisor") {
         Some(format!(
-            "runtime = \"gvisor\" in {}",
-            config.source.display()
+            "runtime = \"gvisor\" in {}{}",
+            config.source.display(),
+            config
+                .policy
+                .alias
+                .as_ref()
+                .map_or(String::new(), |a| format!(" [alias.{a}]"))
         ))
     } else {
         None
     };
     if let (Some("native"), Some(r)) = (env, &reason) {
         bail!(
-            "{ENV}=native refused: gVisor is required here ({r}), and moving a container \
-             off gVisor needs the config's permission, which this moat does not support yet"
+            "{ENV}=native refused: gVisor is required here ({r}); the operator moves containers \
+             off gVisor with an alias whose [alias.NAME.gvisor] sets runtime = \"native\""
         );
     }
     Ok(reason)
@@ -108,8 +114,8 @@ pub fn decide(operator: Option<String>, annotation: Option<&str>) -> Result<Opti
             None => Ok(None),
             Some(r) => bail!(
                 "annotation {RUNTIME_ANNOTATION}=native refused: this container must run under \
-                 gVisor ({r}); moving it off gVisor needs the config's permission, which this \
-                 moat does not support yet"
+                 gVisor ({r}); annotations may only tighten, and the operator moves containers \
+                 off gVisor with an alias whose [alias.NAME.gvisor] sets runtime = \"native\""
             ),
         },
         Some(other) => bail!("annotation {RUNTIME_ANNOTATION}={other:?}: want gvisor or native"),
@@ -303,7 +309,9 @@ pub fn prepare(
         .and_then(|p| p.apparmor_profile.clone());
     let engine_mounts = spec.mounts.len();
     let cfg = &sel.config.policy;
-    let mut decision = crate::policy::apply(&mut spec, cfg, id)?;
+    let facts = crate::linux::namespaces::floor_facts(&spec);
+    let mut decision = crate::policy::apply(&mut spec, cfg, &facts, id)?;
+    decision.warn_ignored();
     super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
     let runsc = find_runsc(&sel.config)?;
     let network = network_mode(&spec)?;

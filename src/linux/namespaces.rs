@@ -196,6 +196,43 @@ fn helper(name: &str, pid: i32, maps: &[IdMapping]) -> io::Result<()> {
     }
 }
 
+/// Host facts for the RESTRICTED floor (`policy::FloorFacts`), read on the host before the
+/// policy runs: moat's own pid, network, ipc and uts namespaces, the ones the spec names by
+/// path (`stat` follows the nsfs magic link to the namespace itself), and whether the host
+/// is cgroup v2. Five `stat`s; nothing is opened.
+pub fn floor_facts(spec: &Spec) -> crate::policy::FloorFacts {
+    use std::os::unix::fs::MetadataExt;
+    let ids = |p: &str| {
+        std::fs::metadata(p)
+            .map(|m| (m.dev(), m.ino()))
+            .map_err(|e| {
+                let s = e.to_string();
+                s.split(" (os error ").next().unwrap_or(&s).to_string()
+            })
+    };
+    let proc_name = |t: &str| if t == "network" { "net" } else { t }.to_string();
+    let types = crate::policy::config::HOST_NAMESPACE_TYPES;
+    crate::policy::FloorFacts {
+        host_ns: types
+            .iter()
+            .filter_map(|t| {
+                ids(&format!("/proc/self/ns/{}", proc_name(t)))
+                    .ok()
+                    .map(|i| (*t, i))
+            })
+            .collect(),
+        ns_paths: spec
+            .linux()
+            .namespaces
+            .iter()
+            .filter(|n| types.contains(&n.typ.as_str()))
+            .filter_map(|n| n.path.as_ref().map(|p| (p.clone(), ids(p))))
+            .collect(),
+        cgroup_v2: nix::sys::statfs::statfs("/sys/fs/cgroup")
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC),
+    }
+}
+
 /// Which namespace a sysctl key lives in; `None` for host-global keys.
 pub fn sysctl_namespace(key: &str) -> Option<libc::c_int> {
     const IPC: [&str; 7] = [
