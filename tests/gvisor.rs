@@ -767,3 +767,46 @@ fn host_network_refused_under_restricted_and_explained() {
         "{text}"
     );
 }
+
+/// Docker's `--network host` passes the host's network namespace by path: under RESTRICTED
+/// the policy's floor refuses it, and where `[restricted] host_namespaces` lets it through
+/// natively, gVisor still refuses it (runsc would serve it with host sockets).
+#[test]
+fn host_netns_path_refused_under_restricted() {
+    if !usable("host_netns_path_refused_under_restricted") {
+        return;
+    }
+    let mut e = Env::new("netpath");
+    let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["true"]);
+    let spec_path = bundle.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&spec_path).unwrap()).unwrap();
+    let ns = spec["linux"]["namespaces"].as_array_mut().unwrap();
+    ns.retain(|n| n["type"] != "network");
+    ns.push(serde_json::json!({"type": "network",
+                               "path": format!("/proc/{}/ns/net", std::process::id())}));
+    std::fs::write(&spec_path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let allowed = e.dir.join("hostnet.toml");
+    std::fs::write(&allowed, "[restricted]\nhost_namespaces = [\"network\"]\n").unwrap();
+    for (cfg, want) in [
+        (
+            None,
+            "the host's network namespace is refused under RESTRICTED",
+        ),
+        (Some(&allowed), "shares the host's network"),
+    ] {
+        let id = e.id("c");
+        let mut c = e.moat();
+        if let Some(cfg) = cfg {
+            c.env("MOAT_CONFIG", cfg);
+        }
+        let o = output(
+            c.args(["create", "--bundle", bundle.to_str().unwrap(), &id]),
+            &e.dir,
+        );
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains(want), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(!e.root().join(&id).exists(), "nothing left behind");
+    }
+}
