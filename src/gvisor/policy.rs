@@ -68,6 +68,23 @@ pub fn adjust(
         ));
     }
     d.not_applied.extend(ignored(spec));
+    // This container runs under gVisor: a `moat.runtime=native` annotation asked to leave
+    // it, and annotations only tighten (`gvisor::select::decide`).
+    if let Some(v) = spec
+        .annotations
+        .get(super::select::RUNTIME_ANNOTATION)
+        .filter(|v| *v == "native")
+    {
+        d.changes.push(Change {
+            field: format!("annotations.{}", super::select::RUNTIME_ANNOTATION),
+            action: "ignored",
+            detail: format!(
+                "{}={v} would leave gVisor, which the operator chose",
+                super::select::RUNTIME_ANNOTATION
+            ),
+            reason: crate::policy::IGNORED_ANNOTATION,
+        });
+    }
     Ok(())
 }
 

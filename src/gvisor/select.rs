@@ -4,7 +4,7 @@
 //!
 //! | order | source | may choose |
 //! |---|---|---|
-//! | 1 | annotation `moat.runtime` in config.json | `gvisor` always; `native` only where nothing below chose gVisor |
+//! | 1 | annotation `moat.runtime` in config.json | `gvisor` always; `native` only where nothing below chose gVisor (elsewhere ignored and reported) |
 //! | 2 | argv[0] basename `moat-gvisor` (a symlink used as an engine's runtime path) | gVisor |
 //! | 3 | `MOAT_RUNTIME` in moat's environment (daemon-wide default, tests) | either; `native` cannot undo 2 or 4 |
 //! | 4 | `runtime` in the config file ([`super::config`]) | either |
@@ -105,19 +105,14 @@ pub fn operator_choice(
     Ok(reason)
 }
 
-/// Applies the annotation to the operator's choice.
+/// Applies the annotation to the operator's choice. Annotations only tighten: `native`
+/// where the operator chose gVisor is ignored (and reported by `policy::adjust`), as the
+/// policy ignores a loosening `moat.*` annotation.
 pub fn decide(operator: Option<String>, annotation: Option<&str>) -> Result<Option<String>> {
     match annotation {
         None => Ok(operator),
         Some("gvisor") => Ok(Some(format!("annotation {RUNTIME_ANNOTATION}=gvisor"))),
-        Some("native") => match operator {
-            None => Ok(None),
-            Some(r) => bail!(
-                "annotation {RUNTIME_ANNOTATION}=native refused: this container must run under \
-                 gVisor ({r}); annotations may only tighten, and the operator moves containers \
-                 off gVisor with an alias whose [alias.NAME.gvisor] sets runtime = \"native\""
-            ),
-        },
+        Some("native") => Ok(operator),
         Some(other) => bail!("annotation {RUNTIME_ANNOTATION}={other:?}: want gvisor or native"),
     }
 }
@@ -311,8 +306,8 @@ pub fn prepare(
     let cfg = &sel.config.policy;
     let facts = crate::linux::namespaces::floor_facts(&spec);
     let mut decision = crate::policy::apply(&mut spec, cfg, &facts, id)?;
-    decision.warn_ignored();
     super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
+    decision.warn_ignored();
     let runsc = find_runsc(&sel.config)?;
     let network = network_mode(&spec)?;
     let cwd = std::env::current_dir().context("getcwd")?;
@@ -426,12 +421,9 @@ mod tests {
         assert!(decide(None, Some("gvisor")).unwrap().is_some());
         assert_eq!(decide(None, Some("native")).unwrap(), None);
         assert!(decide(Some("x".into()), Some("gvisor")).unwrap().is_some());
-        let e = decide(Some(format!("invoked as {ALIAS}")), Some("native")).unwrap_err();
-        let e = e.to_string();
-        assert!(
-            e.contains("moat.runtime=native") && e.contains(ALIAS),
-            "{e}"
-        );
+        // Annotations only tighten: native under the operator's gVisor is ignored.
+        let r = decide(Some(format!("invoked as {ALIAS}")), Some("native")).unwrap();
+        assert!(r.unwrap().contains(ALIAS));
         assert!(decide(None, Some("runc")).is_err());
     }
 
