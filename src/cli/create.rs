@@ -107,6 +107,7 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         fleet: policy::fleet_budget(&cfg).filter(|_| !rootless),
         idmap_rootfs: userns_range.is_some(),
         rootless,
+        host_ns_refused: policy::refused_host_namespaces(&decision, &cfg, &facts),
     };
     let created = process::create(&spec, &opts, &dir).and_then(|c| {
         dir.save_file(

@@ -120,6 +120,35 @@ impl Plan {
         Ok(plan)
     }
 
+    /// RESTRICTED: none of the fds to join may be one of `refused` (the host's namespaces
+    /// the policy refuses, by type and (st_dev, st_ino)). The policy looked at the paths
+    /// with `stat` before they were opened here; this looks at what will be joined, so a
+    /// path that changed in between (a pid reused, a bind replaced) cannot bring the host's
+    /// namespace in.
+    pub fn refuse_host(
+        &self,
+        refused: &[(&'static str, crate::policy::NsId)],
+    ) -> Result<(), NsError> {
+        for j in &self.joins {
+            let st = sys::fstat(std::os::fd::AsFd::as_fd(&j.fd)).map_err(|e| NsError {
+                field: "linux.namespaces".into(),
+                reason: format!("fstat {}: {e}", j.path),
+            })?;
+            let id = (st.st_dev, st.st_ino);
+            if let Some((typ, _)) = refused.iter().find(|(t, h)| flag(t) == j.flag && *h == id) {
+                return Err(NsError {
+                    field: "linux.namespaces".into(),
+                    reason: format!(
+                        "{} (opened): the host's {typ} namespace is refused under RESTRICTED \
+                         (allow with [restricted] host_namespaces = [\"{typ}\"])",
+                        j.path
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     pub fn has_new(&self, f: libc::c_int) -> bool {
         self.new & f != 0
     }

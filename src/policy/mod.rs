@@ -261,6 +261,25 @@ pub fn apply(
     Ok(d)
 }
 
+/// The host namespaces a RESTRICTED container must not join, for the check on the opened
+/// fds (`linux::namespaces::Plan::refuse_host`): every floor type `[restricted]
+/// host_namespaces` does not list. Empty under OPEN.
+pub fn refused_host_namespaces(
+    d: &Decision,
+    cfg: &Config,
+    facts: &FloorFacts,
+) -> Vec<(&'static str, NsId)> {
+    if d.policy != Mode::Restricted.as_str() || test_bypass() {
+        return Vec::new();
+    }
+    facts
+        .host_ns
+        .iter()
+        .filter(|(t, _)| !cfg.host_namespaces.iter().any(|c| c == t))
+        .copied()
+        .collect()
+}
+
 /// RESTRICTED: the container does not share the host's pid, network, ipc or uts namespace
 /// (no entry, or a path to the namespace moat itself runs in) unless `[restricted]
 /// host_namespaces` names the type. Without its own pid namespace container root (host
@@ -1090,6 +1109,25 @@ mod tests {
         let mut s = with_ns("network", Some("/proc/1/ns/net"));
         s.annotations.insert("moat.network".into(), "none".into());
         apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
+    }
+
+    #[test]
+    fn the_fd_check_gets_every_host_namespace_the_config_does_not_allow() {
+        let cfg = Config {
+            host_namespaces: vec!["uts".into()],
+            ..Config::default()
+        };
+        let d = apply(&mut podman_like(), &cfg, &facts(), "c1").unwrap();
+        let refused = refused_host_namespaces(&d, &cfg, &facts());
+        let types: Vec<&str> = refused.iter().map(|r| r.0).collect();
+        assert_eq!(types, ["pid", "network", "ipc"]);
+        assert_eq!(refused[1].1, (4, 0xeffffff8));
+        let open = Config {
+            default_policy: Mode::Open,
+            ..Config::default()
+        };
+        let d = apply(&mut podman_like(), &open, &facts(), "c1").unwrap();
+        assert!(refused_host_namespaces(&d, &open, &facts()).is_empty());
     }
 
     fn mount(dest: &str, typ: &str, source: &str, opts: &[&str]) -> Mount {
