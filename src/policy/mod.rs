@@ -181,7 +181,8 @@ fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
                 "engine" => cfg.userns_auto,
                 _ => return Err(bad()),
             },
-            // Chosen (and a loosening refused) with the backend: `gvisor::select`.
+            // Chosen with the backend (`gvisor::select`); `native` leaving the operator's
+            // gVisor is ignored and reported there (`gvisor::policy::adjust`).
             "moat.runtime" => {
                 if v != "gvisor" && v != "native" {
                     return Err(bad());
