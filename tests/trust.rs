@@ -304,3 +304,43 @@ fn a_namespace_path_swapped_after_the_policy_looked_is_caught_on_the_fd() {
     }
     infra.kill("KILL");
 }
+
+/// `-v /sys:/hostsys` (rbind, ro): runc semantics make only the top mount read-only, and
+/// the host's cgroup v1 hierarchies below it stay writable, where container root (uid 0,
+/// no capabilities) may create cgroups or rewrite the host's limits. RESTRICTED makes the
+/// whole tree read-only.
+#[test]
+fn a_host_sys_bind_is_read_only_all_the_way_down() {
+    if !require_root() {
+        return;
+    }
+    if !std::path::Path::new("/sys/fs/cgroup/pids/cgroup.procs").exists() {
+        eprintln!("SKIPPED: no cgroup v1 pids hierarchy under /sys to probe");
+        return;
+    }
+    let mut ctx = Ctx::new("trust-hostsys");
+    let probe = format!("moat-trust-probe-{}", std::process::id());
+    ctx.restricted()
+        .push(
+            "/mounts",
+            json!({"destination": "/hostsys", "type": "bind", "source": "/sys",
+                   "options": ["rbind", "ro", "nosuid", "nodev", "noexec"]}),
+        )
+        .sh(&format!(
+            "awk '$5 ~ \"^/hostsys\" {{print $5, substr($6,1,2)}}' /proc/self/mountinfo; \
+             mkdir /hostsys/fs/cgroup/pids/{probe} 2>/dev/null && echo MADE || echo REFUSED"
+        ));
+    let (out, _) = run_to_end(&ctx, "c");
+    let host_dir = format!("/sys/fs/cgroup/pids/{probe}");
+    let made = std::path::Path::new(&host_dir).exists();
+    if made {
+        let _ = fs::remove_dir(&host_dir);
+    }
+    let mounts: Vec<&str> = out.lines().filter(|l| l.starts_with("/hostsys")).collect();
+    assert!(mounts.len() > 1, "the submounts are there: {out}");
+    assert!(
+        mounts.iter().all(|l| l.ends_with(" ro")),
+        "every mount of the bind read-only: {out}"
+    );
+    assert!(!made && out.contains("REFUSED"), "{out}");
+}
