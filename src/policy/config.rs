@@ -650,6 +650,11 @@ platform = "kvm"
         assert_eq!(net.host_namespaces, ["network"]);
         assert_eq!(as_name(text, "moat-gvisor").platform, "kvm");
         assert_eq!(plain.platform, "ptrace");
+        // The operator's way off a gVisor default (annotations cannot).
+        let text =
+            "[gvisor]\nruntime = \"gvisor\"\n[alias.moat-native.gvisor]\nruntime = \"native\"\n";
+        assert!(cfg(text).unwrap().runtime_gvisor);
+        assert!(!as_name(text, "moat-native").runtime_gvisor);
     }
 
     #[test]
