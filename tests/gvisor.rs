@@ -408,31 +408,42 @@ fn foreground_run_passes_the_status_and_removes_the_record() {
 }
 
 #[test]
-fn alias_selects_gvisor_and_refuses_a_native_annotation() {
+fn alias_selects_gvisor_and_ignores_a_native_annotation() {
     if !usable("alias") {
         return;
     }
     let mut e = Env::new("alias");
     let alias = e.dir.join("moat-gvisor");
     std::os::unix::fs::symlink(MOAT, &alias).unwrap();
-    let id = e.id("c");
+    // Annotations only tighten: moat.runtime=native cannot leave the operator's gVisor; the
+    // container runs under gVisor, and the ignored annotation is reported.
+    let nid = e.id("n");
     let native = e.bundle("nb", &[("moat.runtime", "native")], &["true"]);
     let o = output(
         Command::new(&alias)
             .arg("--root")
             .arg(e.root())
-            .args(["create", "--bundle", native.to_str().unwrap(), &id])
+            .args(["create", "--bundle", native.to_str().unwrap(), &nid])
             .stdin(Stdio::null()),
         &e.dir,
     );
-    assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
     assert!(
-        err.contains("annotation moat.runtime=native refused") && err.contains("moat-gvisor"),
+        err.contains("annotations.moat.runtime: ignored") && err.contains("[alias.NAME]"),
         "{err}"
     );
-    assert!(!e.root().join(&id).exists());
+    let rec = std::fs::read_to_string(e.root().join(&nid).join("state.json")).unwrap();
+    assert!(rec.contains(r#""kind":"gvisor""#), "{rec}");
+    let policy = std::fs::read_to_string(e.root().join(&nid).join("policy.json")).unwrap();
+    assert!(
+        policy.contains("\"annotations.moat.runtime\"") && policy.contains("\"ignored\""),
+        "{policy}"
+    );
+    let o = e.run(&["delete", "--force", &nid]);
+    assert!(o.status.success(), "{}", stderr(&o));
 
+    let id = e.id("c");
     let plain = e.bundle("pb", &[], &["sleep", "600"]);
     let o = output(
         Command::new(&alias)
@@ -766,4 +777,47 @@ fn host_network_refused_under_restricted_and_explained() {
         !text.contains("process.apparmorProfile         set"),
         "{text}"
     );
+}
+
+/// Docker's `--network host` passes the host's network namespace by path: under RESTRICTED
+/// the policy's floor refuses it, and where `[restricted] host_namespaces` lets it through
+/// natively, gVisor still refuses it (runsc would serve it with host sockets).
+#[test]
+fn host_netns_path_refused_under_restricted() {
+    if !usable("host_netns_path_refused_under_restricted") {
+        return;
+    }
+    let mut e = Env::new("netpath");
+    let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["true"]);
+    let spec_path = bundle.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&spec_path).unwrap()).unwrap();
+    let ns = spec["linux"]["namespaces"].as_array_mut().unwrap();
+    ns.retain(|n| n["type"] != "network");
+    ns.push(serde_json::json!({"type": "network",
+                               "path": format!("/proc/{}/ns/net", std::process::id())}));
+    std::fs::write(&spec_path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let allowed = e.dir.join("hostnet.toml");
+    std::fs::write(&allowed, "[restricted]\nhost_namespaces = [\"network\"]\n").unwrap();
+    for (cfg, want) in [
+        (
+            None,
+            "the host's network namespace is refused under RESTRICTED",
+        ),
+        (Some(&allowed), "shares the host's network"),
+    ] {
+        let id = e.id("c");
+        let mut c = e.moat();
+        if let Some(cfg) = cfg {
+            c.env("MOAT_CONFIG", cfg);
+        }
+        let o = output(
+            c.args(["create", "--bundle", bundle.to_str().unwrap(), &id]),
+            &e.dir,
+        );
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains(want), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(!e.root().join(&id).exists(), "nothing left behind");
+    }
 }

@@ -202,11 +202,7 @@ impl Bundle {
             (bin, Some(d))
         };
         // The OPEN test policy (runc semantics), where the user can read it.
-        fs::write(
-            io.join("open.toml"),
-            "default_policy = \"open\"\nallow_open = true\n",
-        )
-        .unwrap();
+        fs::write(io.join("open.toml"), "default_policy = \"open\"\n").unwrap();
         let mut b = Bundle {
             dir,
             io,

@@ -76,11 +76,7 @@ fn auto(ctx: &mut Ctx) -> &mut Ctx {
 /// A config file for this test: OPEN (runc semantics, as the other suites) plus `extra`.
 fn config(ctx: &Ctx, extra: &str) -> PathBuf {
     let p = ctx.dir.join("moat.toml");
-    fs::write(
-        &p,
-        format!("default_policy = \"open\"\nallow_open = true\n{extra}"),
-    )
-    .unwrap();
+    fs::write(&p, format!("default_policy = \"open\"\n{extra}")).unwrap();
     p
 }
 

@@ -80,12 +80,29 @@ pub fn run(_g: &Global, _a: Args) -> Result<i32> {
     println!("moat");
     println!("  config             {source}");
     println!(
-        "  default policy     {}{}",
+        "  default policy     {} (annotations only tighten)",
         cfg.default_policy.as_str(),
-        if cfg.allow_open {
-            " (moat.policy=open allowed)"
+    );
+    println!(
+        "  invoked as         {}",
+        match (&cfg.alias, policy::config::invoked_name()) {
+            (Some(a), _) => format!("{a}: [alias.{a}] applies"),
+            (None, Some(n)) if n == crate::gvisor::select::ALIAS => {
+                format!("{n}: the built-in alias (gVisor)")
+            }
+            (None, Some(n)) => format!("{n} (no [alias.{n}] in the config)"),
+            (None, None) => "? (no argv[0])".into(),
+        }
+    );
+    println!(
+        "  host namespaces    {}",
+        if cfg.host_namespaces.is_empty() {
+            "refused under restricted (pid, network, ipc, uts)".into()
         } else {
-            " (open not allowed by annotation)"
+            format!(
+                "allowed under restricted: {}",
+                cfg.host_namespaces.join(" ")
+            )
         }
     );
     println!(

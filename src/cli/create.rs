@@ -61,7 +61,9 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
     });
     let mut spec = Spec::load(&bundle)?;
     let cfg = policy::Config::load()?;
-    let decision = policy::apply(&mut spec, &cfg, &a.id)?;
+    let facts = crate::linux::namespaces::floor_facts(&spec);
+    let decision = policy::apply(&mut spec, &cfg, &facts, &a.id)?;
+    decision.warn_ignored();
     if spec.process().apparmor_profile.as_deref() == Some(policy::APPARMOR_PROFILE_NAME) {
         apparmor::ensure_loaded(policy::APPARMOR_PROFILE_NAME, policy::APPARMOR_PROFILE)
             .context("load moat's AppArmor profile")?;
@@ -105,6 +107,7 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         fleet: policy::fleet_budget(&cfg).filter(|_| !rootless),
         idmap_rootfs: userns_range.is_some(),
         rootless,
+        host_ns_refused: policy::refused_host_namespaces(&decision, &cfg, &facts),
     };
     let created = process::create(&spec, &opts, &dir).and_then(|c| {
         dir.save_file(

@@ -85,6 +85,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
                 userns_pool: v["userns_pool"].as_bool().unwrap_or(false),
                 changes: Vec::new(),
                 not_applied: Vec::new(),
+                host_namespaces: Vec::new(),
             })
         });
     let restricted = rec.policy == "restricted";

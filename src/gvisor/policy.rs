@@ -34,7 +34,10 @@ pub fn adjust(
     engine_apparmor: Option<String>,
 ) -> anyhow::Result<()> {
     if d.policy == "restricted" {
-        let host_net = !spec.linux().namespaces.iter().any(|n| n.typ == "network");
+        // No network namespace, or a path to the host's (Docker's `--network host`), which
+        // the policy lets through only where `[restricted] host_namespaces` allows it.
+        let host_net = !spec.linux().namespaces.iter().any(|n| n.typ == "network")
+            || d.host_namespaces.contains(&"network");
         if host_net {
             anyhow::bail!(
                 "linux.namespaces: the container shares the host's network, which the RESTRICTED \
@@ -65,6 +68,23 @@ pub fn adjust(
         ));
     }
     d.not_applied.extend(ignored(spec));
+    // This container runs under gVisor: a `moat.runtime=native` annotation asked to leave
+    // it, and annotations only tighten (`gvisor::select::decide`).
+    if let Some(v) = spec
+        .annotations
+        .get(super::select::RUNTIME_ANNOTATION)
+        .filter(|v| *v == "native")
+    {
+        d.changes.push(Change {
+            field: format!("annotations.{}", super::select::RUNTIME_ANNOTATION),
+            action: "ignored",
+            detail: format!(
+                "{}={v} would leave gVisor, which the operator chose",
+                super::select::RUNTIME_ANNOTATION
+            ),
+            reason: crate::policy::IGNORED_ANNOTATION,
+        });
+    }
     Ok(())
 }
 
@@ -243,7 +263,8 @@ mod tests {
                         "ioPriority": {"class": "IOPRIO_CLASS_IDLE"}},
             "root": {"path": "rootfs"},
             "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
-            "linux": {"namespaces": [{"type": "pid"}, {"type": "network"}],
+            "linux": {"namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"},
+                                     {"type": "uts"}],
                       "intelRdt": {"closID": "x"},
                       "resources": {"memory": {"limit": 1048576}}},
             "vm": {"hypervisor": {"path": "/x"}}
@@ -254,7 +275,8 @@ mod tests {
     fn restricted_reaches_the_json_and_keeps_unknown_fields() {
         let v = engine();
         let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
-        let mut d = policy::apply(&mut spec, &Config::default(), "c1").unwrap();
+        let mut d =
+            policy::apply(&mut spec, &Config::default(), &Default::default(), "c1").unwrap();
         adjust(&mut spec, &mut d, None).unwrap();
         let out = merge(v, &spec, &d, 1);
         assert_eq!(
@@ -278,19 +300,42 @@ mod tests {
 
     #[test]
     fn host_network_is_refused_under_restricted_only() {
-        let mut v = engine();
-        v["linux"]["namespaces"] = serde_json::json!([{"type": "pid"}]);
-        let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
-        let mut d = policy::apply(&mut spec, &Config::default(), "c1").unwrap();
-        let e = adjust(&mut spec, &mut d, None).unwrap_err().to_string();
-        assert!(e.contains("host's network"), "{e}");
-        let cfg = Config {
-            default_policy: policy::Mode::Open,
+        let host = || policy::FloorFacts {
+            host_ns: vec![("network", (4, 1))],
+            ns_paths: vec![("/proc/1/ns/net".into(), Ok((4, 1)))],
+            cgroup_v2: false,
+        };
+        let allowed = Config {
+            host_namespaces: vec!["network".into()],
             ..Config::default()
         };
-        let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
-        let mut d = policy::apply(&mut spec, &cfg, "c1").unwrap();
-        adjust(&mut spec, &mut d, None).unwrap();
+        for ns in [
+            serde_json::json!([{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}]),
+            serde_json::json!([{"type": "pid"}, {"type": "ipc"}, {"type": "uts"},
+                               {"type": "network", "path": "/proc/1/ns/net"}]),
+        ] {
+            let mut v = engine();
+            v["linux"]["namespaces"] = ns;
+            // The policy's floor refuses it first ...
+            let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
+            let e = policy::apply(&mut spec, &Config::default(), &host(), "c1").unwrap_err();
+            assert!(
+                e.0.contains("the host's network namespace is refused"),
+                "{e}"
+            );
+            // ... and gVisor still refuses what host_namespaces lets through natively.
+            let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
+            let mut d = policy::apply(&mut spec, &allowed, &host(), "c1").unwrap();
+            let e = adjust(&mut spec, &mut d, None).unwrap_err().to_string();
+            assert!(e.contains("host's network"), "{e}");
+            let cfg = Config {
+                default_policy: policy::Mode::Open,
+                ..Config::default()
+            };
+            let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
+            let mut d = policy::apply(&mut spec, &cfg, &host(), "c1").unwrap();
+            adjust(&mut spec, &mut d, None).unwrap();
+        }
     }
 
     #[test]
@@ -298,7 +343,8 @@ mod tests {
         let mut v = engine();
         v["linux"]["seccomp"] = serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW"});
         let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
-        let mut d = policy::apply(&mut spec, &Config::default(), "c1").unwrap();
+        let mut d =
+            policy::apply(&mut spec, &Config::default(), &Default::default(), "c1").unwrap();
         assert!(d.seccomp_floor);
         adjust(&mut spec, &mut d, None).unwrap();
         assert!(!d.seccomp_floor);

@@ -4,13 +4,14 @@
 //!
 //! | order | source | may choose |
 //! |---|---|---|
-//! | 1 | annotation `moat.runtime` in config.json | `gvisor` always; `native` only where nothing below chose gVisor |
+//! | 1 | annotation `moat.runtime` in config.json | `gvisor` always; `native` only where nothing below chose gVisor (elsewhere ignored and reported) |
 //! | 2 | argv[0] basename `moat-gvisor` (a symlink used as an engine's runtime path) | gVisor |
 //! | 3 | `MOAT_RUNTIME` in moat's environment (daemon-wide default, tests) | either; `native` cannot undo 2 or 4 |
 //! | 4 | `runtime` in the config file ([`super::config`]) | either |
 //!
-//! Moving a container off gVisor where the operator chose it needs the config's
-//! permission, which comes with the policy configuration; until then it is refused.
+//! Annotations only tighten: `moat.runtime=native` cannot move a container off gVisor
+//! where the operator chose it. The operator does that with a name: an alias whose
+//! `[alias.NAME.gvisor]` sets `runtime = "native"` (`policy::config`).
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -84,34 +85,34 @@ pub fn operator_choice(
         Some(format!("{ENV}=gvisor"))
     } else if config.runtime.as_deref() == Some("gvisor") {
         Some(format!(
-            "runtime = \"gvisor\" in {}",
-            config.source.display()
+            "runtime = \"gvisor\" in {}{}",
+            config.source.display(),
+            config
+                .policy
+                .alias
+                .as_ref()
+                .map_or(String::new(), |a| format!(" [alias.{a}]"))
         ))
     } else {
         None
     };
     if let (Some("native"), Some(r)) = (env, &reason) {
         bail!(
-            "{ENV}=native refused: gVisor is required here ({r}), and moving a container \
-             off gVisor needs the config's permission, which this moat does not support yet"
+            "{ENV}=native refused: gVisor is required here ({r}); the operator moves containers \
+             off gVisor with an alias whose [alias.NAME.gvisor] sets runtime = \"native\""
         );
     }
     Ok(reason)
 }
 
-/// Applies the annotation to the operator's choice.
+/// Applies the annotation to the operator's choice. Annotations only tighten: `native`
+/// where the operator chose gVisor is ignored (and reported by `policy::adjust`), as the
+/// policy ignores a loosening `moat.*` annotation.
 pub fn decide(operator: Option<String>, annotation: Option<&str>) -> Result<Option<String>> {
     match annotation {
         None => Ok(operator),
         Some("gvisor") => Ok(Some(format!("annotation {RUNTIME_ANNOTATION}=gvisor"))),
-        Some("native") => match operator {
-            None => Ok(None),
-            Some(r) => bail!(
-                "annotation {RUNTIME_ANNOTATION}=native refused: this container must run under \
-                 gVisor ({r}); moving it off gVisor needs the config's permission, which this \
-                 moat does not support yet"
-            ),
-        },
+        Some("native") => Ok(operator),
         Some(other) => bail!("annotation {RUNTIME_ANNOTATION}={other:?}: want gvisor or native"),
     }
 }
@@ -303,8 +304,10 @@ pub fn prepare(
         .and_then(|p| p.apparmor_profile.clone());
     let engine_mounts = spec.mounts.len();
     let cfg = &sel.config.policy;
-    let mut decision = crate::policy::apply(&mut spec, cfg, id)?;
+    let facts = crate::linux::namespaces::floor_facts(&spec);
+    let mut decision = crate::policy::apply(&mut spec, cfg, &facts, id)?;
     super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
+    decision.warn_ignored();
     let runsc = find_runsc(&sel.config)?;
     let network = network_mode(&spec)?;
     let cwd = std::env::current_dir().context("getcwd")?;
@@ -418,12 +421,9 @@ mod tests {
         assert!(decide(None, Some("gvisor")).unwrap().is_some());
         assert_eq!(decide(None, Some("native")).unwrap(), None);
         assert!(decide(Some("x".into()), Some("gvisor")).unwrap().is_some());
-        let e = decide(Some(format!("invoked as {ALIAS}")), Some("native")).unwrap_err();
-        let e = e.to_string();
-        assert!(
-            e.contains("moat.runtime=native") && e.contains(ALIAS),
-            "{e}"
-        );
+        // Annotations only tighten: native under the operator's gVisor is ignored.
+        let r = decide(Some(format!("invoked as {ALIAS}")), Some("native")).unwrap();
+        assert!(r.unwrap().contains(ALIAS));
         assert!(decide(None, Some("runc")).is_err());
     }
 

@@ -120,6 +120,35 @@ impl Plan {
         Ok(plan)
     }
 
+    /// RESTRICTED: none of the fds to join may be one of `refused` (the host's namespaces
+    /// the policy refuses, by type and (st_dev, st_ino)). The policy looked at the paths
+    /// with `stat` before they were opened here; this looks at what will be joined, so a
+    /// path that changed in between (a pid reused, a bind replaced) cannot bring the host's
+    /// namespace in.
+    pub fn refuse_host(
+        &self,
+        refused: &[(&'static str, crate::policy::NsId)],
+    ) -> Result<(), NsError> {
+        for j in &self.joins {
+            let st = sys::fstat(std::os::fd::AsFd::as_fd(&j.fd)).map_err(|e| NsError {
+                field: "linux.namespaces".into(),
+                reason: format!("fstat {}: {e}", j.path),
+            })?;
+            let id = (st.st_dev, st.st_ino);
+            if let Some((typ, _)) = refused.iter().find(|(t, h)| flag(t) == j.flag && *h == id) {
+                return Err(NsError {
+                    field: "linux.namespaces".into(),
+                    reason: format!(
+                        "{} (opened): the host's {typ} namespace is refused under RESTRICTED \
+                         (allow with [restricted] host_namespaces = [\"{typ}\"])",
+                        j.path
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     pub fn has_new(&self, f: libc::c_int) -> bool {
         self.new & f != 0
     }
@@ -193,6 +222,43 @@ fn helper(name: &str, pid: i32, maps: &[IdMapping]) -> io::Result<()> {
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         )))
+    }
+}
+
+/// Host facts for the RESTRICTED floor (`policy::FloorFacts`), read on the host before the
+/// policy runs: moat's own pid, network, ipc and uts namespaces, the ones the spec names by
+/// path (`stat` follows the nsfs magic link to the namespace itself), and whether the host
+/// is cgroup v2. Five `stat`s; nothing is opened.
+pub fn floor_facts(spec: &Spec) -> crate::policy::FloorFacts {
+    use std::os::unix::fs::MetadataExt;
+    let ids = |p: &str| {
+        std::fs::metadata(p)
+            .map(|m| (m.dev(), m.ino()))
+            .map_err(|e| {
+                let s = e.to_string();
+                s.split(" (os error ").next().unwrap_or(&s).to_string()
+            })
+    };
+    let proc_name = |t: &str| if t == "network" { "net" } else { t }.to_string();
+    let types = crate::policy::config::HOST_NAMESPACE_TYPES;
+    crate::policy::FloorFacts {
+        host_ns: types
+            .iter()
+            .filter_map(|t| {
+                ids(&format!("/proc/self/ns/{}", proc_name(t)))
+                    .ok()
+                    .map(|i| (*t, i))
+            })
+            .collect(),
+        ns_paths: spec
+            .linux()
+            .namespaces
+            .iter()
+            .filter(|n| types.contains(&n.typ.as_str()))
+            .filter_map(|n| n.path.as_ref().map(|p| (p.clone(), ids(p))))
+            .collect(),
+        cgroup_v2: nix::sys::statfs::statfs("/sys/fs/cgroup")
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC),
     }
 }
 

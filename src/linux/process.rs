@@ -86,6 +86,8 @@ pub struct CreateOpts {
     pub idmap_rootfs: bool,
     /// `--rootless` resolved: no real root (see `linux/rootless.rs`).
     pub rootless: bool,
+    /// RESTRICTED: the host namespaces no joined fd may be (`policy::refused_host_namespaces`).
+    pub host_ns_refused: Vec<(&'static str, crate::policy::NsId)>,
 }
 
 /// Everything the child needs, computed before clone.
@@ -133,6 +135,8 @@ impl Plan {
             ));
         }
         let ns = NsPlan::from_spec(spec).map_err(|e| spec_err(&e.field, e.reason))?;
+        ns.refuse_host(&opts.host_ns_refused)
+            .map_err(|e| spec_err(&e.field, e.reason))?;
         let linux = spec.linux();
         if (spec.hostname.as_deref().is_some_and(|h| !h.is_empty()) || spec.domainname.is_some())
             && !ns.has_new(libc::CLONE_NEWUTS)

@@ -7,10 +7,10 @@
 //!
 //! ```toml
 //! default_policy = "restricted"   # or "open"
-//! allow_open = false              # may the annotation moat.policy=open loosen a container?
 //!
 //! [restricted]
 //! allowed_capabilities = []       # kept when the engine asks for them
+//! host_namespaces = []            # host namespaces allowed: "pid", "network", "ipc", "uts"
 //! readonly_rootfs = false         # default of moat.rootfs (true = readonly)
 //! network = "engine"              # default of moat.network: "engine" or "none"
 //! workspace = "/workspace"        # writable under a read-only root
@@ -28,7 +28,6 @@
 //!
 //! [gvisor]
 //! runtime = "native"              # default runtime: "native" or "gvisor"
-//! allow_native = false            # may moat.runtime=native leave a gVisor default?
 //! runsc_path = "/usr/bin/runsc"
 //! platform = "ptrace"
 //!
@@ -36,7 +35,19 @@
 //! default = "engine"              # default of moat.userns: "engine" or "auto"
 //! pool = "2147483648:1073741824"  # START:SIZE of the host ids moat.userns=auto maps to
 //! size = 65536                    # ids per container (container 0..size-1)
+//!
+//! [alias.moat-open]               # when invoked as moat-open (a symlink to moat)
+//! default_policy = "open"
+//! [alias.moat-open.restricted]    # [alias.NAME.TABLE]: keys of [TABLE]
+//! network = "none"
 //! ```
+//!
+//! Annotations only tighten. The operator's one way to loosen for some containers is the
+//! name moat is invoked by: an engine's runtime entry points at a symlink to moat, and
+//! `[alias.<basename of argv[0]>]` (and its `[alias.<name>.<table>]` subtables) replaces the
+//! top-level keys it sets, key by key (an array replaces the whole array). Host-wide
+//! settings (`[fleet]`, `userns.pool`, `userns.size`) cannot be set per alias. Every alias
+//! table is checked whichever name moat runs as, so a typo fails every call.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -83,7 +94,11 @@ impl Mode {
 pub struct Config {
     pub source: Option<PathBuf>,
     pub default_policy: Mode,
-    pub allow_open: bool,
+    /// The `[alias.NAME]` that applied (the basename of argv[0]), if the config has one.
+    pub alias: Option<String>,
+    /// `[restricted] host_namespaces`: the types (pid, network, ipc, uts) a RESTRICTED
+    /// container may share with the host.
+    pub host_namespaces: Vec<String>,
     pub allowed_capabilities: Vec<String>,
     pub readonly_rootfs: bool,
     pub network_none: bool,
@@ -98,7 +113,6 @@ pub struct Config {
     pub fleet_cpus: Option<f64>,
     pub force_nesting: bool,
     pub runtime_gvisor: bool,
-    pub allow_native: bool,
     pub runsc_path: Option<String>,
     pub platform: String,
     /// `[userns] default = "auto"`: containers get a range from the pool by default.
@@ -129,7 +143,8 @@ impl Default for Config {
         Config {
             source: None,
             default_policy: Mode::Restricted,
-            allow_open: false,
+            alias: None,
+            host_namespaces: Vec::new(),
             allowed_capabilities: Vec::new(),
             readonly_rootfs: false,
             network_none: false,
@@ -144,7 +159,6 @@ impl Default for Config {
             fleet_cpus: None,
             force_nesting: false,
             runtime_gvisor: false,
-            allow_native: false,
             runsc_path: None,
             platform: "ptrace".into(),
             userns_auto: false,
@@ -237,7 +251,14 @@ pub fn parse(text: &str, path: &Path) -> Result<BTreeMap<String, (usize, Value)>
                 .strip_suffix(']')
                 .ok_or_else(|| err("malformed table header".into()))?
                 .trim();
-            if t.is_empty() || !t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            // Dotted names are for `[alias.NAME]` and `[alias.NAME.TABLE]`; an alias name may
+            // hold `-` (`moat-open`), as TOML bare keys may.
+            let bare = |p: &str| {
+                !p.is_empty()
+                    && p.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            };
+            if !t.split('.').all(bare) {
                 return Err(err(format!("invalid table name {t:?}")));
             }
             table = t.to_string();
@@ -263,16 +284,38 @@ pub fn parse(text: &str, path: &Path) -> Result<BTreeMap<String, (usize, Value)>
     Ok(out)
 }
 
+/// The name moat was invoked by: the basename of argv[0] (exeseal's re-exec keeps argv).
+pub fn invoked_name() -> Option<String> {
+    crate::linux::sys::args()
+        .into_iter()
+        .next()
+        .and_then(|a| {
+            Path::new(&a)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .filter(|n| !n.is_empty())
+}
+
+/// The namespace types `[restricted] host_namespaces` may name (spec type names).
+pub const HOST_NAMESPACE_TYPES: [&str; 4] = ["pid", "network", "ipc", "uts"];
+
+/// How to loosen now that annotations cannot: said by every error about a removed key.
+const ALIAS_HINT: &str = "the operator loosens through the name moat is invoked by: \
+     an engine runtime pointing at a symlink moat-open -> moat, and [alias.moat-open] \
+     default_policy = \"open\" in the config (docs/configuration.md)";
+
 impl Config {
     /// Reads `MOAT_CONFIG` or `/etc/moat/config.toml`; a missing default file means the
-    /// built-in defaults (RESTRICTED), a missing `MOAT_CONFIG` file is an error.
+    /// built-in defaults (RESTRICTED), a missing `MOAT_CONFIG` file is an error. The
+    /// `[alias.NAME]` of the name moat was invoked by applies.
     pub fn load() -> Result<Config, ConfigError> {
         let (path, explicit) = match std::env::var_os("MOAT_CONFIG").filter(|v| !v.is_empty()) {
             Some(p) => (PathBuf::from(p), true),
             None => (PathBuf::from("/etc/moat/config.toml"), false),
         };
         match std::fs::read_to_string(&path) {
-            Ok(text) => Self::from_str(&text, &path),
+            Ok(text) => Self::from_str_as(&text, &path, invoked_name().as_deref()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
                 Ok(Config::default())
             }
@@ -280,126 +323,59 @@ impl Config {
         }
     }
 
+    /// The config as seen without an alias (as the plain name `moat`).
+    #[cfg(test)]
     pub fn from_str(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        Self::from_str_as(text, path, None)
+    }
+
+    /// The config as seen by a moat invoked as `name`: the top-level keys, then those of
+    /// `[alias.<name>]` and its subtables over them.
+    pub fn from_str_as(text: &str, path: &Path, name: Option<&str>) -> Result<Config, ConfigError> {
         let mut c = Config {
             source: Some(path.to_path_buf()),
             ..Config::default()
         };
-        for (key, (line, value)) in parse(text, path)? {
+        let entries = parse(text, path)?;
+        let mut aliases: BTreeMap<&str, Vec<(&str, &str, usize, &Value)>> = BTreeMap::new();
+        for (key, (line, value)) in &entries {
             let err = |reason: &str| ConfigError::Syntax {
                 path: path.to_path_buf(),
-                line,
+                line: *line,
                 reason: format!("{key}: {reason}"),
             };
-            let s = |v: &Value| match v {
-                Value::Str(s) => Ok(s.clone()),
-                _ => Err(err("expected a string")),
-            };
-            let b = |v: &Value| match v {
-                Value::Bool(b) => Ok(*b),
-                _ => Err(err("expected true or false")),
-            };
-            let size = |v: &Value| match v {
-                Value::Int(i) if *i > 0 => Ok(*i),
-                Value::Str(s) => {
-                    parse_size(s).ok_or_else(|| err("expected a size such as \"512m\""))
-                }
-                _ => Err(err("expected a size such as \"512m\"")),
-            };
-            let count = |v: &Value| match v {
-                Value::Int(i) if *i > 0 => Ok(*i),
-                _ => Err(err("expected a positive integer")),
-            };
-            let cpus = |v: &Value| match v {
-                Value::Int(i) if *i > 0 => Ok(*i as f64),
-                Value::Str(s) => s
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|f| *f > 0.0)
-                    .ok_or_else(|| err("expected a number of CPUs such as \"1.5\"")),
-                _ => Err(err("expected a number of CPUs such as \"1.5\"")),
-            };
-            match key.as_str() {
-                "default_policy" => {
-                    c.default_policy = match s(&value)?.as_str() {
-                        "restricted" => Mode::Restricted,
-                        "open" => Mode::Open,
-                        _ => return Err(err("expected \"restricted\" or \"open\"")),
-                    }
-                }
-                "allow_open" => c.allow_open = b(&value)?,
-                "restricted.allowed_capabilities" => match &value {
-                    Value::List(l) => {
-                        for cap in l {
-                            if crate::linux::capabilities::number(cap).is_none() {
-                                return Err(err(&format!("unknown capability {cap:?}")));
-                            }
-                        }
-                        c.allowed_capabilities = l.clone();
-                    }
-                    _ => return Err(err("expected an array of capability names")),
+            match key.strip_prefix("alias.") {
+                None => c.set(key, value, &err)?,
+                Some(rest) => match rest.split_once('.') {
+                    Some((alias, k)) => aliases
+                        .entry(alias)
+                        .or_default()
+                        .push((key, k, *line, value)),
+                    None => return Err(err("alias settings go in an [alias.NAME] table")),
                 },
-                "restricted.readonly_rootfs" => c.readonly_rootfs = b(&value)?,
-                "restricted.network" => {
-                    c.network_none = match s(&value)?.as_str() {
-                        "none" => true,
-                        "engine" => false,
-                        _ => return Err(err("expected \"engine\" or \"none\"")),
-                    }
+            }
+        }
+        let top = c.clone();
+        for (alias, keys) in &aliases {
+            // Every alias is checked, so that a mistake in one fails whatever the name.
+            let mut scratch = top.clone();
+            for (full, k, line, value) in keys {
+                let err = |reason: &str| ConfigError::Syntax {
+                    path: path.to_path_buf(),
+                    line: *line,
+                    reason: format!("{full}: {reason}"),
+                };
+                if k.starts_with("fleet.") || *k == "userns.pool" || *k == "userns.size" {
+                    return Err(err(
+                        "host-wide (one fleet cgroup, one id pool per host): set it at the top \
+                         level, not per alias",
+                    ));
                 }
-                "restricted.workspace" => {
-                    let w = s(&value)?;
-                    if !w.starts_with('/') {
-                        return Err(err("must be an absolute path"));
-                    }
-                    c.workspace = w;
-                }
-                "restricted.tmp_size" => {
-                    let t = s(&value)?;
-                    parse_size(&t).ok_or_else(|| err("expected a size such as \"64m\""))?;
-                    c.tmp_size = t;
-                }
-                "restricted.memory" => c.memory = Some(size(&value)?),
-                "restricted.pids" => c.pids = Some(count(&value)?),
-                "restricted.cpus" => c.cpus = Some(cpus(&value)?),
-                "fleet.cgroup" => {
-                    let g = s(&value)?;
-                    if !g.starts_with('/') || g.split('/').any(|p| p == "..") {
-                        return Err(err("must be an absolute cgroup path without .."));
-                    }
-                    c.fleet_cgroup = g;
-                }
-                "fleet.memory" => c.fleet_memory = Some(size(&value)?),
-                "fleet.pids" => c.fleet_pids = Some(count(&value)?),
-                "fleet.cpus" => c.fleet_cpus = Some(cpus(&value)?),
-                "fleet.force_nesting" => c.force_nesting = b(&value)?,
-                "gvisor.runtime" => {
-                    c.runtime_gvisor = match s(&value)?.as_str() {
-                        "gvisor" => true,
-                        "native" => false,
-                        _ => return Err(err("expected \"native\" or \"gvisor\"")),
-                    }
-                }
-                "gvisor.allow_native" => c.allow_native = b(&value)?,
-                "gvisor.runsc_path" => c.runsc_path = Some(s(&value)?),
-                "gvisor.platform" => c.platform = s(&value)?,
-                "userns.default" => {
-                    c.userns_auto = match s(&value)?.as_str() {
-                        "auto" => true,
-                        "engine" => false,
-                        _ => return Err(err("expected \"engine\" or \"auto\"")),
-                    }
-                }
-                "userns.pool" => {
-                    c.userns_pool = parse_pool(&s(&value)?).ok_or_else(|| {
-                        err("expected \"START:SIZE\" with START >= 65536 and START+SIZE < 2^32")
-                    })?
-                }
-                "userns.size" => {
-                    c.userns_size = u32::try_from(count(&value)?)
-                        .map_err(|_| err("expected a positive integer below 2^32"))?
-                }
-                _ => return Err(err("unknown setting")),
+                scratch.set(k, value, &err)?;
+            }
+            if name == Some(*alias) {
+                scratch.alias = Some(alias.to_string());
+                c = scratch;
             }
         }
         if c.userns_size > c.userns_pool.1 {
@@ -413,6 +389,151 @@ impl Config {
             });
         }
         Ok(c)
+    }
+
+    /// Sets one key (`table.key`, or `key` at the top level).
+    fn set(
+        &mut self,
+        key: &str,
+        value: &Value,
+        err: &dyn Fn(&str) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        let c = self;
+        let s = |v: &Value| match v {
+            Value::Str(s) => Ok(s.clone()),
+            _ => Err(err("expected a string")),
+        };
+        let b = |v: &Value| match v {
+            Value::Bool(b) => Ok(*b),
+            _ => Err(err("expected true or false")),
+        };
+        let size = |v: &Value| match v {
+            Value::Int(i) if *i > 0 => Ok(*i),
+            Value::Str(s) => parse_size(s).ok_or_else(|| err("expected a size such as \"512m\"")),
+            _ => Err(err("expected a size such as \"512m\"")),
+        };
+        let count = |v: &Value| match v {
+            Value::Int(i) if *i > 0 => Ok(*i),
+            _ => Err(err("expected a positive integer")),
+        };
+        let cpus = |v: &Value| match v {
+            Value::Int(i) if *i > 0 => Ok(*i as f64),
+            Value::Str(s) => s
+                .parse::<f64>()
+                .ok()
+                .filter(|f| *f > 0.0)
+                .ok_or_else(|| err("expected a number of CPUs such as \"1.5\"")),
+            _ => Err(err("expected a number of CPUs such as \"1.5\"")),
+        };
+        match key {
+            "default_policy" => {
+                c.default_policy = match s(value)?.as_str() {
+                    "restricted" => Mode::Restricted,
+                    "open" => Mode::Open,
+                    _ => return Err(err("expected \"restricted\" or \"open\"")),
+                }
+            }
+            "allow_open" => {
+                return Err(err(&format!(
+                    "removed: annotations may only tighten, so moat.policy=open can no longer \
+                     be allowed; {ALIAS_HINT}"
+                )))
+            }
+            "gvisor.allow_native" => {
+                return Err(err(
+                    "removed: annotations may only tighten, so moat.runtime=native cannot leave \
+                     a gVisor default; name an alias whose [alias.NAME.gvisor] sets runtime = \
+                     \"native\" (docs/configuration.md)",
+                ))
+            }
+            "restricted.allowed_capabilities" => match value {
+                Value::List(l) => {
+                    for cap in l {
+                        if crate::linux::capabilities::number(cap).is_none() {
+                            return Err(err(&format!("unknown capability {cap:?}")));
+                        }
+                    }
+                    c.allowed_capabilities = l.clone();
+                }
+                _ => return Err(err("expected an array of capability names")),
+            },
+            "restricted.host_namespaces" => match value {
+                Value::List(l) => {
+                    if let Some(t) = l
+                        .iter()
+                        .find(|t| !HOST_NAMESPACE_TYPES.contains(&t.as_str()))
+                    {
+                        return Err(err(&format!(
+                            "unknown namespace type {t:?} (one of {})",
+                            HOST_NAMESPACE_TYPES.join(", ")
+                        )));
+                    }
+                    c.host_namespaces = l.clone();
+                }
+                _ => return Err(err("expected an array of namespace types")),
+            },
+            "restricted.readonly_rootfs" => c.readonly_rootfs = b(value)?,
+            "restricted.network" => {
+                c.network_none = match s(value)?.as_str() {
+                    "none" => true,
+                    "engine" => false,
+                    _ => return Err(err("expected \"engine\" or \"none\"")),
+                }
+            }
+            "restricted.workspace" => {
+                let w = s(value)?;
+                if !w.starts_with('/') {
+                    return Err(err("must be an absolute path"));
+                }
+                c.workspace = w;
+            }
+            "restricted.tmp_size" => {
+                let t = s(value)?;
+                parse_size(&t).ok_or_else(|| err("expected a size such as \"64m\""))?;
+                c.tmp_size = t;
+            }
+            "restricted.memory" => c.memory = Some(size(value)?),
+            "restricted.pids" => c.pids = Some(count(value)?),
+            "restricted.cpus" => c.cpus = Some(cpus(value)?),
+            "fleet.cgroup" => {
+                let g = s(value)?;
+                if !g.starts_with('/') || g.split('/').any(|p| p == "..") {
+                    return Err(err("must be an absolute cgroup path without .."));
+                }
+                c.fleet_cgroup = g;
+            }
+            "fleet.memory" => c.fleet_memory = Some(size(value)?),
+            "fleet.pids" => c.fleet_pids = Some(count(value)?),
+            "fleet.cpus" => c.fleet_cpus = Some(cpus(value)?),
+            "fleet.force_nesting" => c.force_nesting = b(value)?,
+            "gvisor.runtime" => {
+                c.runtime_gvisor = match s(value)?.as_str() {
+                    "gvisor" => true,
+                    "native" => false,
+                    _ => return Err(err("expected \"native\" or \"gvisor\"")),
+                }
+            }
+            "gvisor.runsc_path" => c.runsc_path = Some(s(value)?),
+            "gvisor.platform" => c.platform = s(value)?,
+            "userns.default" => {
+                c.userns_auto = match s(value)?.as_str() {
+                    "auto" => true,
+                    "engine" => false,
+                    _ => return Err(err("expected \"engine\" or \"auto\"")),
+                }
+            }
+            "userns.pool" => {
+                c.userns_pool = parse_pool(&s(value)?).ok_or_else(|| {
+                    err("expected \"START:SIZE\" with START >= 65536 and START+SIZE < 2^32")
+                })?
+            }
+            "userns.size" => {
+                c.userns_size = u32::try_from(count(value)?)
+                    .map_err(|_| err("expected a positive integer below 2^32"))?
+            }
+            _ => return Err(err("unknown setting")),
+        }
+        Ok(())
     }
 }
 
@@ -429,7 +550,6 @@ mod tests {
         let c = cfg(r#"
 # comment
 default_policy = "open"   # trailing
-allow_open = true
 [restricted]
 allowed_capabilities = ["CAP_NET_BIND_SERVICE", "CAP_CHOWN"]
 memory = "512m"
@@ -442,7 +562,7 @@ force_nesting = true
 "#)
         .unwrap();
         assert_eq!(c.default_policy, Mode::Open);
-        assert!(c.allow_open && c.network_none && c.force_nesting);
+        assert!(c.network_none && c.force_nesting);
         assert_eq!(c.allowed_capabilities.len(), 2);
         assert_eq!(c.memory, Some(512 << 20));
         assert_eq!(c.pids, Some(100));
@@ -452,7 +572,7 @@ force_nesting = true
 
     #[test]
     fn errors_name_the_line() {
-        let e = cfg("allow_open = true\ndefault_policy = \"permissive\"\n").unwrap_err();
+        let e = cfg("pids_x = true\ndefault_policy = \"permissive\"\n").unwrap_err();
         assert_eq!(
             e.to_string(),
             "/etc/moat/config.toml:2: default_policy: expected \"restricted\" or \"open\""
@@ -467,9 +587,91 @@ force_nesting = true
             e.to_string().contains(":2:") && e.to_string().contains("CAP_FLY"),
             "{e}"
         );
-        assert!(cfg("allow_open = yes\n").is_err());
-        assert!(cfg("allow_open\n").is_err());
-        assert!(cfg("allow_open = true\nallow_open = false\n").is_err());
+        assert!(cfg("[fleet]\nforce_nesting = yes\n").is_err());
+        assert!(cfg("default_policy\n").is_err());
+        assert!(cfg("default_policy = \"open\"\ndefault_policy = \"open\"\n").is_err());
+    }
+
+    #[test]
+    fn allow_open_is_gone_and_the_error_names_alias() {
+        for text in [
+            "allow_open = true\n",
+            "allow_open = false\n",
+            "[alias.moat-open]\nallow_open = true\n",
+        ] {
+            let e = cfg(text).unwrap_err().to_string();
+            assert!(
+                e.contains("allow_open: removed") && e.contains("[alias.moat-open]"),
+                "{e}"
+            );
+        }
+        let e = cfg("[gvisor]\nallow_native = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("removed") && e.contains("[alias.NAME.gvisor]"),
+            "{e}"
+        );
+    }
+
+    fn as_name(text: &str, name: &str) -> Config {
+        Config::from_str_as(text, Path::new("/etc/moat/config.toml"), Some(name)).unwrap()
+    }
+
+    #[test]
+    fn alias_overrides_top_level_keys_for_its_name_only() {
+        let text = r#"
+default_policy = "restricted"
+[restricted]
+memory = "1g"
+allowed_capabilities = ["CAP_CHOWN"]
+network = "none"
+[alias.moat-open]
+default_policy = "open"
+[alias.moat-net.restricted]
+network = "engine"
+allowed_capabilities = []
+host_namespaces = ["network"]
+[alias.moat-gvisor.gvisor]
+platform = "kvm"
+"#;
+        let plain = cfg(text).unwrap();
+        assert_eq!(plain.default_policy, Mode::Restricted);
+        assert!(plain.network_none && plain.alias.is_none());
+        assert_eq!(as_name(text, "moat"), plain, "a name without a table");
+        let open = as_name(text, "moat-open");
+        assert_eq!(open.default_policy, Mode::Open);
+        assert_eq!(open.alias.as_deref(), Some("moat-open"));
+        // Keys the alias does not set keep the top-level value.
+        assert!(open.network_none && open.memory == Some(1 << 30));
+        let net = as_name(text, "moat-net");
+        assert_eq!(net.default_policy, Mode::Restricted);
+        assert!(!net.network_none && net.allowed_capabilities.is_empty());
+        assert_eq!(net.host_namespaces, ["network"]);
+        assert_eq!(as_name(text, "moat-gvisor").platform, "kvm");
+        assert_eq!(plain.platform, "ptrace");
+        // The operator's way off a gVisor default (annotations cannot).
+        let text =
+            "[gvisor]\nruntime = \"gvisor\"\n[alias.moat-native.gvisor]\nruntime = \"native\"\n";
+        assert!(cfg(text).unwrap().runtime_gvisor);
+        assert!(!as_name(text, "moat-native").runtime_gvisor);
+    }
+
+    #[test]
+    fn alias_tables_are_checked_whatever_the_name() {
+        let e = cfg("[alias.moat-open]\ndefault_policy = \"wide\"\n").unwrap_err();
+        assert!(
+            e.to_string().contains(":2: alias.moat-open.default_policy"),
+            "{e}"
+        );
+        let e = cfg("[alias.x.fleet]\npids = 5\n").unwrap_err().to_string();
+        assert!(e.contains("host-wide"), "{e}");
+        assert!(cfg("[alias.x.userns]\npool = \"100000:65536\"\n").is_err());
+        assert!(cfg("[alias]\nx = 1\n").is_err());
+        assert!(cfg("[alias.x.bogus]\ny = 1\n").is_err());
+        assert!(cfg("[alias.bad name]\n").is_err());
+        let e = cfg("[restricted]\nhost_namespaces = [\"mount\"]\n").unwrap_err();
+        assert!(e.to_string().contains("\"mount\""), "{e}");
     }
 
     #[test]

@@ -83,16 +83,55 @@ pub struct Decision {
     /// paths, ...); empty for native containers.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_applied: Vec<Change>,
+    /// The namespace types (pid, network, ipc, uts) a RESTRICTED container shares with the
+    /// host, as `[restricted] host_namespaces` allows.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub host_namespaces: Vec<&'static str>,
 }
 
-/// The controls a container gets: config defaults, then annotations, which may always
-/// tighten and may loosen only where the config allows it.
+impl Decision {
+    /// One warning line per loosening annotation the policy ignored: the container runs,
+    /// but not as its spec asked.
+    pub fn warn_ignored(&self) {
+        for c in self.changes.iter().filter(|c| c.action == "ignored") {
+            crate::log::warn(&format!("{}: ignored, {}: {}", c.field, c.detail, c.reason));
+        }
+    }
+}
+
+/// A namespace's identity: (st_dev, st_ino) of its nsfs inode.
+pub type NsId = (u64, u64);
+
+/// Host facts the RESTRICTED floor needs, read by the caller before the policy runs
+/// (`linux::namespaces::floor_facts`), so that the policy itself stays pure.
+#[derive(Debug, Clone, Default)]
+pub struct FloorFacts {
+    /// (st_dev, st_ino) of moat's own `/proc/self/ns/<type>`, by spec type (`pid`,
+    /// `network`, `ipc`, `uts`): what "the host's namespace" is.
+    pub host_ns: Vec<(&'static str, NsId)>,
+    /// Every `linux.namespaces[].path` of those types: its (st_dev, st_ino), or why it
+    /// could not be read.
+    pub ns_paths: Vec<(String, Result<NsId, String>)>,
+    /// The host's cgroup hierarchy is cgroup v2 alone (`/sys/fs/cgroup` is cgroup2).
+    pub cgroup_v2: bool,
+}
+
+/// The controls a container gets: config defaults, then annotations, which may only
+/// tighten. A loosening annotation is ignored and reported (an image can carry one: podman
+/// copies image annotations into the spec); loosening is the operator's, through the name
+/// moat is invoked by (`[alias.NAME]` in the config).
 struct Selection {
     mode: Mode,
     readonly_rootfs: bool,
     network_none: bool,
     userns_auto: bool,
+    ignored: Vec<Change>,
 }
+
+/// Why a loosening annotation is ignored.
+pub const IGNORED_ANNOTATION: &str = "annotations may only tighten; the operator loosens \
+     with an [alias.NAME] table in the config, NAME being the name moat is invoked by \
+     (a symlink an engine runtime points at)";
 
 fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
     let mut sel = Selection {
@@ -100,52 +139,55 @@ fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
         readonly_rootfs: cfg.readonly_rootfs,
         network_none: cfg.network_none,
         userns_auto: cfg.userns_auto,
-    };
-    let may_loosen = cfg.allow_open || cfg.default_policy == Mode::Open;
-    let refuse = |k: &str, v: &str| {
-        PolicyError(format!(
-            "annotation {k}={v}: loosening is not allowed by {} (allow_open = false)",
-            cfg.source
-                .as_ref()
-                .map_or("the built-in configuration".to_string(), |p| p
-                    .display()
-                    .to_string())
-        ))
+        ignored: Vec::new(),
     };
     for (k, v) in &spec.annotations {
         if !k.starts_with("moat.") {
             continue;
         }
         let bad = || PolicyError(format!("annotation {k}: unknown value {v:?}"));
-        match k.as_str() {
+        // `loosens`: the value asks for less than the config gives (ignored); otherwise it
+        // tightens or restates the config.
+        let loosens = match k.as_str() {
             "moat.policy" => match v.as_str() {
-                "restricted" => sel.mode = Mode::Restricted,
-                "open" if may_loosen => sel.mode = Mode::Open,
-                "open" => return Err(refuse(k, v)),
+                "restricted" => {
+                    sel.mode = Mode::Restricted;
+                    false
+                }
+                "open" => cfg.default_policy != Mode::Open,
                 _ => return Err(bad()),
             },
             "moat.rootfs" => match v.as_str() {
-                "readonly" => sel.readonly_rootfs = true,
-                "writable" if may_loosen || !cfg.readonly_rootfs => sel.readonly_rootfs = false,
-                "writable" => return Err(refuse(k, v)),
+                "readonly" => {
+                    sel.readonly_rootfs = true;
+                    false
+                }
+                "writable" => cfg.readonly_rootfs,
                 _ => return Err(bad()),
             },
             "moat.network" => match v.as_str() {
-                "none" => sel.network_none = true,
-                "engine" if may_loosen || !cfg.network_none => sel.network_none = false,
-                "engine" => return Err(refuse(k, v)),
+                "none" => {
+                    sel.network_none = true;
+                    false
+                }
+                "engine" => cfg.network_none,
                 _ => return Err(bad()),
             },
             "moat.userns" => match v.as_str() {
-                "auto" => sel.userns_auto = true,
-                "engine" if may_loosen || !cfg.userns_auto => sel.userns_auto = false,
-                "engine" => return Err(refuse(k, v)),
+                "auto" => {
+                    sel.userns_auto = true;
+                    false
+                }
+                "engine" => cfg.userns_auto,
                 _ => return Err(bad()),
             },
+            // Chosen with the backend (`gvisor::select`); `native` leaving the operator's
+            // gVisor is ignored and reported there (`gvisor::policy::adjust`).
             "moat.runtime" => {
                 if v != "gvisor" && v != "native" {
                     return Err(bad());
                 }
+                false
             }
             _ => {
                 return Err(PolicyError(format!(
@@ -153,13 +195,40 @@ fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
                     ANNOTATIONS.join(", ")
                 )))
             }
+        };
+        if loosens {
+            sel.ignored.push(Change {
+                field: format!("annotations.{k}"),
+                action: "ignored",
+                detail: format!("{k}={v} would loosen {}", config_name(cfg)),
+                reason: IGNORED_ANNOTATION,
+            });
         }
     }
     Ok(sel)
 }
 
+/// The configuration a message names: its file and the alias that applied.
+fn config_name(cfg: &Config) -> String {
+    let file = cfg
+        .source
+        .as_ref()
+        .map_or("the built-in configuration".to_string(), |p| {
+            p.display().to_string()
+        });
+    match &cfg.alias {
+        Some(a) => format!("{file} [alias.{a}]"),
+        None => file,
+    }
+}
+
 /// Applies the policy to `spec` in place and says what changed.
-pub fn apply(spec: &mut Spec, cfg: &Config, id: &str) -> Result<Decision, PolicyError> {
+pub fn apply(
+    spec: &mut Spec,
+    cfg: &Config,
+    facts: &FloorFacts,
+    id: &str,
+) -> Result<Decision, PolicyError> {
     let sel = select(spec, cfg)?;
     let mut d = Decision {
         policy: sel.mode.as_str(),
@@ -168,11 +237,14 @@ pub fn apply(spec: &mut Spec, cfg: &Config, id: &str) -> Result<Decision, Policy
         seccomp_floor: false,
         userns: if sel.userns_auto { "auto" } else { "engine" },
         userns_pool: false,
-        changes: Vec::new(),
+        changes: sel.ignored,
         not_applied: Vec::new(),
+        host_namespaces: Vec::new(),
     };
-    if sel.mode == Mode::Restricted && !test_bypass() {
+    let restricted = sel.mode == Mode::Restricted && !test_bypass();
+    if restricted {
         restrict(spec, cfg, id, &mut d)?;
+        mounts_floor(spec, facts, &mut d);
     }
     if sel.readonly_rootfs {
         readonly_rootfs(spec, cfg, &mut d);
@@ -183,7 +255,173 @@ pub fn apply(spec: &mut Spec, cfg: &Config, id: &str) -> Result<Decision, Policy
     if sel.userns_auto {
         userns_auto(spec, cfg, &mut d);
     }
+    // After moat.network=none, which gives the container a namespace of its own.
+    if restricted {
+        namespace_floor(spec, cfg, facts, &mut d)?;
+    }
     Ok(d)
+}
+
+/// The host namespaces a RESTRICTED container must not join, for the check on the opened
+/// fds (`linux::namespaces::Plan::refuse_host`): every floor type `[restricted]
+/// host_namespaces` does not list. Empty under OPEN.
+pub fn refused_host_namespaces(
+    d: &Decision,
+    cfg: &Config,
+    facts: &FloorFacts,
+) -> Vec<(&'static str, NsId)> {
+    if d.policy != Mode::Restricted.as_str() || test_bypass() {
+        return Vec::new();
+    }
+    facts
+        .host_ns
+        .iter()
+        .filter(|(t, _)| !cfg.host_namespaces.iter().any(|c| c == t))
+        .copied()
+        .collect()
+}
+
+/// RESTRICTED: the container does not share the host's pid, network, ipc or uts namespace
+/// (no entry, or a path to the namespace moat itself runs in) unless `[restricted]
+/// host_namespaces` names the type. Without its own pid namespace container root (host
+/// uid 0 without a user namespace) can signal host root's processes; a path to another
+/// container's namespace (a pod) is not the host's and stays allowed.
+fn namespace_floor(
+    spec: &Spec,
+    cfg: &Config,
+    facts: &FloorFacts,
+    d: &mut Decision,
+) -> Result<(), PolicyError> {
+    for typ in config::HOST_NAMESPACE_TYPES {
+        let host_ids = facts.host_ns.iter().find(|(t, _)| *t == typ).map(|x| x.1);
+        let entry = spec
+            .linux()
+            .namespaces
+            .iter()
+            .enumerate()
+            .find(|(_, n)| n.typ == typ);
+        let shared = match entry {
+            None => "linux.namespaces".to_string(),
+            Some((_, n)) if n.path.is_none() => continue,
+            Some((i, n)) => {
+                let p = n.path.as_deref().unwrap_or_default();
+                let field = format!("linux.namespaces[{i}].path");
+                let ids = match facts.ns_paths.iter().find(|(q, _)| q == p) {
+                    Some((_, Ok(ids))) => *ids,
+                    Some((_, Err(e))) => {
+                        return Err(PolicyError(format!("{field}: cannot open {p}: {e}")))
+                    }
+                    None => {
+                        return Err(PolicyError(format!(
+                            "{field}: {p} was not examined by the RESTRICTED floor"
+                        )))
+                    }
+                };
+                match host_ids {
+                    Some(h) if h != ids => continue,
+                    Some(_) => format!("{field} ({p})"),
+                    None => {
+                        return Err(PolicyError(format!(
+                            "{field}: cannot tell whether {p} is the host's {typ} namespace \
+                             (moat's own could not be read)"
+                        )))
+                    }
+                }
+            }
+        };
+        if cfg.host_namespaces.iter().any(|t| t == typ) {
+            d.host_namespaces.push(typ);
+            change(
+                d,
+                "linux.namespaces",
+                "kept",
+                format!("the host's {typ} namespace"),
+                "restricted.host_namespaces allows it",
+            );
+            continue;
+        }
+        return Err(PolicyError(format!(
+            "{shared}: the host's {typ} namespace is refused under RESTRICTED (allow with \
+             [restricted] host_namespaces = [\"{typ}\"])"
+        )));
+    }
+    Ok(())
+}
+
+/// RESTRICTED: sysfs and cgroupfs are read-only, and so is a bind of the host's `/sys` (or
+/// anything below it, recursively). A writable cgroupfs stays where the container has a
+/// cgroup namespace of its own on a cgroup v2 host (podman's systemd mode needs it): there
+/// the kernel refuses writes to the namespace root's own limits. What `--privileged` asks
+/// for (rw sysfs and cgroup) is cut and reported, not refused.
+fn mounts_floor(spec: &mut Spec, facts: &FloorFacts, d: &mut Decision) {
+    let own_cgroupns = spec
+        .linux()
+        .namespaces
+        .iter()
+        .any(|n| n.typ == "cgroup" && n.path.is_none());
+    let mut cut = Vec::new();
+    for (i, m) in spec.mounts.iter_mut().enumerate() {
+        let typ = m.typ.as_deref().unwrap_or("");
+        let bind = typ == "bind" || m.options.iter().any(|o| o == "bind" || o == "rbind");
+        // The last of ro/rw wins, as in mount::parse_options.
+        let last = m
+            .options
+            .iter()
+            .rev()
+            .find(|o| *o == "ro" || *o == "rw")
+            .map(String::as_str);
+        let (what, writable) = if bind {
+            let host_sys = m.source.as_deref().is_some_and(|s| {
+                let c = crate::linux::path::components(s);
+                s.starts_with('/') && c.first().is_some_and(|f| *f == "sys")
+            });
+            if !host_sys {
+                continue;
+            }
+            // `rbind,ro` leaves the submounts (cgroupfs, securityfs, debugfs, ...) writable.
+            let recursive = m.options.iter().any(|o| o == "rbind");
+            let rec_ro = m
+                .options
+                .iter()
+                .rev()
+                .find(|o| *o == "rro" || *o == "rrw")
+                .is_some_and(|o| o == "rro");
+            (
+                "a bind of the host's /sys",
+                last != Some("ro") || (recursive && !rec_ro),
+            )
+        } else if typ == "sysfs" {
+            ("sysfs", last != Some("ro"))
+        } else if typ == "cgroup" || typ == "cgroup2" {
+            if own_cgroupns && facts.cgroup_v2 {
+                continue;
+            }
+            // moat mounts cgroupfs read-only unless the spec says rw.
+            ("cgroupfs", last == Some("rw"))
+        } else {
+            continue;
+        };
+        if !writable {
+            continue;
+        }
+        m.options
+            .retain(|o| o != "rw" && o != "ro" && o != "rrw" && o != "rro");
+        m.options.push("ro".into());
+        if bind {
+            m.options.push("rro".into());
+        }
+        cut.push(format!("mounts[{i}] {} ({what})", m.destination));
+    }
+    if !cut.is_empty() {
+        change(
+            d,
+            "mounts",
+            "set",
+            format!("read-only: {}", cut.join(", ")),
+            "RESTRICTED: sysfs, cgroupfs (without a cgroup namespace of its own on cgroup v2) \
+             and the host's /sys are read-only",
+        );
+    }
 }
 
 /// Debug (test) builds only: `MOAT_TEST_SKIP_POLICY=1` records a container as RESTRICTED
@@ -581,7 +819,7 @@ mod tests {
     #[test]
     fn restricted_drops_everything_and_says_so() {
         let mut s = podman_like();
-        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        let d = apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
         let caps = s.process().capabilities.as_ref().unwrap();
         assert!(caps.bounding.as_ref().unwrap().is_empty());
         assert!(caps.effective.as_ref().unwrap().is_empty());
@@ -618,7 +856,7 @@ mod tests {
             allowed_capabilities: vec!["CAP_CHOWN".into()],
             ..Config::default()
         };
-        apply(&mut s, &cfg, "c1").unwrap();
+        apply(&mut s, &cfg, &facts(), "c1").unwrap();
         let caps = s.process().capabilities.as_ref().unwrap();
         assert_eq!(
             caps.bounding.as_deref(),
@@ -634,7 +872,7 @@ mod tests {
             default_action: "SCMP_ACT_ALLOW".into(),
             ..Default::default()
         });
-        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        let d = apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
         assert!(d.seccomp_floor);
         assert_eq!(
             s.linux().seccomp.as_ref().unwrap().default_action,
@@ -642,33 +880,326 @@ mod tests {
         );
     }
 
+    /// Host namespaces as a test host has them: ids no spec path below names.
+    fn facts() -> FloorFacts {
+        FloorFacts {
+            host_ns: vec![
+                ("pid", (4, 0xeffffffc)),
+                ("network", (4, 0xeffffff8)),
+                ("ipc", (4, 0xeffffffe)),
+                ("uts", (4, 0xeffffffd)),
+            ],
+            ns_paths: vec![
+                ("/proc/1/ns/net".into(), Ok((4, 0xeffffff8))),
+                ("/proc/1/ns/pid".into(), Ok((4, 0xeffffffc))),
+                ("/run/netns/pod".into(), Ok((4, 0xf0000001))),
+                ("/proc/77/ns/ipc".into(), Ok((4, 0xf0000002))),
+                (
+                    "/proc/9/ns/uts".into(),
+                    Err("No such file or directory".into()),
+                ),
+            ],
+            cgroup_v2: false,
+        }
+    }
+
+    fn restricted_caps(s: &Spec) -> Vec<String> {
+        s.process()
+            .capabilities
+            .as_ref()
+            .and_then(|c| c.effective.clone())
+            .unwrap_or_default()
+    }
+
     #[test]
-    fn open_needs_permission() {
+    fn loosening_annotations_are_ignored_and_reported() {
+        for (k, v, cfg) in [
+            ("moat.policy", "open", Config::default()),
+            (
+                "moat.rootfs",
+                "writable",
+                Config {
+                    readonly_rootfs: true,
+                    ..Config::default()
+                },
+            ),
+            (
+                "moat.network",
+                "engine",
+                Config {
+                    network_none: true,
+                    ..Config::default()
+                },
+            ),
+            (
+                "moat.userns",
+                "engine",
+                Config {
+                    userns_auto: true,
+                    ..Config::default()
+                },
+            ),
+        ] {
+            let mut s = podman_like();
+            s.annotations.insert(k.into(), v.into());
+            let d = apply(&mut s, &cfg, &facts(), "c1").unwrap();
+            assert_eq!(d.policy, "restricted", "{k}={v}");
+            assert!(restricted_caps(&s).is_empty(), "{k}={v}");
+            assert_eq!(s.process().no_new_privileges, Some(true));
+            let c = d
+                .changes
+                .iter()
+                .find(|c| c.field == format!("annotations.{k}"))
+                .unwrap_or_else(|| panic!("{k}={v} not reported: {:?}", d.changes));
+            assert_eq!(c.action, "ignored");
+            assert!(c.detail.contains(&format!("{k}={v}")), "{}", c.detail);
+            assert!(c.reason.contains("[alias.NAME]"), "{}", c.reason);
+            // The config's setting holds.
+            assert_eq!(d.readonly_rootfs, cfg.readonly_rootfs, "{k}");
+            assert_eq!(d.network_none, cfg.network_none, "{k}");
+            assert_eq!(d.userns == "auto", cfg.userns_auto, "{k}");
+        }
+        // Restating what the config gives, or tightening, is not reported.
         let mut s = podman_like();
-        s.annotations.insert("moat.policy".into(), "open".into());
-        let e = apply(&mut s, &Config::default(), "c1").unwrap_err();
-        assert!(e.0.contains("moat.policy=open"), "{e}");
-        let cfg = Config {
-            allow_open: true,
-            ..Config::default()
-        };
-        let d = apply(&mut s, &cfg, "c1").unwrap();
+        s.annotations
+            .insert("moat.rootfs".into(), "writable".into());
+        s.annotations
+            .insert("moat.policy".into(), "restricted".into());
+        let d = apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
+        assert!(!d.changes.iter().any(|c| c.action == "ignored"));
+    }
+
+    #[test]
+    fn the_old_allow_open_cannot_bring_loosening_back() {
+        // The only configs that used to let moat.policy=open through now fail to load.
+        let path = std::path::Path::new("/etc/moat/config.toml");
+        for text in ["allow_open = true\n", "[alias.moat]\nallow_open = true\n"] {
+            assert!(Config::from_str_as(text, path, Some("moat")).is_err());
+        }
+    }
+
+    #[test]
+    fn open_comes_from_the_config_or_its_alias() {
+        let text = "[alias.moat-open]\ndefault_policy = \"open\"\n";
+        let path = std::path::Path::new("/etc/moat/config.toml");
+        let plain = Config::from_str_as(text, path, Some("moat")).unwrap();
+        let mut s = podman_like();
+        let d = apply(&mut s, &plain, &facts(), "c1").unwrap();
+        assert_eq!(d.policy, "restricted");
+        let open = Config::from_str_as(text, path, Some("moat-open")).unwrap();
+        let mut s = podman_like();
+        let d = apply(&mut s, &open, &facts(), "c1").unwrap();
         assert_eq!(d.policy, "open");
         assert!(d.changes.is_empty());
         assert_eq!(s.process().no_new_privileges, Some(false));
+        assert_eq!(restricted_caps(&s).len(), 3);
+        // Under OPEN an annotation still tightens.
+        let mut s = podman_like();
+        s.annotations
+            .insert("moat.policy".into(), "restricted".into());
+        let d = apply(&mut s, &open, &facts(), "c1").unwrap();
+        assert_eq!(d.policy, "restricted");
+    }
+
+    fn with_ns(typ: &str, path: Option<&str>) -> Spec {
+        let mut s = podman_like();
+        let ns = &mut s.linux.as_mut().unwrap().namespaces;
+        ns.retain(|n| n.typ != typ);
+        if let Some(p) = path {
+            ns.push(Namespace {
+                typ: typ.into(),
+                path: (!p.is_empty()).then(|| p.to_string()),
+            });
+        }
+        s
+    }
+
+    #[test]
+    fn host_namespaces_are_refused_unless_listed() {
+        for typ in config::HOST_NAMESPACE_TYPES {
+            let e = apply(&mut with_ns(typ, None), &Config::default(), &facts(), "c1")
+                .unwrap_err()
+                .0;
+            assert_eq!(
+                e,
+                format!(
+                    "linux.namespaces: the host's {typ} namespace is refused under RESTRICTED \
+                     (allow with [restricted] host_namespaces = [\"{typ}\"])"
+                )
+            );
+            let cfg = Config {
+                host_namespaces: vec![typ.into()],
+                ..Config::default()
+            };
+            let d = apply(&mut with_ns(typ, None), &cfg, &facts(), "c1").unwrap();
+            assert_eq!(d.host_namespaces, [typ]);
+            assert!(d
+                .changes
+                .iter()
+                .any(|c| c.action == "kept" && c.detail.contains(typ)));
+            // OPEN runs the spec as written.
+            let open = Config {
+                default_policy: Mode::Open,
+                ..Config::default()
+            };
+            apply(&mut with_ns(typ, None), &open, &facts(), "c1").unwrap();
+        }
+        // Listing one type allows only that one.
+        let cfg = Config {
+            host_namespaces: vec!["pid".into()],
+            ..Config::default()
+        };
+        assert!(apply(&mut with_ns("uts", None), &cfg, &facts(), "c1").is_err());
+    }
+
+    #[test]
+    fn a_path_to_the_host_namespace_is_refused_another_containers_is_not() {
+        for (typ, p) in [("network", "/proc/1/ns/net"), ("pid", "/proc/1/ns/pid")] {
+            let e = apply(
+                &mut with_ns(typ, Some(p)),
+                &Config::default(),
+                &facts(),
+                "c1",
+            )
+            .unwrap_err()
+            .0;
+            assert!(
+                e.contains(&format!("({p}): the host's {typ} namespace is refused")),
+                "{e}"
+            );
+            assert!(e.contains(&format!("host_namespaces = [\"{typ}\"]")), "{e}");
+            let cfg = Config {
+                host_namespaces: vec![typ.into()],
+                ..Config::default()
+            };
+            apply(&mut with_ns(typ, Some(p)), &cfg, &facts(), "c1").unwrap();
+        }
+        // A pod: another container's namespaces.
+        let d = apply(
+            &mut with_ns("network", Some("/run/netns/pod")),
+            &Config::default(),
+            &facts(),
+            "c1",
+        )
+        .unwrap();
+        assert!(d.host_namespaces.is_empty());
+        apply(
+            &mut with_ns("ipc", Some("/proc/77/ns/ipc")),
+            &Config::default(),
+            &facts(),
+            "c1",
+        )
+        .unwrap();
+        // Unreadable or unexamined paths fail closed.
+        let e = apply(
+            &mut with_ns("uts", Some("/proc/9/ns/uts")),
+            &Config::default(),
+            &facts(),
+            "c1",
+        )
+        .unwrap_err();
+        assert!(e.0.contains("cannot open /proc/9/ns/uts"), "{e}");
+        assert!(apply(
+            &mut with_ns("uts", Some("/elsewhere")),
+            &Config::default(),
+            &facts(),
+            "c1"
+        )
+        .is_err());
+        // moat.network=none replaces the host's network before the floor looks.
+        let mut s = with_ns("network", Some("/proc/1/ns/net"));
+        s.annotations.insert("moat.network".into(), "none".into());
+        apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
+    }
+
+    #[test]
+    fn the_fd_check_gets_every_host_namespace_the_config_does_not_allow() {
+        let cfg = Config {
+            host_namespaces: vec!["uts".into()],
+            ..Config::default()
+        };
+        let d = apply(&mut podman_like(), &cfg, &facts(), "c1").unwrap();
+        let refused = refused_host_namespaces(&d, &cfg, &facts());
+        let types: Vec<&str> = refused.iter().map(|r| r.0).collect();
+        assert_eq!(types, ["pid", "network", "ipc"]);
+        assert_eq!(refused[1].1, (4, 0xeffffff8));
+        let open = Config {
+            default_policy: Mode::Open,
+            ..Config::default()
+        };
+        let d = apply(&mut podman_like(), &open, &facts(), "c1").unwrap();
+        assert!(refused_host_namespaces(&d, &open, &facts()).is_empty());
+    }
+
+    fn mount(dest: &str, typ: &str, source: &str, opts: &[&str]) -> Mount {
+        Mount {
+            destination: dest.into(),
+            typ: Some(typ.into()),
+            source: Some(source.into()),
+            options: opts.iter().map(|o| o.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn privileged_sysfs_and_cgroupfs_are_cut_to_read_only() {
+        let privileged = || {
+            let mut s = podman_like();
+            s.mounts = vec![
+                mount("/sys", "sysfs", "sysfs", &["nosuid", "rw"]),
+                mount("/sys/fs/cgroup", "cgroup", "cgroup", &["rw"]),
+                mount("/host-sys", "bind", "/sys", &["rbind", "ro"]),
+                mount("/data", "bind", "/srv/data", &["rbind", "rw"]),
+            ];
+            s
+        };
+        let mut s = privileged();
+        let d = apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
+        let opts = |i: usize| s.mounts[i].options.clone();
+        assert_eq!(opts(0), ["nosuid", "ro"]);
+        assert_eq!(opts(1), ["ro"]);
+        assert_eq!(opts(2), ["rbind", "ro", "rro"]);
+        assert_eq!(opts(3), ["rbind", "rw"], "other binds are the engine's");
+        let c = d.changes.iter().find(|c| c.field == "mounts").unwrap();
+        assert!(c.detail.contains("mounts[0] /sys (sysfs)"), "{}", c.detail);
+        assert!(c.detail.contains("mounts[2] /host-sys"), "{}", c.detail);
+        // A cgroup namespace of its own on cgroup v2 keeps a writable cgroupfs.
+        let mut s = privileged();
+        let v2 = FloorFacts {
+            cgroup_v2: true,
+            ..facts()
+        };
+        apply(&mut s, &Config::default(), &v2, "c1").unwrap();
+        assert_eq!(s.mounts[1].options, ["rw"]);
+        let mut s = privileged();
+        s.linux
+            .as_mut()
+            .unwrap()
+            .namespaces
+            .retain(|n| n.typ != "cgroup");
+        apply(&mut s, &Config::default(), &v2, "c1").unwrap();
+        assert_eq!(s.mounts[1].options, ["ro"]);
+        // OPEN keeps what --privileged asked for.
+        let mut s = privileged();
+        let open = Config {
+            default_policy: Mode::Open,
+            ..Config::default()
+        };
+        apply(&mut s, &open, &facts(), "c1").unwrap();
+        assert_eq!(s.mounts[0].options, ["nosuid", "rw"]);
     }
 
     #[test]
     fn unknown_annotations_fail_closed() {
         let mut s = podman_like();
         s.annotations.insert("moat.polcy".into(), "open".into());
-        assert!(apply(&mut s, &Config::default(), "c1")
+        assert!(apply(&mut s, &Config::default(), &facts(), "c1")
             .unwrap_err()
             .0
             .contains("unknown moat annotation"));
         let mut s = podman_like();
         s.annotations.insert("moat.network".into(), "some".into());
-        assert!(apply(&mut s, &Config::default(), "c1").is_err());
+        assert!(apply(&mut s, &Config::default(), &facts(), "c1").is_err());
     }
 
     #[test]
@@ -687,7 +1218,7 @@ mod tests {
             typ: "network".into(),
             path: Some("/run/netns/x".into()),
         });
-        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        let d = apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
         assert!(d.readonly_rootfs && d.network_none);
         assert!(s.root.as_ref().unwrap().readonly);
         assert!(has_mount(&s, "/tmp") && has_mount(&s, "/workspace"));
@@ -702,7 +1233,7 @@ mod tests {
     fn userns_auto_adds_a_namespace_and_keeps_engine_maps() {
         let mut s = podman_like();
         s.annotations.insert("moat.userns".into(), "auto".into());
-        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        let d = apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
         assert!(d.userns_pool && d.userns == "auto");
         assert!(s.linux().namespaces.iter().any(|n| n.typ == "user"));
         let mut s = podman_like();
@@ -712,27 +1243,23 @@ mod tests {
             host_id: 5000,
             size: 10,
         }];
-        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        let d = apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
         assert!(!d.userns_pool && d.userns == "auto");
         let mut s = podman_like();
         s.annotations.insert("moat.userns".into(), "yes".into());
-        assert!(apply(&mut s, &Config::default(), "c1").is_err());
-        // Config default auto: the annotation may not turn it off without allow_open.
+        assert!(apply(&mut s, &Config::default(), &facts(), "c1").is_err());
+        // Config default auto: the annotation cannot turn it off.
         let cfg = Config {
             userns_auto: true,
             ..Config::default()
         };
         let mut s = podman_like();
-        let d = apply(&mut s, &cfg, "c1").unwrap();
+        let d = apply(&mut s, &cfg, &facts(), "c1").unwrap();
         assert!(d.userns_pool);
+        let mut s = podman_like();
         s.annotations.insert("moat.userns".into(), "engine".into());
-        assert!(apply(&mut podman_like_with(&s), &cfg, "c1").is_err());
-    }
-
-    fn podman_like_with(s: &Spec) -> Spec {
-        let mut n = podman_like();
-        n.annotations = s.annotations.clone();
-        n
+        let d = apply(&mut s, &cfg, &facts(), "c1").unwrap();
+        assert!(d.userns_pool && d.userns == "auto");
     }
 
     #[test]

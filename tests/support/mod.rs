@@ -231,7 +231,7 @@ pub fn policy_env(cmd: &mut Command) {
     }
     let path = OPEN.get_or_init(|| {
         let p = target_dir().join(format!("moat-test-open-{}.toml", std::process::id()));
-        fs::write(&p, "default_policy = \"open\"\nallow_open = true\n").expect("write open config");
+        fs::write(&p, "default_policy = \"open\"\n").expect("write open config");
         p
     });
     cmd.env("MOAT_CONFIG", path);
