@@ -68,6 +68,8 @@ pub struct CreateOpts {
     pub no_pivot: bool,
     pub new_keyring: bool,
     pub preserve_fds: u32,
+    /// Socket-activation fds passed on ahead of the preserved ones (`cli/startup.rs`).
+    pub listen_fds: u32,
     pub systemd_cgroup: bool,
     /// Foreground `run`: the caller waits for the init, so it must be its parent.
     pub foreground: bool,
@@ -175,8 +177,9 @@ impl Plan {
         if opts.seccomp_floor {
             seccomp.push(seccomp::floor(cache)?);
         }
-        let attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
+        let mut attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
             .map_err(|e| spec_err(&e.field, e.reason))?;
+        attrs.pass_listen_fds(opts.listen_fds);
         if opts.rootless {
             rootless_checks(spec, &ns)?;
         }

@@ -27,7 +27,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-use crate::{ctx, install, probe, Policy};
+use crate::{ctx, exec, install, probe, Policy};
 
 const WATCH_SECS: u64 = 8;
 
@@ -143,4 +143,80 @@ fn t2_joining_exec_process_cannot_be_read_or_traced_restricted() {
         return;
     }
     ptrace_join(Policy::Restricted, false);
+}
+
+/// T2b (issue 20): a process that joins the container's pid namespace must already be
+/// inside the container's root. The container (OPEN, no user namespace, CAP_SYS_PTRACE:
+/// the capability that lets it open `/proc/<pid>/root` of a non-dumpable process) runs
+/// `probe root-watch`, which tries to create `/proc/<pid>/root/<host dir>/escaped-<pid>`
+/// for every pid it sees, `<host dir>` being this test's directory on the host (absent
+/// from the rootfs). Meanwhile `moat exec` runs again and again. A moat process born in
+/// the pid namespace on the host's root (a fork made after `setns(CLONE_NEWPID)` but
+/// before the mount namespace was joined) would let the watcher write the host file.
+fn root_watch_ctx(tag: &str) -> Option<(crate::support::Ctx, String)> {
+    let probe = probe()?;
+    let mut ctx = ctx(tag, Policy::Open);
+    install(&ctx, probe, "probe");
+    let caps = json!(["CAP_SYS_PTRACE", "CAP_KILL", "CAP_AUDIT_WRITE"]);
+    ctx.set(
+        "/process/capabilities",
+        json!({"bounding": caps, "effective": caps, "permitted": caps}),
+    );
+    let host_dir = ctx.dir.to_str().expect("utf-8").to_string();
+    assert!(!ctx.rootfs().join(host_dir.trim_start_matches('/')).exists());
+    Some((ctx, host_dir))
+}
+
+/// Reads `root-watch`'s summary and checks that nothing reached the host.
+fn root_watch_verdict(what: &str, ctx: &crate::support::Ctx, out: &str, runs: u32) -> u64 {
+    let summary = out
+        .lines()
+        .find(|l| l.starts_with("root-watch "))
+        .unwrap_or_else(|| panic!("{what}: no summary: {out}"));
+    eprintln!("T2b {what}: {runs} runs; {summary}");
+    let escaped: Vec<String> = crate::entries(ctx.dir.to_str().unwrap())
+        .into_iter()
+        .filter(|e| e.starts_with("escaped-"))
+        .collect();
+    assert!(
+        escaped.is_empty() && !out.contains("ESCAPED"),
+        "{what}: a container process wrote the host's {} through /proc/<pid>/root: {escaped:?}\n{out}",
+        ctx.dir.display()
+    );
+    let count = |k: &str| -> u64 {
+        summary
+            .split(' ')
+            .find_map(|f| f.strip_prefix(k)?.strip_prefix('='))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {summary}"))
+    };
+    count("seen")
+}
+
+#[test]
+fn t2b_exec_child_is_never_visible_with_the_host_root() {
+    if !require_root() {
+        return;
+    }
+    let Some((mut ctx, host_dir)) = root_watch_ctx("t2b") else {
+        return;
+    };
+    let secs = WATCH_SECS;
+    ctx.args(&["/bin/probe", "root-watch", &host_dir, &secs.to_string()]);
+    let c = ctx.create_ok("c");
+    c.start();
+    let start = Instant::now();
+    let mut execs = 0;
+    while start.elapsed() < Duration::from_secs(secs - 3) {
+        let out = exec(&ctx, &c, &["true"]);
+        assert_eq!(out.code, 0, "exec failed: {out:#?}");
+        execs += 1;
+    }
+    c.wait_stopped(Duration::from_secs(secs + 20));
+    let seen = root_watch_verdict("exec", &ctx, &c.stdout(), execs);
+    assert!(execs >= 20, "only {execs} execs");
+    assert!(
+        seen >= execs as u64 / 2,
+        "the watcher saw {seen} processes for {execs} execs: the test proved nothing"
+    );
 }

@@ -80,7 +80,12 @@ pub enum Forked {
 pub fn clone_fork(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> Result<Forked> {
     let mut args = CloneArgs {
         flags,
-        exit_signal: libc::SIGCHLD as u64,
+        // With CLONE_PARENT the child's exit signal is its parent's, and clone3 wants 0.
+        exit_signal: if flags & libc::CLONE_PARENT as u64 != 0 {
+            0
+        } else {
+            libc::SIGCHLD as u64
+        },
         ..Default::default()
     };
     if let Some(fd) = cgroup {
