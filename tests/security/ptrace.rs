@@ -243,6 +243,13 @@ fn t2b_init_joining_a_pid_namespace_is_never_visible_with_the_host_root() {
         "/linux/namespaces",
         json!({"type": "pid", "path": format!("/proc/{}/ns/pid", c.pid())}),
     );
+    // The member's /proc is the joined namespace's (made by moat's helper inside it):
+    // pid 1 there is the watcher.
+    pod.sh("cat /proc/1/comm; ls /proc | grep -c '^[0-9]'");
+    let m = pod.create_ok("first");
+    let out = m.start_and_wait();
+    assert!(out.starts_with("probe\n"), "the member's /proc: {out}");
+    drop(m);
     pod.args(&["sleep", "0.05"]);
     let start = Instant::now();
     let mut creates = 0;
