@@ -321,7 +321,10 @@ fn join(
     {
         sys::Forked::Child => child(attrs, console_sock, probe),
         sys::Forked::Parent(pid) => {
-            let _ = ch.send_parent(&ToParent::InitPid(pid), None);
+            if ch.send_parent(&ToParent::InitPid(pid), None).is_err() {
+                // Nobody would wait for it.
+                let _ = sys::kill(pid, libc::SIGKILL);
+            }
             sys::exit_now(0)
         }
     }
