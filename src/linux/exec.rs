@@ -313,8 +313,10 @@ fn join(
             format!("join the container's namespaces ({flags:#x})")
         })?;
     }
-    // The init's pidfd is of no use to the exec'd process.
+    // Nothing the exec'd process (visible in the container until its execve) does not
+    // need: not the init's pidfd, not the host's log file.
     sys::close_raw(pidfd.as_fd());
+    crate::log::close_file();
     // CLONE_PARENT: the exec'd process is `moat exec`'s child, which waits for it.
     match sys::clone_fork(libc::CLONE_PARENT as u64, None)
         .step(Step::Namespaces, || "fork the exec'd process".into())?

@@ -183,6 +183,10 @@ fn root_watch_verdict(what: &str, ctx: &crate::support::Ctx, out: &str, runs: u3
         "{what}: a container process wrote the host's {} through /proc/<pid>/root: {escaped:?}\n{out}",
         ctx.dir.display()
     );
+    assert!(
+        !out.contains("FDWRITE"),
+        "{what}: a container process wrote a file a moat process held:\n{out}"
+    );
     let count = |k: &str| -> u64 {
         summary
             .split(' ')
@@ -205,16 +209,29 @@ fn t2b_exec_child_is_never_visible_with_the_host_root() {
     ctx.args(&["/bin/probe", "root-watch", &host_dir, &secs.to_string()]);
     let c = ctx.create_ok("c");
     c.start();
+    let log = ctx.dir.join("exec-log.json");
     let start = Instant::now();
     let mut execs = 0;
     while start.elapsed() < Duration::from_secs(secs - 3) {
         // Long enough for the watcher to meet every exec'd process, as proof it looks.
-        let out = exec(&ctx, &c, &["sleep", "0.05"]);
+        let out = ctx.moat(&[
+            "--log",
+            log.to_str().unwrap(),
+            "exec",
+            &c.id,
+            "sleep",
+            "0.05",
+        ]);
         assert_eq!(out.code, 0, "exec failed: {out:#?}");
         execs += 1;
     }
     c.wait_stopped(Duration::from_secs(secs + 20));
     let seen = root_watch_verdict("exec", &ctx, &c.stdout(), execs);
+    // The log file each `moat exec` had open (a host file) was never reachable.
+    assert!(
+        !crate::support::read(&log).contains("PWNED"),
+        "the container wrote moat's log file"
+    );
     assert!(execs >= 20, "only {execs} execs");
     assert!(
         seen >= execs as u64 / 4,
