@@ -27,7 +27,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-use crate::{ctx, exec, install, probe, Policy};
+use crate::{ctx, install, probe, Policy};
 
 const WATCH_SECS: u64 = 8;
 
