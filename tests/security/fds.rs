@@ -441,5 +441,27 @@ fn preserved_fds_are_exactly_the_callers() {
         let out = ctx.run(cmd).ok();
         check("exec", &out.stdout, 3);
         c.kill("KILL");
+        // Socket activation ahead of one preserved fd: the same two fds, announced.
+        ctx.sh("ls -l /proc/$$/fd; echo LISTEN_FDS=$LISTEN_FDS; sleep 120; true");
+        let id = ctx.id("sa");
+        let mut cmd = ctx.cmd();
+        cmd.args(["create", "--preserve-fds", "1"])
+            .args(["--bundle", &ctx.bundle_str(), &id]);
+        let mut cmd = socket_activated(&cmd, 1, None);
+        pass(&mut cmd);
+        let mut c = ctx.guard(&id);
+        c.out = Some(ctx.run(cmd).ok());
+        c.start();
+        assert!(
+            wait_until(std::time::Duration::from_secs(20), || c
+                .stdout()
+                .contains("LISTEN_FDS=")),
+            "init printed nothing: {}{}",
+            c.stdout(),
+            c.stderr()
+        );
+        check("create, socket activation", &c.stdout(), 3);
+        assert!(c.stdout().contains("LISTEN_FDS=1\n"), "{}", c.stdout());
+        c.kill("KILL");
     }
 }
