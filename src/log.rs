@@ -44,6 +44,13 @@ pub fn init(path: Option<&std::path::Path>, format: Format, debug: bool) -> std:
     Ok(())
 }
 
+/// Closes the `--log` file in a process about to enter a container, where a process with
+/// CAP_SYS_PTRACE over it could reopen the file through `/proc/<pid>/fd`. What it still
+/// reports goes to the parent, which logs it.
+pub fn close_file() {
+    SINK.lock().unwrap_or_else(|e| e.into_inner()).file = None;
+}
+
 /// Seconds since the epoch rendered as RFC 3339 UTC, without a time crate.
 pub fn rfc3339(secs: i64, nanos: u32) -> String {
     let days = secs.div_euclid(86400);

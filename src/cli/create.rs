@@ -36,7 +36,7 @@ pub struct Args {
 
 /// Shared by create and run: everything up to a created container.
 pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, process::Created)> {
-    super::before_fork(a.preserve_fds)?;
+    let listen_fds = super::before_fork(a.preserve_fds, true)?;
     let cwd = std::env::current_dir().context("getcwd")?;
     // Absolute and lexically clean, like runc's filepath.Abs: `state` shows it.
     let bundle: std::path::PathBuf =
@@ -96,6 +96,7 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         no_pivot: a.no_pivot,
         new_keyring: !a.no_new_keyring,
         preserve_fds: a.preserve_fds,
+        listen_fds,
         systemd_cgroup: g.systemd_cgroup,
         foreground,
         seccomp_floor: decision.seccomp_floor,

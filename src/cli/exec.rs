@@ -163,7 +163,8 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     if let Some(gv) = rec.backend.gvisor() {
         return crate::gvisor::exec(g, &dir, &rec, gv, &a);
     }
-    super::before_fork(a.preserve_fds)?;
+    // exec never passes socket-activation fds (runc neither): LISTEN_* are ignored.
+    super::before_fork(a.preserve_fds, false)?;
     match rec.status(&dir) {
         Status::Stopped => bail!("cannot exec in a stopped container"),
         Status::Paused if !a.ignore_paused => {

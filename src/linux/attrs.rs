@@ -189,22 +189,12 @@ impl Attrs {
                 ));
             }
         }
-        let mut env = p.env.clone();
+        let env = p.env.clone();
         let path_env = env
             .iter()
             .find_map(|e| e.strip_prefix("PATH="))
             .unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
             .to_string();
-        let mut preserve_fds = preserve_fds;
-        // Socket activation: the caller's LISTEN_FDS are passed on with the fds themselves.
-        if let Some(n) = std::env::var("LISTEN_FDS")
-            .ok()
-            .and_then(|n| n.parse::<u32>().ok())
-        {
-            preserve_fds += n;
-            env.push(format!("LISTEN_FDS={n}"));
-            env.push("LISTEN_PID=1".to_string());
-        }
         Ok(Attrs {
             caps,
             seccomp,
@@ -226,6 +216,19 @@ impl Attrs {
             console_size: p.console_size,
             preserve_fds,
         })
+    }
+
+    /// Socket activation (create and run only; `cli/startup.rs` decides whether the
+    /// caller's `LISTEN_FDS` are this process's): the `n` fds from 3 are passed on, ahead
+    /// of the preserved ones, and the process learns of them as systemd would tell it.
+    pub fn pass_listen_fds(&mut self, n: u32) {
+        if n == 0 {
+            return;
+        }
+        self.preserve_fds += n;
+        for v in [format!("LISTEN_FDS={n}"), "LISTEN_PID=1".to_string()] {
+            self.env.push(CString::new(v).expect("no NUL"));
+        }
     }
 
     /// Applies everything up to (not including) execve. Returns the executable to run and

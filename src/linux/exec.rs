@@ -1,17 +1,21 @@
 //! `exec`: a new process inside a running container, confined exactly as its init.
 //!
-//! | # | parent (`moat exec`)                                      | child                                       |
-//! |---|-----------------------------------------------------------|---------------------------------------------|
-//! | 1 | attributes parsed; the container's compiled seccomp filter loaded from its state | —                    |
-//! | 2 | pidfd of the init; unprivileged: joins its user namespace (non-dumpable first); joins its pid (and time) namespace *for children only* | — |
-//! | 3 | clone (into the v2 cgroup)                                | non-dumpable; joins the v1 cgroups itself; rlimits |
-//! | 4 | —                                                         | setns(pidfd, every other namespace at once)  |
-//! | 5 | —                                                         | console; [`Attrs::apply`]: LSM, NNP, seccomp, user, caps, cwd |
-//! | 6 | EOF on the sync socket = exec'd; `Failed` = error         | execve (the socket is close-on-exec)        |
-//! | 7 | `--pid-file`; detached: done; else wait, forward signals  | —                                           |
+//! | # | parent (`moat exec`)                                      | joiner (fork)                      | exec'd process (joiner's fork)        |
+//! |---|-----------------------------------------------------------|------------------------------------|---------------------------------------|
+//! | 1 | attributes parsed; the preserved fds checked (`cli/startup.rs`); the container's compiled seccomp filter loaded from its state | — | — |
+//! | 2 | pidfd of the init; clone (into the v2 cgroup)             | joins the v1 cgroups itself; non-dumpable; rlimits | —                     |
+//! | 3 | —                                                         | `setns(pidfd, …)`: user, mount (root and cwd become the container's), the rest; pid and time for children | — |
+//! | 4 | —                                                         | fork (`CLONE_PARENT`), reports the pid, exits | born in the container's pid namespace, inside its root |
+//! | 5 | —                                                         | —                                  | console; [`Attrs::apply`]: LSM, NNP, seccomp, user, caps, cwd |
+//! | 6 | `InitPid`, then EOF on the sync socket = exec'd; `Failed` = error | —                          | execve (the socket is close-on-exec)  |
+//! | 7 | `--pid-file`; detached: done; else wait, forward signals  | —                                  | —                                     |
 //!
-//! moat is never executed inside the container: the child is a fork, non-dumpable until
-//! execve, so nothing in the container can ptrace it or open its `/proc/<pid>/exe`.
+//! Nothing in the container can see a moat process whose root is the host's: the joiner
+//! stays in the caller's pid namespace, and what appears in the container's is forked
+//! after the mount namespace was entered (runc's nsexec order). moat is never executed
+//! inside the container: both processes are forks, non-dumpable until execve, so nothing
+//! in the container without CAP_SYS_PTRACE over them can ptrace them or open their
+//! `/proc/<pid>` files.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -167,17 +171,7 @@ fn spawn(rec: &Record, attrs: &Attrs, opts: &ExecOpts, probe: bool) -> Result<St
     if !rec.alive() {
         return Err(ExecError::NotRunning);
     }
-    let mut flags = namespaces_of(rec.pid)?;
-    if flags & libc::CLONE_NEWUSER != 0 && sys::geteuid() != 0 {
-        join_user_namespace(&pidfd)?;
-        flags &= !libc::CLONE_NEWUSER;
-    }
-    // pid and time namespaces apply to children: join them here, the rest in the child.
-    let for_children = flags & (libc::CLONE_NEWPID | namespaces::CLONE_NEWTIME);
-    if for_children != 0 {
-        sys::setns(pidfd.as_fd(), for_children)
-            .map_err(io("join the container's pid namespace"))?;
-    }
+    let flags = namespaces_of(rec.pid)?;
     let (parent_ch, child_ch) = sync::pair().map_err(io("socketpair"))?;
     let mut relay = None;
     let console_sock = match &opts.console_socket {
@@ -193,19 +187,22 @@ fn spawn(rec: &Record, attrs: &Attrs, opts: &ExecOpts, probe: bool) -> Result<St
         }
         None => None,
     };
-    // The child enters the cgroup by itself (see cgroups/placement.rs).
+    // The joiner enters the cgroup by itself (see cgroups/placement.rs); the exec'd
+    // process, its child, inherits it.
     let placement = match &rec.cgroup {
         Some(cg) => cg.placement(opts.sub_cgroup.as_deref())?,
         None => Placement::none(),
     };
-    let child = match sys::clone_fork(0, placement.clone_into()).map_err(io("clone"))? {
+    let joiner = match sys::clone_fork(0, placement.clone_into()).map_err(io("clone"))? {
         sys::Forked::Child => {
             drop(parent_ch);
-            let e = match child(
+            drop(relay);
+            let e = match join(
                 attrs,
                 placement,
                 &pidfd,
-                flags & !for_children,
+                flags,
+                &child_ch,
                 console_sock.as_ref(),
                 probe,
             ) {
@@ -220,25 +217,48 @@ fn spawn(rec: &Record, attrs: &Attrs, opts: &ExecOpts, probe: bool) -> Result<St
     drop(placement);
     drop(child_ch);
     drop(console_sock);
-    let kill = |e: ExecError| {
-        let _ = sys::kill(child, libc::SIGKILL);
-        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
+    drop(pidfd);
+    // The joiner reports the exec'd process's pid and exits; the exec'd process closes its
+    // end of the socket with its execve (success) or sends `Failed` first. Either may
+    // write first, so read to EOF.
+    let (mut child, mut failure, mut unexpected) = (None, None, false);
+    loop {
+        match parent_ch.recv_child() {
+            Ok((ToParent::InitPid(pid), _)) if child.is_none() => child = Some(pid),
+            Ok((ToParent::Failed(f), _)) => failure = failure.or(Some(f)),
+            Ok(_) => {
+                unexpected = true;
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    let reap = |pid: i32| {
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+    };
+    reap(joiner);
+    let kill = |pid: Option<i32>, e: ExecError| {
+        if let Some(pid) = pid {
+            let _ = sys::kill(pid, libc::SIGKILL);
+            reap(pid);
+        }
         e
     };
-    // On success the socket closes with the child's execve.
-    match parent_ch.recv_child() {
-        Ok((ToParent::Failed(f), _)) => {
-            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
-            return Err(f.into());
-        }
-        Ok(_) => {
-            return Err(kill(ExecError::Init(InitFailure::new(
-                Step::Sync,
-                "unexpected message",
-            ))))
-        }
-        Err(_) => {}
+    if unexpected {
+        return Err(kill(
+            child,
+            ExecError::Init(InitFailure::new(Step::Sync, "unexpected message")),
+        ));
     }
+    if let Some(f) = failure {
+        return Err(kill(child, f.into()));
+    }
+    let Some(child) = child else {
+        return Err(ExecError::Init(InitFailure::new(
+            Step::Namespaces,
+            "the process joining the container exited before forking the exec'd process",
+        )));
+    };
     if let Some(pf) = &opts.pid_file {
         crate::state::write_pid_file(pf, child)?;
     }
@@ -256,39 +276,64 @@ fn spawn(rec: &Record, attrs: &Attrs, opts: &ExecOpts, probe: bool) -> Result<St
     })
 }
 
-/// Rootless: the container's pid namespace belongs to its user namespace, so an
-/// unprivileged caller can only join it from inside that user namespace. Non-dumpable
-/// first: this process keeps its host mm, so the container's root, whose capabilities
-/// stop at its own user namespace, can neither ptrace it nor open its /proc files.
-fn join_user_namespace(pidfd: &OwnedFd) -> Result<(), ExecError> {
-    sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(io("PR_SET_DUMPABLE"))?;
-    sys::setns(pidfd.as_fd(), libc::CLONE_NEWUSER)
-        .map_err(io("join the container's user namespace"))
-}
-
 enum Never {}
 
-fn child(
+/// The joiner: a fork of `moat exec` that never appears in the container's pid
+/// namespace. It enters the container's namespaces — the user namespace first, then the
+/// mount namespace, which makes the container's root its root and cwd — and the pid
+/// (and time) namespace for its children only; then it forks the process that will exec,
+/// which is thus born in the container's pid namespace already inside its root. Were
+/// that process born there on the host's root (as the child of a `setns(CLONE_NEWPID)`
+/// made before the fork would be), a container process with CAP_SYS_PTRACE over it
+/// could open `/proc/<pid>/root` and reach the host's `/` before the join; being
+/// non-dumpable does not stop a holder of that capability. The process is non-dumpable
+/// from here to its execve (the flag is inherited with the memory at fork).
+fn join(
     attrs: &Attrs,
     placement: Placement,
     pidfd: &OwnedFd,
     flags: libc::c_int,
+    ch: &sync::Channel,
     console_sock: Option<&OwnedFd>,
     probe: bool,
 ) -> Result<Never, InitFailure> {
     super::process::enter_cgroup(placement)?;
     sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
-    // Still on the host, with the caller's privileges (raising a hard limit needs them).
+    // Still on the host, with the caller's privileges (raising a hard limit needs them);
+    // the exec'd process inherits them.
     for &(res, soft, hard) in &attrs.rlimits {
         sys::prlimit(0, res, soft, hard).step(Step::Exec, || {
             format!("setrlimit {res} on the exec'd process")
         })?;
     }
+    // One setns for all: the kernel joins the user namespace first, then the others with
+    // the capabilities that gives (which is how an unprivileged caller joins them).
     if flags != 0 {
         sys::setns(pidfd.as_fd(), flags).step(Step::Namespaces, || {
             format!("join the container's namespaces ({flags:#x})")
         })?;
     }
+    // Nothing the exec'd process (visible in the container until its execve) does not
+    // need: not the init's pidfd, not the host's log file.
+    sys::close_raw(pidfd.as_fd());
+    crate::log::close_file();
+    // CLONE_PARENT: the exec'd process is `moat exec`'s child, which waits for it.
+    match sys::clone_fork(libc::CLONE_PARENT as u64, None)
+        .step(Step::Namespaces, || "fork the exec'd process".into())?
+    {
+        sys::Forked::Child => child(attrs, console_sock, probe),
+        sys::Forked::Parent(pid) => {
+            if ch.send_parent(&ToParent::InitPid(pid), None).is_err() {
+                // Nobody would wait for it.
+                let _ = sys::kill(pid, libc::SIGKILL);
+            }
+            sys::exit_now(0)
+        }
+    }
+}
+
+/// The exec'd process, in the container's namespaces and root from birth.
+fn child(attrs: &Attrs, console_sock: Option<&OwnedFd>, probe: bool) -> Result<Never, InitFailure> {
     if attrs.terminal {
         let root = Root::open(std::path::Path::new("/")).step(Step::Console, || "open /".into())?;
         let (master, peer) = console::open_pty(&root)?;

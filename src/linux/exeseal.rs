@@ -29,8 +29,10 @@ fn is_protected(exe: &OwnedFd) -> bool {
     .is_ok_and(|s| s & libc::F_SEAL_WRITE != 0)
 }
 
-/// Returns only when the running binary is write-protected; otherwise re-executes.
-pub fn ensure() -> io::Result<()> {
+/// Returns only when the running binary is write-protected; otherwise re-executes, with
+/// `restore_env` (variables moat took out of its own environment at start-up, which the
+/// re-executed moat must see again) added to the environment.
+pub fn ensure(restore_env: &[(std::ffi::OsString, std::ffi::OsString)]) -> io::Result<()> {
     let exe = sys::openat(path::cwd(), c"/proc/self/exe", libc::O_RDONLY, 0)?;
     if is_protected(&exe) {
         return Ok(());
@@ -40,6 +42,7 @@ pub fn ensure() -> io::Result<()> {
         .map(|a| CString::new(a.as_bytes()).unwrap_or_default())
         .collect();
     let envp: Vec<CString> = std::env::vars_os()
+        .chain(restore_env.iter().cloned())
         .map(|(k, v)| {
             let mut b = k.as_bytes().to_vec();
             b.push(b'=');

@@ -8,6 +8,16 @@
 //! child joins the path namespaces first (the user namespace first of all), then unshares
 //! the new ones, and forks the init, which is what joining a pid namespace, setting time
 //! namespace offsets, or joining host-owned namespaces from a new user namespace requires.
+//!
+//! A process must never appear in a pid namespace that others share while its root is
+//! the host's: a process there holding CAP_SYS_PTRACE over it could open
+//! `/proc/<pid>/root` and reach the host's `/` (being non-dumpable does not stop that
+//! capability). When a pid namespace is joined (a pod) and the mount namespace is new,
+//! the init would set up its rootfs from a copy of the host's tree; so then
+//! ([`Plan::late_init`]) the intermediate sets up the rootfs itself, outside that pid
+//! namespace, and forks the init only after `pivot_root`. The one thing it cannot make
+//! there is a procfs of the joined namespace: a short-lived helper makes those contexts
+//! from inside it, born on an empty detached root (`process::proc_contexts`).
 
 use std::ffi::CString;
 use std::io;
@@ -48,6 +58,9 @@ pub struct Plan {
     pub user_join: Option<Join>,
     pub mount_join: Option<Join>,
     pub staged: bool,
+    /// A pid namespace joined with a new mount namespace: the init is forked only after
+    /// `pivot_root` (see the module doc).
+    pub late_init: bool,
     pub time_offsets: String,
 }
 
@@ -66,6 +79,7 @@ impl Plan {
             user_join: None,
             mount_join: None,
             staged: false,
+            late_init: false,
             time_offsets: String::new(),
         };
         for (i, ns) in spec.linux().namespaces.iter().enumerate() {
@@ -111,6 +125,7 @@ impl Plan {
             || pid_join
             || plan.new & CLONE_NEWTIME != 0
             || (new_user && !plan.joins.is_empty());
+        plan.late_init = pid_join && plan.mount_join.is_none();
         if let Some(offsets) = &spec.linux().time_offsets {
             for (clock, off) in offsets {
                 plan.time_offsets
@@ -310,8 +325,17 @@ mod tests {
             r#"[{"type":"mount"},{"type":"pid","path":"/proc/self/ns/pid"}]"#,
         ))
         .unwrap();
-        assert!(p.staged);
+        assert!(p.staged && p.late_init);
+        let p = Plan::from_spec(&spec(
+            r#"[{"type":"mount","path":"/proc/self/ns/mnt"},{"type":"pid","path":"/proc/self/ns/pid"}]"#,
+        ))
+        .unwrap();
+        assert!(
+            p.staged && !p.late_init,
+            "a joined mount namespace is joined before the fork"
+        );
         let p = Plan::from_spec(&spec(r#"[{"type":"mount"},{"type":"time"}]"#)).unwrap();
+        assert!(!p.late_init);
         assert!(p.staged);
         let p = Plan::from_spec(&spec(
             r#"[{"type":"mount"},{"type":"network","path":"/proc/self/ns/net"}]"#,

@@ -68,6 +68,8 @@ pub struct CreateOpts {
     pub no_pivot: bool,
     pub new_keyring: bool,
     pub preserve_fds: u32,
+    /// Socket-activation fds passed on ahead of the preserved ones (`cli/startup.rs`).
+    pub listen_fds: u32,
     pub systemd_cgroup: bool,
     /// Foreground `run`: the caller waits for the init, so it must be its parent.
     pub foreground: bool,
@@ -179,8 +181,9 @@ impl Plan {
         if opts.seccomp_floor {
             seccomp.push(seccomp::floor(cache)?);
         }
-        let attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
+        let mut attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
             .map_err(|e| spec_err(&e.field, e.reason))?;
+        attrs.pass_listen_fds(opts.listen_fds);
         if opts.rootless {
             rootless_checks(spec, &ns)?;
         }
@@ -837,6 +840,10 @@ fn init(
     }
     rootfs::pivot(&root, plan.rootfs.no_pivot)?;
     drop(root);
+    if plan.ns.late_init {
+        // Inside the container's root now: the init may appear in the joined pid namespace.
+        fork_init(ch)?;
+    }
     // sysctls go in before /proc/sys becomes a read-only path.
     for (key, value) in &plan.sysctl {
         attrs::write_proc(&format!("/proc/sys/{key}"), value)
@@ -904,9 +911,85 @@ fn staged_namespaces(
         attrs::write_proc("/proc/self/timens_offsets", &plan.ns.time_offsets)
             .step(Step::Namespaces, || "linux.timeOffsets".into())?;
     }
+    if plan.ns.late_init {
+        // This process sets up the rootfs; the init is forked after pivot_root.
+        return proc_contexts(plan);
+    }
     // Joining or creating a pid (or time) namespace takes effect for children only.
+    fork_init(ch)
+}
+
+/// [`NsPlan::late_init`]: procfs contexts of the joined pid namespace, for the rootfs
+/// set up by this process, which is not in it (`sys::fsopen` takes them). They come from
+/// a helper forked into that namespace while this process's root and cwd are an empty,
+/// read-only, detached tmpfs — a root with nothing above it, so `/proc/<helper>/root`
+/// leads nowhere — and holding no fd but its socket.
+fn proc_contexts(plan: &Plan) -> Result<(), InitFailure> {
+    let n = 2 + plan
+        .rootfs
+        .mounts
+        .iter()
+        .filter(|m| matches!(&m.kind, rootfs::Kind::Fs { fstype, .. } if fstype == "proc"))
+        .count();
+    let what = || "procfs of the joined pid namespace".to_string();
+    let empty = super::mount::new_fs("tmpfs", None, &[]).step(Step::Namespaces, what)?;
+    super::mount::setattr(empty.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0)
+        .step(Step::Namespaces, what)?;
+    let dir = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    let root = sys::openat(super::path::cwd(), c"/", dir, 0).step(Step::Namespaces, what)?;
+    let cwd = sys::openat(super::path::cwd(), c".", dir, 0).step(Step::Namespaces, what)?;
+    let (ours, theirs) = sync::pair().step(Step::Namespaces, what)?;
+    sys::fchdir(empty.as_fd()).step(Step::Namespaces, what)?;
+    sys::chroot(c".").step(Step::Namespaces, what)?;
+    let forked = sys::clone_fork(0, None);
+    if !matches!(forked, Ok(sys::Forked::Child)) {
+        // Back on the (private copy of the) host's root, whatever the fork did; never
+        // carry on from the empty one.
+        let back = sys::fchdir(root.as_fd())
+            .and_then(|()| sys::chroot(c"."))
+            .and_then(|()| sys::fchdir(cwd.as_fd()));
+        if back.is_err() {
+            sys::exit_now(1);
+        }
+    }
+    match forked.step(Step::Namespaces, what)? {
+        sys::Forked::Child => {
+            let ok = sys::close_all_but(theirs.sock.as_fd()).is_ok()
+                && (0..n).all(|i| {
+                    sys::fsopen(c"proc")
+                        .is_ok_and(|fc| theirs.send_mount(i as u32, fc.as_fd()).is_ok())
+                });
+            sys::exit_now(if ok { 0 } else { 1 })
+        }
+        sys::Forked::Parent(pid) => {
+            drop(theirs);
+            let got: Result<Vec<OwnedFd>, _> =
+                (0..n).map(|_| ours.recv_mount().map(|m| m.1)).collect();
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+            sys::set_proc_contexts(Some(got.step(Step::Namespaces, what)?));
+            Ok(())
+        }
+    }
+}
+
+/// Forks the init (staged create; [`NsPlan::late_init`]: after `pivot_root`); this
+/// process reports the init's pid and exits. The init goes on only once that report is
+/// sent (EOF on a pipe at this process's exit), so the parent never takes a message of
+/// the init's for one of this process's.
+fn fork_init(ch: &Channel) -> Result<(), InitFailure> {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(io::Error::from)
+        .step(Step::Namespaces, || "pipe".into())?;
     match sys::clone_fork(0, None).step(Step::Namespaces, || "fork init".into())? {
-        sys::Forked::Child => Ok(()),
+        sys::Forked::Child => {
+            drop(w);
+            let mut b = [0u8; 1];
+            let mut f = std::fs::File::from(r);
+            while matches!(f.read(&mut b), Err(ref e) if e.kind() == io::ErrorKind::Interrupted) {}
+            // In the pid namespace now: its own fsopen("proc") is right again.
+            sys::set_proc_contexts(None);
+            Ok(())
+        }
         sys::Forked::Parent(pid) => {
             let _ = ch.send_parent(&ToParent::InitPid(pid), None);
             sys::exit_now(0)

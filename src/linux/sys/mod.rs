@@ -80,7 +80,12 @@ pub enum Forked {
 pub fn clone_fork(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> Result<Forked> {
     let mut args = CloneArgs {
         flags,
-        exit_signal: libc::SIGCHLD as u64,
+        // With CLONE_PARENT the child's exit signal is its parent's, and clone3 wants 0.
+        exit_signal: if flags & libc::CLONE_PARENT as u64 != 0 {
+            0
+        } else {
+            libc::SIGCHLD as u64
+        },
         ..Default::default()
     };
     if let Some(fd) = cgroup {
@@ -537,6 +542,18 @@ pub fn exit_now(code: i32) -> ! {
 // File descriptors
 
 /// Marks or closes every descriptor from `first` up.
+/// Closes every descriptor from 3 up except `keep`, in a forked child about to do one
+/// thing with it and `_exit`.
+pub fn close_all_but(keep: BorrowedFd<'_>) -> Result<()> {
+    let k = keep.as_raw_fd() as u32;
+    // SAFETY: close_range on our own table; the caller owns nothing else it will use.
+    if k > 3 {
+        check(unsafe { libc::syscall(libc::SYS_close_range, 3u32, k - 1, 0u32) })?;
+    }
+    // SAFETY: as above.
+    check(unsafe { libc::syscall(libc::SYS_close_range, k + 1, u32::MAX, 0u32) }).map(drop)
+}
+
 pub fn close_range_from(first: u32, cloexec_only: bool) -> Result<()> {
     const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
     let flags = if cloexec_only { CLOSE_RANGE_CLOEXEC } else { 0 };
@@ -875,7 +892,29 @@ pub fn move_mount_fd(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<()> {
     .map(drop)
 }
 
+/// procfs contexts made in the container's pid namespace by a process that could make
+/// them there (`process::proc_contexts`), for a process that is not in it: while set
+/// (`Some`), `fsopen("proc")` takes one of these and fails with EAGAIN when none is left,
+/// rather than make a procfs of its caller's — the host's — pid namespace.
+static PROC_CONTEXTS: std::sync::Mutex<Option<Vec<OwnedFd>>> = std::sync::Mutex::new(None);
+
+/// Starts (`Some`) or ends (`None`, dropping what is left) [`PROC_CONTEXTS`].
+pub fn set_proc_contexts(contexts: Option<Vec<OwnedFd>>) {
+    *PROC_CONTEXTS.lock().unwrap_or_else(|e| e.into_inner()) = contexts;
+}
+
 pub fn fsopen(fstype: &CStr) -> Result<OwnedFd> {
+    if fstype == c"proc" {
+        if let Some(stash) = PROC_CONTEXTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            return stash
+                .pop()
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EAGAIN));
+        }
+    }
     const FSOPEN_CLOEXEC: u32 = 1;
     // SAFETY: NUL-terminated filesystem name.
     let r = check(unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) })?;
