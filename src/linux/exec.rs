@@ -284,6 +284,8 @@ fn child(
             format!("setrlimit {res} on the exec'd process")
         })?;
     }
+    // In the container's pid namespace, still in moat's mount namespace: moat's own procfs.
+    super::procfs::open_own()?;
     if flags != 0 {
         sys::setns(pidfd.as_fd(), flags).step(Step::Namespaces, || {
             format!("join the container's namespaces ({flags:#x})")

@@ -25,14 +25,14 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
-use super::attrs::{self, Attrs};
+use super::attrs::Attrs;
 use super::cgroups::{Cgroup, Placement};
 use super::namespaces::{self, Plan as NsPlan};
 use super::rootfs;
 use super::rootless;
 use super::seccomp;
 use super::sync::{self, Channel, InitFailure, Step, StepExt, ToChild, ToParent};
-use super::{console, devices, hooks, idmap, sys};
+use super::{console, devices, hooks, idmap, procfs, sys};
 use crate::spec::{Device, Spec};
 use crate::state::{self, ContainerDir, Record};
 
@@ -758,6 +758,8 @@ fn init(
     // Namespaces.
     if plan.ns.staged {
         staged_namespaces(plan, ch, &mut idmapped)?;
+        // The init, in the container's pid namespace: a procfs of that namespace.
+        procfs::renew();
     } else {
         for j in &plan.ns.joins {
             sys::setns(j.fd.as_fd(), j.flag)
@@ -766,6 +768,8 @@ fn init(
         if plan.ns.has_new(libc::CLONE_NEWUSER) {
             become_root()?;
         }
+        // Before any mount: the mount namespace is still the fresh copy of moat's own.
+        procfs::open_own()?;
     }
     if plan.dumpable_until_mapped {
         // Maps written; nothing of the container runs yet.
@@ -835,8 +839,7 @@ fn init(
     drop(root);
     // sysctls go in before /proc/sys becomes a read-only path.
     for (key, value) in &plan.sysctl {
-        attrs::write_proc(&format!("/proc/sys/{key}"), value)
-            .step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
+        procfs::write_sysctl(key, value).step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
     }
     rootfs::finalize(&plan.rootfs, &pinned)?;
     drop(pinned);
@@ -867,6 +870,8 @@ fn staged_namespaces(
     ch: &Channel,
     idmapped: &mut Vec<(u32, OwnedFd)>,
 ) -> Result<(), InitFailure> {
+    // Before anything is joined: the mount namespace is still moat's own.
+    procfs::open_own()?;
     if let Some(j) = &plan.ns.user_join {
         sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
         become_root()?;
@@ -878,8 +883,7 @@ fn staged_namespaces(
         sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
     }
     for (key, value) in &plan.sysctl_joined {
-        attrs::write_proc(&format!("/proc/sys/{key}"), value)
-            .step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
+        procfs::write_sysctl(key, value).step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
     }
     if plan.ns.has_new(libc::CLONE_NEWUSER) {
         sys::unshare(libc::CLONE_NEWUSER)
@@ -897,7 +901,7 @@ fn staged_namespaces(
         })?;
     }
     if !plan.ns.time_offsets.is_empty() {
-        attrs::write_proc("/proc/self/timens_offsets", &plan.ns.time_offsets)
+        procfs::write_timens_offsets(&plan.ns.time_offsets)
             .step(Step::Namespaces, || "linux.timeOffsets".into())?;
     }
     // Joining or creating a pid (or time) namespace takes effect for children only.
