@@ -610,6 +610,12 @@ pub fn openat(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int, mode: u32) -
     })
 }
 
+/// `fchmodat(2)`: follows a final symlink (the only use is a procfs fd link).
+pub fn fchmodat(dir: BorrowedFd<'_>, path: &CStr, mode: u32) -> Result<()> {
+    // SAFETY: valid dirfd and NUL-terminated path.
+    check_int(unsafe { libc::fchmodat(dir.as_raw_fd(), path.as_ptr(), mode, 0) }).map(drop)
+}
+
 /// The text of the symlink `path` names relative to `dir` (never followed).
 pub fn readlinkat(dir: BorrowedFd<'_>, path: &CStr) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; 256];
