@@ -277,7 +277,9 @@ fn container_side_proc_accesses_go_through_moats_own_handle() {
         if pid == parent || execd.contains(&pid) {
             continue;
         }
-        if l.contains(" execve(") && l.ends_with(" = 0") {
+        // (An interleaved call is split: "execve(… <unfinished …>", "<… execve resumed>…".)
+        let execve = l.contains(" execve(") || l.contains("<... execve resumed>");
+        if execve && l.ends_with(" = 0") {
             execd.insert(pid);
             continue;
         }
