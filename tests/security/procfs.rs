@@ -324,3 +324,77 @@ fn container_side_proc_accesses_go_through_moats_own_handle() {
     through_handle("timens_offsets", &|l| numbered(l, "timens_offsets"));
     through_handle("setgroups", &|l| numbered(l, "setgroups"));
 }
+
+/// The handle is taken in every way moat enters a container, and a uid-1000 process
+/// started with moat's group 0 ends with no supplementary group while the spec's sysctl
+/// is applied: a create that joins another container's pid namespace (staged: the
+/// intermediate's handle, the init's own), one with a new user namespace mapping root to
+/// 100000 (direct), and an `exec --user 1000:1000` into a running container (the exec
+/// child, in the container's pid namespace, before it joins the mount namespace).
+/// Rootless creates and execs are in `tests/rootless.rs`.
+#[test]
+fn handle_works_when_joining_a_pid_namespace_in_a_user_namespace_and_for_exec() {
+    if !require_root() {
+        return;
+    }
+    let script = "cat /proc/sys/kernel/shmmni; grep -E '^(Uid|Groups):' /proc/self/status";
+    let check = |what: &str, out: &str, sysctl: &str| {
+        assert!(
+            out.starts_with(&format!("{sysctl}\n")),
+            "{what}: sysctl: {out}"
+        );
+        assert!(
+            out.contains("Uid:\t1000\t1000\t1000\t1000"),
+            "{what}: {out}"
+        );
+        assert_eq!(
+            groups_line(out),
+            "",
+            "{what}: supplementary groups kept: {out}"
+        );
+    };
+    let create_with_group_0 = |ctx: &Ctx, name: &str| {
+        let id = ctx.id(name);
+        let mut cmd = ctx.cmd();
+        cmd.args(["create", "--bundle", &ctx.bundle_str(), &id]);
+        with_group_0(&mut cmd);
+        let mut c = ctx.guard(&id);
+        c.out = Some(ctx.run(cmd).ok());
+        c
+    };
+    let mut a = ctx("pfmodesa", crate::Policy::Open);
+    a.args(&["sleep", "60"]);
+    a.set("/linux/sysctl", json!({"kernel.shmmni": "2345"}));
+    let ca = a.create_ok("a");
+    ca.start();
+    let apid = ca.pid();
+
+    let mut b = ctx("pfmodesb", crate::Policy::Open);
+    for n in b.config["linux"]["namespaces"].as_array_mut().unwrap() {
+        if n["type"] == "pid" {
+            n["path"] = json!(format!("/proc/{apid}/ns/pid"));
+        }
+    }
+    b.set("/linux/sysctl", json!({"kernel.shmmni": "2345"}));
+    b.set("/process/user", json!({"uid": 1000, "gid": 1000}));
+    b.sh(script);
+    let cb = create_with_group_0(&b, "joined");
+    check("joined pid namespace", &cb.start_and_wait(), "2345");
+
+    let mut u = ctx("pfmodesu", crate::Policy::Open);
+    let map = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+    u.push("/linux/namespaces", json!({"type": "user"}))
+        .set("/linux/uidMappings", map.clone())
+        .set("/linux/gidMappings", map);
+    u.set("/linux/sysctl", json!({"kernel.shmmni": "2345"}));
+    u.set("/process/user", json!({"uid": 1000, "gid": 1000}));
+    u.sh(script);
+    let cu = create_with_group_0(&u, "userns");
+    check("new user namespace", &cu.start_and_wait(), "2345");
+
+    let mut cmd = a.cmd();
+    cmd.args(["exec", "--user", "1000:1000", &ca.id, "sh", "-c", script]);
+    with_group_0(&mut cmd);
+    let out = a.run(cmd).ok().stdout;
+    check("exec", &out, "2345");
+}
