@@ -8,15 +8,9 @@ pub fn enabled() -> bool {
         .is_ok_and(|s| s.trim() == "Y")
 }
 
-/// Writes `exec <profile>` to the calling thread's attr, through procfs checked by fd.
-pub fn exec_profile(profile: &str) -> io::Result<()> {
-    let value = format!("exec {profile}");
-    match super::attrs::write_proc("/proc/thread-self/attr/apparmor/exec", &value) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            super::attrs::write_proc("/proc/thread-self/attr/exec", &value)
-        }
-        r => r,
-    }
+/// Writes `exec <profile>` to the calling thread's attr, through moat's own procfs.
+pub fn exec_profile(profile: &str) -> Result<(), super::procfs::ProcError> {
+    super::procfs::write_attr("apparmor", "exec", &format!("exec {profile}"))
 }
 
 /// Loads a profile moat ships (by name) unless the kernel already has it.

@@ -9,7 +9,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use super::capabilities::{self, Sets};
 use super::seccomp::{self, Filter};
@@ -325,8 +325,11 @@ impl Attrs {
         }
         sys::prctl(libc::PR_SET_KEEPCAPS, 1).step(Step::User, || "PR_SET_KEEPCAPS".into())?;
         // setgroups is denied in a user namespace whose gid map was written unprivileged.
-        let groups_denied =
-            std::fs::read_to_string("/proc/self/setgroups").is_ok_and(|s| s.trim() == "deny");
+        // Read through moat's own procfs: a fake `setgroups` in the container's /proc
+        // would otherwise keep moat's supplementary groups (group 0) for the process.
+        let groups_denied = super::procfs::setgroups_denied().step(Step::User, || {
+            "process.user.additionalGids: read setgroups".into()
+        })?;
         if !groups_denied {
             sys::setgroups(&self.additional_gids).step(Step::User, || {
                 format!("process.user.additionalGids {:?}", self.additional_gids)
@@ -374,7 +377,7 @@ impl Attrs {
         }
         if let Some(label) = &self.selinux {
             if std::path::Path::new("/sys/fs/selinux/enforce").exists() {
-                write_proc("/proc/thread-self/attr/exec", label)
+                super::procfs::write_attr("selinux", "exec", label)
                     .step(Step::Lsm, || format!("process.selinuxLabel {label}"))?;
             }
         }
@@ -444,24 +447,6 @@ fn errno_text(e: &io::Error) -> String {
         Some(libc::EACCES) => "permission denied".into(),
         _ => e.to_string(),
     }
-}
-
-/// Writes to a file that must be on procfs (checked on the opened fd, not the path).
-pub fn write_proc(path: &str, value: &str) -> io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
-    let fs = sys::fstatfs(f.as_fd())?;
-    // f_type and the magic are i64 under glibc, unsigned under musl.
-    #[allow(clippy::unnecessary_cast)]
-    let not_proc = fs.f_type as u64 != libc::PROC_SUPER_MAGIC as u64;
-    if not_proc {
-        return Err(io::Error::other(format!("{path} is not on procfs")));
-    }
-    f.write_all(value.as_bytes())
 }
 
 #[cfg(test)]

@@ -61,12 +61,8 @@ pub fn create(root: &Root, devices: &[Device], bind: bool) -> Result<(), InitFai
         let node = sys::openat(dir.as_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW, 0)
             .step(Step::Devices, what)?;
         // mknod is subject to the umask; the spec's mode is exact.
-        let proc_path = path::fd_path(node.as_fd());
-        std::fs::set_permissions(
-            std::path::Path::new(proc_path.to_str().unwrap_or_default()),
-            std::os::unix::fs::PermissionsExt::from_mode(mode),
-        )
-        .step(Step::Devices, || format!("chmod {}", d.path))?;
+        super::procfs::chmod_fd(node.as_fd(), mode)
+            .step(Step::Devices, || format!("chmod {}", d.path))?;
         sys::fchownat_empty(node.as_fd(), d.uid.unwrap_or(0), d.gid.unwrap_or(0))
             .step(Step::Devices, || format!("chown {}", d.path))?;
     }

@@ -306,6 +306,10 @@ fn join(
             format!("setrlimit {res} on the exec'd process")
         })?;
     }
+    // Still in moat's own pid and mount namespaces: moat's own procfs, which the exec'd
+    // process keeps (it names itself through the handle's `thread-self`, so the host
+    // numbering is right for it).
+    super::procfs::open_own()?;
     // One setns for all: the kernel joins the user namespace first, then the others with
     // the capabilities that gives (which is how an unprivileged caller joins them).
     if flags != 0 {

@@ -17,6 +17,7 @@ pub mod namespaces;
 pub mod notify;
 pub mod path;
 pub mod process;
+pub mod procfs;
 pub mod rootfs;
 pub mod rootless;
 pub mod seccomp;

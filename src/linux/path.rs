@@ -142,12 +142,6 @@ pub fn cwd() -> BorrowedFd<'static> {
     sys::at_fdcwd()
 }
 
-/// `/proc/self/fd/N` for an fd: the path form of a pinned object, for the few APIs
-/// (classic mount(2) propagation changes) that take no fd.
-pub fn fd_path(fd: BorrowedFd<'_>) -> CString {
-    CString::new(format!("/proc/self/fd/{}", sys::raw(fd))).expect("no NUL in a number")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

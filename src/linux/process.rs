@@ -9,7 +9,7 @@
 //! | 5 | rlimits, oom_score_adj, id maps; `Go`; idmapped mounts by fd once maps are written ([`send_idmapped`]) | joins / unshares namespaces (staged: forks init); receives mount fds |
 //! | 6 | —                                                        | cgroup ns, hostname, rootfs + mounts + devices + console |
 //! | 7 | prestart + createRuntime hooks on `HooksPlease`          | createContainer hooks, pivot_root              |
-//! | 8 | —                                                        | masked/readonly paths, ro root, sysctl, AppArmor/SELinux, personality, scheduler, ioprio |
+//! | 8 | —                                                        | sysctl (moat's procfs), masked/readonly paths, ro root, AppArmor/SELinux, personality, scheduler, ioprio |
 //! | 9 | —                                                        | NNP; seccomp (early without NNP); groups, gid, uid; capabilities; umask; cwd (verified inside the root); seccomp (late with NNP); executable looked up |
 //! |10 | on `Ready`: state.json, `--pid-file`, seccomp listener; `Created` | blocks reading exec.fifo                |
 //! |11 | (`moat start` writes the fifo)                           | startContainer hooks, fd sweep, execve         |
@@ -25,14 +25,14 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
-use super::attrs::{self, Attrs};
+use super::attrs::Attrs;
 use super::cgroups::{Cgroup, Placement};
 use super::namespaces::{self, Plan as NsPlan};
 use super::rootfs;
 use super::rootless;
 use super::seccomp;
 use super::sync::{self, Channel, InitFailure, Step, StepExt, ToChild, ToParent};
-use super::{console, devices, hooks, idmap, sys};
+use super::{console, devices, hooks, idmap, procfs, sys};
 use crate::spec::{Device, Spec};
 use crate::state::{self, ContainerDir, Record};
 
@@ -765,6 +765,8 @@ fn init(
     // Namespaces.
     if plan.ns.staged {
         staged_namespaces(plan, ch, &mut idmapped)?;
+        // The init, in the container's pid namespace: a procfs of that namespace.
+        procfs::renew();
     } else {
         for j in &plan.ns.joins {
             sys::setns(j.fd.as_fd(), j.flag)
@@ -773,6 +775,8 @@ fn init(
         if plan.ns.has_new(libc::CLONE_NEWUSER) {
             become_root()?;
         }
+        // Before any mount: the mount namespace is still the fresh copy of moat's own.
+        procfs::open_own()?;
     }
     if plan.dumpable_until_mapped {
         // Maps written; nothing of the container runs yet.
@@ -846,8 +850,7 @@ fn init(
     }
     // sysctls go in before /proc/sys becomes a read-only path.
     for (key, value) in &plan.sysctl {
-        attrs::write_proc(&format!("/proc/sys/{key}"), value)
-            .step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
+        procfs::write_sysctl(key, value).step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
     }
     rootfs::finalize(&plan.rootfs, &pinned)?;
     drop(pinned);
@@ -878,6 +881,8 @@ fn staged_namespaces(
     ch: &Channel,
     idmapped: &mut Vec<(u32, OwnedFd)>,
 ) -> Result<(), InitFailure> {
+    // Before anything is joined: the mount namespace is still moat's own.
+    procfs::open_own()?;
     if let Some(j) = &plan.ns.user_join {
         sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
         become_root()?;
@@ -889,8 +894,7 @@ fn staged_namespaces(
         sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
     }
     for (key, value) in &plan.sysctl_joined {
-        attrs::write_proc(&format!("/proc/sys/{key}"), value)
-            .step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
+        procfs::write_sysctl(key, value).step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
     }
     if plan.ns.has_new(libc::CLONE_NEWUSER) {
         sys::unshare(libc::CLONE_NEWUSER)
@@ -908,7 +912,7 @@ fn staged_namespaces(
         })?;
     }
     if !plan.ns.time_offsets.is_empty() {
-        attrs::write_proc("/proc/self/timens_offsets", &plan.ns.time_offsets)
+        procfs::write_timens_offsets(&plan.ns.time_offsets)
             .step(Step::Namespaces, || "linux.timeOffsets".into())?;
     }
     if plan.ns.late_init {

@@ -24,7 +24,13 @@ pub fn detect(flag: &str) -> Result<bool, String> {
 
 /// True unless `/proc/self/uid_map` is the initial namespace's identity map of every id.
 pub fn in_user_namespace() -> bool {
-    match std::fs::read_to_string("/proc/self/uid_map") {
+    // In moat's container children, through moat's own procfs (never the container's).
+    let map = if super::procfs::held() {
+        super::procfs::uid_map().map_err(|e| io::Error::other(e.to_string()))
+    } else {
+        std::fs::read_to_string("/proc/self/uid_map")
+    };
+    match map {
         Ok(map) => !is_initial_map(&map),
         // No user namespace support at all: there is only the initial one.
         Err(_) => false,

@@ -570,6 +570,7 @@ pub struct OpenHow {
     pub resolve: u64,
 }
 
+pub const RESOLVE_NO_XDEV: u64 = 0x01;
 pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 pub const RESOLVE_BENEATH: u64 = 0x08;
@@ -624,6 +625,32 @@ pub fn openat(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int, mode: u32) -
         };
         check_int(r).map(|fd| owned(fd as libc::c_long))
     })
+}
+
+/// `fchmodat(2)`: follows a final symlink (the only use is a procfs fd link).
+pub fn fchmodat(dir: BorrowedFd<'_>, path: &CStr, mode: u32) -> Result<()> {
+    // SAFETY: valid dirfd and NUL-terminated path.
+    check_int(unsafe { libc::fchmodat(dir.as_raw_fd(), path.as_ptr(), mode, 0) }).map(drop)
+}
+
+/// The text of the symlink `path` names relative to `dir` (never followed).
+pub fn readlinkat(dir: BorrowedFd<'_>, path: &CStr) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; 256];
+    // SAFETY: valid dirfd, NUL-terminated path, and a buffer of the length passed.
+    let n = check(unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        ) as libc::c_long
+    })? as usize;
+    if n == buf.len() {
+        // Longer than any link moat reads (procfs's `thread-self`): refuse, never truncate.
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    buf.truncate(n);
+    Ok(buf)
 }
 
 pub fn mkdirat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<()> {
