@@ -765,8 +765,12 @@ fn init(
     // Namespaces.
     if plan.ns.staged {
         staged_namespaces(plan, ch, &mut idmapped)?;
-        // The init, in the container's pid namespace: a procfs of that namespace.
-        procfs::renew();
+        // The init, in the container's pid namespace: a procfs of that namespace. With a
+        // late init this is still the intermediate, outside that namespace: it keeps the
+        // handle of moat's own and the init renews it once forked.
+        if !plan.ns.late_init {
+            procfs::renew();
+        }
     } else {
         for j in &plan.ns.joins {
             sys::setns(j.fd.as_fd(), j.flag)
@@ -847,6 +851,7 @@ fn init(
     if plan.ns.late_init {
         // Inside the container's root now: the init may appear in the joined pid namespace.
         fork_init(ch)?;
+        procfs::renew();
     }
     // sysctls go in before /proc/sys becomes a read-only path.
     for (key, value) in &plan.sysctl {
