@@ -324,7 +324,9 @@ fn duplicate_and_case_variant_keys_are_refused() {
     );
     create_fails(
         &ctx,
-        &[r#"config.json: process: "Capabilities" differs only in case from "capabilities"; refused"#],
+        &[
+            r#"config.json: process: "Capabilities" differs only in case from "capabilities"; refused"#,
+        ],
     );
     ctx.config["process"]
         .as_object_mut()
@@ -361,7 +363,11 @@ fn duplicate_and_case_variant_keys_are_refused() {
         let _g = ctx.guard(&id);
         let out = run_cmd(cmd, &ctx.io, CALL_TIMEOUT).fails();
         assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
-        assert!(out.stderr.contains(needle), "{needle:?} not in {}", out.stderr);
+        assert!(
+            out.stderr.contains(needle),
+            "{needle:?} not in {}",
+            out.stderr
+        );
         ctx.assert_no_trace(&id);
     }
 

@@ -150,7 +150,10 @@ fn process_json_with_a_case_variant_key() {
         &ctx,
         &c,
         |p| p["Capabilities"] = json!({"bounding": admin, "effective": admin, "permitted": admin}),
-        &[r#"process-"#, r#": top level: "Capabilities" differs only in case from "capabilities"; refused"#],
+        &[
+            r#"process-"#,
+            r#": top level: "Capabilities" differs only in case from "capabilities"; refused"#,
+        ],
     );
 }
 

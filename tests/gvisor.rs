@@ -841,10 +841,16 @@ fn case_variant_and_duplicate_keys_are_refused_under_gvisor() {
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .unwrap_or(0);
-    assert_eq!(eff & (1 << 21), 0, "the exec'd process holds CAP_SYS_ADMIN: {out}");
+    assert_eq!(
+        eff & (1 << 21),
+        0,
+        "the exec'd process holds CAP_SYS_ADMIN: {out}"
+    );
     assert_eq!(o.status.code(), Some(1), "exec ran: {out}");
     assert!(
-        stderr(&o).contains(r#"top level: "Capabilities" differs only in case from "capabilities"; refused"#),
+        stderr(&o).contains(
+            r#"top level: "Capabilities" differs only in case from "capabilities"; refused"#
+        ),
         "{}",
         stderr(&o)
     );
@@ -880,10 +886,9 @@ fn runsc_config_holds_only_what_moat_read() {
     planted["annotations"]["foo"] = "2".into();
     std::fs::write(&spec_path, serde_json::to_vec(&planted).unwrap()).unwrap();
     e.ok(&["create", "--bundle", b, &id]);
-    let eff: Value = serde_json::from_slice(
-        &std::fs::read(e.root().join(&id).join("config.json")).unwrap(),
-    )
-    .unwrap();
+    let eff: Value =
+        serde_json::from_slice(&std::fs::read(e.root().join(&id).join("config.json")).unwrap())
+            .unwrap();
     for (pointer, key) in [
         ("/process", "fooBar"),
         ("/process/user", "username"),
@@ -895,7 +900,10 @@ fn runsc_config_holds_only_what_moat_read() {
         ("", "vm"),
     ] {
         let parent = eff.pointer(pointer).unwrap_or_else(|| panic!("{pointer}"));
-        assert!(parent.get(key).is_none(), "{pointer}/{key} reached runsc: {eff}");
+        assert!(
+            parent.get(key).is_none(),
+            "{pointer}/{key} reached runsc: {eff}"
+        );
     }
     assert_eq!(eff["annotations"]["Foo"], "1");
     assert_eq!(eff["annotations"]["foo"], "2");
@@ -912,10 +920,9 @@ fn runsc_config_holds_only_what_moat_read() {
     let o = e.run(&["create", "--bundle", b, &id]);
     if Path::new("/sys/fs/cgroup/net_cls").is_dir() {
         assert!(o.status.success(), "{}", stderr(&o));
-        let eff: Value = serde_json::from_slice(
-            &std::fs::read(e.root().join(&id).join("config.json")).unwrap(),
-        )
-        .unwrap();
+        let eff: Value =
+            serde_json::from_slice(&std::fs::read(e.root().join(&id).join("config.json")).unwrap())
+                .unwrap();
         assert_eq!(
             eff["linux"]["resources"]["network"],
             serde_json::json!({"classID": 1048577})

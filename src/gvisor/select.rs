@@ -61,7 +61,7 @@ pub struct Selection {
 /// create (native too) gets here first. Duplicate or case-variant keys are refused by the
 /// full parse that follows on either path, so this quick look cannot pick a backend for a
 /// document that is then accepted.
-fn runtime_annotation(raw: &[u8]) -> serde_json::Result<Option<String>> {
+pub(crate) fn runtime_annotation(raw: &[u8]) -> serde_json::Result<Option<String>> {
     #[derive(serde::Deserialize)]
     struct Peek {
         #[serde(default)]

@@ -569,8 +569,17 @@ impl Spec {
     }
 
     /// Parses JSON (keys checked), reporting the JSON path of the field that failed.
+    /// (Only tests call it today: create and the gVisor path use [`Spec::parse_file`].)
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn parse(bytes: &[u8]) -> Result<Spec, (String, String)> {
         from_slice(bytes)
+    }
+
+    /// Parses a spec moat wrote itself (a state directory's `config.json`, root-only):
+    /// the key check is skipped, since serde's output has neither duplicates nor case
+    /// variants and `exec` reads this file on every call.
+    pub fn parse_own(bytes: &[u8]) -> Result<Spec, (String, String)> {
+        typed(bytes)
     }
 
     pub fn linux(&self) -> &Linux {
@@ -613,6 +622,29 @@ mod tests {
             Spec::parse(br#"{"ociVersion":"1.0.2","process":{"user":{"uid":"x"}}}"#).unwrap_err();
         assert_eq!(field, "process.user.uid");
         assert!(msg.contains("invalid type"), "{msg}");
+    }
+
+    #[test]
+    fn key_errors_name_the_file_and_the_path() {
+        let p = Path::new("/b/config.json");
+        let e = Spec::parse_file(br#"{"process":{"Capabilities":{}}}"#, p).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"/b/config.json: process: "Capabilities" differs only in case from "capabilities"; refused"#
+        );
+        let e = Spec::parse_file(br#"{"process":{"args":[],"args":[]}}"#, p).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"/b/config.json: process: duplicate key "args"; refused"#
+        );
+        // Type errors keep their own wording; moat's own files skip the key check.
+        let e = Spec::parse_file(br#"{"process":{"args":1}}"#, p).unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("/b/config.json: invalid JSON at process.args: "));
+        assert!(Spec::parse_own(br#"{"a":1,"a":2}"#).is_ok());
+        let e = from_slice::<Process>(br#"{"args":[],"Args":[]}"#).unwrap_err();
+        assert_eq!(e.0, "top level");
     }
 
     #[test]
