@@ -297,6 +297,9 @@ pub fn prepare(
     let cwd = std::env::current_dir().context("getcwd")?;
     let bundle = cwd.join(bundle);
     let rootfs = spec.rootfs(&bundle);
+    // Serialised from the typed spec: runsc reads what the policy saw (super::spec). Before
+    // anything exists: a pass-through field of the wrong shape is refused here.
+    let runsc_config = super::spec::config_json(&spec, &bundle, &rootfs)?;
     let state_root = g.state_root()?;
     let dir = ContainerDir::create(&state_root, id)?;
     crate::log::debug(&format!("{id}: gVisor ({})", sel.reason));
@@ -325,13 +328,9 @@ pub fn prepare(
                 .and_then(|c| c.apply(&res))
                 .with_context(|| format!("fleet cgroup {path}"))?;
         }
-        // Serialised from the typed spec: runsc reads what the policy saw (super::spec).
         // Written in place: nothing reads them before the record (saved atomically, last)
         // exists, and a create that fails removes the directory.
-        dir.write_new(
-            state::SPEC_FILE,
-            &super::spec::config_json(&spec, &bundle, &rootfs)?,
-        )?;
+        dir.write_new(state::SPEC_FILE, &runsc_config)?;
         dir.write_new(
             state::POLICY_FILE,
             &serde_json::to_vec_pretty(&decision).expect("serialises"),
