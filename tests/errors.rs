@@ -306,3 +306,75 @@ fn missing_config_json_reason_is_not_repeated() {
         out.stderr
     );
 }
+
+/// One JSON truth (issue 20): Go's `encoding/json` (runsc, the engines) reads a key that
+/// differs from a field only in case as that field, and takes the last of two equal keys;
+/// moat ignored the first and kept the last silently. Both are refused at create, with
+/// the JSON path; map keys keep their case and unknown fields stay ignored.
+#[test]
+fn duplicate_and_case_variant_keys_are_refused() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("keys");
+    let admin = json!(["CAP_SYS_ADMIN"]);
+    ctx.set(
+        "/process/Capabilities",
+        json!({"bounding": admin, "effective": admin, "permitted": admin}),
+    );
+    create_fails(
+        &ctx,
+        &[
+            r#"config.json: process: "Capabilities" differs only in case from "capabilities"; refused"#,
+        ],
+    );
+    ctx.config["process"]
+        .as_object_mut()
+        .unwrap()
+        .remove("Capabilities");
+
+    // Duplicates are written as text: serde_json's Value cannot hold them.
+    for (from, to, needle) in [
+        (
+            r#""process":{"#,
+            r#""process":{"args":["true"],"#,
+            r#"config.json: process: duplicate key "args"; refused"#,
+        ),
+        (
+            r#""annotations":{"#,
+            r#""annotations":{"a":"1","a":"2","#,
+            r#"config.json: annotations: duplicate key "a"; refused"#,
+        ),
+        (
+            r#""ociVersion":"#,
+            r#""x":{"y":[{"z":1,"z":2}]},"ociVersion":"#,
+            r#"config.json: x.y[0]: duplicate key "z"; refused"#,
+        ),
+    ] {
+        let mut cfg = ctx.config.clone();
+        cfg["annotations"]["keep"] = json!("x");
+        let text = serde_json::to_string(&cfg).unwrap();
+        assert!(text.contains(from), "{from} not in {text}");
+        fs::write(ctx.bundle.join("config.json"), text.replacen(from, to, 1)).unwrap();
+        // Ctx::create rewrites config.json; call moat directly.
+        let id = ctx.id("dup");
+        let mut cmd = ctx.cmd();
+        cmd.args(["create", "--bundle", &ctx.bundle_str(), &id]);
+        let _g = ctx.guard(&id);
+        let out = run_cmd(cmd, &ctx.io, CALL_TIMEOUT).fails();
+        assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
+        assert!(
+            out.stderr.contains(needle),
+            "{needle:?} not in {}",
+            out.stderr
+        );
+        ctx.assert_no_trace(&id);
+    }
+
+    // What is not refused: case variants among map keys, unknown fields.
+    ctx.set("/annotations/Foo", json!("1"))
+        .set("/annotations/foo", json!("2"))
+        .set("/process/fooBar", json!(1))
+        .set("/linux/foo", json!({"Bar": 1, "bar": 2}));
+    ctx.create_ok("ok");
+}

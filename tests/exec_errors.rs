@@ -136,6 +136,27 @@ fn exec_into_an_unknown_container() {
     one_line_error(&out, &["container does not exist"]);
 }
 
+/// One JSON truth (issue 20): a process file whose `Capabilities` differs from the field
+/// only in case is refused (Go readers would take it for `capabilities`).
+#[test]
+fn process_json_with_a_case_variant_key() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("excase");
+    let c = running(&mut ctx);
+    let admin = json!(["CAP_SYS_ADMIN"]);
+    bad_process(
+        &ctx,
+        &c,
+        |p| p["Capabilities"] = json!({"bounding": admin, "effective": admin, "permitted": admin}),
+        &[
+            r#"process-"#,
+            r#": top level: "Capabilities" differs only in case from "capabilities"; refused"#,
+        ],
+    );
+}
+
 #[test]
 fn process_json_with_a_bad_user() {
     if !require_root() {

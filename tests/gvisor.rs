@@ -821,3 +821,179 @@ fn host_netns_path_refused_under_restricted() {
         assert!(!e.root().join(&id).exists(), "nothing left behind");
     }
 }
+
+/// The files runsc keeps for `id` under the shared `--root` (`<root>/@runsc`).
+fn runsc_files(root: &Path, id: &str) -> Vec<String> {
+    std::fs::read_dir(root.join("@runsc"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(id))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One JSON truth (issue 20): Go's `encoding/json` matches keys case-insensitively, so
+/// runsc applied `process."Capabilities"` (CAP_SYS_ADMIN inside the sentry) while moat's
+/// policy never saw it. Refused at create, before anything exists (no state directory,
+/// no runsc state, no sandbox), for a duplicate key too, and in an exec process file.
+#[test]
+fn case_variant_and_duplicate_keys_are_refused_under_gvisor() {
+    if !usable("case_variant_and_duplicate_keys_are_refused_under_gvisor") {
+        return;
+    }
+    let mut e = Env::new("keys");
+    let id = e.id("c");
+    let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["sleep", "600"]);
+    let b = bundle.to_str().unwrap();
+    let spec_path = bundle.join("config.json");
+    let good = std::fs::read(&spec_path).unwrap();
+    let spec: Value = serde_json::from_slice(&good).unwrap();
+    let admin = serde_json::json!(["CAP_SYS_ADMIN"]);
+    let caps = serde_json::json!({"bounding": admin, "effective": admin, "permitted": admin});
+
+    let refused = |text: Vec<u8>, needle: &str| {
+        std::fs::write(&spec_path, text).unwrap();
+        let o = e.run(&["create", "--bundle", b, &id]);
+        assert_eq!(o.status.code(), Some(1));
+        let err = stderr(&o);
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(!e.root().join(&id).exists(), "state directory left behind");
+        assert_eq!(runsc_files(&e.root(), &id), Vec::<String>::new());
+        assert_eq!(runsc_processes(&e.root()), Vec::<i32>::new());
+    };
+    let mut bad = spec.clone();
+    bad["process"]["Capabilities"] = caps.clone();
+    refused(
+        serde_json::to_vec(&bad).unwrap(),
+        r#"config.json: process: "Capabilities" differs only in case from "capabilities"; refused"#,
+    );
+    let text = serde_json::to_string(&spec).unwrap();
+    assert!(text.contains(r#""process":{"#));
+    refused(
+        text.replacen(r#""process":{"#, r#""process":{"args":["true"],"#, 1)
+            .into_bytes(),
+        r#"config.json: process: duplicate key "args"; refused"#,
+    );
+
+    // exec: a process file with "Capabilities" is refused, whatever the policy.
+    std::fs::write(&spec_path, &good).unwrap();
+    e.ok(&["create", "--bundle", b, &id]);
+    e.ok(&["start", &id]);
+    let mut p = spec["process"].clone();
+    p.as_object_mut().unwrap().remove("capabilities");
+    p["Capabilities"] = caps;
+    p["args"] = serde_json::json!(["cat", "/proc/self/status"]);
+    let proc_file = e.dir.join("process.json");
+    std::fs::write(&proc_file, serde_json::to_vec(&p).unwrap()).unwrap();
+    let o = e.run(&["exec", "--process", proc_file.to_str().unwrap(), &id]);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let eff = out
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    assert_eq!(
+        eff & (1 << 21),
+        0,
+        "the exec'd process holds CAP_SYS_ADMIN: {out}"
+    );
+    assert_eq!(o.status.code(), Some(1), "exec ran: {out}");
+    assert!(
+        stderr(&o).contains(
+            r#"top level: "Capabilities" differs only in case from "capabilities"; refused"#
+        ),
+        "{}",
+        stderr(&o)
+    );
+    e.ok(&["kill", &id, "KILL"]);
+    e.wait_status(&id, "stopped");
+    e.ok(&["delete", &id]);
+}
+
+/// runsc's config.json is moat's typed spec serialised, never the engine's document:
+/// fields moat does not know (planted at several depths) are not in it; the one opaque
+/// field on the pass-through list, `linux.resources.network`, reaches runsc.
+#[test]
+fn runsc_config_holds_only_what_moat_read() {
+    if !usable("runsc_config_holds_only_what_moat_read") {
+        return;
+    }
+    let mut e = Env::new("cfg");
+    let id = e.id("c");
+    let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["sleep", "600"]);
+    let b = bundle.to_str().unwrap();
+    let spec_path = bundle.join("config.json");
+    let spec: Value = serde_json::from_slice(&std::fs::read(&spec_path).unwrap()).unwrap();
+    let mut planted = spec.clone();
+    planted["process"]["fooBar"] = 1.into();
+    planted["process"]["user"]["username"] = "root".into();
+    planted["process"]["commandLine"] = "sh".into();
+    planted["root"]["fooBar"] = 1.into();
+    planted["mounts"][0]["fooBar"] = 1.into();
+    planted["linux"]["foo"] = serde_json::json!({"bar": 1});
+    planted["linux"]["intelRdt"] = serde_json::json!({"closID": "x"});
+    planted["vm"] = serde_json::json!({"hypervisor": {"path": "/bin/sh"}});
+    planted["annotations"]["Foo"] = "1".into();
+    planted["annotations"]["foo"] = "2".into();
+    std::fs::write(&spec_path, serde_json::to_vec(&planted).unwrap()).unwrap();
+    e.ok(&["create", "--bundle", b, &id]);
+    let eff: Value =
+        serde_json::from_slice(&std::fs::read(e.root().join(&id).join("config.json")).unwrap())
+            .unwrap();
+    for (pointer, key) in [
+        ("/process", "fooBar"),
+        ("/process/user", "username"),
+        ("/process", "commandLine"),
+        ("/root", "fooBar"),
+        ("/mounts/0", "fooBar"),
+        ("/linux", "foo"),
+        ("/linux", "intelRdt"),
+        ("", "vm"),
+    ] {
+        let parent = eff.pointer(pointer).unwrap_or_else(|| panic!("{pointer}"));
+        assert!(
+            parent.get(key).is_none(),
+            "{pointer}/{key} reached runsc: {eff}"
+        );
+    }
+    assert_eq!(eff["annotations"]["Foo"], "1");
+    assert_eq!(eff["annotations"]["foo"], "2");
+    assert_eq!(eff["process"]["args"], spec["process"]["args"]);
+    e.ok(&["delete", "--force", &id]);
+
+    // The pass-through field: runsc sets the sandbox's net_cls class from it. This host
+    // may lack net_cls, in which case runsc's refusal shows it read the field.
+    let mut net = spec.clone();
+    net["linux"]["cgroupsPath"] = format!("/{}-net", e.tag).into();
+    net["linux"]["resources"]["network"] = serde_json::json!({"classID": 1048577, "fooBar": 1});
+    std::fs::write(&spec_path, serde_json::to_vec(&net).unwrap()).unwrap();
+    let _cg = CgroupGuard(format!("/{}-net", e.tag));
+    let o = e.run(&["create", "--bundle", b, &id]);
+    if Path::new("/sys/fs/cgroup/net_cls").is_dir() {
+        assert!(o.status.success(), "{}", stderr(&o));
+        let eff: Value =
+            serde_json::from_slice(&std::fs::read(e.root().join(&id).join("config.json")).unwrap())
+                .unwrap();
+        assert_eq!(
+            eff["linux"]["resources"]["network"],
+            serde_json::json!({"classID": 1048577})
+        );
+        let class = std::fs::read_to_string(format!(
+            "/sys/fs/cgroup/net_cls/{}-net/net_cls.classid",
+            e.tag
+        ))
+        .unwrap();
+        assert_eq!(class.trim(), "1048577");
+    } else {
+        assert_eq!(o.status.code(), Some(1));
+        assert!(
+            stderr(&o).contains("Network.ClassID set but net_cls cgroup controller not found"),
+            "runsc did not get linux.resources.network: {}",
+            stderr(&o)
+        );
+        assert!(!e.root().join(&id).exists(), "state directory left behind");
+    }
+}

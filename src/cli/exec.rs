@@ -92,9 +92,9 @@ pub(crate) fn parse_user(s: &str) -> Result<(u32, Option<u32>)> {
 fn build_process(a: &Args, spec_process: &Process, bounding: Option<u64>) -> Result<Process> {
     if let Some(path) = &a.process {
         let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
-        let de = &mut serde_json::Deserializer::from_slice(&bytes);
-        let mut p: Process = serde_path_to_error::deserialize(de)
-            .map_err(|e| anyhow::anyhow!("{}: {}: {}", path.display(), e.path(), e.inner()))?;
+        // Keys checked first (duplicates, case variants of fields): spec::keys.
+        let mut p: Process = crate::spec::from_slice(&bytes)
+            .map_err(|(field, msg)| anyhow::anyhow!("{}: {field}: {msg}", path.display()))?;
         p.terminal |= a.tty;
         return Ok(p);
     }

@@ -138,11 +138,9 @@ pub fn read_resources(src: &str) -> Result<Resources> {
 }
 
 pub fn parse_resources(bytes: &[u8]) -> Result<Resources> {
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    let res: Resources = serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if path == "." {
+    // Keys checked first (duplicates, case variants of fields): spec::keys.
+    let res: Resources = crate::spec::from_slice(bytes).map_err(|(path, inner)| {
+        if path == "top level" {
             anyhow::anyhow!("{inner}")
         } else {
             anyhow::anyhow!("{path}: {inner}")

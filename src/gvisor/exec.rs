@@ -1,6 +1,7 @@
 //! `exec` into a gVisor container: runc's flags translated to runsc's. runsc has no
-//! `--tty`: the terminal setting travels in a process.json, written here when the caller
-//! gave none or one without `terminal: true`.
+//! `--tty`: the terminal setting travels in a process.json, written here for the argv
+//! form. A caller's `--process` file is never handed to runsc as it is: it is parsed (keys
+//! checked) and serialised again from moat's type (`super::spec`).
 
 use std::path::{Path, PathBuf};
 
@@ -53,9 +54,7 @@ pub fn exec(
     let mut r = Runsc::new(gv, g, "exec");
     let restricted = rec.policy == "restricted";
     let process = match (&a.process, a.tty) {
-        (Some(p), tty) if restricted => Some(restricted_process(dir, p, &shadow, tty)?),
-        (Some(p), false) => Some(p.clone()),
-        (Some(p), true) => Some(with_terminal(dir, p)?),
+        (Some(p), tty) => Some(process_file(dir, p, restricted.then_some(&shadow), tty)?),
         (None, true) => Some(write_process(dir, &argv_process(&shadow, a, bounding)?)?),
         (None, false) => {
             if a.command.is_empty() {
@@ -173,42 +172,30 @@ fn write_process(dir: &ContainerDir, p: &Value) -> Result<PathBuf> {
     Ok(dir.file(&name))
 }
 
-/// `--process F` under RESTRICTED: a copy cut to the container's capabilities, with NNP
-/// (and `terminal: true` for `--tty`). Engines send full process specs with their default
-/// capabilities on every exec (podman does), which the sentry would grant.
-fn restricted_process(
+/// `--process F`: moat's serialisation of the file, with `terminal: true` for `--tty`.
+/// Under RESTRICTED (`shadow` given) it is cut to the container's capabilities, with NNP:
+/// engines send full process specs with their default capabilities on every exec (podman
+/// does), which the sentry would grant.
+fn process_file(
     dir: &ContainerDir,
     path: &Path,
-    shadow: &Value,
+    shadow: Option<&Value>,
     tty: bool,
 ) -> Result<PathBuf> {
-    let b = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
-    let mut p: Value =
-        serde_json::from_slice(&b).with_context(|| format!("parse {}", path.display()))?;
-    let container = shadow.get("process").cloned().unwrap_or_else(|| json!({}));
-    let removed = super::policy::restrict_exec(&mut p, &container);
-    if !removed.is_empty() {
-        crate::log::debug(&format!(
-            "exec: capabilities beyond the container's removed (RESTRICTED): {}",
-            removed.join(",")
-        ));
+    let mut p = super::spec::read_process(path)?;
+    if let Some(shadow) = shadow {
+        let container = shadow.get("process").cloned().unwrap_or_else(|| json!({}));
+        let removed = super::policy::restrict_exec(&mut p, &container);
+        if !removed.is_empty() {
+            crate::log::debug(&format!(
+                "exec: capabilities beyond the container's removed (RESTRICTED): {}",
+                removed.join(",")
+            ));
+        }
     }
     if tty {
         p["terminal"] = json!(true);
     }
-    write_process(dir, &p)
-}
-
-/// `--process F --tty`: runsc has no `--tty`; a process file without `terminal: true`
-/// gets a copy that has it.
-fn with_terminal(dir: &ContainerDir, path: &Path) -> Result<PathBuf> {
-    let b = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
-    let mut p: Value =
-        serde_json::from_slice(&b).with_context(|| format!("parse {}", path.display()))?;
-    if p["terminal"] == json!(true) {
-        return Ok(path.to_path_buf());
-    }
-    p["terminal"] = json!(true);
     write_process(dir, &p)
 }
 

@@ -12,9 +12,9 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `config.json` | the effective spec; `<root>/<id>` is the shadow bundle runsc reads: the caller's spec with the policy applied and `root.path` absolute; the rootfs stays where it is |
+//! | `config.json` | the effective spec; `<root>/<id>` is the shadow bundle runsc reads: moat's typed spec after the policy, serialised by [`spec`] (never the engine's bytes), with `root.path` absolute; the rootfs stays where it is |
 //! | `policy.json` | the policy decision: what was changed, and what gVisor does not apply |
-//! | `exec-<pid>.json` | process.json written for `exec -t` in argv form or `--tty` with a process file lacking `terminal` |
+//! | `exec-<pid>.json` | the process file runsc reads for `exec --process` (the caller's, parsed and serialised again) and for `exec -t` in argv form |
 //!
 //! What runsc is given and how it is run: [`runsc`]. How runsc 20221219 differs from runc
 //! and what moat emulates: `docs/gvisor.md`.
@@ -26,6 +26,7 @@ mod extra;
 pub mod policy;
 mod runsc;
 pub mod select;
+pub mod spec;
 pub mod verify;
 
 use std::path::PathBuf;

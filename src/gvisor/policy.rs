@@ -1,5 +1,5 @@
 //! The hardening policy on the gVisor path: `policy::apply` on the engine's spec, then what
-//! differs under runsc, and the result merged into the JSON runsc reads.
+//! differs under runsc; `gvisor::spec` serialises the result for runsc.
 //!
 //! | control | under gVisor |
 //! |---|---|
@@ -147,62 +147,6 @@ pub fn ignored(spec: &Spec) -> Vec<Change> {
     out
 }
 
-/// The engine's JSON with every field the decision changed taken from the typed spec, so
-/// fields moat does not model survive untouched.
-pub fn merge(mut engine: Value, spec: &Spec, d: &Decision, engine_mounts: usize) -> Value {
-    let typed = serde_json::to_value(spec).expect("spec serialises");
-    for c in &d.changes {
-        let parts: Vec<&str> = c.field.split('.').collect();
-        let pointer = match parts.as_slice() {
-            ["mounts"] => {
-                if let (Some(all), Some(list)) = (
-                    typed.pointer("/mounts").and_then(Value::as_array),
-                    engine.pointer_mut("/mounts").and_then(Value::as_array_mut),
-                ) {
-                    list.extend(all.iter().skip(engine_mounts).cloned());
-                } else if let Some(all) = typed.pointer("/mounts") {
-                    engine["mounts"] = all.clone();
-                }
-                continue;
-            }
-            // The namespace list is replaced whole; a resource is copied with its
-            // siblings (a cpu quota needs its period).
-            ["linux", "namespaces", ..] => "/linux/namespaces".to_string(),
-            ["linux", "resources", kind, ..] => format!("/linux/resources/{kind}"),
-            p => format!("/{}", p.join("/")),
-        };
-        set(&mut engine, &pointer, typed.pointer(&pointer).cloned());
-    }
-    engine
-}
-
-/// Sets (or, for `None`, removes) the value at a JSON pointer, creating objects on the way.
-fn set(v: &mut Value, pointer: &str, value: Option<Value>) {
-    let keys: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
-    let Some((last, path)) = keys.split_last() else {
-        return;
-    };
-    let mut cur = v;
-    for k in path {
-        if !cur.get(*k).is_some_and(Value::is_object) {
-            if value.is_none() {
-                return;
-            }
-            cur[*k] = Value::Object(Default::default());
-        }
-        cur = &mut cur[*k];
-    }
-    match (value, cur.as_object_mut()) {
-        (Some(x), Some(o)) => {
-            o.insert(last.to_string(), x);
-        }
-        (None, Some(o)) => {
-            o.remove(*last);
-        }
-        _ => {}
-    }
-}
-
 /// Under RESTRICTED an exec'd process gets no more than the container's process: each
 /// capability set cut to the container's, inheritable emptied, NNP on (as
 /// `policy::restrict_exec` does natively), on the JSON runsc reads.
@@ -254,6 +198,16 @@ mod tests {
     use super::*;
     use crate::policy::{self, Config};
 
+    fn runsc_json(spec: &Spec) -> Value {
+        let b = crate::gvisor::spec::config_json(
+            spec,
+            std::path::Path::new("/b"),
+            std::path::Path::new("/b/rootfs"),
+        )
+        .unwrap();
+        serde_json::from_slice(&b).unwrap()
+    }
+
     fn engine() -> Value {
         serde_json::json!({
             "ociVersion": "1.0.2",
@@ -272,13 +226,13 @@ mod tests {
     }
 
     #[test]
-    fn restricted_reaches_the_json_and_keeps_unknown_fields() {
+    fn restricted_reaches_the_json_and_unknown_fields_do_not() {
         let v = engine();
         let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
         let mut d =
             policy::apply(&mut spec, &Config::default(), &Default::default(), "c1").unwrap();
         adjust(&mut spec, &mut d, None).unwrap();
-        let out = merge(v, &spec, &d, 1);
+        let out = runsc_json(&spec);
         assert_eq!(
             out["process"]["capabilities"]["bounding"],
             serde_json::json!([])
@@ -290,11 +244,11 @@ mod tests {
         assert_eq!(out["linux"]["resources"]["pids"]["limit"], 4096);
         assert_eq!(out["linux"]["resources"]["memory"]["limit"], 1048576);
         assert!(out["linux"]["maskedPaths"].as_array().unwrap().len() >= 10);
-        // Not modelled by moat, kept as the engine wrote them.
         assert_eq!(out["process"]["ioPriority"]["class"], "IOPRIO_CLASS_IDLE");
-        assert_eq!(out["linux"]["intelRdt"]["closID"], "x");
-        assert_eq!(out["vm"]["hypervisor"]["path"], "/x");
-        assert_eq!(out["root"]["path"], "rootfs");
+        // Not modelled by moat (or opaque and not on PASS_THROUGH): not given to runsc.
+        assert!(out["linux"].get("intelRdt").is_none());
+        assert!(out.get("vm").is_none());
+        assert_eq!(out["root"]["path"], "/b/rootfs");
         assert!(d.not_applied.iter().any(|c| c.field == "linux.maskedPaths"));
     }
 
@@ -348,7 +302,7 @@ mod tests {
         assert!(d.seccomp_floor);
         adjust(&mut spec, &mut d, None).unwrap();
         assert!(!d.seccomp_floor);
-        let out = merge(v, &spec, &d, 1);
+        let out = runsc_json(&spec);
         assert_eq!(out["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ALLOW");
         assert!(d
             .not_applied

@@ -52,11 +52,35 @@ const CRI_CONTAINER_TYPE: [&str; 2] = [
 
 /// A create that goes to gVisor: the bundle's config.json as read, and why.
 pub struct Selection {
-    pub spec: Value,
-    /// config.json's bytes, parsed again into the typed spec without a round trip.
+    /// config.json's bytes, parsed (keys checked) by [`prepare`].
     pub raw: Vec<u8>,
     pub reason: String,
     pub config: GvisorConfig,
+}
+
+/// The `moat.runtime` annotation, read without parsing the rest of the document: every
+/// create (native too) gets here first. Duplicate or case-variant keys are refused by the
+/// full parse that follows on either path, so this quick look cannot pick a backend for a
+/// document that is then accepted.
+pub(crate) fn runtime_annotation(raw: &[u8]) -> serde_json::Result<Option<String>> {
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        #[serde(default)]
+        annotations: Annotations,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Annotations {
+        #[serde(default, rename = "moat.runtime")]
+        runtime: Option<Value>,
+    }
+    let p: Peek = serde_json::from_slice(raw)?;
+    match p.annotations.runtime {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(serde::de::Error::custom(format!(
+            "annotation {RUNTIME_ANNOTATION}: want a string, got {v}"
+        ))),
+    }
 }
 
 /// True when moat was invoked through the `moat-gvisor` alias.
@@ -124,27 +148,21 @@ pub fn select(bundle: &Path) -> Result<Option<Selection>> {
     let env = std::env::var(ENV).ok();
     let operator = operator_choice(invoked_as_alias(), env.as_deref(), &config)?;
     let path = bundle.join("config.json");
-    let (raw, spec): (Vec<u8>, Value) = match std::fs::read(&path)
+    let looked = std::fs::read(&path)
         .map_err(anyhow::Error::from)
-        .and_then(|b| {
-            let v = serde_json::from_slice(&b)?;
-            Ok((b, v))
-        }) {
+        .and_then(|raw| Ok((runtime_annotation(&raw)?, raw)));
+    let (annotation, raw) = match looked {
         Ok(v) => v,
         Err(_) if operator.is_none() => return Ok(None),
         Err(e) => return Err(e.context(format!("read {}", path.display()))),
     };
-    let annotation = match spec.pointer("/annotations/moat.runtime") {
-        None => None,
-        Some(Value::String(s)) => Some(s.as_str()),
-        Some(v) => bail!("annotation {RUNTIME_ANNOTATION}: want a string, got {v}"),
-    };
-    Ok(decide(operator, annotation)?.map(|reason| Selection {
-        spec,
-        raw,
-        reason,
-        config,
-    }))
+    Ok(
+        decide(operator, annotation.as_deref())?.map(|reason| Selection {
+            raw,
+            reason,
+            config,
+        }),
+    )
 }
 
 /// runsc from the config, else from PATH; it must be an executable file.
@@ -241,31 +259,6 @@ pub fn check(spec: &Spec, preserve_fds: u32) -> Result<()> {
     Ok(())
 }
 
-/// The effective spec runsc reads: the caller's JSON with `root.path` and relative bind
-/// sources made absolute against the caller's bundle (runsc resolves them against the
-/// shadow bundle's directory otherwise).
-pub fn shadow_spec(mut spec: Value, bundle: &Path, rootfs: &Path) -> Value {
-    if let Some(root) = spec.get_mut("root").and_then(Value::as_object_mut) {
-        root.insert("path".into(), Value::String(rootfs.display().to_string()));
-    }
-    if let Some(mounts) = spec.get_mut("mounts").and_then(Value::as_array_mut) {
-        for m in mounts {
-            let bind = m.get("type").and_then(Value::as_str) == Some("bind")
-                || m.get("options")
-                    .and_then(Value::as_array)
-                    .is_some_and(|o| o.iter().any(|o| o == "bind" || o == "rbind"));
-            let Some(src) = m.get("source").and_then(Value::as_str) else {
-                continue;
-            };
-            if bind && !src.starts_with('/') {
-                let abs = bundle.join(src).display().to_string();
-                m["source"] = Value::String(abs);
-            }
-        }
-    }
-    spec
-}
-
 /// The effective spec runsc reads for this container, as JSON.
 pub fn shadow_config(dir: &ContainerDir) -> Result<Value> {
     let mut path = dir.file(state::SPEC_FILE);
@@ -291,18 +284,12 @@ pub fn prepare(
     preserve_fds: u32,
     sel: Selection,
 ) -> Result<Prepared> {
-    let mut spec = Spec::parse(&sel.raw).map_err(|(field, msg)| {
-        anyhow::anyhow!(
-            "{}: invalid JSON at {field}: {msg}",
-            bundle.join("config.json").display()
-        )
-    })?;
+    let mut spec = Spec::parse_file(&sel.raw, &bundle.join("config.json"))?;
     check(&spec, preserve_fds)?;
     let engine_apparmor = spec
         .process
         .as_ref()
         .and_then(|p| p.apparmor_profile.clone());
-    let engine_mounts = spec.mounts.len();
     let cfg = &sel.config.policy;
     let facts = crate::linux::namespaces::floor_facts(&spec);
     let mut decision = crate::policy::apply(&mut spec, cfg, &facts, id)?;
@@ -313,6 +300,9 @@ pub fn prepare(
     let cwd = std::env::current_dir().context("getcwd")?;
     let bundle = cwd.join(bundle);
     let rootfs = spec.rootfs(&bundle);
+    // Serialised from the typed spec: runsc reads what the policy saw (super::spec). Before
+    // anything exists: a pass-through field of the wrong shape is refused here.
+    let runsc_config = super::spec::config_json(&spec, &bundle, &rootfs)?;
     let state_root = g.state_root()?;
     let dir = ContainerDir::create(&state_root, id)?;
     crate::log::debug(&format!("{id}: gVisor ({})", sel.reason));
@@ -341,11 +331,9 @@ pub fn prepare(
                 .and_then(|c| c.apply(&res))
                 .with_context(|| format!("fleet cgroup {path}"))?;
         }
-        let effective = super::policy::merge(sel.spec, &spec, &decision, engine_mounts);
-        let effective = shadow_spec(effective, &bundle, &rootfs);
         // Written in place: nothing reads them before the record (saved atomically, last)
         // exists, and a create that fails removes the directory.
-        dir.write_new(state::SPEC_FILE, &serde_json::to_vec(&effective)?)?;
+        dir.write_new(state::SPEC_FILE, &runsc_config)?;
         dir.write_new(
             state::POLICY_FILE,
             &serde_json::to_vec_pretty(&decision).expect("serialises"),
@@ -464,21 +452,17 @@ mod tests {
     }
 
     #[test]
-    fn shadow_spec_is_absolute_and_keeps_unknown_fields() {
-        let v: Value = serde_json::from_str(
-            r#"{"root":{"path":"rootfs","readonly":true},"vm":{"x":1},
-               "mounts":[{"destination":"/a","type":"bind","source":"data"},
-                         {"destination":"/b","source":"/abs","options":["rbind"]},
-                         {"destination":"/c","type":"tmpfs","source":"tmpfs"}]}"#,
-        )
-        .unwrap();
-        let out = shadow_spec(v, Path::new("/b/x"), Path::new("/b/x/rootfs"));
-        assert_eq!(out["root"]["path"], "/b/x/rootfs");
-        assert_eq!(out["root"]["readonly"], true);
-        assert_eq!(out["vm"]["x"], 1);
-        assert_eq!(out["mounts"][0]["source"], "/b/x/data");
-        assert_eq!(out["mounts"][1]["source"], "/abs");
-        assert_eq!(out["mounts"][2]["source"], "tmpfs");
+    fn the_annotation_is_found_without_a_full_parse() {
+        let a = |j: &str| runtime_annotation(j.as_bytes());
+        assert_eq!(
+            a(r#"{"annotations":{"moat.runtime":"gvisor","x":{}}}"#)
+                .unwrap()
+                .as_deref(),
+            Some("gvisor")
+        );
+        assert_eq!(a(r#"{"process":{"args":1}}"#).unwrap(), None);
+        assert!(a(r#"{"annotations":{"moat.runtime":1}}"#).is_err());
+        assert!(a("{").is_err());
     }
 
     #[test]

@@ -3,9 +3,12 @@
 //! moat keeps its own serde types instead of the `oci-spec` crate: every field is a plain
 //! public field with no hidden defaults (oci-spec's builders fill unset capability sets),
 //! and deserialisation errors carry the JSON path of the offending field
-//! (`serde_path_to_error`), which is what a user needs to fix a bundle.
+//! (`serde_path_to_error`), which is what a user needs to fix a bundle. Before the typed
+//! parse, [`keys`] refuses duplicate keys and case variants of field names, so that moat
+//! and every Go reader of the same bytes (runsc, the engine) see one document.
 
 pub mod default;
+pub mod keys;
 mod merge;
 pub mod validate;
 
@@ -300,6 +303,23 @@ pub struct Resources {
     pub unified: Option<BTreeMap<String, String>>,
 }
 
+/// `linux.resources.network` as the runtime spec defines it. moat keeps the field as
+/// opaque JSON ([`Resources::network`], read by `linux::cgroups`); this type gives the
+/// key check its shape ([`keys::OPAQUE_SHAPES`]) and runsc its copy.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct NetworkResources {
+    #[serde(default, rename = "classID", skip_serializing_if = "Option::is_none")]
+    pub class_id: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub priorities: Vec<InterfacePriority>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct InterfacePriority {
+    pub name: String,
+    pub priority: u32,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceCgroup {
@@ -482,40 +502,84 @@ pub enum LoadError {
         field: String,
         message: String,
     },
+    /// A duplicate key or a case variant of a field name ([`keys`]).
+    #[error("{path}: {field}: {message}")]
+    Key {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
     #[error(transparent)]
     Invalid(#[from] validate::Invalid),
+}
+
+/// Parses JSON that an engine or image controls into `T`: keys checked first
+/// ([`keys::check`]), then the typed parse, reporting the JSON path of the field that
+/// failed as `(field, message)`.
+pub fn from_slice<T: keys::Checked>(bytes: &[u8]) -> Result<T, (String, String)> {
+    keys::check::<T>(bytes).map_err(|e| (e.field, e.message))?;
+    typed(bytes)
+}
+
+/// The typed parse alone.
+fn typed<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, (String, String)> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        // "." is the document itself, "?" a position serde could not name (syntax).
+        let field = match field.as_str() {
+            "." => "top level".to_string(),
+            "?" => "syntax".to_string(),
+            _ => field,
+        };
+        (field, e.into_inner().to_string())
+    })
 }
 
 impl Spec {
     /// Reads `<bundle>/config.json` and validates it.
     pub fn load(bundle: &Path) -> Result<Spec, LoadError> {
+        let spec = Self::read(bundle)?;
+        validate::validate(&spec)?;
+        Ok(spec)
+    }
+
+    /// Reads and parses `<bundle>/config.json`, keys checked, without validating it.
+    pub fn read(bundle: &Path) -> Result<Spec, LoadError> {
         let path = bundle.join("config.json");
         let bytes = std::fs::read(&path).map_err(|err| LoadError::Read {
             path: path.clone(),
             err,
         })?;
-        let spec = Self::parse(&bytes).map_err(|(field, message)| LoadError::Parse {
-            path: path.clone(),
-            field,
-            message,
-        })?;
-        validate::validate(&spec)?;
-        Ok(spec)
+        Self::parse_file(&bytes, &path)
     }
 
-    /// Parses JSON, reporting the JSON path of the field that failed.
-    pub fn parse(bytes: &[u8]) -> Result<Spec, (String, String)> {
-        let de = &mut serde_json::Deserializer::from_slice(bytes);
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            let field = e.path().to_string();
-            // "." is the document itself, "?" a position serde could not name (syntax).
-            let field = match field.as_str() {
-                "." => "top level".to_string(),
-                "?" => "syntax".to_string(),
-                _ => field,
-            };
-            (field, e.into_inner().to_string())
+    /// Parses the bytes of `path`, keys checked, each error naming the file.
+    pub fn parse_file(bytes: &[u8], path: &Path) -> Result<Spec, LoadError> {
+        keys::check::<Spec>(bytes).map_err(|e| LoadError::Key {
+            path: path.to_path_buf(),
+            field: e.field,
+            message: e.message,
+        })?;
+        typed(bytes).map_err(|(field, message)| LoadError::Parse {
+            path: path.to_path_buf(),
+            field,
+            message,
         })
+    }
+
+    /// Parses JSON (keys checked), reporting the JSON path of the field that failed.
+    /// (Only tests call it today: create and the gVisor path use [`Spec::parse_file`].)
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn parse(bytes: &[u8]) -> Result<Spec, (String, String)> {
+        from_slice(bytes)
+    }
+
+    /// Parses a spec moat wrote itself (a state directory's `config.json`, root-only):
+    /// the key check is skipped, since serde's output has neither duplicates nor case
+    /// variants and `exec` reads this file on every call.
+    pub fn parse_own(bytes: &[u8]) -> Result<Spec, (String, String)> {
+        typed(bytes)
     }
 
     pub fn linux(&self) -> &Linux {
@@ -558,6 +622,29 @@ mod tests {
             Spec::parse(br#"{"ociVersion":"1.0.2","process":{"user":{"uid":"x"}}}"#).unwrap_err();
         assert_eq!(field, "process.user.uid");
         assert!(msg.contains("invalid type"), "{msg}");
+    }
+
+    #[test]
+    fn key_errors_name_the_file_and_the_path() {
+        let p = Path::new("/b/config.json");
+        let e = Spec::parse_file(br#"{"process":{"Capabilities":{}}}"#, p).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"/b/config.json: process: "Capabilities" differs only in case from "capabilities"; refused"#
+        );
+        let e = Spec::parse_file(br#"{"process":{"args":[],"args":[]}}"#, p).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"/b/config.json: process: duplicate key "args"; refused"#
+        );
+        // Type errors keep their own wording; moat's own files skip the key check.
+        let e = Spec::parse_file(br#"{"process":{"args":1}}"#, p).unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("/b/config.json: invalid JSON at process.args: "));
+        assert!(Spec::parse_own(br#"{"a":1,"a":2}"#).is_ok());
+        let e = from_slice::<Process>(br#"{"args":[],"Args":[]}"#).unwrap_err();
+        assert_eq!(e.0, "top level");
     }
 
     #[test]

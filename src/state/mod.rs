@@ -289,7 +289,7 @@ impl ContainerDir {
     pub fn load_spec(&self) -> Result<Spec, StateError> {
         let path = self.file(SPEC_FILE);
         let bytes = fs::read(&path).map_err(io_err("cannot read", &path))?;
-        Spec::parse(&bytes).map_err(|(field, message)| StateError::Corrupt {
+        Spec::parse_own(&bytes).map_err(|(field, message)| StateError::Corrupt {
             path,
             message: format!("{field}: {message}"),
         })
