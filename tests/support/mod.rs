@@ -616,7 +616,8 @@ impl Drop for Ctx {
         // Anything a test left (a guard forgotten, a panic mid-way): force-delete it.
         if let Ok(rd) = fs::read_dir(&self.root) {
             for e in rd.flatten() {
-                if let Some(id) = e.file_name().to_str() {
+                // `@cache`, `@runsc`: moat's own entries, never a container id.
+                if let Some(id) = e.file_name().to_str().filter(|n| !n.starts_with('@')) {
                     force_delete(&self.root, &self.io, id);
                 }
             }
