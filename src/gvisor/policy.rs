@@ -46,6 +46,9 @@ pub fn adjust(
             );
         }
     }
+    if d.policy == "restricted" {
+        strip_runsc_annotations(spec, d);
+    }
     if let Some(i) = d
         .changes
         .iter()
@@ -87,6 +90,31 @@ pub fn adjust(
     }
     Ok(())
 }
+
+/// runsc reads `dev.gvisor.*` annotations itself (mount hints that share a host path
+/// between containers, flag overrides, internal settings): under RESTRICTED they are
+/// written by whoever wrote the spec, often an image, so none reaches runsc.
+fn strip_runsc_annotations(spec: &mut Spec, d: &mut Decision) {
+    let keys: Vec<String> = spec
+        .annotations
+        .keys()
+        .filter(|k| k.starts_with(RUNSC_ANNOTATIONS))
+        .cloned()
+        .collect();
+    for k in keys {
+        let v = spec.annotations.remove(&k).unwrap_or_default();
+        d.changes.push(Change {
+            field: format!("annotations.{k}"),
+            action: "removed",
+            detail: format!("{k}={v}"),
+            reason: "runsc acts on dev.gvisor.* annotations; under RESTRICTED only the operator \
+                     configures runsc",
+        });
+    }
+}
+
+/// The annotation prefix runsc interprets.
+pub const RUNSC_ANNOTATIONS: &str = "dev.gvisor.";
 
 /// What runsc 20221219 does not apply of a spec, for `policy explain` and `policy.json`.
 pub fn ignored(spec: &Spec) -> Vec<Change> {
@@ -250,6 +278,40 @@ mod tests {
         assert!(out.get("vm").is_none());
         assert_eq!(out["root"]["path"], "/b/rootfs");
         assert!(d.not_applied.iter().any(|c| c.field == "linux.maskedPaths"));
+    }
+
+    #[test]
+    fn runsc_annotations_are_removed_under_restricted_only() {
+        for (cfg, kept) in [
+            (Config::default(), false),
+            (
+                Config {
+                    default_policy: policy::Mode::Open,
+                    ..Config::default()
+                },
+                true,
+            ),
+        ] {
+            let mut v = engine();
+            v["annotations"] = serde_json::json!({
+                "dev.gvisor.spec.mount.vol.share": "shared",
+                "dev.gvisor.flag.network": "host",
+                "org.example": "x"});
+            let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
+            let mut d = policy::apply(&mut spec, &cfg, &Default::default(), "c1").unwrap();
+            adjust(&mut spec, &mut d, None).unwrap();
+            let out = runsc_json(&spec);
+            let a = &out["annotations"];
+            assert_eq!(a.get("dev.gvisor.flag.network").is_some(), kept, "{a}");
+            assert_eq!(a.get("dev.gvisor.spec.mount.vol.share").is_some(), kept);
+            assert_eq!(a["org.example"], "x");
+            let reported = d
+                .changes
+                .iter()
+                .filter(|c| c.field.starts_with("annotations.dev.gvisor."))
+                .count();
+            assert_eq!(reported, if kept { 0 } else { 2 });
+        }
     }
 
     #[test]

@@ -285,6 +285,8 @@ pub fn prepare(
     sel: Selection,
 ) -> Result<Prepared> {
     let mut spec = Spec::parse_file(&sel.raw, &bundle.join("config.json"))?;
+    // The same validation as a native create: runsc gets nothing moat would refuse.
+    crate::spec::validate::validate(&spec).map_err(crate::spec::LoadError::from)?;
     check(&spec, preserve_fds)?;
     let engine_apparmor = spec
         .process
