@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use super::{Global, Result};
+use crate::linux::hostfacts::HostFacts;
 use crate::linux::{apparmor, notify, process};
 use crate::policy;
 use crate::spec::Spec;
@@ -61,10 +62,19 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
     });
     let mut spec = Spec::load(&bundle)?;
     let cfg = policy::Config::load()?;
-    let decision = policy::apply(&mut spec, &cfg, &a.id)?;
-    if spec.process().apparmor_profile.as_deref() == Some(policy::APPARMOR_PROFILE_NAME) {
-        apparmor::ensure_loaded(policy::APPARMOR_PROFILE_NAME, policy::APPARMOR_PROFILE)
-            .context("load moat's AppArmor profile")?;
+    // Probed here, on the host, before anything is forked: the policy and the child
+    // decide LSMs from these facts, never from the container's view.
+    let host = HostFacts::probe();
+    let decision = policy::apply(&mut spec, &cfg, &a.id, &host)?;
+    if host.apparmor
+        && spec.process().apparmor_profile.as_deref() == Some(policy::APPARMOR_PROFILE_NAME)
+    {
+        apparmor::ensure_loaded(
+            policy::APPARMOR_PROFILE_NAME,
+            policy::APPARMOR_PROFILE,
+            &host,
+        )
+        .context("load moat's AppArmor profile")?;
     }
     let rootless = g.rootless()?;
     let dir = ContainerDir::create(&g.state_root()?, &a.id)?;
@@ -105,6 +115,7 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         fleet: policy::fleet_budget(&cfg).filter(|_| !rootless),
         idmap_rootfs: userns_range.is_some(),
         rootless,
+        host,
     };
     let created = process::create(&spec, &opts, &dir).and_then(|c| {
         dir.save_file(

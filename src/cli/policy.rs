@@ -34,7 +34,8 @@ pub fn run(_g: &Global, a: Args) -> Result<i32> {
         .process
         .as_ref()
         .and_then(|p| p.apparmor_profile.clone());
-    let mut decision = policy::apply(&mut spec, &cfg, "<id>")?;
+    let host = crate::linux::hostfacts::HostFacts::probe();
+    let mut decision = policy::apply(&mut spec, &cfg, "<id>", &host)?;
     if let Some(sel) = &gvisor {
         crate::gvisor::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
         if format != "json" {

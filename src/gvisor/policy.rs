@@ -254,7 +254,8 @@ mod tests {
     fn restricted_reaches_the_json_and_keeps_unknown_fields() {
         let v = engine();
         let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
-        let mut d = policy::apply(&mut spec, &Config::default(), "c1").unwrap();
+        let mut d =
+            policy::apply(&mut spec, &Config::default(), "c1", &Default::default()).unwrap();
         adjust(&mut spec, &mut d, None).unwrap();
         let out = merge(v, &spec, &d, 1);
         assert_eq!(
@@ -281,7 +282,8 @@ mod tests {
         let mut v = engine();
         v["linux"]["namespaces"] = serde_json::json!([{"type": "pid"}]);
         let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
-        let mut d = policy::apply(&mut spec, &Config::default(), "c1").unwrap();
+        let mut d =
+            policy::apply(&mut spec, &Config::default(), "c1", &Default::default()).unwrap();
         let e = adjust(&mut spec, &mut d, None).unwrap_err().to_string();
         assert!(e.contains("host's network"), "{e}");
         let cfg = Config {
@@ -289,7 +291,7 @@ mod tests {
             ..Config::default()
         };
         let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
-        let mut d = policy::apply(&mut spec, &cfg, "c1").unwrap();
+        let mut d = policy::apply(&mut spec, &cfg, "c1", &Default::default()).unwrap();
         adjust(&mut spec, &mut d, None).unwrap();
     }
 
@@ -298,7 +300,8 @@ mod tests {
         let mut v = engine();
         v["linux"]["seccomp"] = serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW"});
         let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
-        let mut d = policy::apply(&mut spec, &Config::default(), "c1").unwrap();
+        let mut d =
+            policy::apply(&mut spec, &Config::default(), "c1", &Default::default()).unwrap();
         assert!(d.seccomp_floor);
         adjust(&mut spec, &mut d, None).unwrap();
         assert!(!d.seccomp_floor);

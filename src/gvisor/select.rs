@@ -303,7 +303,8 @@ pub fn prepare(
         .and_then(|p| p.apparmor_profile.clone());
     let engine_mounts = spec.mounts.len();
     let cfg = &sel.config.policy;
-    let mut decision = crate::policy::apply(&mut spec, cfg, id)?;
+    let host = crate::linux::hostfacts::HostFacts::probe();
+    let mut decision = crate::policy::apply(&mut spec, cfg, id, &host)?;
     super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
     let runsc = find_runsc(&sel.config)?;
     let network = network_mode(&spec)?;

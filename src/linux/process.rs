@@ -86,6 +86,9 @@ pub struct CreateOpts {
     pub idmap_rootfs: bool,
     /// `--rootless` resolved: no real root (see `linux/rootless.rs`).
     pub rootless: bool,
+    /// The host's LSMs, probed on the host before the policy ran; the child sets its
+    /// labels from these, never from its own view of `/sys`.
+    pub host: super::hostfacts::HostFacts,
 }
 
 /// Everything the child needs, computed before clone.
@@ -176,7 +179,8 @@ impl Plan {
             seccomp.push(seccomp::floor(cache)?);
         }
         let attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
-            .map_err(|e| spec_err(&e.field, e.reason))?;
+            .map_err(|e| spec_err(&e.field, e.reason))?
+            .on_host(&opts.host);
         if opts.rootless {
             rootless_checks(spec, &ns)?;
         }

@@ -10,6 +10,7 @@ pub mod config;
 
 use serde::Serialize;
 
+use crate::linux::hostfacts::HostFacts;
 use crate::spec::{self, Mount, Namespace, Spec};
 pub use config::{Config, Mode};
 
@@ -158,8 +159,14 @@ fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
     Ok(sel)
 }
 
-/// Applies the policy to `spec` in place and says what changed.
-pub fn apply(spec: &mut Spec, cfg: &Config, id: &str) -> Result<Decision, PolicyError> {
+/// Applies the policy to `spec` in place and says what changed. `host` is what the host's
+/// LSMs are, probed on the host before this runs ([`HostFacts::probe`]).
+pub fn apply(
+    spec: &mut Spec,
+    cfg: &Config,
+    id: &str,
+    host: &HostFacts,
+) -> Result<Decision, PolicyError> {
     let sel = select(spec, cfg)?;
     let mut d = Decision {
         policy: sel.mode.as_str(),
@@ -173,6 +180,7 @@ pub fn apply(spec: &mut Spec, cfg: &Config, id: &str) -> Result<Decision, Policy
     };
     if sel.mode == Mode::Restricted && !test_bypass() {
         restrict(spec, cfg, id, &mut d)?;
+        restrict_lsm(spec, cfg, host, &mut d)?;
     }
     if sel.readonly_rootfs {
         readonly_rootfs(spec, cfg, &mut d);
@@ -261,18 +269,6 @@ fn restrict(spec: &mut Spec, cfg: &Config, id: &str, d: &mut Decision) -> Result
             "set",
             "true",
             "setuid binaries and file capabilities must not raise privileges",
-        );
-    }
-    if crate::linux::apparmor::enabled()
-        && process.apparmor_profile.as_deref().unwrap_or("").is_empty()
-    {
-        process.apparmor_profile = Some(APPARMOR_PROFILE_NAME.into());
-        change(
-            d,
-            "process.apparmorProfile",
-            "set",
-            APPARMOR_PROFILE_NAME,
-            "the host has AppArmor and the spec names no profile",
         );
     }
     let linux = spec.linux.get_or_insert_with(Default::default);
@@ -381,6 +377,155 @@ fn restrict(spec: &mut Spec, cfg: &Config, id: &str, d: &mut Decision) -> Result
         linux.cgroups_path = Some(p);
     }
     Ok(())
+}
+
+/// `name` is on an LSM list of the config: exact, or a prefix when the entry ends in `*`.
+/// `unconfined` is never on an AppArmor list (the config refuses it).
+pub fn lsm_listed(list: &[String], name: &str) -> bool {
+    list.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => p == name,
+    })
+}
+
+/// The AppArmor profiles a RESTRICTED container may run under: the config's list and
+/// moat's own profile, never `unconfined`.
+pub fn apparmor_allowed(cfg: &Config, profile: &str) -> bool {
+    profile != "unconfined"
+        && (profile == APPARMOR_PROFILE_NAME || lsm_listed(&cfg.apparmor_profiles, profile))
+}
+
+/// The type field of an SELinux label `user:role:type[:level]`.
+pub fn selinux_type(label: &str) -> Option<&str> {
+    let mut f = label.splitn(4, ':');
+    let (_, _, t) = (f.next()?, f.next()?, f.next()?);
+    (!t.is_empty()).then_some(t)
+}
+
+/// The LSM floor under RESTRICTED, decided from the host facts: an AppArmor profile
+/// outside `[restricted] apparmor_profiles` (`unconfined` included) becomes moat-default,
+/// a spec without one gets moat-default, a listed profile the host has not loaded is an
+/// error; an SELinux label whose type is outside `[restricted] selinux_types` gets the
+/// first listed type. A host without the LSM leaves the field alone (it is ignored, as
+/// runc ignores it).
+fn restrict_lsm(
+    spec: &mut Spec,
+    cfg: &Config,
+    host: &HostFacts,
+    d: &mut Decision,
+) -> Result<(), PolicyError> {
+    let Some(process) = spec.process.as_mut() else {
+        return Ok(());
+    };
+    if host.apparmor {
+        match process
+            .apparmor_profile
+            .as_deref()
+            .filter(|p| !p.is_empty())
+        {
+            None => {
+                process.apparmor_profile = Some(APPARMOR_PROFILE_NAME.into());
+                change(
+                    d,
+                    "process.apparmorProfile",
+                    "set",
+                    APPARMOR_PROFILE_NAME,
+                    "the host has AppArmor and the spec names no profile",
+                );
+            }
+            Some(p) if apparmor_allowed(cfg, p) => apparmor_check_loaded(p, host)?,
+            Some(p) => {
+                let detail = format!("{p} → {APPARMOR_PROFILE_NAME}");
+                process.apparmor_profile = Some(APPARMOR_PROFILE_NAME.into());
+                change(
+                    d,
+                    "process.apparmorProfile",
+                    "replaced",
+                    detail,
+                    "not in restricted.apparmor_profiles",
+                );
+            }
+        }
+    }
+    if host.selinux {
+        if let Some(label) = process.selinux_label.as_deref().filter(|l| !l.is_empty()) {
+            if let Some(fixed) = selinux_confined(cfg, label)? {
+                change(
+                    d,
+                    "process.selinuxLabel",
+                    "replaced",
+                    format!("{label} → {fixed}"),
+                    "its type is not in restricted.selinux_types",
+                );
+                process.selinux_label = Some(fixed);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A listed profile must be loaded: moat loads only its own, and a container must not
+/// start with a profile the kernel would refuse halfway through create.
+fn apparmor_check_loaded(profile: &str, host: &HostFacts) -> Result<(), PolicyError> {
+    if profile != APPARMOR_PROFILE_NAME && host.apparmor_loaded(profile) == Some(false) {
+        return Err(PolicyError(format!(
+            "process.apparmorProfile: profile {profile:?} is not loaded on this host (load it \
+             with apparmor_parser, or name another profile)"
+        )));
+    }
+    Ok(())
+}
+
+/// `None` when `label`'s type is listed, else the label with its type replaced by the
+/// first listed type that is no pattern.
+fn selinux_confined(cfg: &Config, label: &str) -> Result<Option<String>, PolicyError> {
+    let t = selinux_type(label).ok_or_else(|| {
+        PolicyError(format!(
+            "process.selinuxLabel: {label:?} is not a user:role:type[:level] label"
+        ))
+    })?;
+    if lsm_listed(&cfg.selinux_types, t) {
+        return Ok(None);
+    }
+    let Some(want) = cfg.selinux_types.iter().find(|t| !t.ends_with('*')) else {
+        return Err(PolicyError(
+            "restricted.selinux_types: no type without `*` to give a label".into(),
+        ));
+    };
+    let mut f: Vec<&str> = label.splitn(4, ':').collect();
+    f[2] = want;
+    Ok(Some(f.join(":")))
+}
+
+/// The LSM part of [`restrict_exec`], run after it: an exec'd process under RESTRICTED
+/// gets the init's AppArmor profile or SELinux label instead of one that is not listed
+/// (`exec --apparmor unconfined`); a listed profile the host has not loaded is an error.
+pub fn restrict_exec_lsm(
+    p: &mut spec::Process,
+    init: &spec::Process,
+    cfg: &Config,
+    host: &HostFacts,
+) -> Result<Vec<String>, PolicyError> {
+    let mut replaced = Vec::new();
+    if host.apparmor {
+        if let Some(prof) = p.apparmor_profile.clone().filter(|x| !x.is_empty()) {
+            if apparmor_allowed(cfg, &prof) {
+                apparmor_check_loaded(&prof, host)?;
+            } else {
+                replaced.push(format!("apparmorProfile {prof}"));
+                p.apparmor_profile = init.apparmor_profile.clone();
+            }
+        }
+    }
+    if host.selinux {
+        if let Some(label) = p.selinux_label.clone().filter(|x| !x.is_empty()) {
+            if selinux_confined(cfg, &label)?.is_some() {
+                replaced.push(format!("selinuxLabel {label}"));
+                p.selinux_label = init.selinux_label.clone();
+            }
+        }
+    }
+    Ok(replaced)
 }
 
 /// Under RESTRICTED an exec'd process never gets more than the container's init: each
@@ -581,7 +726,7 @@ mod tests {
     #[test]
     fn restricted_drops_everything_and_says_so() {
         let mut s = podman_like();
-        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        let d = apply(&mut s, &Config::default(), "c1", &HostFacts::default()).unwrap();
         let caps = s.process().capabilities.as_ref().unwrap();
         assert!(caps.bounding.as_ref().unwrap().is_empty());
         assert!(caps.effective.as_ref().unwrap().is_empty());
@@ -618,7 +763,7 @@ mod tests {
             allowed_capabilities: vec!["CAP_CHOWN".into()],
             ..Config::default()
         };
-        apply(&mut s, &cfg, "c1").unwrap();
+        apply(&mut s, &cfg, "c1", &HostFacts::default()).unwrap();
         let caps = s.process().capabilities.as_ref().unwrap();
         assert_eq!(
             caps.bounding.as_deref(),
@@ -634,7 +779,7 @@ mod tests {
             default_action: "SCMP_ACT_ALLOW".into(),
             ..Default::default()
         });
-        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        let d = apply(&mut s, &Config::default(), "c1", &HostFacts::default()).unwrap();
         assert!(d.seccomp_floor);
         assert_eq!(
             s.linux().seccomp.as_ref().unwrap().default_action,
@@ -646,13 +791,13 @@ mod tests {
     fn open_needs_permission() {
         let mut s = podman_like();
         s.annotations.insert("moat.policy".into(), "open".into());
-        let e = apply(&mut s, &Config::default(), "c1").unwrap_err();
+        let e = apply(&mut s, &Config::default(), "c1", &HostFacts::default()).unwrap_err();
         assert!(e.0.contains("moat.policy=open"), "{e}");
         let cfg = Config {
             allow_open: true,
             ..Config::default()
         };
-        let d = apply(&mut s, &cfg, "c1").unwrap();
+        let d = apply(&mut s, &cfg, "c1", &HostFacts::default()).unwrap();
         assert_eq!(d.policy, "open");
         assert!(d.changes.is_empty());
         assert_eq!(s.process().no_new_privileges, Some(false));
@@ -662,13 +807,15 @@ mod tests {
     fn unknown_annotations_fail_closed() {
         let mut s = podman_like();
         s.annotations.insert("moat.polcy".into(), "open".into());
-        assert!(apply(&mut s, &Config::default(), "c1")
-            .unwrap_err()
-            .0
-            .contains("unknown moat annotation"));
+        assert!(
+            apply(&mut s, &Config::default(), "c1", &HostFacts::default())
+                .unwrap_err()
+                .0
+                .contains("unknown moat annotation")
+        );
         let mut s = podman_like();
         s.annotations.insert("moat.network".into(), "some".into());
-        assert!(apply(&mut s, &Config::default(), "c1").is_err());
+        assert!(apply(&mut s, &Config::default(), "c1", &HostFacts::default()).is_err());
     }
 
     #[test]
@@ -687,7 +834,7 @@ mod tests {
             typ: "network".into(),
             path: Some("/run/netns/x".into()),
         });
-        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        let d = apply(&mut s, &Config::default(), "c1", &HostFacts::default()).unwrap();
         assert!(d.readonly_rootfs && d.network_none);
         assert!(s.root.as_ref().unwrap().readonly);
         assert!(has_mount(&s, "/tmp") && has_mount(&s, "/workspace"));
@@ -702,7 +849,7 @@ mod tests {
     fn userns_auto_adds_a_namespace_and_keeps_engine_maps() {
         let mut s = podman_like();
         s.annotations.insert("moat.userns".into(), "auto".into());
-        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        let d = apply(&mut s, &Config::default(), "c1", &HostFacts::default()).unwrap();
         assert!(d.userns_pool && d.userns == "auto");
         assert!(s.linux().namespaces.iter().any(|n| n.typ == "user"));
         let mut s = podman_like();
@@ -712,27 +859,225 @@ mod tests {
             host_id: 5000,
             size: 10,
         }];
-        let d = apply(&mut s, &Config::default(), "c1").unwrap();
+        let d = apply(&mut s, &Config::default(), "c1", &HostFacts::default()).unwrap();
         assert!(!d.userns_pool && d.userns == "auto");
         let mut s = podman_like();
         s.annotations.insert("moat.userns".into(), "yes".into());
-        assert!(apply(&mut s, &Config::default(), "c1").is_err());
+        assert!(apply(&mut s, &Config::default(), "c1", &HostFacts::default()).is_err());
         // Config default auto: the annotation may not turn it off without allow_open.
         let cfg = Config {
             userns_auto: true,
             ..Config::default()
         };
         let mut s = podman_like();
-        let d = apply(&mut s, &cfg, "c1").unwrap();
+        let d = apply(&mut s, &cfg, "c1", &HostFacts::default()).unwrap();
         assert!(d.userns_pool);
         s.annotations.insert("moat.userns".into(), "engine".into());
-        assert!(apply(&mut podman_like_with(&s), &cfg, "c1").is_err());
+        assert!(apply(&mut podman_like_with(&s), &cfg, "c1", &HostFacts::default()).is_err());
     }
 
     fn podman_like_with(s: &Spec) -> Spec {
         let mut n = podman_like();
         n.annotations = s.annotations.clone();
         n
+    }
+
+    fn apparmor_host(loaded: &[&str]) -> HostFacts {
+        HostFacts {
+            apparmor: true,
+            apparmor_attr_dir: true,
+            apparmor_profiles: Some(loaded.iter().map(|s| s.to_string()).collect()),
+            selinux: false,
+        }
+    }
+
+    fn with_profile(p: Option<&str>) -> Spec {
+        let mut s = podman_like();
+        s.process.as_mut().unwrap().apparmor_profile = p.map(str::to_string);
+        s
+    }
+
+    fn profile_change(d: &Decision) -> Option<&Change> {
+        d.changes
+            .iter()
+            .find(|c| c.field == "process.apparmorProfile")
+    }
+
+    #[test]
+    fn apparmor_unconfined_is_replaced_and_reported() {
+        let host = apparmor_host(&["docker-default"]);
+        for asked in ["unconfined", "my-loose-profile", "docker-default-ish"] {
+            let mut s = with_profile(Some(asked));
+            let d = apply(&mut s, &Config::default(), "c1", &host).unwrap();
+            assert_eq!(
+                s.process().apparmor_profile.as_deref(),
+                Some("moat-default")
+            );
+            let c = profile_change(&d).expect("reported");
+            assert_eq!(c.action, "replaced");
+            assert_eq!(c.detail, format!("{asked} → moat-default"));
+            assert_eq!(c.reason, "not in restricted.apparmor_profiles");
+        }
+        // None named: moat-default set, as before.
+        let mut s = with_profile(None);
+        let d = apply(&mut s, &Config::default(), "c1", &host).unwrap();
+        assert_eq!(
+            s.process().apparmor_profile.as_deref(),
+            Some("moat-default")
+        );
+        assert_eq!(profile_change(&d).unwrap().action, "set");
+    }
+
+    #[test]
+    fn apparmor_listed_profiles_are_kept() {
+        let host = apparmor_host(&["docker-default", "containers-default-0.50.1"]);
+        for kept in [
+            "docker-default",
+            "containers-default-0.50.1",
+            "moat-default",
+        ] {
+            let mut s = with_profile(Some(kept));
+            let d = apply(&mut s, &Config::default(), "c1", &host).unwrap();
+            assert_eq!(s.process().apparmor_profile.as_deref(), Some(kept));
+            assert!(profile_change(&d).is_none(), "{kept}: {:?}", d.changes);
+        }
+        // The glob is a prefix match only.
+        let cfg = Config {
+            apparmor_profiles: vec!["team-*".into()],
+            ..Config::default()
+        };
+        let host = apparmor_host(&["team-web", "other-team-x"]);
+        let mut s = with_profile(Some("team-web"));
+        apply(&mut s, &cfg, "c1", &host).unwrap();
+        assert_eq!(s.process().apparmor_profile.as_deref(), Some("team-web"));
+        let mut s = with_profile(Some("other-team-x"));
+        apply(&mut s, &cfg, "c1", &host).unwrap();
+        assert_eq!(
+            s.process().apparmor_profile.as_deref(),
+            Some("moat-default")
+        );
+        // No longer on the list: replaced.
+        let mut s = with_profile(Some("docker-default"));
+        apply(&mut s, &cfg, "c1", &host).unwrap();
+        assert_eq!(
+            s.process().apparmor_profile.as_deref(),
+            Some("moat-default")
+        );
+    }
+
+    #[test]
+    fn apparmor_listed_but_not_loaded_is_an_error() {
+        let host = apparmor_host(&["moat-default"]);
+        let mut s = with_profile(Some("docker-default"));
+        let e = apply(&mut s, &Config::default(), "c1", &host).unwrap_err();
+        assert!(
+            e.0.starts_with("process.apparmorProfile: profile \"docker-default\" is not loaded"),
+            "{e}"
+        );
+        // moat-default is loaded by create itself; an unreadable list leaves it to the kernel.
+        let mut s = with_profile(Some("moat-default"));
+        assert!(apply(&mut s, &Config::default(), "c1", &apparmor_host(&[])).is_ok());
+        let unknown = HostFacts {
+            apparmor_profiles: None,
+            ..apparmor_host(&[])
+        };
+        let mut s = with_profile(Some("docker-default"));
+        assert!(apply(&mut s, &Config::default(), "c1", &unknown).is_ok());
+    }
+
+    #[test]
+    fn apparmor_without_apparmor_or_under_open() {
+        // A host without AppArmor: the spec's profile stays and is ignored at create.
+        let mut s = with_profile(Some("unconfined"));
+        let d = apply(&mut s, &Config::default(), "c1", &HostFacts::default()).unwrap();
+        assert_eq!(s.process().apparmor_profile.as_deref(), Some("unconfined"));
+        assert!(profile_change(&d).is_none());
+        // OPEN runs the spec as written.
+        let cfg = Config {
+            default_policy: Mode::Open,
+            ..Config::default()
+        };
+        let mut s = with_profile(Some("unconfined"));
+        apply(&mut s, &cfg, "c1", &apparmor_host(&[])).unwrap();
+        assert_eq!(s.process().apparmor_profile.as_deref(), Some("unconfined"));
+    }
+
+    #[test]
+    fn selinux_types() {
+        let host = HostFacts {
+            selinux: true,
+            ..HostFacts::default()
+        };
+        let label = |s: &Spec| s.process().selinux_label.clone();
+        let mut s = podman_like();
+        s.process.as_mut().unwrap().selinux_label = Some("system_u:system_r:spc_t:s0:c1,c2".into());
+        let d = apply(&mut s, &Config::default(), "c1", &host).unwrap();
+        assert_eq!(
+            label(&s).as_deref(),
+            Some("system_u:system_r:container_t:s0:c1,c2")
+        );
+        let c = d
+            .changes
+            .iter()
+            .find(|c| c.field == "process.selinuxLabel")
+            .unwrap();
+        assert_eq!(c.action, "replaced");
+        let mut s = podman_like();
+        s.process.as_mut().unwrap().selinux_label =
+            Some("system_u:system_r:container_t:s0:c5".into());
+        apply(&mut s, &Config::default(), "c1", &host).unwrap();
+        assert_eq!(
+            label(&s).as_deref(),
+            Some("system_u:system_r:container_t:s0:c5")
+        );
+        let cfg = Config {
+            selinux_types: vec!["container_t".into(), "svirt_*".into()],
+            ..Config::default()
+        };
+        let mut s = podman_like();
+        s.process.as_mut().unwrap().selinux_label = Some("u:r:svirt_lxc_net_t:s0".into());
+        apply(&mut s, &cfg, "c1", &host).unwrap();
+        assert_eq!(label(&s).as_deref(), Some("u:r:svirt_lxc_net_t:s0"));
+        let mut s = podman_like();
+        s.process.as_mut().unwrap().selinux_label = Some("garbage".into());
+        assert!(apply(&mut s, &cfg, "c1", &host)
+            .unwrap_err()
+            .0
+            .contains("not a user:role:type"));
+        // No SELinux on the host: untouched.
+        let mut s = podman_like();
+        s.process.as_mut().unwrap().selinux_label = Some("u:r:spc_t:s0".into());
+        apply(&mut s, &cfg, "c1", &HostFacts::default()).unwrap();
+        assert_eq!(label(&s).as_deref(), Some("u:r:spc_t:s0"));
+    }
+
+    #[test]
+    fn exec_gets_the_init_profile_instead_of_an_unlisted_one() {
+        let host = apparmor_host(&["docker-default"]);
+        let init = spec::Process {
+            apparmor_profile: Some("moat-default".into()),
+            ..Default::default()
+        };
+        let mut p = spec::Process {
+            apparmor_profile: Some("unconfined".into()),
+            ..Default::default()
+        };
+        let r = restrict_exec_lsm(&mut p, &init, &Config::default(), &host).unwrap();
+        assert_eq!(r, ["apparmorProfile unconfined"]);
+        assert_eq!(p.apparmor_profile.as_deref(), Some("moat-default"));
+        let mut p = spec::Process {
+            apparmor_profile: Some("docker-default".into()),
+            ..Default::default()
+        };
+        assert!(restrict_exec_lsm(&mut p, &init, &Config::default(), &host)
+            .unwrap()
+            .is_empty());
+        assert_eq!(p.apparmor_profile.as_deref(), Some("docker-default"));
+        let mut p = spec::Process {
+            apparmor_profile: Some("containers-default-1".into()),
+            ..Default::default()
+        };
+        assert!(restrict_exec_lsm(&mut p, &init, &Config::default(), &host).is_err());
     }
 
     #[test]
