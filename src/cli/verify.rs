@@ -311,10 +311,16 @@ fn lsm_checks(
         let want = p.apparmor_profile.clone().unwrap_or_default();
         let (expected, ok) = if want.is_empty() && !restricted {
             ("any (the spec names no profile)".to_string(), true)
+        } else if restricted && !policy::apparmor_allowed(cfg, &want) {
+            let want = if want.is_empty() { "none" } else { &want };
+            (
+                format!("a profile in restricted.apparmor_profiles (spec: {want})"),
+                false,
+            )
         } else if restricted {
             (
                 format!("{want} (enforce), in restricted.apparmor_profiles"),
-                policy::apparmor_allowed(cfg, &want) && label == format!("{want} (enforce)"),
+                label == format!("{want} (enforce)"),
             )
         } else {
             // `unconfined` has no mode suffix; a profile has one (enforce, complain, ...).
