@@ -1,7 +1,7 @@
 //! `moat check`: what this host offers, and what each moat control will do here.
 
 use super::{Global, Result};
-use crate::linux::{apparmor, seccomp};
+use crate::linux::seccomp;
 use crate::policy;
 
 #[derive(clap::Args, Debug)]
@@ -38,8 +38,8 @@ pub fn run(_g: &Global, _a: Args) -> Result<i32> {
         },
         (None, true) => "none mounted".into(),
     };
-    let aa = apparmor::enabled();
-    let selinux = std::path::Path::new("/sys/fs/selinux/enforce").exists();
+    let host = crate::linux::hostfacts::HostFacts::probe();
+    let (aa, selinux) = (host.apparmor, host.selinux);
     let userns = read("/proc/sys/user/max_user_namespaces").unwrap_or_else(|| "?".into());
     let actions =
         read("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_else(|| "unavailable".into());

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use super::{Global, Result};
+use crate::linux::hostfacts::HostFacts;
 use crate::linux::{apparmor, notify, process};
 use crate::policy;
 use crate::spec::Spec;
@@ -61,12 +62,21 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
     });
     let mut spec = Spec::load(&bundle)?;
     let cfg = policy::Config::load()?;
+    // Probed here, on the host, before anything is forked: the policy and the child
+    // decide LSMs and host namespaces from these facts, never from the container's view.
+    let host = HostFacts::probe();
     let facts = crate::linux::namespaces::floor_facts(&spec);
-    let decision = policy::apply(&mut spec, &cfg, &facts, &a.id)?;
+    let decision = policy::apply(&mut spec, &cfg, &a.id, &host, &facts)?;
     decision.warn_ignored();
-    if spec.process().apparmor_profile.as_deref() == Some(policy::APPARMOR_PROFILE_NAME) {
-        apparmor::ensure_loaded(policy::APPARMOR_PROFILE_NAME, policy::APPARMOR_PROFILE)
-            .context("load moat's AppArmor profile")?;
+    if host.apparmor
+        && spec.process().apparmor_profile.as_deref() == Some(policy::APPARMOR_PROFILE_NAME)
+    {
+        apparmor::ensure_loaded(
+            policy::APPARMOR_PROFILE_NAME,
+            policy::APPARMOR_PROFILE,
+            &host,
+        )
+        .context("load moat's AppArmor profile")?;
     }
     let rootless = g.rootless()?;
     let dir = ContainerDir::create(&g.state_root()?, &a.id)?;
@@ -109,6 +119,7 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         idmap_rootfs: userns_range.is_some(),
         rootless,
         host_ns_refused: policy::refused_host_namespaces(&decision, &cfg, &facts),
+        host,
     };
     let created = process::create(&spec, &opts, &dir).and_then(|c| {
         dir.save_file(

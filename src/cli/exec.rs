@@ -177,12 +177,22 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         capabilities::from_spec(spec.process().capabilities.as_ref(), "process.capabilities")?;
     let bounding = (rec.policy != "open").then_some(container_caps.bounding);
     let mut process = build_process(&a, spec.process(), bounding)?;
+    // On the host, before joining anything: the exec'd process's LSM labels follow these.
+    let host = crate::linux::hostfacts::HostFacts::probe();
     if rec.policy == "restricted" {
         let removed = crate::policy::restrict_exec(&mut process, spec.process());
         if !removed.is_empty() {
             crate::log::debug(&format!(
                 "policy: exec capabilities removed: {}",
                 removed.join(" ")
+            ));
+        }
+        let cfg = crate::policy::Config::load()?;
+        let replaced = crate::policy::restrict_exec_lsm(&mut process, spec.process(), &cfg, &host)?;
+        if !replaced.is_empty() {
+            crate::log::debug(&format!(
+                "policy: exec {} replaced by the container's (not in [restricted])",
+                replaced.join(", ")
             ));
         }
     }
@@ -200,7 +210,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     } else {
         "process"
     };
-    let attrs = Attrs::from_process(&process, field, filters, a.preserve_fds)?;
+    let attrs = Attrs::from_process(&process, field, filters, a.preserve_fds)?.on_host(&host);
     // Everything is read: the state directory's fd (a host directory) must not even be
     // open in the process that joins the container.
     drop(dir);

@@ -34,8 +34,9 @@ pub fn run(_g: &Global, a: Args) -> Result<i32> {
         .process
         .as_ref()
         .and_then(|p| p.apparmor_profile.clone());
+    let host = crate::linux::hostfacts::HostFacts::probe();
     let facts = crate::linux::namespaces::floor_facts(&spec);
-    let mut decision = policy::apply(&mut spec, &cfg, &facts, "<id>")?;
+    let mut decision = policy::apply(&mut spec, &cfg, "<id>", &host, &facts)?;
     if let Some(sel) = &gvisor {
         crate::gvisor::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
         if format != "json" {

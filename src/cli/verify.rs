@@ -6,8 +6,9 @@ use serde::Serialize;
 
 use super::{Global, Result};
 use crate::linux::attrs::Attrs;
+use crate::linux::hostfacts::HostFacts;
 use crate::linux::seccomp::Filter;
-use crate::linux::{apparmor, capabilities, exec};
+use crate::linux::{capabilities, exec};
 use crate::policy::{self, Decision};
 use crate::state::{self, ContainerDir, Status};
 
@@ -153,27 +154,9 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         format!("{sc} ({filters} programs)"),
         !want_sc || (sc == "2" && filters >= programs.len().max(1)),
     );
-    if apparmor::enabled() {
-        let label = std::fs::read_to_string(format!("/proc/{pid}/attr/current"))
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-        let want = spec.process().apparmor_profile.clone().unwrap_or_default();
-        let ok = if want.is_empty() {
-            !restricted
-        } else {
-            label.starts_with(&want) && label.contains("(enforce)")
-        };
-        add(
-            "AppArmor",
-            if want.is_empty() {
-                "unconfined".into()
-            } else {
-                format!("{want} (enforce)")
-            },
-            label,
-            ok,
-        );
+    let host = HostFacts::probe();
+    for c in lsm_checks(&host, &cfg, restricted, spec.process(), pid) {
+        add(&c.check, c.expected, c.actual, c.ok);
     }
     if let Some(d) = &decision {
         let mountinfo =
@@ -292,7 +275,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
             );
         }
         // Probe: a fork joined to the container with its confinement tries denied calls.
-        let attrs = Attrs::from_process(spec.process(), "process", programs, 0)?;
+        let attrs = Attrs::from_process(spec.process(), "process", programs, 0)?.on_host(&host);
         let escaped = exec::probe(&rec, &attrs)?;
         add(
             "denied syscalls",
@@ -306,6 +289,75 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         );
     }
     report(&a, &rec.policy, "native", &checks, &[])
+}
+
+/// The label each LSM the host runs holds for the init (`attr/apparmor/current`,
+/// `attr/current`), against what the policy expects: the spec's profile or label, which
+/// under RESTRICTED must also be on the `[restricted]` lists (AppArmor in enforce mode).
+fn lsm_checks(
+    host: &HostFacts,
+    cfg: &policy::Config,
+    restricted: bool,
+    p: &crate::spec::Process,
+    pid: i32,
+) -> Vec<Check> {
+    let read = |path: String| {
+        std::fs::read_to_string(&path)
+            .map(|s| s.trim_end_matches(['\n', '\0']).to_string())
+            .unwrap_or_else(|e| format!("unreadable ({path}: {e})"))
+    };
+    let mut out = Vec::new();
+    if host.apparmor {
+        let label = read(host.apparmor_attr(&pid.to_string(), "current"));
+        let want = p.apparmor_profile.clone().unwrap_or_default();
+        let (expected, ok) = if want.is_empty() && !restricted {
+            ("any (the spec names no profile)".to_string(), true)
+        } else if restricted && !policy::apparmor_allowed(cfg, &want) {
+            let want = if want.is_empty() { "none" } else { &want };
+            (
+                format!("a profile in restricted.apparmor_profiles (spec: {want})"),
+                false,
+            )
+        } else if restricted {
+            (
+                format!("{want} (enforce), in restricted.apparmor_profiles"),
+                label == format!("{want} (enforce)"),
+            )
+        } else {
+            // `unconfined` has no mode suffix; a profile has one (enforce, complain, ...).
+            let name = label.rsplit_once(" (").map_or(label.as_str(), |(n, _)| n);
+            (want.clone(), name == want)
+        };
+        out.push(Check {
+            check: "AppArmor".into(),
+            expected,
+            actual: label,
+            ok,
+        });
+    }
+    if host.selinux {
+        let label = read(format!("/proc/{pid}/attr/current"));
+        let want = p.selinux_label.clone().unwrap_or_default();
+        let (expected, ok) = if want.is_empty() {
+            ("any (the spec names no label)".to_string(), true)
+        } else if restricted {
+            (
+                format!("{want}, type in restricted.selinux_types"),
+                policy::selinux_type(&want)
+                    .is_some_and(|t| policy::lsm_listed(&cfg.selinux_types, t))
+                    && label == want,
+            )
+        } else {
+            (want.clone(), label == want)
+        };
+        out.push(Check {
+            check: "SELinux".into(),
+            expected,
+            actual: label,
+            ok,
+        });
+    }
+    out
 }
 
 /// Prints the checks (and, for gVisor, what it does not apply); 1 when any check failed.

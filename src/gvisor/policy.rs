@@ -257,8 +257,14 @@ mod tests {
     fn restricted_reaches_the_json_and_unknown_fields_do_not() {
         let v = engine();
         let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
-        let mut d =
-            policy::apply(&mut spec, &Config::default(), &Default::default(), "c1").unwrap();
+        let mut d = policy::apply(
+            &mut spec,
+            &Config::default(),
+            "c1",
+            &Default::default(),
+            &Default::default(),
+        )
+        .unwrap();
         adjust(&mut spec, &mut d, None).unwrap();
         let out = runsc_json(&spec);
         assert_eq!(
@@ -298,7 +304,14 @@ mod tests {
                 "dev.gvisor.flag.network": "host",
                 "org.example": "x"});
             let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
-            let mut d = policy::apply(&mut spec, &cfg, &Default::default(), "c1").unwrap();
+            let mut d = policy::apply(
+                &mut spec,
+                &cfg,
+                "c1",
+                &Default::default(),
+                &Default::default(),
+            )
+            .unwrap();
             adjust(&mut spec, &mut d, None).unwrap();
             let out = runsc_json(&spec);
             let a = &out["annotations"];
@@ -334,14 +347,22 @@ mod tests {
             v["linux"]["namespaces"] = ns;
             // The policy's floor refuses it first ...
             let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
-            let e = policy::apply(&mut spec, &Config::default(), &host(), "c1").unwrap_err();
+            let e = policy::apply(
+                &mut spec,
+                &Config::default(),
+                "c1",
+                &Default::default(),
+                &host(),
+            )
+            .unwrap_err();
             assert!(
                 e.0.contains("the host's network namespace is refused"),
                 "{e}"
             );
             // ... and gVisor still refuses what host_namespaces lets through natively.
             let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
-            let mut d = policy::apply(&mut spec, &allowed, &host(), "c1").unwrap();
+            let mut d =
+                policy::apply(&mut spec, &allowed, "c1", &Default::default(), &host()).unwrap();
             let e = adjust(&mut spec, &mut d, None).unwrap_err().to_string();
             assert!(e.contains("host's network"), "{e}");
             let cfg = Config {
@@ -349,7 +370,7 @@ mod tests {
                 ..Config::default()
             };
             let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
-            let mut d = policy::apply(&mut spec, &cfg, &host(), "c1").unwrap();
+            let mut d = policy::apply(&mut spec, &cfg, "c1", &Default::default(), &host()).unwrap();
             adjust(&mut spec, &mut d, None).unwrap();
         }
     }
@@ -359,8 +380,14 @@ mod tests {
         let mut v = engine();
         v["linux"]["seccomp"] = serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW"});
         let mut spec = Spec::parse(&serde_json::to_vec(&v).unwrap()).unwrap();
-        let mut d =
-            policy::apply(&mut spec, &Config::default(), &Default::default(), "c1").unwrap();
+        let mut d = policy::apply(
+            &mut spec,
+            &Config::default(),
+            "c1",
+            &Default::default(),
+            &Default::default(),
+        )
+        .unwrap();
         assert!(d.seccomp_floor);
         adjust(&mut spec, &mut d, None).unwrap();
         assert!(!d.seccomp_floor);

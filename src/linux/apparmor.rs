@@ -1,23 +1,26 @@
 //! AppArmor: the profile named in `process.apparmorProfile` is set for the next execve.
-//! On a host without AppArmor the field is ignored, as runc 1.1 does.
+//! Whether the host has AppArmor is a host fact ([`super::hostfacts`]), probed before
+//! fork; on a host without it the field is ignored, as runc does.
 
 use std::io;
 
-pub fn enabled() -> bool {
-    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
-        .is_ok_and(|s| s.trim() == "Y")
+use super::hostfacts::HostFacts;
+
+/// The attr (below `/proc/thread-self/attr/`) and the value that set `profile` for the
+/// next execve: the per-LSM directory where the kernel has one (5.8 on), else the shared
+/// `exec` file, which is AppArmor's when AppArmor is the major LSM.
+pub fn exec_attr(profile: &str, host: &HostFacts) -> (&'static str, String) {
+    let attr = if host.apparmor_attr_dir {
+        "apparmor/exec"
+    } else {
+        "exec"
+    };
+    (attr, format!("exec {profile}"))
 }
 
-/// Writes `exec <profile>` to the calling thread's attr, through moat's own procfs.
-pub fn exec_profile(profile: &str) -> Result<(), super::procfs::ProcError> {
-    super::procfs::write_attr("apparmor", "exec", &format!("exec {profile}"))
-}
-
-/// Loads a profile moat ships (by name) unless the kernel already has it.
-pub fn ensure_loaded(name: &str, text: &str) -> io::Result<()> {
-    let loaded =
-        std::fs::read_to_string("/sys/kernel/security/apparmor/profiles").unwrap_or_default();
-    if loaded.lines().any(|l| l.split(' ').next() == Some(name)) {
+/// Loads a profile moat ships (by name) unless the host facts say the kernel has it.
+pub fn ensure_loaded(name: &str, text: &str, host: &HostFacts) -> io::Result<()> {
+    if host.apparmor_loaded(name) == Some(true) {
         return Ok(());
     }
     use std::io::Write;

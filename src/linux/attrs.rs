@@ -12,6 +12,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 
 use super::capabilities::{self, Sets};
+use super::hostfacts::HostFacts;
 use super::seccomp::{self, Filter};
 use super::sync::{InitFailure, Step, StepExt};
 use super::sys;
@@ -46,6 +47,9 @@ pub struct Attrs {
     pub rlimits: Vec<(libc::c_int, u64, u64)>,
     pub apparmor: Option<String>,
     pub selinux: Option<String>,
+    /// The host's LSMs, probed by the parent on the host ([`Attrs::on_host`]); the child
+    /// never decides them from its own view of `/sys`.
+    pub host: Option<HostFacts>,
     pub scheduler: Option<Scheduler>,
     pub ioprio: Option<(i32, i32)>,
     pub cwd: String,
@@ -206,6 +210,7 @@ impl Attrs {
             rlimits,
             apparmor: p.apparmor_profile.clone().filter(|a| !a.is_empty()),
             selinux: p.selinux_label.clone().filter(|a| !a.is_empty()),
+            host: None,
             scheduler: p.scheduler.clone(),
             ioprio,
             cwd: p.cwd.clone(),
@@ -368,18 +373,34 @@ impl Attrs {
         Ok(())
     }
 
+    /// The host facts the parent probed before fork: they decide which LSM labels the
+    /// child writes.
+    pub fn on_host(mut self, host: &HostFacts) -> Attrs {
+        self.host = Some(host.clone());
+        self
+    }
+
+    /// The LSM labels for the next execve, as the host facts decide: a label for an LSM
+    /// the host does not run is ignored (runc's behaviour), any write that fails is fatal.
     fn apply_lsm(&self) -> Result<(), InitFailure> {
-        if let Some(profile) = &self.apparmor {
-            if super::apparmor::enabled() {
-                super::apparmor::exec_profile(profile)
-                    .step(Step::Lsm, || format!("process.apparmorProfile {profile}"))?;
-            }
+        if self.apparmor.is_none() && self.selinux.is_none() {
+            return Ok(());
         }
-        if let Some(label) = &self.selinux {
-            if std::path::Path::new("/sys/fs/selinux/enforce").exists() {
-                super::procfs::write_attr("selinux", "exec", label)
-                    .step(Step::Lsm, || format!("process.selinuxLabel {label}"))?;
-            }
+        let Some(host) = &self.host else {
+            return Err(InitFailure::new(
+                Step::Lsm,
+                "the host's LSMs were not probed before fork (refusing to guess from the \
+                 container's view)",
+            ));
+        };
+        if let (Some(profile), true) = (&self.apparmor, host.apparmor) {
+            let (attr, value) = super::apparmor::exec_attr(profile, host);
+            write_exec_attr(attr, &value)
+                .step(Step::Lsm, || format!("process.apparmorProfile {profile}"))?;
+        }
+        if let (Some(label), true) = (&self.selinux, host.selinux) {
+            write_exec_attr("exec", label)
+                .step(Step::Lsm, || format!("process.selinuxLabel {label}"))?;
         }
         Ok(())
     }
@@ -447,6 +468,12 @@ fn errno_text(e: &io::Error) -> String {
         Some(libc::EACCES) => "permission denied".into(),
         _ => e.to_string(),
     }
+}
+
+/// The one place an LSM label for the next execve is written: `attr` below the calling
+/// thread's `attr/` (`apparmor/exec`, `exec`), through moat's own procfs.
+fn write_exec_attr(attr: &str, value: &str) -> Result<(), super::procfs::ProcError> {
+    super::procfs::write_attr(attr, value)
 }
 
 #[cfg(test)]

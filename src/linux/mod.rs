@@ -11,6 +11,7 @@ pub mod devices;
 pub mod exec;
 pub mod exeseal;
 pub mod hooks;
+pub mod hostfacts;
 pub mod idmap;
 pub mod mount;
 pub mod namespaces;

@@ -90,6 +90,9 @@ pub struct CreateOpts {
     pub rootless: bool,
     /// RESTRICTED: the host namespaces no joined fd may be (`policy::refused_host_namespaces`).
     pub host_ns_refused: Vec<(&'static str, crate::policy::NsId)>,
+    /// The host's LSMs, probed on the host before the policy ran; the child sets its
+    /// labels from these, never from its own view of `/sys`.
+    pub host: super::hostfacts::HostFacts,
 }
 
 /// Everything the child needs, computed before clone.
@@ -182,7 +185,8 @@ impl Plan {
             seccomp.push(seccomp::floor(cache)?);
         }
         let mut attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
-            .map_err(|e| spec_err(&e.field, e.reason))?;
+            .map_err(|e| spec_err(&e.field, e.reason))?
+            .on_host(&opts.host);
         attrs.pass_listen_fds(opts.listen_fds);
         if opts.rootless {
             rootless_checks(spec, &ns)?;

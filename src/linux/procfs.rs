@@ -62,10 +62,6 @@ impl ProcError {
     fn other(path: &str, why: &str) -> ProcError {
         ProcError::new(path, io::Error::other(why.to_string()))
     }
-
-    pub fn raw_os_error(&self) -> Option<i32> {
-        self.source.raw_os_error()
-    }
 }
 
 impl std::fmt::Display for ProcError {
@@ -248,18 +244,13 @@ pub fn read_sysctl(key: &str) -> Result<String, ProcError> {
     with(|p| p.read(&format!("sys/{key}")))
 }
 
-/// Writes the calling thread's LSM attribute `attr` (`exec`, `current`) of `lsm`
-/// (`apparmor`, `selinux`): `attr/<lsm>/<attr>` where the kernel has the per-LSM
-/// directory, else the shared `attr/<attr>`.
-pub fn write_attr(lsm: &str, attr: &str, value: &str) -> Result<(), ProcError> {
+/// Writes the calling thread's LSM attribute `attr`, a path below `attr/` (`exec`,
+/// `apparmor/exec`): which one is decided from the host facts, never by probing the
+/// container's view.
+pub fn write_attr(attr: &str, value: &str) -> Result<(), ProcError> {
     with(|p| {
         let task = p.task_dir()?;
-        match p.write(&format!("{task}/attr/{lsm}/{attr}"), value) {
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                p.write(&format!("{task}/attr/{attr}"), value)
-            }
-            r => r,
-        }
+        p.write(&format!("{task}/attr/{attr}"), value)
     })
 }
 
@@ -322,11 +313,11 @@ mod tests {
         let p = handle();
         for rel in ["self/status", "thread-self/attr/current", "self"] {
             let e = p.open(rel, libc::O_RDONLY).expect_err(rel);
-            assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{rel}: {e}");
+            assert_eq!(e.source.raw_os_error(), Some(libc::ELOOP), "{rel}: {e}");
         }
         // Nor anything above the root.
         let e = p.open("../etc/passwd", libc::O_RDONLY).expect_err("..");
-        assert_eq!(e.raw_os_error(), Some(libc::EXDEV), "{e}");
+        assert_eq!(e.source.raw_os_error(), Some(libc::EXDEV), "{e}");
     }
 
     #[test]

@@ -18,6 +18,8 @@
 //! memory = "2g"                   # limits applied where the engine set none
 //! pids = 4096
 //! cpus = "2"
+//! apparmor_profiles = ["moat-default", "docker-default", "containers-default-*", "cri-containerd.apparmor.d"]
+//! selinux_types = ["container_t"]  # the type field of process.selinuxLabel
 //!
 //! [fleet]                         # one parent cgroup capping all containers moat places
 //! cgroup = "/moat"
@@ -121,6 +123,46 @@ pub struct Config {
     pub userns_pool: (u32, u32),
     /// Ids per container (`[userns] size`).
     pub userns_size: u32,
+    /// `[restricted] apparmor_profiles`: the AppArmor profiles a RESTRICTED container
+    /// may run under (a trailing `*` matches any suffix); any other is replaced.
+    pub apparmor_profiles: Vec<String>,
+    /// `[restricted] selinux_types`: the SELinux types a RESTRICTED container's label may
+    /// carry (a trailing `*` matches any suffix); any other type is replaced.
+    pub selinux_types: Vec<String>,
+}
+
+/// The default of `[restricted] apparmor_profiles`: moat's own profile and the engines'.
+pub const APPARMOR_PROFILES: [&str; 4] = [
+    "moat-default",
+    "docker-default",
+    "containers-default-*",
+    "cri-containerd.apparmor.d",
+];
+/// The default of `[restricted] selinux_types`.
+pub const SELINUX_TYPES: [&str; 1] = ["container_t"];
+
+/// A list of LSM names from the config: non-empty, `*` only as the last character, and
+/// for AppArmor never `unconfined` (which names no confinement at all).
+fn lsm_list(l: &[String], apparmor: bool) -> Result<Vec<String>, String> {
+    for p in l {
+        if p.is_empty() || p.trim_end_matches('*').contains('*') || p.contains(char::is_whitespace)
+        {
+            return Err(format!(
+                "{p:?}: expected a name, optionally ending in one `*`"
+            ));
+        }
+        if p == "*" || (apparmor && p == "unconfined") {
+            return Err(format!(
+                "{p:?} would let a container run unconfined; use the OPEN policy for that"
+            ));
+        }
+    }
+    if !apparmor && !l.iter().any(|t| !t.ends_with('*')) {
+        return Err(
+            "needs at least one type without `*` (the one a label is given instead)".into(),
+        );
+    }
+    Ok(l.to_vec())
 }
 
 /// Above the ids of ordinary users and of systemd's container ranges, below 2^32 - 1.
@@ -164,6 +206,8 @@ impl Default for Config {
             userns_auto: false,
             userns_pool: USERNS_POOL,
             userns_size: USERNS_SIZE,
+            apparmor_profiles: APPARMOR_PROFILES.iter().map(|s| s.to_string()).collect(),
+            selinux_types: SELINUX_TYPES.iter().map(|s| s.to_string()).collect(),
         }
     }
 }
@@ -495,6 +539,18 @@ impl Config {
             "restricted.memory" => c.memory = Some(size(value)?),
             "restricted.pids" => c.pids = Some(count(value)?),
             "restricted.cpus" => c.cpus = Some(cpus(value)?),
+            "restricted.apparmor_profiles" | "restricted.selinux_types" => {
+                let apparmor = key == "restricted.apparmor_profiles";
+                let l = match value {
+                    Value::List(l) => lsm_list(l, apparmor).map_err(|r| err(&r))?,
+                    _ => return Err(err("expected an array of names")),
+                };
+                if apparmor {
+                    c.apparmor_profiles = l;
+                } else {
+                    c.selinux_types = l;
+                }
+            }
             "fleet.cgroup" => {
                 let g = s(value)?;
                 if !g.starts_with('/') || g.split('/').any(|p| p == "..") {
@@ -691,6 +747,27 @@ platform = "kvm"
             cfg("[userns]\npool = \"100000:1000\"\n").is_err(),
             "size > pool"
         );
+    }
+
+    #[test]
+    fn lsm_lists() {
+        let c = cfg("[restricted]\napparmor_profiles = [\"mine\", \"team-*\"]\nselinux_types = [\"container_t\", \"svirt_*\"]\n").unwrap();
+        assert_eq!(c.apparmor_profiles, ["mine", "team-*"]);
+        assert_eq!(c.selinux_types, ["container_t", "svirt_*"]);
+        let d = Config::default();
+        assert_eq!(d.apparmor_profiles.len(), 4);
+        assert_eq!(d.selinux_types, ["container_t"]);
+        for bad in [
+            "apparmor_profiles = [\"unconfined\"]",
+            "apparmor_profiles = [\"*\"]",
+            "apparmor_profiles = [\"a*b\"]",
+            "apparmor_profiles = \"moat-default\"",
+            "selinux_types = [\"svirt_*\"]",
+            "selinux_types = [\"*\"]",
+        ] {
+            let e = cfg(&format!("[restricted]\n{bad}\n")).unwrap_err();
+            assert!(e.to_string().contains(":2: restricted."), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod config;
 
 use serde::Serialize;
 
+use crate::linux::hostfacts::HostFacts;
 use crate::spec::{self, Mount, Namespace, Spec};
 pub use config::{Config, Mode};
 
@@ -222,12 +223,15 @@ fn config_name(cfg: &Config) -> String {
     }
 }
 
-/// Applies the policy to `spec` in place and says what changed.
+/// Applies the policy to `spec` in place and says what changed. `host` is what the host's
+/// LSMs are and `floor` what its namespaces are, both probed on the host before this runs
+/// ([`HostFacts::probe`], `linux::namespaces::floor_facts`): the policy itself does no I/O.
 pub fn apply(
     spec: &mut Spec,
     cfg: &Config,
-    facts: &FloorFacts,
     id: &str,
+    host: &HostFacts,
+    floor: &FloorFacts,
 ) -> Result<Decision, PolicyError> {
     let sel = select(spec, cfg)?;
     let mut d = Decision {
@@ -244,7 +248,8 @@ pub fn apply(
     let restricted = sel.mode == Mode::Restricted && !test_bypass();
     if restricted {
         restrict(spec, cfg, id, &mut d)?;
-        mounts_floor(spec, facts, &mut d);
+        mounts_floor(spec, floor, &mut d);
+        restrict_lsm(spec, cfg, host, &mut d)?;
     }
     if sel.readonly_rootfs {
         readonly_rootfs(spec, cfg, &mut d);
@@ -257,7 +262,7 @@ pub fn apply(
     }
     // After moat.network=none, which gives the container a namespace of its own.
     if restricted {
-        namespace_floor(spec, cfg, facts, &mut d)?;
+        namespace_floor(spec, cfg, floor, &mut d)?;
     }
     Ok(d)
 }
@@ -501,18 +506,6 @@ fn restrict(spec: &mut Spec, cfg: &Config, id: &str, d: &mut Decision) -> Result
             "setuid binaries and file capabilities must not raise privileges",
         );
     }
-    if crate::linux::apparmor::enabled()
-        && process.apparmor_profile.as_deref().unwrap_or("").is_empty()
-    {
-        process.apparmor_profile = Some(APPARMOR_PROFILE_NAME.into());
-        change(
-            d,
-            "process.apparmorProfile",
-            "set",
-            APPARMOR_PROFILE_NAME,
-            "the host has AppArmor and the spec names no profile",
-        );
-    }
     let linux = spec.linux.get_or_insert_with(Default::default);
     match &linux.seccomp {
         None => {
@@ -619,6 +612,155 @@ fn restrict(spec: &mut Spec, cfg: &Config, id: &str, d: &mut Decision) -> Result
         linux.cgroups_path = Some(p);
     }
     Ok(())
+}
+
+/// `name` is on an LSM list of the config: exact, or a prefix when the entry ends in `*`.
+/// `unconfined` is never on an AppArmor list (the config refuses it).
+pub fn lsm_listed(list: &[String], name: &str) -> bool {
+    list.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => p == name,
+    })
+}
+
+/// The AppArmor profiles a RESTRICTED container may run under: the config's list and
+/// moat's own profile, never `unconfined`.
+pub fn apparmor_allowed(cfg: &Config, profile: &str) -> bool {
+    profile != "unconfined"
+        && (profile == APPARMOR_PROFILE_NAME || lsm_listed(&cfg.apparmor_profiles, profile))
+}
+
+/// The type field of an SELinux label `user:role:type[:level]`.
+pub fn selinux_type(label: &str) -> Option<&str> {
+    let mut f = label.splitn(4, ':');
+    let (_, _, t) = (f.next()?, f.next()?, f.next()?);
+    (!t.is_empty()).then_some(t)
+}
+
+/// The LSM floor under RESTRICTED, decided from the host facts: an AppArmor profile
+/// outside `[restricted] apparmor_profiles` (`unconfined` included) becomes moat-default,
+/// a spec without one gets moat-default, a listed profile the host has not loaded is an
+/// error; an SELinux label whose type is outside `[restricted] selinux_types` gets the
+/// first listed type. A host without the LSM leaves the field alone (it is ignored, as
+/// runc ignores it).
+fn restrict_lsm(
+    spec: &mut Spec,
+    cfg: &Config,
+    host: &HostFacts,
+    d: &mut Decision,
+) -> Result<(), PolicyError> {
+    let Some(process) = spec.process.as_mut() else {
+        return Ok(());
+    };
+    if host.apparmor {
+        match process
+            .apparmor_profile
+            .as_deref()
+            .filter(|p| !p.is_empty())
+        {
+            None => {
+                process.apparmor_profile = Some(APPARMOR_PROFILE_NAME.into());
+                change(
+                    d,
+                    "process.apparmorProfile",
+                    "set",
+                    APPARMOR_PROFILE_NAME,
+                    "the host has AppArmor and the spec names no profile",
+                );
+            }
+            Some(p) if apparmor_allowed(cfg, p) => apparmor_check_loaded(p, host)?,
+            Some(p) => {
+                let detail = format!("{p} → {APPARMOR_PROFILE_NAME}");
+                process.apparmor_profile = Some(APPARMOR_PROFILE_NAME.into());
+                change(
+                    d,
+                    "process.apparmorProfile",
+                    "replaced",
+                    detail,
+                    "not in restricted.apparmor_profiles",
+                );
+            }
+        }
+    }
+    if host.selinux {
+        if let Some(label) = process.selinux_label.as_deref().filter(|l| !l.is_empty()) {
+            if let Some(fixed) = selinux_confined(cfg, label)? {
+                change(
+                    d,
+                    "process.selinuxLabel",
+                    "replaced",
+                    format!("{label} → {fixed}"),
+                    "its type is not in restricted.selinux_types",
+                );
+                process.selinux_label = Some(fixed);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A listed profile must be loaded: moat loads only its own, and a container must not
+/// start with a profile the kernel would refuse halfway through create.
+fn apparmor_check_loaded(profile: &str, host: &HostFacts) -> Result<(), PolicyError> {
+    if profile != APPARMOR_PROFILE_NAME && host.apparmor_loaded(profile) == Some(false) {
+        return Err(PolicyError(format!(
+            "process.apparmorProfile: profile {profile:?} is not loaded on this host (load it \
+             with apparmor_parser, or name another profile)"
+        )));
+    }
+    Ok(())
+}
+
+/// `None` when `label`'s type is listed, else the label with its type replaced by the
+/// first listed type that is no pattern.
+fn selinux_confined(cfg: &Config, label: &str) -> Result<Option<String>, PolicyError> {
+    let t = selinux_type(label).ok_or_else(|| {
+        PolicyError(format!(
+            "process.selinuxLabel: {label:?} is not a user:role:type[:level] label"
+        ))
+    })?;
+    if lsm_listed(&cfg.selinux_types, t) {
+        return Ok(None);
+    }
+    let Some(want) = cfg.selinux_types.iter().find(|t| !t.ends_with('*')) else {
+        return Err(PolicyError(
+            "restricted.selinux_types: no type without `*` to give a label".into(),
+        ));
+    };
+    let mut f: Vec<&str> = label.splitn(4, ':').collect();
+    f[2] = want;
+    Ok(Some(f.join(":")))
+}
+
+/// The LSM part of [`restrict_exec`], run after it: an exec'd process under RESTRICTED
+/// gets the init's AppArmor profile or SELinux label instead of one that is not listed
+/// (`exec --apparmor unconfined`); a listed profile the host has not loaded is an error.
+pub fn restrict_exec_lsm(
+    p: &mut spec::Process,
+    init: &spec::Process,
+    cfg: &Config,
+    host: &HostFacts,
+) -> Result<Vec<String>, PolicyError> {
+    let mut replaced = Vec::new();
+    if host.apparmor {
+        if let Some(prof) = p.apparmor_profile.clone().filter(|x| !x.is_empty()) {
+            if apparmor_allowed(cfg, &prof) {
+                apparmor_check_loaded(&prof, host)?;
+            } else {
+                replaced.push(format!("apparmorProfile {prof}"));
+                p.apparmor_profile = init.apparmor_profile.clone();
+            }
+        }
+    }
+    if host.selinux {
+        if let Some(label) = p.selinux_label.clone().filter(|x| !x.is_empty()) {
+            if selinux_confined(cfg, &label)?.is_some() {
+                replaced.push(format!("selinuxLabel {label}"));
+                p.selinux_label = init.selinux_label.clone();
+            }
+        }
+    }
+    Ok(replaced)
 }
 
 /// Under RESTRICTED an exec'd process never gets more than the container's init: each
@@ -819,7 +961,14 @@ mod tests {
     #[test]
     fn restricted_drops_everything_and_says_so() {
         let mut s = podman_like();
-        let d = apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
+        let d = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts(),
+        )
+        .unwrap();
         let caps = s.process().capabilities.as_ref().unwrap();
         assert!(caps.bounding.as_ref().unwrap().is_empty());
         assert!(caps.effective.as_ref().unwrap().is_empty());
@@ -856,7 +1005,7 @@ mod tests {
             allowed_capabilities: vec!["CAP_CHOWN".into()],
             ..Config::default()
         };
-        apply(&mut s, &cfg, &facts(), "c1").unwrap();
+        apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
         let caps = s.process().capabilities.as_ref().unwrap();
         assert_eq!(
             caps.bounding.as_deref(),
@@ -872,7 +1021,14 @@ mod tests {
             default_action: "SCMP_ACT_ALLOW".into(),
             ..Default::default()
         });
-        let d = apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
+        let d = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts(),
+        )
+        .unwrap();
         assert!(d.seccomp_floor);
         assert_eq!(
             s.linux().seccomp.as_ref().unwrap().default_action,
@@ -942,7 +1098,7 @@ mod tests {
         ] {
             let mut s = podman_like();
             s.annotations.insert(k.into(), v.into());
-            let d = apply(&mut s, &cfg, &facts(), "c1").unwrap();
+            let d = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
             assert_eq!(d.policy, "restricted", "{k}={v}");
             assert!(restricted_caps(&s).is_empty(), "{k}={v}");
             assert_eq!(s.process().no_new_privileges, Some(true));
@@ -965,7 +1121,14 @@ mod tests {
             .insert("moat.rootfs".into(), "writable".into());
         s.annotations
             .insert("moat.policy".into(), "restricted".into());
-        let d = apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
+        let d = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts(),
+        )
+        .unwrap();
         assert!(!d.changes.iter().any(|c| c.action == "ignored"));
     }
 
@@ -984,11 +1147,11 @@ mod tests {
         let path = std::path::Path::new("/etc/moat/config.toml");
         let plain = Config::from_str_as(text, path, Some("moat")).unwrap();
         let mut s = podman_like();
-        let d = apply(&mut s, &plain, &facts(), "c1").unwrap();
+        let d = apply(&mut s, &plain, "c1", &HostFacts::default(), &facts()).unwrap();
         assert_eq!(d.policy, "restricted");
         let open = Config::from_str_as(text, path, Some("moat-open")).unwrap();
         let mut s = podman_like();
-        let d = apply(&mut s, &open, &facts(), "c1").unwrap();
+        let d = apply(&mut s, &open, "c1", &HostFacts::default(), &facts()).unwrap();
         assert_eq!(d.policy, "open");
         assert!(d.changes.is_empty());
         assert_eq!(s.process().no_new_privileges, Some(false));
@@ -997,7 +1160,7 @@ mod tests {
         let mut s = podman_like();
         s.annotations
             .insert("moat.policy".into(), "restricted".into());
-        let d = apply(&mut s, &open, &facts(), "c1").unwrap();
+        let d = apply(&mut s, &open, "c1", &HostFacts::default(), &facts()).unwrap();
         assert_eq!(d.policy, "restricted");
     }
 
@@ -1017,9 +1180,15 @@ mod tests {
     #[test]
     fn host_namespaces_are_refused_unless_listed() {
         for typ in config::HOST_NAMESPACE_TYPES {
-            let e = apply(&mut with_ns(typ, None), &Config::default(), &facts(), "c1")
-                .unwrap_err()
-                .0;
+            let e = apply(
+                &mut with_ns(typ, None),
+                &Config::default(),
+                "c1",
+                &HostFacts::default(),
+                &facts(),
+            )
+            .unwrap_err()
+            .0;
             assert_eq!(
                 e,
                 format!(
@@ -1031,7 +1200,14 @@ mod tests {
                 host_namespaces: vec![typ.into()],
                 ..Config::default()
             };
-            let d = apply(&mut with_ns(typ, None), &cfg, &facts(), "c1").unwrap();
+            let d = apply(
+                &mut with_ns(typ, None),
+                &cfg,
+                "c1",
+                &HostFacts::default(),
+                &facts(),
+            )
+            .unwrap();
             assert_eq!(d.host_namespaces, [typ]);
             assert!(d
                 .changes
@@ -1042,14 +1218,28 @@ mod tests {
                 default_policy: Mode::Open,
                 ..Config::default()
             };
-            apply(&mut with_ns(typ, None), &open, &facts(), "c1").unwrap();
+            apply(
+                &mut with_ns(typ, None),
+                &open,
+                "c1",
+                &HostFacts::default(),
+                &facts(),
+            )
+            .unwrap();
         }
         // Listing one type allows only that one.
         let cfg = Config {
             host_namespaces: vec!["pid".into()],
             ..Config::default()
         };
-        assert!(apply(&mut with_ns("uts", None), &cfg, &facts(), "c1").is_err());
+        assert!(apply(
+            &mut with_ns("uts", None),
+            &cfg,
+            "c1",
+            &HostFacts::default(),
+            &facts()
+        )
+        .is_err());
     }
 
     #[test]
@@ -1058,8 +1248,9 @@ mod tests {
             let e = apply(
                 &mut with_ns(typ, Some(p)),
                 &Config::default(),
-                &facts(),
                 "c1",
+                &HostFacts::default(),
+                &facts(),
             )
             .unwrap_err()
             .0;
@@ -1072,44 +1263,62 @@ mod tests {
                 host_namespaces: vec![typ.into()],
                 ..Config::default()
             };
-            apply(&mut with_ns(typ, Some(p)), &cfg, &facts(), "c1").unwrap();
+            apply(
+                &mut with_ns(typ, Some(p)),
+                &cfg,
+                "c1",
+                &HostFacts::default(),
+                &facts(),
+            )
+            .unwrap();
         }
         // A pod: another container's namespaces.
         let d = apply(
             &mut with_ns("network", Some("/run/netns/pod")),
             &Config::default(),
-            &facts(),
             "c1",
+            &HostFacts::default(),
+            &facts(),
         )
         .unwrap();
         assert!(d.host_namespaces.is_empty());
         apply(
             &mut with_ns("ipc", Some("/proc/77/ns/ipc")),
             &Config::default(),
-            &facts(),
             "c1",
+            &HostFacts::default(),
+            &facts(),
         )
         .unwrap();
         // Unreadable or unexamined paths fail closed.
         let e = apply(
             &mut with_ns("uts", Some("/proc/9/ns/uts")),
             &Config::default(),
-            &facts(),
             "c1",
+            &HostFacts::default(),
+            &facts(),
         )
         .unwrap_err();
         assert!(e.0.contains("cannot open /proc/9/ns/uts"), "{e}");
         assert!(apply(
             &mut with_ns("uts", Some("/elsewhere")),
             &Config::default(),
-            &facts(),
-            "c1"
+            "c1",
+            &HostFacts::default(),
+            &facts()
         )
         .is_err());
         // moat.network=none replaces the host's network before the floor looks.
         let mut s = with_ns("network", Some("/proc/1/ns/net"));
         s.annotations.insert("moat.network".into(), "none".into());
-        apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
+        apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts(),
+        )
+        .unwrap();
     }
 
     #[test]
@@ -1118,7 +1327,14 @@ mod tests {
             host_namespaces: vec!["uts".into()],
             ..Config::default()
         };
-        let d = apply(&mut podman_like(), &cfg, &facts(), "c1").unwrap();
+        let d = apply(
+            &mut podman_like(),
+            &cfg,
+            "c1",
+            &HostFacts::default(),
+            &facts(),
+        )
+        .unwrap();
         let refused = refused_host_namespaces(&d, &cfg, &facts());
         let types: Vec<&str> = refused.iter().map(|r| r.0).collect();
         assert_eq!(types, ["pid", "network", "ipc"]);
@@ -1127,7 +1343,14 @@ mod tests {
             default_policy: Mode::Open,
             ..Config::default()
         };
-        let d = apply(&mut podman_like(), &open, &facts(), "c1").unwrap();
+        let d = apply(
+            &mut podman_like(),
+            &open,
+            "c1",
+            &HostFacts::default(),
+            &facts(),
+        )
+        .unwrap();
         assert!(refused_host_namespaces(&d, &open, &facts()).is_empty());
     }
 
@@ -1154,7 +1377,14 @@ mod tests {
             s
         };
         let mut s = privileged();
-        let d = apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
+        let d = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts(),
+        )
+        .unwrap();
         let opts = |i: usize| s.mounts[i].options.clone();
         assert_eq!(opts(0), ["nosuid", "ro"]);
         assert_eq!(opts(1), ["ro"]);
@@ -1169,7 +1399,7 @@ mod tests {
             cgroup_v2: true,
             ..facts()
         };
-        apply(&mut s, &Config::default(), &v2, "c1").unwrap();
+        apply(&mut s, &Config::default(), "c1", &HostFacts::default(), &v2).unwrap();
         assert_eq!(s.mounts[1].options, ["rw"]);
         let mut s = privileged();
         s.linux
@@ -1177,7 +1407,7 @@ mod tests {
             .unwrap()
             .namespaces
             .retain(|n| n.typ != "cgroup");
-        apply(&mut s, &Config::default(), &v2, "c1").unwrap();
+        apply(&mut s, &Config::default(), "c1", &HostFacts::default(), &v2).unwrap();
         assert_eq!(s.mounts[1].options, ["ro"]);
         // OPEN keeps what --privileged asked for.
         let mut s = privileged();
@@ -1185,7 +1415,7 @@ mod tests {
             default_policy: Mode::Open,
             ..Config::default()
         };
-        apply(&mut s, &open, &facts(), "c1").unwrap();
+        apply(&mut s, &open, "c1", &HostFacts::default(), &facts()).unwrap();
         assert_eq!(s.mounts[0].options, ["nosuid", "rw"]);
     }
 
@@ -1193,13 +1423,26 @@ mod tests {
     fn unknown_annotations_fail_closed() {
         let mut s = podman_like();
         s.annotations.insert("moat.polcy".into(), "open".into());
-        assert!(apply(&mut s, &Config::default(), &facts(), "c1")
-            .unwrap_err()
-            .0
-            .contains("unknown moat annotation"));
+        assert!(apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts()
+        )
+        .unwrap_err()
+        .0
+        .contains("unknown moat annotation"));
         let mut s = podman_like();
         s.annotations.insert("moat.network".into(), "some".into());
-        assert!(apply(&mut s, &Config::default(), &facts(), "c1").is_err());
+        assert!(apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts()
+        )
+        .is_err());
     }
 
     #[test]
@@ -1218,7 +1461,14 @@ mod tests {
             typ: "network".into(),
             path: Some("/run/netns/x".into()),
         });
-        let d = apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
+        let d = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts(),
+        )
+        .unwrap();
         assert!(d.readonly_rootfs && d.network_none);
         assert!(s.root.as_ref().unwrap().readonly);
         assert!(has_mount(&s, "/tmp") && has_mount(&s, "/workspace"));
@@ -1233,7 +1483,14 @@ mod tests {
     fn userns_auto_adds_a_namespace_and_keeps_engine_maps() {
         let mut s = podman_like();
         s.annotations.insert("moat.userns".into(), "auto".into());
-        let d = apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
+        let d = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts(),
+        )
+        .unwrap();
         assert!(d.userns_pool && d.userns == "auto");
         assert!(s.linux().namespaces.iter().any(|n| n.typ == "user"));
         let mut s = podman_like();
@@ -1243,23 +1500,249 @@ mod tests {
             host_id: 5000,
             size: 10,
         }];
-        let d = apply(&mut s, &Config::default(), &facts(), "c1").unwrap();
+        let d = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts(),
+        )
+        .unwrap();
         assert!(!d.userns_pool && d.userns == "auto");
         let mut s = podman_like();
         s.annotations.insert("moat.userns".into(), "yes".into());
-        assert!(apply(&mut s, &Config::default(), &facts(), "c1").is_err());
+        assert!(apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts()
+        )
+        .is_err());
         // Config default auto: the annotation cannot turn it off.
         let cfg = Config {
             userns_auto: true,
             ..Config::default()
         };
         let mut s = podman_like();
-        let d = apply(&mut s, &cfg, &facts(), "c1").unwrap();
+        let d = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
         assert!(d.userns_pool);
         let mut s = podman_like();
         s.annotations.insert("moat.userns".into(), "engine".into());
-        let d = apply(&mut s, &cfg, &facts(), "c1").unwrap();
+        let d = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
         assert!(d.userns_pool && d.userns == "auto");
+    }
+
+    fn apparmor_host(loaded: &[&str]) -> HostFacts {
+        HostFacts {
+            apparmor: true,
+            apparmor_attr_dir: true,
+            apparmor_profiles: Some(loaded.iter().map(|s| s.to_string()).collect()),
+            selinux: false,
+        }
+    }
+
+    fn with_profile(p: Option<&str>) -> Spec {
+        let mut s = podman_like();
+        s.process.as_mut().unwrap().apparmor_profile = p.map(str::to_string);
+        s
+    }
+
+    fn profile_change(d: &Decision) -> Option<&Change> {
+        d.changes
+            .iter()
+            .find(|c| c.field == "process.apparmorProfile")
+    }
+
+    #[test]
+    fn apparmor_unconfined_is_replaced_and_reported() {
+        let host = apparmor_host(&["docker-default"]);
+        for asked in ["unconfined", "my-loose-profile", "docker-default-ish"] {
+            let mut s = with_profile(Some(asked));
+            let d = apply(&mut s, &Config::default(), "c1", &host, &facts()).unwrap();
+            assert_eq!(
+                s.process().apparmor_profile.as_deref(),
+                Some("moat-default")
+            );
+            let c = profile_change(&d).expect("reported");
+            assert_eq!(c.action, "replaced");
+            assert_eq!(c.detail, format!("{asked} → moat-default"));
+            assert_eq!(c.reason, "not in restricted.apparmor_profiles");
+        }
+        // None named: moat-default set, as before.
+        let mut s = with_profile(None);
+        let d = apply(&mut s, &Config::default(), "c1", &host, &facts()).unwrap();
+        assert_eq!(
+            s.process().apparmor_profile.as_deref(),
+            Some("moat-default")
+        );
+        assert_eq!(profile_change(&d).unwrap().action, "set");
+    }
+
+    #[test]
+    fn apparmor_listed_profiles_are_kept() {
+        let host = apparmor_host(&["docker-default", "containers-default-0.50.1"]);
+        for kept in [
+            "docker-default",
+            "containers-default-0.50.1",
+            "moat-default",
+        ] {
+            let mut s = with_profile(Some(kept));
+            let d = apply(&mut s, &Config::default(), "c1", &host, &facts()).unwrap();
+            assert_eq!(s.process().apparmor_profile.as_deref(), Some(kept));
+            assert!(profile_change(&d).is_none(), "{kept}: {:?}", d.changes);
+        }
+        // The glob is a prefix match only.
+        let cfg = Config {
+            apparmor_profiles: vec!["team-*".into()],
+            ..Config::default()
+        };
+        let host = apparmor_host(&["team-web", "other-team-x"]);
+        let mut s = with_profile(Some("team-web"));
+        apply(&mut s, &cfg, "c1", &host, &facts()).unwrap();
+        assert_eq!(s.process().apparmor_profile.as_deref(), Some("team-web"));
+        let mut s = with_profile(Some("other-team-x"));
+        apply(&mut s, &cfg, "c1", &host, &facts()).unwrap();
+        assert_eq!(
+            s.process().apparmor_profile.as_deref(),
+            Some("moat-default")
+        );
+        // No longer on the list: replaced.
+        let mut s = with_profile(Some("docker-default"));
+        apply(&mut s, &cfg, "c1", &host, &facts()).unwrap();
+        assert_eq!(
+            s.process().apparmor_profile.as_deref(),
+            Some("moat-default")
+        );
+    }
+
+    #[test]
+    fn apparmor_listed_but_not_loaded_is_an_error() {
+        let host = apparmor_host(&["moat-default"]);
+        let mut s = with_profile(Some("docker-default"));
+        let e = apply(&mut s, &Config::default(), "c1", &host, &facts()).unwrap_err();
+        assert!(
+            e.0.starts_with("process.apparmorProfile: profile \"docker-default\" is not loaded"),
+            "{e}"
+        );
+        // moat-default is loaded by create itself; an unreadable list leaves it to the kernel.
+        let mut s = with_profile(Some("moat-default"));
+        assert!(apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &apparmor_host(&[]),
+            &facts()
+        )
+        .is_ok());
+        let unknown = HostFacts {
+            apparmor_profiles: None,
+            ..apparmor_host(&[])
+        };
+        let mut s = with_profile(Some("docker-default"));
+        assert!(apply(&mut s, &Config::default(), "c1", &unknown, &facts()).is_ok());
+    }
+
+    #[test]
+    fn apparmor_without_apparmor_or_under_open() {
+        // A host without AppArmor: the spec's profile stays and is ignored at create.
+        let mut s = with_profile(Some("unconfined"));
+        let d = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts(),
+        )
+        .unwrap();
+        assert_eq!(s.process().apparmor_profile.as_deref(), Some("unconfined"));
+        assert!(profile_change(&d).is_none());
+        // OPEN runs the spec as written.
+        let cfg = Config {
+            default_policy: Mode::Open,
+            ..Config::default()
+        };
+        let mut s = with_profile(Some("unconfined"));
+        apply(&mut s, &cfg, "c1", &apparmor_host(&[]), &facts()).unwrap();
+        assert_eq!(s.process().apparmor_profile.as_deref(), Some("unconfined"));
+    }
+
+    #[test]
+    fn selinux_types() {
+        let host = HostFacts {
+            selinux: true,
+            ..HostFacts::default()
+        };
+        let label = |s: &Spec| s.process().selinux_label.clone();
+        let mut s = podman_like();
+        s.process.as_mut().unwrap().selinux_label = Some("system_u:system_r:spc_t:s0:c1,c2".into());
+        let d = apply(&mut s, &Config::default(), "c1", &host, &facts()).unwrap();
+        assert_eq!(
+            label(&s).as_deref(),
+            Some("system_u:system_r:container_t:s0:c1,c2")
+        );
+        let c = d
+            .changes
+            .iter()
+            .find(|c| c.field == "process.selinuxLabel")
+            .unwrap();
+        assert_eq!(c.action, "replaced");
+        let mut s = podman_like();
+        s.process.as_mut().unwrap().selinux_label =
+            Some("system_u:system_r:container_t:s0:c5".into());
+        apply(&mut s, &Config::default(), "c1", &host, &facts()).unwrap();
+        assert_eq!(
+            label(&s).as_deref(),
+            Some("system_u:system_r:container_t:s0:c5")
+        );
+        let cfg = Config {
+            selinux_types: vec!["container_t".into(), "svirt_*".into()],
+            ..Config::default()
+        };
+        let mut s = podman_like();
+        s.process.as_mut().unwrap().selinux_label = Some("u:r:svirt_lxc_net_t:s0".into());
+        apply(&mut s, &cfg, "c1", &host, &facts()).unwrap();
+        assert_eq!(label(&s).as_deref(), Some("u:r:svirt_lxc_net_t:s0"));
+        let mut s = podman_like();
+        s.process.as_mut().unwrap().selinux_label = Some("garbage".into());
+        assert!(apply(&mut s, &cfg, "c1", &host, &facts())
+            .unwrap_err()
+            .0
+            .contains("not a user:role:type"));
+        // No SELinux on the host: untouched.
+        let mut s = podman_like();
+        s.process.as_mut().unwrap().selinux_label = Some("u:r:spc_t:s0".into());
+        apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert_eq!(label(&s).as_deref(), Some("u:r:spc_t:s0"));
+    }
+
+    #[test]
+    fn exec_gets_the_init_profile_instead_of_an_unlisted_one() {
+        let host = apparmor_host(&["docker-default"]);
+        let init = spec::Process {
+            apparmor_profile: Some("moat-default".into()),
+            ..Default::default()
+        };
+        let mut p = spec::Process {
+            apparmor_profile: Some("unconfined".into()),
+            ..Default::default()
+        };
+        let r = restrict_exec_lsm(&mut p, &init, &Config::default(), &host).unwrap();
+        assert_eq!(r, ["apparmorProfile unconfined"]);
+        assert_eq!(p.apparmor_profile.as_deref(), Some("moat-default"));
+        let mut p = spec::Process {
+            apparmor_profile: Some("docker-default".into()),
+            ..Default::default()
+        };
+        assert!(restrict_exec_lsm(&mut p, &init, &Config::default(), &host)
+            .unwrap()
+            .is_empty());
+        assert_eq!(p.apparmor_profile.as_deref(), Some("docker-default"));
+        let mut p = spec::Process {
+            apparmor_profile: Some("containers-default-1".into()),
+            ..Default::default()
+        };
+        assert!(restrict_exec_lsm(&mut p, &init, &Config::default(), &host).is_err());
     }
 
     #[test]

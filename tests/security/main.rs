@@ -19,6 +19,7 @@ mod cgroupfs;
 mod console;
 mod exe;
 mod fds;
+mod lsm;
 mod masks;
 mod procfs;
 mod procsys;
