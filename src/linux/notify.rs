@@ -1,59 +1,101 @@
-//! sd_notify passthrough (`NOTIFY_SOCKET`), as runc does it: the container gets its own
-//! socket (a directory of the state dir bind-mounted at `/run/notify`), and `start` relays
-//! what the container sends to the caller's socket until `READY=1`, so `podman run
-//! --sdnotify=container` and systemd units see the container's readiness, not moat's.
+//! sd_notify passthrough (`NOTIFY_SOCKET`): the container gets a socket of its own and
+//! `start` tells the caller's socket (podman's `--sdnotify=container`, a systemd unit)
+//! when the container is ready, so they see the container's readiness, not moat's.
+//!
+//! Nothing the container controls reaches the host through it:
+//! * `create` binds the socket in the state directory, which the container never sees,
+//!   with its mode fixed at bind time (umask), so nothing is ever chmod'ed by path. Only
+//!   that socket file is bound into the container, read-only (`sendto` on a socket needs
+//!   write permission on the inode, not a writable mount), at [`CONTAINER_PATH`]: no
+//!   directory of the host is writable or even visible there.
+//! * The socket stays open in the container's init (close-on-exec) from create to start,
+//!   so datagrams sent early are queued, and `start` takes its own copy with
+//!   `pidfd_getfd` before it releases the init (identified by the inode recorded at create).
+//! * The relay forwards no datagram: on the first that carries `READY=1` it sends the
+//!   caller exactly `READY=1` and `MAINPID=<the init's host pid>`, which moat knows; the
+//!   container's `MAINPID`, `STATUS`, `FDSTORE`, … and any descriptors it attached are
+//!   dropped (a plain `recv` never installs `SCM_RIGHTS` fds; the kernel closes them).
 
-use std::os::fd::AsFd;
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixDatagram;
-use std::path::Path;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::sys;
 use crate::spec::{Mount, Spec};
+use crate::state::ContainerDir;
 
-pub const STATE_DIR: &str = "notify";
-pub const CONTAINER_DIR: &str = "/run/notify";
-const SOCKET: &str = "notify.sock";
+/// The socket's name in the state directory.
+pub const SOCKET: &str = "notify.sock";
+/// Where the container finds it (its `NOTIFY_SOCKET`), as runc puts it.
+pub const CONTAINER_PATH: &str = "/run/notify/notify.sock";
+/// `<fd number in the init> <sockfs inode>`, written at create for `start`.
+const FD_FILE: &str = "notify.fd";
+/// Connectable by any user the container runs as: sendto needs write permission.
+const SOCKET_MODE: u32 = 0o666;
 
-/// Adds the socket directory mount and the container's `NOTIFY_SOCKET` to the spec.
-pub fn prepare(spec: &mut Spec, state_dir: &Path) -> std::io::Result<()> {
-    let dir = state_dir.join(STATE_DIR);
-    std::fs::create_dir(&dir)?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+/// At create: binds the container's socket, records it for `start`, and adds its bind
+/// mount and `NOTIFY_SOCKET` to the spec. The caller keeps the socket open until the
+/// init exists (it inherits it), then drops its own copy.
+pub fn prepare(spec: &mut Spec, dir: &ContainerDir) -> io::Result<UnixDatagram> {
+    // Named through the state directory's fd: no lookup of the (possibly long) path,
+    // whose length would otherwise be limited by sun_path.
+    let name = format!("/proc/self/fd/{}/{SOCKET}", dir.fd().as_raw_fd());
+    // The mode is set as the inode is created; moat is single-threaded here.
+    let old = sys::umask(0o777 & !SOCKET_MODE);
+    let bound = UnixDatagram::bind(&name);
+    sys::umask(old);
+    let sock = bound?;
+    let st = sys::fstat(sock.as_fd())?;
+    dir.write_new(
+        FD_FILE,
+        format!("{} {}", sock.as_raw_fd(), st.st_ino).as_bytes(),
+    )
+    .map_err(io::Error::other)?;
     spec.mounts.push(Mount {
-        destination: CONTAINER_DIR.into(),
+        destination: CONTAINER_PATH.into(),
         typ: Some("bind".into()),
-        source: Some(dir.display().to_string()),
-        options: vec![
-            "bind".into(),
-            "nosuid".into(),
-            "nodev".into(),
-            "noexec".into(),
-        ],
+        source: Some(dir.file(SOCKET).display().to_string()),
+        options: ["bind", "ro", "nosuid", "nodev", "noexec"]
+            .map(String::from)
+            .to_vec(),
         ..Default::default()
     });
     if let Some(p) = spec.process.as_mut() {
         p.env.retain(|e| !e.starts_with("NOTIFY_SOCKET="));
-        p.env
-            .push(format!("NOTIFY_SOCKET={CONTAINER_DIR}/{SOCKET}"));
+        p.env.push(format!("NOTIFY_SOCKET={CONTAINER_PATH}"));
     }
-    Ok(())
-}
-
-/// Binds the container-side socket; call before the container is released.
-pub fn bind(state_dir: &Path) -> std::io::Result<UnixDatagram> {
-    let path = state_dir.join(STATE_DIR).join(SOCKET);
-    let _ = std::fs::remove_file(&path);
-    let sock = UnixDatagram::bind(&path)?;
-    // The container process may run as any user.
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))?;
     Ok(sock)
 }
 
-/// Relays datagrams to the caller's socket until one carries `READY=1` or the init exits.
-pub fn relay(sock: &UnixDatagram, host: &str, init_pid: i32) -> std::io::Result<()> {
+/// At start, before the init is released: a copy of the socket the init holds.
+pub fn take(dir: &ContainerDir, init_pid: i32) -> io::Result<UnixDatagram> {
+    let bad = || io::Error::other(format!("{}: corrupt", dir.file(FD_FILE).display()));
+    let text = dir
+        .read_file(FD_FILE)
+        .map_err(io::Error::other)?
+        .ok_or_else(bad)?;
+    let text = String::from_utf8(text).map_err(|_| bad())?;
+    let mut it = text.split(' ').map(str::parse::<u64>);
+    let (Some(Ok(fd)), Some(Ok(ino)), None) = (it.next(), it.next(), it.next()) else {
+        return Err(bad());
+    };
+    let pidfd = sys::pidfd_open(init_pid)?;
+    let fd: OwnedFd = sys::pidfd_getfd(pidfd.as_fd(), i32::try_from(fd).map_err(|_| bad())?)?;
+    let st = sys::fstat(fd.as_fd())?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK || st.st_ino != ino {
+        return Err(io::Error::other(format!(
+            "fd {} of pid {init_pid} is not the socket made at create",
+            fd.as_raw_fd()
+        )));
+    }
+    Ok(UnixDatagram::from(fd))
+}
+
+/// Waits for a datagram carrying `READY=1` (then tells the caller) or the init's exit.
+pub fn relay(sock: &UnixDatagram, host: &str, init_pid: i32) -> io::Result<()> {
     let out = UnixDatagram::unbound()?;
     let pidfd = sys::pidfd_open(init_pid)?;
     let mut buf = vec![0u8; 4096];
@@ -72,10 +114,8 @@ pub fn relay(sock: &UnixDatagram, host: &str, init_pid: i32) -> std::io::Result<
             .is_some_and(|r| r.contains(PollFlags::POLLIN))
         {
             let n = sock.recv(&mut buf)?;
-            let msg = &buf[..n];
-            send(&out, host, msg)?;
-            if msg.split(|b| *b == b'\n').any(|l| l == b"READY=1") {
-                return Ok(());
+            if is_ready(&buf[..n]) {
+                return send(&out, host, ready_message(init_pid).as_bytes());
             }
         } else if fds[1].revents().is_some_and(|r| !r.is_empty()) {
             return Ok(());
@@ -83,12 +123,36 @@ pub fn relay(sock: &UnixDatagram, host: &str, init_pid: i32) -> std::io::Result<
     }
 }
 
-fn send(out: &UnixDatagram, host: &str, msg: &[u8]) -> std::io::Result<()> {
+/// sd_notify's format: newline-separated `KEY=VALUE` assignments.
+fn is_ready(msg: &[u8]) -> bool {
+    msg.split(|b| *b == b'\n').any(|l| l == b"READY=1")
+}
+
+/// What the caller receives: readiness, and the main pid as moat knows it.
+fn ready_message(init_pid: i32) -> String {
+    format!("READY=1\nMAINPID={init_pid}")
+}
+
+fn send(out: &UnixDatagram, host: &str, msg: &[u8]) -> io::Result<()> {
     if let Some(name) = host.strip_prefix('@') {
-        use std::os::linux::net::SocketAddrExt;
-        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+        let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
         out.send_to_addr(msg, &addr).map(drop)
     } else {
         out.send_to(msg, host).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_ready_line_counts() {
+        assert!(is_ready(b"MAINPID=1\nREADY=1\nSTATUS=x"));
+        assert!(is_ready(b"READY=1"));
+        assert!(!is_ready(b"READY=10"));
+        assert!(!is_ready(b"STATUS=READY=1"));
+        assert!(!is_ready(b"READY=0\nMAINPID=1"));
+        assert_eq!(ready_message(42), "READY=1\nMAINPID=42");
     }
 }

@@ -494,12 +494,12 @@ impl Spec {
             path: path.clone(),
             err,
         })?;
-        let spec = Self::parse(&bytes).map_err(|(field, message)| LoadError::Parse {
+        let mut spec = Self::parse(&bytes).map_err(|(field, message)| LoadError::Parse {
             path: path.clone(),
             field,
             message,
         })?;
-        validate::validate(&spec)?;
+        validate::validate(&mut spec)?;
         Ok(spec)
     }
 
