@@ -20,6 +20,7 @@ mod console;
 mod exe;
 mod fds;
 mod masks;
+mod notify;
 mod procsys;
 mod ptrace;
 mod race;
