@@ -15,10 +15,17 @@
 //!   caller exactly `READY=1` and `MAINPID=<the init's host pid>`, which moat knows; the
 //!   container's `MAINPID`, `STATUS`, `FDSTORE`, … and any descriptors it attached are
 //!   dropped (a plain `recv` never installs `SCM_RIGHTS` fds; the kernel closes them).
-
+//!
+//! `pidfd_getfd` on the non-dumpable init needs CAP_SYS_PTRACE over moat's own user
+//! namespace (and Yama's `ptrace_scope` below 3). Without it (a rootless moat run by a
+//! plain user), create falls back to runc's layout, minus its chmod: an empty directory
+//! of the state directory is bound read-only at `/run/notify`, and `start` binds the
+//! socket in it (mode again by umask; a bind never follows a planted symlink, it fails).
+//! Such a moat can only harm what its user owns anyway.
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -36,28 +43,33 @@ const FD_FILE: &str = "notify.fd";
 /// Connectable by any user the container runs as: sendto needs write permission.
 const SOCKET_MODE: u32 = 0o666;
 
+/// Directory mode's subdirectory of the state directory, bound at `/run/notify`.
+const DIR: &str = "notify";
+
 /// At create: binds the container's socket, records it for `start`, and adds its bind
 /// mount and `NOTIFY_SOCKET` to the spec. The caller keeps the socket open until the
-/// init exists (it inherits it), then drops its own copy.
-pub fn prepare(spec: &mut Spec, dir: &ContainerDir) -> io::Result<UnixDatagram> {
-    // Named through the state directory's fd: no lookup of the (possibly long) path,
-    // whose length would otherwise be limited by sun_path.
-    let name = format!("/proc/self/fd/{}/{SOCKET}", dir.fd().as_raw_fd());
-    // The mode is set as the inode is created; moat is single-threaded here.
-    let old = sys::umask(0o777 & !SOCKET_MODE);
-    let bound = UnixDatagram::bind(&name);
-    sys::umask(old);
-    let sock = bound?;
-    let st = sys::fstat(sock.as_fd())?;
-    dir.write_new(
-        FD_FILE,
-        format!("{} {}", sock.as_raw_fd(), st.st_ino).as_bytes(),
-    )
-    .map_err(io::Error::other)?;
+/// init exists (it inherits it), then drops its own copy. `None` in directory mode.
+pub fn prepare(spec: &mut Spec, dir: &ContainerDir) -> io::Result<Option<UnixDatagram>> {
+    let (mount, sock) = if can_take_from_init() {
+        let sock = bind(dir, SOCKET)?;
+        let st = sys::fstat(sock.as_fd())?;
+        dir.write_new(
+            FD_FILE,
+            format!("{} {}", sock.as_raw_fd(), st.st_ino).as_bytes(),
+        )
+        .map_err(io::Error::other)?;
+        ((CONTAINER_PATH, dir.file(SOCKET)), Some(sock))
+    } else {
+        let path = dir.file(DIR);
+        std::fs::DirBuilder::new().create(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+        let container_dir = CONTAINER_PATH.rsplit_once('/').expect("absolute").0;
+        ((container_dir, path), None)
+    };
     spec.mounts.push(Mount {
-        destination: CONTAINER_PATH.into(),
+        destination: mount.0.into(),
         typ: Some("bind".into()),
-        source: Some(dir.file(SOCKET).display().to_string()),
+        source: Some(mount.1.display().to_string()),
         options: ["bind", "ro", "nosuid", "nodev", "noexec"]
             .map(String::from)
             .to_vec(),
@@ -70,13 +82,33 @@ pub fn prepare(spec: &mut Spec, dir: &ContainerDir) -> io::Result<UnixDatagram> 
     Ok(sock)
 }
 
+/// Whether `start` will be allowed to `pidfd_getfd` from the (non-dumpable) init.
+fn can_take_from_init() -> bool {
+    const CAP_SYS_PTRACE: u32 = 19;
+    let cap = sys::capget().is_ok_and(|(eff, _, _)| eff & (1 << CAP_SYS_PTRACE) != 0);
+    let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope");
+    cap && !yama.is_ok_and(|s| s.trim() == "3")
+}
+
+/// Binds a datagram socket at `name` under the state directory, mode [`SOCKET_MODE`].
+fn bind(dir: &ContainerDir, name: &str) -> io::Result<UnixDatagram> {
+    // Named through the state directory's fd: no lookup of the (possibly long) path,
+    // whose length would otherwise be limited by sun_path.
+    let path = format!("/proc/self/fd/{}/{name}", dir.fd().as_raw_fd());
+    // The mode is set as the inode is created; moat is single-threaded here.
+    let old = sys::umask(0o777 & !SOCKET_MODE);
+    let bound = UnixDatagram::bind(&path);
+    sys::umask(old);
+    bound
+}
+
 /// At start, before the init is released: a copy of the socket the init holds.
+/// In directory mode, a new socket in the directory the container sees.
 pub fn take(dir: &ContainerDir, init_pid: i32) -> io::Result<UnixDatagram> {
     let bad = || io::Error::other(format!("{}: corrupt", dir.file(FD_FILE).display()));
-    let text = dir
-        .read_file(FD_FILE)
-        .map_err(io::Error::other)?
-        .ok_or_else(bad)?;
+    let Some(text) = dir.read_file(FD_FILE).map_err(io::Error::other)? else {
+        return bind(dir, &format!("{DIR}/{SOCKET}"));
+    };
     let text = String::from_utf8(text).map_err(|_| bad())?;
     let mut it = text.split(' ').map(str::parse::<u64>);
     let (Some(Ok(fd)), Some(Ok(ino)), None) = (it.next(), it.next(), it.next()) else {

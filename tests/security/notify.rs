@@ -31,16 +31,60 @@ fn engine_socket(ctx: &Ctx) -> (PathBuf, UnixDatagram) {
     (path, sock)
 }
 
+/// The two ways moat lays the socket out (see linux/notify.rs): with CAP_SYS_PTRACE the
+/// socket file alone, taken from the init at start; without it (a plain rootless user, or
+/// here root with the capability out of its bounding set) a read-only directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    Socket,
+    Directory,
+}
+
+const LAYOUTS: [Layout; 2] = [Layout::Socket, Layout::Directory];
+
+/// A moat command of `ctx` (its policy, its root) in `layout`; `pre` runs before moat.
+fn moat_cmd(ctx: &Ctx, layout: Layout, pre: &[&str]) -> Command {
+    let base = ctx.cmd();
+    let mut c = match layout {
+        Layout::Socket => Command::new(pre.first().copied().unwrap_or(MOAT)),
+        Layout::Directory => {
+            let mut c = Command::new("setpriv");
+            c.args(["--bounding-set", "-sys_ptrace", "--"])
+                .args(pre.first());
+            c
+        }
+    };
+    if !pre.is_empty() {
+        c.args(&pre[1..]).arg(MOAT);
+    } else if layout == Layout::Directory {
+        c.arg(MOAT);
+    }
+    c.args(base.get_args());
+    for (k, v) in base.get_envs() {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    c
+}
+
 /// `moat create` with NOTIFY_SOCKET set to `engine`; the guard deletes the container.
 #[track_caller]
-fn create_notify(ctx: &Ctx, name: &str, engine: &Path) -> Container {
+fn create_notify(ctx: &Ctx, name: &str, engine: &Path, layout: Layout) -> Container {
     let id = ctx.id(name);
-    let mut c = ctx.cmd();
+    let mut c = moat_cmd(ctx, layout, &[]);
     c.env("NOTIFY_SOCKET", engine)
         .args(["create", "--bundle", &ctx.bundle_str(), &id]);
     let mut guard = ctx.guard(&id);
     guard.out = Some(ctx.run(c).ok());
     guard
+}
+
+/// `moat start` in `layout`.
+fn start(ctx: &Ctx, c: &Container, layout: Layout, pre: &[&str]) -> Out {
+    let mut cmd = moat_cmd(ctx, layout, pre);
+    cmd.args(["start", &c.id]);
+    ctx.run(cmd)
 }
 
 /// One datagram and the number of descriptors that came with it, or `None` on timeout.
@@ -115,8 +159,11 @@ fn notify_symlink_planted_by_the_container_does_not_chmod_host_files() {
     }
     let rounds = if strace { 3 } else { 8 };
     let mut planted_any = false;
-    for round in 0..rounds {
-        let c = create_notify(&ctx, &format!("c{round}"), &engine);
+    for (layout, round) in LAYOUTS
+        .into_iter()
+        .flat_map(|l| (0..rounds).map(move |r| (l, r)))
+    {
+        let c = create_notify(&ctx, &format!("c{layout:?}{round}"), &engine, layout);
         let racer = ctx.moat_bg(&[
             "exec",
             &c.id,
@@ -134,22 +181,15 @@ fn notify_symlink_planted_by_the_container_does_not_chmod_host_files() {
             racer.stdout_now()
         );
         // start may fail when the plant wins the race for the path; the oracle is the host.
-        let _ = if strace {
-            let mut cmd = Command::new("strace");
-            cmd.args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=bind"])
-                .args(["-e", "inject=bind:delay_exit=300000", MOAT, "--root"])
-                .arg(&ctx.root)
-                .args(["start", &c.id]);
-            ctx.run(cmd)
-        } else {
-            c.moat(&["start", &c.id])
-        };
+        let delay = ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=bind"];
+        let delay = [&delay[..], &["-e", "inject=bind:delay_exit=300000"]].concat();
+        let _ = start(&ctx, &c, layout, if strace { &delay } else { &[] });
         let out = racer.wait(Duration::from_secs(20));
         planted_any |= out.stdout.contains("planted\n");
         assert_eq!(
             mode(&secret),
             0o600,
-            "round {round}: moat start changed the mode of a host file the container \
+            "{layout:?} round {round}: moat start changed the mode of a host file the container \
              pointed the notify socket's path at (racer: {})",
             out.stdout.trim()
         );
@@ -175,48 +215,55 @@ fn notify_socket_directory_is_not_writable_from_the_container() {
     let (engine, _listener) = engine_socket(&ctx);
     // start returns once the container is ready.
     ctx.sh("probe notify $NOTIFY_SOCKET READY=1; sleep 30");
-    let c = create_notify(&ctx, "c", &engine);
-    // Container root drops a setuid-root shell next to the socket, before and after start.
-    let plant = "cp /bin/busybox /run/notify/plant-$0 && chmod 4755 /run/notify/plant-$0; \
+    for layout in LAYOUTS {
+        let c = create_notify(&ctx, &format!("c{layout:?}"), &engine, layout);
+        // Container root drops a setuid-root shell next to the socket, before and after start.
+        let plant = "cp /bin/busybox /run/notify/plant-$0 && chmod 4755 /run/notify/plant-$0; \
                  grep ' /run/notify' /proc/self/mountinfo";
-    let before = crate::exec(&ctx, &c, &["sh", "-c", plant, "created"]);
-    c.start();
-    let after = crate::exec(&ctx, &c, &["sh", "-c", plant, "running"]);
-    // Whatever the container wrote (its own rootfs), nothing is in the host directory that
-    // holds the socket, nor anywhere under the container's state directory.
-    let mut found = Vec::new();
-    let mut stack = vec![ctx.state_dir(&c.id)];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if e.file_name().to_string_lossy().starts_with("plant-") {
-                found.push(p.clone());
-            }
-            if e.file_type().unwrap().is_dir() {
-                stack.push(p);
+        let before = crate::exec(&ctx, &c, &["sh", "-c", plant, "created"]);
+        start(&ctx, &c, layout, &[]).ok();
+        let after = crate::exec(&ctx, &c, &["sh", "-c", plant, "running"]);
+        // Whatever the container wrote (its own rootfs), nothing is in the host directory that
+        // holds the socket, nor anywhere under the container's state directory.
+        let mut found = Vec::new();
+        let mut stack = vec![ctx.state_dir(&c.id)];
+        while let Some(d) = stack.pop() {
+            for e in fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if e.file_name().to_string_lossy().starts_with("plant-") {
+                    found.push(p.clone());
+                }
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(p);
+                }
             }
         }
+        assert!(
+            found.is_empty(),
+            "{layout:?}: container root created {found:?} on the host (exec: {} / {})",
+            before.stderr,
+            after.stderr
+        );
+        // What the container sees mounted there, read-only: the socket alone, or the
+        // directory that holds only the socket.
+        let lines: Vec<&str> = after
+            .stdout
+            .lines()
+            .filter(|l| l.contains("/run/notify"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{} {}", after.stdout, after.stderr);
+        let f: Vec<&str> = lines[0].split(' ').collect();
+        let want = match layout {
+            Layout::Socket => "/run/notify/notify.sock",
+            Layout::Directory => "/run/notify",
+        };
+        assert_eq!(f[4], want, "{}", lines[0]);
+        assert!(
+            f[5].split(',').any(|o| o == "ro"),
+            "the socket's bind is not read-only: {}",
+            lines[0]
+        );
     }
-    assert!(
-        found.is_empty(),
-        "container root created {found:?} on the host (exec: {} / {})",
-        before.stderr,
-        after.stderr
-    );
-    // What the container sees mounted there: the socket alone, read-only.
-    let lines: Vec<&str> = after
-        .stdout
-        .lines()
-        .filter(|l| l.contains("/run/notify"))
-        .collect();
-    assert_eq!(lines.len(), 1, "{} {}", after.stdout, after.stderr);
-    let f: Vec<&str> = lines[0].split(' ').collect();
-    assert_eq!(f[4], "/run/notify/notify.sock", "{}", lines[0]);
-    assert!(
-        f[5].split(',').any(|o| o == "ro"),
-        "the socket's bind is not read-only: {}",
-        lines[0]
-    );
 }
 
 #[test]
@@ -225,8 +272,8 @@ fn notify_relays_only_ready_with_moats_mainpid() {
         return;
     }
     let Some(probe) = probe() else { return };
-    for policy in BOTH {
-        let mut ctx = ctx("notify-relay", policy);
+    for (layout, policy) in LAYOUTS.into_iter().flat_map(|l| BOTH.map(|p| (l, p))) {
+        let mut ctx = ctx(&format!("notify-relay-{layout:?}"), policy);
         install(&ctx, probe, "probe");
         let (engine, listener) = engine_socket(&ctx);
         // Not ready yet, then ready with a forged MAINPID, a status and a descriptor.
@@ -234,36 +281,47 @@ fn notify_relays_only_ready_with_moats_mainpid() {
             "probe notify $NOTIFY_SOCKET 'MAINPID=1\\nSTATUS=starting' && \
              probe notify $NOTIFY_SOCKET 'MAINPID=1\\nREADY=1\\nSTATUS=x' && sleep 30",
         );
-        let c = create_notify(&ctx, "c", &engine);
+        let c = create_notify(&ctx, "c", &engine, layout);
         // A datagram sent before start (by a process exec'd into the created container)
-        // waits in the socket, which the init holds from create on.
-        let early = crate::exec(
-            &ctx,
-            &c,
-            &["probe", "notify", "/run/notify/notify.sock", "STATUS=early"],
-        );
-        assert!(
-            early.stdout.contains("notify sent"),
-            "{policy:?}: {}",
-            early.stdout
-        );
+        // waits in the socket, which the init holds from create on (socket layout: the
+        // directory has no socket before start).
+        if layout == Layout::Socket {
+            let early = crate::exec(
+                &ctx,
+                &c,
+                &["probe", "notify", "/run/notify/notify.sock", "STATUS=early"],
+            );
+            assert!(
+                early.stdout.contains("notify sent"),
+                "{layout:?} {policy:?}: {}",
+                early.stdout
+            );
+        }
         let pid = c.pid();
-        c.start();
-        let (msg, fds) = recv_with_fds(&listener, Duration::from_secs(10))
-            .unwrap_or_else(|| panic!("{policy:?}: nothing arrived at the engine's socket"));
+        start(&ctx, &c, layout, &[]).ok();
+        let (msg, fds) = recv_with_fds(&listener, Duration::from_secs(10)).unwrap_or_else(|| {
+            panic!("{layout:?} {policy:?}: nothing arrived at the engine's socket")
+        });
         assert_eq!(
             msg,
             format!("READY=1\nMAINPID={pid}"),
-            "{policy:?}: the engine received what the container wrote"
+            "{layout:?} {policy:?}: the engine received what the container wrote"
         );
-        assert_eq!(fds, 0, "{policy:?}: a descriptor reached the engine");
+        assert_eq!(
+            fds, 0,
+            "{layout:?} {policy:?}: a descriptor reached the engine"
+        );
         assert!(
             recv_with_fds(&listener, Duration::from_millis(300)).is_none(),
-            "{policy:?}: more than one datagram reached the engine"
+            "{layout:?} {policy:?}: more than one datagram reached the engine"
         );
         // The container's sends went through the read-only bind.
         let out = c.stdout();
-        assert_eq!(out.matches("notify sent").count(), 2, "{policy:?}: {out}");
+        assert_eq!(
+            out.matches("notify sent").count(),
+            2,
+            "{layout:?} {policy:?}: {out}"
+        );
     }
 }
 
