@@ -74,7 +74,7 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
     // Open until the init has inherited it (see linux/notify.rs).
     let notify_sock = match notify_socket
         .as_ref()
-        .map(|_| notify::prepare(&mut spec, &dir))
+        .map(|_| notify::prepare(&mut spec, &dir, a.preserve_fds.saturating_add(3)))
         .transpose()
     {
         Ok(s) => s,

@@ -49,9 +49,19 @@ const DIR: &str = "notify";
 /// At create: binds the container's socket, records it for `start`, and adds its bind
 /// mount and `NOTIFY_SOCKET` to the spec. The caller keeps the socket open until the
 /// init exists (it inherits it), then drops its own copy. `None` in directory mode.
-pub fn prepare(spec: &mut Spec, dir: &ContainerDir) -> io::Result<Option<UnixDatagram>> {
+/// `first_free` is the lowest fd the init does not pass on (3 + `--preserve-fds`): the
+/// socket lives above the preserved range, so it can never be handed to the container.
+pub fn prepare(
+    spec: &mut Spec,
+    dir: &ContainerDir,
+    first_free: u32,
+) -> io::Result<Option<UnixDatagram>> {
     let (mount, sock) = if can_take_from_init() {
-        let sock = bind(dir, SOCKET)?;
+        let bound = bind(dir, SOCKET)?;
+        let min =
+            i32::try_from(first_free).map_err(|_| io::Error::from_raw_os_error(libc::EMFILE))?;
+        let sock = UnixDatagram::from(sys::dup_cloexec_from(bound.as_fd(), min)?);
+        drop(bound);
         let st = sys::fstat(sock.as_fd())?;
         dir.write_new(
             FD_FILE,

@@ -143,6 +143,13 @@ pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: RawFd) -> Result<OwnedFd> {
     Ok(owned(r))
 }
 
+/// A close-on-exec duplicate of `fd` numbered `min` or higher.
+pub fn dup_cloexec_from(fd: BorrowedFd<'_>, min: RawFd) -> Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor.
+    let r = check_int(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) })?;
+    Ok(owned(r as libc::c_long))
+}
+
 pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> Result<()> {
     // SAFETY: NULL siginfo is allowed and means "as kill(2)".
     check(unsafe {
