@@ -229,6 +229,15 @@ pub fn check(spec: &Spec, preserve_fds: u32) -> Result<()> {
     {
         bail!("process.selinuxLabel: SELinux is not supported by gVisor");
     }
+    // The native path normalises these when the spec is loaded (spec/validate.rs).
+    for (i, d) in spec.linux().devices.iter().enumerate() {
+        if crate::spec::validate::device_path(&d.path).is_none() {
+            bail!(
+                "config.json: linux.devices[{i}].path: {:?} is not a path under /dev",
+                d.path
+            );
+        }
+    }
     for key in CRI_CONTAINER_TYPE {
         if spec.annotations.get(key).is_some_and(|v| v == "container") {
             bail!(

@@ -436,6 +436,27 @@ fn device_paths_outside_dev_are_refused() {
             );
         }
     }
+    // The gVisor path (runsc makes the nodes) refuses them as well.
+    if Path::new("/usr/bin/runsc").exists() || Path::new("/usr/local/bin/runsc").exists() {
+        ctx.set("/annotations", json!({"moat.runtime": "gvisor"}));
+        ctx.set(
+            "/linux/devices",
+            json!([{"path": "/dev/../etc/moat-dev", "type": "c", "major": 1, "minor": 3}]),
+        );
+        let id = ctx.id("gvisor");
+        let out = ctx.moat(&["create", "--bundle", &ctx.bundle_str(), &id]);
+        let _guard = ctx.guard(&id);
+        assert_ne!(out.code, 0, "gVisor: accepted");
+        assert!(
+            out.stderr.contains("linux.devices[0].path"),
+            "gVisor: {}",
+            out.stderr
+        );
+        ctx.assert_no_trace(&id);
+        ctx.set("/annotations", json!({}));
+    } else {
+        eprintln!("SKIPPED part of device_paths: runsc not installed (gVisor path)");
+    }
     // A path that is below /dev once clean is created where it says.
     ctx.set(
         "/linux/devices",
