@@ -1,5 +1,6 @@
 //! sd_notify passthrough: with NOTIFY_SOCKET set, the container gets its own socket and
-//! `start` relays what it sends to the caller's socket, returning once READY=1 arrives.
+//! `start` tells the caller's socket once the container sends READY=1, with the init's
+//! host pid as MAINPID (the attacks on it are in tests/security/notify.rs).
 
 mod support;
 
@@ -27,7 +28,7 @@ fn start_relays_ready_to_the_callers_socket() {
         .args(["create", "--bundle", &ctx.bundle_str(), &id]);
     let out = ctx.run(create);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let container_sock = ctx.root.join(&id).join("notify").join("notify.sock");
+    let container_sock = ctx.root.join(&id).join("notify.sock");
     // The container's service becomes ready a little after start begins.
     let sender = std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -51,7 +52,12 @@ fn start_relays_ready_to_the_callers_socket() {
     let n = host
         .recv(&mut buf)
         .expect("nothing relayed to the caller's socket");
-    assert_eq!(&buf[..n], b"STATUS=up\nREADY=1");
+    let state: serde_json::Value = serde_json::from_str(&ctx.moat(&["state", &id]).stdout).unwrap();
+    let pid = state["pid"].as_i64().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&buf[..n]),
+        format!("READY=1\nMAINPID={pid}")
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
     let inside = ctx.moat(&["exec", &id, "cat", "/dev/shm/ns"]);
     assert_eq!(

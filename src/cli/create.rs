@@ -83,14 +83,20 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
     let notify_socket = std::env::var("NOTIFY_SOCKET")
         .ok()
         .filter(|s| !s.is_empty());
-    if notify_socket.is_some() {
-        if let Err(e) = notify::prepare(&mut spec, &dir.path) {
+    // Open until the init has inherited it (see linux/notify.rs).
+    let notify_sock = match notify_socket
+        .as_ref()
+        .map(|_| notify::prepare(&mut spec, &dir, a.preserve_fds.saturating_add(3)))
+        .transpose()
+    {
+        Ok(s) => s,
+        Err(e) => {
             let _ = dir.remove();
             return Err(
                 anyhow::Error::from(e).context("NOTIFY_SOCKET: prepare the container's socket")
             );
         }
-    }
+    };
     let userns_range = match userns_allocate(g, a, &cfg, &decision, &dir, &mut spec) {
         Ok(r) => r,
         Err(e) => {
@@ -121,7 +127,9 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
         host_ns_refused: policy::refused_host_namespaces(&decision, &cfg, &facts),
         host,
     };
-    let created = process::create(&spec, &opts, &dir).and_then(|c| {
+    let created = process::create(&spec, &opts, &dir);
+    drop(notify_sock);
+    let created = created.and_then(|c| {
         dir.save_file(
             state::POLICY_FILE,
             &serde_json::to_vec_pretty(&decision).expect("serialises"),
@@ -210,6 +218,8 @@ pub fn userns_release(g: &Global, id: &str) {
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
+    // Before the bundle is read or any profile loaded, for both backends.
+    state::validate_id(&a.id)?;
     if let Some(sel) = crate::gvisor::select(&a.bundle)? {
         return crate::gvisor::create(g, &a, sel);
     }

@@ -23,6 +23,7 @@ pub struct Args {
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
+    crate::state::validate_id(&a.create.id)?;
     if let Some(sel) = crate::gvisor::select(&a.create.bundle)? {
         return crate::gvisor::run(g, &a, sel);
     }

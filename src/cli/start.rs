@@ -23,10 +23,12 @@ pub fn start(dir: &ContainerDir, rec: &Record) -> Result<()> {
         Status::Running | Status::Paused => bail!("cannot start an already running container"),
         Status::Creating => bail!("cannot start a container that is still being created"),
     }
+    // The init holds the container's socket until it execs: take a copy first.
     let notify = match &rec.notify_socket {
-        Some(_) => {
-            Some(notify::bind(&dir.path).context("NOTIFY_SOCKET: bind the container's socket")?)
-        }
+        Some(_) => Some(
+            notify::take(dir, rec.pid)
+                .context("NOTIFY_SOCKET: take the container's socket from its init")?,
+        ),
         None => None,
     };
     let fifo = dir.file(state::FIFO_FILE);

@@ -286,7 +286,7 @@ pub fn prepare(
 ) -> Result<Prepared> {
     let mut spec = Spec::parse_file(&sel.raw, &bundle.join("config.json"))?;
     // The same validation as a native create: runsc gets nothing moat would refuse.
-    crate::spec::validate::validate(&spec).map_err(crate::spec::LoadError::from)?;
+    crate::spec::validate::validate(&mut spec).map_err(crate::spec::LoadError::from)?;
     check(&spec, preserve_fds)?;
     let engine_apparmor = spec
         .process

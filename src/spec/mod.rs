@@ -539,8 +539,8 @@ fn typed<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, (String, Str
 impl Spec {
     /// Reads `<bundle>/config.json` and validates it.
     pub fn load(bundle: &Path) -> Result<Spec, LoadError> {
-        let spec = Self::read(bundle)?;
-        validate::validate(&spec)?;
+        let mut spec = Self::read(bundle)?;
+        validate::validate(&mut spec)?;
         Ok(spec)
     }
 

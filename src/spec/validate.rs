@@ -21,7 +21,42 @@ pub const NAMESPACE_TYPES: [&str; 8] = [
     "pid", "network", "mount", "ipc", "uts", "user", "cgroup", "time",
 ];
 
-pub fn validate(spec: &Spec) -> Result<(), Invalid> {
+/// `linux.devices[].path` made lexically clean (`.`, `..`, repeated `/`), or `None` when
+/// the clean path is not strictly below `/dev`. The child creates (or, in a user
+/// namespace, binds from the host) exactly this path, so no `..` ever reaches the kernel.
+pub fn device_path(path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut comps: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                comps.pop();
+            }
+            c => comps.push(c),
+        }
+    }
+    (comps.len() >= 2 && comps[0] == "dev").then(|| format!("/{}", comps.join("/")))
+}
+
+/// Checks the spec, and normalises what the rest of moat must see in one form only.
+pub fn validate(spec: &mut Spec) -> Result<(), Invalid> {
+    if let Some(linux) = spec.linux.as_mut() {
+        for (i, d) in linux.devices.iter_mut().enumerate() {
+            match device_path(&d.path) {
+                Some(p) => d.path = p,
+                None => {
+                    return Err(invalid(
+                        format!("linux.devices[{i}].path"),
+                        format!("{:?} is not a path under /dev", d.path),
+                    ))
+                }
+            }
+        }
+    }
+    let spec = &*spec;
     let major = spec.oci_version.split('.').next().unwrap_or("");
     if major != "1" {
         return Err(invalid(
@@ -173,12 +208,6 @@ pub fn validate(spec: &Spec) -> Result<(), Invalid> {
                 format!("unknown device type {:?}", d.typ),
             ));
         }
-        if !d.path.starts_with("/dev/") {
-            return Err(invalid(
-                format!("linux.devices[{i}].path"),
-                format!("{:?} is not under /dev", d.path),
-            ));
-        }
     }
     Ok(())
 }
@@ -193,13 +222,13 @@ mod tests {
 
     #[test]
     fn rejects_major_2() {
-        let e = validate(&spec(r#"{"ociVersion":"2.0.0"}"#)).unwrap_err();
+        let e = validate(&mut spec(r#"{"ociVersion":"2.0.0"}"#)).unwrap_err();
         assert_eq!(e.field, "ociVersion");
     }
 
     #[test]
     fn rejects_unknown_namespace() {
-        let e = validate(&spec(
+        let e = validate(&mut spec(
             r#"{"ociVersion":"1.0.2","linux":{"namespaces":[{"type":"pid"},{"type":"bogus"}]}}"#,
         ))
         .unwrap_err();
@@ -209,7 +238,7 @@ mod tests {
 
     #[test]
     fn rejects_duplicate_namespace() {
-        let e = validate(&spec(
+        let e = validate(&mut spec(
             r#"{"ociVersion":"1.0.2","linux":{"namespaces":[{"type":"pid"},{"type":"pid"}]}}"#,
         ))
         .unwrap_err();
@@ -218,7 +247,7 @@ mod tests {
 
     #[test]
     fn rejects_mappings_without_userns() {
-        let e = validate(&spec(
+        let e = validate(&mut spec(
             r#"{"ociVersion":"1.0.2","linux":{"uidMappings":[{"containerID":0,"hostID":1,"size":1}]}}"#,
         ))
         .unwrap_err();
@@ -227,13 +256,47 @@ mod tests {
 
     #[test]
     fn refuses_unimplemented_fields() {
-        let e = validate(&spec(r#"{"ociVersion":"1.0.2","linux":{"intelRdt":{}}}"#)).unwrap_err();
+        let e = validate(&mut spec(
+            r#"{"ociVersion":"1.0.2","linux":{"intelRdt":{}}}"#,
+        ))
+        .unwrap_err();
         assert_eq!(e.field, "linux.intelRdt");
     }
 
     #[test]
     fn accepts_runc_default() {
-        let s: Spec = serde_json::from_value(crate::spec::default::spec(false)).unwrap();
-        validate(&s).unwrap();
+        let mut s: Spec = serde_json::from_value(crate::spec::default::spec(false)).unwrap();
+        validate(&mut s).unwrap();
+    }
+
+    fn device(path: &str) -> Result<String, Invalid> {
+        let mut s = spec(&format!(
+            r#"{{"ociVersion":"1.0.2","linux":{{"devices":[{{"type":"c","path":"/dev/null","major":1,"minor":3}},{{"type":"c","path":{path:?},"major":1,"minor":3}}]}}}}"#
+        ));
+        validate(&mut s)?;
+        Ok(s.linux.unwrap().devices[1].path.clone())
+    }
+
+    #[test]
+    fn device_paths_are_normalised_below_dev() {
+        assert_eq!(device("/dev//fuse").unwrap(), "/dev/fuse");
+        assert_eq!(device("/dev/./net/../net/tun").unwrap(), "/dev/net/tun");
+        assert_eq!(device("//dev/kvm/").unwrap(), "/dev/kvm");
+        for bad in [
+            "/dev/../etc/x",
+            "/tmp/x",
+            "/dev",
+            "/dev/",
+            "/dev/x/../..",
+            "dev/x",
+            "/../dev/../etc",
+            "",
+        ] {
+            let e = device(bad).unwrap_err();
+            assert_eq!(e.field, "linux.devices[1].path", "{bad:?}");
+            assert!(e.to_string().contains("under /dev"), "{e}");
+        }
+        // `/../dev/x` is `/dev/x`: `..` at the root stays there, as the kernel resolves it.
+        assert_eq!(device("/../dev/x").unwrap(), "/dev/x");
     }
 }

@@ -49,8 +49,8 @@ pub enum StateError {
     NotExist,
     #[error("container with id exists: {0}")]
     Exists(String),
-    #[error("invalid container id {0:?}: use letters, digits, '_', '+', '-' and '.'")]
-    InvalidId(String),
+    #[error("invalid container id {0:?}: {1}")]
+    InvalidId(String, &'static str),
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,
@@ -148,20 +148,25 @@ pub struct OciState<'a> {
     pub annotations: &'a BTreeMap<String, String>,
 }
 
-/// runc's id rule: `^[\w+-.]+$`, and never `.` or `..`.
+/// runc's id rule (`^[\w+-.]+$`, never `.` or `..`; moat leaves out the `,` that runc's
+/// character range `+-.` lets in), and no leading `-`: an id is passed on as an argument
+/// (to runsc, to hooks' tools, in logs an engine parses), where it would read as a flag.
 pub fn validate_id(id: &str) -> Result<(), StateError> {
-    let ok = !id.is_empty()
-        && id.len() <= 1024
-        && id != "."
-        && id != ".."
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'+' | b'-' | b'.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(StateError::InvalidId(id.to_string()))
+    let bad = |why| Err(StateError::InvalidId(id.to_string(), why));
+    let chars = "use letters, digits, '_', '+', '-' and '.'";
+    if id.is_empty() || id.len() > 1024 || id == "." || id == ".." {
+        return bad(chars);
     }
+    if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'+' | b'-' | b'.'))
+    {
+        return bad(chars);
+    }
+    if id.starts_with('-') {
+        return bad("an id must not begin with '-' (it would read as a flag)");
+    }
+    Ok(())
 }
 
 /// An open, locked container directory.
@@ -433,7 +438,9 @@ mod tests {
         for ok in ["a", "abc-1.2_x+y", &"f".repeat(64)] {
             validate_id(ok).unwrap();
         }
-        for bad in ["", ".", "..", "a/b", "../x", "a b", "a\0b", "ä"] {
+        for bad in [
+            "", ".", "..", "a/b", "../x", "a b", "a\0b", "ä", "-x", "--help", "-",
+        ] {
             assert!(validate_id(bad).is_err(), "{bad:?} accepted");
         }
     }

@@ -21,6 +21,7 @@ mod exe;
 mod fds;
 mod lsm;
 mod masks;
+mod notify;
 mod procfs;
 mod procsys;
 mod ptrace;

@@ -140,6 +140,21 @@ pub fn pidfd_open(pid: libc::pid_t) -> Result<OwnedFd> {
     Ok(owned(r))
 }
 
+/// A duplicate of descriptor `fd` of the process behind `pidfd` (close-on-exec), as
+/// ptrace access mode ATTACH_REALCREDS allows.
+pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: RawFd) -> Result<OwnedFd> {
+    // SAFETY: plain syscall with flags 0; the returned fd is new.
+    let r = check(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) })?;
+    Ok(owned(r))
+}
+
+/// A close-on-exec duplicate of `fd` numbered `min` or higher.
+pub fn dup_cloexec_from(fd: BorrowedFd<'_>, min: RawFd) -> Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor.
+    let r = check_int(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) })?;
+    Ok(owned(r as libc::c_long))
+}
+
 pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> Result<()> {
     // SAFETY: NULL siginfo is allowed and means "as kill(2)".
     check(unsafe {
@@ -1077,9 +1092,10 @@ pub fn geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-pub fn umask(mask: u32) {
+/// Sets the umask, returning the previous one.
+pub fn umask(mask: u32) -> u32 {
     // SAFETY: always succeeds.
-    unsafe { libc::umask(mask) };
+    unsafe { libc::umask(mask) }
 }
 
 pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> Result<()> {
