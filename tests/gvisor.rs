@@ -877,6 +877,13 @@ fn case_variant_and_duplicate_keys_are_refused_under_gvisor() {
             .into_bytes(),
         r#"config.json: process: duplicate key "args"; refused"#,
     );
+    // Validated as natively: what moat refuses never reaches runsc (which would ignore it).
+    let mut rdt = spec.clone();
+    rdt["linux"]["intelRdt"] = serde_json::json!({"closID": "x"});
+    refused(
+        serde_json::to_vec(&rdt).unwrap(),
+        "linux.intelRdt: Intel RDT is not supported by moat",
+    );
 
     // exec: a process file with "Capabilities" is refused, whatever the policy.
     std::fs::write(&spec_path, &good).unwrap();
@@ -934,7 +941,6 @@ fn runsc_config_holds_only_what_moat_read() {
     planted["root"]["fooBar"] = 1.into();
     planted["mounts"][0]["fooBar"] = 1.into();
     planted["linux"]["foo"] = serde_json::json!({"bar": 1});
-    planted["linux"]["intelRdt"] = serde_json::json!({"closID": "x"});
     planted["vm"] = serde_json::json!({"hypervisor": {"path": "/bin/sh"}});
     planted["annotations"]["Foo"] = "1".into();
     planted["annotations"]["foo"] = "2".into();
@@ -950,7 +956,6 @@ fn runsc_config_holds_only_what_moat_read() {
         ("/root", "fooBar"),
         ("/mounts/0", "fooBar"),
         ("/linux", "foo"),
-        ("/linux", "intelRdt"),
         ("", "vm"),
     ] {
         let parent = eff.pointer(pointer).unwrap_or_else(|| panic!("{pointer}"));
