@@ -803,18 +803,18 @@ fn init(
         sys::setdomainname(d).step(Step::Hostname, || format!("domainname {d:?}"))?;
     }
 
-    // Root filesystem.
-    let (root, pinned) = rootfs::mount_all(&plan.rootfs, &mut idmapped)?;
+    // Root filesystem: every mount moat makes is held by fd from here on.
+    let mut mounts = rootfs::mount_all(&plan.rootfs, &mut idmapped)?;
     drop(idmapped);
     if plan.rootfs.default_devices || !plan.devices.is_empty() {
-        devices::create(&root, &plan.devices, plan.userns)?;
+        devices::create(&mut mounts, &plan.devices, plan.userns)?;
     }
     if plan.rootfs.default_devices {
-        devices::symlinks(&root)?;
+        devices::symlinks(&mounts, plan.rootfs.kcore)?;
     }
     let pty = if plan.attrs.terminal {
-        let (master, peer) = console::open_pty(&root)?;
-        console::mount_console(&root, peer.as_fd())?;
+        let (master, peer) = console::open_pty_in(&mounts)?;
+        console::mount_console(&mut mounts, peer.as_fd())?;
         if let Some(sock) = console_sock {
             console::send_master(sock.as_fd(), master.as_fd(), plan.attrs.console_size)?;
         }
@@ -831,19 +831,19 @@ fn init(
         hooks::run("createContainer", &h.create_container, &state)
             .map_err(|e| InitFailure::new(Step::Hooks, e.to_string()))?;
     }
-    rootfs::pivot(&root, plan.rootfs.no_pivot)?;
-    drop(root);
+    rootfs::pivot(&mounts, plan.rootfs.no_pivot)?;
     // sysctls go in before /proc/sys becomes a read-only path.
     for (key, value) in &plan.sysctl {
         attrs::write_proc(&format!("/proc/sys/{key}"), value)
             .step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
     }
-    rootfs::finalize(&plan.rootfs, &pinned)?;
-    drop(pinned);
+    rootfs::finalize(&plan.rootfs, &mut mounts)?;
     if let Some(p) = plan.personality {
         sys::personality(p).step(Step::Personality, || "linux.personality".into())?;
     }
-    let (exe, listener) = plan.attrs.apply()?;
+    // cwd is resolved inside the held root (a spec path: in-root symlinks followed).
+    let (exe, listener) = plan.attrs.apply_in(Some(mounts.root().fd()))?;
+    drop(mounts);
     if let Some(peer) = &pty {
         console::make_stdio(peer)?;
     }
