@@ -180,8 +180,10 @@ pub fn open_beneath(
     flags: libc::c_int,
     same_mount: bool,
 ) -> io::Result<OwnedFd> {
+    // No O_NOFOLLOW: with it, RESOLVE_NO_SYMLINKS would hand back an O_PATH fd of a
+    // trailing symlink (mounting on a symlink works); without it that is ELOOP too.
     let how = OpenHow {
-        flags: (flags | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+        flags: (flags | libc::O_CLOEXEC) as u64,
         mode: 0,
         resolve: beneath_resolve(same_mount),
     };
