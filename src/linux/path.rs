@@ -273,4 +273,40 @@ mod tests {
         assert!(!Path::new("/moat-file").exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn names_moat_chooses_never_follow_a_symlink() {
+        let dir = std::env::temp_dir().join(format!("moat-beneath-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("real/sub")).unwrap();
+        std::os::unix::fs::symlink("real", dir.join("link")).unwrap();
+        std::os::unix::fs::symlink("sub", dir.join("real/leaf")).unwrap();
+        let top = Root::open(&dir).unwrap();
+        let loops =
+            |r: io::Result<OwnedFd>| r.err().and_then(|e| e.raw_os_error()) == Some(libc::ELOOP);
+        // On the way, and as the last component (even for an O_PATH handle).
+        assert!(loops(open_beneath(
+            top.fd(),
+            &["link", "sub"],
+            libc::O_PATH,
+            false
+        )));
+        assert!(loops(open_beneath(
+            top.fd(),
+            &["real", "leaf"],
+            libc::O_PATH,
+            false
+        )));
+        assert!(loops(mkdir_beneath(
+            top.fd(),
+            &["link", "new"],
+            0o755,
+            false
+        )));
+        assert!(!dir.join("real/new").exists());
+        assert!(open_beneath(top.fd(), &["real", "sub"], libc::O_PATH, true).is_ok());
+        let made = mkfile_beneath(top.fd(), &["real", "d", "f"], 0o644, true).unwrap();
+        assert!(sys::fstat(made.as_fd()).unwrap().st_mode & libc::S_IFMT == libc::S_IFREG);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
