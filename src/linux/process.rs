@@ -9,7 +9,7 @@
 //! | 5 | rlimits, oom_score_adj, id maps; `Go`; idmapped mounts by fd once maps are written ([`send_idmapped`]) | joins / unshares namespaces (staged: forks init); receives mount fds |
 //! | 6 | —                                                        | cgroup ns, hostname, rootfs + mounts + devices + console |
 //! | 7 | prestart + createRuntime hooks on `HooksPlease`          | createContainer hooks, pivot_root              |
-//! | 8 | —                                                        | masked/readonly paths, ro root, sysctl, AppArmor/SELinux, personality, scheduler, ioprio |
+//! | 8 | —                                                        | sysctl, read-only then masked paths (by held mount fds), ro root, AppArmor/SELinux, personality, scheduler, ioprio |
 //! | 9 | —                                                        | NNP; seccomp (early without NNP); groups, gid, uid; capabilities; umask; cwd (verified inside the root); seccomp (late with NNP); executable looked up |
 //! |10 | on `Ready`: state.json, `--pid-file`, seccomp listener; `Created` | blocks reading exec.fifo                |
 //! |11 | (`moat start` writes the fifo)                           | startContainer hooks, fd sweep, execve         |

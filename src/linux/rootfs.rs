@@ -1,6 +1,11 @@
 //! The container's root filesystem, in the order it is built: propagation, the rootfs bind,
-//! `mounts[]` in spec order, devices, then (after hooks) pivot_root, masked and read-only
+//! `mounts[]` in spec order, devices, then (after hooks) pivot_root, read-only and masked
 //! paths, and the read-only root.
+//!
+//! No lookup by name: after the rootfs path is opened, everything inside it is reached
+//! through `openat2` relative to an fd moat holds ([`Mounts`]): spec paths inside the root
+//! (`RESOLVE_IN_ROOT`), the names moat chooses without following any symlink, below the
+//! mount moat made that covers them (see `linux/path.rs`).
 //!
 //! Mount plans are computed in the parent (options parsed, sources inspected) so that a bad
 //! spec fails before anything is created; the child only issues the syscalls.
