@@ -835,3 +835,37 @@ fn remove(p: &Path) {
         Err(_) => {}
     }
 }
+
+/// A rootfs whose `/dev` is a symlink is refused (moat names `/dev` itself: device nodes, the
+/// console and `/dev/null` for the masks are made relative to it), with the spec's `/dev`
+/// tmpfs and without one; nothing is created where the link points.
+#[test]
+fn t5_symlinked_dev_is_refused() {
+    if !require_root() {
+        return;
+    }
+    for keep_dev_mount in [true, false] {
+        let mut c = ctx("t5dev", Policy::Open);
+        let r = c.rootfs();
+        fs::remove_dir_all(r.join("dev")).unwrap();
+        fs::create_dir_all(r.join("fakedev")).unwrap();
+        symlink("/fakedev", r.join("dev")).unwrap();
+        if !keep_dev_mount {
+            c.config["mounts"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|m| !m["destination"].as_str().unwrap_or("").starts_with("/dev"));
+        }
+        c.args(&["true"]);
+        let (g, out) = c.create("c");
+        assert_eq!(out.code, 1, "create accepted a symlinked /dev: {out:#?}");
+        assert!(
+            out.stderr.contains("/dev") && out.stderr.contains("symlink"),
+            "{}",
+            out.stderr
+        );
+        c.assert_no_trace(&g.id);
+        let made: Vec<_> = fs::read_dir(r.join("fakedev")).unwrap().flatten().collect();
+        assert!(made.is_empty(), "created through the link: {made:?}");
+    }
+}
