@@ -297,9 +297,9 @@ fn io_other(msg: String) -> std::io::Error {
 /// A clearer error for the two ways a lookup of a moat-chosen name is refused.
 fn explain(e: std::io::Error) -> std::io::Error {
     match e.raw_os_error() {
-        Some(libc::ELOOP) => io_other(
-            "a symlink on the way in the rootfs; refused (moat never follows one here)".into(),
-        ),
+        Some(libc::ELOOP) => {
+            io_other("a symlink on the way; refused (moat never follows one here)".into())
+        }
         Some(libc::EXDEV) => {
             io_other("the path crosses a mount moat did not make there; refused".into())
         }
