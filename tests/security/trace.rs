@@ -346,8 +346,17 @@ fn trace_no_rootfs_path_by_name_after_entering_the_mount_namespace() {
         eprintln!("SKIPPED trace invariant: strace is not installed (apt-get install strace)");
         return;
     }
-    for policy in BOTH {
+    // Direct (clone3 into every namespace) under both policies, and staged (a time
+    // namespace: an intermediate unshares the mount namespace and forks the init).
+    for (policy, staged) in BOTH
+        .into_iter()
+        .map(|p| (p, false))
+        .chain([(Policy::Open, true)])
+    {
         let mut c = ctx("trace", policy);
+        if staged {
+            c.push("/linux/namespaces", json!({"type": "time"}));
+        }
         let vol = c.dir.join("vol");
         fs::create_dir_all(vol.join("ro")).unwrap();
         fs::create_dir_all(vol.join("masked")).unwrap();
@@ -405,7 +414,7 @@ fn trace_no_rootfs_path_by_name_after_entering_the_mount_namespace() {
             "true",
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         );
-        eprintln!("trace ({policy:?}): exceptions used:");
+        eprintln!("trace ({policy:?}, staged: {staged}): exceptions used:");
         for (why, n) in &v.excepted {
             eprintln!("trace   {n:>3} x {why}");
         }
@@ -415,7 +424,7 @@ fn trace_no_rootfs_path_by_name_after_entering_the_mount_namespace() {
         );
         assert!(
             v.violations.is_empty(),
-            "{policy:?}: {} syscalls name a rootfs path by name:\n{}",
+            "{policy:?} (staged: {staged}): {} syscalls name a rootfs path by name:\n{}",
             v.violations.len(),
             v.violations.join("\n")
         );
