@@ -403,6 +403,21 @@ impl Mounts {
         Ok(fd)
     }
 
+    /// Whether the mount that covers `target` is a procfs or sysfs (kernel names: nobody
+    /// can rename them).
+    fn on_kernel_fs(&self, target: &str) -> std::io::Result<bool> {
+        const SYSFS_MAGIC: u64 = 0x6265_6572;
+        let comps = path::components(target);
+        let (cover, _) = self.cover(&comps);
+        let fs = sys::fstatfs(cover.fd.as_fd())?;
+        // f_type is i64 under glibc, unsigned under musl.
+        #[allow(clippy::unnecessary_cast)]
+        let t = fs.f_type as u64;
+        #[allow(clippy::unnecessary_cast)]
+        let proc = libc::PROC_SUPER_MAGIC as u64;
+        Ok(t == proc || t == SYSFS_MAGIC)
+    }
+
     /// The container's `/dev`, held: device nodes, links and the console are made relative
     /// to it. A symlinked `/dev` is refused.
     pub fn dev(&self) -> std::io::Result<OwnedFd> {
@@ -709,9 +724,27 @@ pub fn pivot(mounts: &Mounts, no_pivot: bool) -> Result<(), InitFailure> {
     sys::fchdir(root).step(Step::PivotRoot, || "chdir /".into())
 }
 
-fn skip_missing(r: std::io::Result<OwnedFd>) -> Option<std::io::Result<OwnedFd>> {
+/// A masked or read-only path that does not exist is skipped (as runc does) only inside
+/// procfs or sysfs, whose names nobody can rename. Anywhere else (the rootfs, a volume) a
+/// racer could make it look missing for a moment by swapping a directory on the way with
+/// one that lacks the name, so a missing target there fails the create.
+fn skip_missing(
+    mounts: &Mounts,
+    target: &str,
+    r: std::io::Result<OwnedFd>,
+) -> Option<std::io::Result<OwnedFd>> {
     match r {
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            if mounts.on_kernel_fs(target).unwrap_or(false) {
+                None
+            } else {
+                Some(Err(io_other(
+                    "does not exist; outside /proc and /sys a missing target is refused \
+                     (it may be a racing rename)"
+                        .into(),
+                )))
+            }
+        }
         r => Some(r),
     }
 }
@@ -726,7 +759,7 @@ fn skip_missing(r: std::io::Result<OwnedFd>) -> Option<std::io::Result<OwnedFd>>
 /// mask below one sits on the read-only bind.
 pub fn finalize(p: &Plan, mounts: &mut Mounts) -> Result<(), InitFailure> {
     for r in &p.readonly_paths {
-        let Some(target) = skip_missing(mounts.open_moat(r, libc::O_PATH)) else {
+        let Some(target) = skip_missing(mounts, r, mounts.open_moat(r, libc::O_PATH)) else {
             continue;
         };
         let target = target.step(Step::ReadonlyPaths, || r.clone())?;
@@ -757,7 +790,7 @@ pub fn finalize(p: &Plan, mounts: &mut Mounts) -> Result<(), InitFailure> {
         // (kernels before 6.x cannot clone a detached mount; one superblock is also cheaper).
         let mut first_dir: Option<OwnedFd> = None;
         for m in &p.masked {
-            let Some(target) = skip_missing(mounts.open_moat(m, libc::O_PATH)) else {
+            let Some(target) = skip_missing(mounts, m, mounts.open_moat(m, libc::O_PATH)) else {
                 continue;
             };
             let target = target.step(Step::MaskedPaths, || m.clone())?;

@@ -325,7 +325,8 @@ fn t5_symlink_exchange_races_on_a_shared_volume() {
 // what an attacker wants (`acpi -> /proc.decoy/sys`: the host's sysctls through the
 // procfs, once the real /proc is at the decoy's name; `null -> core_pattern`; `pts -> /`)
 // — or, for a leaf, a symlink itself; `/dev` also with an empty directory (nodes made by
-// name would land on the shared rootfs's disk). `MOAT_RACE_ROUNDS` creates per component
+// name would land on the shared rootfs's disk), `vol/sub` too (the read-only path would look
+// missing, and a missing target skipped would be a dodge). `MOAT_RACE_ROUNDS` creates per component
 // (default 100; `scripts/race` runs a long battery), alternately RESTRICTED and OPEN.
 //
 // Oracle after each create (the container's mountinfo, read from the host before it runs,
@@ -715,6 +716,11 @@ fn t5_race_battery_every_component_flipped_with_a_decoy() {
             name: "vol/sub",
             real: "vol/sub".into(),
             decoy: Box::new(|d| links(d, &[("ro", "/etc".into())])),
+        },
+        Case {
+            name: "vol/sub (empty)",
+            real: "vol/sub".into(),
+            decoy: Box::new(|d| links::<&str>(d, &[])),
         },
         Case {
             name: "vol/sub/ro",
