@@ -192,6 +192,7 @@ impl Plan {
         )
         .map_err(|e| spec_err(&e.field, e.reason))?;
         let mut rootfs = rootfs;
+        rootfs.strict_missing = opts.policy == "restricted";
         if opts.idmap_rootfs {
             rootfs.idmap_root = idmap_root(spec)?;
         }

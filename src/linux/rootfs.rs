@@ -67,6 +67,9 @@ pub struct Plan {
     pub idmap_root: Option<u32>,
     /// The kernel has `/proc/kcore` (a host fact, read by the parent): `/dev/core` links to it.
     pub kcore: bool,
+    /// RESTRICTED: a masked or read-only path missing outside procfs and sysfs fails the
+    /// create instead of being skipped (runc's way, kept under OPEN).
+    pub strict_missing: bool,
 }
 
 impl Plan {
@@ -254,6 +257,7 @@ pub fn plan(
         no_pivot,
         idmap_root: None,
         kcore: Path::new("/proc/kcore").exists(),
+        strict_missing: false,
     })
 }
 
@@ -724,23 +728,25 @@ pub fn pivot(mounts: &Mounts, no_pivot: bool) -> Result<(), InitFailure> {
     sys::fchdir(root).step(Step::PivotRoot, || "chdir /".into())
 }
 
-/// A masked or read-only path that does not exist is skipped (as runc does) only inside
-/// procfs or sysfs, whose names nobody can rename. Anywhere else (the rootfs, a volume) a
-/// racer could make it look missing for a moment by swapping a directory on the way with
-/// one that lacks the name, so a missing target there fails the create.
+/// A masked or read-only path that does not exist is skipped, as runc does. Under
+/// RESTRICTED (`strict`) only inside procfs or sysfs, whose names nobody can rename:
+/// anywhere else (the rootfs, a volume) a racer could make it look missing for a moment by
+/// swapping a directory on the way with one that lacks the name, so a missing target there
+/// fails the create.
 fn skip_missing(
     mounts: &Mounts,
+    strict: bool,
     target: &str,
     r: std::io::Result<OwnedFd>,
 ) -> Option<std::io::Result<OwnedFd>> {
     match r {
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            if mounts.on_kernel_fs(target).unwrap_or(false) {
+            if !strict || mounts.on_kernel_fs(target).unwrap_or(false) {
                 None
             } else {
                 Some(Err(io_other(
-                    "does not exist; outside /proc and /sys a missing target is refused \
-                     (it may be a racing rename)"
+                    "does not exist; under RESTRICTED a missing target outside /proc and /sys \
+                     is refused (it may be a racing rename)"
                         .into(),
                 )))
             }
@@ -759,7 +765,12 @@ fn skip_missing(
 /// mask below one sits on the read-only bind.
 pub fn finalize(p: &Plan, mounts: &mut Mounts) -> Result<(), InitFailure> {
     for r in &p.readonly_paths {
-        let Some(target) = skip_missing(mounts, r, mounts.open_moat(r, libc::O_PATH)) else {
+        let Some(target) = skip_missing(
+            mounts,
+            p.strict_missing,
+            r,
+            mounts.open_moat(r, libc::O_PATH),
+        ) else {
             continue;
         };
         let target = target.step(Step::ReadonlyPaths, || r.clone())?;
@@ -790,7 +801,12 @@ pub fn finalize(p: &Plan, mounts: &mut Mounts) -> Result<(), InitFailure> {
         // (kernels before 6.x cannot clone a detached mount; one superblock is also cheaper).
         let mut first_dir: Option<OwnedFd> = None;
         for m in &p.masked {
-            let Some(target) = skip_missing(mounts, m, mounts.open_moat(m, libc::O_PATH)) else {
+            let Some(target) = skip_missing(
+                mounts,
+                p.strict_missing,
+                m,
+                mounts.open_moat(m, libc::O_PATH),
+            ) else {
                 continue;
             };
             let target = target.step(Step::MaskedPaths, || m.clone())?;
