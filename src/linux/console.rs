@@ -8,23 +8,42 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
 use super::mount;
-use super::path::Root;
+use super::path::{self, Root};
+use super::rootfs::Mounts;
 use super::sync::{InitFailure, Step, StepExt};
 use super::sys;
 use crate::spec::ConsoleSize;
 
 const DEVPTS_SUPER_MAGIC: i64 = 0x1cd1;
 
-/// Opens `/dev/pts/ptmx` inside the root, checks it really is a devpts ptmx (a swapped-in
-/// symlink or a host device would fail here), and returns (master, peer).
+/// Opens `/dev/pts/ptmx` below the root without following any symlink (`moat exec`, in a
+/// running container), checks it really is a devpts ptmx (a host device would fail here),
+/// and returns (master, peer).
 pub fn open_pty(root: &Root) -> Result<(OwnedFd, OwnedFd), InitFailure> {
+    let master = path::open_beneath(
+        root.fd(),
+        &["dev", "pts", "ptmx"],
+        libc::O_RDWR | libc::O_NOCTTY,
+        false,
+    )
+    .step(Step::Console, || "/dev/pts/ptmx".into())?;
+    pty_from(master)
+}
+
+/// The container init's pty: from the devpts moat mounted at `/dev/pts` (its `ptmx`, by
+/// the mount's own fd), else `/dev/pts/ptmx` as a name moat resolves itself.
+pub fn open_pty_in(mounts: &Mounts) -> Result<(OwnedFd, OwnedFd), InitFailure> {
+    let flags = libc::O_RDWR | libc::O_NOCTTY;
+    let master = match mounts.devpts() {
+        Some(pts) => path::open_beneath(pts, &["ptmx"], flags, true),
+        None => mounts.open_moat("/dev/pts/ptmx", flags),
+    }
+    .step(Step::Console, || "/dev/pts/ptmx".into())?;
+    pty_from(master)
+}
+
+fn pty_from(master: OwnedFd) -> Result<(OwnedFd, OwnedFd), InitFailure> {
     let what = || "/dev/pts/ptmx".to_string();
-    let master = root
-        .open_at(
-            "/dev/pts/ptmx",
-            libc::O_RDWR | libc::O_NOCTTY | libc::O_NOFOLLOW,
-        )
-        .step(Step::Console, what)?;
     let fs = sys::fstatfs(master.as_fd()).step(Step::Console, what)?;
     let st = sys::fstat(master.as_fd()).step(Step::Console, what)?;
     if fs.f_type as i64 != DEVPTS_SUPER_MAGIC || st.st_rdev != libc::makedev(5, 2) {
@@ -39,14 +58,18 @@ pub fn open_pty(root: &Root) -> Result<(OwnedFd, OwnedFd), InitFailure> {
     Ok((master, peer))
 }
 
-/// Bind-mounts the pty peer onto /dev/console (by fd: no /dev/pts/N path is looked up).
-pub fn mount_console(root: &Root, peer: BorrowedFd<'_>) -> Result<(), InitFailure> {
-    let target = root
-        .mkfile("/dev/console", 0o600)
+/// Bind-mounts the pty peer onto /dev/console (by fd: no /dev/pts/N path is looked up; the
+/// target made relative to the held `/dev`).
+pub fn mount_console(mounts: &mut Mounts, peer: BorrowedFd<'_>) -> Result<(), InitFailure> {
+    let target = mounts
+        .mkfile_moat("/dev/console", 0o600)
         .step(Step::Console, || "/dev/console".into())?;
     let tree =
         mount::clone_tree(peer, "", false).step(Step::Console, || "clone pty peer".into())?;
-    mount::attach(tree.as_fd(), target.as_fd()).step(Step::Console, || "/dev/console".into())
+    mount::attach(tree.as_fd(), target.as_fd()).step(Step::Console, || "/dev/console".into())?;
+    mounts
+        .pin(&["dev", "console"], tree, false)
+        .step(Step::Console, || "/dev/console".into())
 }
 
 pub fn send_master(

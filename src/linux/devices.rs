@@ -3,10 +3,11 @@
 //! bind-mounted onto an empty file instead.
 
 use std::ffi::CString;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::mount;
-use super::path::{self, Root};
+use super::path;
+use super::rootfs::Mounts;
 use super::sync::{InitFailure, Step, StepExt};
 use super::sys;
 use crate::spec::Device;
@@ -34,46 +35,87 @@ pub fn defaults() -> Vec<Device> {
     .collect()
 }
 
-pub fn create(root: &Root, devices: &[Device], bind: bool) -> Result<(), InitFailure> {
-    for d in devices {
-        let what = || d.path.clone();
-        if bind {
-            let target = root.mkfile(&d.path, 0o644).step(Step::Devices, what)?;
-            let src = mount::clone_tree(path::cwd(), &d.path, false)
-                .step(Step::Devices, || format!("bind host {}", d.path))?;
-            mount::attach(src.as_fd(), target.as_fd()).step(Step::Devices, what)?;
-            continue;
-        }
-        let kind = match d.typ.as_str() {
-            "b" => libc::S_IFBLK,
-            "p" => libc::S_IFIFO,
-            _ => libc::S_IFCHR,
-        };
-        let (dir, name) = root.parent_of(&d.path).step(Step::Devices, what)?;
-        let mode = d.file_mode.unwrap_or(0o666) & 0o7777;
-        let dev = libc::makedev(d.major as u32, d.minor as u32);
-        match sys::mknodat(dir.as_fd(), &name, kind | mode, dev) {
-            Ok(()) => {}
-            // Already provided (by the image or a bind mount): keep it.
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
-            Err(e) => return Err(e).step(Step::Devices, || format!("mknod {}", d.path)),
-        }
-        let node = sys::openat(dir.as_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW, 0)
-            .step(Step::Devices, what)?;
-        // mknod is subject to the umask; the spec's mode is exact.
-        super::procfs::chmod_fd(node.as_fd(), mode)
-            .step(Step::Devices, || format!("chmod {}", d.path))?;
-        sys::fchownat_empty(node.as_fd(), d.uid.unwrap_or(0), d.gid.unwrap_or(0))
-            .step(Step::Devices, || format!("chown {}", d.path))?;
-    }
-    Ok(())
+/// Creates the device nodes. Below `/dev` (every path the spec may name, once normalised)
+/// the nodes are made relative to the held `/dev` fd, parents resolved without following
+/// symlinks: a racer renaming the rootfs's `dev` cannot redirect them (onto the rootfs's
+/// disk, say). mknod is subject to the umask, so it is cleared meanwhile: the spec's mode
+/// is exact, with no chmod by path afterwards.
+pub fn create(mounts: &mut Mounts, devices: &[Device], bind: bool) -> Result<(), InitFailure> {
+    let dev = mounts.dev().step(Step::Devices, || "/dev".into())?;
+    let old = sys::swap_umask(0);
+    let r = devices
+        .iter()
+        .try_for_each(|d| create_one(mounts, dev.as_fd(), d, bind));
+    sys::swap_umask(old);
+    r
 }
 
-/// /dev/fd, stdin, stdout, stderr, ptmx (and core where the host has /proc/kcore).
-pub fn symlinks(root: &Root) -> Result<(), InitFailure> {
-    let dev = root
-        .mkdir_all("/dev", 0o755)
-        .step(Step::Devices, || "/dev".into())?;
+/// The parent directory of a device path, and the node's name.
+fn parent_of(
+    mounts: &Mounts,
+    dev: BorrowedFd<'_>,
+    path: &str,
+) -> std::io::Result<(OwnedFd, CString)> {
+    let comps = path::components(path);
+    let Some((name, parents)) = comps.split_last() else {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    let name = CString::new(*name).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    match parents.split_first() {
+        Some((&"dev", below)) => Ok((path::mkdir_beneath(dev, below, 0o755, false)?, name)),
+        // Outside /dev: a spec path, resolved inside the root.
+        _ => mounts.root().parent_of(path),
+    }
+}
+
+fn create_one(
+    mounts: &mut Mounts,
+    dev: BorrowedFd<'_>,
+    d: &Device,
+    bind: bool,
+) -> Result<(), InitFailure> {
+    let what = || d.path.clone();
+    let (dir, name) = parent_of(mounts, dev, &d.path).step(Step::Devices, what)?;
+    if bind {
+        let target = path::mkfile_beneath(
+            dir.as_fd(),
+            &[name.to_str().unwrap_or_default()],
+            0o644,
+            false,
+        )
+        .step(Step::Devices, what)?;
+        // The host's node (a host path from the spec), as runc binds it.
+        let src = mount::clone_tree(path::cwd(), &d.path, false)
+            .step(Step::Devices, || format!("bind host {}", d.path))?;
+        mount::attach(src.as_fd(), target.as_fd()).step(Step::Devices, what)?;
+        // Pinned: /dev/null is looked up again for the masks, and lands on this mount.
+        return mounts
+            .pin(&path::components(&d.path), src, false)
+            .step(Step::Devices, what);
+    }
+    let kind = match d.typ.as_str() {
+        "b" => libc::S_IFBLK,
+        "p" => libc::S_IFIFO,
+        _ => libc::S_IFCHR,
+    };
+    let mode = d.file_mode.unwrap_or(0o666) & 0o7777;
+    let devno = libc::makedev(d.major as u32, d.minor as u32);
+    match sys::mknodat(dir.as_fd(), &name, kind | mode, devno) {
+        Ok(()) => {}
+        // Already provided (by the image or a bind mount): keep it.
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => return Ok(()),
+        Err(e) => return Err(e).step(Step::Devices, || format!("mknod {}", d.path)),
+    }
+    let node = sys::openat(dir.as_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW, 0)
+        .step(Step::Devices, what)?;
+    sys::fchownat_empty(node.as_fd(), d.uid.unwrap_or(0), d.gid.unwrap_or(0))
+        .step(Step::Devices, || format!("chown {}", d.path))
+}
+
+/// /dev/fd, stdin, stdout, stderr, ptmx (and core where the host has /proc/kcore), made
+/// relative to the held `/dev`.
+pub fn symlinks(mounts: &Mounts, kcore: bool) -> Result<(), InitFailure> {
+    let dev = mounts.dev().step(Step::Devices, || "/dev".into())?;
     let mut links = vec![
         ("/proc/self/fd", "fd"),
         ("/proc/self/fd/0", "stdin"),
@@ -81,7 +123,7 @@ pub fn symlinks(root: &Root) -> Result<(), InitFailure> {
         ("/proc/self/fd/2", "stderr"),
         ("pts/ptmx", "ptmx"),
     ];
-    if std::path::Path::new("/proc/kcore").exists() {
+    if kcore {
         links.push(("/proc/kcore", "core"));
     }
     for (target, name) in links {

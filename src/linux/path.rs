@@ -1,17 +1,28 @@
-//! Every lookup inside a container's root goes through [`Root`].
+//! Every lookup inside a container's root goes through this module.
 //!
 //! The rootfs is hostile: any component may be a symlink, and a second container sharing a
 //! volume may swap it while we work. So paths are never joined as strings and handed to the
-//! kernel; each is resolved once with `openat2(RESOLVE_IN_ROOT)` into an `O_PATH` fd, and
-//! mounts target that fd. Missing components are created with `mkdirat`/`mknodat` relative
-//! to the fd of their parent, never through a path the kernel would re-resolve.
+//! kernel; each is resolved once, relative to an fd moat holds, into an `O_PATH` fd, and
+//! mounts target that fd. Two kinds of names, two resolutions:
+//! * what the spec names (mount destinations, cwd, device paths) goes through [`Root`]:
+//!   `openat2(RESOLVE_IN_ROOT)`, so in-root symlinks work as in runc (`/var/run -> /run`);
+//! * what moat itself names (`/proc`, `/sys`, `/dev` and its entries, masked and read-only
+//!   paths, `/dev/null`, the console) goes through [`open_beneath`] and friends:
+//!   `RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS` below the fd of the mount that covers it, so a
+//!   symlink anywhere on the way is refused (ELOOP), never followed.
+//!
+//! Missing components are created with `mkdirat`/`mknodat` relative to the fd of their
+//! parent, never through a path the kernel would re-resolve.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path};
 
-use super::sys::{self, OpenHow, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS};
+use super::sys::{
+    self, OpenHow, RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS,
+    RESOLVE_NO_XDEV,
+};
 
 pub struct Root {
     fd: OwnedFd,
@@ -69,10 +80,18 @@ impl Root {
         sys::openat2(self.fd.as_fd(), &cstr(&rel)?, &how)
     }
 
-    /// Like [`open_at`](Self::open_at) but does not follow a symlink in the last component:
-    /// the result is the link itself (opened `O_PATH|O_NOFOLLOW`).
-    pub fn open_nofollow(&self, path: &str) -> io::Result<OwnedFd> {
-        self.open_at(path, libc::O_PATH | libc::O_NOFOLLOW)
+    /// Enters `path` (a spec path, such as `process.cwd`) inside the root held by `root`:
+    /// resolved with `RESOLVE_IN_ROOT`, entered with `fchdir`.
+    pub fn chdir_in(root: BorrowedFd<'_>, path: &str) -> io::Result<()> {
+        let rel = components(path).join("/");
+        let rel = if rel.is_empty() { ".".to_string() } else { rel };
+        let how = OpenHow {
+            flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+            mode: 0,
+            resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+        };
+        let fd = sys::openat2(root, &cstr(&rel)?, &how)?;
+        sys::fchdir(fd.as_fd())
     }
 
     /// Makes sure `path` exists as a directory inside the root, creating missing components
@@ -138,6 +157,90 @@ impl Root {
     }
 }
 
+/// The `openat2` resolve flags for a name moat chose: below the directory, no symlink or
+/// magic link anywhere; with `same_mount`, no mount crossed either.
+fn beneath_resolve(same_mount: bool) -> u64 {
+    let xdev = if same_mount { RESOLVE_NO_XDEV } else { 0 };
+    RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | xdev
+}
+
+fn rel_path(comps: &[&str]) -> io::Result<CString> {
+    if comps.is_empty() {
+        return Ok(c".".to_owned());
+    }
+    cstr(&comps.join("/"))
+}
+
+/// Opens `comps` below `dir` without following any symlink (a symlink anywhere on the way
+/// fails with ELOOP) and without ever leaving `dir`; with `same_mount`, without crossing
+/// onto another mount (EXDEV).
+pub fn open_beneath(
+    dir: BorrowedFd<'_>,
+    comps: &[&str],
+    flags: libc::c_int,
+    same_mount: bool,
+) -> io::Result<OwnedFd> {
+    // No O_NOFOLLOW: with it, RESOLVE_NO_SYMLINKS would hand back an O_PATH fd of a
+    // trailing symlink (mounting on a symlink works); without it that is ELOOP too.
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: beneath_resolve(same_mount),
+    };
+    sys::openat2(dir, &rel_path(comps)?, &how)
+}
+
+/// Like [`open_beneath`] for a directory, creating missing components one at a time
+/// relative to the fd of their parent.
+pub fn mkdir_beneath(
+    dir: BorrowedFd<'_>,
+    comps: &[&str],
+    mode: u32,
+    same_mount: bool,
+) -> io::Result<OwnedFd> {
+    let flags = libc::O_PATH | libc::O_DIRECTORY;
+    let mut cur = open_beneath(dir, &[], flags, same_mount)?;
+    for comp in comps {
+        cur = match open_beneath(cur.as_fd(), &[comp], flags, same_mount) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                match sys::mkdirat(cur.as_fd(), &cstr(comp)?, mode) {
+                    Ok(()) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                    Err(e) => return Err(e),
+                }
+                open_beneath(cur.as_fd(), &[comp], flags, same_mount)?
+            }
+            Err(e) => return Err(e),
+        };
+    }
+    Ok(cur)
+}
+
+/// Like [`mkdir_beneath`] for a file: the parents are made directories, the last an empty
+/// regular file if missing. Returns an `O_PATH` fd of it.
+pub fn mkfile_beneath(
+    dir: BorrowedFd<'_>,
+    comps: &[&str],
+    mode: u32,
+    same_mount: bool,
+) -> io::Result<OwnedFd> {
+    let Some((name, parents)) = comps.split_last() else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    let parent = mkdir_beneath(dir, parents, 0o755, same_mount)?;
+    match open_beneath(parent.as_fd(), &[name], libc::O_PATH, same_mount) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+        r => return r,
+    }
+    match sys::mknodat(parent.as_fd(), &cstr(name)?, libc::S_IFREG | mode, 0) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+        Err(e) => return Err(e),
+    }
+    open_beneath(parent.as_fd(), &[name], libc::O_PATH, same_mount)
+}
+
 pub fn cwd() -> BorrowedFd<'static> {
     sys::at_fdcwd()
 }
@@ -168,6 +271,42 @@ mod tests {
         assert!(dir.join("rootfs/moat-file").is_file());
         assert!(!Path::new("/moat-created").exists());
         assert!(!Path::new("/moat-file").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn names_moat_chooses_never_follow_a_symlink() {
+        let dir = std::env::temp_dir().join(format!("moat-beneath-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("real/sub")).unwrap();
+        std::os::unix::fs::symlink("real", dir.join("link")).unwrap();
+        std::os::unix::fs::symlink("sub", dir.join("real/leaf")).unwrap();
+        let top = Root::open(&dir).unwrap();
+        let loops =
+            |r: io::Result<OwnedFd>| r.err().and_then(|e| e.raw_os_error()) == Some(libc::ELOOP);
+        // On the way, and as the last component (even for an O_PATH handle).
+        assert!(loops(open_beneath(
+            top.fd(),
+            &["link", "sub"],
+            libc::O_PATH,
+            false
+        )));
+        assert!(loops(open_beneath(
+            top.fd(),
+            &["real", "leaf"],
+            libc::O_PATH,
+            false
+        )));
+        assert!(loops(mkdir_beneath(
+            top.fd(),
+            &["link", "new"],
+            0o755,
+            false
+        )));
+        assert!(!dir.join("real/new").exists());
+        assert!(open_beneath(top.fd(), &["real", "sub"], libc::O_PATH, true).is_ok());
+        let made = mkfile_beneath(top.fd(), &["real", "d", "f"], 0o644, true).unwrap();
+        assert!(sys::fstat(made.as_fd()).unwrap().st_mode & libc::S_IFMT == libc::S_IFREG);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

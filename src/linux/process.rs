@@ -9,7 +9,7 @@
 //! | 5 | rlimits, oom_score_adj, id maps; `Go`; idmapped mounts by fd once maps are written ([`send_idmapped`]) | joins / unshares namespaces (staged: forks init); receives mount fds |
 //! | 6 | —                                                        | cgroup ns, hostname, rootfs + mounts + devices + console |
 //! | 7 | prestart + createRuntime hooks on `HooksPlease`          | createContainer hooks, pivot_root              |
-//! | 8 | —                                                        | sysctl (moat's procfs), masked/readonly paths, ro root, AppArmor/SELinux, personality, scheduler, ioprio |
+//! | 8 | —                                                        | sysctl (moat's procfs), read-only then masked paths (by held mount fds), ro root, AppArmor/SELinux, personality, scheduler, ioprio |
 //! | 9 | —                                                        | NNP; seccomp (early without NNP); groups, gid, uid; capabilities; umask; cwd (verified inside the root); seccomp (late with NNP); executable looked up |
 //! |10 | on `Ready`: state.json, `--pid-file`, seccomp listener; `Created` | blocks reading exec.fifo                |
 //! |11 | (`moat start` writes the fifo)                           | startContainer hooks, fd sweep, execve         |
@@ -203,6 +203,7 @@ impl Plan {
         )
         .map_err(|e| spec_err(&e.field, e.reason))?;
         let mut rootfs = rootfs;
+        rootfs.strict_missing = opts.policy == "restricted";
         if opts.idmap_rootfs {
             rootfs.idmap_root = idmap_root(spec)?;
         }
@@ -822,18 +823,18 @@ fn init(
         sys::setdomainname(d).step(Step::Hostname, || format!("domainname {d:?}"))?;
     }
 
-    // Root filesystem.
-    let (root, pinned) = rootfs::mount_all(&plan.rootfs, &mut idmapped)?;
+    // Root filesystem: every mount moat makes is held by fd from here on.
+    let mut mounts = rootfs::mount_all(&plan.rootfs, &mut idmapped)?;
     drop(idmapped);
     if plan.rootfs.default_devices || !plan.devices.is_empty() {
-        devices::create(&root, &plan.devices, plan.userns)?;
+        devices::create(&mut mounts, &plan.devices, plan.userns)?;
     }
     if plan.rootfs.default_devices {
-        devices::symlinks(&root)?;
+        devices::symlinks(&mounts, plan.rootfs.kcore)?;
     }
     let pty = if plan.attrs.terminal {
-        let (master, peer) = console::open_pty(&root)?;
-        console::mount_console(&root, peer.as_fd())?;
+        let (master, peer) = console::open_pty_in(&mounts)?;
+        console::mount_console(&mut mounts, peer.as_fd())?;
         if let Some(sock) = console_sock {
             console::send_master(sock.as_fd(), master.as_fd(), plan.attrs.console_size)?;
         }
@@ -850,8 +851,7 @@ fn init(
         hooks::run("createContainer", &h.create_container, &state)
             .map_err(|e| InitFailure::new(Step::Hooks, e.to_string()))?;
     }
-    rootfs::pivot(&root, plan.rootfs.no_pivot)?;
-    drop(root);
+    rootfs::pivot(&mounts, plan.rootfs.no_pivot)?;
     if plan.ns.late_init {
         // Inside the container's root now: the init may appear in the joined pid namespace.
         fork_init(ch)?;
@@ -861,12 +861,13 @@ fn init(
     for (key, value) in &plan.sysctl {
         procfs::write_sysctl(key, value).step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
     }
-    rootfs::finalize(&plan.rootfs, &pinned)?;
-    drop(pinned);
+    rootfs::finalize(&plan.rootfs, &mut mounts)?;
     if let Some(p) = plan.personality {
         sys::personality(p).step(Step::Personality, || "linux.personality".into())?;
     }
-    let (exe, listener) = plan.attrs.apply()?;
+    // cwd is resolved inside the held root (a spec path: in-root symlinks followed).
+    let (exe, listener) = plan.attrs.apply_in(Some(mounts.root().fd()))?;
+    drop(mounts);
     if let Some(peer) = &pty {
         console::make_stdio(peer)?;
     }

@@ -265,17 +265,6 @@ pub fn uid_map() -> Result<String, ProcError> {
     with(|p| p.read(&format!("{}/uid_map", p.task_dir()?)))
 }
 
-/// Sets the mode of the object `fd` refers to (an `O_PATH` fd, which `fchmod` refuses):
-/// `fchmodat` on `<pid>/task/<tid>/fd/<n>` below moat's own procfs, where nothing can be
-/// mounted on the way and the final link is the kernel's own link to that object.
-pub fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> Result<(), ProcError> {
-    with(|p| {
-        let rel = format!("{}/fd/{}", p.task_dir()?, sys::raw(fd));
-        let c = CString::new(rel.as_str()).map_err(|_| ProcError::other(&rel, "NUL"))?;
-        sys::fchmodat(p.fd.as_fd(), &c, mode).map_err(|e| ProcError::new(&rel, e))
-    })
-}
-
 /// Writes the offsets of the time namespace the caller's children will be in
 /// (`timens_offsets` is per process: `<pid>/timens_offsets`).
 pub fn write_timens_offsets(offsets: &str) -> Result<(), ProcError> {

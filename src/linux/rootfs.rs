@@ -1,6 +1,11 @@
 //! The container's root filesystem, in the order it is built: propagation, the rootfs bind,
-//! `mounts[]` in spec order, devices, then (after hooks) pivot_root, masked and read-only
+//! `mounts[]` in spec order, devices, then (after hooks) pivot_root, read-only and masked
 //! paths, and the read-only root.
+//!
+//! No lookup by name: after the rootfs path is opened, everything inside it is reached
+//! through `openat2` relative to an fd moat holds ([`Mounts`]): spec paths inside the root
+//! (`RESOLVE_IN_ROOT`), the names moat chooses without following any symlink, below the
+//! mount moat made that covers them (see `linux/path.rs`).
 //!
 //! Mount plans are computed in the parent (options parsed, sources inspected) so that a bad
 //! spec fails before anything is created; the child only issues the syscalls.
@@ -60,6 +65,11 @@ pub struct Plan {
     /// `moat.userns=auto`: the host id of container root; the parent builds an idmapped
     /// rootfs that replaces the self-bind.
     pub idmap_root: Option<u32>,
+    /// The kernel has `/proc/kcore` (a host fact, read by the parent): `/dev/core` links to it.
+    pub kcore: bool,
+    /// RESTRICTED: a masked or read-only path missing outside procfs and sysfs fails the
+    /// create instead of being skipped (runc's way, kept under OPEN).
+    pub strict_missing: bool,
 }
 
 impl Plan {
@@ -90,6 +100,16 @@ pub fn plan(
     cgroup_mounts: Vec<CgroupMount>,
     new_cgroupns: bool,
 ) -> Result<Plan, PlanError> {
+    // Every lookup and mount in the rootfs goes by fd; there is no fallback by name.
+    if let Some(call) = sys::missing_mount_api() {
+        return Err(PlanError {
+            field: "kernel".into(),
+            reason: format!(
+                "this kernel has no {call}: moat needs openat2, fsopen and mount_setattr \
+                 (Linux 5.12 or later) and never falls back to lookups by name"
+            ),
+        });
+    }
     let userns = spec.linux().namespaces.iter().any(|n| n.typ == "user");
     let rootfs = spec.rootfs(bundle);
     match std::fs::metadata(&rootfs) {
@@ -236,6 +256,8 @@ pub fn plan(
         readonly_paths: l.readonly_paths.clone(),
         no_pivot,
         idmap_root: None,
+        kcore: Path::new("/proc/kcore").exists(),
+        strict_missing: false,
     })
 }
 
@@ -243,24 +265,204 @@ fn c(s: &str) -> CString {
     CString::new(s).expect("paths were checked for NUL in the parent")
 }
 
-/// A filesystem moat mounted at `/proc` or `/sys`, held by the fd of the mount itself.
-/// Masked and read-only paths below it are resolved from this fd, never again through the
-/// rootfs's names: a process sharing the rootfs (a volume) may rename the directory the
-/// mount sits on, or swap it for a symlink, between the mount and the masks, and a mask
-/// resolved by name would then miss (ENOENT, skipped) and leave the procfs unmasked.
+/// A mount moat made in the container's tree (the root, every `mounts[]` entry, every
+/// masked and read-only path), held by the fd of the mount itself.
+///
+/// Names moat chooses are resolved from the deepest of these that covers them
+/// ([`Mounts::open_moat`]), never again through the rootfs's names: a process sharing the
+/// rootfs or a volume may rename the directory a mount sits on, or swap it for a symlink or
+/// a decoy directory, at any moment.
 pub struct Pinned {
     dest: Vec<String>,
     fd: OwnedFd,
+    /// `statx` mount id, to tell which mount a lookup ended on.
+    id: u64,
+    /// A recursive bind brings the source's submounts, which lookups below may cross;
+    /// below any other mount no mount may be crossed (`RESOLVE_NO_XDEV`).
+    recursive: bool,
+}
+
+/// The container's mount tree as moat built it: the root and every mount, by fd.
+pub struct Mounts {
+    root: Root,
+    pins: Vec<Pinned>,
+}
+
+/// Whether a container path is one moat names itself (or lies below one): `/proc`, `/sys`,
+/// `/dev`. Such mount destinations are resolved like masks, without following symlinks.
+fn moat_named(comps: &[&str]) -> bool {
+    matches!(comps.first(), Some(&("proc" | "sys" | "dev")))
+}
+
+fn io_other(msg: String) -> std::io::Error {
+    std::io::Error::other(msg)
+}
+
+/// A clearer error for the two ways a lookup of a moat-chosen name is refused.
+fn explain(e: std::io::Error) -> std::io::Error {
+    match e.raw_os_error() {
+        Some(libc::ELOOP) => {
+            io_other("a symlink on the way; refused (moat never follows one here)".into())
+        }
+        Some(libc::EXDEV) => {
+            io_other("the path crosses a mount moat did not make there; refused".into())
+        }
+        _ => e,
+    }
+}
+
+impl Mounts {
+    fn new(root: Root) -> std::io::Result<Mounts> {
+        let fd = sys::dup_cloexec(root.fd())?;
+        let mut m = Mounts {
+            root,
+            pins: Vec::new(),
+        };
+        m.pin(&[], fd, true)?;
+        Ok(m)
+    }
+
+    pub fn root(&self) -> &Root {
+        &self.root
+    }
+
+    /// Records a mount moat attached at `dest` (a later one at the same place replaces it).
+    pub fn pin(&mut self, dest: &[&str], fd: OwnedFd, recursive: bool) -> std::io::Result<()> {
+        let id = sys::mount_id(fd.as_fd())?;
+        self.pins.retain(|x| x.dest != dest);
+        self.pins.push(Pinned {
+            dest: dest.iter().map(|s| s.to_string()).collect(),
+            fd,
+            id,
+            recursive,
+        });
+        Ok(())
+    }
+
+    /// The deepest pinned mount whose destination is a prefix of `comps`, and the rest.
+    fn cover<'a, 'b>(&'a self, comps: &'b [&'b str]) -> (&'a Pinned, &'b [&'b str]) {
+        let pin = self
+            .pins
+            .iter()
+            .filter(|x| {
+                x.dest.len() <= comps.len() && x.dest.iter().zip(comps).all(|(a, b)| a == b)
+            })
+            .max_by_key(|x| x.dest.len())
+            .expect("the root covers every path");
+        (pin, &comps[pin.dest.len()..])
+    }
+
+    /// A lookup that started below `cover` must end on it (or on a submount of a recursive
+    /// bind), never on another mount moat made: that would mean a renamed directory led it
+    /// somewhere else (say, into the procfs).
+    fn check_landed(&self, cover: &Pinned, fd: &OwnedFd) -> std::io::Result<()> {
+        let id = sys::mount_id(fd.as_fd())?;
+        if id == cover.id {
+            return Ok(());
+        }
+        if let Some(other) = self.pins.iter().find(|x| x.id == id) {
+            return Err(io_other(format!(
+                "the lookup ended on the mount at /{} (a path component was swapped); refused",
+                other.dest.join("/")
+            )));
+        }
+        Ok(())
+    }
+
+    /// Opens a path moat names itself: below the mount that covers it, no symlink, its mount
+    /// checked. `flags` as for open (`O_PATH` for a handle).
+    pub fn open_moat(&self, target: &str, flags: libc::c_int) -> std::io::Result<OwnedFd> {
+        let comps = path::components(target);
+        let (cover, rel) = self.cover(&comps);
+        if rel.is_empty() && flags & libc::O_PATH != 0 {
+            // The mount moat made there (a file's bind, too).
+            return sys::dup_cloexec(cover.fd.as_fd());
+        }
+        let fd =
+            path::open_beneath(cover.fd.as_fd(), rel, flags, !cover.recursive).map_err(explain)?;
+        self.check_landed(cover, &fd)?;
+        Ok(fd)
+    }
+
+    /// Like [`open_moat`](Self::open_moat) for a directory, created if missing.
+    pub fn mkdir_moat(&self, target: &str) -> std::io::Result<OwnedFd> {
+        let comps = path::components(target);
+        let (cover, rel) = self.cover(&comps);
+        let fd =
+            path::mkdir_beneath(cover.fd.as_fd(), rel, 0o755, !cover.recursive).map_err(explain)?;
+        self.check_landed(cover, &fd)?;
+        Ok(fd)
+    }
+
+    /// Like [`open_moat`](Self::open_moat) for a file, created (empty) if missing.
+    pub fn mkfile_moat(&self, target: &str, mode: u32) -> std::io::Result<OwnedFd> {
+        let comps = path::components(target);
+        let (cover, rel) = self.cover(&comps);
+        if rel.is_empty() {
+            return sys::dup_cloexec(cover.fd.as_fd());
+        }
+        let fd =
+            path::mkfile_beneath(cover.fd.as_fd(), rel, mode, !cover.recursive).map_err(explain)?;
+        self.check_landed(cover, &fd)?;
+        Ok(fd)
+    }
+
+    /// Whether the mount that covers `target` is a procfs or sysfs (kernel names: nobody
+    /// can rename them).
+    fn on_kernel_fs(&self, target: &str) -> std::io::Result<bool> {
+        const SYSFS_MAGIC: u64 = 0x6265_6572;
+        let comps = path::components(target);
+        let (cover, _) = self.cover(&comps);
+        let fs = sys::fstatfs(cover.fd.as_fd())?;
+        // f_type is i64 under glibc, unsigned under musl.
+        #[allow(clippy::unnecessary_cast)]
+        let t = fs.f_type as u64;
+        #[allow(clippy::unnecessary_cast)]
+        let proc = libc::PROC_SUPER_MAGIC as u64;
+        Ok(t == proc || t == SYSFS_MAGIC)
+    }
+
+    /// The container's `/dev`, held: device nodes, links and the console are made relative
+    /// to it. A symlinked `/dev` is refused.
+    pub fn dev(&self) -> std::io::Result<OwnedFd> {
+        self.mkdir_moat("/dev")
+    }
+
+    /// The devpts instance moat mounted at `/dev/pts`, if any.
+    pub fn devpts(&self) -> Option<BorrowedFd<'_>> {
+        self.pins
+            .iter()
+            .find(|x| x.dest == ["dev", "pts"])
+            .map(|x| x.fd.as_fd())
+    }
+
+    /// After attaching `tree` at `target` (a masked or read-only path): the path must now
+    /// lead to it. If a racer swapped a component between the lookup and the attach, the
+    /// mount sits on the decoy and the path names something else: refused.
+    fn verify_attached(&self, target: &str, tree: &OwnedFd) -> std::io::Result<()> {
+        let comps = path::components(target);
+        let (cover, rel) = self.cover(&comps);
+        if rel.is_empty() {
+            // Stacked on a mount moat made, through that mount's fd: no name was involved.
+            return Ok(());
+        }
+        // The last component is now a mount point, so crossing mounts is allowed here.
+        let now =
+            path::open_beneath(cover.fd.as_fd(), rel, libc::O_PATH, false).map_err(explain)?;
+        if sys::mount_id(now.as_fd())? != sys::mount_id(tree.as_fd())? {
+            return Err(io_other(
+                "the path changed while moat mounted on it (a racing rename); refused".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Child, before pivot: propagation, the rootfs bind, every spec mount. Returns the root
-/// and the pinned `/proc` and `/sys` mounts for [`finalize`].
+/// and every mount moat made, pinned, for the devices, the console and [`finalize`].
 /// `idmapped` holds the mounts the parent built (see `linux/idmap.rs`), by mount index
 /// ([`super::idmap::ROOTFS`] for the rootfs).
-pub fn mount_all(
-    p: &Plan,
-    idmapped: &mut Vec<(u32, OwnedFd)>,
-) -> Result<(Root, Vec<Pinned>), InitFailure> {
+pub fn mount_all(p: &Plan, idmapped: &mut Vec<(u32, OwnedFd)>) -> Result<Mounts, InitFailure> {
     sys::mount(None, c"/", None, p.propagation, None)
         .step(Step::Rootfs, || "set propagation of /".into())?;
     let rootfs = c(p.rootfs.to_str().unwrap_or_default());
@@ -268,32 +470,28 @@ pub fn mount_all(
         attach_rootfs(&p.rootfs, &rootfs, tree.as_fd())?;
         Root::from_fd(tree)
     } else {
-        // pivot_root needs the new root to be a mount point.
-        sys::mount(
-            Some(&rootfs),
-            &rootfs,
-            None,
-            libc::MS_BIND | libc::MS_REC,
-            None,
-        )
-        .step(Step::Rootfs, || {
-            format!("bind {} onto itself", p.rootfs.display())
-        })?;
-        Root::open(&p.rootfs).step(Step::Rootfs, || format!("open {}", p.rootfs.display()))?
+        // The engine's path, looked up once (following host symlinks, as runc does); the
+        // rootfs bound onto itself by fd, since pivot_root needs a mount point. The root is
+        // the bind's own fd from then on.
+        let what = || format!("bind {} onto itself", p.rootfs.display());
+        let dir = sys::openat(path::cwd(), &rootfs, libc::O_PATH | libc::O_DIRECTORY, 0)
+            .step(Step::Rootfs, || format!("open {}", p.rootfs.display()))?;
+        let tree = mount::clone_tree(dir.as_fd(), "", true).step(Step::Rootfs, what)?;
+        mount::attach(tree.as_fd(), dir.as_fd()).step(Step::Rootfs, what)?;
+        Root::from_fd(tree)
     };
-    let mut pinned = Vec::new();
+    let mut mounts = Mounts::new(root).step(Step::Rootfs, || "pin the root".into())?;
     for m in &p.mounts {
         let prebuilt = take(idmapped, m.index as u32);
-        if let Some(fd) = mount_one(&root, p, m, prebuilt)? {
-            let dest = path::components(&m.destination);
-            pinned.retain(|x: &Pinned| x.dest != dest);
-            pinned.push(Pinned {
-                dest: dest.into_iter().map(String::from).collect(),
-                fd,
-            });
+        if let Some((fd, recursive)) = mount_one(&mounts, p, m, prebuilt)? {
+            mounts
+                .pin(&path::components(&m.destination), fd, recursive)
+                .step(Step::Mounts, || {
+                    format!("mounts[{}] {}", m.index, m.destination)
+                })?;
         }
     }
-    Ok((root, pinned))
+    Ok(mounts)
 }
 
 /// Attaches the rootfs the parent built (idmapped) over the engine's, which makes it a
@@ -319,25 +517,30 @@ fn take(idmapped: &mut Vec<(u32, OwnedFd)>, index: u32) -> Option<OwnedFd> {
     Some(idmapped.swap_remove(i).1)
 }
 
-/// Mounts one spec entry; returns the mount's fd when it is `/proc` or `/sys` (to pin).
-/// `prebuilt` is the idmapped copy of a bind's source the parent made.
+/// The target of a spec mount: a spec path (in-root symlinks followed, as runc does) or,
+/// at and below `/proc`, `/sys` and `/dev`, a path moat names (no symlink, below the mount
+/// that covers it).
+fn mount_target(mounts: &Mounts, dest: &str, dir: bool) -> std::io::Result<OwnedFd> {
+    match (moat_named(&path::components(dest)), dir) {
+        (true, true) => mounts.mkdir_moat(dest),
+        (true, false) => mounts.mkfile_moat(dest, 0o644),
+        (false, true) => mounts.root().mkdir_all(dest, 0o755),
+        (false, false) => mounts.root().mkfile(dest, 0o644),
+    }
+}
+
+/// Mounts one spec entry; returns the attached mount's fd (to pin) and whether it is a
+/// recursive tree. `prebuilt` is the idmapped copy of a bind's source the parent made.
 fn mount_one(
-    root: &Root,
+    mounts: &Mounts,
     p: &Plan,
     m: &MountPlan,
     prebuilt: Option<OwnedFd>,
-) -> Result<Option<OwnedFd>, InitFailure> {
+) -> Result<Option<(OwnedFd, bool)>, InitFailure> {
     let what = || format!("mounts[{}] {}", m.index, m.destination);
-    let pin = matches!(path::components(&m.destination)[..], ["proc"] | ["sys"]);
-    let mut pinned = None;
-    match &m.kind {
+    let (mnt, recursive) = match &m.kind {
         Kind::Bind { source, is_dir } => {
-            let target = if *is_dir {
-                root.mkdir_all(&m.destination, 0o755)
-            } else {
-                root.mkfile(&m.destination, 0o644)
-            }
-            .step(Step::Mounts, what)?;
+            let target = mount_target(mounts, &m.destination, *is_dir).step(Step::Mounts, what)?;
             let tree = match prebuilt {
                 Some(t) => t,
                 None if p.parent_built(m) => {
@@ -346,6 +549,7 @@ fn mount_one(
                         format!("{}: no idmapped mount from the parent", what()),
                     ))
                 }
+                // A host path from the engine: followed as the host resolves it (runc too).
                 None => mount::clone_tree(
                     path::cwd(),
                     source.to_str().unwrap_or_default(),
@@ -358,18 +562,12 @@ fn mount_one(
             mount::set_attrs(tree.as_fd(), &m.opts)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
             mount::attach(tree.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
-            if pin {
-                pinned = Some(tree);
-            }
+            let rec = m.opts.recursive || m.idmap.as_ref().is_some_and(|i| i.recursive);
+            (tree, rec)
         }
         Kind::Fs { fstype, source } => {
-            if fstype == "proc" || fstype == "sysfs" {
-                refuse_symlink(root, &m.destination).step(Step::Mounts, what)?;
-            }
-            let target = root
-                .mkdir_all(&m.destination, 0o755)
-                .step(Step::Mounts, what)?;
-            let Some((mnt, opts)) = new_fs_or_fallback(fstype, source.as_deref(), &m.opts)
+            let target = mount_target(mounts, &m.destination, true).step(Step::Mounts, what)?;
+            let Some((mnt, opts, rec)) = new_fs_or_fallback(fstype, source.as_deref(), &m.opts)
                 .step(Step::Mounts, || {
                     format!("{}: new {fstype} filesystem", what())
                 })?
@@ -379,20 +577,16 @@ fn mount_one(
             mount::set_attrs(mnt.as_fd(), &opts)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
             mount::attach(mnt.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
-            if pin {
-                pinned = Some(mnt);
-            }
+            (mnt, rec)
         }
-        Kind::Cgroup => mount_cgroup(root, p, m)?,
-    }
+        Kind::Cgroup => mount_cgroup(mounts, p, m)?,
+    };
     if let Some((flag, rec)) = m.opts.propagation {
-        let top = root
-            .open_at(&m.destination, libc::O_PATH)
-            .step(Step::Mounts, what)?;
-        mount::set_propagation(top.as_fd(), flag, rec)
+        // On the mount just attached, by its fd: no second lookup of the destination.
+        mount::set_propagation(mnt.as_fd(), flag, rec)
             .step(Step::Mounts, || format!("{}: propagation", what()))?;
     }
-    Ok(pinned)
+    Ok(Some((mnt, recursive)))
 }
 
 /// A new filesystem for a spec mount, and the attributes to give it. In a user namespace
@@ -402,15 +596,15 @@ fn mount_one(
 /// recursively read-only; mqueue without an ipc namespace of its own → a bind of the host's /dev/mqueue;
 /// `uid=`/`gid=` of an id the namespace does not map (devpts `gid=5`) → the option left
 /// out. Attributes of a bind tree (`ro`, `nosuid`, …) apply to every mount in it.
-/// `None`: nothing to mount (mqueue, and the host has no /dev/mqueue either; message
+/// The flag says whether the mount is a recursive tree. `None`: nothing to mount (mqueue, and the host has no /dev/mqueue either; message
 /// queues still work, only their listing under /dev/mqueue is missing).
 fn new_fs_or_fallback(
     fstype: &str,
     source: Option<&str>,
     opts: &Options,
-) -> std::io::Result<Option<(OwnedFd, Options)>> {
+) -> std::io::Result<Option<(OwnedFd, Options, bool)>> {
     let err = match mount::new_fs(fstype, source, &opts.data) {
-        Ok(m) => return Ok(Some((m, opts.clone()))),
+        Ok(m) => return Ok(Some((m, opts.clone(), false))),
         Err(e) => e,
     };
     if !super::rootless::in_user_namespace() {
@@ -419,18 +613,22 @@ fn new_fs_or_fallback(
     let bind = |host: &str, recursive: bool| {
         let mut o = opts.clone();
         o.rec_set |= o.set;
-        mount::clone_tree(path::cwd(), host, recursive).map(|t| Some((t, o)))
+        mount::clone_tree(path::cwd(), host, recursive).map(|t| Some((t, o, recursive)))
     };
     let ids = |k: &str| k == "uid" || k == "gid";
     match (fstype, err.raw_os_error()) {
-        ("sysfs", Some(libc::EPERM)) => host_sysfs().map(|t| Some((t, opts.clone()))),
+        ("sysfs", Some(libc::EPERM)) => host_sysfs().map(|t| Some((t, opts.clone(), true))),
         ("mqueue", Some(libc::EPERM)) if Path::new("/dev/mqueue").is_dir() => {
             bind("/dev/mqueue", false)
         }
         ("mqueue", Some(libc::EPERM)) => Ok(None),
         (_, Some(libc::EINVAL | libc::EPERM)) if opts.data.iter().any(|(k, _)| ids(k)) => {
             let data: Vec<_> = opts.data.iter().filter(|(k, _)| !ids(k)).cloned().collect();
-            Ok(Some((mount::new_fs(fstype, source, &data)?, opts.clone())))
+            Ok(Some((
+                mount::new_fs(fstype, source, &data)?,
+                opts.clone(),
+                false,
+            )))
         }
         _ => Err(err),
     }
@@ -450,37 +648,18 @@ fn host_sysfs() -> std::io::Result<OwnedFd> {
     Ok(t)
 }
 
-/// A rootfs that makes /proc or /sys a symlink is refused outright (CVE-2019-19921,
-/// CVE-2025-54867), even though the link would be resolved inside the root.
-fn refuse_symlink(root: &Root, dest: &str) -> std::io::Result<()> {
-    match root.open_nofollow(dest) {
-        Ok(fd) => {
-            let st = sys::fstat(fd.as_fd())?;
-            if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
-                return Err(std::io::Error::other(format!(
-                    "{dest} is a symlink in the rootfs; refused"
-                )));
-            }
-            Ok(())
-        }
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
 /// The container sees only its own cgroup. On a v2 host inside a cgroup namespace that is a
 /// fresh cgroup2 mount; otherwise each hierarchy's container directory is bind-mounted
-/// (under a tmpfs on v1). Always read-only unless the spec says `rw`.
-fn mount_cgroup(root: &Root, p: &Plan, m: &MountPlan) -> Result<(), InitFailure> {
+/// (under a tmpfs on v1, whose directories are made relative to the tmpfs's own fd).
+/// Always read-only unless the spec says `rw`.
+fn mount_cgroup(mounts: &Mounts, p: &Plan, m: &MountPlan) -> Result<(OwnedFd, bool), InitFailure> {
     let what = || format!("mounts[{}] {} (cgroup)", m.index, m.destination);
     let ro = m.opts.clr & sys::MOUNT_ATTR_RDONLY == 0;
     let mut attrs = m.opts.clone();
     if ro {
         attrs.set |= sys::MOUNT_ATTR_RDONLY;
     }
-    let target = root
-        .mkdir_all(&m.destination, 0o755)
-        .step(Step::Mounts, what)?;
+    let target = mount_target(mounts, &m.destination, true).step(Step::Mounts, what)?;
     let single_v2 = p.cgroup_mounts.len() == 1 && p.cgroup_mounts[0].name.is_empty();
     if single_v2 {
         let cg = &p.cgroup_mounts[0];
@@ -493,7 +672,8 @@ fn mount_cgroup(root: &Root, p: &Plan, m: &MountPlan) -> Result<(), InitFailure>
             format!("{}: {}", what(), cg.host_dir.display())
         })?;
         mount::set_attrs(mnt.as_fd(), &attrs).step(Step::Mounts, what)?;
-        return mount::attach(mnt.as_fd(), target.as_fd()).step(Step::Mounts, what);
+        mount::attach(mnt.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
+        return Ok((mnt, false));
     }
     let tmpfs = mount::new_fs(
         "tmpfs",
@@ -503,38 +683,35 @@ fn mount_cgroup(root: &Root, p: &Plan, m: &MountPlan) -> Result<(), InitFailure>
     .step(Step::Mounts, || format!("{}: tmpfs", what()))?;
     mount::attach(tmpfs.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
     for cg in &p.cgroup_mounts {
-        let dest = format!("{}/{}", m.destination, cg.name);
-        let t = root
-            .mkdir_all(&dest, 0o755)
-            .step(Step::Mounts, || dest.clone())?;
+        let dest = || format!("{}/{}", m.destination, cg.name);
+        let t = path::mkdir_beneath(tmpfs.as_fd(), &path::components(&cg.name), 0o755, true)
+            .step(Step::Mounts, dest)?;
         let mnt = mount::clone_tree(path::cwd(), cg.host_dir.to_str().unwrap_or_default(), false)
             .step(Step::Mounts, || {
             format!("{}: {}", what(), cg.host_dir.display())
         })?;
-        mount::set_attrs(mnt.as_fd(), &attrs).step(Step::Mounts, || dest.clone())?;
-        mount::attach(mnt.as_fd(), t.as_fd()).step(Step::Mounts, || dest.clone())?;
+        mount::set_attrs(mnt.as_fd(), &attrs).step(Step::Mounts, dest)?;
+        mount::attach(mnt.as_fd(), t.as_fd()).step(Step::Mounts, dest)?;
         // Co-mounted controllers ("cpu,cpuacct") are also reachable by each name.
-        if cg.name.contains(',') {
-            let (dir, _) = root.parent_of(&dest).step(Step::Mounts, || dest.clone())?;
+        if cg.name.contains(',') && !cg.name.contains('/') {
             for single in cg.name.split(',') {
-                let _ = sys::symlinkat(&c(&cg.name), dir.as_fd(), &c(single));
+                let _ = sys::symlinkat(&c(&cg.name), tmpfs.as_fd(), &c(single));
             }
         }
     }
     if ro {
-        let top = root
-            .open_at(&m.destination, libc::O_PATH)
-            .step(Step::Mounts, what)?;
-        mount::setattr(top.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0).step(Step::Mounts, what)?;
+        mount::setattr(tmpfs.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0).step(Step::Mounts, what)?;
     }
-    Ok(())
+    Ok((tmpfs, true))
 }
 
 /// Moves into the new root. The old root is detached, so nothing of the host's tree stays
 /// reachable; with `--no-pivot` the root is moved over / and chrooted into (for initramfs
-/// hosts where pivot_root is impossible).
-pub fn pivot(root: &Root, no_pivot: bool) -> Result<(), InitFailure> {
-    sys::fchdir(root.fd()).step(Step::PivotRoot, || "chdir to rootfs".into())?;
+/// hosts where pivot_root is impossible). pivot_root takes paths: `"."` is the working
+/// directory set by `fchdir` to the held root, so no name is looked up.
+pub fn pivot(mounts: &Mounts, no_pivot: bool) -> Result<(), InitFailure> {
+    let root = mounts.root().fd();
+    sys::fchdir(root).step(Step::PivotRoot, || "chdir to rootfs".into())?;
     if no_pivot {
         sys::mount(Some(c"."), c"/", None, libc::MS_MOVE, None)
             .step(Step::PivotRoot, || "move rootfs to /".into())?;
@@ -547,69 +724,56 @@ pub fn pivot(root: &Root, no_pivot: bool) -> Result<(), InitFailure> {
             .step(Step::PivotRoot, || "make old root a slave".into())?;
         sys::umount2(c".", libc::MNT_DETACH).step(Step::PivotRoot, || "detach old root".into())?;
     }
-    std::env::set_current_dir("/").step(Step::PivotRoot, || "chdir /".into())
+    // The held root is "/" now: back to it by fd, not by the name "/".
+    sys::fchdir(root).step(Step::PivotRoot, || "chdir /".into())
 }
 
-/// The object a masked or read-only path names, not following a final symlink: below a
-/// pinned `/proc` or `/sys` resolved from that mount (no symlinks, never above it),
-/// elsewhere inside the root.
-fn open_target(root: &Root, pinned: &[Pinned], target: &str) -> std::io::Result<OwnedFd> {
-    let comps = path::components(target);
-    let pin = pinned
-        .iter()
-        .filter(|x| comps.len() > x.dest.len() && x.dest.iter().zip(&comps).all(|(a, b)| a == b))
-        .max_by_key(|x| x.dest.len());
-    let Some(pin) = pin else {
-        return root.open_nofollow(target);
-    };
-    let rel = CString::new(comps[pin.dest.len()..].join("/"))
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    let how = sys::OpenHow {
-        flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
-        mode: 0,
-        resolve: sys::RESOLVE_BENEATH | sys::RESOLVE_NO_SYMLINKS,
-    };
-    sys::openat2(pin.fd.as_fd(), &rel, &how)
-}
-
-/// After pivot: masked paths (files by a verified /dev/null, directories by one shared,
-/// read-only, empty tmpfs), read-only paths, and the read-only root.
-pub fn finalize(p: &Plan, pinned: &[Pinned]) -> Result<(), InitFailure> {
-    let root = Root::open(Path::new("/")).step(Step::MaskedPaths, || "open /".into())?;
-    if !p.masked.is_empty() {
-        let null = verified_dev_null(&root)?;
-        // One empty read-only tmpfs serves every masked directory: the first one gets a
-        // fresh instance, the others a bind of that mount once it is attached (kernels
-        // before 6.x cannot clone a detached mount; one superblock is also cheaper).
-        let mut first_dir: Option<&str> = None;
-        for m in &p.masked {
-            let target = match open_target(&root, pinned, m) {
-                Ok(fd) => fd,
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
-                Err(e) => return Err(e).step(Step::MaskedPaths, || m.clone()),
-            };
-            let st = sys::fstat(target.as_fd()).step(Step::MaskedPaths, || m.clone())?;
-            let src = if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-                mount::clone_tree(null.as_fd(), "", false)
-            } else if let Some(first) = first_dir {
-                let mounted = root
-                    .open_at(first, libc::O_PATH)
-                    .step(Step::MaskedPaths, || first.to_string())?;
-                mount::clone_tree(mounted.as_fd(), "", false)
+/// A masked or read-only path that does not exist is skipped, as runc does. Under
+/// RESTRICTED (`strict`) only inside procfs or sysfs, whose names nobody can rename:
+/// anywhere else (the rootfs, a volume) a racer could make it look missing for a moment by
+/// swapping a directory on the way with one that lacks the name, so a missing target there
+/// fails the create.
+fn skip_missing(
+    mounts: &Mounts,
+    strict: bool,
+    target: &str,
+    r: std::io::Result<OwnedFd>,
+) -> Option<std::io::Result<OwnedFd>> {
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            if !strict || mounts.on_kernel_fs(target).unwrap_or(false) {
+                None
             } else {
-                first_dir = Some(m);
-                empty_tmpfs()
+                Some(Err(io_other(
+                    "does not exist; under RESTRICTED a missing target outside /proc and /sys \
+                     is refused (it may be a racing rename)"
+                        .into(),
+                )))
             }
-            .step(Step::MaskedPaths, || m.clone())?;
-            mount::attach(src.as_fd(), target.as_fd()).step(Step::MaskedPaths, || m.clone())?;
         }
+        r => Some(r),
     }
+}
+
+/// After pivot: read-only paths, masked paths (files by a verified /dev/null, directories
+/// by clones of one read-only empty tmpfs), and the read-only root.
+///
+/// Every target is a name moat resolves itself ([`Mounts::open_moat`]: below the mount that
+/// covers it, no symlink, ending on that mount), whether under `/proc` and `/sys` or
+/// elsewhere; every source is an fd moat made or verified. After each attach the path must
+/// lead to the new mount ([`Mounts::verify_attached`]). Read-only paths come first, so a
+/// mask below one sits on the read-only bind.
+pub fn finalize(p: &Plan, mounts: &mut Mounts) -> Result<(), InitFailure> {
     for r in &p.readonly_paths {
-        let target = match open_target(&root, pinned, r) {
-            Ok(fd) => fd,
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
-            Err(e) => return Err(e).step(Step::ReadonlyPaths, || r.clone()),
+        let Some(target) = skip_missing(
+            mounts,
+            p.strict_missing,
+            r,
+            mounts.open_moat(r, libc::O_PATH),
+        ) else {
+            continue;
         };
+        let target = target.step(Step::ReadonlyPaths, || r.clone())?;
         let tree =
             mount::clone_tree(target.as_fd(), "", true).step(Step::ReadonlyPaths, || r.clone())?;
         mount::setattr(
@@ -623,12 +787,54 @@ pub fn finalize(p: &Plan, pinned: &[Pinned]) -> Result<(), InitFailure> {
         )
         .step(Step::ReadonlyPaths, || r.clone())?;
         mount::attach(tree.as_fd(), target.as_fd()).step(Step::ReadonlyPaths, || r.clone())?;
+        mounts
+            .verify_attached(r, &tree)
+            .step(Step::ReadonlyPaths, || r.clone())?;
+        mounts
+            .pin(&path::components(r), tree, true)
+            .step(Step::ReadonlyPaths, || r.clone())?;
+    }
+    if !p.masked.is_empty() {
+        let null = verified_dev_null(mounts)?;
+        // One empty read-only tmpfs serves every masked directory: the first one gets a
+        // fresh instance, the others a clone of that mount, by its fd, once it is attached
+        // (kernels before 6.x cannot clone a detached mount; one superblock is also cheaper).
+        let mut first_dir: Option<OwnedFd> = None;
+        for m in &p.masked {
+            let Some(target) = skip_missing(
+                mounts,
+                p.strict_missing,
+                m,
+                mounts.open_moat(m, libc::O_PATH),
+            ) else {
+                continue;
+            };
+            let target = target.step(Step::MaskedPaths, || m.clone())?;
+            let st = sys::fstat(target.as_fd()).step(Step::MaskedPaths, || m.clone())?;
+            let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            let src = match (&first_dir, is_dir) {
+                (_, false) => mount::clone_tree(null.as_fd(), "", false),
+                (Some(first), true) => mount::clone_tree(first.as_fd(), "", false),
+                (None, true) => empty_tmpfs(),
+            }
+            .step(Step::MaskedPaths, || m.clone())?;
+            mount::attach(src.as_fd(), target.as_fd()).step(Step::MaskedPaths, || m.clone())?;
+            mounts
+                .verify_attached(m, &src)
+                .step(Step::MaskedPaths, || m.clone())?;
+            if is_dir {
+                if first_dir.is_none() {
+                    first_dir =
+                        Some(sys::dup_cloexec(src.as_fd()).step(Step::MaskedPaths, || m.clone())?);
+                }
+                mounts
+                    .pin(&path::components(m), src, false)
+                    .step(Step::MaskedPaths, || m.clone())?;
+            }
+        }
     }
     if p.readonly {
-        let top = root
-            .open_at("/", libc::O_PATH)
-            .step(Step::Rootfs, || "open /".into())?;
-        mount::setattr(top.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0)
+        mount::setattr(mounts.root().fd(), false, sys::MOUNT_ATTR_RDONLY, 0)
             .step(Step::Rootfs, || "make / read-only".into())?;
     }
     Ok(())
@@ -655,12 +861,12 @@ fn empty_tmpfs() -> std::io::Result<OwnedFd> {
     Ok(fs)
 }
 
-/// The container's /dev/null, opened without following links and checked to be the real
-/// 1:3 character device, so a racing swap cannot turn a mask into a bind of something else
-/// (CVE-2025-31133).
-fn verified_dev_null(root: &Root) -> Result<OwnedFd, InitFailure> {
-    let fd = root
-        .open_nofollow("/dev/null")
+/// The container's /dev/null, opened as a name moat chose (no symlink, below the mount
+/// that covers it) and checked to be the real 1:3 character device, so a racing swap cannot
+/// turn a mask into a bind of something else (CVE-2025-31133).
+fn verified_dev_null(mounts: &Mounts) -> Result<OwnedFd, InitFailure> {
+    let fd = mounts
+        .open_moat("/dev/null", libc::O_PATH)
         .step(Step::MaskedPaths, || "/dev/null".into())?;
     let st = sys::fstat(fd.as_fd()).step(Step::MaskedPaths, || "/dev/null".into())?;
     if st.st_mode & libc::S_IFMT != libc::S_IFCHR || st.st_rdev != libc::makedev(1, 3) {

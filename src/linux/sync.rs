@@ -163,10 +163,18 @@ pub trait StepExt<T> {
 
 impl<T> StepExt<T> for io::Result<T> {
     fn step(self, step: Step, detail: impl FnOnce() -> String) -> Result<T, InitFailure> {
-        self.map_err(|e| InitFailure {
-            step,
-            errno: e.raw_os_error().unwrap_or(0),
-            detail: detail(),
+        self.map_err(|e| match e.raw_os_error() {
+            Some(errno) => InitFailure {
+                step,
+                errno,
+                detail: detail(),
+            },
+            // An error moat made up (a refusal): its text is the reason.
+            None => InitFailure {
+                step,
+                errno: 0,
+                detail: format!("{}: {e}", detail()),
+            },
         })
     }
 }

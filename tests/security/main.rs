@@ -28,6 +28,7 @@ mod ptrace;
 mod race;
 mod seccomp;
 mod symlinks;
+mod trace;
 mod user;
 mod verify;
 

@@ -627,6 +627,53 @@ fn openat2_once(dir: BorrowedFd<'_>, path: &CStr, how: &OpenHow) -> Result<Owned
     })
 }
 
+/// The id of the mount `fd` lies on (`statx` `STATX_MNT_ID`, Linux 5.8+): which mount a
+/// lookup ended on, compared with the mounts moat made.
+pub fn mount_id(fd: BorrowedFd<'_>) -> Result<u64> {
+    const STATX_MNT_ID: u32 = 0x1000;
+    // struct statx is 256 bytes; stx_mask is at 0, stx_mnt_id at 0x90.
+    let mut buf = [0u64; 32];
+    // SAFETY: a 256-byte buffer for struct statx, an empty path with AT_EMPTY_PATH on a
+    // valid fd.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_statx,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            STATX_MNT_ID,
+            buf.as_mut_ptr(),
+        )
+    })?;
+    if (buf[0] as u32) & STATX_MNT_ID == 0 {
+        return Err(io::Error::from_raw_os_error(libc::ENOSYS));
+    }
+    Ok(buf[0x90 / 8])
+}
+
+/// The first of `openat2`, `fsopen` and `mount_setattr` (and statx's mount id) this kernel
+/// lacks, if any. Each is called with arguments it refuses before doing anything, so
+/// nothing is opened or changed: only ENOSYS tells a missing call.
+pub fn missing_mount_api() -> Option<&'static str> {
+    let null = std::ptr::null::<u8>();
+    let lacks =
+        |r: libc::c_long| r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS);
+    // SAFETY: NULL pointers and invalid fds: the kernel validates them and fails
+    // (EFAULT/EBADF/EINVAL) without side effects, or answers ENOSYS when the call is missing.
+    if lacks(unsafe { libc::syscall(libc::SYS_openat2, -1, null, null, 0) }) {
+        return Some("openat2");
+    }
+    // SAFETY: as above.
+    if lacks(unsafe { libc::syscall(libc::SYS_fsopen, null, 0) }) {
+        return Some("fsopen");
+    }
+    // SAFETY: as above.
+    if lacks(unsafe { libc::syscall(libc::SYS_mount_setattr, -1, null, 0, null, 0) }) {
+        return Some("mount_setattr");
+    }
+    None
+}
+
 pub fn openat(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int, mode: u32) -> Result<OwnedFd> {
     retry(|| {
         // SAFETY: valid dirfd and NUL-terminated path.
@@ -640,12 +687,6 @@ pub fn openat(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int, mode: u32) -
         };
         check_int(r).map(|fd| owned(fd as libc::c_long))
     })
-}
-
-/// `fchmodat(2)`: follows a final symlink (the only use is a procfs fd link).
-pub fn fchmodat(dir: BorrowedFd<'_>, path: &CStr, mode: u32) -> Result<()> {
-    // SAFETY: valid dirfd and NUL-terminated path.
-    check_int(unsafe { libc::fchmodat(dir.as_raw_fd(), path.as_ptr(), mode, 0) }).map(drop)
 }
 
 /// The text of the symlink `path` names relative to `dir` (never followed).
@@ -1098,6 +1139,12 @@ pub fn umask(mask: u32) -> u32 {
     unsafe { libc::umask(mask) }
 }
 
+/// Sets the umask and returns the previous one.
+pub fn swap_umask(mask: u32) -> u32 {
+    // SAFETY: always succeeds.
+    unsafe { libc::umask(mask) as u32 }
+}
+
 pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> Result<()> {
     // SAFETY: plain syscall.
     check_int(unsafe { libc::kill(pid, sig) }).map(drop)
@@ -1129,8 +1176,9 @@ pub fn setsid() -> Result<()> {
     check_int(unsafe { libc::setsid() }).map(drop)
 }
 
-/// Returns the raw number of a descriptor for the rare APIs (such as `/proc/self/fd/N`
-/// strings and preserved-fd arithmetic) that need it.
+/// Returns the raw number of a descriptor for the rare APIs (such as preserved-fd
+/// arithmetic and fcntl checks in tests) that need it.
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn raw(fd: BorrowedFd<'_>) -> RawFd {
     fd.as_raw_fd()
 }
