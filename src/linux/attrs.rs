@@ -236,18 +236,13 @@ impl Attrs {
         }
     }
 
-    /// Applies everything up to (not including) execve. Returns the executable to run and
-    /// the seccomp listener fd, if the filter has notify rules.
-    pub fn apply(&self) -> Result<(CString, Option<OwnedFd>), InitFailure> {
-        self.apply_in(None)
-    }
-
-    /// [`apply`](Self::apply), with `process.cwd` resolved inside `root` (an fd of the
-    /// container's root moat holds) with `openat2(RESOLVE_IN_ROOT)` and entered by `fchdir`,
-    /// rather than by name.
-    pub fn apply_in(
+    /// Applies everything up to (not including) execve, with `process.cwd` resolved inside
+    /// `root` (an fd of the container's root moat holds) with `openat2(RESOLVE_IN_ROOT)` and
+    /// entered by `fchdir`, never by name. Returns the executable to run and the seccomp
+    /// listener fd, if the filter has notify rules.
+    pub fn apply(
         &self,
-        root: Option<std::os::fd::BorrowedFd<'_>>,
+        root: std::os::fd::BorrowedFd<'_>,
     ) -> Result<(CString, Option<OwnedFd>), InitFailure> {
         self.apply_lsm()?;
         if let Some(s) = &self.scheduler {
@@ -278,11 +273,8 @@ impl Attrs {
         if let Some(m) = self.umask {
             sys::umask(m);
         }
-        match root {
-            Some(root) => super::path::Root::chdir_in(root, &self.cwd),
-            None => std::env::set_current_dir(&self.cwd),
-        }
-        .step(Step::Cwd, || format!("process.cwd {}", self.cwd))?;
+        super::path::Root::chdir_in(root, &self.cwd)
+            .step(Step::Cwd, || format!("process.cwd {}", self.cwd))?;
         verify_cwd(&self.cwd)?;
         let exe = self.find_executable()?;
         if self.no_new_privs {

@@ -338,8 +338,11 @@ fn join(
 
 /// The exec'd process, in the container's namespaces and root from birth.
 fn child(attrs: &Attrs, console_sock: Option<&OwnedFd>, probe: bool) -> Result<Never, InitFailure> {
+    // The container's root: after the mount namespace join, "/" is that namespace's root
+    // (no component of the container's tree is looked up to reach it). Everything below it
+    // (the pty, the cwd) is resolved from this fd.
+    let root = Root::open(std::path::Path::new("/")).step(Step::Exec, || "open /".into())?;
     if attrs.terminal {
-        let root = Root::open(std::path::Path::new("/")).step(Step::Console, || "open /".into())?;
         let (master, peer) = console::open_pty(&root)?;
         if let Some(sock) = console_sock {
             console::send_master(sock.as_fd(), master.as_fd(), attrs.console_size)?;
@@ -347,7 +350,8 @@ fn child(attrs: &Attrs, console_sock: Option<&OwnedFd>, probe: bool) -> Result<N
         drop(master);
         console::make_stdio(&peer)?;
     }
-    let (exe, _listener) = attrs.apply()?;
+    let (exe, _listener) = attrs.apply(root.fd())?;
+    drop(root);
     if probe {
         // Exiting closes the sync socket, which the parent reads as success.
         sys::exit_now(run_probes());

@@ -866,7 +866,7 @@ fn init(
         sys::personality(p).step(Step::Personality, || "linux.personality".into())?;
     }
     // cwd is resolved inside the held root (a spec path: in-root symlinks followed).
-    let (exe, listener) = plan.attrs.apply_in(Some(mounts.root().fd()))?;
+    let (exe, listener) = plan.attrs.apply(mounts.root().fd())?;
     drop(mounts);
     if let Some(peer) = &pty {
         console::make_stdio(peer)?;

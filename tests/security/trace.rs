@@ -14,8 +14,8 @@
 //! * after `pivot_root` every absolute path is a rootfs path: a violation;
 //! * a path relative to the working directory is a violation, before or after.
 //!
-//! The exceptions, each justified, are [`EXCEPTIONS`]; those of other areas still being
-//! fixed are marked `TODO(procfs)` and `TODO(lsm)` and go once those branches are merged.
+//! The exceptions, each justified, are [`EXCEPTIONS`] (empty) and the structural ones in
+//! `classify`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
@@ -27,44 +27,11 @@ use crate::{ctx, Policy, BOTH};
 
 /// (syscall, path prefix or exact path, why it is allowed). A prefix ends with `/`.
 const EXCEPTIONS: &[(&str, &str, &str)] = &[
-    // TODO(procfs): /proc reads and writes by name in the container's view; the procfs
-    // branch moves them onto a private procfs handle (linux/procfs.rs).
-    (
-        "open",
-        "/proc/sys/",
-        "TODO(procfs): sysctls (attrs::write_proc), cap_last_cap (capabilities::last_cap)",
-    ),
-    (
-        "open",
-        "/proc/self/setgroups",
-        "TODO(procfs): setgroups read (attrs::set_identity)",
-    ),
-    (
-        "open",
-        "/proc/self/attr/",
-        "TODO(procfs): LSM labels (attrs::write_proc)",
-    ),
-    (
-        "open",
-        "/proc/thread-self/attr/",
-        "TODO(procfs): LSM labels (apparmor::exec_profile)",
-    ),
-    (
-        "open",
-        "/proc/self/timens_offsets",
-        "TODO(procfs): linux.timeOffsets",
-    ),
-    // TODO(lsm): whether AppArmor/SELinux is on, decided inside the container's view.
-    (
-        "open",
-        "/sys/module/apparmor/",
-        "TODO(lsm): apparmor::enabled",
-    ),
-    (
-        "stat",
-        "/sys/fs/selinux/enforce",
-        "TODO(lsm): SELinux detection",
-    ),
+    // None: every `/proc` access of the container side goes through moat's own procfs
+    // handle (`linux/procfs.rs`), and the LSM state is a host fact probed before fork
+    // (`linux/hostfacts.rs`). The structural exceptions (`"."` after `fchdir` to the held
+    // root, the engine's `root.path` and host paths before pivot, `execve` of
+    // `process.args[0]` and its PATH probes) are in [`classify`].
 ];
 
 /// For each path-taking syscall: (index of the dirfd argument, index of the path).
@@ -244,7 +211,11 @@ fn judge(calls: &[Call], rootfs: &str, exe: &str, arg0: &str, path_env: &str) ->
             in_ns.insert(c.pid);
         }
         if ok && c.name == "setns" && (args.contains("CLONE_NEWNS") || args.contains("mnt:[")) {
+            // A joined mount namespace comes with its root and cwd (moat exec, a spec's
+            // mount namespace path): from here every absolute path is the container's.
             in_ns.insert(c.pid);
+            pivoted.insert(c.pid);
+            v.saw_pivot = true;
         }
         if !in_ns.contains(&c.pid) || done.contains(&c.pid) {
             continue;
@@ -291,6 +262,10 @@ fn judge(calls: &[Call], rootfs: &str, exe: &str, arg0: &str, path_env: &str) ->
                 } else {
                     allow("before pivot, a host path (bind source, cgroup directory, host device node, / of the new namespace)", &mut v);
                 }
+                continue;
+            }
+            if path == "/" && matches!(c.name.as_str(), "open" | "openat" | "openat2") {
+                allow("\"/\" itself, the process root once in the namespace: no component of the container's tree is looked up to reach it", &mut v);
                 continue;
             }
             if c.name == "execve" && path == exe {
@@ -449,4 +424,73 @@ fn trace_parser_reads_strace_lines() {
     assert!(v.violations[0].contains("before pivot"));
     assert!(v.violations[1].contains("/etc/passwd"));
     assert!(v.saw_pivot && v.saw_exec);
+}
+
+/// The same invariant for `moat exec` (with and without a terminal): the joiner enters the
+/// container's namespaces with one `setns`, and neither it nor the exec'd process names
+/// anything of the container's tree by path before the final `execve`.
+#[test]
+fn trace_exec_names_nothing_of_the_rootfs_by_path() {
+    if !require_root() {
+        return;
+    }
+    if Command::new("strace")
+        .arg("-V")
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        eprintln!(
+            "SKIPPED trace invariant (exec): strace is not installed (apt-get install strace)"
+        );
+        return;
+    }
+    for policy in BOTH {
+        let mut c = ctx("trace-exec", policy);
+        c.args(&["sleep", "60"]);
+        let ct = c.create_ok("s");
+        ct.start();
+        for tty in [false, true] {
+            let log = c.dir.join(format!("strace-exec-{tty}.log"));
+            let mut cmd = Command::new("strace");
+            cmd.args(["-f", "-qq", "-y", "-s", "4096", "-o"])
+                .arg(&log)
+                .arg(MOAT)
+                .arg("--root")
+                .arg(&c.root)
+                .args(["exec", "--cwd", "/tmp"]);
+            if tty {
+                // A pty without a console socket: moat exec relays it itself.
+                cmd.arg("-t");
+            }
+            cmd.args([ct.id.as_str(), "true"]);
+            if policy == Policy::Restricted {
+                cmd.env("MOAT_CONFIG", "");
+            }
+            let out = spawn_bg(cmd, &c.io).wait(Duration::from_secs(60));
+            assert_eq!(out.code, 0, "strace moat exec (tty {tty}): {}", out.stderr);
+            let text = fs::read_to_string(&log).expect("strace log");
+            let v = judge(
+                &parse(&text),
+                &c.rootfs().display().to_string(),
+                "/bin/true",
+                "true",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            );
+            eprintln!("trace exec ({policy:?}, tty {tty}): exceptions used:");
+            for (why, n) in &v.excepted {
+                eprintln!("trace   {n:>3} x {why}");
+            }
+            assert!(
+                v.saw_pivot && v.saw_exec,
+                "the trace saw no mount namespace join or no final execve: the check checked nothing"
+            );
+            assert!(
+                v.violations.is_empty(),
+                "exec {policy:?} (tty {tty}): {} syscalls name a rootfs path by name:\n{}",
+                v.violations.len(),
+                v.violations.join("\n")
+            );
+        }
+    }
 }
