@@ -297,6 +297,9 @@ fn child(
         }
         drop(master);
         console::make_stdio(&peer)?;
+    } else {
+        // A session of its own, as the init has: never the caller's controlling terminal.
+        sys::setsid().step(Step::Console, || "setsid".into())?;
     }
     let (exe, _listener) = attrs.apply()?;
     if probe {
