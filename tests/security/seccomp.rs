@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 
 use crate::support::*;
 use crate::{ctx, install, probe, probe32, use_config_file, Policy};
@@ -341,20 +342,27 @@ fn t11_engine_profiles_hold_with_high_bits() {
 
 // ------------------------------------------------------------------ the caller's terminal
 
-/// A pty the test owns, in raw mode (what is typed into it is readable at once); the
-/// slave plays the terminal of the shell that started moat.
-fn test_pty() -> (OwnedFd, OwnedFd) {
+/// A pty the test owns; the slave plays the terminal of the shell that started moat.
+/// Raw (what is typed into it is readable at once), or cooked (^C is SIGINT).
+fn test_pty(raw: bool) -> (OwnedFd, OwnedFd) {
     let pty = nix::pty::openpty(None, None).expect("openpty");
-    let mut t = nix::sys::termios::tcgetattr(&pty.slave).expect("tcgetattr");
-    nix::sys::termios::cfmakeraw(&mut t);
-    nix::sys::termios::tcsetattr(&pty.slave, nix::sys::termios::SetArg::TCSANOW, &t)
-        .expect("tcsetattr");
+    if raw {
+        let mut t = nix::sys::termios::tcgetattr(&pty.slave).expect("tcgetattr");
+        nix::sys::termios::cfmakeraw(&mut t);
+        nix::sys::termios::tcsetattr(&pty.slave, nix::sys::termios::SetArg::TCSANOW, &t)
+            .expect("tcsetattr");
+    }
     (pty.master, pty.slave)
 }
 
-/// Runs `moat ARGS` (under the context's policy) as a shell runs a foreground job: in a
-/// session whose controlling terminal is `slave`, which is also its stdin.
-fn in_session(ctx: &Ctx, args: &[&str], slave: &OwnedFd) -> Out {
+/// `moat ARGS` (under the context's policy) as a shell starts a foreground job: in a
+/// session whose controlling terminal is `slave`, which is also its stdin. Returns the
+/// running child and its stdout and stderr files.
+fn session_job(
+    ctx: &Ctx,
+    args: &[&str],
+    slave: &OwnedFd,
+) -> (std::process::Child, PathBuf, PathBuf, String) {
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -378,7 +386,12 @@ fn in_session(ctx: &Ctx, args: &[&str], slave: &OwnedFd) -> Out {
         });
     }
     let what = format!("{cmd:?}");
-    let child = spawn(&mut cmd);
+    (spawn(&mut cmd), out_file, err_file, what)
+}
+
+/// [`session_job`] run to its end.
+fn in_session(ctx: &Ctx, args: &[&str], slave: &OwnedFd) -> Out {
+    let (child, out_file, err_file, what) = session_job(ctx, args, slave);
     let code = exit_code(wait_child(child, CALL_TIMEOUT));
     Out {
         code,
@@ -407,8 +420,11 @@ fn typed_into(slave: &OwnedFd) -> String {
     String::from_utf8_lossy(&got).into_owned()
 }
 
-/// The `probe tty` report: (pid, sid, tty_nr, fd 0 rdev) and name → (ret, errno).
-fn tty_report(out: &Out) -> ((i64, i64, i64, i64), BTreeMap<String, (i64, i32)>) {
+/// `probe tty`'s first line: pid, sid, tty_nr, rdev of fd 0.
+type Session = (i64, i64, i64, i64);
+
+/// The `probe tty` report: the session line and name → (ret, errno).
+fn tty_report(out: &Out) -> (Session, BTreeMap<String, (i64, i32)>) {
     let text = out.stdout.replace("\r\n", "\n");
     let mut session = None;
     let mut calls = BTreeMap::new();
@@ -457,7 +473,7 @@ fn t11_tiocsti_with_high_bits_never_reaches_the_callers_terminal() {
         json!({"bounding": all, "effective": all, "permitted": all}),
     );
     ctx.args(&["/bin/probe", "tty"]);
-    let (_master, slave) = test_pty();
+    let (_master, slave) = test_pty(true);
     let b = ctx.bundle_str();
     let out = in_session(&ctx, &["run", "--bundle", &b, &ctx.id("c")], &slave);
     assert_eq!(out.code, 0, "{out:#?}");
@@ -538,7 +554,7 @@ fn every_container_process_has_a_session_of_its_own() {
     ctx.args(&["/bin/probe", "tty"]);
     for terminal in [false, true] {
         ctx.set("/process/terminal", json!(terminal));
-        let (_master, slave) = test_pty();
+        let (_master, slave) = test_pty(true);
         let id = ctx.id(&format!("run{terminal}"));
         let out = in_session(&ctx, &["run", "--bundle", &b, &id], &slave);
         check(&format!("run, terminal {terminal}"), &out, &slave, terminal);
@@ -547,7 +563,7 @@ fn every_container_process_has_a_session_of_its_own() {
     ctx.set("/process/terminal", json!(false));
     let c = crate::sleeper(&mut ctx, "c");
     for tty in [false, true] {
-        let (_master, slave) = test_pty();
+        let (_master, slave) = test_pty(true);
         let mut args = vec!["exec"];
         if tty {
             args.push("-t");
@@ -556,4 +572,34 @@ fn every_container_process_has_a_session_of_its_own() {
         let out = in_session(&ctx, &args, &slave);
         check(&format!("exec, tty {tty}"), &out, &slave, tty);
     }
+}
+
+/// Not a defence but what it must not break: with the container in a session of its own,
+/// ^C typed at the caller's terminal signals only moat (the terminal's foreground job),
+/// and a foreground `moat run` without a terminal passes SIGINT on to the init.
+#[test]
+fn ctrl_c_still_reaches_a_container_without_a_terminal() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = crate::ctx("ctrlc", Policy::Open);
+    ctx.sh("trap 'echo got-INT; exit 7' INT; echo ready; while :; do sleep 0.05; done");
+    let (master, slave) = test_pty(false);
+    let b = ctx.bundle_str();
+    let (child, out_file, err_file, what) =
+        session_job(&ctx, &["run", "--bundle", &b, &ctx.id("c")], &slave);
+    let ready = wait_until(CALL_TIMEOUT, || {
+        std::fs::read_to_string(&out_file).is_ok_and(|o| o.contains("ready"))
+    });
+    // ^C (VINTR) into the terminal, as a user would type it.
+    nix::unistd::write(&master, b"\x03").expect("write ^C");
+    let code = exit_code(wait_child(child, CALL_TIMEOUT));
+    let out = std::fs::read_to_string(&out_file).unwrap_or_default();
+    let err = std::fs::read_to_string(&err_file).unwrap_or_default();
+    assert!(ready, "{what}: the container never started: {out}{err}");
+    assert_eq!(
+        (code, out.as_str()),
+        (7, "ready\ngot-INT\n"),
+        "{what}: {err}"
+    );
 }
