@@ -494,6 +494,37 @@ fn resolve(name: &str, archs: &[(ScmpArch, String)]) -> Option<ScmpSyscall> {
     known.then_some(nr)
 }
 
+/// A syscall's rules from one `syscalls[]` entry, as added to the filter.
+struct Added<'a> {
+    nr: i32,
+    entry: usize,
+    name: &'a str,
+    action: ScmpAction,
+    conditional: bool,
+}
+
+/// libseccomp keeps only the unconditional rule of a syscall that also has conditional
+/// rules with another action, whichever was added first, and says nothing: `ioctl`
+/// allowed outright beside `ioctl` refused for TIOCSTI allows TIOCSTI. Such a profile does
+/// not do what it says; runc compiles it the same way, so moat compiles it too and names
+/// each such pair in a warning.
+fn overridden(added: &[Added<'_>]) -> Vec<String> {
+    let mut out = Vec::new();
+    for u in added.iter().filter(|a| !a.conditional) {
+        let lost = added
+            .iter()
+            .filter(|c| c.conditional && c.nr == u.nr && c.action != u.action);
+        for c in lost {
+            out.push(format!(
+                "linux.seccomp.syscalls[{}]: libseccomp drops this entry's rules for {}: \
+                 syscalls[{}] gives {} {:?} whatever the arguments",
+                c.entry, c.name, u.entry, u.name, u.action
+            ));
+        }
+    }
+    out
+}
+
 /// Compiles `linux.seccomp`. Syscall names unknown on this architecture are skipped with
 /// a warning; unknown actions, operators, architectures or flags are errors naming the field.
 pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
@@ -521,6 +552,7 @@ pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
     let mut notify = default == ScmpAction::Notify;
     let mut rules = 0;
     let mut unknown = Vec::new();
+    let mut added_rules = Vec::new();
     for (i, call) in seccomp.syscalls.iter().enumerate() {
         let at = format!(".syscalls[{i}]");
         let act = action(
@@ -546,7 +578,17 @@ pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
                 unknown.push(name.as_str());
                 continue;
             };
-            for rule in rules_for(&conds, separate, name, &at)? {
+            let narrowed = rules_for(&conds, separate, name, &at)?;
+            if let Some(first) = narrowed.first() {
+                added_rules.push(Added {
+                    nr: nr.as_raw_syscall(),
+                    entry: i,
+                    name,
+                    action: act,
+                    conditional: !first.is_empty(),
+                });
+            }
+            for rule in narrowed {
                 let added = if rule.is_empty() {
                     ctx.add_rule(act, nr).map(drop)
                 } else {
@@ -556,6 +598,9 @@ pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
                 rules += 1;
             }
         }
+    }
+    for msg in overridden(&added_rules) {
+        crate::log::warn(&msg);
     }
     if !unknown.is_empty() {
         // One line per container, not one per name: stock profiles list dozens of
@@ -1183,6 +1228,63 @@ mod tests {
                 "{what}: 1 ioctl, 3 socket not refused; 2, 4 an allowed call refused"
             );
         }
+    }
+
+    /// What libseccomp does with an unconditional and a conditional rule of different
+    /// actions on one syscall (the conditional one is lost, in either order), and that
+    /// moat names the pair.
+    #[test]
+    fn conditional_rules_beside_an_unconditional_one_are_named() {
+        let tiocsti = json!([{"index": 1, "value": libc::TIOCSTI, "op": "SCMP_CMP_EQ"}]);
+        let deny = json!({"names": ["ioctl"], "action": "SCMP_ACT_ERRNO", "args": tiocsti});
+        let allow = json!({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW"});
+        let exit = json!({"names": ["exit_group", "exit"], "action": "SCMP_ACT_ALLOW"});
+        for calls in [json!([allow, deny]), json!([deny, allow])] {
+            let mut all = calls.clone();
+            all.as_array_mut().unwrap().push(exit.clone());
+            let p = parse(json!({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": all}));
+            let f = compile(&p).unwrap();
+            exited_ok(run_filtered(&f, |_| {
+                // Reaches the kernel (EBADF): the TIOCSTI rule is gone.
+                let r = sys::syscall_numbers(libc::SYS_ioctl, 1000, libc::TIOCSTI as u64, 0);
+                i32::from(errno(r) != Some(libc::EBADF))
+            }));
+            let allow_at = usize::from(calls[0]["args"].is_array());
+            let added = [
+                Added {
+                    nr: 16,
+                    entry: allow_at,
+                    name: "ioctl",
+                    action: ScmpAction::Allow,
+                    conditional: false,
+                },
+                Added {
+                    nr: 16,
+                    entry: 1 - allow_at,
+                    name: "ioctl",
+                    action: ScmpAction::Errno(1),
+                    conditional: true,
+                },
+            ];
+            let msgs = overridden(&added);
+            assert_eq!(msgs.len(), 1, "{msgs:?}");
+            assert!(
+                msgs[0].starts_with(&format!("linux.seccomp.syscalls[{}]: ", 1 - allow_at)),
+                "{msgs:?}"
+            );
+        }
+        let same = |action| Added {
+            nr: 16,
+            entry: 0,
+            name: "ioctl",
+            action,
+            conditional: true,
+        };
+        let uncond = Added {
+            conditional: false,
+            ..same(ScmpAction::Allow)
+        };
+        assert!(overridden(&[uncond, same(ScmpAction::Allow)]).is_empty());
     }
 
     #[test]
