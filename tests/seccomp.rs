@@ -1,5 +1,5 @@
-//! linux.seccomp: errno and kill actions, the filter mode in /proc, and loading a filter
-//! for a non-root process without no_new_privs.
+//! linux.seccomp: errno and kill actions, the filter mode in /proc, loading a filter for a
+//! non-root process without no_new_privs, and values an `int` argument cannot hold.
 
 mod support;
 
@@ -104,5 +104,31 @@ fn unknown_seccomp_action_fails_create() {
     let (c, out) = ctx.create("c");
     let out = out.fails();
     assert!(out.stderr.contains("defaultAction"), "{}", out.stderr);
+    ctx.assert_no_trace(&c.id);
+}
+
+/// `ioctl`'s `cmd` is 32 bits to the kernel, and moat compares it on those bits only: a
+/// value above them names a call that cannot exist, and create fails naming the field
+/// (runc would compile a rule that never matches).
+#[test]
+fn value_wider_than_an_int_argument_fails_create() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("scwide");
+    let arg = json!({"index": 1, "value": (1u64 << 32) | 0x5412, "op": "SCMP_CMP_EQ"});
+    ctx.set(
+        "/linux/seccomp",
+        json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+            {"names": ["ioctl"], "action": "SCMP_ACT_ERRNO", "args": [arg]}]}),
+    );
+    let (c, out) = ctx.create("c");
+    let out = out.fails();
+    assert!(
+        out.stderr
+            .contains("linux.seccomp.syscalls[0].args[0].value: 0x100005412 does not fit"),
+        "{}",
+        out.stderr
+    );
     ctx.assert_no_trace(&c.id);
 }

@@ -349,6 +349,9 @@ fn child(attrs: &Attrs, console_sock: Option<&OwnedFd>, probe: bool) -> Result<N
         }
         drop(master);
         console::make_stdio(&peer)?;
+    } else {
+        // A session of its own, as the init has: never the caller's controlling terminal.
+        sys::setsid().step(Step::Console, || "setsid".into())?;
     }
     let (exe, _listener) = attrs.apply(root.fd())?;
     drop(root);

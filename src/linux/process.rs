@@ -865,6 +865,12 @@ fn init(
     if let Some(p) = plan.personality {
         sys::personality(p).step(Step::Personality, || "linux.personality".into())?;
     }
+    if pty.is_none() {
+        // A session of its own without a terminal too (with one, make_stdio does it):
+        // the caller's terminal must never be the container's controlling terminal,
+        // which TIOCSTI could type into. Before `apply`, so no profile can refuse it.
+        sys::setsid().step(Step::Console, || "setsid".into())?;
+    }
     // cwd is resolved inside the held root (a spec path: in-root symlinks followed).
     let (exe, listener) = plan.attrs.apply(mounts.root().fd())?;
     drop(mounts);

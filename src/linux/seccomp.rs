@@ -61,6 +61,11 @@ const MAX_INSNS: usize = 4096;
 /// the linear one is as fast, and libseccomp <= 2.5.4 mishandles the tree with no rules.
 const BINARY_TREE_MIN_RULES: usize = 32;
 
+/// Part of the cache key of compiled programs: bumped whenever `compile` turns the same
+/// profile into a different program (2: arguments narrowed to their declared width), so a
+/// cache written by an older moat of the same version is never used.
+const COMPILER_REVISION: u32 = 2;
+
 /// A compiled filter, ready to be installed in the child without further allocation.
 #[derive(Debug, Clone)]
 pub struct Filter {
@@ -184,14 +189,191 @@ fn flag_bit(name: &str) -> Option<u32> {
     })
 }
 
+/// Arguments the kernel declares narrower than a register, by syscall: one letter per
+/// argument index, `i` for 32 bits (`int`, `unsigned int`, `pid_t`, `uid_t`, `gid_t`,
+/// `key_t`, `clockid_t`, `u32`), `m` for `umode_t` (16 bits), `.` (or past the end) for a
+/// whole register (pointers, `long`, `size_t`, `loff_t`, `unsigned long` flags).
+///
+/// Why it matters: seccomp sees the six registers as the caller left them, all 64 bits,
+/// while the syscall's entry wrapper casts each register to its declared type, so the call
+/// never sees the bits above. A rule comparing all 64 bits of an `int` argument is
+/// dodged by setting a high bit: `ioctl(0, 1 << 32 | TIOCSTI, …)` is TIOCSTI to the tty
+/// layer but not to `cmd == TIOCSTI`. [`narrow`] rewrites every comparison on these
+/// arguments to look at their declared bits only, for every profile moat compiles (its
+/// own and the engine's). Legacy `clone` reads its flags with `lower_32_bits()`; on s390x
+/// its first argument is the stack pointer, so it is left out there. The layouts are
+/// those of x86_64, x32, i386 and the generic (arm64, riscv64) syscall tables, with one
+/// known gap: i386's legacy `setuid`/`chown` family takes 16-bit ids (`old_uid_t`), which
+/// the table compares on 32 bits. Sorted by name (a unit test checks).
+#[rustfmt::skip]
+const NARROW_ARGS: &[(&str, &str)] = &[
+    ("accept", "i"), ("accept4", "i..i"), ("access", ".i"), ("arch_prctl", "i"),
+    ("bind", "i.i"), ("bpf", "i.i"), ("chmod", ".m"), ("chown", ".ii"),
+    ("clock_adjtime", "i"), ("clock_settime", "i"),
+    #[cfg(not(target_arch = "s390x"))]
+    ("clone", "i"),
+    ("close", "i"), ("close_range", "iii"), ("connect", "i.i"), ("copy_file_range", "i.i..i"),
+    ("creat", ".m"), ("delete_module", ".i"), ("dup", "i"), ("dup2", "ii"), ("dup3", "iii"),
+    ("epoll_create1", "i"), ("epoll_ctl", "iii"), ("epoll_pwait", "i.ii"),
+    ("epoll_wait", "i.ii"), ("eventfd2", "ii"), ("execveat", "i...i"), ("exit", "i"),
+    ("exit_group", "i"), ("faccessat", "i.i"), ("faccessat2", "i.ii"), ("fadvise64", "i..i"),
+    ("fallocate", "ii"), ("fanotify_init", "ii"), ("fchdir", "i"), ("fchmod", "im"),
+    ("fchmodat", "i.m"), ("fchmodat2", "i.mi"), ("fchown", "iii"), ("fchownat", "i.iii"),
+    ("fcntl", "ii"), ("fdatasync", "i"), ("finit_module", "i.i"), ("flock", "ii"),
+    ("fsconfig", "ii..i"), ("fsmount", "iii"), ("fsopen", ".i"), ("fspick", "i.i"),
+    ("fstat", "i"), ("fsync", "i"), ("ftruncate", "i"), ("futex", ".ii..i"),
+    ("getdents64", "i"), ("getpeername", "i"), ("getpgid", "i"), ("getpriority", "ii"),
+    ("getrandom", "..i"), ("getsid", "i"), ("getsockname", "i"), ("getsockopt", "iii"),
+    ("inotify_add_watch", "i.i"), ("inotify_init1", "i"), ("inotify_rm_watch", "ii"),
+    ("io_uring_enter", "iiii"), ("io_uring_register", "ii.i"), ("io_uring_setup", "i"),
+    ("ioctl", "ii"), ("ioprio_get", "ii"), ("ioprio_set", "iii"),
+    ("kcmp", "iii"), ("kexec_file_load", "ii"), ("keyctl", "i"), ("kill", "ii"),
+    ("landlock_add_rule", "ii.i"), ("landlock_create_ruleset", "..i"),
+    ("landlock_restrict_self", "ii"), ("lchown", ".ii"), ("linkat", "i.i.i"), ("listen", "ii"),
+    ("lseek", "i.i"), ("madvise", "..i"), ("membarrier", "iii"), ("memfd_create", ".i"),
+    ("mkdir", ".m"), ("mkdirat", "i.m"), ("mknod", ".mi"), ("mknodat", "i.mi"),
+    ("mlockall", "i"), ("mount_setattr", "i.i"), ("move_mount", "i.i.i"), ("mq_open", ".im"),
+    ("msgctl", "ii"), ("msgget", "ii"), ("name_to_handle_at", "i...i"),
+    ("newfstatat", "i..i"), ("open", ".im"), ("open_by_handle_at", "i.i"),
+    ("open_tree", "i.i"), ("openat", "i.im"), ("perf_event_open", ".iii"),
+    ("personality", "i"), ("pidfd_getfd", "iii"), ("pidfd_open", "ii"),
+    ("pidfd_send_signal", "ii.i"), ("pipe2", ".i"), ("pkey_mprotect", "...i"),
+    ("prctl", "i"), ("pread64", "i"), ("process_madvise", "i..ii"),
+    ("process_mrelease", "ii"), ("process_vm_readv", "i"), ("process_vm_writev", "i"),
+    ("pwrite64", "i"), ("quotactl", "i.i"), ("read", "i"), ("readlinkat", "i..i"),
+    ("reboot", "iii"), ("recvfrom", "i..i"), ("recvmmsg", "i.ii"), ("recvmsg", "i.i"),
+    ("renameat", "i.i"), ("renameat2", "i.i.i"), ("rt_sigaction", "i"),
+    ("rt_sigprocmask", "i"), ("rt_sigqueueinfo", "ii"), ("rt_tgsigqueueinfo", "iii"),
+    ("sched_getscheduler", "i"), ("sched_setaffinity", "ii"), ("sched_setattr", "i.i"),
+    ("sched_setparam", "i"), ("sched_setscheduler", "ii"), ("seccomp", "ii"),
+    ("semctl", "iii"), ("semget", "iii"), ("sendfile", "ii"), ("sendmmsg", "i.ii"),
+    ("sendmsg", "i.i"), ("sendto", "i..i.i"), ("setdomainname", ".i"), ("setfsgid", "i"),
+    ("setfsuid", "i"), ("setgid", "i"), ("setgroups", "i"), ("sethostname", ".i"),
+    ("setns", "ii"), ("setpgid", "ii"), ("setpriority", "iii"), ("setregid", "ii"),
+    ("setresgid", "iii"), ("setresuid", "iii"), ("setreuid", "ii"), ("setsockopt", "iii.i"),
+    ("setuid", "i"), ("shmat", "i.i"), ("shmctl", "ii"), ("shmget", "i.i"),
+    ("shutdown", "ii"), ("signalfd4", "i..i"), ("socket", "iii"), ("socketcall", "i"),
+    ("socketpair", "iii"), ("splice", "i.i..i"), ("statx", "i.ii"), ("swapon", ".i"),
+    ("symlinkat", ".i"), ("sync_file_range", "i..i"), ("syslog", "i.i"), ("tee", "ii.i"),
+    ("tgkill", "iii"), ("timer_create", "i"), ("timerfd_create", "ii"), ("tkill", "ii"),
+    ("umask", "i"), ("umount2", ".i"), ("unlinkat", "i.i"), ("userfaultfd", "i"),
+    ("utimensat", "i..i"), ("vmsplice", "i..i"), ("wait4", "i.i"), ("waitid", "ii.i"),
+    ("write", "i"),
+];
+
+/// How many bits of argument `index` of `name` the kernel reads (64: all of them).
+fn arg_bits(name: &str, index: u32) -> u32 {
+    let Ok(i) = NARROW_ARGS.binary_search_by(|(n, _)| n.cmp(&name)) else {
+        return 64;
+    };
+    match NARROW_ARGS[i].1.as_bytes().get(index as usize) {
+        Some(b'i') => 32,
+        Some(b'm') => 16,
+        _ => 64,
+    }
+}
+
+/// One rule may become this many after [`narrow`] (the product of each argument's
+/// alternatives); beyond it the profile is refused rather than compiled into thousands.
+const MAX_NARROWED_RULES: usize = 256;
+
+/// `[lo, hi]` (within `0..=top`, `top` = 2^bits - 1) as aligned blocks `(mask, value)`:
+/// `x` is in the range exactly when `x & mask == value` for one of them. At most about
+/// 2·bits blocks.
+fn blocks(mut lo: u64, hi: u64, top: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    while lo <= hi {
+        let mut size = if lo == 0 {
+            top + 1
+        } else {
+            1u64 << lo.trailing_zeros()
+        };
+        while lo + (size - 1) > hi {
+            size >>= 1;
+        }
+        out.push((top & !(size - 1), lo));
+        lo += size;
+    }
+    out
+}
+
+/// One parsed `args[]` entry of a `syscalls[]` entry.
+#[derive(Clone, Copy)]
+struct Cond {
+    /// Position in `args[]`, for error messages.
+    k: usize,
+    index: u32,
+    op: ScmpCompareOp,
+    datum: u64,
+}
+
+/// `c` on an argument the kernel reads as `bits` bits, as alternatives (any one matches)
+/// that look at those bits only. libseccomp compares all 64 bits and has no narrower
+/// comparison, so every operator becomes `SCMP_CMP_MASKED_EQ` with a mask below 2^bits:
+/// EQ is one mask of all ones; MASKED_EQ keeps its mask cut to the width; NE, LT, LE, GT
+/// and GE become the aligned blocks of the values they accept (unsigned, as libseccomp
+/// compares). An empty list: the condition can never hold. A value (or MASKED_EQ's
+/// expected value) must fit the width, or be a negative number of that width written
+/// sign-extended (`-1`, `AT_FDCWD`); anything else names a value the call can never see,
+/// and is refused.
+fn narrow(c: Cond, bits: u32, name: &str, at: &str) -> Result<Vec<ScmpArgCompare>, SeccompError> {
+    if bits >= 64 {
+        return Ok(vec![ScmpArgCompare::new(c.index, c.op, c.datum)]);
+    }
+    let top = (1u64 << bits) - 1;
+    let field = match c.op {
+        ScmpCompareOp::MaskedEqual(_) => format!("{at}.args[{}].valueTwo", c.k),
+        _ => format!("{at}.args[{}].value", c.k),
+    };
+    let sign = 1u64 << (bits - 1);
+    let v = if c.datum <= top || (c.datum | top == u64::MAX && c.datum & sign != 0) {
+        c.datum & top
+    } else {
+        return Err(err(
+            field,
+            format!(
+                "{:#x} does not fit argument {} of {name}, which the kernel reads as {bits} bits",
+                c.datum, c.index
+            ),
+        ));
+    };
+    let masked = |(mask, value): (u64, u64)| {
+        ScmpArgCompare::new(c.index, ScmpCompareOp::MaskedEqual(mask), value)
+    };
+    let range = |lo: u64, hi: u64| -> Vec<ScmpArgCompare> {
+        blocks(lo, hi, top).into_iter().map(masked).collect()
+    };
+    Ok(match c.op {
+        ScmpCompareOp::MaskedEqual(mask) => vec![masked((mask & top, v))],
+        ScmpCompareOp::Equal => vec![masked((top, v))],
+        ScmpCompareOp::NotEqual => {
+            let mut r: Vec<_> = if v > 0 { range(0, v - 1) } else { Vec::new() };
+            if v < top {
+                r.extend(range(v + 1, top));
+            }
+            r
+        }
+        ScmpCompareOp::Less if v == 0 => Vec::new(),
+        ScmpCompareOp::Less => range(0, v - 1),
+        ScmpCompareOp::LessOrEqual => range(0, v),
+        ScmpCompareOp::Greater if v == top => Vec::new(),
+        ScmpCompareOp::Greater => range(v + 1, top),
+        ScmpCompareOp::GreaterEqual => range(v, top),
+        // The enum is non-exhaustive; `conditions` only produces the seven above.
+        op => {
+            return Err(err(
+                format!("{at}.args[{}].op", c.k),
+                format!("{op:?} cannot be narrowed"),
+            ))
+        }
+    })
+}
+
 /// The argument conditions of one `syscalls[]` entry, and whether they must become one
 /// rule each (OR) rather than one rule together (AND): libseccomp cannot AND two
 /// conditions on the same argument, so runc falls back to OR for such entries and
 /// profiles are written against that behaviour.
-fn conditions(
-    args: &[spec::SeccompArg],
-    at: &str,
-) -> Result<(Vec<ScmpArgCompare>, bool), SeccompError> {
+fn conditions(args: &[spec::SeccompArg], at: &str) -> Result<(Vec<Cond>, bool), SeccompError> {
     let mut seen = [0u8; 6];
     let mut conds = Vec::with_capacity(args.len());
     for (k, a) in args.iter().enumerate() {
@@ -218,9 +400,57 @@ fn conditions(
             ScmpCompareOp::MaskedEqual(_) => a.value_two,
             _ => a.value,
         };
-        conds.push(ScmpArgCompare::new(a.index, op, datum));
+        conds.push(Cond {
+            k,
+            index: a.index,
+            op,
+            datum,
+        });
     }
     Ok((conds, seen.iter().any(|&n| n > 1)))
+}
+
+/// The libseccomp rules (each a list of conditions that must all hold) for one name of
+/// an entry with `conds`, narrowed to the argument widths of `name`. No conditions: one
+/// unconditional rule. No rules: the entry can never match this syscall.
+fn rules_for(
+    conds: &[Cond],
+    separate: bool,
+    name: &str,
+    at: &str,
+) -> Result<Vec<Vec<ScmpArgCompare>>, SeccompError> {
+    if conds.is_empty() {
+        return Ok(vec![Vec::new()]);
+    }
+    let mut alts = Vec::with_capacity(conds.len());
+    for &c in conds {
+        alts.push(narrow(c, arg_bits(name, c.index), name, at)?);
+    }
+    if separate {
+        return Ok(alts.into_iter().flatten().map(|c| vec![c]).collect());
+    }
+    let mut rules = vec![Vec::new()];
+    for alt in alts {
+        if rules.len() * alt.len() > MAX_NARROWED_RULES {
+            return Err(err(
+                format!("{at}.args"),
+                format!(
+                    "comparing the {name} arguments the kernel reads as 32 or 16 bits takes more than {MAX_NARROWED_RULES} rules"
+                ),
+            ));
+        }
+        rules = rules
+            .iter()
+            .flat_map(|r| {
+                alt.iter().map(move |c| {
+                    let mut r = r.clone();
+                    r.push(*c);
+                    r
+                })
+            })
+            .collect();
+    }
+    Ok(rules)
 }
 
 /// The architectures of the filter: the native one first (a container can always make
@@ -264,6 +494,37 @@ fn resolve(name: &str, archs: &[(ScmpArch, String)]) -> Option<ScmpSyscall> {
     known.then_some(nr)
 }
 
+/// A syscall's rules from one `syscalls[]` entry, as added to the filter.
+struct Added<'a> {
+    nr: i32,
+    entry: usize,
+    name: &'a str,
+    action: ScmpAction,
+    conditional: bool,
+}
+
+/// libseccomp keeps only the unconditional rule of a syscall that also has conditional
+/// rules with another action, whichever was added first, and says nothing: `ioctl`
+/// allowed outright beside `ioctl` refused for TIOCSTI allows TIOCSTI. Such a profile does
+/// not do what it says; runc compiles it the same way, so moat compiles it too and names
+/// each such pair in a warning.
+fn overridden(added: &[Added<'_>]) -> Vec<String> {
+    let mut out = Vec::new();
+    for u in added.iter().filter(|a| !a.conditional) {
+        let lost = added
+            .iter()
+            .filter(|c| c.conditional && c.nr == u.nr && c.action != u.action);
+        for c in lost {
+            out.push(format!(
+                "linux.seccomp.syscalls[{}]: libseccomp drops this entry's rules for {}: \
+                 syscalls[{}] gives {} {:?} whatever the arguments",
+                c.entry, c.name, u.entry, u.name, u.action
+            ));
+        }
+    }
+    out
+}
+
 /// Compiles `linux.seccomp`. Syscall names unknown on this architecture are skipped with
 /// a warning; unknown actions, operators, architectures or flags are errors naming the field.
 pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
@@ -291,6 +552,7 @@ pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
     let mut notify = default == ScmpAction::Notify;
     let mut rules = 0;
     let mut unknown = Vec::new();
+    let mut added_rules = Vec::new();
     for (i, call) in seccomp.syscalls.iter().enumerate() {
         let at = format!(".syscalls[{i}]");
         let act = action(
@@ -316,18 +578,29 @@ pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
                 unknown.push(name.as_str());
                 continue;
             };
-            let added = if conds.is_empty() {
-                ctx.add_rule(act, nr).map(drop)
-            } else if separate {
-                conds
-                    .iter()
-                    .try_for_each(|c| ctx.add_rule_conditional(act, nr, &[*c]).map(drop))
-            } else {
-                ctx.add_rule_conditional(act, nr, &conds).map(drop)
-            };
-            added.map_err(|e| lib(&format!("{at}.names[{j}]"), e))?;
-            rules += 1;
+            let narrowed = rules_for(&conds, separate, name, &at)?;
+            if let Some(first) = narrowed.first() {
+                added_rules.push(Added {
+                    nr: nr.as_raw_syscall(),
+                    entry: i,
+                    name,
+                    action: act,
+                    conditional: !first.is_empty(),
+                });
+            }
+            for rule in narrowed {
+                let added = if rule.is_empty() {
+                    ctx.add_rule(act, nr).map(drop)
+                } else {
+                    ctx.add_rule_conditional(act, nr, &rule).map(drop)
+                };
+                added.map_err(|e| lib(&format!("{at}.names[{j}]"), e))?;
+                rules += 1;
+            }
         }
+    }
+    for msg in overridden(&added_rules) {
+        crate::log::warn(&msg);
     }
     if !unknown.is_empty() {
         // One line per container, not one per name: stock profiles list dozens of
@@ -434,7 +707,12 @@ pub fn compile_cached(
     };
     let mut key = serde_json::to_vec(seccomp).unwrap_or_default();
     key.extend_from_slice(
-        format!("\n{}\n{}", libseccomp_version(), env!("CARGO_PKG_VERSION")).as_bytes(),
+        format!(
+            "\n{}\n{}\n{COMPILER_REVISION}",
+            libseccomp_version(),
+            env!("CARGO_PKG_VERSION")
+        )
+        .as_bytes(),
     );
     let mut h = std::collections::hash_map::DefaultHasher::new();
     key.hash(&mut h);
@@ -785,6 +1063,228 @@ mod tests {
             }
             0
         }));
+    }
+
+    #[test]
+    fn narrow_args_table_is_sorted_and_well_formed() {
+        for w in NARROW_ARGS.windows(2) {
+            assert!(w[0].0 < w[1].0, "{:?} before {:?}", w[0].0, w[1].0);
+        }
+        for (name, sig) in NARROW_ARGS {
+            assert!(sig.len() <= 6 && !sig.ends_with('.'), "{name}: {sig:?}");
+            assert!(sig.bytes().all(|b| b"im.".contains(&b)), "{name}: {sig:?}");
+            assert!(
+                ScmpSyscall::from_name(name).is_ok(),
+                "{name} unknown to libseccomp"
+            );
+        }
+        assert_eq!(arg_bits("ioctl", 1), 32);
+        assert_eq!(arg_bits("ioctl", 2), 64);
+        assert_eq!(arg_bits("openat", 3), 16);
+        assert_eq!(arg_bits("mmap", 0), 64);
+    }
+
+    #[test]
+    fn blocks_cover_exactly_the_range() {
+        let top = 0xff;
+        for lo in 0..=top {
+            for hi in lo..=top {
+                let b = blocks(lo, hi, top);
+                assert!(b.len() <= 16, "[{lo}, {hi}]: {b:?}");
+                for x in 0..=top {
+                    let n = b.iter().filter(|&&(m, v)| x & m == v).count();
+                    assert_eq!(n, usize::from((lo..=hi).contains(&x)), "[{lo}, {hi}] {x}");
+                }
+            }
+        }
+        assert_eq!(blocks(0, 0xffff_ffff, 0xffff_ffff), [(0, 0)]);
+        assert_eq!(blocks(41, 0xffff_ffff, 0xffff_ffff).len(), 30);
+    }
+
+    #[test]
+    fn narrowing_refuses_values_the_call_cannot_see() {
+        let p = |op: &str, v: u64, v2: u64| {
+            let args = json!([{"index": 1, "op": op, "value": v, "valueTwo": v2}]);
+            let call = json!({"names": ["ioctl"], "action": "SCMP_ACT_ERRNO", "args": args});
+            compile(&parse(
+                json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [call]}),
+            ))
+        };
+        let e = p("SCMP_CMP_EQ", 1 << 32 | 0x5412, 0).expect_err("high bits");
+        assert_eq!(e.field, ".syscalls[0].args[0].value", "{e}");
+        assert!(e.reason.contains("reads as 32 bits"), "{e}");
+        let e = p("SCMP_CMP_MASKED_EQ", u64::MAX, 1 << 40).expect_err("high bits");
+        assert_eq!(e.field, ".syscalls[0].args[0].valueTwo", "{e}");
+        // Sign-extended negative numbers and masks with high bits are what they say.
+        p("SCMP_CMP_EQ", (-100i64) as u64, 0).expect("AT_FDCWD-like");
+        p("SCMP_CMP_MASKED_EQ", u64::MAX, 0x5412).expect("mask");
+        // On a full-width argument nothing changes.
+        let args = json!([{"index": 2, "op": "SCMP_CMP_EQ", "value": 1u64 << 40}]);
+        let call = json!({"names": ["ioctl"], "action": "SCMP_ACT_ERRNO", "args": args});
+        compiled(json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [call]}));
+    }
+
+    /// Every operator on a 32-bit argument (personality's), tried in the kernel with high
+    /// bits set: the rule holds exactly when the operator holds on the low 32 bits.
+    #[test]
+    fn installed_comparisons_on_int_arguments_ignore_high_bits() {
+        const V: u64 = 1000;
+        const XS: [u64; 9] = [
+            0,
+            1,
+            999,
+            1000,
+            1001,
+            0x3e8 | 0x100,
+            0x7fff_ffff,
+            0x8000_0000,
+            0xffff_fffe,
+        ];
+        const HIS: [u64; 3] = [0, 1 << 32, 0xffff_ffff << 32];
+        type Holds = fn(u64) -> bool;
+        let ops: [(&str, u64, Holds); 7] = [
+            ("SCMP_CMP_EQ", 0, |x| x == V),
+            ("SCMP_CMP_NE", 0, |x| x != V),
+            ("SCMP_CMP_LT", 0, |x| x < V),
+            ("SCMP_CMP_LE", 0, |x| x <= V),
+            ("SCMP_CMP_GT", 0, |x| x > V),
+            ("SCMP_CMP_GE", 0, |x| x >= V),
+            // OCI: mask in `value`, expected value in `valueTwo`.
+            ("SCMP_CMP_MASKED_EQ", 0xff, |x| x & 0xff == V & 0xff),
+        ];
+        for (op, mask, holds) in ops {
+            let (value, value_two) = if mask == 0 { (V, 0) } else { (mask, V & 0xff) };
+            let args = json!([{"index": 0, "op": op, "value": value, "valueTwo": value_two}]);
+            let f = compiled(json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+                {"names": ["personality"], "action": "SCMP_ACT_ERRNO", "errnoRet": 77,
+                 "args": args}]}));
+            let status = run_filtered(&f, |_| {
+                for (i, x) in XS.iter().enumerate() {
+                    for (j, hi) in HIS.iter().enumerate() {
+                        let r = sys::syscall_numbers(libc::SYS_personality, hi | x, 0, 0);
+                        if (errno(r) == Some(77)) != holds(*x) {
+                            return 1 + (i * HIS.len() + j) as i32;
+                        }
+                    }
+                }
+                0
+            });
+            assert_eq!(
+                status,
+                WaitStatus::Exited(status.pid().unwrap(), 0),
+                "{op}: wrong verdict for case (x index * 3 + hi index + 1)"
+            );
+        }
+    }
+
+    /// moat's own profiles, installed: TIOCSTI, TIOCLINUX, AF_VSOCK and AF_ALG are refused
+    /// by the filter with or without high bits (the kernel alone would answer EBADF for
+    /// the bogus fd, and make the sockets), and an allowed value with high bits passes.
+    #[test]
+    fn installed_moat_profiles_hold_with_high_bits() {
+        let restricted: spec::Seccomp =
+            serde_json::from_str(crate::policy::RESTRICTED_PROFILE).unwrap();
+        let profiles = [
+            ("restricted", compile(&restricted).unwrap(), libc::ENOSYS),
+            ("floor", floor(None).unwrap(), libc::EPERM),
+        ];
+        const HIS: [u64; 3] = [0, 1 << 32, 0x8000_0000 << 32];
+        for (what, f, denied) in profiles {
+            let status = run_filtered(&f, |_| {
+                for hi in HIS {
+                    for cmd in [libc::TIOCSTI as u64, 0x541c /* TIOCLINUX */] {
+                        let r = sys::syscall_numbers(libc::SYS_ioctl, 1000, hi | cmd, 0);
+                        if errno(r) != Some(denied) {
+                            return 1;
+                        }
+                    }
+                    if errno(sys::syscall_numbers(libc::SYS_ioctl, 1000, hi | 0x5401, 0))
+                        != Some(libc::EBADF)
+                    {
+                        return 2; // TCGETS reaches the kernel
+                    }
+                    for domain in [libc::AF_VSOCK, libc::AF_ALG] {
+                        let r = sys::syscall_numbers(
+                            libc::SYS_socket,
+                            hi | domain as u64,
+                            libc::SOCK_STREAM as u64,
+                            0,
+                        );
+                        if errno(r) != Some(denied) {
+                            return 3;
+                        }
+                    }
+                    let unix = libc::AF_UNIX as u64;
+                    let stream = libc::SOCK_STREAM as u64;
+                    if sys::syscall_numbers(libc::SYS_socket, hi | unix, stream, 0).is_err() {
+                        return 4;
+                    }
+                }
+                0
+            });
+            assert_eq!(
+                status,
+                WaitStatus::Exited(status.pid().unwrap(), 0),
+                "{what}: 1 ioctl, 3 socket not refused; 2, 4 an allowed call refused"
+            );
+        }
+    }
+
+    /// What libseccomp does with an unconditional and a conditional rule of different
+    /// actions on one syscall (the conditional one is lost, in either order), and that
+    /// moat names the pair.
+    #[test]
+    fn conditional_rules_beside_an_unconditional_one_are_named() {
+        let tiocsti = json!([{"index": 1, "value": libc::TIOCSTI, "op": "SCMP_CMP_EQ"}]);
+        let deny = json!({"names": ["ioctl"], "action": "SCMP_ACT_ERRNO", "args": tiocsti});
+        let allow = json!({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW"});
+        let exit = json!({"names": ["exit_group", "exit"], "action": "SCMP_ACT_ALLOW"});
+        for calls in [json!([allow, deny]), json!([deny, allow])] {
+            let mut all = calls.clone();
+            all.as_array_mut().unwrap().push(exit.clone());
+            let p = parse(json!({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": all}));
+            let f = compile(&p).unwrap();
+            exited_ok(run_filtered(&f, |_| {
+                // Reaches the kernel (EBADF): the TIOCSTI rule is gone.
+                let r = sys::syscall_numbers(libc::SYS_ioctl, 1000, libc::TIOCSTI as u64, 0);
+                i32::from(errno(r) != Some(libc::EBADF))
+            }));
+            let allow_at = usize::from(calls[0]["args"].is_array());
+            let added = [
+                Added {
+                    nr: 16,
+                    entry: allow_at,
+                    name: "ioctl",
+                    action: ScmpAction::Allow,
+                    conditional: false,
+                },
+                Added {
+                    nr: 16,
+                    entry: 1 - allow_at,
+                    name: "ioctl",
+                    action: ScmpAction::Errno(1),
+                    conditional: true,
+                },
+            ];
+            let msgs = overridden(&added);
+            assert_eq!(msgs.len(), 1, "{msgs:?}");
+            assert!(
+                msgs[0].starts_with(&format!("linux.seccomp.syscalls[{}]: ", 1 - allow_at)),
+                "{msgs:?}"
+            );
+        }
+        let same = |action| Added {
+            nr: 16,
+            entry: 0,
+            name: "ioctl",
+            action,
+            conditional: true,
+        };
+        let uncond = Added {
+            conditional: false,
+            ..same(ScmpAction::Allow)
+        };
+        assert!(overridden(&[uncond, same(ScmpAction::Allow)]).is_empty());
     }
 
     #[test]
