@@ -422,6 +422,14 @@ impl Mounts {
         Ok(t == proc || t == SYSFS_MAGIC)
     }
 
+    /// A name under `/proc` or `/sys` with no mount of moat's there but the root (a spec
+    /// without a sysfs mount, say): nothing of the kernel's is at that name to be masked.
+    fn kernel_name_unmounted(&self, target: &str) -> bool {
+        let comps = path::components(target);
+        matches!(comps.first(), Some(&"proc") | Some(&"sys"))
+            && self.cover(&comps).0.dest.is_empty()
+    }
+
     /// The container's `/dev`, held: device nodes, links and the console are made relative
     /// to it. A symlinked `/dev` is refused.
     pub fn dev(&self) -> std::io::Result<OwnedFd> {
@@ -741,7 +749,10 @@ fn skip_missing(
 ) -> Option<std::io::Result<OwnedFd>> {
     match r {
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            if !strict || mounts.on_kernel_fs(target).unwrap_or(false) {
+            if !strict
+                || mounts.on_kernel_fs(target).unwrap_or(false)
+                || mounts.kernel_name_unmounted(target)
+            {
                 None
             } else {
                 Some(Err(io_other(
