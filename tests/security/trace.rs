@@ -312,13 +312,7 @@ fn trace_no_rootfs_path_by_name_after_entering_the_mount_namespace() {
     if !require_root() {
         return;
     }
-    if Command::new("strace")
-        .arg("-V")
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
-        eprintln!("SKIPPED trace invariant: strace is not installed (apt-get install strace)");
+    if !strace_available("trace invariant") {
         return;
     }
     // Direct (clone3 into every namespace) under both policies, and staged (a time
@@ -380,30 +374,49 @@ fn trace_no_rootfs_path_by_name_after_entering_the_mount_namespace() {
         let out = traced.wait(Duration::from_secs(60));
         assert_eq!(out.code, 0, "strace moat create: {}", out.stderr);
         drop(guard);
-        let text = fs::read_to_string(&log).expect("strace log");
-        let rootfs = c.rootfs().display().to_string();
-        let v = judge(
-            &parse(&text),
-            &rootfs,
-            "/bin/true",
-            "true",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        );
-        eprintln!("trace ({policy:?}, staged: {staged}): exceptions used:");
-        for (why, n) in &v.excepted {
-            eprintln!("trace   {n:>3} x {why}");
-        }
-        assert!(
-            v.saw_pivot && v.saw_exec,
-            "the trace saw no pivot_root or no final execve: the check checked nothing"
-        );
-        assert!(
-            v.violations.is_empty(),
-            "{policy:?} (staged: {staged}): {} syscalls name a rootfs path by name:\n{}",
-            v.violations.len(),
-            v.violations.join("\n")
-        );
+        let what = format!("create {policy:?} (staged: {staged})");
+        check_log(&log, &c.rootfs().display().to_string(), &what);
     }
+}
+
+/// Judges a strace log of moat running `/bin/true` and fails on any violation; prints the
+/// exceptions it used.
+fn check_log(log: &std::path::Path, rootfs: &str, what: &str) {
+    let text = fs::read_to_string(log).expect("strace log");
+    let v = judge(
+        &parse(&text),
+        rootfs,
+        "/bin/true",
+        "true",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    );
+    eprintln!("trace {what}: exceptions used:");
+    for (why, n) in &v.excepted {
+        eprintln!("trace   {n:>3} x {why}");
+    }
+    assert!(
+        v.saw_pivot && v.saw_exec,
+        "{what}: the trace saw no pivot_root or mount namespace join, or no final execve: \
+         the check checked nothing"
+    );
+    assert!(
+        v.violations.is_empty(),
+        "{what}: {} syscalls name a rootfs path by name:\n{}",
+        v.violations.len(),
+        v.violations.join("\n")
+    );
+}
+
+/// Whether strace can run; a loud SKIPPED line otherwise.
+fn strace_available(what: &str) -> bool {
+    let ok = Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED {what}: strace is not installed (apt-get install strace)");
+    }
+    ok
 }
 
 #[test]
@@ -434,15 +447,7 @@ fn trace_exec_names_nothing_of_the_rootfs_by_path() {
     if !require_root() {
         return;
     }
-    if Command::new("strace")
-        .arg("-V")
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
-        eprintln!(
-            "SKIPPED trace invariant (exec): strace is not installed (apt-get install strace)"
-        );
+    if !strace_available("trace invariant (exec)") {
         return;
     }
     for policy in BOTH {
@@ -469,27 +474,10 @@ fn trace_exec_names_nothing_of_the_rootfs_by_path() {
             }
             let out = spawn_bg(cmd, &c.io).wait(Duration::from_secs(60));
             assert_eq!(out.code, 0, "strace moat exec (tty {tty}): {}", out.stderr);
-            let text = fs::read_to_string(&log).expect("strace log");
-            let v = judge(
-                &parse(&text),
+            check_log(
+                &log,
                 &c.rootfs().display().to_string(),
-                "/bin/true",
-                "true",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            );
-            eprintln!("trace exec ({policy:?}, tty {tty}): exceptions used:");
-            for (why, n) in &v.excepted {
-                eprintln!("trace   {n:>3} x {why}");
-            }
-            assert!(
-                v.saw_pivot && v.saw_exec,
-                "the trace saw no mount namespace join or no final execve: the check checked nothing"
-            );
-            assert!(
-                v.violations.is_empty(),
-                "exec {policy:?} (tty {tty}): {} syscalls name a rootfs path by name:\n{}",
-                v.violations.len(),
-                v.violations.join("\n")
+                &format!("exec {policy:?} (tty {tty})"),
             );
         }
     }
