@@ -339,3 +339,118 @@ fn failed_create_leaves_no_host_mount() {
         assert_host_unchanged(&before, &shared.0, &format!("{v}: after the failed create"));
     }
 }
+
+/// A systemd host: `/` itself shared. The test cannot make the host's `/` shared, so moat
+/// runs in a mount namespace of its own (`unshare -m`) whose `/` is made shared and
+/// stands for the host. `--no-pivot` moves the rootfs over the container namespace's `/`:
+/// were that still a peer, the container's whole tree would land on the "host's" `/`.
+/// The "host" table is read inside that namespace (nothing else mounts there), whole:
+/// before create, while the container runs, after delete.
+#[test]
+fn shared_host_root_stays_inside_with_and_without_pivot() {
+    if !require_root() {
+        return;
+    }
+    if !Path::new("/usr/bin/unshare").exists() {
+        eprintln!(
+            "SKIPPED shared_host_root_stays_inside_with_and_without_pivot: no /usr/bin/unshare"
+        );
+        return;
+    }
+    let script = r#"set -e
+mount --make-shared /
+n() { md5sum </proc/self/mountinfo | cut -c1-32; }
+before=$(n)
+"$M" --root "$R" create $NOPIVOT --bundle "$B" "$ID" >/dev/null
+created=$(n)
+"$M" --root "$R" start "$ID"
+"$M" --root "$R" state "$ID" | grep -q '"status": "running"'
+running=$(n)
+"$M" --root "$R" delete --force "$ID"
+after=$(n)
+echo "$before $created $running $after""#;
+    for v in ["shared", "rshared", "private", "unbindable"] {
+        for nopivot in ["", "--no-pivot"] {
+            let mut ctx = Ctx::new(&format!("rootshared-{v}"));
+            ctx.set("/linux/rootfsPropagation", json!(v));
+            ctx.sh("exec sleep 60");
+            let mut cmd = std::process::Command::new("/usr/bin/unshare");
+            cmd.args(["-m", "sh", "-c", script])
+                .env("M", MOAT)
+                .env("R", &ctx.root)
+                .env("B", &ctx.bundle)
+                .env("ID", ctx.id("c"))
+                .env("NOPIVOT", nopivot);
+            let _c = ctx.guard(&ctx.id("c"));
+            let out = ctx.run(cmd);
+            let sums: Vec<&str> = out.stdout.split_whitespace().collect();
+            assert!(
+                sums.len() == 4 && sums.iter().all(|s| *s == sums[0]),
+                "{v} {nopivot}: the \"host\" namespace's mount table changed (before, after \
+                 create, running, after delete: {sums:?}); stderr: {}",
+                out.stderr
+            );
+        }
+    }
+}
+
+/// `moat.userns=auto`: the parent's idmapped rootfs is attached over the engine's path,
+/// under the same rules.
+#[test]
+fn idmapped_rootfs_stays_inside() {
+    if !require_root() {
+        return;
+    }
+    for v in ["shared", "rshared", "unbindable", "runbindable", ""] {
+        let mut ctx = Ctx::new(&format!("prop-userns-{v}"));
+        let shared = HostMount::shared(&ctx.dir);
+        if !v.is_empty() {
+            ctx.set("/linux/rootfsPropagation", json!(v));
+        }
+        ctx.set("/annotations", json!({"moat.userns": "auto"}));
+        ctx.sh("id -u; echo ran");
+        let before = host_mounts_under(&shared.0);
+        let (out, err) = run_to_end(&ctx, "c");
+        assert_eq!(out, "0\nran\n", "{v}: {err}");
+        assert_host_unchanged(&before, &shared.0, &format!("{v}: after delete"));
+    }
+}
+
+/// `moat.userns=auto` builds every bind in the parent, from the host's namespace: a bind
+/// of a shared host mount was still the host mount's peer, so a spec mount nested below it
+/// propagated to the host. Under the default `rslave` it is a slave, as any bind's copy.
+#[test]
+fn idmapped_bind_is_a_slave_by_default() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("prop-userns-bind");
+    let vol = HostMount::shared(&ctx.dir.join("vol"));
+    fs::create_dir_all(vol.0.join("t")).unwrap();
+    ctx.set("/annotations", json!({"moat.userns": "auto"}));
+    ctx.push(
+        "/mounts",
+        json!({"destination": "/vol", "type": "bind", "source": vol.0, "options": ["rbind"]}),
+    );
+    ctx.push(
+        "/mounts",
+        json!({"destination": "/vol/t", "type": "tmpfs", "source": "tmpfs",
+               "options": ["size=1m"]}),
+    );
+    ctx.sh("grep ' /vol ' /proc/self/mountinfo; exec sleep 60");
+    let before = host_mounts_under(&vol.0);
+    let c = ctx.create_ok("c");
+    assert_host_unchanged(&before, &vol.0, "after create");
+    c.start();
+    assert!(
+        wait_until(Duration::from_secs(10), || c.stdout().contains(" /vol ")),
+        "the container did not run: {}",
+        c.stderr()
+    );
+    let p = propagation_of(&c.stdout(), "/vol");
+    assert!(p.starts_with("master:"), "/vol is {p:?}");
+    c.kill("KILL");
+    c.wait_stopped(Duration::from_secs(10));
+    assert_eq!(c.delete().code, 0);
+    assert_host_unchanged(&before, &vol.0, "after delete");
+}

@@ -549,6 +549,12 @@ fn attach_rootfs(p: &Plan, rootfs: &CString, tree: BorrowedFd<'_>) -> Result<(),
     }
     mount::attach(tree, target.as_fd()).step(Step::Rootfs, || {
         format!("attach the idmapped rootfs on {}", path.display())
+    })?;
+    // The parent cloned it in the host's namespace: each of its mounts is still a peer of
+    // the host's (pivot_root refuses a shared new root, and what moat mounts on it would
+    // reach the host). A slave, recursively, as the rootfs bind is otherwise.
+    mount::set_propagation(tree, libc::MS_SLAVE, true).step(Step::Rootfs, || {
+        format!("make the idmapped rootfs on {} a slave", path.display())
     })
 }
 
@@ -639,6 +645,7 @@ fn mount_one(
     let (mnt, recursive) = match &m.kind {
         Kind::Bind { source, is_dir } => {
             let target = mount_target(mounts, &m.destination, *is_dir).step(Step::Mounts, what)?;
+            let prebuilt_tree = prebuilt.is_some();
             let tree = match prebuilt {
                 Some(t) => t,
                 None if p.parent_built(m) => {
@@ -660,6 +667,12 @@ fn mount_one(
             mount::set_attrs(tree.as_fd(), &m.opts)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
             mount::attach(tree.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
+            if prebuilt_tree && p.propagation & libc::MS_REC != 0 {
+                // Cloned by the parent in the host's namespace, not from this namespace's
+                // copy, which the recursive `/` propagation already reached.
+                mount::set_propagation(tree.as_fd(), p.propagation & !libc::MS_REC, true)
+                    .step(Step::Mounts, || format!("{}: propagation", what()))?;
+            }
             let rec = m.opts.recursive || m.idmap.as_ref().is_some_and(|i| i.recursive);
             (tree, rec)
         }
