@@ -344,7 +344,8 @@ fn failed_create_leaves_no_host_mount() {
 /// runs in a mount namespace of its own (`unshare -m`) whose `/` is made shared and
 /// stands for the host. `--no-pivot` moves the rootfs over the container namespace's `/`:
 /// were that still a peer, the container's whole tree would land on the "host's" `/`.
-/// The "host" table is read inside that namespace (nothing else mounts there), whole:
+/// The "host" table is read inside that namespace, its `/` and everything under the test's
+/// directory (other tests' mounts come and go there as their directories are removed):
 /// before create, while the container runs, after delete.
 #[test]
 fn shared_host_root_stays_inside_with_and_without_pivot() {
@@ -359,7 +360,7 @@ fn shared_host_root_stays_inside_with_and_without_pivot() {
     }
     let script = r#"set -e
 mount --make-shared /
-n() { md5sum </proc/self/mountinfo | cut -c1-32; }
+n() { awk -v d="$D/" '$5 == "/" || index($5, d) == 1' /proc/self/mountinfo | md5sum | cut -c1-32; }
 before=$(n)
 "$M" --root "$R" create $NOPIVOT --bundle "$B" "$ID" >/dev/null
 created=$(n)
@@ -379,6 +380,7 @@ echo "$before $created $running $after""#;
                 .env("M", MOAT)
                 .env("R", &ctx.root)
                 .env("B", &ctx.bundle)
+                .env("D", &ctx.dir)
                 .env("ID", ctx.id("c"))
                 .env("NOPIVOT", nopivot);
             let _c = ctx.guard(&ctx.id("c"));
