@@ -862,6 +862,7 @@ fn init(
         procfs::write_sysctl(key, value).step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
     }
     rootfs::finalize(&plan.rootfs, &mut mounts)?;
+    rootfs::set_root_propagation(&plan.rootfs, &mounts)?;
     if let Some(p) = plan.personality {
         sys::personality(p).step(Step::Personality, || "linux.personality".into())?;
     }

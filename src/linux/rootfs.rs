@@ -54,7 +54,15 @@ pub struct CgroupMount {
 pub struct Plan {
     pub rootfs: PathBuf,
     pub readonly: bool,
+    /// `linux.rootfsPropagation` as applied to `/` of the new namespace, before anything is
+    /// mounted (runc's order), so the copies of host mounts that binds clone carry it.
     pub propagation: libc::c_ulong,
+    /// What goes on the container's own root once everything is mounted (flag,
+    /// recursive): the requested value, for the values the first step cannot give it.
+    pub root_propagation: Option<(libc::c_ulong, bool)>,
+    /// Whether the mount that holds the rootfs must stop propagating first
+    /// ([`isolate_parent`]).
+    pub isolate_parent: bool,
     pub mounts: Vec<MountPlan>,
     pub cgroup_mounts: Vec<CgroupMount>,
     pub new_cgroupns: bool,
@@ -127,17 +135,40 @@ pub fn plan(
             })
         }
     }
-    let propagation = match spec.linux().rootfs_propagation.as_deref().unwrap_or("") {
-        "shared" => libc::MS_SHARED,
-        "rshared" => libc::MS_SHARED | libc::MS_REC,
-        "private" => libc::MS_PRIVATE,
-        "rprivate" => libc::MS_PRIVATE | libc::MS_REC,
-        "slave" => libc::MS_SLAVE,
-        "unbindable" => libc::MS_UNBINDABLE,
-        "runbindable" => libc::MS_UNBINDABLE | libc::MS_REC,
-        // runc's default: the host's mount events reach the container, never the reverse.
-        _ => libc::MS_SLAVE | libc::MS_REC,
-    };
+    // Every value but `rslave` and `rprivate` may leave a shared mount in the namespace
+    // (the non-recursive ones leave the copies of the host's shared mounts as they are):
+    // then the mount that holds the rootfs must stop being a peer before moat mounts on
+    // it, or every mount of the container propagates to its peers — the host's — and
+    // pivot_root refuses a shared parent (EINVAL). `unbindable` on it forbids the bind.
+    // `runbindable` cannot go first at all: moat binds host paths (cgroup directories,
+    // device nodes, volumes), which an unbindable tree refuses; the namespace is made
+    // private (an unbindable mount has no master either) and the container's tree
+    // unbindable at the end.
+    let (propagation, root_propagation, isolate_parent) =
+        match spec.linux().rootfs_propagation.as_deref().unwrap_or("") {
+            "shared" => (libc::MS_SHARED, Some((libc::MS_SHARED, false)), true),
+            "rshared" => (
+                libc::MS_SHARED | libc::MS_REC,
+                Some((libc::MS_SHARED, false)),
+                true,
+            ),
+            "private" => (libc::MS_PRIVATE, Some((libc::MS_PRIVATE, false)), true),
+            "rprivate" => (libc::MS_PRIVATE | libc::MS_REC, None, false),
+            "slave" => (libc::MS_SLAVE, Some((libc::MS_SLAVE, false)), true),
+            "unbindable" => (
+                libc::MS_UNBINDABLE,
+                Some((libc::MS_UNBINDABLE, false)),
+                true,
+            ),
+            "runbindable" => (
+                libc::MS_PRIVATE | libc::MS_REC,
+                Some((libc::MS_UNBINDABLE, true)),
+                false,
+            ),
+            // runc's default (and `rslave`): the host's mount events reach the container,
+            // never the reverse.
+            _ => (libc::MS_SLAVE | libc::MS_REC, None, false),
+        };
     let mut mounts = Vec::new();
     let mut dev_is_bind = false;
     for (index, m) in spec.mounts.iter().enumerate() {
@@ -248,6 +279,8 @@ pub fn plan(
         rootfs,
         readonly: spec.root.as_ref().is_some_and(|r| r.readonly),
         propagation,
+        root_propagation,
+        isolate_parent,
         mounts,
         cgroup_mounts,
         new_cgroupns,
@@ -475,7 +508,7 @@ pub fn mount_all(p: &Plan, idmapped: &mut Vec<(u32, OwnedFd)>) -> Result<Mounts,
         .step(Step::Rootfs, || "set propagation of /".into())?;
     let rootfs = c(p.rootfs.to_str().unwrap_or_default());
     let root = if let Some(tree) = take(idmapped, super::idmap::ROOTFS) {
-        attach_rootfs(&p.rootfs, &rootfs, tree.as_fd())?;
+        attach_rootfs(p, &rootfs, tree.as_fd())?;
         Root::from_fd(tree)
     } else {
         // The engine's path, looked up once (following host symlinks, as runc does); the
@@ -484,6 +517,9 @@ pub fn mount_all(p: &Plan, idmapped: &mut Vec<(u32, OwnedFd)>) -> Result<Mounts,
         let what = || format!("bind {} onto itself", p.rootfs.display());
         let dir = sys::openat(path::cwd(), &rootfs, libc::O_PATH | libc::O_DIRECTORY, 0)
             .step(Step::Rootfs, || format!("open {}", p.rootfs.display()))?;
+        if p.isolate_parent {
+            isolate_parent(p, dir.as_fd())?;
+        }
         let tree = mount::clone_tree(dir.as_fd(), "", true).step(Step::Rootfs, what)?;
         mount::attach(tree.as_fd(), dir.as_fd()).step(Step::Rootfs, what)?;
         Root::from_fd(tree)
@@ -507,17 +543,85 @@ pub fn mount_all(p: &Plan, idmapped: &mut Vec<(u32, OwnedFd)>) -> Result<Mounts,
 /// (podman keeps its storage under 0700 directories, and does not know moat mapped root
 /// elsewhere): then it goes on top of `/` of the container's mount namespace, where
 /// nothing needs a path to reach it (createContainer hooks then see it as `/`).
-fn attach_rootfs(p: &Path, rootfs: &CString, tree: BorrowedFd<'_>) -> Result<(), InitFailure> {
+fn attach_rootfs(p: &Plan, rootfs: &CString, tree: BorrowedFd<'_>) -> Result<(), InitFailure> {
+    let path = &p.rootfs;
     let target = match sys::openat(path::cwd(), rootfs, libc::O_PATH | libc::O_DIRECTORY, 0) {
         Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
             sys::openat(path::cwd(), c"/", libc::O_PATH | libc::O_DIRECTORY, 0)
         }
         r => r,
     }
-    .step(Step::Rootfs, || format!("open {}", p.display()))?;
+    .step(Step::Rootfs, || format!("open {}", path.display()))?;
+    if p.isolate_parent {
+        isolate_parent(p, target.as_fd())?;
+    }
     mount::attach(tree, target.as_fd()).step(Step::Rootfs, || {
-        format!("attach the idmapped rootfs on {}", p.display())
+        format!("attach the idmapped rootfs on {}", path.display())
+    })?;
+    // The parent cloned it in the host's namespace: each of its mounts is still a peer of
+    // the host's (pivot_root refuses a shared new root, and what moat mounts on it would
+    // reach the host). A slave, recursively, as the rootfs bind is otherwise.
+    mount::set_propagation(tree, libc::MS_SLAVE, true).step(Step::Rootfs, || {
+        format!("make the idmapped rootfs on {} a slave", path.display())
     })
+}
+
+/// Makes the mount that holds `dir` (the rootfs, or where the idmapped rootfs goes) a
+/// slave, not recursively, in the container's mount namespace. A shared mount becomes a
+/// slave of its former peers: the host's mount events still reach the rootfs, but nothing
+/// moat mounts on it reaches the host, and pivot_root accepts it as the new root's parent
+/// (runc makes it private; a slave keeps what the host mounts under the rootfs later).
+/// After `unbindable` it is made private instead, which the kernel requires before it
+/// binds anything of it (a slave stays unbindable); an unbindable mount has no master to
+/// lose. The mount's root is found by walking `..` from `dir`: host directories above
+/// the rootfs, never a name inside it.
+fn isolate_parent(p: &Plan, dir: BorrowedFd<'_>) -> Result<(), InitFailure> {
+    let flag = if p.propagation & libc::MS_UNBINDABLE != 0 {
+        libc::MS_PRIVATE
+    } else {
+        libc::MS_SLAVE
+    };
+    let what = || {
+        format!(
+            "stop the mount holding {} from propagating",
+            p.rootfs.display()
+        )
+    };
+    let top = mount_root_of(dir).step(Step::Rootfs, what)?;
+    mount::set_propagation(top.as_fd(), flag, false).step(Step::Rootfs, what)
+}
+
+/// The root of the mount `dir` lies on: the last directory up from `dir` whose `..` is on
+/// another mount, or is itself (the process root).
+fn mount_root_of(dir: BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+    let mut cur = sys::openat(dir, c".", flags, 0)?;
+    loop {
+        let up = sys::openat(cur.as_fd(), c"..", flags, 0)?;
+        if sys::mount_id(up.as_fd())? != sys::mount_id(cur.as_fd())? {
+            return Ok(cur);
+        }
+        let (a, b) = (sys::fstat(up.as_fd())?, sys::fstat(cur.as_fd())?);
+        if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) {
+            return Ok(cur);
+        }
+        cur = up;
+    }
+}
+
+/// After [`finalize`]: the requested propagation on the container's `/` itself. Before the
+/// pivot it went to the namespace's `/` tree (so mounts cloned from it, the volumes,
+/// carry it); the new root is moat's bind of the rootfs, whose parent [`isolate_parent`]
+/// stopped from propagating. Not recursive, so a spec mount's own propagation option stays
+/// as the spec set it, but for `runbindable`, which makes every mount of the container
+/// unbindable as it asks (over a spec mount's option too). Nothing to do for `rslave` and
+/// `rprivate`, which the root already has.
+pub fn set_root_propagation(p: &Plan, mounts: &Mounts) -> Result<(), InitFailure> {
+    let Some((flag, recursive)) = p.root_propagation else {
+        return Ok(());
+    };
+    mount::set_propagation(mounts.root().fd(), flag, recursive)
+        .step(Step::PivotRoot, || "linux.rootfsPropagation on /".into())
 }
 
 fn take(idmapped: &mut Vec<(u32, OwnedFd)>, index: u32) -> Option<OwnedFd> {
@@ -549,6 +653,7 @@ fn mount_one(
     let (mnt, recursive) = match &m.kind {
         Kind::Bind { source, is_dir } => {
             let target = mount_target(mounts, &m.destination, *is_dir).step(Step::Mounts, what)?;
+            let prebuilt_tree = prebuilt.is_some();
             let tree = match prebuilt {
                 Some(t) => t,
                 None if p.parent_built(m) => {
@@ -570,6 +675,12 @@ fn mount_one(
             mount::set_attrs(tree.as_fd(), &m.opts)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
             mount::attach(tree.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
+            if prebuilt_tree && p.propagation & libc::MS_REC != 0 {
+                // Cloned by the parent in the host's namespace, not from this namespace's
+                // copy, which the recursive `/` propagation already reached.
+                mount::set_propagation(tree.as_fd(), p.propagation & !libc::MS_REC, true)
+                    .step(Step::Mounts, || format!("{}: propagation", what()))?;
+            }
             let rec = m.opts.recursive || m.idmap.as_ref().is_some_and(|i| i.recursive);
             (tree, rec)
         }
@@ -721,15 +832,33 @@ pub fn pivot(mounts: &Mounts, no_pivot: bool) -> Result<(), InitFailure> {
     let root = mounts.root().fd();
     sys::fchdir(root).step(Step::PivotRoot, || "chdir to rootfs".into())?;
     if no_pivot {
+        // The rootfs goes on top of the old "/": were that shared, the container's whole
+        // tree would propagate to its peers (the host's "/").
+        sys::mount(None, c"/", None, libc::MS_SLAVE, None)
+            .step(Step::PivotRoot, || "make / a slave".into())?;
         sys::mount(Some(c"."), c"/", None, libc::MS_MOVE, None)
             .step(Step::PivotRoot, || "move rootfs to /".into())?;
         sys::chroot(c".").step(Step::PivotRoot, || "chroot".into())?;
     } else {
         sys::pivot_root(c".", c".").step(Step::PivotRoot, || "pivot_root".into())?;
-        // The old root is stacked under the new one at "."; make sure unmounting it does
-        // not propagate to the host, then detach it.
-        sys::mount(None, c".", None, libc::MS_SLAVE | libc::MS_REC, None)
-            .step(Step::PivotRoot, || "make old root a slave".into())?;
+        // The old root is stacked on the new one; make sure unmounting it does not
+        // propagate to the host, then detach it. It is reached as `..` of the held root
+        // (at the process root, `..` ends on the mount stacked there): mount(2) on "."
+        // would name the new root itself, and MS_REC there made every mount of the
+        // container a slave, undoing the spec's `shared`/`rshared` options.
+        let what = || "make old root a slave".to_string();
+        let old = sys::openat(root, c"..", libc::O_PATH | libc::O_DIRECTORY, 0)
+            .step(Step::PivotRoot, what)?;
+        let old_id = sys::mount_id(old.as_fd()).step(Step::PivotRoot, what)?;
+        if old_id == sys::mount_id(root).step(Step::PivotRoot, what)? {
+            return Err(InitFailure::new(
+                Step::PivotRoot,
+                "the old root is not stacked on the new one after pivot_root".to_string(),
+            ));
+        }
+        mount::set_propagation(old.as_fd(), libc::MS_SLAVE, true).step(Step::PivotRoot, what)?;
+        drop(old);
+        // umount2 follows the mounts stacked on ".": the old root.
         sys::umount2(c".", libc::MNT_DETACH).step(Step::PivotRoot, || "detach old root".into())?;
     }
     // The held root is "/" now: back to it by fd, not by the name "/".
