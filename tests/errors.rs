@@ -52,6 +52,7 @@ fn closed_stdout_is_reopened_on_dev_null() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn malformed_config_json() {
     if !require_root() {
         return;
@@ -75,6 +76,7 @@ fn malformed_config_json() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn wrongly_typed_field_is_named() {
     if !require_root() {
         return;
@@ -85,6 +87,7 @@ fn wrongly_typed_field_is_named() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn uid_that_setresuid_would_ignore() {
     if !require_root() {
         return;
@@ -99,6 +102,7 @@ fn uid_that_setresuid_would_ignore() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn missing_config_json() {
     if !require_root() {
         return;
@@ -116,6 +120,7 @@ fn missing_config_json() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn missing_rootfs() {
     if !require_root() {
         return;
@@ -126,6 +131,7 @@ fn missing_rootfs() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn unsupported_oci_version() {
     if !require_root() {
         return;
@@ -136,6 +142,7 @@ fn unsupported_oci_version() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn unknown_namespace_type() {
     if !require_root() {
         return;
@@ -146,6 +153,7 @@ fn unknown_namespace_type() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn unknown_capability() {
     if !require_root() {
         return;
@@ -156,6 +164,7 @@ fn unknown_capability() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn bind_mount_with_missing_source() {
     if !require_root() {
         return;
@@ -169,6 +178,7 @@ fn bind_mount_with_missing_source() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn relative_cwd() {
     if !require_root() {
         return;
@@ -179,6 +189,7 @@ fn relative_cwd() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn invalid_container_id() {
     if !require_root() {
         return;
@@ -206,6 +217,7 @@ fn invalid_container_id() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn duplicate_id_fails_and_leaves_the_first_unharmed() {
     if !require_root() {
         return;
@@ -234,6 +246,7 @@ fn duplicate_id_fails_and_leaves_the_first_unharmed() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn create_killed_mid_way_is_cleaned_by_delete_force() {
     if !require_root() {
         return;
@@ -289,6 +302,7 @@ fn create_killed_mid_way_is_cleaned_by_delete_force() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn missing_config_json_reason_is_not_repeated() {
     if !require_root() {
         return;
@@ -312,6 +326,7 @@ fn missing_config_json_reason_is_not_repeated() {
 /// moat ignored the first and kept the last silently. Both are refused at create, with
 /// the JSON path; map keys keep their case and unknown fields stay ignored.
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn duplicate_and_case_variant_keys_are_refused() {
     if !require_root() {
         return;

@@ -73,6 +73,7 @@ fn bad_process(ctx: &Ctx, c: &Container, edit: impl FnOnce(&mut Value), needles:
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn exec_into_a_stopped_container() {
     if !require_root() {
         return;
@@ -89,6 +90,7 @@ fn exec_into_a_stopped_container() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn exec_into_a_paused_container() {
     if !require_root() {
         return;
@@ -115,6 +117,7 @@ fn exec_into_a_paused_container() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn exec_into_an_unknown_container() {
     if !require_root() {
         return;
@@ -139,6 +142,7 @@ fn exec_into_an_unknown_container() {
 /// One JSON truth (issue 20): a process file whose `Capabilities` differs from the field
 /// only in case is refused (Go readers would take it for `capabilities`).
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn process_json_with_a_case_variant_key() {
     if !require_root() {
         return;
@@ -158,6 +162,7 @@ fn process_json_with_a_case_variant_key() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn process_json_with_a_bad_user() {
     if !require_root() {
         return;
@@ -189,6 +194,7 @@ fn process_json_with_a_bad_user() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn process_json_with_a_bad_cwd() {
     if !require_root() {
         return;
@@ -222,6 +228,7 @@ fn process_json_with_a_bad_cwd() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn process_json_with_an_unknown_capability() {
     if !require_root() {
         return;
@@ -252,6 +259,7 @@ fn process_json_with_an_unknown_capability() {
 /// runc's CVE-2024-21626: a cwd of /proc/self/fd/N reaching a directory fd that the
 /// runtime still holds would put the process outside the container's root.
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn cwd_through_a_leaked_fd_is_refused() {
     if !require_root() {
         return;
@@ -269,6 +277,7 @@ fn cwd_through_a_leaked_fd_is_refused() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn update_with_bad_json_or_values_the_kernel_refuses() {
     if !require_root() {
         return;
@@ -329,6 +338,7 @@ fn update_with_bad_json_or_values_the_kernel_refuses() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn events_for_a_deleted_container() {
     if !require_root() {
         return;

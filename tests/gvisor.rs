@@ -1,11 +1,15 @@
 //! gVisor delegation through moat's CLI, against the real runsc (Debian's `runsc`).
-//! Needs root; skipped loudly when runsc is not installed.
+//! Needs root (every test is `#[ignore]`d: scripts/test runs them); runsc missing is a loud
+//! SKIPPED line, and a failure under scripts/test (`MOAT_TEST_STRICT`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+mod support;
+use support::{missing, require_root};
 
 const MOAT: &str = env!("CARGO_BIN_EXE_moat");
 
@@ -18,11 +22,11 @@ fn runsc_installed() -> bool {
 /// True when the test can run; says why not otherwise.
 fn usable(test: &str) -> bool {
     if !runsc_installed() {
-        eprintln!("SKIPPED: runsc not installed ({test})");
+        missing(&format!("runsc not installed ({test})"));
         return false;
     }
     if euid() != 0 {
-        eprintln!("SKIPPED: not root ({test})");
+        require_root();
         return false;
     }
     true
@@ -171,6 +175,7 @@ fn stderr(o: &Output) -> String {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn lifecycle_under_gvisor() {
     if !usable("lifecycle_under_gvisor") {
         return;
@@ -264,6 +269,7 @@ fn lifecycle_under_gvisor() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn native_and_gvisor_side_by_side() {
     if !usable("native_and_gvisor_side_by_side") {
         return;
@@ -299,6 +305,7 @@ fn native_and_gvisor_side_by_side() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn runsc_missing_is_a_clear_error_and_leaves_nothing() {
     if !usable("runsc_missing") {
         return;
@@ -347,6 +354,7 @@ fn runsc_missing_is_a_clear_error_and_leaves_nothing() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn kill_created_and_stopped_like_runc() {
     if !usable("kill_created_and_stopped") {
         return;
@@ -386,6 +394,7 @@ fn kill_created_and_stopped_like_runc() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn foreground_run_passes_the_status_and_removes_the_record() {
     if !usable("foreground_run") {
         return;
@@ -408,6 +417,7 @@ fn foreground_run_passes_the_status_and_removes_the_record() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn alias_selects_gvisor_and_ignores_a_native_annotation() {
     if !usable("alias") {
         return;
@@ -463,6 +473,7 @@ fn alias_selects_gvisor_and_ignores_a_native_annotation() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn events_update_pause_and_ps() {
     if !usable("events_update_pause_and_ps") {
         return;
@@ -572,6 +583,7 @@ fn runsc_processes(root: &Path) -> Vec<i32> {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn restricted_policy_reaches_runsc_and_verify_checks_it() {
     if !usable("restricted_policy_reaches_runsc_and_verify_checks_it") {
         return;
@@ -743,6 +755,7 @@ fn restricted_policy_reaches_runsc_and_verify_checks_it() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn host_network_refused_under_restricted_and_explained() {
     if !usable("host_network_refused_under_restricted_and_explained") {
         return;
@@ -783,6 +796,7 @@ fn host_network_refused_under_restricted_and_explained() {
 /// the policy's floor refuses it, and where `[restricted] host_namespaces` lets it through
 /// natively, gVisor still refuses it (runsc would serve it with host sockets).
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn host_netns_path_refused_under_restricted() {
     if !usable("host_netns_path_refused_under_restricted") {
         return;
@@ -839,6 +853,7 @@ fn runsc_files(root: &Path, id: &str) -> Vec<String> {
 /// policy never saw it. Refused at create, before anything exists (no state directory,
 /// no runsc state, no sandbox), for a duplicate key too, and in an exec process file.
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn case_variant_and_duplicate_keys_are_refused_under_gvisor() {
     if !usable("case_variant_and_duplicate_keys_are_refused_under_gvisor") {
         return;
@@ -924,6 +939,7 @@ fn case_variant_and_duplicate_keys_are_refused_under_gvisor() {
 /// fields moat does not know (planted at several depths) are not in it; the one opaque
 /// field on the pass-through list, `linux.resources.network`, reaches runsc.
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn runsc_config_holds_only_what_moat_read() {
     if !usable("runsc_config_holds_only_what_moat_read") {
         return;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use support::{require_root, Ctx};
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn start_relays_ready_to_the_callers_socket() {
     if !require_root() {
         return;

@@ -22,6 +22,7 @@ fn field<'a>(out: &'a str, key: &str) -> &'a str {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn denied_mkdir_fails_with_the_profile_errno() {
     if !require_root() {
         return;
@@ -39,6 +40,7 @@ fn denied_mkdir_fails_with_the_profile_errno() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn filter_mode_is_shown_in_proc_status() {
     if !require_root() {
         return;
@@ -55,6 +57,7 @@ fn filter_mode_is_shown_in_proc_status() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn kill_action_kills_the_caller_with_sigsys() {
     if !require_root() {
         return;
@@ -72,6 +75,7 @@ fn kill_action_kills_the_caller_with_sigsys() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn non_root_user_without_no_new_privs_still_gets_the_filter() {
     if !require_root() {
         return;
@@ -92,6 +96,7 @@ fn non_root_user_without_no_new_privs_still_gets_the_filter() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn unknown_seccomp_action_fails_create() {
     if !require_root() {
         return;
@@ -111,6 +116,7 @@ fn unknown_seccomp_action_fails_create() {
 /// value above them names a call that cannot exist, and create fails naming the field
 /// (runc would compile a rule that never matches).
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn value_wider_than_an_int_argument_fails_create() {
     if !require_root() {
         return;

@@ -81,6 +81,7 @@ fn config(ctx: &Ctx, extra: &str) -> PathBuf {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn two_containers_get_disjoint_unprivileged_ranges() {
     if !can_run() {
         return;
@@ -147,6 +148,7 @@ fn two_containers_get_disjoint_unprivileged_ranges() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn range_released_reused_and_pool_exhaustion_leaves_nothing() {
     if !can_run() {
         return;
@@ -196,6 +198,7 @@ fn range_released_reused_and_pool_exhaustion_leaves_nothing() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn idmapped_bind_writes_as_the_ids_the_container_used() {
     if !can_run() {
         return;
@@ -253,6 +256,7 @@ fn idmapped_bind_writes_as_the_ids_the_container_used() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn escaped_process_has_no_power_over_host_files() {
     if !can_run() {
         return;
@@ -307,6 +311,7 @@ fn escaped_process_has_no_power_over_host_files() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn overlay_rootfs_is_rebuilt_over_idmapped_layers() {
     if !can_run() {
         return;
@@ -364,6 +369,7 @@ fn overlay_rootfs_is_rebuilt_over_idmapped_layers() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn filesystem_without_idmap_support_is_refused_cleanly() {
     if !can_run() {
         return;
@@ -409,6 +415,7 @@ fn filesystem_without_idmap_support_is_refused_cleanly() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn verify_shows_the_map_and_fails_root_to_root() {
     if !can_run() {
         return;
@@ -460,6 +467,7 @@ fn verify_shows_the_map_and_fails_root_to_root() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn staged_create_with_a_joined_network_namespace() {
     if !can_run() {
         return;
@@ -494,6 +502,7 @@ fn staged_create_with_a_joined_network_namespace() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn engine_paths_closed_to_container_root_still_work() {
     if !can_run() {
         return;

@@ -6,6 +6,7 @@ use crate::support::*;
 use crate::{ctx, BOTH};
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn t9_cgroupfs_is_read_only_inside() {
     if !require_root() {
         return;

@@ -129,6 +129,7 @@ fn exe_overwrite(policy: Policy) {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn t1_proc_self_exe_overwrite_restricted() {
     if !require_root() {
         return;
@@ -137,6 +138,7 @@ fn t1_proc_self_exe_overwrite_restricted() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn t1_proc_self_exe_overwrite_open() {
     if !require_root() {
         return;

@@ -82,6 +82,7 @@ fn leaked_fds_do_not_reach_the_container(policy: Policy) {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn t3_leaked_fds_do_not_reach_the_container_restricted() {
     if !require_root() {
         return;
@@ -90,6 +91,7 @@ fn t3_leaked_fds_do_not_reach_the_container_restricted() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn t3_leaked_fds_do_not_reach_the_container_open() {
     if !require_root() {
         return;
@@ -101,6 +103,7 @@ fn t3_leaked_fds_do_not_reach_the_container_open() {
 /// directory at every one of those numbers: each create fails naming the cwd, and leaves
 /// no trace. (Were any accepted, pid 1 would start with a host directory as its cwd.)
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn t3_cwd_through_proc_self_fd_fails_at_create() {
     if !require_root() {
         return;
@@ -132,6 +135,7 @@ fn t3_cwd_through_proc_self_fd_fails_at_create() {
 /// T3: `exec --cwd /proc/self/fd/N` (N = 3..=20), with a host directory leaked by the caller
 /// at each number, fails; the container keeps running.
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn t3_exec_cwd_through_proc_self_fd_fails() {
     if !require_root() {
         return;
@@ -182,7 +186,7 @@ fn socket_activated(cmd: &Command, listen_fds: u32, listen_pid: Option<u32>) -> 
 
 /// What a container process reports about its fds and socket-activation variables.
 const REPORT: &str = "ls /proc/$$/fd; echo \"LISTEN_FDS=$LISTEN_FDS LISTEN_PID=$LISTEN_PID \
-                      LISTEN_FDNAMES=$LISTEN_FDNAMES\"; ls /proc/$$/fd/3/; true";
+                      LISTEN_FDNAMES=$LISTEN_FDNAMES\"; ls /proc/$$/fd/3/; echo report-done";
 
 /// issue 20: `LISTEN_FDS` is systemd's socket activation, addressed to one pid. With a
 /// host directory on fd 3:
@@ -208,7 +212,7 @@ fn listen_fds(policy: Policy) {
         assert!(
             wait_until(std::time::Duration::from_secs(20), || c
                 .stdout()
-                .contains("LISTEN_FDS=")),
+                .contains("report-done")),
             "init printed nothing: {}",
             c.stderr()
         );
@@ -260,6 +264,7 @@ fn listen_fds(policy: Policy) {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn listen_fds_only_for_moats_own_pid_and_never_for_exec_restricted() {
     if !require_root() {
         return;
@@ -268,6 +273,7 @@ fn listen_fds_only_for_moats_own_pid_and_never_for_exec_restricted() {
 }
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn listen_fds_only_for_moats_own_pid_and_never_for_exec_open() {
     if !require_root() {
         return;
@@ -280,6 +286,7 @@ fn listen_fds_only_for_moats_own_pid_and_never_for_exec_open() {
 /// numbers, so before they would have been handed to the container as "preserved". Now
 /// create and exec refuse, naming the missing fd, and leave nothing behind.
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn preserve_fds_beyond_what_was_passed_is_refused() {
     if !require_root() {
         return;
@@ -354,6 +361,7 @@ fn fd_targets(out: &str) -> Vec<(String, String)> {
 /// or state directory, for create and for exec; the same with socket activation ahead of
 /// them.
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn preserved_fds_are_exactly_the_callers() {
     if !require_root() {
         return;

@@ -89,11 +89,11 @@ fn build_probe(name: &str, extra: &[&str]) -> Option<PathBuf> {
     let _ = fs::remove_file(&res.out_file);
     let _ = fs::remove_file(&res.err_file);
     if res.code != 0 {
-        eprintln!(
-            "SKIPPED part of the battery: cannot build {name} with gcc {extra:?} -static \
+        missing(&format!(
+            "part of the battery: cannot build {name} with gcc {extra:?} -static \
              (install gcc and libc6-dev; gcc-multilib for -m32): {}",
             res.stderr
-        );
+        ));
         let _ = fs::remove_file(&tmp);
         return None;
     }

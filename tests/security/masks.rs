@@ -14,6 +14,7 @@ use crate::{ctx, BOTH};
 /// (`/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq`, `/proc/bus`, `/proc/fs`) refuses to
 /// open for writing, and a mount below a read-only path is read-only too.
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn t6_masked_paths_are_masked_and_readonly_paths_are_readonly() {
     if !require_root() {
         return;

@@ -6,6 +6,7 @@ use crate::support::*;
 use crate::{ctx, exec, field, sleeper, BOTH};
 
 #[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn t13_exec_user_forms() {
     if !require_root() {
         return;

@@ -41,14 +41,26 @@ fn next() -> usize {
 // ---------------------------------------------------------------------------------------
 // Root, subreaper, child processes
 
-/// True when running as root. Otherwise prints a loud SKIPPED line (the caller returns).
+/// Every test that calls this is `#[ignore]`d, so a plain `cargo test` lists it as ignored
+/// (skipped), never as passed; scripts/test runs them as root with `--include-ignored`. Run
+/// that way without root, the test fails saying why. Returns true (callers keep their
+/// `if !require_root() { return; }` shape).
 pub fn require_root() -> bool {
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: moat integration test needs real containers (not root)");
-        return false;
+        panic!("this moat integration test needs root (it runs real containers): run it as root, as scripts/test does");
     }
     become_subreaper();
     true
+}
+
+/// A tool or facility the test needs is missing: under scripts/test (`MOAT_TEST_STRICT=1`,
+/// which installs every tool) that fails the test; elsewhere it prints a loud SKIPPED line
+/// and the caller returns.
+pub fn missing(what: &str) {
+    if std::env::var_os("MOAT_TEST_STRICT").is_some() {
+        panic!("{what} (MOAT_TEST_STRICT is set: scripts/test installs what the tests need)");
+    }
+    eprintln!("SKIPPED: {what}");
 }
 
 /// Makes the test process a child subreaper, once: orphaned container inits become our
