@@ -556,19 +556,19 @@ pub fn exit_now(code: i32) -> ! {
 // ---------------------------------------------------------------------------------------
 // File descriptors
 
-/// Marks or closes every descriptor from `first` up.
 /// Closes every descriptor from 3 up except `keep`, in a forked child about to do one
 /// thing with it and `_exit`.
 pub fn close_all_but(keep: BorrowedFd<'_>) -> Result<()> {
     let k = keep.as_raw_fd() as u32;
-    // SAFETY: close_range on our own table; the caller owns nothing else it will use.
     if k > 3 {
+        // SAFETY: close_range on our own table; the caller owns nothing else it will use.
         check(unsafe { libc::syscall(libc::SYS_close_range, 3u32, k - 1, 0u32) })?;
     }
     // SAFETY: as above.
     check(unsafe { libc::syscall(libc::SYS_close_range, k + 1, u32::MAX, 0u32) }).map(drop)
 }
 
+/// Marks or closes every descriptor from `first` up.
 pub fn close_range_from(first: u32, cloexec_only: bool) -> Result<()> {
     const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
     let flags = if cloexec_only { CLOSE_RANGE_CLOEXEC } else { 0 };
@@ -1209,6 +1209,7 @@ mod tests {
         let cs: Vec<CString> = argv.iter().map(|a| CString::new(*a).unwrap()).collect();
         let (pid, pidfd) = spawn(&cs[0], &cs, &[], [None, Some(out.as_fd()), None])?;
         // The pidfd from clone refers to the child (musl's clone passes it through too).
+        // SAFETY: siginfo_t is plain data; all zeroes is a valid value.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: waitid on our own pidfd, writing a local siginfo.
         let r = unsafe {
