@@ -1,6 +1,6 @@
 //! moat: a hardened, runc-compatible OCI runtime.
 #![deny(unsafe_code)]
-// Every `unsafe` block (all in `linux/sys/`) says why it is sound.
+// Every `unsafe` block (in `linux/sys/`, and the C entry point below) says why it is sound.
 #![deny(clippy::undocumented_unsafe_blocks)]
 // moat's entry point is the C `main` below, not Rust's `fn main` (unit tests keep the
 // test harness's).
