@@ -488,8 +488,15 @@ impl Mounts {
             return Ok(());
         }
         // The last component is now a mount point, so crossing mounts is allowed here.
-        let now =
-            path::open_beneath(cover.fd.as_fd(), rel, libc::O_PATH, false).map_err(explain)?;
+        let now = path::open_beneath(cover.fd.as_fd(), rel, libc::O_PATH, false).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                io_other(
+                    "the path went away while moat mounted on it (a racing rename); refused".into(),
+                )
+            } else {
+                explain(e)
+            }
+        })?;
         if sys::mount_id(now.as_fd())? != sys::mount_id(tree.as_fd())? {
             return Err(io_other(
                 "the path changed while moat mounted on it (a racing rename); refused".into(),
