@@ -37,6 +37,9 @@ pub const MAX_ID: u32 = i32::MAX as u32;
 
 pub struct Attrs {
     pub caps: Sets,
+    /// The highest capability the kernel knows, read by the parent on the host: the child
+    /// drops the bounding set up to it, never trusting a `cap_last_cap` in its own view.
+    pub last_cap: u32,
     /// Installed in order; the kernel applies the strictest verdict of all of them.
     pub seccomp: Vec<Filter>,
     pub no_new_privs: bool,
@@ -201,6 +204,7 @@ impl Attrs {
             .to_string();
         Ok(Attrs {
             caps,
+            last_cap: capabilities::last_cap(),
             seccomp,
             no_new_privs: p.no_new_privileges.unwrap_or(false),
             uid: p.user.uid,
@@ -317,8 +321,7 @@ impl Attrs {
     fn set_identity(&self) -> Result<(), InitFailure> {
         let c = &self.caps;
         // Bounding set first, while CAP_SETPCAP is still effective.
-        let last = capabilities::last_cap();
-        for cap in 0..=last {
+        for cap in 0..=self.last_cap {
             if c.bounding & (1 << cap) == 0 {
                 match sys::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong) {
                     Err(e) if e.raw_os_error() != Some(libc::EINVAL) => {
@@ -362,7 +365,7 @@ impl Attrs {
             0,
         )
         .step(Step::Capabilities, || "clear ambient".into())?;
-        for cap in 0..=last {
+        for cap in 0..=self.last_cap {
             if c.ambient & (1 << cap) != 0 {
                 sys::prctl5(
                     libc::PR_CAP_AMBIENT,

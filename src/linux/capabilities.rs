@@ -48,16 +48,13 @@ pub const NAMES: [&str; 41] = [
     "CAP_CHECKPOINT_RESTORE",
 ];
 
-/// The highest capability the running kernel knows.
+/// The highest capability the running kernel knows, a host fact: read only on the host,
+/// by the parent (`Attrs::last_cap` carries it into the child), never in a container's view.
 pub fn last_cap() -> u32 {
-    // In moat's container children, through moat's own procfs: a fake `cap_last_cap` in
-    // the container's /proc would leave capabilities above it in the bounding set.
-    let text = if super::procfs::held() {
-        super::procfs::read_sysctl("kernel/cap_last_cap").ok()
-    } else {
-        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap").ok()
-    };
-    text.and_then(|s| s.trim().parse().ok()).unwrap_or(40)
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
 }
 
 pub fn number(name: &str) -> Option<u32> {

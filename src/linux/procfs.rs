@@ -239,11 +239,6 @@ pub fn write_sysctl(key: &str, value: &str) -> Result<(), ProcError> {
     with(|p| p.write(&format!("sys/{key}"), value))
 }
 
-/// Reads a sysctl (`kernel/cap_last_cap`).
-pub fn read_sysctl(key: &str) -> Result<String, ProcError> {
-    with(|p| p.read(&format!("sys/{key}")))
-}
-
 /// Writes the calling thread's LSM attribute `attr`, a path below `attr/` (`exec`,
 /// `apparmor/exec`): which one is decided from the host facts, never by probing the
 /// container's view.
