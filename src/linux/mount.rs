@@ -120,13 +120,40 @@ fn cstring(s: &str) -> io::Result<CString> {
     CString::new(s).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
+/// procfs contexts made in the container's pid namespace by a process that could make
+/// them there (`process::proc_contexts`), for a process that is not in it: while set
+/// (`Some`), [`new_fs`] of `proc` takes one of these, and fails with EAGAIN when none is
+/// left, rather than make a procfs of its caller's (the host's) pid namespace.
+static PROC_CONTEXTS: std::sync::Mutex<Option<Vec<OwnedFd>>> = std::sync::Mutex::new(None);
+
+/// Starts (`Some`) or ends (`None`, dropping what is left) [`PROC_CONTEXTS`].
+pub fn set_proc_contexts(contexts: Option<Vec<OwnedFd>>) {
+    *PROC_CONTEXTS.lock().unwrap_or_else(|e| e.into_inner()) = contexts;
+}
+
+/// `fsopen(fstype)`, or for `proc` a stashed context of the right pid namespace.
+fn fs_context(fstype: &str) -> io::Result<OwnedFd> {
+    if fstype == "proc" {
+        if let Some(stash) = PROC_CONTEXTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            return stash
+                .pop()
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EAGAIN));
+        }
+    }
+    sys::fsopen(&cstring(fstype)?)
+}
+
 /// A new, detached filesystem mount.
 pub fn new_fs(
     fstype: &str,
     source: Option<&str>,
     data: &[(String, Option<String>)],
 ) -> io::Result<OwnedFd> {
-    let fs = sys::fsopen(&cstring(fstype)?)?;
+    let fs = fs_context(fstype)?;
     if let Some(src) = source {
         sys::fsconfig(
             fs.as_fd(),

@@ -941,7 +941,7 @@ fn staged_namespaces(
 }
 
 /// [`NsPlan::late_init`]: procfs contexts of the joined pid namespace, for the rootfs
-/// set up by this process, which is not in it (`sys::fsopen` takes them). They come from
+/// set up by this process, which is not in it (`mount::new_fs` takes them). They come from
 /// a helper forked into that namespace while this process's root and cwd are an empty,
 /// read-only, detached tmpfs — a root with nothing above it, so `/proc/<helper>/root`
 /// leads nowhere — and holding no fd but its socket.
@@ -987,7 +987,7 @@ fn proc_contexts(plan: &Plan) -> Result<(), InitFailure> {
             let got: Result<Vec<OwnedFd>, _> =
                 (0..n).map(|_| ours.recv_mount().map(|m| m.1)).collect();
             let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-            sys::set_proc_contexts(Some(got.step(Step::Namespaces, what)?));
+            super::mount::set_proc_contexts(Some(got.step(Step::Namespaces, what)?));
             Ok(())
         }
     }
@@ -1008,7 +1008,7 @@ fn fork_init(ch: &Channel) -> Result<(), InitFailure> {
             let mut f = std::fs::File::from(r);
             while matches!(f.read(&mut b), Err(ref e) if e.kind() == io::ErrorKind::Interrupted) {}
             // In the pid namespace now: its own fsopen("proc") is right again.
-            sys::set_proc_contexts(None);
+            super::mount::set_proc_contexts(None);
             Ok(())
         }
         sys::Forked::Parent(pid) => {

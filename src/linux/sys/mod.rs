@@ -975,29 +975,7 @@ pub fn move_mount_fd(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<()> {
     .map(drop)
 }
 
-/// procfs contexts made in the container's pid namespace by a process that could make
-/// them there (`process::proc_contexts`), for a process that is not in it: while set
-/// (`Some`), `fsopen("proc")` takes one of these and fails with EAGAIN when none is left,
-/// rather than make a procfs of its caller's — the host's — pid namespace.
-static PROC_CONTEXTS: std::sync::Mutex<Option<Vec<OwnedFd>>> = std::sync::Mutex::new(None);
-
-/// Starts (`Some`) or ends (`None`, dropping what is left) [`PROC_CONTEXTS`].
-pub fn set_proc_contexts(contexts: Option<Vec<OwnedFd>>) {
-    *PROC_CONTEXTS.lock().unwrap_or_else(|e| e.into_inner()) = contexts;
-}
-
 pub fn fsopen(fstype: &CStr) -> Result<OwnedFd> {
-    if fstype == c"proc" {
-        if let Some(stash) = PROC_CONTEXTS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-        {
-            return stash
-                .pop()
-                .ok_or_else(|| io::Error::from_raw_os_error(libc::EAGAIN));
-        }
-    }
     const FSOPEN_CLOEXEC: u32 = 1;
     // SAFETY: NUL-terminated filesystem name.
     let r = check(unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) })?;
