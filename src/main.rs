@@ -7,6 +7,7 @@
 #![cfg_attr(not(test), no_main)]
 
 mod cli;
+mod container;
 mod gvisor;
 mod linux;
 mod log;

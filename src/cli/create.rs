@@ -221,8 +221,23 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     // Before the bundle is read or any profile loaded, for both backends.
     state::validate_id(&a.id)?;
     if let Some(sel) = crate::gvisor::select(&a.bundle)? {
-        return crate::gvisor::create(g, &a, sel);
+        return crate::gvisor::create(&g.context()?, &a.request(), sel);
     }
     create(g, &a, false)?;
     Ok(0)
+}
+
+impl Args {
+    /// The flags as the lifecycle layer takes them.
+    pub fn request(&self) -> crate::container::create::Request {
+        crate::container::create::Request {
+            id: self.id.clone(),
+            bundle: self.bundle.clone(),
+            console_socket: self.console_socket.clone(),
+            pid_file: self.pid_file.clone(),
+            no_pivot: self.no_pivot,
+            no_new_keyring: self.no_new_keyring,
+            preserve_fds: self.preserve_fds,
+        }
+    }
 }

@@ -34,7 +34,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         Err(e) => return Err(e.into()),
     };
     if let Some(gv) = rec.backend.gvisor().cloned() {
-        return crate::gvisor::delete(g, dir, &rec, &gv, a.force);
+        return crate::gvisor::delete(&g.context()?, dir, &rec, &gv, a.force);
     }
     let status = rec.status(&dir);
     match status {

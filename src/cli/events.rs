@@ -44,7 +44,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     let dir = ContainerDir::open_read(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
-        return crate::gvisor::events(g, &rec, gv, a.stats, interval);
+        return crate::gvisor::events(&g.context()?, &rec, gv, a.stats, interval);
     }
     if rec.status(&dir) == Status::Stopped {
         bail!("container with id {} is not running", a.id);

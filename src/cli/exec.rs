@@ -68,25 +68,6 @@ pub struct Args {
     pub command: Vec<String>,
 }
 
-/// `uid[:gid]`, numbers only: a name would be resolved with the host's passwd, and a
-/// lenient parser is how users end up as someone else (crun CVE-2026-30892).
-pub(crate) fn parse_user(s: &str) -> Result<(u32, Option<u32>)> {
-    let (u, g) = match s.split_once(':') {
-        Some((u, g)) => (u, Some(g)),
-        None => (s, None),
-    };
-    let num = |v: &str, what: &str| -> Result<u32> {
-        if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
-            bail!("--user {s:?}: {what} must be a number");
-        }
-        v.parse::<u32>()
-            .ok()
-            .filter(|n| *n != u32::MAX)
-            .with_context(|| format!("--user {s:?}: {what} out of range"))
-    };
-    Ok((num(u, "uid")?, g.map(|g| num(g, "gid")).transpose()?))
-}
-
 /// `bounding`: the container's bounding set, which `--cap` may not exceed (RESTRICTED);
 /// `None` under OPEN, where moat does what runc does.
 fn build_process(a: &Args, spec_process: &Process, bounding: Option<u64>) -> Result<Process> {
@@ -114,7 +95,7 @@ fn build_process(a: &Args, spec_process: &Process, bounding: Option<u64>) -> Res
         p.cwd = cwd.clone();
     }
     if let Some(u) = &a.user {
-        let (uid, gid) = parse_user(u)?;
+        let (uid, gid) = crate::container::exec::parse_user(u)?;
         p.user.uid = uid;
         p.user.gid = gid.unwrap_or(0);
     }
@@ -161,7 +142,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     let dir = ContainerDir::open_read(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
-        return crate::gvisor::exec(g, &dir, &rec, gv, &a);
+        return crate::gvisor::exec(&g.context()?, &dir, &rec, gv, &a.request());
     }
     // exec never passes socket-activation fds (runc neither): LISTEN_* are ignored.
     super::before_fork(a.preserve_fds, false)?;
@@ -236,26 +217,28 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     )?)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_user;
-
-    #[test]
-    fn user_forms() {
-        assert_eq!(parse_user("0").unwrap(), (0, None));
-        assert_eq!(parse_user("1000:1000").unwrap(), (1000, Some(1000)));
-        for bad in [
-            "",
-            "root",
-            "1000:",
-            ":1000",
-            "-1",
-            "1 ",
-            "4294967295",
-            "99999999999",
-            "1000:x",
-        ] {
-            assert!(parse_user(bad).is_err(), "{bad:?} accepted");
+impl Args {
+    /// The flags as the lifecycle layer takes them.
+    pub fn request(&self) -> crate::container::exec::Request {
+        crate::container::exec::Request {
+            id: self.id.clone(),
+            command: self.command.clone(),
+            process: self.process.clone(),
+            console_socket: self.console_socket.clone(),
+            cwd: self.cwd.clone(),
+            env: self.env.clone(),
+            tty: self.tty,
+            user: self.user.clone(),
+            additional_gids: self.additional_gids.clone(),
+            detach: self.detach,
+            pid_file: self.pid_file.clone(),
+            process_label: self.process_label.clone(),
+            apparmor: self.apparmor.clone(),
+            no_new_privs: self.no_new_privs,
+            cap: self.cap.clone(),
+            preserve_fds: self.preserve_fds,
+            cgroup: self.cgroup.clone(),
+            ignore_paused: self.ignore_paused,
         }
     }
 }

@@ -24,7 +24,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     let dir = ContainerDir::open(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
-        return crate::gvisor::kill(g, &rec, gv, a.all, sig);
+        return crate::gvisor::kill(&g.context()?, &rec, gv, a.all, sig);
     }
     if rec.status(&dir) == Status::Stopped {
         // containerd's shim sends `kill --all <id> 9` after every exit: that must succeed.

@@ -29,7 +29,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         let Ok(mut rec) = dir.load() else { continue };
         let status = match rec.backend.gvisor().cloned() {
             Some(gv) => {
-                let Ok((status, pid)) = crate::gvisor::status(g, &rec, &gv) else {
+                let Ok((status, pid)) = crate::gvisor::status(&g.context()?, &rec, &gv) else {
                     continue;
                 };
                 rec.pid = pid;

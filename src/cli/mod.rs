@@ -300,6 +300,18 @@ pub fn before_fork(preserve_fds: u32, socket_activation: bool) -> Result<u32> {
 }
 
 impl Global {
+    /// The flags resolved once, as the lifecycle layer (`src/container/`) takes them.
+    pub fn context(&self) -> Result<crate::container::Context> {
+        Ok(crate::container::Context {
+            root: self.state_root()?,
+            rootless: self.rootless()?,
+            systemd_cgroup: self.systemd_cgroup,
+            log: self.log.clone(),
+            log_format: self.log_format.clone(),
+            debug: self.debug,
+        })
+    }
+
     /// `--rootless` resolved: `auto` is runc's rule (see `linux::rootless::detect`).
     pub fn rootless(&self) -> Result<bool> {
         crate::linux::rootless::detect(&self.rootless).map_err(anyhow::Error::msg)

@@ -14,7 +14,7 @@ pub fn pause(g: &Global, a: Args) -> Result<i32> {
     let dir = ContainerDir::open(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
-        return crate::gvisor::pause(g, &rec, gv);
+        return crate::gvisor::pause(&g.context()?, &rec, gv);
     }
     match rec.status(&dir) {
         Status::Running => {}
@@ -33,7 +33,7 @@ pub fn resume(g: &Global, a: Args) -> Result<i32> {
     let dir = ContainerDir::open(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
-        return crate::gvisor::resume(g, &rec, gv);
+        return crate::gvisor::resume(&g.context()?, &rec, gv);
     }
     if rec.status(&dir) != Status::Paused {
         bail!("container not paused");

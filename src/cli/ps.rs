@@ -23,7 +23,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     let dir = ContainerDir::open_read(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
-        return crate::gvisor::ps(g, &rec, gv, &a.format, &a.ps_args);
+        return crate::gvisor::ps(&g.context()?, &rec, gv, &a.format, &a.ps_args);
     }
     // A stopped container lists no processes, as with runc (whose cgroup may still
     // hold stragglers: those are listed).

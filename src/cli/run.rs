@@ -25,7 +25,7 @@ pub struct Args {
 pub fn run(g: &Global, a: Args) -> Result<i32> {
     crate::state::validate_id(&a.create.id)?;
     if let Some(sel) = crate::gvisor::select(&a.create.bundle)? {
-        return crate::gvisor::run(g, &a, sel);
+        return crate::gvisor::run(&g.context()?, &a.request(), sel);
     }
     // Block forwarded signals before the container exists, so none is lost; the init
     // resets its mask before exec.
@@ -70,4 +70,15 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         }
     }
     Ok(status)
+}
+
+impl Args {
+    /// The flags as the lifecycle layer takes them (`--no-subreaper` means nothing to moat).
+    pub fn request(&self) -> crate::container::create::RunRequest {
+        crate::container::create::RunRequest {
+            create: self.create.request(),
+            detach: self.detach,
+            keep: self.keep,
+        }
+    }
 }

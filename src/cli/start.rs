@@ -83,7 +83,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     let dir = ContainerDir::open(&g.state_root()?, &a.id)?;
     let rec = dir.load()?;
     if let Some(gv) = rec.backend.gvisor() {
-        return crate::gvisor::start(g, &rec, gv);
+        return crate::gvisor::start(&g.context()?, &rec, gv);
     }
     start(&dir, &rec)?;
     Ok(0)

@@ -94,7 +94,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         // As runc: update never rewrites device rules.
         res.devices.clear();
         let req = crate::gvisor::UpdateRequest { resources: res };
-        return crate::gvisor::update(g, &rec, gv, req);
+        return crate::gvisor::update(&g.context()?, &rec, gv, req);
     }
     if rec.status(&dir) == Status::Stopped {
         bail!("container not running");

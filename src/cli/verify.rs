@@ -44,7 +44,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
             let v = crate::gvisor::select::shadow_config(&dir)?;
             serde_json::from_value(v).context("the container's effective spec")?
         };
-        let checks = crate::gvisor::verify::checks(g, &rec, gv, &spec)?;
+        let checks = crate::gvisor::verify::checks(&g.context()?, &rec, gv, &spec)?;
         let not_applied: Vec<policy::Change> = dir
             .read_file(state::POLICY_FILE)?
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())

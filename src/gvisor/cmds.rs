@@ -4,13 +4,13 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Context as _, Result};
 use serde_json::Value;
 
 use super::runsc::Runsc;
 use super::select::{self, Prepared, Selection};
 use super::Gvisor;
-use crate::cli::{create as create_cli, run as run_cli, Global};
+use crate::container::{create as create_req, Context};
 use crate::linux::sys;
 use crate::state::{ContainerDir, Record, Status};
 
@@ -21,7 +21,7 @@ pub(super) struct RunscState {
     pub raw: Value,
 }
 
-pub(super) fn runsc_state(g: &Global, gv: &Gvisor, id: &str) -> Result<Option<RunscState>> {
+pub(super) fn runsc_state(g: &Context, gv: &Gvisor, id: &str) -> Result<Option<RunscState>> {
     let out = Runsc::quiet(gv, g, "state").args([id]).output()?;
     if out.not_exist() {
         return Ok(None);
@@ -54,7 +54,7 @@ fn alive(pid: i32) -> bool {
 
 /// Status and host pid (0 when stopped) for `list`; a container runsc does not know
 /// (a create that failed half-way) shows as stopped.
-pub fn status(g: &Global, rec: &Record, gv: &Gvisor) -> Result<(Status, i32)> {
+pub fn status(g: &Context, rec: &Record, gv: &Gvisor) -> Result<(Status, i32)> {
     Ok(match runsc_state(g, gv, &rec.id)? {
         Some(s) if s.status != Status::Stopped => (s.status, s.pid.max(0)),
         _ => (Status::Stopped, 0),
@@ -99,7 +99,7 @@ fn complete_state<'a>(rec: &'a Record, st: &'a RunscState) -> OciState<'a> {
     }
 }
 
-pub fn state(g: &Global, rec: &Record, gv: &Gvisor) -> Result<i32> {
+pub fn state(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
     let Some(st) = runsc_state(g, gv, &rec.id)? else {
         bail!("container does not exist");
     };
@@ -112,7 +112,7 @@ pub fn state(g: &Global, rec: &Record, gv: &Gvisor) -> Result<i32> {
 
 /// Removes runsc's container (if any) and the state directory; errors are ignored (this
 /// undoes a create that failed).
-fn discard(g: &Global, gv: &Gvisor, root: &Path, id: &str) {
+fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
     let _ = Runsc::quiet(gv, g, "delete")
         .flag("force", true)
         .args([id])
@@ -132,7 +132,7 @@ fn forget(gv: &Gvisor, id: &str) {
 }
 
 /// `runsc create` for a prepared container; a failure leaves nothing behind, as runc.
-fn create_prepared(g: &Global, p: Prepared, a: &create_cli::Args) -> Result<i32> {
+fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<i32> {
     let code = Runsc::new(&p.gv, g, "create")
         .opt("bundle", &p.shadow)
         .opt_some("console-socket", a.console_socket.as_ref())
@@ -141,7 +141,7 @@ fn create_prepared(g: &Global, p: Prepared, a: &create_cli::Args) -> Result<i32>
         .wait()?;
     if code != 0 {
         drop(p.dir);
-        discard(g, &p.gv, &g.state_root()?, &a.id);
+        discard(g, &p.gv, &g.root.clone(), &a.id);
         return Ok(code);
     }
     Ok(0)
@@ -174,20 +174,20 @@ fn leftover_cgroup(dir: &ContainerDir, rec: &Record) -> Option<crate::linux::cgr
     })
 }
 
-pub fn create(g: &Global, a: &create_cli::Args, sel: Selection) -> Result<i32> {
+pub fn create(g: &Context, a: &create_req::Request, sel: Selection) -> Result<i32> {
     // --no-pivot and --no-new-keyring mean nothing to the sentry; --preserve-fds > 0 is
     // refused in prepare.
     let p = select::prepare(g, &a.bundle, &a.id, a.preserve_fds, sel)?;
     create_prepared(g, p, a)
 }
 
-pub fn run(g: &Global, a: &run_cli::Args, sel: Selection) -> Result<i32> {
+pub fn run(g: &Context, a: &create_req::RunRequest, sel: Selection) -> Result<i32> {
     if a.keep {
         bail!("--keep is not supported for gVisor containers (runsc removes its container when the process exits)");
     }
     let c = &a.create;
     let p = select::prepare(g, &c.bundle, &c.id, c.preserve_fds, sel)?;
-    let root = g.state_root()?;
+    let root = g.root.clone();
     if a.detach {
         // create + start rather than `runsc run --detach`, whose re-execution drops every
         // argument containing "detach".
@@ -215,21 +215,21 @@ pub fn run(g: &Global, a: &run_cli::Args, sel: Selection) -> Result<i32> {
     status
 }
 
-pub fn start(g: &Global, rec: &Record, gv: &Gvisor) -> Result<i32> {
+pub fn start(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
     Runsc::new(gv, g, "start").args([&rec.id]).wait()
 }
 
-pub fn pause(g: &Global, rec: &Record, gv: &Gvisor) -> Result<i32> {
+pub fn pause(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
     Runsc::new(gv, g, "pause").args([&rec.id]).wait()
 }
 
-pub fn resume(g: &Global, rec: &Record, gv: &Gvisor) -> Result<i32> {
+pub fn resume(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
     Runsc::new(gv, g, "resume").args([&rec.id]).wait()
 }
 
 /// `ps --format table|json`. runsc lists the sandbox's own pids; ps arguments after `--`
 /// are not supported by runsc and are dropped.
-pub fn ps(g: &Global, rec: &Record, gv: &Gvisor, format: &str, ps_args: &[String]) -> Result<i32> {
+pub fn ps(g: &Context, rec: &Record, gv: &Gvisor, format: &str, ps_args: &[String]) -> Result<i32> {
     if !ps_args.is_empty() {
         crate::log::warn(&format!(
             "ps arguments {ps_args:?} ignored: runsc's ps takes none"
@@ -281,7 +281,7 @@ fn kill_sandbox(pid: i32) -> Result<()> {
 /// runc's kill on top of runsc's: a created container is killed by killing its sandbox
 /// (runsc refuses to signal it); a stopped one is `container not running` (success with
 /// `--all`, which containerd's shim sends after every exit).
-pub fn kill(g: &Global, rec: &Record, gv: &Gvisor, all: bool, sig: i32) -> Result<i32> {
+pub fn kill(g: &Context, rec: &Record, gv: &Gvisor, all: bool, sig: i32) -> Result<i32> {
     let Some(st) = runsc_state(g, gv, &rec.id)? else {
         bail!("container does not exist");
     };
@@ -315,7 +315,7 @@ pub fn kill(g: &Global, rec: &Record, gv: &Gvisor, all: bool, sig: i32) -> Resul
 /// created container without `--force`, as runc does. A container runsc no longer knows
 /// is gone: with `--force` that is success.
 pub fn delete(
-    g: &Global,
+    g: &Context,
     dir: ContainerDir,
     rec: &Record,
     gv: &Gvisor,

@@ -5,12 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Context as _, Result};
 use serde_json::{json, Value};
 
 use super::runsc::Runsc;
 use super::{select, Gvisor};
-use crate::cli::{exec as exec_cli, Global};
+use crate::container::{exec as exec_req, Context};
 use crate::linux::capabilities;
 use crate::state::{ContainerDir, Record};
 
@@ -19,11 +19,11 @@ use crate::state::{ContainerDir, Record};
 /// status made runc's; foreground: runsc replaces moat, so the process's status, stdio
 /// and signals pass straight through.
 pub fn exec(
-    g: &Global,
+    g: &Context,
     dir: &ContainerDir,
     rec: &Record,
     gv: &Gvisor,
-    a: &exec_cli::Args,
+    a: &exec_req::Request,
 ) -> Result<i32> {
     if a.preserve_fds > 0 {
         bail!(
@@ -61,7 +61,7 @@ pub fn exec(
                 bail!("exec needs a command to run");
             }
             if let Some(u) = &a.user {
-                crate::cli::exec::parse_user(u)?;
+                crate::container::exec::parse_user(u)?;
                 r = r.opt("user", u);
             }
             r = r.opt_some("cwd", a.cwd.as_ref());
@@ -115,7 +115,7 @@ fn cap_name(c: &str, bounding: u64) -> Result<String> {
 
 /// A process.json for `exec -t` in argv form: the container's process with runc's
 /// overrides applied.
-fn argv_process(shadow: &Value, a: &exec_cli::Args, bounding: u64) -> Result<Value> {
+fn argv_process(shadow: &Value, a: &exec_req::Request, bounding: u64) -> Result<Value> {
     if a.command.is_empty() {
         bail!("exec needs a command to run");
     }
@@ -142,7 +142,7 @@ fn argv_process(shadow: &Value, a: &exec_cli::Args, bounding: u64) -> Result<Val
         p["cwd"] = json!(cwd);
     }
     if let Some(u) = &a.user {
-        let (uid, gid) = crate::cli::exec::parse_user(u)?;
+        let (uid, gid) = crate::container::exec::parse_user(u)?;
         p["user"]["uid"] = json!(uid);
         p["user"]["gid"] = json!(gid.unwrap_or(0));
     }

@@ -5,13 +5,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Context as _, Result};
 use serde_json::{json, Value};
 
 use super::cmds::runsc_state;
 use super::runsc::Runsc;
 use super::{select, Gvisor};
-use crate::cli::Global;
+use crate::container::Context;
 use crate::linux::cgroups::{Cgroup, Layout};
 use crate::spec::Resources;
 use crate::state::{Record, Status};
@@ -65,7 +65,7 @@ pub(super) fn sandbox_cgroup(pid: i32, proc_cgroup: &str, layout: Layout) -> Res
 
 /// runsc 20221219 has no `update`: the resources are written into the sandbox's host
 /// cgroup with moat's cgroup code. The sentry's own memory size stays as at create.
-pub fn update(g: &Global, rec: &Record, gv: &Gvisor, req: UpdateRequest) -> Result<i32> {
+pub fn update(g: &Context, rec: &Record, gv: &Gvisor, req: UpdateRequest) -> Result<i32> {
     let Some(st) = runsc_state(g, gv, &rec.id)? else {
         bail!("container does not exist");
     };
@@ -95,7 +95,7 @@ fn zero_stats(id: &str) -> Value {
 /// `events [--stats] [--interval N]`. While the container is only created, zero stats
 /// are printed (runsc divides by zero there); once it runs, runsc takes over.
 pub fn events(
-    g: &Global,
+    g: &Context,
     rec: &Record,
     gv: &Gvisor,
     stats: bool,

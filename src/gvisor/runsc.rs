@@ -20,10 +20,10 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
-use anyhow::{Context, Result};
+use anyhow::{Context as _, Result};
 
 use super::Gvisor;
-use crate::cli::Global;
+use crate::container::Context;
 use crate::linux::{signal, sys};
 
 /// One runsc invocation: global flags fixed at construction, then the subcommand.
@@ -90,7 +90,7 @@ fn without_moat(vars: impl Iterator<Item = (OsString, OsString)>) -> Vec<(OsStri
 impl<'a> Runsc<'a> {
     /// `runsc <global flags> <sub>`; the global flags replay the record (root, platform,
     /// network, seccomp, systemd) and pass this call's `--log`, `--log-format`, `--debug`.
-    pub fn new(gv: &'a Gvisor, g: &Global, sub: &str) -> Runsc<'a> {
+    pub fn new(gv: &'a Gvisor, g: &Context, sub: &str) -> Runsc<'a> {
         let mut argv: Vec<OsString> = vec![gv.runsc.clone().into_os_string()];
         let mut flag = |name: &str, value: &std::ffi::OsStr| {
             let mut f = OsString::from(format!("--{name}="));
@@ -123,7 +123,7 @@ impl<'a> Runsc<'a> {
 
     /// As [`Runsc::new`] without `--log`: for calls whose errors moat reports itself
     /// (one error object per failing call in the log, as clients expect).
-    pub fn quiet(gv: &'a Gvisor, g: &Global, sub: &str) -> Runsc<'a> {
+    pub fn quiet(gv: &'a Gvisor, g: &Context, sub: &str) -> Runsc<'a> {
         let mut g = g.clone();
         g.log = None;
         Runsc::new(gv, &g, sub)
@@ -286,18 +286,15 @@ impl<'a> Runsc<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Global;
 
-    fn global(log: Option<&str>, debug: bool) -> Global {
-        Global {
-            root: Some("/run/moat".into()),
+    fn global(log: Option<&str>, debug: bool) -> Context {
+        Context {
+            root: "/run/moat".into(),
             log: log.map(Into::into),
             log_format: "json".into(),
             debug,
             systemd_cgroup: false,
-            rootless: "auto".into(),
-            criu: Some("/usr/sbin/criu".into()),
-            version: false,
+            rootless: false,
         }
     }
 

@@ -16,12 +16,12 @@
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Context as _, Result};
 use serde_json::Value;
 
 use super::config::GvisorConfig;
 use super::Gvisor;
-use crate::cli::Global;
+use crate::container::Context;
 use crate::spec::Spec;
 use crate::state::{self, ContainerDir, Record};
 
@@ -278,7 +278,7 @@ pub struct Prepared {
 }
 
 pub fn prepare(
-    g: &Global,
+    g: &Context,
     bundle: &Path,
     id: &str,
     preserve_fds: u32,
@@ -306,7 +306,7 @@ pub fn prepare(
     // Serialised from the typed spec: runsc reads what the policy saw (super::spec). Before
     // anything exists: a pass-through field of the wrong shape is refused here.
     let runsc_config = super::spec::config_json(&spec, &bundle, &rootfs)?;
-    let state_root = g.state_root()?;
+    let state_root = g.root.clone();
     let dir = ContainerDir::create(&state_root, id)?;
     crate::log::debug(&format!("{id}: gVisor ({})", sel.reason));
     let gv = Gvisor {

@@ -5,7 +5,7 @@
 use super::runsc::Runsc;
 use super::Gvisor;
 use crate::cli::verify::Check;
-use crate::cli::Global;
+use crate::container::Context;
 use crate::linux::capabilities;
 use crate::linux::cgroups::Cgroup;
 use crate::spec::Spec;
@@ -76,7 +76,7 @@ fn limits(
     }
 }
 
-pub fn checks(g: &Global, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result<Vec<Check>> {
+pub fn checks(g: &Context, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result<Vec<Check>> {
     let mut out = Vec::new();
     let mut add = |check: &str, expected: String, actual: String, ok: bool| {
         out.push(Check {
