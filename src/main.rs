@@ -35,7 +35,7 @@ static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 extern "C" fn main(argc: std::ffi::c_int, argv: *const *const std::ffi::c_char) -> std::ffi::c_int {
     // SAFETY: libc calls main with argc valid argument strings.
     unsafe { linux::sys::process_init(argc, argv) };
-    // Before anything is opened: which fds the caller passed, and LISTEN_* (cli/startup.rs).
-    cli::startup::capture();
+    // Before anything is opened: which fds the caller passed, and LISTEN_* (container/startup.rs).
+    container::startup::capture();
     std::process::exit(cli::main())
 }

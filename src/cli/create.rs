@@ -37,7 +37,7 @@ pub struct Args {
 
 /// Shared by create and run: everything up to a created container.
 pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, process::Created)> {
-    let listen_fds = super::before_fork(a.preserve_fds, true)?;
+    let listen_fds = crate::container::before_fork(a.preserve_fds, true)?;
     let cwd = std::env::current_dir().context("getcwd")?;
     // Absolute and lexically clean, like runc's filepath.Abs: `state` shows it.
     let bundle: std::path::PathBuf =

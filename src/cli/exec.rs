@@ -145,7 +145,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         return crate::gvisor::exec(&g.context()?, &dir, &rec, gv, &a.request());
     }
     // exec never passes socket-activation fds (runc neither): LISTEN_* are ignored.
-    super::before_fork(a.preserve_fds, false)?;
+    crate::container::before_fork(a.preserve_fds, false)?;
     match rec.status(&dir) {
         Status::Stopped => bail!("cannot exec in a stopped container"),
         Status::Paused if !a.ignore_paused => {

@@ -11,6 +11,7 @@
 
 pub mod create;
 pub mod exec;
+pub mod startup;
 
 use std::path::PathBuf;
 
@@ -54,4 +55,24 @@ impl Container {
         let record = dir.load()?;
         Ok(Container { dir, record })
     }
+}
+
+/// What create, run and exec do before anything forks into a container: the preserved
+/// range (`socket_activation`: create and run put the honoured `LISTEN_FDS` first, as
+/// runc does; exec never) must be fds the caller really passed (`startup.rs`); every
+/// other fd the caller leaked must not reach the container (CVE-2024-21626); and the
+/// moat binary must not be writable through `/proc/self/exe`. Returns the number of
+/// socket-activation fds passed on.
+pub fn before_fork(preserve_fds: u32, socket_activation: bool) -> anyhow::Result<u32> {
+    use anyhow::Context;
+    let listen = if socket_activation {
+        startup::listen_fds()
+    } else {
+        0
+    };
+    startup::check_range(preserve_fds, listen)?;
+    // Checked above: the sum fits below the first fd that was not open.
+    crate::linux::sys::close_range_from(3 + preserve_fds + listen, true).context("close_range")?;
+    crate::linux::exeseal::ensure(startup::listen_env()).context("protect the moat binary")?;
+    Ok(listen)
 }

@@ -227,7 +227,7 @@ impl Attrs {
         })
     }
 
-    /// Socket activation (create and run only; `cli/startup.rs` decides whether the
+    /// Socket activation (create and run only; `container/startup.rs` decides whether the
     /// caller's `LISTEN_FDS` are this process's): the `n` fds from 3 are passed on, ahead
     /// of the preserved ones, and the process learns of them as systemd would tell it.
     pub fn pass_listen_fds(&mut self, n: u32) {

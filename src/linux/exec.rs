@@ -2,7 +2,7 @@
 //!
 //! | # | parent (`moat exec`)                                      | joiner (fork)                      | exec'd process (joiner's fork)        |
 //! |---|-----------------------------------------------------------|------------------------------------|---------------------------------------|
-//! | 1 | attributes parsed; the preserved fds checked (`cli/startup.rs`); the container's compiled seccomp filter loaded from its state | — | — |
+//! | 1 | attributes parsed; the preserved fds checked (`container/startup.rs`); the container's compiled seccomp filter loaded from its state | — | — |
 //! | 2 | pidfd of the init; clone (into the v2 cgroup)             | joins the v1 cgroups itself; non-dumpable; rlimits | —                     |
 //! | 3 | —                                                         | `setns(pidfd, …)`: user, mount (root and cwd become the container's), the rest; pid and time for children | — |
 //! | 4 | —                                                         | fork (`CLONE_PARENT`), reports the pid, exits | born in the container's pid namespace, inside its root |

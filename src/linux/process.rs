@@ -68,7 +68,7 @@ pub struct CreateOpts {
     pub no_pivot: bool,
     pub new_keyring: bool,
     pub preserve_fds: u32,
-    /// Socket-activation fds passed on ahead of the preserved ones (`cli/startup.rs`).
+    /// Socket-activation fds passed on ahead of the preserved ones (`container/startup.rs`).
     pub listen_fds: u32,
     pub systemd_cgroup: bool,
     /// Foreground `run`: the caller waits for the init, so it must be its parent.
