@@ -806,7 +806,7 @@ mod tests {
     use nix::sys::signal::Signal;
     use nix::sys::wait::{waitpid, WaitStatus};
     use serde_json::{json, Value};
-    use std::os::fd::AsFd;
+    use std::os::fd::AsRawFd;
 
     fn parse(v: Value) -> spec::Seccomp {
         serde_json::from_value(v).expect("valid linux.seccomp")
@@ -1312,8 +1312,7 @@ mod tests {
             "syscalls": [{"names": ["getppid"], "action": "SCMP_ACT_NOTIFY"}]}));
         exited_ok(run_filtered(&f, |listener| match listener {
             Some(fd)
-                if nix::fcntl::fcntl(sys::raw(fd.as_fd()), nix::fcntl::FcntlArg::F_GETFD)
-                    .is_ok() =>
+                if nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFD).is_ok() =>
             {
                 0
             }
