@@ -253,7 +253,8 @@ impl Attrs {
             let mut attr = sys::SchedAttr {
                 sched_policy: sched_policy(&s.policy).unwrap_or(0),
                 sched_nice: s.nice,
-                sched_priority: s.priority as u32,
+                // A negative priority is refused by the kernel (EINVAL), as u32::MAX is.
+                sched_priority: u32::try_from(s.priority).unwrap_or(u32::MAX),
                 sched_runtime: s.runtime,
                 sched_deadline: s.deadline,
                 sched_period: s.period,

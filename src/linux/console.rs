@@ -46,7 +46,7 @@ fn pty_from(master: OwnedFd) -> Result<(OwnedFd, OwnedFd), InitFailure> {
     let what = || "/dev/pts/ptmx".to_string();
     let fs = sys::fstatfs(master.as_fd()).step(Step::Console, what)?;
     let st = sys::fstat(master.as_fd()).step(Step::Console, what)?;
-    if fs.f_type as i64 != DEVPTS_SUPER_MAGIC || st.st_rdev != libc::makedev(5, 2) {
+    if fs.f_type != DEVPTS_SUPER_MAGIC as u64 || st.st_rdev != libc::makedev(5, 2) {
         return Err(InitFailure::new(
             Step::Console,
             "/dev/pts/ptmx is not a devpts ptmx (is /dev/pts mounted?)",

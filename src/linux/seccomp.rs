@@ -1116,7 +1116,7 @@ mod tests {
         let e = p("SCMP_CMP_MASKED_EQ", u64::MAX, 1 << 40).expect_err("high bits");
         assert_eq!(e.field, ".syscalls[0].args[0].valueTwo", "{e}");
         // Sign-extended negative numbers and masks with high bits are what they say.
-        p("SCMP_CMP_EQ", (-100i64) as u64, 0).expect("AT_FDCWD-like");
+        p("SCMP_CMP_EQ", 0u64.wrapping_sub(100), 0).expect("AT_FDCWD-like");
         p("SCMP_CMP_MASKED_EQ", u64::MAX, 0x5412).expect("mask");
         // On a full-width argument nothing changes.
         let args = json!([{"index": 2, "op": "SCMP_CMP_EQ", "value": 1u64 << 40}]);
@@ -1163,7 +1163,7 @@ mod tests {
                     for (j, hi) in HIS.iter().enumerate() {
                         let r = sys::syscall_numbers(libc::SYS_personality, hi | x, 0, 0);
                         if (errno(r) == Some(77)) != holds(*x) {
-                            return 1 + (i * HIS.len() + j) as i32;
+                            return i32::try_from(1 + i * HIS.len() + j).unwrap_or(255);
                         }
                     }
                 }
@@ -1206,7 +1206,7 @@ mod tests {
                     for domain in [libc::AF_VSOCK, libc::AF_ALG] {
                         let r = sys::syscall_numbers(
                             libc::SYS_socket,
-                            hi | domain as u64,
+                            hi | u64::try_from(domain).unwrap(),
                             libc::SOCK_STREAM as u64,
                             0,
                         );

@@ -43,9 +43,9 @@ pub fn capset(effective: u64, permitted: u64, inheritable: u64) -> Result<()> {
     };
     let data = [
         CapData {
-            effective: effective as u32,
-            permitted: permitted as u32,
-            inheritable: inheritable as u32,
+            effective: (effective & 0xffff_ffff) as u32,
+            permitted: (permitted & 0xffff_ffff) as u32,
+            inheritable: (inheritable & 0xffff_ffff) as u32,
         },
         CapData {
             effective: (effective >> 32) as u32,
@@ -85,10 +85,12 @@ pub fn capget() -> Result<(u64, u64, u64)> {
 /// (The kernel reports no error: the caller checks by setting again.)
 pub fn setfsids(uid: u32, gid: u32) -> (u32, u32) {
     // SAFETY: scalar arguments; affects this thread's credentials only.
-    let old_gid = unsafe { libc::syscall(libc::SYS_setfsgid, gid) } as u32;
+    let old_gid = unsafe { libc::syscall(libc::SYS_setfsgid, gid) };
     // SAFETY: as above.
-    let old_uid = unsafe { libc::syscall(libc::SYS_setfsuid, uid) } as u32;
-    (old_uid, old_gid)
+    let old_uid = unsafe { libc::syscall(libc::SYS_setfsuid, uid) };
+    // Ids in 0..=u32::MAX; a (never seen) -1 stays u32::MAX, as the cast made it.
+    let id = |r: libc::c_long| u32::try_from(r).unwrap_or(u32::MAX);
+    (id(old_uid), id(old_gid))
 }
 
 pub fn geteuid() -> u32 {

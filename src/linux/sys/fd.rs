@@ -32,7 +32,9 @@ impl FdNumber {
 /// Closes every descriptor from 3 up except `keep`, in a forked child about to do one
 /// thing with it and `_exit`.
 pub fn close_all_but(keep: BorrowedFd<'_>) -> Result<()> {
-    let k = keep.as_raw_fd() as u32;
+    let k = FdNumber::of(keep)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?
+        .0;
     if k > 3 {
         // SAFETY: close_range on our own table; the caller owns nothing else it will use.
         check(unsafe { libc::syscall(libc::SYS_close_range, 3u32, k - 1, 0u32) })?;

@@ -5,7 +5,7 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
-use super::{check, check_int, owned, retry, Result};
+use super::{check, check_int, check_len, owned, retry, Result};
 
 #[repr(C)]
 #[derive(Default)]
@@ -76,7 +76,7 @@ pub fn openat(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int, mode: u32) -
 pub fn readlinkat(dir: BorrowedFd<'_>, path: &CStr) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; 256];
     // SAFETY: valid dirfd, NUL-terminated path, and a buffer of the length passed.
-    let n = check(unsafe {
+    let n = check_len(unsafe {
         libc::readlinkat(
             dir.as_raw_fd(),
             path.as_ptr(),

@@ -58,7 +58,7 @@ pub use startup::{args, process_init};
 pub use tty::{get_winsize, pty_peer, set_winsize, unlockpt};
 
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 pub type Result<T> = std::result::Result<T, io::Error>;
 
@@ -68,6 +68,11 @@ fn check(ret: libc::c_long) -> Result<libc::c_long> {
     } else {
         Ok(ret)
     }
+}
+
+/// A byte count the kernel returned.
+fn check_len(ret: libc::c_long) -> Result<usize> {
+    check(ret).map(|n| usize::try_from(n).expect("non-negative after check"))
 }
 
 fn check_int(ret: libc::c_int) -> Result<libc::c_int> {
@@ -89,6 +94,19 @@ fn retry<T>(mut f: impl FnMut() -> Result<T>) -> Result<T> {
 
 /// Wraps a freshly returned descriptor.
 fn owned(fd: libc::c_long) -> OwnedFd {
+    let fd = RawFd::try_from(fd).expect("the kernel returns descriptors as an int");
     // SAFETY: the kernel just returned this descriptor to us and nothing else owns it.
-    unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// `fd` as the `__u32`/`__u64` fields of kernel structs take it. A descriptor is never
+/// negative; `AT_FDCWD`, the one negative `BorrowedFd`, becomes a number no table holds
+/// (EBADF, as its two's complement was).
+fn fd_u32(fd: BorrowedFd<'_>) -> u32 {
+    u32::try_from(fd.as_raw_fd()).unwrap_or(u32::MAX)
+}
+
+/// The size of `T`, one of the small kernel structs here, as their `u32` size fields.
+fn size_u32<T>() -> u32 {
+    u32::try_from(std::mem::size_of::<T>()).expect("kernel structs are small")
 }

@@ -164,7 +164,7 @@ pub fn mount_id(fd: BorrowedFd<'_>) -> Result<u64> {
             buf.as_mut_ptr(),
         )
     })?;
-    if (buf[0] as u32) & STATX_MNT_ID == 0 {
+    if buf[0] & u64::from(STATX_MNT_ID) == 0 {
         return Err(io::Error::from_raw_os_error(libc::ENOSYS));
     }
     Ok(buf[0x90 / 8])

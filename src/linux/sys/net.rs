@@ -16,21 +16,21 @@ pub fn loopback_up() -> Result<()> {
     // SAFETY: ifreq is plain data; zeroed is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (d, s) in req.ifr_name.iter_mut().zip(b"lo\0") {
-        *d = *s as libc::c_char;
+        *d = libc::c_char::from_ne_bytes([*s]);
     }
+    // ioctl request numbers are 32 bits (musl's `Ioctl` is an int); IFF_UP is bit 0.
+    #[allow(clippy::cast_possible_truncation)]
+    let (get, set, up) = (
+        libc::SIOCGIFFLAGS as libc::Ioctl,
+        libc::SIOCSIFFLAGS as libc::Ioctl,
+        libc::IFF_UP as libc::c_short,
+    );
     // SAFETY: SIOCGIFFLAGS fills ifr_flags of a valid ifreq.
-    check_int(unsafe {
-        libc::ioctl(
-            sock.as_raw_fd(),
-            libc::SIOCGIFFLAGS as libc::Ioctl,
-            &mut req,
-        )
-    })?;
+    check_int(unsafe { libc::ioctl(sock.as_raw_fd(), get, &mut req) })?;
     // SAFETY: reading and writing the flags member of the union SIOCGIFFLAGS filled.
-    unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+    unsafe { req.ifr_ifru.ifru_flags |= up };
     // SAFETY: SIOCSIFFLAGS reads a valid ifreq.
-    check_int(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as libc::Ioctl, &req) })
-        .map(drop)
+    check_int(unsafe { libc::ioctl(sock.as_raw_fd(), set, &req) }).map(drop)
 }
 
 /// Receives one message and at most one fd passed with SCM_RIGHTS (installed close-on-exec).

@@ -6,7 +6,7 @@ use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
-use super::{check, check_int, owned, FdNumber, Result};
+use super::{check, check_int, fd_u32, owned, size_u32, FdNumber, Result};
 
 #[repr(C)]
 #[derive(Default)]
@@ -51,7 +51,7 @@ pub fn clone_fork(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> Result<Forked> 
     };
     if let Some(fd) = cgroup {
         args.flags |= CLONE_INTO_CGROUP;
-        args.cgroup = fd.as_raw_fd() as u64;
+        args.cgroup = u64::from(fd_u32(fd));
     }
     // SAFETY: clone3 with a zero stack behaves like fork; args is a valid, sized struct.
     let ret = unsafe {
@@ -81,7 +81,7 @@ pub fn clone_fork(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> Result<Forked> 
     Ok(if ret == 0 {
         Forked::Child
     } else {
-        Forked::Parent(ret as libc::pid_t)
+        Forked::Parent(libc::pid_t::try_from(ret).expect("a pid fits pid_t"))
     })
 }
 
@@ -215,7 +215,7 @@ pub struct SchedAttr {
 }
 
 pub fn sched_setattr(attr: &mut SchedAttr) -> Result<()> {
-    attr.size = std::mem::size_of::<SchedAttr>() as u32;
+    attr.size = size_u32::<SchedAttr>();
     // SAFETY: attr is a valid, sized sched_attr.
     check(unsafe { libc::syscall(libc::SYS_sched_setattr, 0, attr as *mut SchedAttr, 0) }).map(drop)
 }

@@ -13,7 +13,8 @@ pub fn seccomp_set_filter(flags: u32, prog: &[libc::sock_filter]) -> Result<Opti
     const SECCOMP_SET_MODE_FILTER: u32 = 1;
     const SECCOMP_FILTER_FLAG_NEW_LISTENER: u32 = 1 << 3;
     let fprog = libc::sock_fprog {
-        len: prog.len() as u16,
+        // Longer than the kernel takes (BPF_MAXINSNS, 4096): refused, never cut short.
+        len: u16::try_from(prog.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
         filter: prog.as_ptr() as *mut libc::sock_filter,
     };
     // SAFETY: fprog points at a valid filter array that outlives the call.

@@ -25,15 +25,15 @@ extern "C" fn spawn_child(arg: *mut libc::c_void) -> libc::c_int {
     // touch until this child has executed or exited (CLONE_VFORK).
     unsafe {
         let a = &mut *(arg as *mut SpawnArgs);
-        for (target, &fd) in a.stdio.iter().enumerate() {
+        for (target, &fd) in (0..).zip(a.stdio.iter()) {
             if fd < 0 {
                 continue;
             }
             // dup2 onto itself would keep the close-on-exec flag.
-            let r = if fd == target as RawFd {
+            let r = if fd == target {
                 libc::fcntl(fd, libc::F_SETFD, 0)
             } else {
-                libc::dup2(fd, target as RawFd)
+                libc::dup2(fd, target)
             };
             if r < 0 {
                 a.errno = *libc::__errno_location();
@@ -130,7 +130,7 @@ mod tests {
         let r = unsafe {
             libc::waitid(
                 libc::P_PIDFD,
-                pidfd.as_raw_fd() as libc::id_t,
+                libc::id_t::try_from(pidfd.as_raw_fd()).unwrap(),
                 &mut info,
                 libc::WEXITED | libc::WNOWAIT,
             )

@@ -26,7 +26,7 @@ pub fn args() -> Vec<std::ffi::OsString> {
 /// `argv` must hold `argc` valid NUL-terminated strings, as libc passes to `main`.
 pub unsafe fn process_init(argc: libc::c_int, argv: *const *const libc::c_char) {
     use std::os::unix::ffi::OsStrExt;
-    let args = (0..argc.max(0) as usize)
+    let args = (0..usize::try_from(argc).unwrap_or(0))
         // SAFETY: the caller guarantees argc valid strings.
         .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) })
         .map(|a| std::ffi::OsStr::from_bytes(a.to_bytes()).to_os_string())
