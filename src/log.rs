@@ -79,7 +79,7 @@ pub fn now_rfc3339(with_nanos: bool) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     rfc3339(
-        now.as_secs() as i64,
+        i64::try_from(now.as_secs()).unwrap_or(i64::MAX),
         if with_nanos { now.subsec_nanos() } else { 0 },
     )
 }

@@ -1,7 +1,7 @@
 //! moat: a hardened, runc-compatible OCI runtime.
 #![deny(unsafe_code)]
-// Every `unsafe` block (in `linux/sys/`, and the C entry point below) says why it is sound.
-#![deny(clippy::undocumented_unsafe_blocks)]
+// Every `unsafe` block (in `linux/sys/`, and the C entry point below) says why it is sound
+// (`clippy::undocumented_unsafe_blocks`, denied in Cargo.toml's `[lints]`).
 // moat's entry point is the C `main` below, not Rust's `fn main` (unit tests keep the
 // test harness's).
 #![cfg_attr(not(test), no_main)]

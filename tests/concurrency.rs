@@ -100,7 +100,7 @@ fn two_creates_of_one_id_race_and_exactly_one_wins() {
         // The winner's container is whole.
         let st = guard.state();
         assert_eq!(st["status"], "created");
-        let pid = st["pid"].as_i64().unwrap() as i32;
+        let pid = i32::try_from(st["pid"].as_i64().unwrap()).unwrap();
         assert!(!is_gone(pid));
         guard.moat(&["delete", "--force", &id]).ok();
         assert!(wait_until(Duration::from_secs(20), || is_gone(pid)));

@@ -19,7 +19,9 @@ fn receive_fd(l: &UnixListener, timeout: Duration) -> OwnedFd {
         events: libc::POLLIN,
         revents: 0,
     };
-    let n = unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) };
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: one valid pollfd, for the duration of the call.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
     assert_eq!(n, 1, "nobody connected to the console socket");
     let (conn, _) = l.accept().expect("accept");
     let mut buf = [0u8; 256];
@@ -35,6 +37,7 @@ fn receive_fd(l: &UnixListener, timeout: Duration) -> OwnedFd {
     for c in msg.cmsgs().expect("cmsgs") {
         if let ControlMessageOwned::ScmRights(fds) = c {
             assert_eq!(fds.len(), 1, "one fd expected");
+            // SAFETY: SCM_RIGHTS just installed it in our table; nothing else owns it.
             return unsafe { OwnedFd::from_raw_fd(fds[0]) };
         }
     }
@@ -57,8 +60,11 @@ fn read_all(master: &OwnedFd, timeout: Duration) -> String {
             events: libc::POLLIN,
             revents: 0,
         };
-        unsafe { libc::poll(&mut p, 1, left.as_millis() as i32) };
+        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd, for the duration of the call.
+        unsafe { libc::poll(&mut p, 1, ms) };
         let mut buf = [0u8; 4096];
+        // SAFETY: reads at most buf.len() bytes into buf.
         let n = unsafe { libc::read(master.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if n <= 0 {
             let e = std::io::Error::last_os_error();
@@ -70,7 +76,7 @@ fn read_all(master: &OwnedFd, timeout: Duration) -> String {
             }
             panic!("read pty master: {e}");
         }
-        out.extend_from_slice(&buf[..n as usize]);
+        out.extend_from_slice(&buf[..usize::try_from(n).unwrap()]);
     }
     String::from_utf8_lossy(&out).replace("\r\n", "\n")
 }
@@ -110,11 +116,7 @@ fn terminal_master_arrives_over_the_console_socket() {
     assert_eq!(st.st_mode & libc::S_IFMT, libc::S_IFCHR);
     assert_eq!(st.st_rdev, libc::makedev(5, 2), "not a ptmx");
     let fs = nix::sys::statfs::fstatfs(&master).expect("fstatfs master");
-    assert_eq!(
-        fs.filesystem_type().0 as i64,
-        0x1cd1,
-        "not on a devpts instance"
-    );
+    assert_eq!(fs.filesystem_type().0, 0x1cd1, "not on a devpts instance");
     c.start();
     let text = read_all(&master, Duration::from_secs(20));
     assert_eq!(

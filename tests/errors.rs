@@ -240,7 +240,8 @@ fn duplicate_id_fails_and_leaves_the_first_unharmed() {
     assert_eq!(again["pid"], st["pid"]);
     assert_eq!(again["created"], st["created"]);
     assert_eq!(again["status"], "created");
-    let cg = v1_cgroup_dir(again["pid"].as_i64().unwrap() as i32, "pids").unwrap();
+    let pid = i32::try_from(again["pid"].as_i64().unwrap()).unwrap();
+    let cg = v1_cgroup_dir(pid, "pids").unwrap();
     assert!(cg.is_dir());
     assert_eq!(first.start_and_wait(), "first\n");
 }
@@ -279,10 +280,12 @@ fn create_killed_mid_way_is_cleaned_by_delete_force() {
         !members.is_empty(),
         "the container's init is in its cgroup by now"
     );
+    // SAFETY: kill takes integers only.
     unsafe { libc::kill(create.pid(), libc::SIGKILL) };
     let out = create.wait(t);
     assert_eq!(out.code, 128 + libc::SIGKILL);
     // The hook is moat's child, not the container's: end it ourselves.
+    // SAFETY: kill takes integers only.
     unsafe { libc::kill(hook, libc::SIGKILL) };
     assert!(
         ctx.state_dir(&id).exists(),

@@ -49,7 +49,7 @@ fn create_leaves_a_created_container_with_runc_state_fields() {
         created.len() >= 20 && created.as_bytes()[10] == b'T' && created.ends_with('Z'),
         "created is not RFC 3339 UTC: {created}"
     );
-    let pid = st["pid"].as_i64().unwrap() as i32;
+    let pid = i32::try_from(st["pid"].as_i64().unwrap()).unwrap();
     assert!(pid > 1);
     assert!(
         !is_gone(pid),
@@ -145,7 +145,7 @@ fn pid_file_holds_the_init_pid() {
     // As subreaper we are the init's parent now, as conmon or the shim would be.
     assert_eq!(
         proc_state(pid).map(|s| s.1),
-        Some(std::process::id() as i32)
+        Some(i32::try_from(std::process::id()).unwrap())
     );
 }
 

@@ -115,6 +115,7 @@ impl HostMount {
     fn tmpfs(at: &Path) -> HostMount {
         fs::create_dir_all(at).unwrap();
         let t = CString::new(at.to_str().unwrap()).unwrap();
+        // SAFETY: NUL-terminated strings.
         let rc = unsafe {
             libc::mount(
                 c"tmpfs".as_ptr(),
@@ -132,6 +133,7 @@ impl HostMount {
 impl Drop for HostMount {
     fn drop(&mut self) {
         let t = CString::new(self.0.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
         unsafe { libc::umount2(t.as_ptr(), libc::MNT_DETACH) };
     }
 }

@@ -244,6 +244,7 @@ fn cwd_through_proc_self_fd_is_refused() {
 
 /// `dup2(fd, target)` in moat's child, without FD_CLOEXEC: a leak by a careless caller.
 fn leak_fd(cmd: &mut std::process::Command, fd: i32, target: i32) {
+    // SAFETY: the hook only calls dup2/fcntl, which are async-signal-safe.
     unsafe {
         before_exec(cmd, move || {
             if libc::dup2(fd, target) < 0 || libc::fcntl(target, libc::F_SETFD, 0) < 0 {

@@ -136,6 +136,7 @@ impl TestUser {
 impl Drop for TestUser {
     fn drop(&mut self) {
         for pid in self.pids() {
+            // SAFETY: kill takes integers only.
             unsafe { libc::kill(pid, libc::SIGKILL) };
             wait_exit(pid, Duration::from_secs(5));
         }
@@ -317,7 +318,7 @@ fn rootless_run_create_exec_state_delete() {
     b.as_user(&user, &["start", "c1"]).ok();
     let st: Value = serde_json::from_str(&b.as_user(&user, &["state", "c1"]).ok().stdout).unwrap();
     assert_eq!(st["status"], "running");
-    let pid = st["pid"].as_i64().unwrap() as i32;
+    let pid = i32::try_from(st["pid"].as_i64().unwrap()).unwrap();
     assert_eq!(host_uid(pid), Some(user.uid), "init {pid} on the host");
 
     let out = b

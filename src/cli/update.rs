@@ -246,6 +246,7 @@ pub fn parse_size(s: &str) -> std::result::Result<i64, String> {
     if bytes >= i64::MAX as f64 {
         return Err(format!("size {s:?} is too large"));
     }
+    #[allow(clippy::cast_possible_truncation)] // below i64::MAX (checked above), and whole
     Ok(bytes as i64)
 }
 

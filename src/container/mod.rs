@@ -72,7 +72,8 @@ pub fn before_fork(preserve_fds: u32, socket_activation: bool) -> anyhow::Result
     };
     startup::check_range(preserve_fds, listen)?;
     // Checked above: the sum fits below the first fd that was not open.
-    crate::linux::sys::close_range_from(3 + preserve_fds + listen, true).context("close_range")?;
+    let first = crate::linux::sys::FdNumber(3 + preserve_fds + listen);
+    crate::linux::sys::close_range_from(first, true).context("close_range")?;
     crate::linux::exeseal::ensure(startup::listen_env()).context("protect the moat binary")?;
     Ok(listen)
 }

@@ -99,10 +99,10 @@ pub fn check_range(preserve_fds: u32, listen_fds: u32) -> crate::cli::Result<()>
 
 fn check_against(first_closed: i32, preserve_fds: u32, listen_fds: u32) -> crate::cli::Result<()> {
     let end = 3 + u64::from(listen_fds) + u64::from(preserve_fds);
-    if end <= first_closed as u64 {
+    if end <= u64::try_from(first_closed).unwrap_or(0) {
         return Ok(());
     }
-    if (first_closed as u64) < 3 + u64::from(listen_fds) {
+    if u64::try_from(first_closed).unwrap_or(0) < 3 + u64::from(listen_fds) {
         bail!("LISTEN_FDS={listen_fds}: fd {first_closed} is not open");
     }
     bail!("--preserve-fds {preserve_fds}: fd {first_closed} is not open")

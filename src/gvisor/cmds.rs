@@ -38,7 +38,7 @@ pub(super) fn runsc_state(g: &Context, gv: &Gvisor, id: &str) -> Result<Option<R
         "stopped" => Status::Stopped,
         other => bail!("runsc state: unknown status {other:?}"),
     };
-    let pid = raw["pid"].as_i64().unwrap_or(0) as i32;
+    let pid = i32::try_from(raw["pid"].as_i64().unwrap_or(0)).unwrap_or(0);
     // runsc probes its sandbox with kill(pid, 0), which a zombie passes: a sandbox that
     // exited but is not reaped yet (this host's PID 1 reaps late) is stopped.
     let status = match status {

@@ -116,7 +116,7 @@ pub fn events(
         }
         std::thread::sleep(interval);
     }
-    let secs = interval.as_secs_f64().ceil().max(1.0) as u64;
+    let secs = (interval.as_secs() + u64::from(interval.subsec_nanos() > 0)).max(1);
     let r = Runsc::new(gv, g, "events").flag("stats", stats);
     let r = if stats {
         r

@@ -216,7 +216,7 @@ impl<'a> Runsc<'a> {
 
     /// Replaces moat with runsc. Returns only on failure.
     pub fn exec(self) -> anyhow::Error {
-        if let Err(e) = sys::close_range_from(3, true) {
+        if let Err(e) = sys::close_range_from(sys::FdNumber(3), true) {
             return anyhow::Error::from(e).context("close_range");
         }
         let (path, argv, envp) = self.exec_args();
@@ -242,7 +242,7 @@ impl<'a> Runsc<'a> {
 
     /// As [`Runsc::wait`], but returns runsc's own status (a foreground process's).
     pub fn wait_raw(self) -> Result<i32> {
-        sys::close_range_from(3, true).context("close_range")?;
+        sys::close_range_from(sys::FdNumber(3), true).context("close_range")?;
         let set = signal::forwarded_set();
         set.thread_block().context("block signals")?;
         // The child empties its signal mask before it executes runsc.
@@ -254,7 +254,7 @@ impl<'a> Runsc<'a> {
     /// Runs runsc with stdin from /dev/null and captures its output. stdout and stderr go
     /// to anonymous files, read once runsc has exited: no pipe to drain while it runs.
     pub fn output(self) -> Result<Output> {
-        sys::close_range_from(3, true).context("close_range")?;
+        sys::close_range_from(sys::FdNumber(3), true).context("close_range")?;
         let null = std::fs::File::open("/dev/null").context("open /dev/null")?;
         let out = sys::memfd(c"runsc-stdout").context("memfd_create")?;
         let err = sys::memfd(c"runsc-stderr").context("memfd_create")?;

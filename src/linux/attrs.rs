@@ -253,7 +253,8 @@ impl Attrs {
             let mut attr = sys::SchedAttr {
                 sched_policy: sched_policy(&s.policy).unwrap_or(0),
                 sched_nice: s.nice,
-                sched_priority: s.priority as u32,
+                // A negative priority is refused by the kernel (EINVAL), as u32::MAX is.
+                sched_priority: u32::try_from(s.priority).unwrap_or(u32::MAX),
                 sched_runtime: s.runtime,
                 sched_deadline: s.deadline,
                 sched_period: s.period,
@@ -289,15 +290,15 @@ impl Attrs {
 
     /// Closes everything but stdio and the preserved fds, resets signals, execs.
     pub fn exec(&self, exe: &CStr) -> InitFailure {
-        if let Err(e) = sys::close_range_from(3 + self.preserve_fds, true) {
+        if let Err(e) = sys::close_range_from(sys::FdNumber(3 + self.preserve_fds), true) {
             return InitFailure {
                 step: Step::Exec,
                 errno: e.raw_os_error().unwrap_or(0),
                 detail: "close_range".into(),
             };
         }
-        for fd in 3..3 + self.preserve_fds as i32 {
-            let _ = sys::clear_cloexec(fd);
+        for fd in 3..3 + self.preserve_fds {
+            let _ = sys::clear_cloexec(sys::FdNumber(fd));
         }
         sys::reset_signals();
         let e = sys::execve(exe, &self.args, &self.env);

@@ -64,7 +64,8 @@ pub fn number(name: &str) -> Option<u32> {
     } else {
         format!("CAP_{upper}")
     };
-    NAMES.iter().position(|n| *n == full).map(|i| i as u32)
+    let i = NAMES.iter().position(|n| *n == full)?;
+    u32::try_from(i).ok()
 }
 
 /// The five sets as masks, ready for capset/prctl in the child.

@@ -46,7 +46,7 @@ fn pty_from(master: OwnedFd) -> Result<(OwnedFd, OwnedFd), InitFailure> {
     let what = || "/dev/pts/ptmx".to_string();
     let fs = sys::fstatfs(master.as_fd()).step(Step::Console, what)?;
     let st = sys::fstat(master.as_fd()).step(Step::Console, what)?;
-    if fs.f_type as i64 != DEVPTS_SUPER_MAGIC || st.st_rdev != libc::makedev(5, 2) {
+    if fs.f_type != DEVPTS_SUPER_MAGIC as u64 || st.st_rdev != libc::makedev(5, 2) {
         return Err(InitFailure::new(
             Step::Console,
             "/dev/pts/ptmx is not a devpts ptmx (is /dev/pts mounted?)",
@@ -103,7 +103,7 @@ pub fn make_stdio(peer: &OwnedFd) -> Result<(), InitFailure> {
     sys::ioctl_int(peer.as_fd(), libc::TIOCSCTTY as libc::Ioctl, 0)
         .step(Step::Console, || "TIOCSCTTY".into())?;
     for target in 0..3 {
-        sys::dup2(peer.as_fd(), target)
+        sys::dup2(peer.as_fd(), sys::FdNumber(target))
             .step(Step::Console, || format!("dup2 pty to fd {target}"))?;
     }
     Ok(())
@@ -136,20 +136,18 @@ pub fn copy_winsize(from: BorrowedFd<'_>, to: BorrowedFd<'_>) {
 
 /// The caller's terminal in raw mode for as long as this lives.
 pub struct RawMode {
-    fd: std::os::fd::RawFd,
+    fd: sys::FdNumber,
     saved: nix::sys::termios::Termios,
 }
 
 impl RawMode {
     pub fn enter(fd: BorrowedFd<'_>) -> Option<RawMode> {
+        let number = sys::FdNumber::of(fd)?;
         let saved = nix::sys::termios::tcgetattr(fd).ok()?;
         let mut raw = saved.clone();
         nix::sys::termios::cfmakeraw(&mut raw);
         nix::sys::termios::tcsetattr(fd, nix::sys::termios::SetArg::TCSANOW, &raw).ok()?;
-        Some(RawMode {
-            fd: fd.as_raw_fd(),
-            saved,
-        })
+        Some(RawMode { fd: number, saved })
     }
 }
 

@@ -99,7 +99,14 @@ fn create_one(
         _ => libc::S_IFCHR,
     };
     let mode = d.file_mode.unwrap_or(0o666) & 0o7777;
-    let devno = libc::makedev(d.major as u32, d.minor as u32);
+    // A number that is no u32 is no device's (was cut to 32 bits, making another node).
+    let number =
+        |n: i64| u32::try_from(n).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL));
+    let (major, minor) = (
+        number(d.major).step(Step::Devices, what)?,
+        number(d.minor).step(Step::Devices, what)?,
+    );
+    let devno = libc::makedev(major, minor);
     match sys::mknodat(dir.as_fd(), &name, kind | mode, devno) {
         Ok(()) => {}
         // Already provided (by the image or a bind mount): keep it.

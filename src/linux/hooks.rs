@@ -75,11 +75,13 @@ fn run_one(kind: &'static str, index: usize, h: &Hook, state: &[u8]) -> Result<(
     let status = match h.timeout {
         None => child.wait().map_err(spawn_err)?,
         Some(secs) => {
+            #[allow(clippy::cast_possible_wrap)] // a pid: at most pid_max, 2^22
             let pidfd = sys::pidfd_open(child.id() as i32).map_err(spawn_err)?;
-            let deadline = Instant::now() + Duration::from_secs(secs as u64);
+            // Validated > 0 (spec/validate.rs).
+            let deadline = Instant::now() + Duration::from_secs(secs.unsigned_abs());
             loop {
                 let left = deadline.saturating_duration_since(Instant::now());
-                let ms = left.as_millis().min(i32::MAX as u128) as i32;
+                let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
                 let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
                 match poll(
                     &mut fds,

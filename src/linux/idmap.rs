@@ -94,7 +94,8 @@ pub fn userns_with(uid: &[IdMapping], gid: &[IdMapping]) -> io::Result<OwnedFd> 
 fn set_idmap(mnt: BorrowedFd<'_>, recursive: bool, userns: BorrowedFd<'_>) -> io::Result<()> {
     let attr = MountAttr {
         attr_set: sys::MOUNT_ATTR_IDMAP,
-        userns_fd: userns.as_raw_fd() as u64,
+        userns_fd: u64::try_from(userns.as_raw_fd())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?,
         ..Default::default()
     };
     sys::mount_setattr(mnt, recursive, &attr)
@@ -153,6 +154,7 @@ fn unescape(s: &str) -> String {
             && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
         {
             let v = |c: u8| (c - b'0') as u32;
+            #[allow(clippy::cast_possible_truncation)] // the kernel escapes a byte: \000-\377
             out.push((v(b[i + 1]) << 6 | v(b[i + 2]) << 3 | v(b[i + 3])) as u8);
             i += 4;
             continue;

@@ -170,6 +170,7 @@ impl Plan {
 
     /// Flags for the direct clone: every new namespace except cgroup (unshared by the init
     /// once the parent has placed it in its cgroup, so the namespace is rooted there).
+    #[allow(clippy::cast_sign_loss)] // namespace flags only: bits 7-30, positive
     pub fn clone_flags(&self) -> u64 {
         (self.new & !libc::CLONE_NEWCGROUP & !CLONE_NEWTIME) as u64
     }
@@ -315,7 +316,7 @@ mod tests {
         ))
         .unwrap();
         assert!(!p.staged);
-        let f = p.clone_flags() as libc::c_int;
+        let f = libc::c_int::try_from(p.clone_flags()).unwrap();
         assert!(f & libc::CLONE_NEWUSER != 0 && f & libc::CLONE_NEWCGROUP == 0);
     }
 

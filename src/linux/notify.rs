@@ -58,8 +58,7 @@ pub fn prepare(
 ) -> io::Result<Option<UnixDatagram>> {
     let (mount, sock) = if can_take_from_init() {
         let bound = bind(dir, SOCKET)?;
-        let min =
-            i32::try_from(first_free).map_err(|_| io::Error::from_raw_os_error(libc::EMFILE))?;
+        let min = sys::FdNumber(first_free);
         let sock = UnixDatagram::from(sys::dup_cloexec_from(bound.as_fd(), min)?);
         drop(bound);
         let st = sys::fstat(sock.as_fd())?;
@@ -125,7 +124,8 @@ pub fn take(dir: &ContainerDir, init_pid: i32) -> io::Result<UnixDatagram> {
         return Err(bad());
     };
     let pidfd = sys::pidfd_open(init_pid)?;
-    let fd: OwnedFd = sys::pidfd_getfd(pidfd.as_fd(), i32::try_from(fd).map_err(|_| bad())?)?;
+    let number = sys::FdNumber(u32::try_from(fd).map_err(|_| bad())?);
+    let fd: OwnedFd = sys::pidfd_getfd(pidfd.as_fd(), number)?;
     let st = sys::fstat(fd.as_fd())?;
     if st.st_mode & libc::S_IFMT != libc::S_IFSOCK || st.st_ino != ino {
         return Err(io::Error::other(format!(

@@ -73,7 +73,7 @@ impl Root {
         let rel = components(path).join("/");
         let rel = if rel.is_empty() { ".".to_string() } else { rel };
         let how = OpenHow {
-            flags: (flags | libc::O_CLOEXEC) as u64,
+            flags: u64::try_from(flags | libc::O_CLOEXEC).unwrap_or(u64::MAX),
             mode: 0,
             resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
         };
@@ -183,7 +183,7 @@ pub fn open_beneath(
     // No O_NOFOLLOW: with it, RESOLVE_NO_SYMLINKS would hand back an O_PATH fd of a
     // trailing symlink (mounting on a symlink works); without it that is ELOOP too.
     let how = OpenHow {
-        flags: (flags | libc::O_CLOEXEC) as u64,
+        flags: u64::try_from(flags | libc::O_CLOEXEC).unwrap_or(u64::MAX),
         mode: 0,
         resolve: beneath_resolve(same_mount),
     };

@@ -316,6 +316,7 @@ fn send_idmapped(plan: &Plan, ch: &Channel, userns_pid: Option<i32>) -> Result<(
                     what: format!("mounts[{}].uidMappings: {}", m.index, e.what),
                     source: e.source,
                 })?;
+            #[allow(clippy::cast_possible_truncation)] // an index into the spec's mounts
             ch.send_mount(m.index as u32, fd.as_fd())
                 .map_err(io_err("sync: send an idmapped mount"))?;
         } else {
@@ -329,6 +330,7 @@ fn send_idmapped(plan: &Plan, ch: &Channel, userns_pid: Option<i32>) -> Result<(
                 m.index,
                 source.display()
             )))?;
+            #[allow(clippy::cast_possible_truncation)] // an index into the spec's mounts
             ch.send_mount(m.index as u32, fd.as_fd())
                 .map_err(io_err("sync: send a bind mount"))?;
         }
@@ -975,6 +977,7 @@ fn proc_contexts(plan: &Plan) -> Result<(), InitFailure> {
     }
     match forked.step(Step::Namespaces, what)? {
         sys::Forked::Child => {
+            #[allow(clippy::cast_possible_truncation)] // i < n: 2 + the spec's proc mounts
             let ok = sys::close_all_but(theirs.sock.as_fd()).is_ok()
                 && (0..n).all(|i| {
                     sys::fsopen(c"proc")

@@ -151,7 +151,7 @@ impl Procfs {
     fn open(&self, rel: &str, flags: libc::c_int) -> Result<std::fs::File, ProcError> {
         let c = CString::new(rel).map_err(|_| ProcError::other(rel, "contains a NUL byte"))?;
         let how = sys::OpenHow {
-            flags: (flags | libc::O_CLOEXEC | libc::O_NOCTTY) as u64,
+            flags: u64::try_from(flags | libc::O_CLOEXEC | libc::O_NOCTTY).unwrap_or(u64::MAX),
             mode: 0,
             resolve: sys::RESOLVE_BENEATH
                 | sys::RESOLVE_NO_SYMLINKS

@@ -533,6 +533,7 @@ pub fn mount_all(p: &Plan, idmapped: &mut Vec<(u32, OwnedFd)>) -> Result<Mounts,
     };
     let mut mounts = Mounts::new(root).step(Step::Rootfs, || "pin the root".into())?;
     for m in &p.mounts {
+        #[allow(clippy::cast_possible_truncation)] // an index into the spec's mounts
         let prebuilt = take(idmapped, m.index as u32);
         if let Some((fd, recursive)) = mount_one(&mounts, p, m, prebuilt)? {
             mounts

@@ -56,7 +56,8 @@ fn to_host(map: &str, id: u32) -> Option<u32> {
             .collect();
         let (inside, outside, len) = (*f.first()?, *f.get(1)?, *f.get(2)?);
         let id = u64::from(id);
-        (id >= inside && id < inside + len).then(|| (outside + id - inside) as u32)
+        let host = (id >= inside && id < inside + len).then(|| outside + id - inside)?;
+        u32::try_from(host).ok()
     })
 }
 

@@ -806,7 +806,7 @@ mod tests {
     use nix::sys::signal::Signal;
     use nix::sys::wait::{waitpid, WaitStatus};
     use serde_json::{json, Value};
-    use std::os::fd::AsFd;
+    use std::os::fd::AsRawFd;
 
     fn parse(v: Value) -> spec::Seccomp {
         serde_json::from_value(v).expect("valid linux.seccomp")
@@ -1116,7 +1116,7 @@ mod tests {
         let e = p("SCMP_CMP_MASKED_EQ", u64::MAX, 1 << 40).expect_err("high bits");
         assert_eq!(e.field, ".syscalls[0].args[0].valueTwo", "{e}");
         // Sign-extended negative numbers and masks with high bits are what they say.
-        p("SCMP_CMP_EQ", (-100i64) as u64, 0).expect("AT_FDCWD-like");
+        p("SCMP_CMP_EQ", 0u64.wrapping_sub(100), 0).expect("AT_FDCWD-like");
         p("SCMP_CMP_MASKED_EQ", u64::MAX, 0x5412).expect("mask");
         // On a full-width argument nothing changes.
         let args = json!([{"index": 2, "op": "SCMP_CMP_EQ", "value": 1u64 << 40}]);
@@ -1163,7 +1163,7 @@ mod tests {
                     for (j, hi) in HIS.iter().enumerate() {
                         let r = sys::syscall_numbers(libc::SYS_personality, hi | x, 0, 0);
                         if (errno(r) == Some(77)) != holds(*x) {
-                            return 1 + (i * HIS.len() + j) as i32;
+                            return i32::try_from(1 + i * HIS.len() + j).unwrap_or(255);
                         }
                     }
                 }
@@ -1206,7 +1206,7 @@ mod tests {
                     for domain in [libc::AF_VSOCK, libc::AF_ALG] {
                         let r = sys::syscall_numbers(
                             libc::SYS_socket,
-                            hi | domain as u64,
+                            hi | u64::try_from(domain).unwrap(),
                             libc::SOCK_STREAM as u64,
                             0,
                         );
@@ -1312,8 +1312,7 @@ mod tests {
             "syscalls": [{"names": ["getppid"], "action": "SCMP_ACT_NOTIFY"}]}));
         exited_ok(run_filtered(&f, |listener| match listener {
             Some(fd)
-                if nix::fcntl::fcntl(sys::raw(fd.as_fd()), nix::fcntl::FcntlArg::F_GETFD)
-                    .is_ok() =>
+                if nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFD).is_ok() =>
             {
                 0
             }

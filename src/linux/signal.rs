@@ -182,7 +182,7 @@ pub fn forward_and_wait(
         drop(fds);
         if sig_ready {
             if let Ok(Some(info)) = sfd.read_signal() {
-                let sig = info.ssi_signo as i32;
+                let sig = i32::try_from(info.ssi_signo).unwrap_or(0);
                 if sig == libc::SIGWINCH {
                     if let Some(m) = master {
                         super::console::copy_winsize(std::io::stdin().as_fd(), m.as_fd());

@@ -584,7 +584,7 @@ fn restrict(spec: &mut Spec, cfg: &Config, id: &str, d: &mut Decision) -> Result
         let cpu = res.cpu.get_or_insert_with(Default::default);
         let period = cpu.period.unwrap_or(100_000);
         cpu.period = Some(period);
-        cpu.quota = Some((cpus * period as f64) as i64);
+        cpu.quota = Some(cpu_quota(cpus, period));
         change(
             d,
             "linux.resources.cpu.quota",
@@ -807,13 +807,20 @@ pub fn fleet_budget(cfg: &Config) -> Option<(String, spec::Resources)> {
         }),
         pids: cfg.fleet_pids.map(|limit| spec::Pids { limit }),
         cpu: cfg.fleet_cpus.map(|c| spec::Cpu {
-            quota: Some((c * 100_000.0) as i64),
+            quota: Some(cpu_quota(c, 100_000)),
             period: Some(100_000),
             ..Default::default()
         }),
         ..Default::default()
     };
     Some((cfg.fleet_cgroup.clone(), res))
+}
+
+/// The CFS quota (µs per `period`) of `cpus` CPUs: the config admits only positive
+/// numbers, and a float-to-integer cast saturates.
+#[allow(clippy::cast_possible_truncation)]
+fn cpu_quota(cpus: f64, period: u64) -> i64 {
+    (cpus * period as f64) as i64
 }
 
 fn has_mount(spec: &Spec, dest: &str) -> bool {

@@ -166,10 +166,10 @@ impl Pool {
         }
         let mut candidate = pool.start as u64;
         while candidate + size as u64 <= pool.end() {
-            let r = IdRange {
-                start: candidate as u32,
-                size,
+            let Ok(start) = u32::try_from(candidate) else {
+                break; // no id lies above u32::MAX
             };
+            let r = IdRange { start, size };
             match used
                 .iter()
                 .filter(|u| u.overlaps(&r))

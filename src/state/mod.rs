@@ -447,7 +447,7 @@ mod tests {
 
     #[test]
     fn own_process_is_alive_and_pid_reuse_is_detected() {
-        let pid = std::process::id() as i32;
+        let pid = i32::try_from(std::process::id()).unwrap();
         let (_, start) = process_start_time(pid).unwrap();
         let mut rec = Record {
             format: FORMAT_VERSION,

@@ -24,7 +24,9 @@ fn receive_fd(l: &UnixListener, timeout: Duration) -> Option<OwnedFd> {
         events: libc::POLLIN,
         revents: 0,
     };
-    if unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) } != 1 {
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: one valid pollfd, for the duration of the call.
+    if unsafe { libc::poll(&mut p, 1, ms) } != 1 {
         return None;
     }
     let (conn, _) = l.accept().expect("accept");
@@ -40,6 +42,7 @@ fn receive_fd(l: &UnixListener, timeout: Duration) -> Option<OwnedFd> {
     .ok()?;
     for c in msg.cmsgs().ok()? {
         if let ControlMessageOwned::ScmRights(fds) = c {
+            // SAFETY: SCM_RIGHTS just installed it in our table; nothing else owns it.
             return Some(unsafe { OwnedFd::from_raw_fd(fds[0]) });
         }
     }
@@ -56,11 +59,13 @@ fn read_all(master: &OwnedFd, timeout: Duration) -> String {
             events: libc::POLLIN,
             revents: 0,
         };
+        // SAFETY: one valid pollfd, for the duration of the call.
         unsafe { libc::poll(&mut p, 1, 200) };
         let mut buf = [0u8; 4096];
+        // SAFETY: reads at most buf.len() bytes into buf.
         let n = unsafe { libc::read(master.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if n > 0 {
-            out.extend_from_slice(&buf[..n as usize]);
+            out.extend_from_slice(&buf[..usize::try_from(n).unwrap()]);
             continue;
         }
         let e = std::io::Error::last_os_error().raw_os_error();
@@ -114,11 +119,7 @@ fn assert_devpts_console(policy: Policy, master: &OwnedFd, text: &str) {
         "{policy:?}: master is not a ptmx"
     );
     let fs = nix::sys::statfs::fstatfs(master).expect("fstatfs");
-    assert_eq!(
-        fs.filesystem_type().0 as i64,
-        0x1cd1,
-        "{policy:?}: not devpts"
-    );
+    assert_eq!(fs.filesystem_type().0, 0x1cd1, "{policy:?}: not devpts");
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines.len() >= 5, "{policy:?}: {text:?}");
     let pts = lines[0];
@@ -212,7 +213,7 @@ fn t7_dev_pts_symlink_in_rootfs_has_no_host_effect() {
                     let st = nix::sys::stat::fstat(master.as_raw_fd()).expect("fstat");
                     assert_eq!(st.st_rdev, libc::makedev(5, 2), "{policy:?}: not a ptmx");
                     let fs = nix::sys::statfs::fstatfs(&master).expect("fstatfs");
-                    assert_eq!(fs.filesystem_type().0 as i64, 0x1cd1, "{policy:?}");
+                    assert_eq!(fs.filesystem_type().0, 0x1cd1, "{policy:?}");
                     // The peer is a pty of the container's devpts (wherever the image's
                     // link put that), and so is /dev/console.
                     let lines: Vec<&str> = text.lines().collect();

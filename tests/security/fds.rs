@@ -12,6 +12,7 @@ use crate::{ctx, exec, sleeper, Policy, BOTH};
 /// In moat's child, right before exec: `fd` duplicated onto every number in `targets`,
 /// without close-on-exec (a careless caller).
 fn leak(cmd: &mut Command, fd: i32, targets: std::ops::RangeInclusive<i32>) {
+    // SAFETY: the hook only calls dup2/fcntl, which are async-signal-safe.
     unsafe {
         before_exec(cmd, move || {
             for t in targets.clone() {
@@ -377,6 +378,7 @@ fn preserved_fds_are_exactly_the_callers() {
         // fd 3 = a, fd 4 = b, in the child before exec.
         let pass = |cmd: &mut Command| {
             let (ra, rb) = (fa.as_raw_fd(), fb.as_raw_fd());
+            // SAFETY: the hook only calls dup/dup2/close/fcntl, which are async-signal-safe.
             unsafe {
                 before_exec(cmd, move || {
                     // b first: a's number may be 4.

@@ -96,31 +96,39 @@ fn recv_with_fds(sock: &UnixDatagram, timeout: Duration) -> Option<(String, usiz
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
     let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
     mh.msg_iov = &mut iov;
     mh.msg_iovlen = 1;
     mh.msg_control = ctl.as_mut_ptr().cast();
-    mh.msg_controllen = std::mem::size_of_val(&ctl) as _;
+    mh.msg_controllen = std::mem::size_of_val(&ctl).try_into().unwrap();
+    // SAFETY: mh points at a live iovec and control buffer of the lengths it states.
     let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut mh, libc::MSG_CMSG_CLOEXEC) };
     if n < 0 {
         return None;
     }
     let mut fds = 0;
+    // SAFETY: mh was filled by recvmsg.
     let mut c = unsafe { libc::CMSG_FIRSTHDR(&mh) };
     while !c.is_null() {
+        // SAFETY: c is a non-null header inside the control buffer.
         let h = unsafe { &*c };
         if h.cmsg_level == libc::SOL_SOCKET && h.cmsg_type == libc::SCM_RIGHTS {
+            // SAFETY: CMSG_LEN is arithmetic only.
             let len = h.cmsg_len as usize - unsafe { libc::CMSG_LEN(0) } as usize;
+            // SAFETY: the data of an SCM_RIGHTS header inside the control buffer.
             let data = unsafe { libc::CMSG_DATA(c) } as *const i32;
             for i in 0..len / 4 {
+                // SAFETY: closes a descriptor SCM_RIGHTS just installed, which nothing else owns.
                 unsafe { libc::close(*data.add(i)) };
                 fds += 1;
             }
         }
+        // SAFETY: c is a header of mh.
         c = unsafe { libc::CMSG_NXTHDR(&mh, c) };
     }
     Some((
-        String::from_utf8_lossy(&buf[..n as usize]).into_owned(),
+        String::from_utf8_lossy(&buf[..usize::try_from(n).unwrap()]).into_owned(),
         fds,
     ))
 }

@@ -37,6 +37,7 @@ const MAX_TIME: Duration = Duration::from_secs(45);
 
 fn mknod_null(p: &Path) {
     let c = CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
     let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
     assert_eq!(rc, 0, "mknod {}", p.display());
 }

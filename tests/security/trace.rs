@@ -197,7 +197,7 @@ fn judge(calls: &[Call], rootfs: &str, exe: &str, arg0: &str, path_env: &str) ->
         // Who is in the container's mount namespace.
         if matches!(c.name.as_str(), "clone" | "clone3" | "fork" | "vfork") {
             if let Some(child) = ret_num(&c.ret).filter(|r| *r > 0) {
-                let child = child as i32;
+                let child = i32::try_from(child).unwrap();
                 if args.contains("CLONE_NEWNS") || in_ns.contains(&c.pid) {
                     in_ns.insert(child);
                 }

@@ -46,6 +46,7 @@ fn next() -> usize {
 /// that way without root, the test fails saying why. Returns true (callers keep their
 /// `if !require_root() { return; }` shape).
 pub fn require_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         panic!("this moat integration test needs root (it runs real containers): run it as root, as scripts/test does");
     }
@@ -68,6 +69,7 @@ pub fn missing(what: &str) {
 pub fn become_subreaper() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
+        // SAFETY: prctl with integer arguments only.
         let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
         assert_eq!(rc, 0, "PR_SET_CHILD_SUBREAPER");
     });
@@ -97,14 +99,17 @@ pub fn spawn(cmd: &mut Command) -> Child {
             r => break r.unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}")),
         }
     };
-    g.get_or_insert_with(HashSet::new).insert(child.id() as i32);
+    g.get_or_insert_with(HashSet::new)
+        .insert(i32::try_from(child.id()).unwrap());
     child
 }
 
 /// A pidfd for `pid`, or `None` when the process no longer exists.
 pub fn pidfd(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes integers only.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(RawFd::try_from(fd).unwrap()) })
 }
 
 /// Waits until `pid` has exited (a zombie counts as exited). False on timeout.
@@ -120,7 +125,9 @@ pub fn wait_exit(pid: i32, timeout: Duration) -> bool {
             events: libc::POLLIN,
             revents: 0,
         };
-        let n = unsafe { libc::poll(&mut p, 1, left.as_millis() as i32) };
+        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd, for the duration of the call.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
         if n > 0 {
             return true;
         }
@@ -132,7 +139,7 @@ pub fn wait_exit(pid: i32, timeout: Duration) -> bool {
 
 /// Waits for a child from [`spawn`], killing it (and failing) after `timeout`.
 pub fn wait_child(mut child: Child, timeout: Duration) -> ExitStatus {
-    let pid = child.id() as i32;
+    let pid = i32::try_from(child.id()).unwrap();
     if !wait_exit(pid, timeout) {
         let _ = child.kill();
         let _ = child.wait();
@@ -148,7 +155,7 @@ pub fn wait_child(mut child: Child, timeout: Duration) -> ExitStatus {
 /// other orphans reparented to us as subreaper.
 pub fn reap() {
     let g = spawned();
-    let me = std::process::id() as i32;
+    let me = i32::try_from(std::process::id()).unwrap();
     let Ok(rd) = fs::read_dir("/proc") else {
         return;
     };
@@ -161,6 +168,7 @@ pub fn reap() {
         }
         if let Some((state, ppid)) = proc_state(pid) {
             if ppid == me && state == 'Z' {
+                // SAFETY: waitpid allows a null status pointer.
                 unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
             }
         }
@@ -697,7 +705,7 @@ impl Container {
 
     #[track_caller]
     pub fn pid(&self) -> i32 {
-        self.state()["pid"].as_i64().expect("pid") as i32
+        i32::try_from(self.state()["pid"].as_i64().expect("pid")).expect("pid")
     }
 
     /// Waits until the init has exited and `state` says stopped.
@@ -705,7 +713,7 @@ impl Container {
     pub fn wait_stopped(&self, timeout: Duration) {
         let st = self.state();
         if st["status"] != "stopped" {
-            let pid = st["pid"].as_i64().expect("pid") as i32;
+            let pid = i32::try_from(st["pid"].as_i64().expect("pid")).expect("pid");
             assert!(
                 wait_exit(pid, timeout),
                 "container {} (pid {pid}) still running after {timeout:?}",
@@ -828,7 +836,7 @@ pub struct Running {
 
 impl Running {
     pub fn pid(&self) -> i32 {
-        self.child.as_ref().expect("not waited yet").id() as i32
+        i32::try_from(self.child.as_ref().expect("not waited yet").id()).unwrap()
     }
 
     /// Waits for the call to end (at most `timeout`).
@@ -853,7 +861,7 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let pid = c.id() as i32;
+            let pid = i32::try_from(c.id()).unwrap();
             let _ = c.kill();
             let _ = c.wait();
             spawned().get_or_insert_with(HashSet::new).remove(&pid);

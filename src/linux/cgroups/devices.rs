@@ -104,7 +104,7 @@ fn parse(i: usize, d: &DeviceCgroup) -> Result<Rule, CgroupError> {
         None | Some(-1) => Ok(None),
         // The BPF program compares against sign-extended 32-bit immediates; real device
         // numbers are far smaller (12-bit majors, 20-bit minors).
-        Some(n) if (0..=i32::MAX as i64).contains(&n) => Ok(Some(n as u32)),
+        Some(n) if (0..=i64::from(i32::MAX)).contains(&n) => Ok(u32::try_from(n).ok()),
         Some(n) => Err(CgroupError::Invalid {
             field: field(name),
             msg: format!("{n} is not a device number"),
@@ -229,6 +229,12 @@ fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
     }
 }
 
+/// A device number as an instruction's 32-bit immediate: `parse` accepts none above
+/// `i32::MAX`.
+fn imm32(n: u32) -> i32 {
+    i32::try_from(n).expect("device numbers are checked to fit an immediate")
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Label {
     BitDone(usize),
@@ -288,8 +294,8 @@ pub fn program(rules: &[Rule]) -> Vec<Insn> {
             };
             let checks = [
                 (R2, typ),
-                (R4, rule.major.map(|m| m as i32)),
-                (R5, rule.minor.map(|m| m as i32)),
+                (R4, rule.major.map(imm32)),
+                (R5, rule.minor.map(imm32)),
             ];
             let mut conditional = false;
             for (reg, want) in checks {
@@ -370,6 +376,7 @@ fn assemble(ops: &[Op]) -> Vec<Insn> {
         match op {
             Op::Insn(i) => out.push(*i),
             Op::Jump { code, reg, imm, to } => {
+                #[allow(clippy::cast_possible_wrap)] // instruction counts, far below i64::MAX
                 let off = find(*to) as i64 - out.len() as i64 - 1;
                 // `rules` caps the rule count so that no jump spans more than ~13k
                 // instructions.

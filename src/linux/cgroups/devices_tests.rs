@@ -96,13 +96,17 @@ fn run(prog: &[Insn], typ: u32, access: u32, major: u32, minor: u32) -> u64 {
     for _ in 0..100_000 {
         let i = prog[pc];
         let (dst, src) = ((i.regs & 0xf) as usize, (i.regs >> 4) as usize);
+        #[allow(clippy::cast_sign_loss)] // sign-extended to 64 bits, as eBPF does
         let imm = i.imm as i64 as u64;
         pc += 1;
-        let jump = |pc: usize| (pc as i64 + i.off as i64) as usize;
+        let jump = |pc: usize| {
+            pc.checked_add_signed(isize::from(i.off))
+                .expect("jump before 0")
+        };
         match i.code {
             0x61 => {
                 assert_eq!(src, 1, "loads only from the context");
-                r[dst] = u64::from(ctx[(i.off / 4) as usize]);
+                r[dst] = u64::from(ctx[usize::try_from(i.off / 4).unwrap()]);
             }
             0xbf => r[dst] = r[src],
             0xb7 => r[dst] = imm,
@@ -152,7 +156,9 @@ fn assert_verifiable(prog: &[Insn]) {
             continue;
         }
         let i = prog[pc];
-        let target = (pc as i64 + 1 + i.off as i64) as usize;
+        let target = (pc + 1)
+            .checked_add_signed(isize::from(i.off))
+            .expect("jump before 0");
         match i.code {
             0x95 => {}
             0x05 => todo.push(target),
@@ -228,19 +234,19 @@ fn bpf_program_matches_model() {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        seed % n
+        usize::try_from(seed % n).unwrap()
     };
     let majors = [None, Some(1), Some(5), Some(136)];
     let minors = [None, Some(0), Some(3), Some(9)];
     for _ in 0..300 {
-        let n = next(6) as usize;
+        let n = next(6);
         let rules: Vec<Rule> = (0..n)
             .map(|_| Rule {
                 allow: next(2) == 0,
-                typ: [DevType::All, DevType::Block, DevType::Char][next(3) as usize],
-                major: majors[next(4) as usize],
-                minor: minors[next(4) as usize],
-                access: 1 + next(7) as u8,
+                typ: [DevType::All, DevType::Block, DevType::Char][next(3)],
+                major: majors[next(4)],
+                minor: minors[next(4)],
+                access: 1 + u8::try_from(next(7)).unwrap(),
             })
             .collect();
         check_all(&rules);

@@ -164,7 +164,7 @@ fn v1_hybrid_roundtrip() {
 
     // A process of ours, in every hierarchy.
     let child = Command::new("sleep").arg("60").spawn().unwrap();
-    let pid = child.id() as i32;
+    let pid = i32::try_from(child.id()).unwrap();
     guard.children.push(child);
     cg.add_pid(pid).unwrap();
     assert_eq!(cg.pids().unwrap(), vec![pid]);
@@ -316,7 +316,7 @@ fn v2_core_freezer() {
     write_file(&dir, "cgroup.freeze", "0", "thaw").unwrap();
     let mut pids = Vec::new();
     collect_pids(&dir, &mut pids).unwrap();
-    assert_eq!(pids, vec![pid as i32]);
+    assert_eq!(pids, vec![i32::try_from(pid).unwrap()]);
 }
 
 /// A child placed by `Placement` (clone into the v2 directory, `0` to each v1 `tasks`)

@@ -6,9 +6,9 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 
-use super::{check, owned, Result};
+use super::{check, fd_u32, owned, size_u32, Result};
 
 pub const BPF_PROG_TYPE_CGROUP_DEVICE: u32 = 15;
 pub const BPF_CGROUP_DEVICE: u32 = 6;
@@ -117,14 +117,7 @@ fn bpf<T>(cmd: libc::c_int, attr: &mut T) -> Result<libc::c_long> {
         // SAFETY: attr is a live, initialised #[repr(C)] prefix of union bpf_attr for this
         // command, and the size passed is exactly its size; pointers inside it refer to
         // buffers the caller keeps alive across the call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                cmd,
-                attr as *mut T,
-                std::mem::size_of::<T>() as libc::c_uint,
-            )
-        };
+        let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut T, size_u32::<T>()) };
         match check(r) {
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
             // The verifier can fail transiently under memory pressure; runc and libbpf
@@ -158,7 +151,7 @@ pub fn prog_load(
     }
     if let Some(buf) = log {
         attr.log_level = 1;
-        attr.log_size = buf.len().min(u32::MAX as usize) as u32;
+        attr.log_size = u32::try_from(buf.len()).unwrap_or(u32::MAX);
         attr.log_buf = buf.as_mut_ptr() as u64;
     }
     bpf(BPF_PROG_LOAD, &mut attr).map(owned)
@@ -171,8 +164,8 @@ pub fn prog_attach(
     flags: u32,
 ) -> Result<()> {
     let mut attr = AttachAttr {
-        target_fd: target.as_raw_fd() as u32,
-        attach_bpf_fd: prog.as_raw_fd() as u32,
+        target_fd: fd_u32(target),
+        attach_bpf_fd: fd_u32(prog),
         attach_type,
         attach_flags: flags,
         ..Default::default()
@@ -182,8 +175,8 @@ pub fn prog_attach(
 
 pub fn prog_detach(target: BorrowedFd<'_>, prog: BorrowedFd<'_>, attach_type: u32) -> Result<()> {
     let mut attr = AttachAttr {
-        target_fd: target.as_raw_fd() as u32,
-        attach_bpf_fd: prog.as_raw_fd() as u32,
+        target_fd: fd_u32(target),
+        attach_bpf_fd: fd_u32(prog),
         attach_type,
         ..Default::default()
     };
@@ -195,10 +188,11 @@ pub fn prog_query(target: BorrowedFd<'_>, attach_type: u32) -> Result<Vec<u32>> 
     let mut ids = vec![0u32; 64];
     loop {
         let mut attr = QueryAttr {
-            target_fd: target.as_raw_fd() as u32,
+            target_fd: fd_u32(target),
             attach_type,
             prog_ids: ids.as_mut_ptr() as u64,
-            prog_cnt: ids.len() as u32,
+            prog_cnt: u32::try_from(ids.len())
+                .map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?,
             ..Default::default()
         };
         match bpf(BPF_PROG_QUERY, &mut attr) {
@@ -228,8 +222,8 @@ pub fn prog_get_fd_by_id(id: u32) -> Result<OwnedFd> {
 pub fn prog_info(prog: BorrowedFd<'_>) -> Result<ProgInfo> {
     let mut info = RawProgInfo::default();
     let mut attr = InfoAttr {
-        bpf_fd: prog.as_raw_fd() as u32,
-        info_len: std::mem::size_of::<RawProgInfo>() as u32,
+        bpf_fd: fd_u32(prog),
+        info_len: size_u32::<RawProgInfo>(),
         info: &mut info as *mut RawProgInfo as u64,
     };
     bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;

@@ -1,0 +1,122 @@
+//! The descriptor table: duplicating and closing descriptors, their close-on-exec flag,
+//! anonymous files, and `ioctl` on a descriptor. Descriptors pass as `BorrowedFd`/`OwnedFd`;
+//! where the number itself is what counts (a slot to fill, a minimum) it is an [`FdNumber`].
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+use super::{check, check_int, owned, Result};
+
+/// A descriptor's number where the number itself is what is meant, not a descriptor moat
+/// holds: a slot to fill (`dup2` onto 0-2, the preserved fds `3..3 + n` the container
+/// inherits), a lower bound (`F_DUPFD`, `close_range`), or a number in another process's
+/// table (`pidfd_getfd`). Nothing is owned or borrowed through it; descriptors moat holds
+/// pass as `BorrowedFd`/`OwnedFd`. Unsigned, as the kernel's `unsigned int fd`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FdNumber(pub u32);
+
+impl FdNumber {
+    /// The number `fd` has in this process's table (none for `AT_FDCWD`).
+    pub fn of(fd: BorrowedFd<'_>) -> Option<FdNumber> {
+        u32::try_from(fd.as_raw_fd()).ok().map(FdNumber)
+    }
+
+    /// As libc's `int`; EBADF for a number above `INT_MAX`, which no descriptor has (the
+    /// kernel's answer to a number beyond the table).
+    pub(super) fn as_c_int(self) -> Result<libc::c_int> {
+        libc::c_int::try_from(self.0).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))
+    }
+}
+
+/// Closes every descriptor from 3 up except `keep`, in a forked child about to do one
+/// thing with it and `_exit`.
+pub fn close_all_but(keep: BorrowedFd<'_>) -> Result<()> {
+    let k = FdNumber::of(keep)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?
+        .0;
+    if k > 3 {
+        // SAFETY: close_range on our own table; the caller owns nothing else it will use.
+        check(unsafe { libc::syscall(libc::SYS_close_range, 3u32, k - 1, 0u32) })?;
+    }
+    // SAFETY: as above.
+    check(unsafe { libc::syscall(libc::SYS_close_range, k + 1, u32::MAX, 0u32) }).map(drop)
+}
+
+/// Marks or closes every descriptor from `first` up.
+pub fn close_range_from(first: FdNumber, cloexec_only: bool) -> Result<()> {
+    const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+    let flags = if cloexec_only { CLOSE_RANGE_CLOEXEC } else { 0 };
+    // SAFETY: close_range on our own table; callers ensure no live OwnedFd is above `first`
+    // when closing (cloexec-only mode never invalidates descriptors).
+    check(unsafe { libc::syscall(libc::SYS_close_range, first.0, u32::MAX, flags) }).map(drop)
+}
+
+/// A close-on-exec duplicate of `fd` numbered `min` or higher.
+pub fn dup_cloexec_from(fd: BorrowedFd<'_>, min: FdNumber) -> Result<OwnedFd> {
+    // A bound above INT_MAX is beyond any table: no free descriptor there.
+    let min = min
+        .as_c_int()
+        .map_err(|_| io::Error::from_raw_os_error(libc::EMFILE))?;
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor.
+    let r = check_int(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) })?;
+    Ok(owned(r as libc::c_long))
+}
+
+/// Makes descriptor number `target` a duplicate of `fd` (a stdio slot, closed first if
+/// open).
+pub fn dup2(fd: BorrowedFd<'_>, target: FdNumber) -> Result<()> {
+    let target = target.as_c_int()?;
+    // SAFETY: dup2 onto a stdio slot; the caller owns those slots conceptually.
+    check_int(unsafe { libc::dup2(fd.as_raw_fd(), target) }).map(drop)
+}
+
+pub fn dup_cloexec(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor.
+    let r = check_int(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) })?;
+    Ok(owned(r as libc::c_long))
+}
+
+/// Clears `O_CLOEXEC` on a descriptor meant to survive execve (preserved fds, stdio).
+pub fn clear_cloexec(fd: FdNumber) -> Result<()> {
+    let fd = fd.as_c_int()?;
+    // SAFETY: fcntl on a descriptor number; failure is reported, not UB.
+    check_int(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }).map(drop)
+}
+
+/// Closes a descriptor some other object owns, in a forked child that will never run
+/// that owner's destructor (it execs or `_exit`s).
+pub fn close_raw(fd: BorrowedFd<'_>) {
+    // SAFETY: see above; the owner is never used again in this process.
+    unsafe { libc::close(fd.as_raw_fd()) };
+}
+
+/// Borrows one of the process's standard descriptors (0–2), which live as long as it.
+pub fn borrow_stdio(fd: FdNumber) -> BorrowedFd<'static> {
+    let fd: RawFd = match fd.0 {
+        0 => 0,
+        1 => 1,
+        2 => 2,
+        _ => panic!("only stdio may be borrowed for 'static"),
+    };
+    // SAFETY: stdio descriptors are never closed by moat.
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
+/// `AT_FDCWD` as a borrowed fd, for *at calls relative to the working directory.
+pub fn at_fdcwd() -> BorrowedFd<'static> {
+    // SAFETY: AT_FDCWD is a constant the kernel interprets; it is never closed.
+    unsafe { BorrowedFd::borrow_raw(libc::AT_FDCWD) }
+}
+
+/// `memfd_create(name, MFD_CLOEXEC)`: an anonymous file, for a child's captured output.
+pub fn memfd(name: &CStr) -> Result<OwnedFd> {
+    // SAFETY: plain syscall on a NUL-terminated name.
+    check_int(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })
+        .map(|fd| owned(fd as libc::c_long))
+}
+
+pub fn ioctl_int(fd: BorrowedFd<'_>, req: libc::Ioctl, arg: libc::c_ulong) -> Result<libc::c_int> {
+    // SAFETY: requests used with this helper take an integer (or no) argument.
+    check_int(unsafe { libc::ioctl(fd.as_raw_fd(), req, arg) })
+}

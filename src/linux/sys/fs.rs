@@ -1,0 +1,156 @@
+//! Files by path relative to a directory descriptor: `openat2` with `RESOLVE_*`, the
+//! other `*at` calls, `stat`/`statfs`/`statvfs`, `flock`, `fchdir`.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+
+use super::{check, check_int, check_len, owned, retry, Result};
+
+#[repr(C)]
+#[derive(Default)]
+pub struct OpenHow {
+    pub flags: u64,
+    pub mode: u64,
+    pub resolve: u64,
+}
+
+pub const RESOLVE_NO_XDEV: u64 = 0x01;
+pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+pub const RESOLVE_BENEATH: u64 = 0x08;
+pub const RESOLVE_IN_ROOT: u64 = 0x10;
+
+/// How often [`openat2`] retries EAGAIN before giving up (failing closed).
+const OPENAT2_EAGAIN_TRIES: usize = 1024;
+
+/// `openat2(2)`. With `RESOLVE_IN_ROOT`/`RESOLVE_BENEATH` the kernel answers EAGAIN when a
+/// rename or mount anywhere on the system raced with the resolution of a `..`; that is
+/// retried (a bounded number of times), or any process renaming files in a loop — in its
+/// own container — would make every create with such a path fail.
+pub fn openat2(dir: BorrowedFd<'_>, path: &CStr, how: &OpenHow) -> Result<OwnedFd> {
+    let mut tries = 0;
+    loop {
+        match openat2_once(dir, path, how) {
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && tries < OPENAT2_EAGAIN_TRIES => {
+                tries += 1;
+                std::thread::yield_now();
+            }
+            r => return r,
+        }
+    }
+}
+
+fn openat2_once(dir: BorrowedFd<'_>, path: &CStr, how: &OpenHow) -> Result<OwnedFd> {
+    retry(|| {
+        // SAFETY: valid dirfd, NUL-terminated path and a sized open_how.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir.as_raw_fd(),
+                path.as_ptr(),
+                how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
+        };
+        check(r).map(owned)
+    })
+}
+
+pub fn openat(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int, mode: u32) -> Result<OwnedFd> {
+    retry(|| {
+        // SAFETY: valid dirfd and NUL-terminated path.
+        let r = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                path.as_ptr(),
+                flags | libc::O_CLOEXEC,
+                mode,
+            )
+        };
+        check_int(r).map(|fd| owned(fd as libc::c_long))
+    })
+}
+
+/// The text of the symlink `path` names relative to `dir` (never followed).
+pub fn readlinkat(dir: BorrowedFd<'_>, path: &CStr) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; 256];
+    // SAFETY: valid dirfd, NUL-terminated path, and a buffer of the length passed.
+    let n = check_len(unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        ) as libc::c_long
+    })? as usize;
+    if n == buf.len() {
+        // Longer than any link moat reads (procfs's `thread-self`): refuse, never truncate.
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    buf.truncate(n);
+    Ok(buf)
+}
+
+pub fn mkdirat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<()> {
+    // SAFETY: valid dirfd and NUL-terminated name.
+    check_int(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) }).map(drop)
+}
+
+pub fn mknodat(dir: BorrowedFd<'_>, name: &CStr, mode: u32, dev: u64) -> Result<()> {
+    // SAFETY: valid dirfd and NUL-terminated name.
+    check_int(unsafe { libc::mknodat(dir.as_raw_fd(), name.as_ptr(), mode, dev) }).map(drop)
+}
+
+pub fn symlinkat(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> Result<()> {
+    // SAFETY: NUL-terminated strings and a valid dirfd.
+    check_int(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }).map(drop)
+}
+
+pub fn fchownat_empty(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> Result<()> {
+    // SAFETY: AT_EMPTY_PATH on a valid fd.
+    check_int(unsafe {
+        libc::fchownat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            uid,
+            gid,
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
+}
+
+pub fn fstat(fd: BorrowedFd<'_>) -> Result<libc::stat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: fstat fills the buffer on success.
+    check_int(unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: initialised by the successful call (and zeroed before).
+    Ok(unsafe { st.assume_init() })
+}
+
+pub fn fstatfs(fd: BorrowedFd<'_>) -> Result<libc::statfs> {
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: fstatfs fills the buffer on success.
+    check_int(unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: initialised by the successful call.
+    Ok(unsafe { st.assume_init() })
+}
+
+pub fn fstatvfs(fd: BorrowedFd<'_>) -> Result<libc::statvfs> {
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: fstatvfs fills the buffer on success.
+    check_int(unsafe { libc::fstatvfs(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: initialised by the successful call.
+    Ok(unsafe { st.assume_init() })
+}
+
+pub fn flock_exclusive(fd: BorrowedFd<'_>) -> Result<()> {
+    // SAFETY: plain syscall on a valid fd.
+    retry(|| check_int(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX) }).map(drop))
+}
+
+pub fn fchdir(fd: BorrowedFd<'_>) -> Result<()> {
+    // SAFETY: plain syscall.
+    check_int(unsafe { libc::fchdir(fd.as_raw_fd()) }).map(drop)
+}

@@ -1,0 +1,68 @@
+//! Networking and sockets: bringing up `lo`, receiving a message with a descriptor.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use super::{check_int, Result};
+
+/// Sets IFF_UP on `lo` in the current network namespace.
+pub fn loopback_up() -> Result<()> {
+    // SAFETY: a plain socket; the returned fd is owned below.
+    let sock = check_int(unsafe {
+        libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
+    })?;
+    // SAFETY: the kernel just returned this fd.
+    let sock = unsafe { OwnedFd::from_raw_fd(sock) };
+    // SAFETY: ifreq is plain data; zeroed is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *d = libc::c_char::from_ne_bytes([*s]);
+    }
+    // ioctl request numbers are 32 bits (musl's `Ioctl` is an int); IFF_UP is bit 0.
+    #[allow(clippy::cast_possible_truncation)]
+    let (get, set, up) = (
+        libc::SIOCGIFFLAGS as libc::Ioctl,
+        libc::SIOCSIFFLAGS as libc::Ioctl,
+        libc::IFF_UP as libc::c_short,
+    );
+    // SAFETY: SIOCGIFFLAGS fills ifr_flags of a valid ifreq.
+    check_int(unsafe { libc::ioctl(sock.as_raw_fd(), get, &mut req) })?;
+    // SAFETY: reading and writing the flags member of the union SIOCGIFFLAGS filled.
+    unsafe { req.ifr_ifru.ifru_flags |= up };
+    // SAFETY: SIOCSIFFLAGS reads a valid ifreq.
+    check_int(unsafe { libc::ioctl(sock.as_raw_fd(), set, &req) }).map(drop)
+}
+
+/// Receives one message and at most one fd passed with SCM_RIGHTS (installed close-on-exec).
+/// Extra fds, if a peer sent more, are closed.
+pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Option<OwnedFd>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut cspace = nix::cmsg_space!([RawFd; 4]);
+    loop {
+        let mut iov = [io::IoSliceMut::new(buf)];
+        match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cspace),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(msg) => {
+                let mut fd = None;
+                for c in msg.cmsgs()? {
+                    if let ControlMessageOwned::ScmRights(fds) = c {
+                        for f in fds {
+                            // SAFETY: the kernel just installed f in our table for this message.
+                            let owned = unsafe { OwnedFd::from_raw_fd(f) };
+                            if fd.is_none() {
+                                fd = Some(owned);
+                            }
+                        }
+                    }
+                }
+                return Ok((msg.bytes, fd));
+            }
+        }
+    }
+}

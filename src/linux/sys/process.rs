@@ -1,0 +1,233 @@
+//! Processes: clone (fork-like) and exec, pidfds, namespaces (`setns`, `unshare`, the UTS
+//! domain name), the session keyring, and the attributes a process carries (`prctl`,
+//! personality, rlimits, I/O and CPU scheduling, umask, session).
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+
+use super::{check, check_int, fd_u32, owned, size_u32, FdNumber, Result};
+
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// The outcome of a fork-like clone.
+pub enum Forked {
+    Parent(libc::pid_t),
+    Child,
+}
+
+/// `clone3` used like `fork`: the child continues on a copy of the caller's stack.
+/// `cgroup` places the child in a cgroup v2 directory atomically (`CLONE_INTO_CGROUP`).
+/// Falls back to `clone(2)` when clone3 is unavailable (old kernels, seccomp profiles that
+/// answer ENOSYS) and no cgroup fd was asked for.
+///
+/// The caller must be single-threaded: only the calling thread exists in the child.
+pub fn clone_fork(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> Result<Forked> {
+    let mut args = CloneArgs {
+        flags,
+        // With CLONE_PARENT the child's exit signal is its parent's, and clone3 wants 0.
+        exit_signal: if flags & libc::CLONE_PARENT as u64 != 0 {
+            0
+        } else {
+            libc::SIGCHLD as u64
+        },
+        ..Default::default()
+    };
+    if let Some(fd) = cgroup {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = u64::from(fd_u32(fd));
+    }
+    // SAFETY: clone3 with a zero stack behaves like fork; args is a valid, sized struct.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    let ret = match check(ret) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) && cgroup.is_none() => {
+            // SAFETY: raw clone with a NULL stack is fork-like; the flags fit the C int.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_clone,
+                    (flags | libc::SIGCHLD as u64) as libc::c_ulong,
+                    0usize,
+                    0usize,
+                    0usize,
+                    0usize,
+                )
+            };
+            check(r)?
+        }
+        r => r?,
+    };
+    Ok(if ret == 0 {
+        Forked::Child
+    } else {
+        Forked::Parent(libc::pid_t::try_from(ret).expect("a pid fits pid_t"))
+    })
+}
+
+pub fn pidfd_open(pid: libc::pid_t) -> Result<OwnedFd> {
+    // SAFETY: plain syscall; the returned fd is new.
+    let r = check(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    Ok(owned(r))
+}
+
+/// A duplicate of descriptor number `fd` of the process behind `pidfd` (close-on-exec), as
+/// ptrace access mode ATTACH_REALCREDS allows.
+pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: FdNumber) -> Result<OwnedFd> {
+    let fd = fd.as_c_int()?;
+    // SAFETY: plain syscall with flags 0; the returned fd is new.
+    let r = check(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) })?;
+    Ok(owned(r))
+}
+
+/// `execve` that only returns on failure.
+pub fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Error {
+    let mut a: Vec<*const libc::c_char> = argv.iter().map(|s| s.as_ptr()).collect();
+    a.push(std::ptr::null());
+    let mut e: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
+    e.push(std::ptr::null());
+    // SAFETY: NULL-terminated arrays of pointers into CStrings that outlive the call.
+    unsafe { libc::execve(path.as_ptr(), a.as_ptr(), e.as_ptr()) };
+    io::Error::last_os_error()
+}
+
+/// `execveat(fd, "", …, AT_EMPTY_PATH)`: runs the file behind `fd`.
+pub fn fexecve(fd: BorrowedFd<'_>, argv: &[CString], envp: &[CString]) -> io::Error {
+    let mut a: Vec<*const libc::c_char> = argv.iter().map(|s| s.as_ptr()).collect();
+    a.push(std::ptr::null());
+    let mut e: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
+    e.push(std::ptr::null());
+    // SAFETY: as execve; the empty path string is NUL-terminated.
+    unsafe {
+        libc::syscall(
+            libc::SYS_execveat,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            a.as_ptr(),
+            e.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    io::Error::last_os_error()
+}
+
+/// Exits the current process without running Rust or libc exit handlers: used by forked
+/// children so that they never flush or drop state that belongs to the parent.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no shared state.
+    unsafe { libc::_exit(code) }
+}
+
+pub fn setsid() -> Result<()> {
+    // SAFETY: plain syscall.
+    check_int(unsafe { libc::setsid() }).map(drop)
+}
+
+pub fn setns(fd: BorrowedFd<'_>, nstype: libc::c_int) -> Result<()> {
+    // SAFETY: plain syscall on a valid fd.
+    check_int(unsafe { libc::setns(fd.as_raw_fd(), nstype) }).map(drop)
+}
+
+pub fn unshare(flags: libc::c_int) -> Result<()> {
+    // SAFETY: plain syscall.
+    check_int(unsafe { libc::unshare(flags) }).map(drop)
+}
+
+pub fn setdomainname(name: &str) -> Result<()> {
+    // SAFETY: pointer and length of a valid byte slice.
+    check_int(unsafe { libc::setdomainname(name.as_ptr().cast(), name.len()) }).map(drop)
+}
+
+pub fn join_session_keyring(name: &CStr) -> Result<()> {
+    const KEYCTL_JOIN_SESSION_KEYRING: libc::c_int = 1;
+    // SAFETY: NUL-terminated name.
+    check(unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, name.as_ptr()) })
+        .map(drop)
+}
+
+pub fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> Result<libc::c_int> {
+    // SAFETY: prctl with scalar arguments only.
+    check_int(unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0) })
+}
+
+pub fn prctl5(
+    option: libc::c_int,
+    arg2: libc::c_ulong,
+    arg3: libc::c_ulong,
+    arg4: libc::c_ulong,
+) -> Result<libc::c_int> {
+    // SAFETY: prctl with scalar arguments only.
+    check_int(unsafe { libc::prctl(option, arg2, arg3, arg4, 0 as libc::c_ulong) })
+}
+
+pub fn personality(persona: libc::c_ulong) -> Result<()> {
+    // SAFETY: plain syscall.
+    check_int(unsafe { libc::personality(persona) }).map(drop)
+}
+
+pub fn prlimit(pid: libc::pid_t, resource: libc::c_int, soft: u64, hard: u64) -> Result<()> {
+    let new = libc::rlimit64 {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: new points at a valid rlimit64; old is NULL.
+    check_int(unsafe { libc::prlimit64(pid, resource as _, &new, std::ptr::null_mut()) }).map(drop)
+}
+
+pub fn ioprio_set(class: i32, prio: i32) -> Result<()> {
+    const IOPRIO_WHO_PROCESS: i32 = 1;
+    let value = (class << 13) | prio;
+    // SAFETY: plain syscall for the calling process (who = 0).
+    check(unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, value) }).map(drop)
+}
+
+#[repr(C)]
+#[derive(Default)]
+pub struct SchedAttr {
+    pub size: u32,
+    pub sched_policy: u32,
+    pub sched_flags: u64,
+    pub sched_nice: i32,
+    pub sched_priority: u32,
+    pub sched_runtime: u64,
+    pub sched_deadline: u64,
+    pub sched_period: u64,
+}
+
+pub fn sched_setattr(attr: &mut SchedAttr) -> Result<()> {
+    attr.size = size_u32::<SchedAttr>();
+    // SAFETY: attr is a valid, sized sched_attr.
+    check(unsafe { libc::syscall(libc::SYS_sched_setattr, 0, attr as *mut SchedAttr, 0) }).map(drop)
+}
+
+/// Sets the umask, returning the previous one.
+pub fn umask(mask: u32) -> u32 {
+    // SAFETY: always succeeds.
+    unsafe { libc::umask(mask) }
+}
+
+/// Sets the umask and returns the previous one.
+pub fn swap_umask(mask: u32) -> u32 {
+    // SAFETY: always succeeds.
+    unsafe { libc::umask(mask) as u32 }
+}

@@ -1,0 +1,65 @@
+//! Terminals: the peer of a pty master, unlocking it, window sizes.
+
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+
+use super::{check_int, ioctl_int, owned, Result};
+
+pub fn set_winsize(fd: BorrowedFd<'_>, rows: u16, cols: u16) -> Result<()> {
+    let ws = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads a winsize struct.
+    check_int(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            libc::TIOCSWINSZ,
+            &ws as *const libc::winsize,
+        )
+    })
+    .map(drop)
+}
+
+pub fn get_winsize(fd: BorrowedFd<'_>) -> Result<(u16, u16)> {
+    let mut ws = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes a winsize struct.
+    check_int(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            libc::TIOCGWINSZ,
+            &mut ws as *mut libc::winsize,
+        )
+    })?;
+    Ok((ws.ws_row, ws.ws_col))
+}
+
+pub fn unlockpt(master: BorrowedFd<'_>) -> Result<()> {
+    let unlock: libc::c_int = 0;
+    // SAFETY: TIOCSPTLCK reads an int through the pointer.
+    check_int(unsafe {
+        libc::ioctl(
+            master.as_raw_fd(),
+            libc::TIOCSPTLCK,
+            &unlock as *const libc::c_int,
+        )
+    })
+    .map(drop)
+}
+
+/// Opens the peer (slave) end of a pty master without a path lookup (TIOCGPTPEER).
+pub fn pty_peer(master: BorrowedFd<'_>) -> Result<OwnedFd> {
+    const TIOCGPTPEER: libc::Ioctl = 0x5441;
+    let fd = ioctl_int(
+        master,
+        TIOCGPTPEER,
+        (libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) as libc::c_ulong,
+    )?;
+    Ok(owned(fd as libc::c_long))
+}
