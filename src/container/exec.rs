@@ -96,12 +96,11 @@ pub fn exec(ctx: &Context, req: &Request) -> anyhow::Result<i32> {
     let facts = Facts::read(&dir, &rec, req.ignore_paused)?;
     let Facts {
         spec,
+        bounding,
         filters,
         host,
     } = facts;
-    let container_caps =
-        capabilities::from_spec(spec.process().capabilities.as_ref(), "process.capabilities")?;
-    let bounding = (rec.policy != "open").then_some(container_caps.bounding);
+    let bounding = (rec.policy != "open").then_some(bounding);
     let mut process = build_process(req, spec.process(), bounding)?;
     if rec.policy == "restricted" {
         let removed = crate::policy::restrict_exec(&mut process, spec.process());

@@ -10,7 +10,7 @@
 //!
 //! | # | step | process | function | what it does |
 //! |---|---|---|---|---|
-//! | 1 | facts | parent | `plan::Facts::read` | status checked (stopped; paused without `--ignore-paused`); the saved spec, the container's compiled seccomp programs and the host facts (AppArmor, SELinux) read. `container/exec.rs` then builds the process (`--process` or the flags, the policy under RESTRICTED) and its attributes |
+//! | 1 | facts | parent | `plan::Facts::read` | status checked (stopped; paused without `--ignore-paused`); the saved spec and its bounding set, the container's compiled seccomp programs and the host facts (AppArmor, SELinux) read. `container/exec.rs` then builds the process (`--process` or the flags, the policy under RESTRICTED) and its attributes |
 //! | 2 | plan | parent | `plan::Plan::new` | pidfd of the init (`container not running`); the namespaces that differ from moat's; the cgroup placement opened (v2 directory, v1 `tasks` files, `--cgroup`). Nothing exists yet |
 //! | 3 | channels | parent | `parent::channels` | the sync socketpair; the console socket connected, or (foreground with a terminal, no socket) a socketpair to relay the pty |
 //! | 4 | clone | parent | `parent::clone_joiner` | clone of the joiner (into the v2 cgroup) |
@@ -155,6 +155,9 @@ pub enum ExecError {
     WaitProbe { pid: i32, err: std::io::Error },
     #[error("receive the pty master: {0}")]
     PtyMaster(std::io::Error),
+    /// A capability name in the saved spec this binary does not know.
+    #[error(transparent)]
+    Capability(#[from] super::capabilities::UnknownCapability),
     #[error(transparent)]
     Init(#[from] InitFailure),
     #[error(transparent)]

@@ -13,7 +13,7 @@ use crate::linux::attrs::Attrs;
 use crate::linux::cgroups::Placement;
 use crate::linux::hostfacts::HostFacts;
 use crate::linux::seccomp::Filter;
-use crate::linux::{namespaces, sys};
+use crate::linux::{capabilities, namespaces, sys};
 use crate::spec::Spec;
 use crate::state::{self, ContainerDir, Record, Status};
 
@@ -21,6 +21,9 @@ use crate::state::{self, ContainerDir, Record, Status};
 pub struct Facts {
     /// The container's `config.json` as saved at create (the policy applied).
     pub spec: Spec,
+    /// The container's bounding set (`process.capabilities.bounding`), which an exec'd
+    /// process's `--cap` may not exceed under RESTRICTED.
+    pub bounding: u64,
     /// The container's compiled seccomp programs, in load order.
     pub filters: Vec<Filter>,
     /// Read on the host, before joining anything: the exec'd process's LSM labels follow
@@ -30,7 +33,8 @@ pub struct Facts {
 
 impl Facts {
     /// Row 1: the status checked (a stopped container, a paused one without
-    /// `ignore_paused`), then the spec, the seccomp programs and the host facts read.
+    /// `ignore_paused`), then the spec (and its bounding set), the seccomp programs and
+    /// the host facts read.
     pub fn read(dir: &ContainerDir, rec: &Record, ignore_paused: bool) -> Result<Facts, ExecError> {
         match rec.status(dir) {
             Status::Stopped => return Err(ExecError::Stopped { id: rec.id.clone() }),
@@ -39,17 +43,27 @@ impl Facts {
             }
             _ => {}
         }
+        // What the state directory holds first, then what it means.
         let spec = dir.load_spec()?;
-        let mut filters = Vec::new();
-        loop {
-            let file = state::seccomp_file(filters.len());
-            let Some(b) = dir.read_file(&file)? else {
-                break;
-            };
-            filters.push(Filter::from_bytes(&b).ok_or(ExecError::SeccompProgram { file })?);
+        let mut programs = Vec::new();
+        while let Some(b) = dir.read_file(&state::seccomp_file(programs.len()))? {
+            programs.push(b);
         }
+        let bounding =
+            capabilities::from_spec(spec.process().capabilities.as_ref(), "process.capabilities")?
+                .bounding;
+        let filters = programs
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                Filter::from_bytes(b).ok_or_else(|| ExecError::SeccompProgram {
+                    file: state::seccomp_file(i),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Facts {
             spec,
+            bounding,
             filters,
             host: HostFacts::probe(),
         })
