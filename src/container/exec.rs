@@ -1,8 +1,58 @@
 //! `exec`: a new process in a running container.
+//!
+//! [`exec`] is the operation: the container opened without its lock, a gVisor one handed
+//! to runsc, the native path run as the exec table says (`linux/exec/mod.rs`): row 1
+//! reads the facts, this file turns the request into the process (`--process` or the
+//! flags, the RESTRICTED exec policy) and its attributes, row 2 plans, rows 3–13 run it,
+//! and row 14 ([`forward`]) waits.
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context as _, Result};
+use super::{Container, Context};
+use crate::linux::attrs::Attrs;
+use crate::linux::exec::{self, ExecOpts, Facts, Plan, Started};
+use crate::linux::{capabilities, signal, sys};
+use crate::spec::Process;
+
+/// The request-level errors of `exec`, each naming what it refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("read {}", path.display())]
+    ReadProcess {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("{}: {field}: {msg}", path.display())]
+    ProcessJson {
+        path: PathBuf,
+        field: String,
+        msg: String,
+    },
+    #[error("exec needs a command to run")]
+    NoCommand,
+    #[error("--user {user:?}: {what} must be a number")]
+    UserNotNumber { user: String, what: &'static str },
+    #[error("--user {user:?}: {what} out of range")]
+    UserOutOfRange { user: String, what: &'static str },
+    #[error("--cap {0}: unknown capability")]
+    UnknownCap(String),
+    #[error("--cap {0}: not in the container's bounding set")]
+    CapNotInBounding(String),
+    #[error("a detached exec with a terminal needs a --console-socket to send it to")]
+    TerminalNeedsConsoleSocket,
+    #[error("block signals")]
+    BlockSignals(#[source] nix::Error),
+    #[error("pidfd_open")]
+    Pidfd {
+        pid: i32,
+        #[source]
+        err: std::io::Error,
+    },
+    /// Waiting for the exec'd process (the message is the kernel's, as it always was).
+    #[error("{err}")]
+    Wait { pid: i32, err: std::io::Error },
+}
 
 /// runc's `exec` flags.
 #[derive(Debug, Clone, Default)]
@@ -33,21 +83,184 @@ pub struct Request {
     pub ignore_paused: bool,
 }
 
+/// `moat exec`: runs the request's process in the container `req.id` and returns its exit
+/// status (0 when detached).
+pub fn exec(ctx: &Context, req: &Request) -> anyhow::Result<i32> {
+    let Container { dir, record: rec } = Container::open_read(ctx, &req.id)?;
+    if let Some(gv) = rec.backend.gvisor() {
+        return crate::gvisor::exec(ctx, &dir, &rec, gv, req);
+    }
+    // exec never passes socket-activation fds (runc neither): LISTEN_* are ignored.
+    super::before_fork(req.preserve_fds, false)?;
+    // Row 1.
+    let facts = Facts::read(&dir, &rec, req.ignore_paused)?;
+    let Facts {
+        spec,
+        bounding,
+        filters,
+        host,
+    } = facts;
+    let bounding = (rec.policy != "open").then_some(bounding);
+    let mut process = build_process(req, spec.process(), bounding)?;
+    if rec.policy == "restricted" {
+        let removed = crate::policy::restrict_exec(&mut process, spec.process());
+        if !removed.is_empty() {
+            crate::log::debug(&format!(
+                "policy: exec capabilities removed: {}",
+                removed.join(" ")
+            ));
+        }
+        let cfg = crate::policy::Config::load()?;
+        let replaced = crate::policy::restrict_exec_lsm(&mut process, spec.process(), &cfg, &host)?;
+        if !replaced.is_empty() {
+            crate::log::debug(&format!(
+                "policy: exec {} replaced by the container's (not in [restricted])",
+                replaced.join(", ")
+            ));
+        }
+    }
+    if process.terminal && req.console_socket.is_none() && req.detach {
+        return Err(Error::TerminalNeedsConsoleSocket.into());
+    }
+    let field = if req.process.is_some() {
+        "process.json"
+    } else {
+        "process"
+    };
+    let attrs = Attrs::from_process(&process, field, filters, req.preserve_fds)?.on_host(&host);
+    let opts = ExecOpts {
+        console_socket: req.console_socket.clone(),
+        pid_file: req.pid_file.clone(),
+        sub_cgroup: req.cgroup.clone(),
+    };
+    // Row 2.
+    let plan = Plan::new(&rec, &attrs, opts)?;
+    // Everything is read: the state directory's fd (a host directory) must not even be
+    // open in the process that joins the container.
+    drop(dir);
+    let set = signal::forwarded_set();
+    if !req.detach {
+        set.thread_block().map_err(Error::BlockSignals)?;
+    }
+    // Rows 3–13.
+    let started = exec::exec(plan)?;
+    if req.detach {
+        return Ok(0);
+    }
+    Ok(forward(&started, &set)?)
+}
+
+/// Row 14: signals forwarded to the exec'd process (blocked before it existed, so none is
+/// lost) and its terminal relayed until it exits; its status, 128+N for a signal.
+pub fn forward(started: &Started, set: &nix::sys::signal::SigSet) -> Result<i32, Error> {
+    let pid = started.pid;
+    let pidfd = sys::pidfd_open(pid).map_err(|err| Error::Pidfd { pid, err })?;
+    signal::forward_and_wait(pid, &pidfd, set, started.console.as_ref())
+        .map_err(|err| Error::Wait { pid, err })
+}
+
+/// `bounding`: the container's bounding set, which `--cap` may not exceed (RESTRICTED);
+/// `None` under OPEN, where moat does what runc does.
+fn build_process(
+    a: &Request,
+    spec_process: &Process,
+    bounding: Option<u64>,
+) -> Result<Process, Error> {
+    if let Some(path) = &a.process {
+        let bytes = std::fs::read(path).map_err(|err| Error::ReadProcess {
+            path: path.clone(),
+            err,
+        })?;
+        // Keys checked first (duplicates, case variants of fields): spec::keys.
+        let mut p: Process =
+            crate::spec::from_slice(&bytes).map_err(|(field, msg)| Error::ProcessJson {
+                path: path.clone(),
+                field,
+                msg,
+            })?;
+        p.terminal |= a.tty;
+        return Ok(p);
+    }
+    if a.command.is_empty() {
+        return Err(Error::NoCommand);
+    }
+    let mut p = spec_process.clone();
+    p.args = a.command.clone();
+    p.terminal = a.tty;
+    for kv in &a.env {
+        let key = kv.split_once('=').map_or(kv.as_str(), |(k, _)| k);
+        p.env
+            .retain(|e| e.split_once('=').map_or(e.as_str(), |(k, _)| k) != key);
+        p.env.push(kv.clone());
+    }
+    if let Some(cwd) = &a.cwd {
+        p.cwd = cwd.clone();
+    }
+    if let Some(u) = &a.user {
+        let (uid, gid) = parse_user(u)?;
+        p.user.uid = uid;
+        p.user.gid = gid.unwrap_or(0);
+    }
+    if !a.additional_gids.is_empty() {
+        p.user.additional_gids = a.additional_gids.clone();
+    }
+    if a.no_new_privs {
+        p.no_new_privileges = Some(true);
+    }
+    if let Some(aa) = &a.apparmor {
+        p.apparmor_profile = Some(aa.clone());
+    }
+    if let Some(l) = &a.process_label {
+        p.selinux_label = Some(l.clone());
+    }
+    if !a.cap.is_empty() {
+        let caps = p.capabilities.get_or_insert_with(Default::default);
+        for c in &a.cap {
+            let Some(bit) = capabilities::number(c) else {
+                return Err(Error::UnknownCap(c.clone()));
+            };
+            // Never wider than the container: exec must not be a way out of its bounding set.
+            if bounding.is_some_and(|b| b & (1 << bit) == 0) {
+                return Err(Error::CapNotInBounding(c.clone()));
+            }
+            let name = capabilities::NAMES[bit as usize].to_string();
+            for set in [
+                &mut caps.bounding,
+                &mut caps.effective,
+                &mut caps.permitted,
+                &mut caps.ambient,
+            ] {
+                let v = set.get_or_insert_with(Vec::new);
+                if !v.contains(&name) {
+                    v.push(name.clone());
+                }
+            }
+        }
+    }
+    Ok(p)
+}
+
 /// `uid[:gid]`, numbers only: a name would be resolved with the host's passwd, and a
 /// lenient parser is how users end up as someone else (crun CVE-2026-30892).
-pub(crate) fn parse_user(s: &str) -> Result<(u32, Option<u32>)> {
+pub(crate) fn parse_user(s: &str) -> Result<(u32, Option<u32>), Error> {
     let (u, g) = match s.split_once(':') {
         Some((u, g)) => (u, Some(g)),
         None => (s, None),
     };
-    let num = |v: &str, what: &str| -> Result<u32> {
+    let num = |v: &str, what: &'static str| -> Result<u32, Error> {
         if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
-            bail!("--user {s:?}: {what} must be a number");
+            return Err(Error::UserNotNumber {
+                user: s.to_string(),
+                what,
+            });
         }
         v.parse::<u32>()
             .ok()
             .filter(|n| *n != u32::MAX)
-            .with_context(|| format!("--user {s:?}: {what} out of range"))
+            .ok_or_else(|| Error::UserOutOfRange {
+                user: s.to_string(),
+                what,
+            })
     };
     Ok((num(u, "uid")?, g.map(|g| num(g, "gid")).transpose()?))
 }

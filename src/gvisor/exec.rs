@@ -5,14 +5,32 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::Result;
 use serde_json::{json, Value};
 
 use super::runsc::Runsc;
 use super::{select, Gvisor};
+use crate::container::exec::Error as RequestError;
 use crate::container::{exec as exec_req, Context};
 use crate::linux::capabilities;
 use crate::state::{ContainerDir, Record};
+
+/// What a gVisor container refuses of an exec request (runsc has no way to do it).
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("--preserve-fds {0}: runsc cannot pass extra descriptors to a gVisor container")]
+    PreserveFds(u32),
+    #[error("--process-label: SELinux is not supported by gVisor")]
+    ProcessLabel(String),
+    #[error(
+        "--tty --console-socket without --detach: runsc uses its own stdio as the terminal \
+         of a foreground exec; add --detach, or drop --console-socket"
+    )]
+    ForegroundConsoleSocket(PathBuf),
+    /// The shadow bundle's `process.capabilities` does not parse.
+    #[error("process.capabilities")]
+    ShadowCapabilities(#[source] serde_json::Error),
+}
 
 /// `exec`: runc's flags translated; `--tty` dropped (the terminal setting travels in a
 /// process.json, written here for the argv form). Detached: runsc is waited for and its
@@ -26,22 +44,16 @@ pub fn exec(
     a: &exec_req::Request,
 ) -> Result<i32> {
     if a.preserve_fds > 0 {
-        bail!(
-            "--preserve-fds {}: runsc cannot pass extra descriptors to a gVisor container",
-            a.preserve_fds
-        );
+        return Err(Refused::PreserveFds(a.preserve_fds).into());
     }
-    if a.process_label.as_deref().is_some_and(|l| !l.is_empty()) {
-        bail!("--process-label: SELinux is not supported by gVisor");
+    if let Some(l) = a.process_label.as_ref().filter(|l| !l.is_empty()) {
+        return Err(Refused::ProcessLabel(l.clone()).into());
     }
     if a.apparmor.is_some() {
         crate::log::warn("--apparmor ignored: gVisor does not apply AppArmor profiles");
     }
-    if a.tty && a.console_socket.is_some() && !a.detach {
-        bail!(
-            "--tty --console-socket without --detach: runsc uses its own stdio as the terminal \
-             of a foreground exec; add --detach, or drop --console-socket"
-        );
+    if let Some(sock) = a.console_socket.as_ref().filter(|_| a.tty && !a.detach) {
+        return Err(Refused::ForegroundConsoleSocket(sock.clone()).into());
     }
     if a.cgroup.is_some() {
         crate::log::warn("--cgroup ignored: a gVisor container has one host cgroup, its sandbox's");
@@ -58,7 +70,7 @@ pub fn exec(
         (None, true) => Some(write_process(dir, &argv_process(&shadow, a, bounding)?)?),
         (None, false) => {
             if a.command.is_empty() {
-                bail!("exec needs a command to run");
+                return Err(RequestError::NoCommand.into());
             }
             if let Some(u) = &a.user {
                 crate::container::exec::parse_user(u)?;
@@ -96,19 +108,19 @@ pub fn exec(
 fn container_bounding(shadow: &Value) -> Result<u64> {
     let caps = shadow.pointer("/process/capabilities").cloned();
     let caps: Option<crate::spec::Capabilities> = match caps {
-        Some(c) => Some(serde_json::from_value(c).context("process.capabilities")?),
+        Some(c) => Some(serde_json::from_value(c).map_err(Refused::ShadowCapabilities)?),
         None => None,
     };
     Ok(capabilities::from_spec(caps.as_ref(), "process.capabilities")?.bounding)
 }
 
 /// `--cap X` as runsc wants it (`CAP_X`), never wider than the container.
-fn cap_name(c: &str, bounding: u64) -> Result<String> {
+fn cap_name(c: &str, bounding: u64) -> Result<String, RequestError> {
     let Some(bit) = capabilities::number(c) else {
-        bail!("--cap {c}: unknown capability");
+        return Err(RequestError::UnknownCap(c.to_string()));
     };
     if bounding & (1 << bit) == 0 {
-        bail!("--cap {c}: not in the container's bounding set");
+        return Err(RequestError::CapNotInBounding(c.to_string()));
     }
     Ok(capabilities::NAMES[bit as usize].to_string())
 }
@@ -117,7 +129,7 @@ fn cap_name(c: &str, bounding: u64) -> Result<String> {
 /// overrides applied.
 fn argv_process(shadow: &Value, a: &exec_req::Request, bounding: u64) -> Result<Value> {
     if a.command.is_empty() {
-        bail!("exec needs a command to run");
+        return Err(RequestError::NoCommand.into());
     }
     let mut p = shadow.get("process").cloned().unwrap_or_else(|| json!({}));
     p["args"] = json!(a.command);

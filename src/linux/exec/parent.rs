@@ -1,0 +1,186 @@
+//! The parent's rows of the exec table (3, 4, 12, 13): `moat exec` makes the channels,
+//! clones the joiner, reads the sync socket to EOF and reports the pid.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use super::child::{self, Joining};
+use super::{ExecError, ExecOpts, Message, Plan, Started};
+use crate::linux::attrs::Attrs;
+use crate::linux::sync::{self, InitFailure, Step as InitStep, ToParent};
+use crate::linux::sys;
+
+/// The parent's and the forks' ends of what row 3 makes.
+pub(super) struct Channels {
+    parent: sync::Channel,
+    child: sync::Channel,
+    /// The exec'd process's way to the caller's terminal: the console socket, or our
+    /// relay's far end.
+    console: Option<OwnedFd>,
+    /// Our end of the relay (foreground, terminal, no console socket).
+    relay: Option<UnixStream>,
+}
+
+/// Row 3: the sync socketpair; the console socket connected, or (foreground exec with a
+/// terminal and no console socket) a socketpair over which we get the pty to relay.
+pub(super) fn channels(attrs: &Attrs, opts: &ExecOpts, probe: bool) -> Result<Channels, ExecError> {
+    let (parent, child) = sync::pair().map_err(ExecError::SyncSocket)?;
+    let mut relay = None;
+    let console = match &opts.console_socket {
+        Some(p) => Some(OwnedFd::from(UnixStream::connect(p).map_err(|err| {
+            ExecError::ConsoleSocket {
+                path: p.clone(),
+                err,
+            }
+        })?)),
+        // Foreground exec with a terminal and no console socket: we relay the pty.
+        None if attrs.terminal && !probe => {
+            let (ours, theirs) = UnixStream::pair().map_err(ExecError::ConsoleRelay)?;
+            relay = Some(ours);
+            Some(OwnedFd::from(theirs))
+        }
+        None => None,
+    };
+    Ok(Channels {
+        parent,
+        child,
+        console,
+        relay,
+    })
+}
+
+/// The joiner as the parent holds it: its pid, our end of the sync socket, the relay.
+pub(super) struct Joiner {
+    pid: i32,
+    ch: sync::Channel,
+    relay: Option<UnixStream>,
+}
+
+/// Row 4: clones the joiner (into the v2 cgroup), which runs rows 5–8 (`child.rs`) and
+/// never returns here; the parent keeps nothing of the plan's handles.
+pub(super) fn clone_joiner(
+    plan: Plan<'_>,
+    ch: Channels,
+    probe: bool,
+) -> Result<(Joiner, ExecOpts), ExecError> {
+    let Plan {
+        attrs,
+        pidfd,
+        flags,
+        placement,
+        opts,
+    } = plan;
+    let Channels {
+        parent: parent_ch,
+        child: child_ch,
+        console: console_sock,
+        relay,
+    } = ch;
+    let joiner = match sys::clone_fork(0, placement.clone_into()).map_err(ExecError::Clone)? {
+        sys::Forked::Child => {
+            drop(parent_ch);
+            drop(relay);
+            let joining = Joining {
+                attrs,
+                placement,
+                pidfd: &pidfd,
+                flags,
+                ch: &child_ch,
+                console_sock: console_sock.as_ref(),
+                probe,
+            };
+            let e = match child::joiner(joining) {
+                Err(e) => e,
+                Ok(never) => match never {},
+            };
+            let _ = child_ch.send_parent(&ToParent::Failed(e), None);
+            sys::exit_now(255)
+        }
+        sys::Forked::Parent(pid) => pid,
+    };
+    drop(placement);
+    drop(child_ch);
+    drop(console_sock);
+    drop(pidfd);
+    Ok((
+        Joiner {
+            pid: joiner,
+            ch: parent_ch,
+            relay,
+        },
+        opts,
+    ))
+}
+
+/// Row 12: the joiner reports the exec'd process's pid (`ExecPid`) and exits; the exec'd
+/// process closes its end of the socket with its execve (success) or sends `Failed`
+/// first. Either may write first, so the socket is read to EOF, each message checked
+/// against what came before ([`super::Heard`]). Reaps the joiner; on failure kills and
+/// reaps the exec'd process.
+pub(super) fn wait_exec(joiner: &Joiner) -> Result<i32, ExecError> {
+    let mut heard = super::Heard::default();
+    let mut unexpected = false;
+    loop {
+        let msg = match joiner.ch.recv_child() {
+            Ok((ToParent::InitPid(pid), _)) => Message::ExecPid(pid),
+            Ok((ToParent::Failed(f), _)) => Message::Failed(f),
+            Ok(_) => {
+                unexpected = true;
+                break;
+            }
+            Err(_) => break,
+        };
+        if heard.hear(msg).is_err() {
+            unexpected = true;
+            break;
+        }
+    }
+    let reap = |pid: i32| {
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+    };
+    reap(joiner.pid);
+    let child = heard.pid;
+    let kill = |pid: Option<i32>, e: ExecError| {
+        if let Some(pid) = pid {
+            let _ = sys::kill(pid, libc::SIGKILL);
+            reap(pid);
+        }
+        e
+    };
+    if unexpected {
+        return Err(kill(
+            child,
+            ExecError::Init(InitFailure::new(InitStep::Sync, "unexpected message")),
+        ));
+    }
+    if let Some(f) = heard.failure {
+        return Err(kill(child, f.into()));
+    }
+    let Some(child) = child else {
+        return Err(ExecError::Init(InitFailure::new(
+            InitStep::Namespaces,
+            "the process joining the container exited before forking the exec'd process",
+        )));
+    };
+    Ok(child)
+}
+
+/// Row 13: `--pid-file` written; with a relay, the pty master received from the exec'd
+/// process.
+pub(super) fn report(opts: &ExecOpts, child: i32, joiner: Joiner) -> Result<Started, ExecError> {
+    if let Some(pf) = &opts.pid_file {
+        crate::state::write_pid_file(pf, child)?;
+    }
+    let console = match &joiner.relay {
+        Some(sock) => {
+            sys::recv_with_fd(sock.as_fd(), &mut [0u8; 64])
+                .map_err(ExecError::PtyMaster)?
+                .1
+        }
+        None => None,
+    };
+    Ok(Started {
+        pid: child,
+        console,
+    })
+}
