@@ -21,23 +21,10 @@ fn terminal_master_arrives_over_the_console_socket() {
         "echo hello-tty; tty; stat -c '%F %t' /dev/console; stty size; \
          [ -t 0 ] && [ -t 1 ] && [ -t 2 ] && echo all-ttys",
     );
-    let (sock, listener) = console_socket(&ctx.dir);
-    let id = ctx.id("c");
-    let b = ctx.bundle_str();
-    let create = ctx.moat_bg(&[
-        "create",
-        "--console-socket",
-        sock.to_str().unwrap(),
-        "--bundle",
-        &b,
-        &id,
-    ]);
-    let c = ctx.guard(&id);
-    let fds = receive_fds(&listener, Duration::from_secs(20))
-        .expect("nobody connected to the console socket");
+    let (c, out, fds) = ctx.create_with_console("c");
+    let fds = fds.expect("nobody connected to the console socket");
     assert_eq!(fds.len(), 1, "one fd expected");
     let master = fds.into_iter().next().expect("one fd");
-    let out = create.wait(CALL_TIMEOUT);
     assert_eq!(out.code, 0, "{out:#?}");
     assert_eq!(out.stdout, "", "the container's output goes to the pty");
     // The master is a ptmx of a devpts instance (5:2 is the ptmx device).

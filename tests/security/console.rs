@@ -18,20 +18,8 @@ const SCRIPT: &str = "readlink /proc/self/fd/0; stat -c '%t:%T %F' /dev/console;
 /// Creates with a console socket; returns (create exit code and stderr, the master, and
 /// what the container printed on its terminal) — master and output only if create worked.
 fn run_with_console(ctx: &Ctx) -> (Out, Option<(OwnedFd, String)>) {
-    let (sock, listener) = console_socket(&ctx.dir);
-    let id = ctx.id("c");
-    let b = ctx.bundle_str();
-    let create = ctx.moat_bg(&[
-        "create",
-        "--console-socket",
-        sock.to_str().unwrap(),
-        "--bundle",
-        &b,
-        &id,
-    ]);
-    let c = ctx.guard(&id);
-    let master = receive_fds(&listener, Duration::from_secs(20)).and_then(|f| f.into_iter().next());
-    let out = create.wait(CALL_TIMEOUT);
+    let (c, out, fds) = ctx.create_with_console("c");
+    let master = fds.and_then(|f| f.into_iter().next());
     if out.code != 0 {
         return (out, None);
     }

@@ -606,6 +606,20 @@ impl Ctx {
         c
     }
 
+    /// `moat create --console-socket` of `name` (`process.terminal` set by the caller):
+    /// the guard, the create call's output, and the fds moat sent over the socket (`None`
+    /// when nothing came within 20 s).
+    pub fn create_with_console(&self, name: &str) -> (Container, Out, Option<Vec<OwnedFd>>) {
+        let (sock, listener) = console_socket(&self.dir);
+        let id = self.id(name);
+        let b = self.bundle_str();
+        let sock = sock.to_str().expect("utf-8");
+        let create = self.moat_bg(&["create", "--console-socket", sock, "--bundle", &b, &id]);
+        let c = self.guard(&id);
+        let fds = receive_fds(&listener, Duration::from_secs(20));
+        (c, create.wait(CALL_TIMEOUT), fds)
+    }
+
     /// A delete guard for `id` in this context's state root.
     pub fn guard(&self, id: &str) -> Container {
         Container {
