@@ -190,6 +190,17 @@ ctr_up() {
 	return 1
 }
 
+# containerd_up CONFIG SOCK LOG -- start containerd with CONFIG in the background (its
+# output to LOG), DAEMON_PID its pid, and wait until it answers on SOCK; dies, showing
+# LOG's tail, when it does not.
+containerd_up() {
+	containerd --config "$1" >"$3" 2>&1 &
+	DAEMON_PID=$!
+	ctr_up "$2" "$DAEMON_PID" && return 0
+	tail -20 "$3" >&2
+	die "containerd did not come up"
+}
+
 # oci_archive -- print the OCI image archive of the cached busybox rootfs (made once per
 # rootfs version by lib/mkociarchive), for `ctr images import --base-name localhost/moat-bb`.
 oci_archive() {
