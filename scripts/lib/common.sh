@@ -47,6 +47,15 @@ apt_install() {
 	fi
 }
 
+# on_exit FUNC -- run FUNC when the script ends: on exit, and on INT or TERM (which exit
+# 130 or 143, so FUNC sees that status).
+on_exit() {
+	# shellcheck disable=SC2064 # FUNC is expanded now, on purpose
+	trap "$1" EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
 # Result bookkeeping. Each check prints `ok - NAME` or `not ok - NAME: DETAIL`;
 # summary prints `N passed, M failed` and returns non-zero when anything failed.
 T_PASS=0
@@ -199,6 +208,23 @@ containerd_up() {
 	ctr_up "$2" "$DAEMON_PID" && return 0
 	tail -20 "$3" >&2
 	die "containerd did not come up"
+}
+
+# ctr_remove_all SOCK NS... -- SIGKILL and delete every task, then delete every
+# container, in each namespace NS of the containerd on SOCK (a script's cleanup).
+ctr_remove_all() {
+	local sock=$1 ns id
+	shift
+	for ns in "$@"; do
+		for id in $(ctr -a "$sock" -n "$ns" task ls -q 2>/dev/null); do
+			timeout 20 ctr -a "$sock" -n "$ns" task kill -s KILL "$id" >/dev/null 2>&1
+			timeout 20 ctr -a "$sock" -n "$ns" task delete -f "$id" >/dev/null 2>&1
+		done
+		for id in $(ctr -a "$sock" -n "$ns" containers ls -q 2>/dev/null); do
+			timeout 20 ctr -a "$sock" -n "$ns" containers delete "$id" >/dev/null 2>&1
+		done
+	done
+	return 0
 }
 
 # oci_archive -- print the OCI image archive of the cached busybox rootfs (made once per
