@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod support;
-use support::{is_root, missing, require_root, stderr_of as stderr};
+use support::{is_root, missing, mkbundle, require_root, stderr_of as stderr};
 
 const MOAT: &str = env!("CARGO_BIN_EXE_moat");
 
@@ -66,13 +66,7 @@ impl Env {
     /// A busybox bundle (scripts/mkbundle) running `args`, with extra annotations.
     fn bundle(&self, name: &str, annotations: &[(&str, &str)], args: &[&str]) -> PathBuf {
         let b = self.dir.join(name);
-        let st = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mkbundle"))
-            .arg(&b)
-            .args(args)
-            .stdout(Stdio::null())
-            .status()
-            .expect("run scripts/mkbundle");
-        assert!(st.success(), "mkbundle failed");
+        mkbundle(&b, args, &[]);
         let cfg = b.join("config.json");
         let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
         for (k, v) in annotations {

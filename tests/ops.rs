@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{is_root, stderr_of as stderr};
+use support::{is_root, mkbundle, stderr_of as stderr};
 
 const MOAT: &str = env!("CARGO_BIN_EXE_moat");
 
@@ -39,15 +39,7 @@ impl Ctr {
             root: base.join("root"),
             bundle: base.join("bundle"),
         };
-        let mkbundle = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mkbundle");
-        let st = Command::new(mkbundle)
-            .arg(&c.bundle)
-            .args(args)
-            .env("BUNDLE_ROOTFS", "hardlink")
-            .stdout(Stdio::null())
-            .status()
-            .expect("scripts/mkbundle");
-        assert!(st.success(), "mkbundle failed");
+        mkbundle(&c.bundle, args, &[("BUNDLE_ROOTFS", "hardlink")]);
         // The detached container keeps the stdio it is given: no pipes, or reading
         // them would wait for the container to exit.
         let log = base.join("run.err");

@@ -368,6 +368,21 @@ pub fn tmp_base() -> PathBuf {
     .clone()
 }
 
+/// A busybox bundle in `dir` made by `scripts/mkbundle DIR ARGS…` (the e2e scripts' bundle,
+/// for tests that work without a [`Ctx`]), `env` set for the script.
+#[track_caller]
+pub fn mkbundle(dir: &Path, args: &[&str], env: &[(&str, &str)]) {
+    let mut cmd = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mkbundle"));
+    cmd.arg(dir).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = run_cmd(cmd, &tmp_base(), Duration::from_secs(300));
+    let _ = fs::remove_file(&out.out_file);
+    let _ = fs::remove_file(&out.err_file);
+    assert_eq!(out.code, 0, "mkbundle failed: {}", out.stderr);
+}
+
 /// The config `moat spec` writes, read once.
 pub fn moat_default_spec() -> &'static Value {
     static SPEC: OnceLock<Value> = OnceLock::new();
