@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod support;
-use support::{missing, require_root};
+use support::{is_root, missing, mkbundle, require_root, stderr_of as stderr};
 
 const MOAT: &str = env!("CARGO_BIN_EXE_moat");
 
@@ -25,23 +25,11 @@ fn usable(test: &str) -> bool {
         missing(&format!("runsc not installed ({test})"));
         return false;
     }
-    if euid() != 0 {
+    if !is_root() {
         require_root();
         return false;
     }
     true
-}
-
-fn euid() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2))
-                .and_then(|u| u.parse().ok())
-        })
-        .unwrap_or(u32::MAX)
 }
 
 /// A temp dir with a state root and bundles; on drop every container it made is
@@ -78,13 +66,7 @@ impl Env {
     /// A busybox bundle (scripts/mkbundle) running `args`, with extra annotations.
     fn bundle(&self, name: &str, annotations: &[(&str, &str)], args: &[&str]) -> PathBuf {
         let b = self.dir.join(name);
-        let st = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mkbundle"))
-            .arg(&b)
-            .args(args)
-            .stdout(Stdio::null())
-            .status()
-            .expect("run scripts/mkbundle");
-        assert!(st.success(), "mkbundle failed");
+        mkbundle(&b, args, &[]);
         let cfg = b.join("config.json");
         let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
         for (k, v) in annotations {
@@ -168,10 +150,6 @@ fn output(c: &mut Command, dir: &Path) -> Output {
     };
     let _ = (std::fs::remove_file(o), std::fs::remove_file(e));
     out
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[test]

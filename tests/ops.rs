@@ -2,18 +2,16 @@
 //! `update`, and `features`. Each test makes its own state root and bundle (with
 //! `scripts/mkbundle`) and deletes its container on the way out, pass or fail.
 
-use std::os::unix::fs::MetadataExt;
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::{is_root, mkbundle, stderr_of as stderr};
 
 const MOAT: &str = env!("CARGO_BIN_EXE_moat");
-
-fn is_root() -> bool {
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
 
 /// Root and a v1 memory hierarchy (this project's hybrid hosts), or a loud skip.
 fn can_run(test: &str) -> bool {
@@ -41,15 +39,7 @@ impl Ctr {
             root: base.join("root"),
             bundle: base.join("bundle"),
         };
-        let mkbundle = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mkbundle");
-        let st = Command::new(mkbundle)
-            .arg(&c.bundle)
-            .args(args)
-            .env("BUNDLE_ROOTFS", "hardlink")
-            .stdout(Stdio::null())
-            .status()
-            .expect("scripts/mkbundle");
-        assert!(st.success(), "mkbundle failed");
+        mkbundle(&c.bundle, args, &[("BUNDLE_ROOTFS", "hardlink")]);
         // The detached container keeps the stdio it is given: no pipes, or reading
         // them would wait for the container to exit.
         let log = base.join("run.err");
@@ -142,10 +132,6 @@ impl Drop for Ctr {
             let _ = std::fs::remove_dir_all(base);
         }
     }
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn read(dir: &Path, file: &str) -> String {

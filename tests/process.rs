@@ -242,19 +242,6 @@ fn cwd_through_proc_self_fd_is_refused() {
     }
 }
 
-/// `dup2(fd, target)` in moat's child, without FD_CLOEXEC: a leak by a careless caller.
-fn leak_fd(cmd: &mut std::process::Command, fd: i32, target: i32) {
-    // SAFETY: the hook only calls dup2/fcntl, which are async-signal-safe.
-    unsafe {
-        before_exec(cmd, move || {
-            if libc::dup2(fd, target) < 0 || libc::fcntl(target, libc::F_SETFD, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
 /// T3: the same with a host directory leaked into moat at fd 7.
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
@@ -269,7 +256,7 @@ fn cwd_through_a_leaked_host_directory_fd_is_refused() {
     let id = ctx.id("c");
     let mut cmd = ctx.cmd();
     cmd.args(["create", "--bundle", &ctx.bundle_str(), &id]);
-    leak_fd(&mut cmd, hostdir.as_raw_fd(), 7);
+    leak_fd(&mut cmd, hostdir.as_raw_fd(), 7..=7);
     let _g = ctx.guard(&id);
     let out = ctx.run(cmd).fails();
     assert!(out.stderr.contains("cwd"), "{}", out.stderr);
@@ -291,15 +278,15 @@ fn container_gets_only_stdio_even_when_the_caller_leaks_fds() {
     // The leak itself works: a plain host shell started the same way sees both fds.
     let mut sh = std::process::Command::new("/bin/sh");
     sh.args(["-c", "ls /proc/$$/fd; true"]);
-    leak_fd(&mut sh, leaked.as_raw_fd(), 5);
-    leak_fd(&mut sh, leaked2.as_raw_fd(), 9);
+    leak_fd(&mut sh, leaked.as_raw_fd(), 5..=5);
+    leak_fd(&mut sh, leaked2.as_raw_fd(), 9..=9);
     let seen = run_cmd(sh, &ctx.io, CALL_TIMEOUT).ok().stdout;
     assert!(seen.contains("\n5\n") && seen.contains("\n9\n"), "{seen}");
     let id = ctx.id("c");
     let mut cmd = ctx.cmd();
     cmd.args(["create", "--bundle", &ctx.bundle_str(), &id]);
-    leak_fd(&mut cmd, leaked.as_raw_fd(), 5);
-    leak_fd(&mut cmd, leaked2.as_raw_fd(), 9);
+    leak_fd(&mut cmd, leaked.as_raw_fd(), 5..=5);
+    leak_fd(&mut cmd, leaked2.as_raw_fd(), 9..=9);
     let mut c = ctx.guard(&id);
     c.out = Some(ctx.run(cmd).ok());
     let out = c.start_and_wait();
@@ -328,9 +315,9 @@ fn preserve_fds_passes_fd_3() {
         &ctx.bundle_str(),
         &id,
     ]);
-    leak_fd(&mut cmd, f.as_raw_fd(), 3);
+    leak_fd(&mut cmd, f.as_raw_fd(), 3..=3);
     // One beyond the preserved range: must not arrive.
-    leak_fd(&mut cmd, extra.as_raw_fd(), 4);
+    leak_fd(&mut cmd, extra.as_raw_fd(), 4..=4);
     let mut c = ctx.guard(&id);
     c.out = Some(ctx.run(cmd).ok());
     let out = c.start_and_wait();

@@ -136,11 +136,8 @@ impl TestUser {
 impl Drop for TestUser {
     fn drop(&mut self) {
         for pid in self.pids() {
-            // SAFETY: kill takes integers only.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            wait_exit(pid, Duration::from_secs(5));
+            kill_and_wait(pid, Duration::from_secs(5));
         }
-        reap();
         let _ = fs::remove_dir_all(self.state_root());
         self.drop_subids();
         userdb(&["userdel", &self.name]);

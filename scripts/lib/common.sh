@@ -47,6 +47,15 @@ apt_install() {
 	fi
 }
 
+# on_exit FUNC -- run FUNC when the script ends: on exit, and on INT or TERM (which exit
+# 130 or 143, so FUNC sees that status).
+on_exit() {
+	# shellcheck disable=SC2064 # FUNC is expanded now, on purpose
+	trap "$1" EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
 # Result bookkeeping. Each check prints `ok - NAME` or `not ok - NAME: DETAIL`;
 # summary prints `N passed, M failed` and returns non-zero when anything failed.
 T_PASS=0
@@ -137,6 +146,135 @@ wait_pid_gone() {
 		((SECONDS < deadline)) || return 1
 		sleep 0.05
 	done
+}
+
+# stop_pid PID TIMEOUT_S -- SIGTERM PID, SIGKILL it if it still runs after TIMEOUT_S
+# seconds, then reap it when it is this shell's child. Only the pid given, never a name;
+# an empty PID or one already gone is nothing to do. Never fails.
+stop_pid() {
+	[[ -n ${1:-} ]] && pid_alive "$1" || return 0
+	kill -TERM "$1" 2>/dev/null || true
+	wait_pid_gone "$1" "$2" || kill -KILL "$1" 2>/dev/null || true
+	wait "$1" 2>/dev/null || true
+}
+
+# wait_for TIMEOUT_S CMD... -- run CMD every 0.1 s until it succeeds (true) or TIMEOUT_S
+# seconds pass (false).
+wait_for() {
+	local deadline=$((SECONDS + $1))
+	shift
+	until "$@"; do
+		((SECONDS < deadline)) || return 1
+		sleep 0.1
+	done
+}
+
+# cap_until WANT TRIES CMD... -- `cap CMD` up to TRIES times, 0.1 s apart, until OUT is
+# WANT (for what a container does a moment after the call that asked for it). Leaves
+# OUT, ERR and RC of the last try.
+cap_until() {
+	local want=$1 tries=$2 i
+	shift 2
+	for ((i = 0; i < tries; i++)); do
+		cap "$@"
+		[[ $OUT == "$want" ]] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# status_line KEY -- the value of `KEY:` in $OUT, a /proc/<pid>/status that cap captured.
+status_line() { printf '%s\n' "$OUT" | awk -v k="$1:" '$1 == k {print $2}'; }
+
+# --- containerd -----------------------------------------------------------------
+# ctr_up SOCK PID -- wait (up to 20 s) until containerd, started as PID, answers on
+# SOCK; false when it died or never answered.
+ctr_up() {
+	local i
+	for ((i = 0; i < 200; i++)); do
+		[[ -S $1 ]] && ctr -a "$1" version >/dev/null 2>&1 && return 0
+		pid_alive "$2" || break
+		sleep 0.1
+	done
+	return 1
+}
+
+# containerd_up CONFIG SOCK LOG -- start containerd with CONFIG in the background (its
+# output to LOG), DAEMON_PID its pid, and wait until it answers on SOCK; dies, showing
+# LOG's tail, when it does not.
+containerd_up() {
+	containerd --config "$1" >"$3" 2>&1 &
+	DAEMON_PID=$!
+	ctr_up "$2" "$DAEMON_PID" && return 0
+	tail -20 "$3" >&2
+	die "containerd did not come up"
+}
+
+# ctr_remove_all SOCK NS... -- SIGKILL and delete every task, then delete every
+# container, in each namespace NS of the containerd on SOCK (a script's cleanup).
+ctr_remove_all() {
+	local sock=$1 ns id
+	shift
+	for ns in "$@"; do
+		for id in $(ctr -a "$sock" -n "$ns" task ls -q 2>/dev/null); do
+			timeout 20 ctr -a "$sock" -n "$ns" task kill -s KILL "$id" >/dev/null 2>&1
+			timeout 20 ctr -a "$sock" -n "$ns" task delete -f "$id" >/dev/null 2>&1
+		done
+		for id in $(ctr -a "$sock" -n "$ns" containers ls -q 2>/dev/null); do
+			timeout 20 ctr -a "$sock" -n "$ns" containers delete "$id" >/dev/null 2>&1
+		done
+	done
+	return 0
+}
+
+# oci_archive -- print the OCI image archive of the cached busybox rootfs (made once per
+# rootfs version by lib/mkociarchive), for `ctr images import --base-name localhost/moat-bb`.
+oci_archive() {
+	local rootfs version tarball
+	rootfs=$(cached_rootfs)
+	version=$(sha256sum "$rootfs/.moat-rootfs-version" | cut -c1-12)
+	tarball=$MOAT_CACHE/oci/moat-bb-$version.tar
+	[[ -f $tarball ]] || "$MOAT_SCRIPTS_DIR/lib/mkociarchive" "$rootfs" "$tarball" >&2
+	printf '%s\n' "$tarball"
+}
+
+# Tasks of the ctr argv the caller keeps in C=(ctr -a SOCK -n NS).
+task_status() { "${C[@]}" task ls 2>/dev/null | awk -v id="$1" '$1 == id { print $3 }'; }
+task_has_status() { [[ $(task_status "$1") == "$2" ]]; }
+wait_status() { wait_for "$3" task_has_status "$1" "$2"; } # ID WANT TIMEOUT_S
+
+# stop_shims SOCK RUNTIME-ROOT... -- a shim of the containerd on SOCK that outlived it:
+# delete what $RUNTIME still has under each root, then SIGKILL those shims (by pid).
+stop_shims() {
+	local sock=$1 p pids=() r id
+	shift
+	for p in /proc/[0-9]*; do
+		{ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF -- "-address $sock " && pids+=("${p#/proc/}")
+	done
+	((${#pids[@]})) || return 0
+	log "warning: stopping leftover shims ${pids[*]}"
+	for r in "$@"; do
+		[[ -d $r ]] || continue
+		for id in $("$RUNTIME" --root "$r" list -q 2>/dev/null); do
+			"$RUNTIME" --root "$r" delete -f "$id" >/dev/null 2>&1
+		done
+	done
+	kill -KILL "${pids[@]}" 2>/dev/null
+}
+
+# --- podman ---------------------------------------------------------------------
+# podman_image IMAGE PODMAN-ARGV... -- import the cached busybox rootfs as IMAGE unless
+# IMAGE already carries this rootfs version (label moat.rootfs).
+podman_image() {
+	local img=$1 rootfs version have
+	shift
+	rootfs=$(cached_rootfs)
+	version=$(<"$rootfs/.moat-rootfs-version")
+	have=$("$@" image inspect -f '{{index .Labels "moat.rootfs"}}' "$img" 2>/dev/null || true)
+	[[ $have == "$version" ]] && return 0
+	tar -C "$rootfs" -c . | "$@" import -q --change "LABEL moat.rootfs=$version" \
+		--change 'ENV PATH=/usr/sbin:/usr/bin:/sbin:/bin' --change 'CMD ["/bin/sh"]' - "$img" >/dev/null ||
+		die "podman import failed"
 }
 
 # resolve_runtime NAME-OR-PATH -- print the absolute path of a runtime binary.

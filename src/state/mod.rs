@@ -24,8 +24,20 @@ pub mod idpool;
 use crate::linux::cgroups::Cgroup;
 use crate::spec::Spec;
 
-/// Bumped when the record changes incompatibly; older records are upgraded on load.
+/// The record format this moat writes. A change an older moat would misread (a field
+/// renamed, retyped or given a new meaning) bumps it and appends a step to [`MIGRATIONS`];
+/// a field added with `#[serde(default)]` needs neither. A record of an older format is
+/// read and migrated in memory (the file keeps its format until the next save); a newer
+/// one is refused, since what it means is unknown here.
 pub const FORMAT_VERSION: u32 = 1;
+
+/// The format of the first released records: the oldest this moat reads.
+pub const OLDEST_FORMAT: u32 = 1;
+
+/// `MIGRATIONS[i]` turns a record of format `OLDEST_FORMAT + i` into one of the next
+/// format, on its JSON (an old record need not parse as today's [`Record`]). Empty while
+/// every released record is format 1.
+const MIGRATIONS: &[fn(&mut serde_json::Value)] = &[];
 
 pub const STATE_FILE: &str = "state.json";
 pub const SPEC_FILE: &str = "config.json";
@@ -261,20 +273,7 @@ impl ContainerDir {
             }
             Err(e) => return Err(io_err("cannot read", &path)(e)),
         };
-        let rec: Record = serde_json::from_slice(&bytes).map_err(|e| StateError::Corrupt {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        if rec.format > FORMAT_VERSION {
-            return Err(StateError::Corrupt {
-                path,
-                message: format!(
-                    "written by a newer moat (format {}, this moat reads up to {})",
-                    rec.format, FORMAT_VERSION
-                ),
-            });
-        }
-        Ok(rec)
+        parse_record(&bytes).map_err(|message| StateError::Corrupt { path, message })
     }
 
     pub fn save(&self, rec: &Record) -> Result<(), StateError> {
@@ -333,6 +332,46 @@ impl ContainerDir {
     pub fn remove(self) -> Result<(), StateError> {
         fs::remove_dir_all(&self.path).map_err(io_err("cannot remove", &self.path))
     }
+}
+
+/// Parses a `state.json`: its format first, then the record, migrated to
+/// [`FORMAT_VERSION`] when older. A current record is parsed once, straight into [`Record`].
+fn parse_record(bytes: &[u8]) -> Result<Record, String> {
+    #[derive(Deserialize)]
+    struct Format {
+        format: u32,
+    }
+    let format = serde_json::from_slice::<Format>(bytes)
+        .map_err(|e| e.to_string())?
+        .format;
+    if format > FORMAT_VERSION {
+        return Err(format!(
+            "written by a newer moat (format {format}, this moat reads up to {FORMAT_VERSION})"
+        ));
+    }
+    if format < OLDEST_FORMAT {
+        return Err(format!(
+            "unknown record format {format} (this moat reads {OLDEST_FORMAT} to {FORMAT_VERSION})"
+        ));
+    }
+    if format == FORMAT_VERSION {
+        return serde_json::from_slice(bytes).map_err(|e| e.to_string());
+    }
+    let mut rec: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    migrate(format, &mut rec);
+    serde_json::from_value(rec).map_err(|e| format!("format {format} record: {e}"))
+}
+
+/// Brings the JSON of a record of format `from` (at least [`OLDEST_FORMAT`]) to
+/// [`FORMAT_VERSION`], one [`MIGRATIONS`] step per format.
+fn migrate(from: u32, rec: &mut serde_json::Value) {
+    for (_, step) in (OLDEST_FORMAT..FORMAT_VERSION)
+        .zip(MIGRATIONS)
+        .filter(|(v, _)| *v >= from)
+    {
+        step(rec);
+    }
+    rec["format"] = FORMAT_VERSION.into();
 }
 
 fn write_atomic(path: &Path, data: &[u8]) -> Result<(), StateError> {
@@ -473,6 +512,68 @@ mod tests {
             !rec.alive(),
             "a different start time must read as another process"
         );
+    }
+
+    /// A record as the format-1 binary (afd98e2) writes it, for a native container on
+    /// this hybrid host.
+    const V1_RECORD: &str = r#"{"format":1,"id":"rec1","pid":18977,"pid_start":771878,"bundle":"/dev/shm/moat-rec.H1LN/b","rootfs":"/dev/shm/moat-rec.H1LN/b/rootfs","created":"2026-12-01T16:16:33.670360999Z","owner":"","annotations":{},"cgroup":{"path":"/moat/rec1","unified":false,"hierarchies":[{"mount":"/sys/fs/cgroup/cpu","controllers":["cpu"],"v2":false},{"mount":"/sys/fs/cgroup/cpuacct","controllers":["cpuacct"],"v2":false},{"mount":"/sys/fs/cgroup/cpuset","controllers":["cpuset"],"v2":false},{"mount":"/sys/fs/cgroup/memory","controllers":["memory"],"v2":false},{"mount":"/sys/fs/cgroup/devices","controllers":["devices"],"v2":false},{"mount":"/sys/fs/cgroup/freezer","controllers":["freezer"],"v2":false},{"mount":"/sys/fs/cgroup/blkio","controllers":["blkio"],"v2":false},{"mount":"/sys/fs/cgroup/pids","controllers":["pids"],"v2":false},{"mount":"/sys/fs/cgroup/systemd","controllers":["name=systemd"],"v2":false},{"mount":"/sys/fs/cgroup/unified","controllers":["hugetlb"],"v2":true}],"skipped":[]},"systemd_cgroup":false,"rootless":false,"own_pidns":true,"policy":"open","notify_socket":null,"backend":{"kind":"native"}}"#;
+
+    #[test]
+    fn a_format_1_record_is_read_and_migrates_to_the_current_format() {
+        let rec = parse_record(V1_RECORD.as_bytes()).unwrap();
+        assert_eq!(rec.format, FORMAT_VERSION);
+        assert_eq!(
+            (rec.id.as_str(), rec.pid, rec.pid_start),
+            ("rec1", 18977, 771878)
+        );
+        assert_eq!(rec.policy, "open");
+        assert!(rec.own_pidns && !rec.rootless && !rec.systemd_cgroup);
+        assert_eq!(rec.backend, crate::gvisor::Backend::Native);
+        let cg = rec.cgroup.as_ref().unwrap();
+        assert_eq!((cg.path.as_str(), cg.hierarchies.len()), ("/moat/rec1", 10));
+        // The migration of a format-1 record's JSON, whatever steps it takes, parses to
+        // the same record as the direct read; and today's save writes what it read.
+        let mut json: serde_json::Value = serde_json::from_str(V1_RECORD).unwrap();
+        migrate(1, &mut json);
+        let migrated: Record = serde_json::from_value(json).unwrap();
+        assert_eq!(
+            serde_json::to_value(&migrated).unwrap(),
+            serde_json::to_value(&rec).unwrap()
+        );
+        if FORMAT_VERSION == 1 {
+            assert_eq!(
+                serde_json::to_value(&rec).unwrap(),
+                serde_json::from_str::<serde_json::Value>(V1_RECORD).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn every_format_step_has_a_migration() {
+        assert_eq!(
+            MIGRATIONS.len(),
+            usize::try_from(FORMAT_VERSION - OLDEST_FORMAT).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_newer_or_unknown_format_is_refused_by_name() {
+        let next = FORMAT_VERSION + 1;
+        let newer = V1_RECORD.replacen(r#""format":1"#, &format!(r#""format":{next}"#), 1);
+        assert_eq!(
+            parse_record(newer.as_bytes()).unwrap_err(),
+            format!(
+                "written by a newer moat (format {next}, this moat reads up to {FORMAT_VERSION})"
+            )
+        );
+        let zero = V1_RECORD.replacen(r#""format":1"#, r#""format":0"#, 1);
+        assert!(parse_record(zero.as_bytes())
+            .unwrap_err()
+            .starts_with("unknown record format 0"));
+        let none = V1_RECORD.replacen(r#""format":1,"#, "", 1);
+        assert!(parse_record(none.as_bytes())
+            .unwrap_err()
+            .contains("format"));
     }
 
     #[test]

@@ -32,11 +32,7 @@ fn t9_cgroupfs_is_read_only_inside() {
         for bad in ["WRITABLE", "MKDIR", "WROTE", "NOT-EROFS"] {
             assert!(!out.contains(bad), "{policy:?}: {bad}: {out}{err}");
         }
-        let checked: usize = out
-            .lines()
-            .find_map(|l| l.strip_prefix("checked="))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
+        let checked = number_after(&out, "checked=").unwrap_or(0);
         assert!(
             checked > 10,
             "{policy:?}: only {checked} files tried: {out}"

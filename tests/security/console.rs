@@ -3,78 +3,13 @@
 //! devpts, the container's stdio is its peer and `/dev/console` a 136:N device — and an
 //! image that pre-creates `/dev/pts` as a symlink cannot redirect any of it to the host.
 
-use std::fs;
-use std::io::IoSliceMut;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::symlink;
-use std::os::unix::net::UnixListener;
 use std::path::Path;
-use std::time::{Duration, Instant};
-
-use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+use std::time::Duration;
 
 use crate::support::*;
 use crate::{ctx, entries, Policy, BOTH};
-
-/// Waits for one connection on `l` and returns the fd sent over it, or `None` if nobody
-/// connected within `timeout`.
-fn receive_fd(l: &UnixListener, timeout: Duration) -> Option<OwnedFd> {
-    let mut p = libc::pollfd {
-        fd: l.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-    // SAFETY: one valid pollfd, for the duration of the call.
-    if unsafe { libc::poll(&mut p, 1, ms) } != 1 {
-        return None;
-    }
-    let (conn, _) = l.accept().expect("accept");
-    let mut buf = [0u8; 256];
-    let mut iov = [IoSliceMut::new(&mut buf)];
-    let mut space = nix::cmsg_space!([RawFd; 1]);
-    let msg = recvmsg::<()>(
-        conn.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .ok()?;
-    for c in msg.cmsgs().ok()? {
-        if let ControlMessageOwned::ScmRights(fds) = c {
-            // SAFETY: SCM_RIGHTS just installed it in our table; nothing else owns it.
-            return Some(unsafe { OwnedFd::from_raw_fd(fds[0]) });
-        }
-    }
-    None
-}
-
-/// Reads the master until the peer side is gone (EIO), at most `timeout`.
-fn read_all(master: &OwnedFd, timeout: Duration) -> String {
-    let deadline = Instant::now() + timeout;
-    let mut out = Vec::new();
-    while Instant::now() < deadline {
-        let mut p = libc::pollfd {
-            fd: master.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, for the duration of the call.
-        unsafe { libc::poll(&mut p, 1, 200) };
-        let mut buf = [0u8; 4096];
-        // SAFETY: reads at most buf.len() bytes into buf.
-        let n = unsafe { libc::read(master.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n > 0 {
-            out.extend_from_slice(&buf[..usize::try_from(n).unwrap()]);
-            continue;
-        }
-        let e = std::io::Error::last_os_error().raw_os_error();
-        if n == 0 || e == Some(libc::EIO) {
-            break;
-        }
-    }
-    String::from_utf8_lossy(&out).replace("\r\n", "\n")
-}
 
 const SCRIPT: &str = "readlink /proc/self/fd/0; stat -c '%t:%T %F' /dev/console; \
     stat -f -c %T /dev/pts; stat -c '%t:%T' $(readlink /proc/self/fd/0); \
@@ -83,28 +18,14 @@ const SCRIPT: &str = "readlink /proc/self/fd/0; stat -c '%t:%T %F' /dev/console;
 /// Creates with a console socket; returns (create exit code and stderr, the master, and
 /// what the container printed on its terminal) — master and output only if create worked.
 fn run_with_console(ctx: &Ctx) -> (Out, Option<(OwnedFd, String)>) {
-    let sock = ctx.dir.join("console.sock");
-    let _ = fs::remove_file(&sock);
-    let listener = UnixListener::bind(&sock).expect("bind console socket");
-    let id = ctx.id("c");
-    let b = ctx.bundle_str();
-    let create = ctx.moat_bg(&[
-        "create",
-        "--console-socket",
-        sock.to_str().unwrap(),
-        "--bundle",
-        &b,
-        &id,
-    ]);
-    let c = ctx.guard(&id);
-    let master = receive_fd(&listener, Duration::from_secs(20));
-    let out = create.wait(CALL_TIMEOUT);
+    let (c, out, fds) = ctx.create_with_console("c");
+    let master = fds.and_then(|f| f.into_iter().next());
     if out.code != 0 {
         return (out, None);
     }
     let master = master.expect("create succeeded but sent no master");
     c.start();
-    let text = read_all(&master, Duration::from_secs(20));
+    let (text, _) = read_pty(&master, Duration::from_secs(20));
     c.wait_stopped(Duration::from_secs(20));
     (out, Some((master, text)))
 }

@@ -115,13 +115,7 @@ fn exe_overwrite(policy: Policy) {
         "{policy:?}: the moat binary changed"
     );
     assert!(rounds >= 3, "{policy:?}: only {rounds} rounds");
-    let count = |k: &str| -> u64 {
-        summary
-            .split(' ')
-            .find_map(|f| f.strip_prefix(k)?.strip_prefix('='))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no {k} in {summary}"))
-    };
+    let count = |k: &str| count_in(summary, k);
     assert!(
         count("eacces") > 0,
         "{policy:?}: the watcher never met a moat fork; the test proved nothing: {summary}"

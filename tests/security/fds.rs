@@ -9,23 +9,6 @@ use std::process::Command;
 use crate::support::*;
 use crate::{ctx, exec, sleeper, Policy, BOTH};
 
-/// In moat's child, right before exec: `fd` duplicated onto every number in `targets`,
-/// without close-on-exec (a careless caller).
-fn leak(cmd: &mut Command, fd: i32, targets: std::ops::RangeInclusive<i32>) {
-    // SAFETY: the hook only calls dup2/fcntl, which are async-signal-safe.
-    unsafe {
-        before_exec(cmd, move || {
-            for t in targets.clone() {
-                // `fd` itself may be one of the targets: then only its close-on-exec goes.
-                if (t != fd && libc::dup2(fd, t) < 0) || libc::fcntl(t, libc::F_SETFD, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-}
-
 /// The fd numbers the kernel shows, from a `ls /proc/$$/fd` output.
 fn fd_list(out: &str) -> Vec<String> {
     out.split_whitespace().map(String::from).collect()
@@ -42,7 +25,7 @@ fn leaked_fds_do_not_reach_the_container(policy: Policy) {
     let id = ctx.id("c");
     let mut cmd = ctx.cmd();
     cmd.args(["create", "--bundle", &ctx.bundle_str(), &id]);
-    leak(&mut cmd, raw, 3..=20);
+    leak_fd(&mut cmd, raw, 3..=20);
     let mut c = ctx.guard(&id);
     c.out = Some(ctx.run(cmd).ok());
     c.start();
@@ -69,7 +52,7 @@ fn leaked_fds_do_not_reach_the_container(policy: Policy) {
         "-c",
         "ls /proc/$$/fd; ls /proc/1/fd; true",
     ]);
-    leak(&mut cmd, raw, 3..=20);
+    leak_fd(&mut cmd, raw, 3..=20);
     let out = ctx.run(cmd).ok();
     let all: Vec<&str> = out.stdout.lines().collect();
     // ls prints one name per line into a file: the exec'd shell's fds (the preserved 3
@@ -119,7 +102,7 @@ fn t3_cwd_through_proc_self_fd_fails_at_create() {
             let id = ctx.id(&format!("fd{n}"));
             let mut cmd = ctx.cmd();
             cmd.args(["create", "--bundle", &ctx.bundle_str(), &id]);
-            leak(&mut cmd, hostdir.as_raw_fd(), 3..=20);
+            leak_fd(&mut cmd, hostdir.as_raw_fd(), 3..=20);
             let _g = ctx.guard(&id);
             let out = ctx.run(cmd);
             assert_eq!(out.code, 1, "{policy:?} cwd fd {n} accepted: {out:#?}");
@@ -149,7 +132,7 @@ fn t3_exec_cwd_through_proc_self_fd_fails() {
             let cwd = format!("/proc/self/fd/{n}");
             let mut cmd = ctx.cmd();
             cmd.args(["exec", "--cwd", &cwd, &c.id, "pwd"]);
-            leak(&mut cmd, hostdir.as_raw_fd(), 3..=20);
+            leak_fd(&mut cmd, hostdir.as_raw_fd(), 3..=20);
             let out = ctx.run(cmd);
             assert_eq!(out.code, 1, "{policy:?} exec --cwd {cwd} ran: {out:#?}");
             assert!(
@@ -206,7 +189,7 @@ fn listen_fds(policy: Policy) {
         let mut cmd = ctx.cmd();
         cmd.args(["create", "--bundle", &ctx.bundle_str(), &id]);
         let mut cmd = socket_activated(&cmd, 1, listen_pid);
-        leak(&mut cmd, hostdir.as_raw_fd(), 3..=3);
+        leak_fd(&mut cmd, hostdir.as_raw_fd(), 3..=3);
         let mut c = ctx.guard(&id);
         c.out = Some(ctx.run(cmd).ok());
         c.start();
@@ -249,7 +232,7 @@ fn listen_fds(policy: Policy) {
             let mut cmd = ctx.cmd();
             cmd.args(["exec", &id, "sh", "-c", REPORT]);
             let mut cmd = socket_activated(&cmd, 1, exec_pid);
-            leak(&mut cmd, hostdir.as_raw_fd(), 3..=3);
+            leak_fd(&mut cmd, hostdir.as_raw_fd(), 3..=3);
             let out = ctx.run(cmd);
             let what = format!("{policy:?} exec, LISTEN_PID={exec_pid:?}");
             let lines: Vec<&str> = out.stdout.lines().collect();
@@ -303,7 +286,7 @@ fn preserve_fds_beyond_what_was_passed_is_refused() {
                 .args(["create", "--preserve-fds", &n.to_string()])
                 .args(["--bundle", &ctx.bundle_str(), &id]);
             if let Some(r) = open.clone() {
-                leak(&mut cmd, hostdir.as_raw_fd(), r);
+                leak_fd(&mut cmd, hostdir.as_raw_fd(), r);
             }
             let _g = ctx.guard(&id);
             let out = ctx.run(cmd);
@@ -329,7 +312,7 @@ fn preserve_fds_beyond_what_was_passed_is_refused() {
             cmd.args(["exec", "--preserve-fds", &n.to_string(), &c.id])
                 .args(["sh", "-c", "touch /ran; ls -l /proc/$$/fd"]);
             if let Some(r) = open.clone() {
-                leak(&mut cmd, hostdir.as_raw_fd(), r);
+                leak_fd(&mut cmd, hostdir.as_raw_fd(), r);
             }
             let out = ctx.run(cmd);
             let missing = open.map_or(3, |r| r.end() + 1);

@@ -64,11 +64,7 @@ fn t6_masked_paths_are_masked_and_readonly_paths_are_readonly() {
             !out.contains("WRITABLE"),
             "{policy:?}: writable read-only path: {out}"
         );
-        let checked: usize = out
-            .lines()
-            .find_map(|l| l.strip_prefix("checked="))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
+        let checked = number_after(&out, "checked=").unwrap_or(0);
         assert!(
             checked > 100,
             "{policy:?}: only {checked} files tried: {out}"

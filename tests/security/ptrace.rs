@@ -101,13 +101,7 @@ fn ptrace_join(policy: Policy, userns: bool) {
         !out.contains("LEAK") && !out.contains("ATTACHED"),
         "{policy:?} userns={userns}: the container got at a joining moat process:\n{out}"
     );
-    let count = |k: &str| -> u64 {
-        summary
-            .split(' ')
-            .find_map(|f| f.strip_prefix(k)?.strip_prefix('='))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no {k} in {summary}"))
-    };
+    let count = |k: &str| count_in(summary, k);
     assert!(
         count("marks") > 0,
         "{policy:?}: the watcher never read an exec'd process: the test proved nothing: {summary}"
@@ -190,13 +184,7 @@ fn root_watch_verdict(what: &str, ctx: &crate::support::Ctx, out: &str, runs: u3
         !out.contains("FDWRITE"),
         "{what}: a container process wrote a file a moat process held:\n{out}"
     );
-    let count = |k: &str| -> u64 {
-        summary
-            .split(' ')
-            .find_map(|f| f.strip_prefix(k)?.strip_prefix('='))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no {k} in {summary}"))
-    };
+    let count = |k: &str| count_in(summary, k);
     count("seen")
 }
 

@@ -10,14 +10,19 @@
 //!   is a child subreaper (as conmon and the containerd shim are): container inits are
 //!   reparented to it when `moat create` exits.
 //!
+//! * Written once here: the console socket ([`console_socket`], [`receive_fds`],
+//!   [`read_pty`]), kill-and-reap ([`kill_and_wait`], [`wait_exit`]), fds leaked into moat
+//!   ([`leak_fd`]), a number out of a probe's `key=N` output ([`count_in`], [`number_after`]).
+//!
 //! Each file in `tests/` includes this module; not every file uses every helper.
 #![allow(dead_code)]
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::Read;
+use std::io::{IoSliceMut, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -46,12 +51,17 @@ fn next() -> usize {
 /// that way without root, the test fails saying why. Returns true (callers keep their
 /// `if !require_root() { return; }` shape).
 pub fn require_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         panic!("this moat integration test needs root (it runs real containers): run it as root, as scripts/test does");
     }
     become_subreaper();
     true
+}
+
+/// Whether the test process runs as (effective) root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// A tool or facility the test needs is missing: under scripts/test (`MOAT_TEST_STRICT=1`,
@@ -141,14 +151,30 @@ pub fn wait_exit(pid: i32, timeout: Duration) -> bool {
 pub fn wait_child(mut child: Child, timeout: Duration) -> ExitStatus {
     let pid = i32::try_from(child.id()).unwrap();
     if !wait_exit(pid, timeout) {
-        let _ = child.kill();
-        let _ = child.wait();
-        spawned().get_or_insert_with(HashSet::new).remove(&pid);
+        kill_child(&mut child);
         panic!("process {pid} did not finish within {timeout:?}; killed it");
     }
     let st = child.wait().expect("wait");
     spawned().get_or_insert_with(HashSet::new).remove(&pid);
     st
+}
+
+/// SIGKILLs a child from [`spawn`] and reaps it.
+pub fn kill_child(child: &mut Child) {
+    let pid = i32::try_from(child.id()).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    spawned().get_or_insert_with(HashSet::new).remove(&pid);
+}
+
+/// SIGKILLs `pid` (not a child from [`spawn`]: a container process, an orphan) and waits
+/// until it is gone or a zombie, then reaps whatever is ours. False on timeout.
+pub fn kill_and_wait(pid: i32, timeout: Duration) -> bool {
+    // SAFETY: kill takes integers only.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let gone = wait_exit(pid, timeout);
+    reap();
+    gone
 }
 
 /// Reaps every exited child that no [`wait_child`] is waiting for: container inits and
@@ -235,6 +261,11 @@ impl Out {
     }
 }
 
+/// A [`std::process::Output`]'s stderr as text.
+pub fn stderr_of(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
 pub fn exit_code(st: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
@@ -257,25 +288,8 @@ pub fn policy_env(cmd: &mut Command) {
     cmd.env("MOAT_CONFIG", path);
 }
 
-pub fn run_cmd(mut cmd: Command, io_dir: &Path, timeout: Duration) -> Out {
-    policy_env(&mut cmd);
-    let n = next();
-    let out_file = io_dir.join(format!("{n}.out"));
-    let err_file = io_dir.join(format!("{n}.err"));
-    let what = format!("{cmd:?}");
-    cmd.stdin(Stdio::null())
-        .stdout(fs::File::create(&out_file).expect("stdout file"))
-        .stderr(fs::File::create(&err_file).expect("stderr file"));
-    let child = spawn(&mut cmd);
-    let code = exit_code(wait_child(child, timeout));
-    Out {
-        code,
-        stdout: fs::read_to_string(&out_file).unwrap_or_default(),
-        stderr: fs::read_to_string(&err_file).unwrap_or_default(),
-        out_file,
-        err_file,
-        what,
-    }
+pub fn run_cmd(cmd: Command, io_dir: &Path, timeout: Duration) -> Out {
+    spawn_bg(cmd, io_dir).wait(timeout)
 }
 
 /// Runs a host command (ip, mount, …) and panics if it fails.
@@ -361,6 +375,21 @@ pub fn tmp_base() -> PathBuf {
         std::env::temp_dir()
     })
     .clone()
+}
+
+/// A busybox bundle in `dir` made by `scripts/mkbundle DIR ARGS…` (the e2e scripts' bundle,
+/// for tests that work without a [`Ctx`]), `env` set for the script.
+#[track_caller]
+pub fn mkbundle(dir: &Path, args: &[&str], env: &[(&str, &str)]) {
+    let mut cmd = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mkbundle"));
+    cmd.arg(dir).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = run_cmd(cmd, &tmp_base(), Duration::from_secs(300));
+    let _ = fs::remove_file(&out.out_file);
+    let _ = fs::remove_file(&out.err_file);
+    assert_eq!(out.code, 0, "mkbundle failed: {}", out.stderr);
 }
 
 /// The config `moat spec` writes, read once.
@@ -599,6 +628,20 @@ impl Ctx {
         let (mut c, out) = self.create(name);
         c.out = Some(out.ok());
         c
+    }
+
+    /// `moat create --console-socket` of `name` (`process.terminal` set by the caller):
+    /// the guard, the create call's output, and the fds moat sent over the socket (`None`
+    /// when nothing came within 20 s).
+    pub fn create_with_console(&self, name: &str) -> (Container, Out, Option<Vec<OwnedFd>>) {
+        let (sock, listener) = console_socket(&self.dir);
+        let id = self.id(name);
+        let b = self.bundle_str();
+        let sock = sock.to_str().expect("utf-8");
+        let create = self.moat_bg(&["create", "--console-socket", sock, "--bundle", &b, &id]);
+        let c = self.guard(&id);
+        let fds = receive_fds(&listener, Duration::from_secs(20));
+        (c, create.wait(CALL_TIMEOUT), fds)
     }
 
     /// A delete guard for `id` in this context's state root.
@@ -861,10 +904,7 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let pid = i32::try_from(c.id()).unwrap();
-            let _ = c.kill();
-            let _ = c.wait();
-            spawned().get_or_insert_with(HashSet::new).remove(&pid);
+            kill_child(&mut c);
         }
     }
 }
@@ -897,4 +937,129 @@ where
     F: FnMut() -> std::io::Result<()> + Send + Sync + 'static,
 {
     cmd.pre_exec(f);
+}
+
+/// In moat's child, right before exec: `fd` duplicated onto every number in `targets`,
+/// without close-on-exec (a careless caller leaking fds).
+pub fn leak_fd(cmd: &mut Command, fd: i32, targets: std::ops::RangeInclusive<i32>) {
+    // SAFETY: the hook only calls dup2/fcntl, which are async-signal-safe.
+    unsafe {
+        before_exec(cmd, move || {
+            for t in targets.clone() {
+                // `fd` itself may be one of the targets: then only its close-on-exec goes.
+                if (t != fd && libc::dup2(fd, t) < 0) || libc::fcntl(t, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Console socket
+
+/// A `--console-socket` for a test: `<dir>/console.sock` (a stale one removed), listening.
+pub fn console_socket(dir: &Path) -> (PathBuf, UnixListener) {
+    let sock = dir.join("console.sock");
+    let _ = fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock).expect("bind console socket");
+    (sock, listener)
+}
+
+/// Waits up to `timeout` for one connection on `l` and returns the fds its first message
+/// carries (SCM_RIGHTS): the pty master moat sends over `--console-socket`. `None` when
+/// nobody connected in time or no message came.
+pub fn receive_fds(l: &UnixListener, timeout: Duration) -> Option<Vec<OwnedFd>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut p = libc::pollfd {
+        fd: l.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: one valid pollfd, for the duration of the call.
+    if unsafe { libc::poll(&mut p, 1, ms) } != 1 {
+        return None;
+    }
+    let (conn, _) = l.accept().expect("accept");
+    let mut buf = [0u8; 256];
+    let mut iov = [IoSliceMut::new(&mut buf)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let msg = recvmsg::<()>(
+        conn.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .ok()?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs().ok()? {
+        if let ControlMessageOwned::ScmRights(got) = c {
+            fds.extend(
+                got.into_iter()
+                    // SAFETY: SCM_RIGHTS just installed it in our table; nothing else owns it.
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
+    }
+    Some(fds)
+}
+
+/// Reads a pty master until the last peer fd closes (EIO) or `timeout` passes. Returns
+/// what was read (CRLF as LF) and whether the peer side closed.
+pub fn read_pty(master: &OwnedFd, timeout: Duration) -> (String, bool) {
+    let deadline = Instant::now() + timeout;
+    let mut out = Vec::new();
+    let closed = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut p = libc::pollfd {
+            fd: master.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd, for the duration of the call.
+        if left.is_zero() || unsafe { libc::poll(&mut p, 1, ms) } == 0 {
+            break false;
+        }
+        let mut buf = [0u8; 4096];
+        // SAFETY: reads at most buf.len() bytes into buf.
+        let n = unsafe { libc::read(master.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n > 0 {
+            out.extend_from_slice(&buf[..usize::try_from(n).unwrap()]);
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        if n == 0 || e.raw_os_error() == Some(libc::EIO) {
+            break true;
+        }
+        if e.raw_os_error() == Some(libc::EAGAIN) || e.raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        panic!("read pty master: {e}");
+    };
+    (String::from_utf8_lossy(&out).replace("\r\n", "\n"), closed)
+}
+
+// ---------------------------------------------------------------------------------------
+// Probe output
+
+/// The number `N` of the field `key=N` in a space-separated summary line (a probe's
+/// `env-watch seen=3 marks=1 …`); panics when the line has none.
+#[track_caller]
+pub fn count_in(summary: &str, key: &str) -> u64 {
+    summary
+        .split(' ')
+        .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {summary}"))
+}
+
+/// The number on the first line of `out` that starts with `prefix` (`checked=` → the
+/// `42` of `checked=42`); `None` without one.
+pub fn number_after(out: &str, prefix: &str) -> Option<usize> {
+    out.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|n| n.parse().ok())
 }
