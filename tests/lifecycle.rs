@@ -307,6 +307,33 @@ fn kill_of_stopped_container_says_not_running_but_kill_all_succeeds() {
     // containerd's shim sends this after every exit.
     let out = c.moat(&["kill", "--all", &c.id, "9"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
+    // The liveness probe says the same as runc: not running.
+    let out = c.kill("0").fails();
+    assert!(
+        out.stderr.contains("container not running"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// `kill ID 0` and `kill --all ID 0` probe a live container without disturbing it (runc
+/// accepts signal 0; callers use it to ask whether the init is alive).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn kill_signal_0_probes_a_running_container() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("kill0");
+    ctx.sh("echo ready; while :; do sleep 0.02; done");
+    let c = ctx.create_ok("c");
+    c.start();
+    assert!(wait_until(T, || c.stdout().contains("ready")));
+    c.kill("0").ok();
+    c.moat(&["kill", "--all", &c.id, "0"]).ok();
+    assert_eq!(c.state()["status"], "running", "signal 0 disturbed the init");
+    c.kill("KILL").ok();
+    c.wait_stopped(T);
 }
 
 #[test]

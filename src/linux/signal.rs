@@ -46,10 +46,12 @@ const NAMES: [(&str, i32); 31] = [
     ("SYS", libc::SIGSYS),
 ];
 
-/// `9`, `KILL`, `SIGKILL`, `sigkill`, `RTMIN+3`.
+/// `9`, `KILL`, `SIGKILL`, `sigkill`, `RTMIN+3`; `0` is the liveness probe callers use
+/// (`kill ID 0`: nothing is delivered, and the call fails when the init is not running,
+/// as kill(2) and runc do).
 pub fn parse(s: &str) -> Option<i32> {
     if let Ok(n) = s.parse::<i32>() {
-        return (1..=libc::SIGRTMAX()).contains(&n).then_some(n);
+        return (0..=libc::SIGRTMAX()).contains(&n).then_some(n);
     }
     let up = s.to_ascii_uppercase();
     let name = up.strip_prefix("SIG").unwrap_or(&up);
@@ -230,7 +232,8 @@ mod tests {
         assert_eq!(parse("sigusr1"), Some(10));
         assert_eq!(parse("RTMIN+1"), Some(libc::SIGRTMIN() + 1));
         assert_eq!(parse("NOPE"), None);
-        assert_eq!(parse("0"), None);
+        assert_eq!(parse("0"), Some(0));
+        assert_eq!(parse("-1"), None);
         assert_eq!(parse("99"), None);
     }
 }
