@@ -297,7 +297,7 @@ fn join(
     console_sock: Option<&OwnedFd>,
     probe: bool,
 ) -> Result<Never, InitFailure> {
-    super::process::enter_cgroup(placement)?;
+    super::create::enter_cgroup(placement)?;
     sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
     // Still on the host, with the caller's privileges (raising a hard limit needs them);
     // the exec'd process inherits them.

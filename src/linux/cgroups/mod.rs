@@ -155,6 +155,17 @@ impl Cgroup {
         id: &str,
         systemd: bool,
     ) -> Result<Cgroup, CgroupError> {
+        let (layout, path) = Self::plan(cgroups_path, id, systemd)?;
+        Self::create(layout, path)
+    }
+
+    /// What [`Cgroup::prepare`] would create, found without creating anything: the
+    /// host's hierarchies and the resolved path below each root.
+    pub fn plan(
+        cgroups_path: Option<&str>,
+        id: &str,
+        systemd: bool,
+    ) -> Result<(Layout, String), CgroupError> {
         if systemd {
             return Err(if Path::new("/run/systemd/system").exists() {
                 CgroupError::SystemdUnsupported
@@ -163,7 +174,18 @@ impl Cgroup {
             });
         }
         let path = resolve_path(cgroups_path, id)?;
-        Self::create(Layout::detect()?, path)
+        Ok((Layout::detect()?, path))
+    }
+
+    /// The cgroup `path` would be in every hierarchy of `layout`, before it exists (what a
+    /// plan reads [`Cgroup::mount_sources`] from).
+    pub fn planned(layout: &Layout, path: &str) -> Cgroup {
+        Cgroup {
+            path: path.to_string(),
+            unified: layout.unified,
+            hierarchies: layout.hierarchies.clone(),
+            skipped: Vec::new(),
+        }
     }
 
     /// Creates `path` (already resolved) in every hierarchy of `layout`.

@@ -1,350 +1,19 @@
-//! The create sequence. Parent and child each read top to bottom.
-//!
-//! | # | parent (`moat create`)                                   | child (container init)                         |
-//! |---|----------------------------------------------------------|------------------------------------------------|
-//! | 1 | [`Plan::new`]: every spec field parsed and checked; seccomp compiled; namespace paths opened | —                  |
-//! | 2 | cgroup created, `linux.resources` applied; preliminary state written | —                                  |
-//! | 3 | exec fifo, sync socketpair, console socket connected     | —                                              |
-//! | 4 | `clone3` (direct) or fork of an intermediate (staged), into the v2 cgroup | joins the v1 cgroups itself ([`Placement`]); non-dumpable (unprivileged parent: once its id maps are written); waits for `Go` |
-//! | 5 | rlimits, oom_score_adj, id maps; `Go`; idmapped mounts by fd once maps are written ([`send_idmapped`]) | joins / unshares namespaces (staged: forks init); receives mount fds |
-//! | 6 | —                                                        | cgroup ns, hostname, rootfs + mounts + devices + console |
-//! | 7 | prestart + createRuntime hooks on `HooksPlease`          | createContainer hooks, pivot_root              |
-//! | 8 | —                                                        | sysctl (moat's procfs), read-only then masked paths (by held mount fds), ro root, AppArmor/SELinux, personality, scheduler, ioprio |
-//! | 9 | —                                                        | NNP; seccomp (early without NNP); groups, gid, uid; capabilities; umask; cwd (verified inside the root); seccomp (late with NNP); executable looked up |
-//! |10 | on `Ready`: state.json, `--pid-file`, seccomp listener; `Created` | blocks reading exec.fifo                |
-//! |11 | (`moat start` writes the fifo)                           | startContainer hooks, fd sweep, execve         |
-//!
-//! The child only issues syscalls on data the parent prepared: a bad spec fails in step 1,
-//! before anything exists. Every wait in the child is a read on the sync socket, so if the
-//! parent dies the child sees EOF and exits.
+//! The parent's side of the create table (`super`'s module doc): rows 2–14, one
+//! function each, called in the table's order by [`create`]. Each row undoes what it made
+//! when a later one fails: a failed create leaves no process, cgroup, id range or state
+//! directory.
 
-use std::ffi::CString;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::os::unix::net::{UnixDatagram, UnixStream};
 
-use super::attrs::Attrs;
-use super::cgroups::{Cgroup, Placement};
-use super::namespaces::{self, Plan as NsPlan};
-use super::rootfs;
-use super::rootless;
-use super::seccomp;
-use super::sync::{self, Channel, InitFailure, Step, StepExt, ToChild, ToParent};
-use super::{console, devices, hooks, idmap, procfs, sys};
-use crate::spec::{Device, Spec};
-use crate::state::{self, ContainerDir, Record};
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
-    Spec(String),
-    #[error(transparent)]
-    Cgroup(#[from] super::cgroups::CgroupError),
-    #[error(transparent)]
-    Seccomp(#[from] seccomp::SeccompError),
-    #[error(transparent)]
-    Hook(#[from] hooks::HookError),
-    #[error(transparent)]
-    Init(#[from] InitFailure),
-    #[error(transparent)]
-    State(#[from] state::StateError),
-    /// The source is printed by the error chain (`cli::run` joins it), not here again.
-    #[error("{what}")]
-    Io { what: String, source: io::Error },
-}
-
-fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Io { what, source }
-}
-
-pub struct CreateOpts {
-    pub id: String,
-    pub bundle: PathBuf,
-    pub console_socket: Option<PathBuf>,
-    pub pid_file: Option<PathBuf>,
-    pub no_pivot: bool,
-    pub new_keyring: bool,
-    pub preserve_fds: u32,
-    /// Socket-activation fds passed on ahead of the preserved ones (`container/startup.rs`).
-    pub listen_fds: u32,
-    pub systemd_cgroup: bool,
-    /// Foreground `run`: the caller waits for the init, so it must be its parent.
-    pub foreground: bool,
-    /// Set by the policy: stack moat's deny floor on the spec's own seccomp profile.
-    pub seccomp_floor: bool,
-    /// Where compiled seccomp programs are cached (under the state root).
-    pub seccomp_cache: Option<PathBuf>,
-    /// Set by the policy (`moat.network=none`): bring `lo` up in the new netns.
-    pub loopback_up: bool,
-    pub policy: &'static str,
-    /// The caller's sd_notify socket (see `linux/notify.rs`).
-    pub notify_socket: Option<String>,
-    /// The fleet budget: the parent cgroup and its limits, ensured before the container's.
-    pub fleet: Option<(String, crate::spec::Resources)>,
-    /// `moat.userns=auto`: the rootfs is shown to the container through an idmapped mount.
-    pub idmap_rootfs: bool,
-    /// `--rootless` resolved: no real root (see `linux/rootless.rs`).
-    pub rootless: bool,
-    /// RESTRICTED: the host namespaces no joined fd may be (`policy::refused_host_namespaces`).
-    pub host_ns_refused: Vec<(&'static str, crate::policy::NsId)>,
-    /// The host's LSMs, probed on the host before the policy ran; the child sets its
-    /// labels from these, never from its own view of `/sys`.
-    pub host: super::hostfacts::HostFacts,
-}
-
-/// Everything the child needs, computed before clone.
-struct Plan {
-    ns: NsPlan,
-    rootfs: rootfs::Plan,
-    devices: Vec<Device>,
-    userns: bool,
-    attrs: Attrs,
-    hostname: Option<String>,
-    domainname: Option<String>,
-    sysctl: Vec<(String, String)>,
-    /// Sysctls of a namespace joined by path while the container gets a new user
-    /// namespace: written by the intermediate right after the join, while it is still
-    /// privileged over that namespace (container root never is).
-    sysctl_joined: Vec<(String, String)>,
-    personality: Option<libc::c_ulong>,
-    hooks: Option<crate::spec::Hooks>,
-    new_keyring: Option<CString>,
-    loopback_up: bool,
-    /// An unprivileged parent writes the child's id maps, which needs the child's
-    /// `/proc/<pid>` to be its own: the child stays dumpable until they are written.
-    dumpable_until_mapped: bool,
-}
-
-fn spec_err(field: &str, reason: impl std::fmt::Display) -> Error {
-    Error::Spec(format!("{field}: {reason}"))
-}
-
-impl Plan {
-    fn new(spec: &Spec, opts: &CreateOpts, cgroup: &Cgroup) -> Result<Plan, Error> {
-        let Some(p) = spec.process.as_ref() else {
-            return Err(spec_err(
-                "process",
-                "missing: create needs a process to run",
-            ));
-        };
-        if p.args.is_empty() {
-            return Err(spec_err("process.args", "must name the program to run"));
-        }
-        if p.terminal && opts.console_socket.is_none() && !opts.foreground {
-            return Err(spec_err(
-                "process.terminal",
-                "a terminal was requested but no --console-socket was given to send it to",
-            ));
-        }
-        let ns = NsPlan::from_spec(spec).map_err(|e| spec_err(&e.field, e.reason))?;
-        ns.refuse_host(&opts.host_ns_refused)
-            .map_err(|e| spec_err(&e.field, e.reason))?;
-        let linux = spec.linux();
-        if (spec.hostname.as_deref().is_some_and(|h| !h.is_empty()) || spec.domainname.is_some())
-            && !ns.has_new(libc::CLONE_NEWUTS)
-            && !ns.joins.iter().any(|j| j.flag == libc::CLONE_NEWUTS)
-        {
-            return Err(spec_err(
-                "hostname",
-                "setting a hostname needs a private uts namespace",
-            ));
-        }
-        let (mut sysctl, mut sysctl_joined) = (Vec::new(), Vec::new());
-        for (k, v) in &linux.sysctl {
-            let owner = namespaces::sysctl_namespace(k);
-            let private =
-                owner.is_some_and(|f| ns.has_new(f) || ns.joins.iter().any(|j| j.flag == f));
-            if !private {
-                return Err(spec_err(
-                    &format!("linux.sysctl.{k}"),
-                    "refused: it would change the host (the namespace it belongs to is not the container's own)",
-                ));
-            }
-            if k.contains('/') || k.contains("..") {
-                return Err(spec_err(&format!("linux.sysctl.{k}"), "invalid key"));
-            }
-            // Joined, and container root will not be privileged over it.
-            let early = owner.is_some_and(|f| !ns.has_new(f)) && ns.has_new(libc::CLONE_NEWUSER);
-            let list = if early {
-                &mut sysctl_joined
-            } else {
-                &mut sysctl
-            };
-            list.push((k.replace('.', "/"), v.clone()));
-        }
-        let cache = opts.seccomp_cache.as_deref();
-        let mut seccomp: Vec<_> = linux
-            .seccomp
-            .iter()
-            .map(|s| seccomp::compile_cached(s, cache))
-            .collect::<Result<_, _>>()?;
-        if opts.seccomp_floor {
-            seccomp.push(seccomp::floor(cache)?);
-        }
-        let mut attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
-            .map_err(|e| spec_err(&e.field, e.reason))?
-            .on_host(&opts.host);
-        attrs.pass_listen_fds(opts.listen_fds);
-        if opts.rootless {
-            rootless_checks(spec, &ns)?;
-        }
-        // mknod needs the initial user namespace: in any other, device nodes are bound.
-        let userns = ns.has_new(libc::CLONE_NEWUSER) || ns.user_join.is_some() || opts.rootless;
-        let cgroup_mounts = cgroup.mount_sources();
-        let rootfs = rootfs::plan(
-            spec,
-            &opts.bundle,
-            opts.no_pivot,
-            cgroup_mounts,
-            ns.has_new(libc::CLONE_NEWCGROUP),
-        )
-        .map_err(|e| spec_err(&e.field, e.reason))?;
-        let mut rootfs = rootfs;
-        rootfs.strict_missing = opts.policy == "restricted";
-        if opts.idmap_rootfs {
-            rootfs.idmap_root = idmap_root(spec)?;
-        }
-        let mut devs = if rootfs.default_devices {
-            devices::defaults()
-        } else {
-            Vec::new()
-        };
-        devs.extend(linux.devices.iter().cloned());
-        let personality = match &linux.personality {
-            None => None,
-            Some(pers) => Some(match pers.domain.as_str() {
-                "LINUX" => 0,
-                "LINUX32" => 0x0008,
-                other => {
-                    return Err(spec_err(
-                        "linux.personality.domain",
-                        format!("unknown domain {other:?}"),
-                    ))
-                }
-            }),
-        };
-        let dumpable_until_mapped =
-            opts.rootless && sys::geteuid() != 0 && ns.has_new(libc::CLONE_NEWUSER);
-        Ok(Plan {
-            ns,
-            rootfs,
-            devices: devs,
-            userns,
-            attrs,
-            hostname: spec.hostname.clone().filter(|h| !h.is_empty()),
-            domainname: spec.domainname.clone(),
-            sysctl_joined,
-            sysctl,
-            personality,
-            hooks: spec.hooks.clone(),
-            loopback_up: opts.loopback_up,
-            dumpable_until_mapped,
-            new_keyring: opts
-                .new_keyring
-                .then(|| CString::new(opts.id.as_str()).unwrap_or_default()),
-        })
-    }
-}
-
-/// `moat.userns=auto`: the host id container root maps to (the rootfs is idmapped to it).
-fn idmap_root(spec: &Spec) -> Result<Option<u32>, Error> {
-    let find = |m: &[crate::spec::IdMapping]| {
-        m.iter()
-            .find(|m| m.container_id == 0 && m.size > 0)
-            .map(|m| m.host_id)
-    };
-    let l = spec.linux();
-    match (find(&l.uid_mappings), find(&l.gid_mappings)) {
-        (Some(u), Some(g)) if u == g => Ok(Some(u)),
-        _ => Err(spec_err(
-            "linux.uidMappings",
-            "an idmapped rootfs needs container 0 mapped to the same host uid and gid",
-        )),
-    }
-}
-
-/// Whether the idmapped mounts go to the child only once it has unshared its user
-/// namespace (staged create), rather than right after `Go`.
-fn idmapped_late(plan: &Plan) -> bool {
-    plan.ns.staged && plan.ns.has_new(libc::CLONE_NEWUSER)
-}
-
-/// Parent: builds the idmapped rootfs and bind mounts (`linux/idmap.rs`) once the
-/// container's user namespace is mapped, and sends them to the child.
-fn send_idmapped(plan: &Plan, ch: &Channel, userns_pid: Option<i32>) -> Result<(), Error> {
-    if plan.rootfs.idmapped_count() == 0 {
-        return Ok(());
-    }
-    let container = match (userns_pid, &plan.ns.user_join) {
-        (Some(pid), _) => {
-            Some(idmap::userns_of(pid).map_err(io_err("open the container's user namespace"))?)
-        }
-        (None, Some(j)) => Some(
-            sys::dup_cloexec(j.fd.as_fd())
-                .map_err(io_err(format!("{}: duplicate the namespace fd", j.path)))?,
-        ),
-        (None, None) => None,
-    };
-    let failed = |e: idmap::IdmapError| Error::Io {
-        what: e.what,
-        source: e.source,
-    };
-    if let Some(host) = plan.rootfs.idmap_root {
-        let ns = container.as_ref().ok_or_else(|| {
-            spec_err(
-                "linux.namespaces",
-                "an idmapped rootfs needs a user namespace",
-            )
-        })?;
-        let fd = idmap::rootfs(&plan.rootfs.rootfs, ns.as_fd(), host).map_err(failed)?;
-        ch.send_mount(idmap::ROOTFS, fd.as_fd())
-            .map_err(io_err("sync: send the idmapped rootfs"))?;
-    }
-    for m in &plan.rootfs.mounts {
-        let rootfs::Kind::Bind { source, .. } = &m.kind else {
-            continue;
-        };
-        if !plan.rootfs.parent_built(m) {
-            continue;
-        }
-        if let Some(im) = &m.idmap {
-            let fd = idmap::bind(source, &m.opts, im, container.as_ref().map(|f| f.as_fd()))
-                .map_err(|e| Error::Io {
-                    what: format!("mounts[{}].uidMappings: {}", m.index, e.what),
-                    source: e.source,
-                })?;
-            ch.send_mount(m.index as u32, fd.as_fd())
-                .map_err(io_err("sync: send an idmapped mount"))?;
-        } else {
-            let fd = super::mount::clone_tree(
-                super::path::cwd(),
-                source.to_str().unwrap_or_default(),
-                m.opts.recursive,
-            )
-            .map_err(io_err(format!(
-                "mounts[{}]: clone {}",
-                m.index,
-                source.display()
-            )))?;
-            ch.send_mount(m.index as u32, fd.as_fd())
-                .map_err(io_err("sync: send a bind mount"))?;
-        }
-    }
-    Ok(())
-}
-
-/// Child: the idmapped mounts from [`send_idmapped`].
-fn recv_idmapped(plan: &Plan, ch: &Channel) -> Result<Vec<(u32, OwnedFd)>, InitFailure> {
-    (0..plan.rootfs.idmapped_count())
-        .map(|_| {
-            ch.recv_mount()
-                .step(Step::Mounts, || "receive an idmapped mount".into())
-        })
-        .collect()
-}
+use super::plan::{pool_root, CgroupPlan, Plan};
+use super::{child, Error};
+use crate::linux::cgroups::{Cgroup, NoCgroup};
+use crate::linux::sync::{self, Channel, ToChild, ToParent};
+use crate::linux::{apparmor, hooks, idmap, namespaces, notify, rootfs, sys};
+use crate::state::{self, idpool, ContainerDir, Record};
 
 /// The result of a successful create.
 pub struct Created {
@@ -356,89 +25,146 @@ pub struct Created {
     pub console: Option<OwnedFd>,
 }
 
-/// Runs the whole create sequence for `spec` into the locked `dir`. On failure everything
-/// it made (process, cgroup) is gone; the caller removes the state directory.
-pub fn create(spec: &Spec, opts: &CreateOpts, dir: &ContainerDir) -> Result<Created, Error> {
-    if opts.rootless {
-        return create_rootless(spec, opts, dir);
+/// Rows 2–14 for a finished plan (row 1): the container created, its init waiting for
+/// `start`; returns its locked state directory.
+pub fn create(mut plan: Plan) -> Result<(ContainerDir, Created), Error> {
+    profile(&plan)?; // 2
+    let (dir, notify_sock) = state_dir(&plan)?; // 3
+    let created = with_state_dir(&mut plan, &dir);
+    // Open until the init has inherited it (see linux/notify.rs).
+    drop(notify_sock);
+    match created {
+        Ok(c) => Ok((dir, c)),
+        Err(e) => {
+            let _ = dir.remove();
+            Err(e)
+        }
     }
-    // 1–2. Plan, cgroup, preliminary record (so an interrupted create can be deleted).
-    if let Some((path, res)) = &opts.fleet {
-        Cgroup::prepare(Some(path), &opts.id, false)?.apply(res)?;
+}
+
+fn with_state_dir(plan: &mut Plan, dir: &ContainerDir) -> Result<Created, Error> {
+    let ids = ids(plan, dir)?; // 4
+    let created = with_ids(plan, dir);
+    if created.is_err() && ids {
+        release_ids(plan);
     }
-    let cgroup = Cgroup::prepare(
-        spec.linux().cgroups_path.as_deref(),
-        &opts.id,
-        opts.systemd_cgroup,
-    )?;
-    let result = create_in_cgroup(spec, opts, dir, &cgroup);
-    if result.is_err() {
+    created
+}
+
+fn with_ids(plan: &mut Plan, dir: &ContainerDir) -> Result<Created, Error> {
+    let cgroup = cgroup(plan)?; // 5
+    let created = in_cgroup(plan, dir, &cgroup);
+    if created.is_err() {
         let _ = cgroup.remove();
     }
-    result
+    created
 }
 
-/// `create` without real root: a delegated cgroup v2 subtree when there is one, else no
-/// cgroup and no `linux.resources`, said in one warning line.
-fn create_rootless(spec: &Spec, opts: &CreateOpts, dir: &ContainerDir) -> Result<Created, Error> {
-    let l = spec.linux();
-    match Cgroup::prepare_rootless(l.cgroups_path.as_deref(), &opts.id)? {
-        Ok(cgroup) => {
-            let result = create_in_cgroup(spec, opts, dir, &cgroup);
-            if result.is_err() {
-                let _ = cgroup.remove();
-            }
-            result
-        }
-        Err(super::cgroups::NoCgroup(why)) => {
-            let mut spec = spec.clone();
-            if let Some(res) = spec.linux.as_mut().and_then(|l| l.resources.take()) {
-                let asked = rootless::resource_names(&res);
-                if !asked.is_empty() {
-                    crate::log::warn(&format!(
-                        "rootless: no cgroup: {why}; linux.resources not applied ({asked})"
-                    ));
-                }
-            }
-            create_in_cgroup(&spec, opts, dir, &Cgroup::default())
-        }
-    }
+fn in_cgroup(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Created, Error> {
+    let mut record = record(plan, dir, cgroup)?; // 6
+    let ch = channels(plan, dir)?; // 7
+    let (child, mut guard, parent_ch, console_relay) = fork(plan, dir, cgroup, ch)?; // 8
+    release(plan, child, &record, &parent_ch)?; // 9
+                                                // Rows 9 (staged) to 14: serve the child until it is ready.
+    let (init_pid, listener) = serve(plan, child, &record, &parent_ch, &mut guard)?;
+    let created = ready(
+        plan,
+        dir,
+        &mut record,
+        init_pid,
+        listener,
+        console_relay,
+        &parent_ch,
+    )?; // 14
+    guard.0 = None;
+    Ok(created)
 }
 
-/// A rootless create fails here, before anything exists, where the kernel or newuidmap
-/// would fail later with less to say.
-fn rootless_checks(spec: &Spec, ns: &NsPlan) -> Result<(), Error> {
-    if sys::geteuid() == 0 {
-        // uid 0 inside someone's user namespace (rootless podman): its own maps apply.
-        return Ok(());
-    }
-    let l = spec.linux();
-    if !ns.has_new(libc::CLONE_NEWUSER) && ns.user_join.is_none() {
-        return Err(spec_err(
-            "linux.namespaces",
-            "a rootless container needs a user namespace (`moat spec --rootless` writes one)",
-        ));
-    }
-    if ns.has_new(libc::CLONE_NEWUSER) {
-        if l.uid_mappings.is_empty() || l.gid_mappings.is_empty() {
-            return Err(spec_err(
-                "linux.uidMappings",
-                "a rootless container's new user namespace needs uidMappings and gidMappings",
-            ));
-        }
-        rootless::check_spec_maps(&l.uid_mappings, &l.gid_mappings).map_err(Error::Spec)?;
+/// Row 2: moat's AppArmor profile, loaded unless the host facts say the kernel has it.
+fn profile(plan: &Plan) -> Result<(), Error> {
+    if plan.apparmor_profile {
+        apparmor::ensure_loaded(
+            crate::policy::APPARMOR_PROFILE_NAME,
+            crate::policy::APPARMOR_PROFILE,
+            &plan.host,
+        )
+        .map_err(Error::AppArmor)?;
     }
     Ok(())
 }
 
-fn create_in_cgroup(
-    spec: &Spec,
-    opts: &CreateOpts,
-    dir: &ContainerDir,
-    cgroup: &Cgroup,
-) -> Result<Created, Error> {
-    let plan = Plan::new(spec, opts, cgroup)?;
-    let mut record = Record {
+/// Row 3: the state directory, exclusively (a second create of the id fails here), and
+/// the container's notify socket in it.
+fn state_dir(plan: &Plan) -> Result<(ContainerDir, Option<UnixDatagram>), Error> {
+    let dir = ContainerDir::create(&plan.opts.root, &plan.opts.id)?;
+    debug_assert_eq!(dir.path, plan.dir());
+    let Some(n) = &plan.notify else {
+        return Ok((dir, None));
+    };
+    match notify::prepare(n, &dir, plan.opts.preserve_fds.saturating_add(3)) {
+        Ok(sock) => Ok((dir, sock)),
+        Err(e) => {
+            let _ = dir.remove();
+            Err(Error::Notify(e))
+        }
+    }
+}
+
+/// Row 4: `moat.userns=auto`: a free range from the host-wide pool becomes the
+/// container's id mapping (container 0.. → the range), recorded in the state directory.
+/// Returns whether a range was taken.
+fn ids(plan: &mut Plan, dir: &ContainerDir) -> Result<bool, Error> {
+    let Some((pool, size)) = plan.userns_pool else {
+        return Ok(false);
+    };
+    let r = idpool::Pool::default()
+        .allocate(pool, size, &pool_root(&plan.opts.root), &plan.opts.id)
+        .map_err(Error::UsernsAllocate)?;
+    let saved = dir.save_file(
+        state::USERNS_FILE,
+        &serde_json::to_vec(&r).expect("serialises"),
+    );
+    if let Err(e) = saved {
+        release_ids(plan);
+        return Err(e.into());
+    }
+    plan.set_userns_range(r);
+    Ok(true)
+}
+
+/// Gives back the range row 4 took.
+fn release_ids(plan: &Plan) {
+    let id = &plan.opts.id;
+    if let Err(e) = idpool::Pool::default().release(&pool_root(&plan.opts.root), id) {
+        crate::log::warn(&format!("release userns range of {id}: {e}"));
+    }
+}
+
+/// Row 5: the fleet cgroup with its limits, the container's cgroup. Rootless: no cgroup
+/// when the delegated subtree refuses moat.
+fn cgroup(plan: &mut Plan) -> Result<Cgroup, Error> {
+    if let Some((layout, path, res)) = &plan.fleet {
+        Cgroup::create(layout.clone(), path.clone())?.apply(res)?;
+    }
+    let (cgroup, none) = match &plan.cgroup {
+        CgroupPlan::Host { layout, path } => (Cgroup::create(layout.clone(), path.clone())?, None),
+        CgroupPlan::Delegated { hierarchy, path } => {
+            match Cgroup::create_rootless(hierarchy.clone(), path.clone())? {
+                Ok(cg) => (cg, None),
+                Err(NoCgroup(why)) => (Cgroup::default(), Some(why)),
+            }
+        }
+        CgroupPlan::None => return Ok(Cgroup::default()),
+    };
+    plan.set_cgroup(&cgroup, none.as_deref());
+    Ok(cgroup)
+}
+
+/// Row 6: the preliminary record (so an interrupted create can be deleted), the spec,
+/// the compiled seccomp programs and the policy decision; then `linux.resources`.
+fn record(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Record, Error> {
+    let (spec, opts) = (&plan.spec, &plan.opts);
+    let record = Record {
         format: state::FORMAT_VERSION,
         id: opts.id.clone(),
         pid: 0,
@@ -452,7 +178,7 @@ fn create_in_cgroup(
         systemd_cgroup: opts.systemd_cgroup,
         rootless: opts.rootless,
         own_pidns: plan.ns.has_new(libc::CLONE_NEWPID),
-        policy: opts.policy.to_string(),
+        policy: plan.policy.to_string(),
         notify_socket: opts.notify_socket.clone(),
         backend: Default::default(),
     };
@@ -462,6 +188,7 @@ fn create_in_cgroup(
     for (i, f) in plan.attrs.seccomp.iter().enumerate() {
         dir.save_file(&state::seccomp_file(i), &f.to_bytes())?;
     }
+    dir.save_file(state::POLICY_FILE, &plan.decision)?;
     if let Some(res) = &spec.linux().resources {
         // The devices the spec asks moat to create may be created (mknod), whatever the
         // access rules say about opening them.
@@ -482,39 +209,84 @@ fn create_in_cgroup(
         }
         cgroup.apply(&res)?;
     }
+    Ok(record)
+}
 
-    // 3. The exec fifo: the init blocks reading it until `start` writes a byte.
+/// What row 7 opens for the fork.
+struct Channels {
+    fifo: OwnedFd,
+    parent: Channel,
+    child: Channel,
+    console_sock: Option<OwnedFd>,
+    console_relay: Option<UnixStream>,
+}
+
+/// Row 7: the exec fifo (the init blocks reading it until `start` writes a byte), the
+/// sync socketpair, the console socket.
+fn channels(plan: &Plan, dir: &ContainerDir) -> Result<Channels, Error> {
     let fifo_path = dir.file(state::FIFO_FILE);
-    nix::unistd::mkfifo(&fifo_path, nix::sys::stat::Mode::from_bits_truncate(0o600))
-        .map_err(|e| io_err(format!("mkfifo {}", fifo_path.display()))(e.into()))?;
+    nix::unistd::mkfifo(&fifo_path, nix::sys::stat::Mode::from_bits_truncate(0o600)).map_err(
+        |e| Error::Mkfifo {
+            path: fifo_path.clone(),
+            source: e.into(),
+        },
+    )?;
     let fifo: OwnedFd = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(&fifo_path)
-        .map_err(io_err(format!("open {}", fifo_path.display())))?
+        .map_err(|source| Error::OpenFifo {
+            path: fifo_path.clone(),
+            source,
+        })?
         .into();
-    let (parent_ch, child_ch) = sync::pair().map_err(io_err("socketpair"))?;
+    let (parent_ch, child_ch) = sync::create_pair(plan.shape()).map_err(Error::Socketpair)?;
     // A foreground run with a terminal and no console socket relays the pty itself, so
     // the init sends the master over a socketpair to us instead.
     let mut console_relay = None;
-    let console_sock = match &opts.console_socket {
-        Some(p) => Some(OwnedFd::from(UnixStream::connect(p).map_err(io_err(
-            format!("connect to console socket {}", p.display()),
-        ))?)),
+    let console_sock = match &plan.opts.console_socket {
+        Some(p) => Some(OwnedFd::from(UnixStream::connect(p).map_err(|source| {
+            Error::ConsoleSocket {
+                path: p.clone(),
+                source,
+            }
+        })?)),
         None if plan.attrs.terminal => {
-            let (ours, theirs) =
-                UnixStream::pair().map_err(io_err("socketpair for the console"))?;
+            let (ours, theirs) = UnixStream::pair().map_err(Error::ConsolePair)?;
             console_relay = Some(ours);
             Some(OwnedFd::from(theirs))
         }
         None => None,
     };
-    if opts.foreground && plan.ns.staged {
+    if plan.opts.foreground && plan.ns.staged {
         // The init will be a grandchild; make it ours when its parent exits.
-        sys::prctl(libc::PR_SET_CHILD_SUBREAPER, 1).map_err(io_err("PR_SET_CHILD_SUBREAPER"))?;
+        sys::prctl(libc::PR_SET_CHILD_SUBREAPER, 1).map_err(Error::Subreaper)?;
     }
+    Ok(Channels {
+        fifo,
+        parent: parent_ch,
+        child: child_ch,
+        console_sock,
+        console_relay,
+    })
+}
 
-    // 4. Fork.
+/// Row 8: the fork, into the v2 cgroup; the child runs `child::main`. Returns the
+/// child's pid, the guard that kills it if create fails from here on, the parent's end
+/// of the sync channel and the console relay.
+fn fork(
+    plan: &Plan,
+    dir: &ContainerDir,
+    cgroup: &Cgroup,
+    ch: Channels,
+) -> Result<(i32, KillGuard, Channel, Option<UnixStream>), Error> {
+    let Channels {
+        fifo,
+        parent: parent_ch,
+        child: child_ch,
+        console_sock,
+        console_relay,
+    } = ch;
     let direct_flags = if plan.ns.staged {
         0
     } else {
@@ -523,14 +295,14 @@ fn create_in_cgroup(
     // The child enters the cgroup by itself, without the parent's cgroup.procs write
     // and its RCU grace period (see cgroups/placement.rs).
     let placement = cgroup.placement(None)?;
-    let forked = sys::clone_fork(direct_flags, placement.clone_into()).map_err(io_err("clone"))?;
+    let forked = sys::clone_fork(direct_flags, placement.clone_into()).map_err(Error::Clone)?;
     let child = match forked {
         sys::Forked::Child => {
             // The state lock belongs to this create call, not to the container: an
             // inherited copy would keep the directory locked for the container's life.
             sys::close_raw(dir.fd());
             drop(parent_ch);
-            child_main(&plan, placement, &child_ch, &fifo, console_sock.as_ref());
+            child::main(plan, placement, &child_ch, &fifo, console_sock.as_ref());
         }
         sys::Forked::Parent(pid) => pid,
     };
@@ -538,46 +310,63 @@ fn create_in_cgroup(
     drop(child_ch);
     drop(console_sock);
     drop(fifo);
-    let mut guard = KillGuard(Some(child));
+    Ok((child, KillGuard(Some(child)), parent_ch, console_relay))
+}
 
-    // 5. Limits and id maps, then let the child go.
+/// Row 9: limits and id maps, then let the child go; the mount fds once the maps are
+/// written.
+fn release(plan: &Plan, child: i32, record: &Record, parent_ch: &Channel) -> Result<(), Error> {
     for &(res, soft, hard) in &plan.attrs.rlimits {
-        sys::prlimit(child, res, soft, hard)
-            .map_err(io_err(format!("setrlimit {res} on the container")))?;
+        sys::prlimit(child, res, soft, hard).map_err(|source| Error::Rlimit {
+            resource: rlimit_name(res),
+            source,
+        })?;
     }
-    if let Some(adj) = spec.process().oom_score_adj {
+    if let Some(adj) = plan.spec.process().oom_score_adj {
         std::fs::write(format!("/proc/{child}/oom_score_adj"), adj.to_string())
-            .map_err(io_err("process.oomScoreAdj: write oom_score_adj"))?;
+            .map_err(Error::OomScoreAdj)?;
     }
-    let l = spec.linux();
+    let l = plan.spec.linux();
     if !plan.ns.staged && plan.ns.has_new(libc::CLONE_NEWUSER) {
         namespaces::write_id_maps(child, &l.uid_mappings, &l.gid_mappings)
-            .map_err(io_err("linux.uidMappings: write id maps"))?;
+            .map_err(Error::IdMaps)?;
     }
-    let mut init_pid = child;
-    let creating = state_json(&record, "creating", child);
+    let creating = state_json(record, "creating", child);
     parent_ch
         .send_child(&ToChild::Go(creating))
-        .map_err(io_err("sync: send go"))?;
-    if !idmapped_late(&plan) {
+        .map_err(send("sync: send go"))?;
+    if !plan.idmapped_late() {
         let userns_pid = plan.ns.has_new(libc::CLONE_NEWUSER).then_some(child);
-        send_idmapped(&plan, &parent_ch, userns_pid)?;
+        send_idmapped(plan, parent_ch, userns_pid)?;
     }
+    Ok(())
+}
 
-    // 6–10. Serve the child until it is ready.
-    let listener = loop {
+/// The child's messages up to `Ready`: row 9's id maps of a staged user namespace, the
+/// staged init's pid, row 11's hooks. Returns the init's pid and the seccomp listener.
+fn serve(
+    plan: &Plan,
+    child: i32,
+    record: &Record,
+    parent_ch: &Channel,
+    guard: &mut KillGuard,
+) -> Result<(i32, Option<OwnedFd>), Error> {
+    let l = plan.spec.linux();
+    let mut init_pid = child;
+    loop {
         let (msg, fd) = match parent_ch.recv_child() {
             Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(Error::Protocol(e)),
             Err(_) => return Err(died(init_pid)),
         };
         match msg {
             ToParent::UsernsReady => {
                 namespaces::write_id_maps(child, &l.uid_mappings, &l.gid_mappings)
-                    .map_err(io_err("linux.uidMappings: write id maps"))?;
+                    .map_err(Error::IdMaps)?;
                 parent_ch
                     .send_child(&ToChild::MapsWritten)
-                    .map_err(io_err("sync"))?;
-                send_idmapped(&plan, &parent_ch, Some(child))?;
+                    .map_err(send("sync"))?;
+                send_idmapped(plan, parent_ch, Some(child))?;
             }
             ToParent::InitPid(pid) => {
                 // The intermediate exits right after sending this; reap it.
@@ -585,60 +374,169 @@ fn create_in_cgroup(
                 init_pid = pid;
                 guard.0 = Some(pid);
             }
-            ToParent::HooksPlease => {
-                let st = state_json(&record, "creating", init_pid);
-                if let Some(h) = &spec.hooks {
-                    hooks::run("prestart", &h.prestart, &st)?;
-                    hooks::run("createRuntime", &h.create_runtime, &st)?;
-                }
-                parent_ch
-                    .send_child(&ToChild::HooksDone(st))
-                    .map_err(io_err("sync"))?;
-            }
-            ToParent::Ready => break fd,
+            ToParent::HooksPlease => hooks(plan, record, init_pid, parent_ch)?,
+            ToParent::Ready => return Ok((init_pid, fd)),
             ToParent::Failed(f) => {
                 let _ = parent_ch.send_child(&ToChild::Created);
                 return Err(Error::Init(f));
             }
         }
-    };
+    }
+}
 
-    // 10. Record, pid file, seccomp listener, release.
+/// Row 11: prestart and createRuntime hooks, in the container's namespaces' view of
+/// the init's pid.
+fn hooks(plan: &Plan, record: &Record, init_pid: i32, parent_ch: &Channel) -> Result<(), Error> {
+    let st = state_json(record, "creating", init_pid);
+    if let Some(h) = &plan.spec.hooks {
+        hooks::run("prestart", &h.prestart, &st)?;
+        hooks::run("createRuntime", &h.create_runtime, &st)?;
+    }
+    parent_ch
+        .send_child(&ToChild::HooksDone(st))
+        .map_err(send("sync"))
+}
+
+/// Row 14: the record with the init's pid and start time, the pid file, the seccomp
+/// listener; `Created` releases the init to block on the fifo.
+fn ready(
+    plan: &Plan,
+    dir: &ContainerDir,
+    record: &mut Record,
+    init_pid: i32,
+    listener: Option<OwnedFd>,
+    console_relay: Option<UnixStream>,
+    parent_ch: &Channel,
+) -> Result<Created, Error> {
     let Some((_, start)) = state::process_start_time(init_pid) else {
         return Err(died(init_pid));
     };
     record.pid = init_pid;
     record.pid_start = start;
-    dir.save(&record)?;
-    if let (Some(fd), Some(sc)) = (listener, spec.linux().seccomp.as_ref()) {
-        send_listener(sc, fd, &record)?;
+    dir.save(record)?;
+    if let (Some(fd), Some(sc)) = (listener, plan.spec.linux().seccomp.as_ref()) {
+        send_listener(sc, fd, record)?;
     }
-    if let Some(pf) = &opts.pid_file {
+    if let Some(pf) = &plan.opts.pid_file {
         state::write_pid_file(pf, init_pid)?;
     }
-    let pidfd = if opts.foreground {
-        Some(sys::pidfd_open(init_pid).map_err(io_err("pidfd_open"))?)
+    let pidfd = if plan.opts.foreground {
+        Some(
+            sys::pidfd_open(init_pid).map_err(|source| Error::PidfdOpen {
+                pid: init_pid,
+                source,
+            })?,
+        )
     } else {
         None
     };
     let console = match &console_relay {
         Some(sock) => Some(
             sys::recv_with_fd(sock.as_fd(), &mut [0u8; 64])
-                .map_err(io_err("receive the pty master"))?
+                .map_err(Error::PtyMaster)?
                 .1
-                .ok_or_else(|| Error::Spec("no pty master received".into()))?,
+                .ok_or(Error::NoPtyMaster)?,
         ),
         None => None,
     };
     parent_ch
         .send_child(&ToChild::Created)
-        .map_err(io_err("sync: release init"))?;
-    guard.0 = None;
+        .map_err(send("sync: release init"))?;
     Ok(Created {
-        record,
+        record: record.clone(),
         pidfd,
         console,
     })
+}
+
+fn send(message: &'static str) -> impl FnOnce(io::Error) -> Error {
+    move |source| Error::Send { message, source }
+}
+
+/// `RLIMIT_NOFILE` for its number, as the spec names it.
+fn rlimit_name(res: libc::c_int) -> &'static str {
+    const NAMES: [&str; 16] = [
+        "RLIMIT_CPU",
+        "RLIMIT_FSIZE",
+        "RLIMIT_DATA",
+        "RLIMIT_STACK",
+        "RLIMIT_CORE",
+        "RLIMIT_RSS",
+        "RLIMIT_NPROC",
+        "RLIMIT_NOFILE",
+        "RLIMIT_MEMLOCK",
+        "RLIMIT_AS",
+        "RLIMIT_LOCKS",
+        "RLIMIT_SIGPENDING",
+        "RLIMIT_MSGQUEUE",
+        "RLIMIT_NICE",
+        "RLIMIT_RTPRIO",
+        "RLIMIT_RTTIME",
+    ];
+    NAMES
+        .into_iter()
+        .find(|n| crate::linux::attrs::rlimit_resource(n) == Some(res))
+        .unwrap_or("RLIMIT_?")
+}
+
+/// Row 9: builds the idmapped rootfs and bind mounts (`linux/idmap.rs`) once the
+/// container's user namespace is mapped, and sends them to the child.
+fn send_idmapped(plan: &Plan, ch: &Channel, userns_pid: Option<i32>) -> Result<(), Error> {
+    if plan.rootfs.idmapped_count() == 0 {
+        return Ok(());
+    }
+    let container = match (userns_pid, &plan.ns.user_join) {
+        (Some(pid), _) => Some(idmap::userns_of(pid).map_err(Error::UsernsOf)?),
+        (None, Some(j)) => Some(
+            sys::dup_cloexec(j.fd.as_fd()).map_err(|source| Error::NsDup {
+                path: j.path.clone(),
+                source,
+            })?,
+        ),
+        (None, None) => None,
+    };
+    let failed = |e: idmap::IdmapError| Error::Idmap {
+        what: e.what,
+        source: e.source,
+    };
+    if let Some(host) = plan.rootfs.idmap_root {
+        let ns = container.as_ref().ok_or(Error::IdmapNoUserns)?;
+        let fd = idmap::rootfs(&plan.rootfs.rootfs, ns.as_fd(), host).map_err(failed)?;
+        ch.send_mount(idmap::ROOTFS, fd.as_fd())
+            .map_err(send("sync: send the idmapped rootfs"))?;
+    }
+    for m in &plan.rootfs.mounts {
+        let rootfs::Kind::Bind { source, .. } = &m.kind else {
+            continue;
+        };
+        if !plan.rootfs.parent_built(m) {
+            continue;
+        }
+        if let Some(im) = &m.idmap {
+            let fd = idmap::bind(source, &m.opts, im, container.as_ref().map(|f| f.as_fd()))
+                .map_err(|e| Error::IdmapBind {
+                    index: m.index,
+                    what: e.what,
+                    source: e.source,
+                })?;
+            ch.send_mount(m.index as u32, fd.as_fd())
+                .map_err(send("sync: send an idmapped mount"))?;
+        } else {
+            let fd = crate::linux::mount::clone_tree(
+                crate::linux::path::cwd(),
+                source.to_str().unwrap_or_default(),
+                m.opts.recursive,
+            )
+            .map_err(|e| Error::CloneBind {
+                index: m.index,
+                path: source.clone(),
+                source: e,
+            })?;
+            ch.send_mount(m.index as u32, fd.as_fd())
+                .map_err(send("sync: send a bind mount"))?;
+        }
+    }
+    Ok(())
 }
 
 /// Kills and reaps the child if create fails half-way.
@@ -658,9 +556,7 @@ fn died(pid: i32) -> Error {
         nix::unistd::Pid::from_raw(pid),
         Some(nix::sys::wait::WaitPidFlag::WNOHANG),
     );
-    Error::Spec(format!(
-        "container init exited before it was ready ({status:?})"
-    ))
+    Error::Died { pid, status }
 }
 
 /// The OCI state as hooks and the seccomp agent see it.
@@ -679,9 +575,10 @@ pub fn state_json(rec: &Record, status: &str, pid: i32) -> Vec<u8> {
 /// Hands the seccomp notify fd to the agent at `listenerPath`, with runc's message format.
 fn send_listener(sc: &crate::spec::Seccomp, fd: OwnedFd, rec: &Record) -> Result<(), Error> {
     let path = sc.listener_path.as_deref().unwrap_or_default();
-    let sock = UnixStream::connect(path).map_err(io_err(format!(
-        "linux.seccomp.listenerPath: connect {path}"
-    )))?;
+    let sock = UnixStream::connect(path).map_err(|source| Error::ListenerConnect {
+        path: path.to_string(),
+        source,
+    })?;
     let msg = serde_json::to_vec(&serde_json::json!({
         "ociVersion": crate::spec::OCI_VERSION,
         "fds": ["seccompFd"],
@@ -702,357 +599,9 @@ fn send_listener(sc: &crate::spec::Seccomp, fd: OwnedFd, rec: &Record) -> Result
         nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
         None,
     )
-    .map_err(|e| io_err(format!("linux.seccomp.listenerPath: send to {path}"))(e.into()))?;
+    .map_err(|e| Error::ListenerSend {
+        path: path.to_string(),
+        source: e.into(),
+    })?;
     Ok(())
-}
-
-// ---------------------------------------------------------------------------------------
-// The child
-
-/// Entry of the forked child. Never returns: it execs the container process or exits.
-fn child_main(
-    plan: &Plan,
-    placement: Placement,
-    ch: &Channel,
-    fifo: &OwnedFd,
-    console: Option<&OwnedFd>,
-) -> ! {
-    let err = match enter_cgroup(placement).and_then(|()| init(plan, ch, fifo, console)) {
-        Ok(never) => match never {},
-        Err(e) => e,
-    };
-    let _ = ch.send_parent(&ToParent::Failed(err.clone()), None);
-    // Wait for the parent to read the failure, so it is reported before we are reaped.
-    let _ = ch.recv_parent();
-    sys::exit_now(1)
-}
-
-enum Never {}
-
-/// First thing in the child, before any namespace is joined or unshared.
-pub(crate) fn enter_cgroup(placement: Placement) -> Result<(), InitFailure> {
-    let entered = placement.enter();
-    // Host cgroupfs fds: closed before anything of the container is joined.
-    drop(placement);
-    match entered {
-        Ok(()) => Ok(()),
-        Err((path, e)) => Err(e).step(Step::Cgroup, || format!("write 0 to {}", path.display())),
-    }
-}
-
-fn wait_parent(ch: &Channel) -> Result<ToChild, InitFailure> {
-    ch.recv_parent().map_err(|_| {
-        // The parent is gone: nobody will ever start us.
-        sys::exit_now(1)
-    })
-}
-
-fn init(
-    plan: &Plan,
-    ch: &Channel,
-    fifo: &OwnedFd,
-    console_sock: Option<&OwnedFd>,
-) -> Result<Never, InitFailure> {
-    // Nothing in the container may ptrace or read /proc/<pid>/* of this process before exec.
-    if !plan.dumpable_until_mapped {
-        sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
-    }
-    let ToChild::Go(mut state) = wait_parent(ch)? else {
-        return Err(InitFailure::new(Step::Sync, "expected go"));
-    };
-
-    let mut idmapped = if idmapped_late(plan) {
-        Vec::new()
-    } else {
-        recv_idmapped(plan, ch)?
-    };
-
-    // Namespaces.
-    if plan.ns.staged {
-        staged_namespaces(plan, ch, &mut idmapped)?;
-        // The init, in the container's pid namespace: a procfs of that namespace. With a
-        // late init this is still the intermediate, outside that namespace: it keeps the
-        // handle of moat's own and the init renews it once forked.
-        if !plan.ns.late_init {
-            procfs::renew();
-        }
-    } else {
-        for j in &plan.ns.joins {
-            sys::setns(j.fd.as_fd(), j.flag)
-                .step(Step::Namespaces, || format!("join {}", j.path))?;
-        }
-        if plan.ns.has_new(libc::CLONE_NEWUSER) {
-            become_root()?;
-        }
-        // Before any mount: the mount namespace is still the fresh copy of moat's own.
-        procfs::open_own()?;
-    }
-    if plan.dumpable_until_mapped {
-        // Maps written; nothing of the container runs yet.
-        sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
-    }
-    if plan.ns.has_new(libc::CLONE_NEWCGROUP) {
-        sys::unshare(libc::CLONE_NEWCGROUP)
-            .step(Step::Namespaces, || "unshare cgroup namespace".into())?;
-    }
-    if let Some(name) = &plan.new_keyring {
-        // A session keyring of its own, so the container cannot read the caller's keys.
-        match sys::join_session_keyring(name) {
-            Err(e)
-                if !matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENOSYS) | Some(libc::EPERM) | Some(libc::EACCES)
-                ) =>
-            {
-                return Err(e).step(Step::Namespaces, || "join session keyring".into())
-            }
-            _ => {}
-        }
-    }
-    if plan.loopback_up {
-        sys::loopback_up().step(Step::Namespaces, || {
-            "bring lo up in the new network namespace".into()
-        })?;
-    }
-    if let Some(h) = &plan.hostname {
-        nix::unistd::sethostname(h)
-            .map_err(io::Error::from)
-            .step(Step::Hostname, || format!("hostname {h:?}"))?;
-    }
-    if let Some(d) = &plan.domainname {
-        sys::setdomainname(d).step(Step::Hostname, || format!("domainname {d:?}"))?;
-    }
-
-    // Root filesystem: every mount moat makes is held by fd from here on.
-    let mut mounts = rootfs::mount_all(&plan.rootfs, &mut idmapped)?;
-    drop(idmapped);
-    if plan.rootfs.default_devices || !plan.devices.is_empty() {
-        devices::create(&mut mounts, &plan.devices, plan.userns)?;
-    }
-    if plan.rootfs.default_devices {
-        devices::symlinks(&mounts, plan.rootfs.kcore)?;
-    }
-    let pty = if plan.attrs.terminal {
-        let (master, peer) = console::open_pty_in(&mounts)?;
-        console::mount_console(&mut mounts, peer.as_fd())?;
-        if let Some(sock) = console_sock {
-            console::send_master(sock.as_fd(), master.as_fd(), plan.attrs.console_size)?;
-        }
-        Some(peer)
-    } else {
-        None
-    };
-    ch.send_parent(&ToParent::HooksPlease, None)
-        .step(Step::Sync, || "hooks".into())?;
-    if let ToChild::HooksDone(s) = wait_parent(ch)? {
-        state = s;
-    }
-    if let Some(h) = &plan.hooks {
-        hooks::run("createContainer", &h.create_container, &state)
-            .map_err(|e| InitFailure::new(Step::Hooks, e.to_string()))?;
-    }
-    rootfs::pivot(&mounts, plan.rootfs.no_pivot)?;
-    if plan.ns.late_init {
-        // Inside the container's root now: the init may appear in the joined pid namespace.
-        fork_init(ch)?;
-        procfs::renew();
-    }
-    // sysctls go in before /proc/sys becomes a read-only path.
-    for (key, value) in &plan.sysctl {
-        procfs::write_sysctl(key, value).step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
-    }
-    rootfs::finalize(&plan.rootfs, &mut mounts)?;
-    rootfs::set_root_propagation(&plan.rootfs, &mounts)?;
-    if let Some(p) = plan.personality {
-        sys::personality(p).step(Step::Personality, || "linux.personality".into())?;
-    }
-    if pty.is_none() {
-        // A session of its own without a terminal too (with one, make_stdio does it):
-        // the caller's terminal must never be the container's controlling terminal,
-        // which TIOCSTI could type into. Before `apply`, so no profile can refuse it.
-        sys::setsid().step(Step::Console, || "setsid".into())?;
-    }
-    // cwd is resolved inside the held root (a spec path: in-root symlinks followed).
-    let (exe, listener) = plan.attrs.apply(mounts.root().fd())?;
-    drop(mounts);
-    if let Some(peer) = &pty {
-        console::make_stdio(peer)?;
-    }
-    drop(pty);
-
-    // Ready; wait to be started.
-    ch.send_parent(&ToParent::Ready, listener.as_ref().map(|l| l.as_fd()))
-        .step(Step::Sync, || "ready".into())?;
-    drop(listener);
-    wait_parent(ch)?;
-    wait_start(fifo)?;
-    if let Some(h) = &plan.hooks {
-        hooks::run("startContainer", &h.start_container, &state)
-            .map_err(|e| InitFailure::new(Step::Hooks, e.to_string()))?;
-    }
-    Err(plan.attrs.exec(&exe))
-}
-
-fn staged_namespaces(
-    plan: &Plan,
-    ch: &Channel,
-    idmapped: &mut Vec<(u32, OwnedFd)>,
-) -> Result<(), InitFailure> {
-    // Before anything is joined: the mount namespace is still moat's own.
-    procfs::open_own()?;
-    if let Some(j) = &plan.ns.user_join {
-        sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
-        become_root()?;
-    }
-    for j in &plan.ns.joins {
-        sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
-    }
-    if let Some(j) = &plan.ns.mount_join {
-        sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
-    }
-    for (key, value) in &plan.sysctl_joined {
-        procfs::write_sysctl(key, value).step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
-    }
-    if plan.ns.has_new(libc::CLONE_NEWUSER) {
-        sys::unshare(libc::CLONE_NEWUSER)
-            .step(Step::Namespaces, || "unshare user namespace".into())?;
-        ch.send_parent(&ToParent::UsernsReady, None)
-            .step(Step::Sync, || "userns".into())?;
-        wait_parent(ch)?;
-        *idmapped = recv_idmapped(plan, ch)?;
-        become_root()?;
-    }
-    let flags = plan.ns.new & !libc::CLONE_NEWUSER & !libc::CLONE_NEWCGROUP;
-    if flags != 0 {
-        sys::unshare(flags).step(Step::Namespaces, || {
-            format!("unshare namespaces {flags:#x}")
-        })?;
-    }
-    if !plan.ns.time_offsets.is_empty() {
-        procfs::write_timens_offsets(&plan.ns.time_offsets)
-            .step(Step::Namespaces, || "linux.timeOffsets".into())?;
-    }
-    if plan.ns.late_init {
-        // This process sets up the rootfs; the init is forked after pivot_root.
-        return proc_contexts(plan);
-    }
-    // Joining or creating a pid (or time) namespace takes effect for children only.
-    fork_init(ch)
-}
-
-/// [`NsPlan::late_init`]: procfs contexts of the joined pid namespace, for the rootfs
-/// set up by this process, which is not in it (`mount::new_fs` takes them). They come from
-/// a helper forked into that namespace while this process's root and cwd are an empty,
-/// read-only, detached tmpfs — a root with nothing above it, so `/proc/<helper>/root`
-/// leads nowhere — and holding no fd but its socket.
-fn proc_contexts(plan: &Plan) -> Result<(), InitFailure> {
-    let n = 2 + plan
-        .rootfs
-        .mounts
-        .iter()
-        .filter(|m| matches!(&m.kind, rootfs::Kind::Fs { fstype, .. } if fstype == "proc"))
-        .count();
-    let what = || "procfs of the joined pid namespace".to_string();
-    let empty = super::mount::new_fs("tmpfs", None, &[]).step(Step::Namespaces, what)?;
-    super::mount::setattr(empty.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0)
-        .step(Step::Namespaces, what)?;
-    let dir = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
-    let root = sys::openat(super::path::cwd(), c"/", dir, 0).step(Step::Namespaces, what)?;
-    let cwd = sys::openat(super::path::cwd(), c".", dir, 0).step(Step::Namespaces, what)?;
-    let (ours, theirs) = sync::pair().step(Step::Namespaces, what)?;
-    sys::fchdir(empty.as_fd()).step(Step::Namespaces, what)?;
-    sys::chroot(c".").step(Step::Namespaces, what)?;
-    let forked = sys::clone_fork(0, None);
-    if !matches!(forked, Ok(sys::Forked::Child)) {
-        // Back on the (private copy of the) host's root, whatever the fork did; never
-        // carry on from the empty one.
-        let back = sys::fchdir(root.as_fd())
-            .and_then(|()| sys::chroot(c"."))
-            .and_then(|()| sys::fchdir(cwd.as_fd()));
-        if back.is_err() {
-            sys::exit_now(1);
-        }
-    }
-    match forked.step(Step::Namespaces, what)? {
-        sys::Forked::Child => {
-            let ok = sys::close_all_but(theirs.sock.as_fd()).is_ok()
-                && (0..n).all(|i| {
-                    sys::fsopen(c"proc")
-                        .is_ok_and(|fc| theirs.send_mount(i as u32, fc.as_fd()).is_ok())
-                });
-            sys::exit_now(if ok { 0 } else { 1 })
-        }
-        sys::Forked::Parent(pid) => {
-            drop(theirs);
-            let got: Result<Vec<OwnedFd>, _> =
-                (0..n).map(|_| ours.recv_mount().map(|m| m.1)).collect();
-            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-            super::mount::set_proc_contexts(Some(got.step(Step::Namespaces, what)?));
-            Ok(())
-        }
-    }
-}
-
-/// Forks the init (staged create; [`NsPlan::late_init`]: after `pivot_root`); this
-/// process reports the init's pid and exits. The init goes on only once that report is
-/// sent (EOF on a pipe at this process's exit), so the parent never takes a message of
-/// the init's for one of this process's.
-fn fork_init(ch: &Channel) -> Result<(), InitFailure> {
-    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(io::Error::from)
-        .step(Step::Namespaces, || "pipe".into())?;
-    match sys::clone_fork(0, None).step(Step::Namespaces, || "fork init".into())? {
-        sys::Forked::Child => {
-            drop(w);
-            let mut b = [0u8; 1];
-            let mut f = std::fs::File::from(r);
-            while matches!(f.read(&mut b), Err(ref e) if e.kind() == io::ErrorKind::Interrupted) {}
-            // In the pid namespace now: its own fsopen("proc") is right again.
-            super::mount::set_proc_contexts(None);
-            Ok(())
-        }
-        sys::Forked::Parent(pid) => {
-            let _ = ch.send_parent(&ToParent::InitPid(pid), None);
-            sys::exit_now(0)
-        }
-    }
-}
-
-/// In a new user namespace, become its root (ids were mapped by the parent).
-fn become_root() -> Result<(), InitFailure> {
-    // EINVAL means 0 is not mapped (e.g. a rootless map of a single non-root id): stay as is.
-    match sys::setresgid(0) {
-        Err(e) if e.raw_os_error() != Some(libc::EINVAL) => {
-            return Err(e).step(Step::UserMapping, || "setresgid 0".into())
-        }
-        _ => {}
-    }
-    match sys::setresuid(0) {
-        Err(e) if e.raw_os_error() != Some(libc::EINVAL) => {
-            Err(e).step(Step::UserMapping, || "setresuid 0".into())
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Blocks until `moat start` writes the fifo.
-fn wait_start(fifo: &OwnedFd) -> Result<(), InitFailure> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    loop {
-        let mut fds = [PollFd::new(fifo.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) => break,
-            Err(nix::Error::EINTR) => continue,
-            Err(e) => return Err(io::Error::from(e)).step(Step::Sync, || "wait for start".into()),
-        }
-    }
-    let mut b = [0u8; 1];
-    let mut f = std::fs::File::from(fifo.try_clone().step(Step::Sync, || "exec fifo".into())?);
-    match f.read(&mut b) {
-        Ok(1) => Ok(()),
-        _ => Err(InitFailure::new(
-            Step::Sync,
-            "exec fifo closed without a start",
-        )),
-    }
 }
