@@ -97,7 +97,6 @@ fn profile(plan: &Plan) -> Result<(), Error> {
 /// the container's notify socket in it.
 fn state_dir(plan: &Plan) -> Result<(ContainerDir, Option<UnixDatagram>), Error> {
     let dir = ContainerDir::create(&plan.opts.root, &plan.opts.id)?;
-    debug_assert_eq!(dir.path, plan.dir());
     let Some(n) = &plan.notify else {
         return Ok((dir, None));
     };

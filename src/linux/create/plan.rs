@@ -329,11 +329,6 @@ impl Plan {
     pub(super) fn idmapped_late(&self) -> bool {
         self.ns.staged && self.ns.has_new(libc::CLONE_NEWUSER)
     }
-
-    /// The state directory the plan was made for.
-    pub(super) fn dir(&self) -> PathBuf {
-        self.opts.root.join(&self.opts.id)
-    }
 }
 
 /// A rootless container without a cgroup: no `linux.resources`, said in one warning line.
