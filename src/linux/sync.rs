@@ -376,6 +376,36 @@ impl Phase {
     }
 }
 
+/// A message out of order: received from the peer (`got`), or about to be sent by this
+/// side (a bug of moat's). Carried inside the channel's `io::Error` (`InvalidData`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub struct OutOfOrder {
+    pub kind: Kind,
+    pub got: bool,
+    pub phase: Phase,
+    pub shape: Shape,
+}
+
+impl std::fmt::Display for OutOfOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sync: {}", self.detail())
+    }
+}
+
+impl OutOfOrder {
+    /// `got HooksDone while waiting for Go` (what an `InitFailure` of step `sync` says).
+    pub fn detail(&self) -> String {
+        let what = if self.got { "got" } else { "cannot send" };
+        let expected = self.phase.expected(self.shape, self.kind.to_child());
+        format!("{what} {:?} while waiting for {expected}", self.kind)
+    }
+
+    /// The out-of-order message inside a channel error, if that is what it is.
+    pub fn of(e: &io::Error) -> Option<OutOfOrder> {
+        e.get_ref()?.downcast_ref::<OutOfOrder>().copied()
+    }
+}
+
 /// One side's view of a create's protocol.
 #[derive(Debug)]
 struct Protocol {
@@ -392,14 +422,15 @@ impl Protocol {
                 self.phase.set(p);
                 Ok(())
             }
-            None => {
-                let what = if got { "got" } else { "cannot send" };
-                let expected = phase.expected(self.shape, k.to_child());
-                Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("sync: {what} {k:?} while waiting for {expected}"),
-                ))
-            }
+            None => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                OutOfOrder {
+                    kind: k,
+                    got,
+                    phase,
+                    shape: self.shape,
+                },
+            )),
         }
     }
 }
@@ -764,6 +795,15 @@ mod tests {
         raw.send_child(&ToChild::HooksDone(Vec::new())).unwrap();
         let e = child.recv_parent().unwrap_err();
         assert_eq!(e.to_string(), "sync: got HooksDone while waiting for Go");
+        assert_eq!(
+            OutOfOrder::of(&e),
+            Some(OutOfOrder {
+                kind: Kind::HooksDone,
+                got: true,
+                phase: Phase::Start,
+                shape,
+            })
+        );
         // The sender's own machine refuses too.
         let e = parent.send_child(&ToChild::Created).unwrap_err();
         assert_eq!(

@@ -81,10 +81,10 @@ pub(crate) fn enter_cgroup(placement: Placement) -> Result<(), InitFailure> {
 fn wait_parent(ch: &Channel) -> Result<ToChild, InitFailure> {
     match ch.recv_parent() {
         Ok(m) => Ok(m),
-        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-            Err(e).step(Step::Sync, || "receive from moat create".into())
-        }
-        Err(_) => sys::exit_now(1),
+        Err(e) => match sync::OutOfOrder::of(&e) {
+            Some(o) => Err(InitFailure::new(Step::Sync, o.detail())),
+            None => sys::exit_now(1),
+        },
     }
 }
 

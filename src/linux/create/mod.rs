@@ -134,7 +134,7 @@ pub enum Error {
     },
     /// The child's message out of order (`sync: got … while waiting for …`).
     #[error(transparent)]
-    Protocol(io::Error),
+    Protocol(crate::linux::sync::OutOfOrder),
     #[error("container init exited before it was ready ({status:?})")]
     Died {
         pid: i32,

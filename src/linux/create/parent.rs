@@ -355,8 +355,10 @@ fn serve(
     loop {
         let (msg, fd) = match parent_ch.recv_child() {
             Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(Error::Protocol(e)),
-            Err(_) => return Err(died(init_pid)),
+            Err(e) => match sync::OutOfOrder::of(&e) {
+                Some(o) => return Err(Error::Protocol(o)),
+                None => return Err(died(init_pid)),
+            },
         };
         match msg {
             ToParent::UsernsReady => {
