@@ -65,7 +65,8 @@ fn in_cgroup(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Created
     let ch = channels(plan, dir)?; // 7
     let (child, mut guard, parent_ch, console_relay) = fork(plan, dir, cgroup, ch)?; // 8
     release(plan, child, &record, &parent_ch)?; // 9
-                                                // Rows 9 (staged) to 14: serve the child until it is ready.
+
+    // Rows 9 (staged) to 14: serve the child until it is ready.
     let (init_pid, listener) = serve(plan, child, &record, &parent_ch, &mut guard)?;
     let created = ready(
         plan,
