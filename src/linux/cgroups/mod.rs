@@ -188,8 +188,26 @@ impl Cgroup {
         }
     }
 
-    /// Creates `path` (already resolved) in every hierarchy of `layout`.
+    /// Creates `path` (already resolved) in every hierarchy of `layout`, and refuses it
+    /// if it already holds processes.
     pub fn create(layout: Layout, path: String) -> Result<Cgroup, CgroupError> {
+        let cg = Self::create_shared(layout, path)?;
+        // A cgroup that already holds processes belongs to someone else: limits, freeze
+        // and kill would hit them too.
+        let pids = cg.pids()?;
+        if !pids.is_empty() {
+            let dir = cg.hierarchies[0].dir(&cg.path);
+            return Err(CgroupError::NotEmpty {
+                path: dir,
+                count: pids.len(),
+            });
+        }
+        Ok(cg)
+    }
+
+    /// [`Cgroup::create`] for a parent shared by many containers (the fleet budget),
+    /// whose subtree holds their processes by design.
+    pub fn create_shared(layout: Layout, path: String) -> Result<Cgroup, CgroupError> {
         let mut cg = Cgroup {
             path,
             unified: layout.unified,
@@ -215,16 +233,6 @@ impl Cgroup {
                 denied.len(),
                 denied.join("; ")
             ));
-        }
-        // A cgroup that already holds processes belongs to someone else: limits, freeze
-        // and kill would hit them too.
-        let pids = cg.pids()?;
-        if !pids.is_empty() {
-            let dir = cg.hierarchies[0].dir(&cg.path);
-            return Err(CgroupError::NotEmpty {
-                path: dir,
-                count: pids.len(),
-            });
         }
         Ok(cg)
     }
