@@ -206,3 +206,43 @@ fn bad_resource_value_fails_create_and_removes_the_cgroup() {
     assert!(out.stderr.contains("cpu"), "{}", out.stderr);
     ctx.assert_no_trace(&c.id);
 }
+
+/// The fleet budget is a parent shared by every RESTRICTED container moat places: a second
+/// container under it is created while the first one runs there (the fleet is not
+/// "someone else's non-empty cgroup"), and both sit below the one capped parent.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn two_containers_share_the_fleet_budget() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("cgfleet");
+    let fleet = format!("/{}-fleet", ctx.id("f"));
+    let cfg = ctx.dir.join("moat.toml");
+    std::fs::write(
+        &cfg,
+        format!("[fleet]\ncgroup = \"{fleet}\"\npids = 1000\n"),
+    )
+    .unwrap();
+    ctx.use_config(&cfg).args(&["sleep", "30"]);
+    let a = ctx.create_ok("a");
+    a.start();
+    let b = ctx.create_ok("b");
+    b.start();
+    for c in [&a, &b] {
+        let dir = v1_cgroup_dir(c.pid(), "pids").unwrap();
+        assert!(
+            dir.ends_with(format!("{}/{}", fleet.trim_start_matches('/'), c.id)),
+            "{}",
+            dir.display()
+        );
+    }
+    let top = Path::new("/sys/fs/cgroup/pids").join(fleet.trim_start_matches('/'));
+    assert_eq!(read(top.join("pids.max")).trim(), "1000");
+    drop(a);
+    drop(b);
+    // The fleet stays (it is shared); this test's own is removed here, in every hierarchy.
+    for h in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+        let _ = std::fs::remove_dir(h.path().join(fleet.trim_start_matches('/')));
+    }
+}

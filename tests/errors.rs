@@ -5,7 +5,7 @@
 mod support;
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use support::*;
@@ -395,4 +395,117 @@ fn duplicate_and_case_variant_keys_are_refused() {
         .set("/process/fooBar", json!(1))
         .set("/linux/foo", json!({"Bar": 1, "bar": 2}));
     ctx.create_ok("ok");
+}
+
+/// Every cgroup hierarchy the host mounts (v1 controllers, named ones, the v2 mount),
+/// from mountinfo: a refused create must leave a directory in none of them.
+fn cgroup_mounts() -> Vec<PathBuf> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let fstype = post.split(' ').next()?;
+            (fstype == "cgroup" || fstype == "cgroup2")
+                .then(|| PathBuf::from(pre.split(' ').nth(4).unwrap()))
+        })
+        .collect()
+}
+
+/// A spec the plan refuses leaves nothing because nothing was made: no state directory,
+/// no notify socket, no userns range in the host pool, no cgroup in any hierarchy (the
+/// fleet's included). `NOTIFY_SOCKET` and `moat.userns=auto` are asked for, so every side
+/// effect of create would have had its chance before the check.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn refused_spec_makes_nothing() {
+    if !require_root() {
+        return;
+    }
+    type Edit = fn(&mut Ctx);
+    let cases: [(&str, Edit, &[&str]); 4] = [
+        (
+            "sysctl",
+            |c| {
+                c.without_ns("network")
+                    .set("/linux/sysctl", json!({"net.ipv4.ip_forward": "1"}));
+            },
+            &["linux.sysctl.net.ipv4.ip_forward", "refused"],
+        ),
+        (
+            "personality",
+            |c| {
+                c.set("/linux/personality", json!({"domain": "LINUX64"}));
+            },
+            &["linux.personality.domain", "LINUX64"],
+        ),
+        (
+            "noargs",
+            |c| {
+                c.set("/process/args", json!([]));
+            },
+            &["process.args"],
+        ),
+        (
+            "hostname",
+            |c| {
+                c.without_ns("uts").set("/hostname", json!("h"));
+            },
+            &["hostname", "uts namespace"],
+        ),
+    ];
+    for (tag, edit, needles) in cases {
+        let mut ctx = Ctx::new(&format!("refused-{tag}"));
+        let fleet = format!("/{}-fleet", ctx.id("f"));
+        let cfg = ctx.dir.join("moat.toml");
+        fs::write(
+            &cfg,
+            format!("default_policy = \"open\"\n\n[fleet]\ncgroup = \"{fleet}\"\npids = 1000\n"),
+        )
+        .unwrap();
+        ctx.use_config(&cfg);
+        ctx.set("/annotations", json!({"moat.userns": "auto"}));
+        edit(&mut ctx);
+        ctx.write_config();
+        let id = ctx.id("c");
+        let notify = std::os::unix::net::UnixDatagram::bind(ctx.dir.join("notify.sock")).unwrap();
+        let mut cmd = ctx.cmd();
+        cmd.env("NOTIFY_SOCKET", ctx.dir.join("notify.sock")).args([
+            "create",
+            "--bundle",
+            &ctx.bundle_str(),
+            &id,
+        ]);
+        let _g = ctx.guard(&id);
+        let out = run_cmd(cmd, &ctx.io, CALL_TIMEOUT).fails();
+        drop(notify);
+        assert_eq!(out.stderr_lines().len(), 1, "{tag}: {}", out.stderr);
+        for n in needles {
+            assert!(out.stderr.contains(n), "{tag}: {n:?} not in {}", out.stderr);
+        }
+        assert!(
+            !ctx.state_dir(&id).exists(),
+            "{tag}: state dir {} made",
+            ctx.state_dir(&id).display()
+        );
+        for m in cgroup_mounts() {
+            for dir in [
+                m.join("moat").join(&id),
+                m.join(fleet.trim_start_matches('/')),
+            ] {
+                assert!(!dir.exists(), "{tag}: cgroup {} made", dir.display());
+            }
+        }
+        for e in fs::read_dir("/run/moat-userns")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let text = fs::read_to_string(e.path()).unwrap_or_default();
+            assert!(
+                !text.contains(&id),
+                "{tag}: userns range {} taken",
+                e.path().display()
+            );
+        }
+    }
 }

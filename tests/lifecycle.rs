@@ -331,7 +331,11 @@ fn kill_signal_0_probes_a_running_container() {
     assert!(wait_until(T, || c.stdout().contains("ready")));
     c.kill("0").ok();
     c.moat(&["kill", "--all", &c.id, "0"]).ok();
-    assert_eq!(c.state()["status"], "running", "signal 0 disturbed the init");
+    assert_eq!(
+        c.state()["status"],
+        "running",
+        "signal 0 disturbed the init"
+    );
     c.kill("KILL").ok();
     c.wait_stopped(T);
 }

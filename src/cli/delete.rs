@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::bail;
 
 use super::{Global, Result};
-use crate::linux::{hooks, process, signal, sys};
+use crate::linux::{create, hooks, signal, sys};
 use crate::log;
 use crate::state::{ContainerDir, StateError, Status};
 
@@ -28,7 +28,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         // A create killed before its first record: nothing but the directory exists.
         Err(StateError::Corrupt { .. }) if a.force => {
             dir.remove()?;
-            super::create::userns_release(g, &a.id);
+            crate::container::create::userns_release(&g.context()?, &a.id);
             return Ok(0);
         }
         Err(e) => return Err(e.into()),
@@ -49,7 +49,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
         ),
     }
     destroy(dir, &rec)?;
-    super::create::userns_release(g, &a.id);
+    crate::container::create::userns_release(&g.context()?, &a.id);
     Ok(0)
 }
 
@@ -92,7 +92,7 @@ pub fn destroy(dir: ContainerDir, rec: &crate::state::Record) -> Result<()> {
     }
     if let Ok(spec) = dir.load_spec() {
         if let Some(h) = spec.hooks.as_ref().filter(|h| !h.poststop.is_empty()) {
-            let st = process::state_json(rec, "stopped", 0);
+            let st = create::state_json(rec, "stopped", 0);
             if let Err(e) = hooks::run("poststop", &h.poststop, &st) {
                 log::warn(&e.to_string());
             }

@@ -2,7 +2,7 @@
 
 mod check;
 pub(crate) mod create;
-mod delete;
+pub(crate) mod delete;
 mod events;
 pub(crate) mod exec;
 mod fast;
@@ -14,7 +14,7 @@ mod policy;
 mod ps;
 pub(crate) mod run;
 mod spec;
-mod start;
+pub(crate) mod start;
 mod state;
 mod update;
 pub(crate) mod verify;

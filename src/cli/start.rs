@@ -6,7 +6,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use anyhow::{bail, Context};
 
 use super::{Global, Result};
-use crate::linux::{hooks, notify, process};
+use crate::linux::{create, hooks, notify};
 use crate::log;
 use crate::state::{self, ContainerDir, Record, Status};
 
@@ -56,7 +56,7 @@ pub fn start(dir: &ContainerDir, rec: &Record) -> Result<()> {
     }
     let spec = dir.load_spec()?;
     if let Some(h) = spec.hooks.as_ref().filter(|h| !h.poststart.is_empty()) {
-        let st = process::state_json(rec, "running", rec.pid);
+        let st = create::state_json(rec, "running", rec.pid);
         // The process is already running: a failing poststart hook is reported, not fatal.
         if let Err(e) = hooks::run("poststart", &h.poststart, &st) {
             log::warn(&e.to_string());

@@ -1,6 +1,18 @@
-//! `create` and `run`: a container from a bundle.
+//! `create` and `run`: a container from a bundle. The backend is chosen here, in one
+//! place ([`backend`]): gVisor's runsc (`src/gvisor/`) or moat's own create sequence
+//! (`linux/create/`: plan → parent → child).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+
+use super::Context;
+use crate::gvisor::Selection;
+use crate::linux::create::{self as native, Created, Options, Plan};
+use crate::linux::signal;
+use crate::policy;
+use crate::spec::Spec;
+use crate::state::{self, idpool, ContainerDir, StateError};
 
 /// runc's `create` flags.
 #[derive(Debug, Clone)]
@@ -25,4 +37,133 @@ pub struct RunRequest {
     pub detach: bool,
     /// Leave the container after it exits.
     pub keep: bool,
+}
+
+/// `moat create`: the container set up, its init waiting for `start`.
+pub fn create(ctx: &Context, req: &Request) -> Result<i32> {
+    if let Some(sel) = backend(req)? {
+        return crate::gvisor::create(ctx, req, sel);
+    }
+    create_native(ctx, req, false)?;
+    Ok(0)
+}
+
+/// `moat run`: create + start; in the foreground, wait, forward signals, exit with the
+/// container's status (128+N for a signal), then delete unless `--keep`.
+pub fn run(ctx: &Context, req: &RunRequest) -> Result<i32> {
+    if let Some(sel) = backend(&req.create)? {
+        return crate::gvisor::run(ctx, req, sel);
+    }
+    // Block forwarded signals before the container exists, so none is lost; the init
+    // resets its mask before exec.
+    let set = signal::forwarded_set();
+    if !req.detach {
+        set.thread_block().context("block signals")?;
+    }
+    let (dir, created) = create_native(ctx, &req.create, !req.detach)?;
+    let rec = created.record;
+    if let Err(e) = crate::cli::start::start(&dir, &rec) {
+        let _ = crate::cli::delete::force_delete(dir, &rec);
+        userns_release(ctx, &rec.id);
+        return Err(e);
+    }
+    if req.detach {
+        return Ok(0);
+    }
+    // The state lock is only for the create: held while the container runs, it would
+    // block `kill`, `delete --force` (and anything else that locks) until it exits.
+    let root = dir
+        .path
+        .parent()
+        .map(|p| p.to_path_buf())
+        .unwrap_or_default();
+    drop(dir);
+    let pidfd = created.pidfd.context("no pidfd for the init")?;
+    let status = signal::forward_and_wait(rec.pid, &pidfd, &set, created.console.as_ref())?;
+    if !req.keep {
+        match ContainerDir::open(&root, &rec.id) {
+            // Unless someone else deleted it meanwhile (and maybe reused the id).
+            Ok(dir) => {
+                if dir
+                    .load()
+                    .is_ok_and(|r| r.pid == rec.pid && r.pid_start == rec.pid_start)
+                {
+                    crate::cli::delete::force_delete(dir, &rec)?;
+                    userns_release(ctx, &rec.id);
+                }
+            }
+            Err(StateError::NotExist) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(status)
+}
+
+/// The one place the backend is chosen: runsc when the bundle or the operator asks for
+/// gVisor, else moat's own. The id is checked first, before the bundle is read or any
+/// profile loaded, for both backends.
+fn backend(req: &Request) -> Result<Option<Selection>> {
+    state::validate_id(&req.id)?;
+    crate::gvisor::select(&req.bundle)
+}
+
+/// The native create: what the caller passed checked, the plan made (row 1 of the create
+/// table, before anything exists), then the parent's rows.
+fn create_native(
+    ctx: &Context,
+    req: &Request,
+    foreground: bool,
+) -> Result<(ContainerDir, Created)> {
+    let listen_fds = super::before_fork(req.preserve_fds, true)?;
+    let cwd = std::env::current_dir().context("getcwd")?;
+    let bundle = bundle_path(&cwd, &req.bundle);
+    let spec = Spec::load(&bundle)?;
+    let cfg = policy::Config::load()?;
+    let opts = Options {
+        id: req.id.clone(),
+        bundle,
+        console_socket: req.console_socket.clone(),
+        pid_file: req.pid_file.as_ref().map(|p| cwd.join(p)),
+        no_pivot: req.no_pivot,
+        new_keyring: !req.no_new_keyring,
+        preserve_fds: req.preserve_fds,
+        listen_fds,
+        systemd_cgroup: ctx.systemd_cgroup,
+        foreground,
+        rootless: ctx.rootless,
+        root: ctx.root.clone(),
+        notify_socket: std::env::var("NOTIFY_SOCKET")
+            .ok()
+            .filter(|s| !s.is_empty()),
+    };
+    let plan = Plan::new(spec, &cfg, opts)?;
+    Ok(native::create(plan)?)
+}
+
+/// Absolute and lexically clean, like runc's filepath.Abs: `state` shows it.
+fn bundle_path(cwd: &Path, bundle: &Path) -> PathBuf {
+    cwd.join(bundle)
+        .components()
+        .fold(PathBuf::new(), |mut p, c| {
+            match c {
+                std::path::Component::CurDir => {}
+                std::path::Component::ParentDir => {
+                    p.pop();
+                }
+                c => p.push(c),
+            }
+            p
+        })
+}
+
+/// Gives back whatever range the container holds in the host's userns pool (a missing
+/// pool is fine).
+pub fn userns_release(ctx: &Context, id: &str) {
+    // A rootless moat never allocates, and may not even open the host-wide pool.
+    if ctx.rootless {
+        return;
+    }
+    if let Err(e) = idpool::Pool::default().release(&native::pool_root(&ctx.root), id) {
+        crate::log::warn(&format!("release userns range of {id}: {e}"));
+    }
 }

@@ -37,7 +37,7 @@ pub use cmds::{create, delete, kill, pause, ps, resume, run, start, state, statu
 pub use exec::exec;
 pub use extra::{events, update, UpdateRequest};
 pub use extra::{features_json, wants_gvisor_features};
-pub use select::select;
+pub use select::{select, Selection};
 
 /// Which engine runs a container; recorded at create.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

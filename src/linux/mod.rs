@@ -1,12 +1,14 @@
 //! Everything that talks to the kernel, in the order the kernel sees it during create:
 //! namespaces → rootfs/mounts/devices → console → hooks → pivot → process attributes
-//! (rlimits, user, capabilities, seccomp, AppArmor) → exec. `process` holds the sequence.
+//! (rlimits, user, capabilities, seccomp, AppArmor) → exec. `create` holds the sequence
+//! (plan → parent → child).
 
 pub mod apparmor;
 pub mod attrs;
 pub mod capabilities;
 pub mod cgroups;
 pub mod console;
+pub mod create;
 pub mod devices;
 pub mod exec;
 pub mod exeseal;
@@ -17,7 +19,6 @@ pub mod mount;
 pub mod namespaces;
 pub mod notify;
 pub mod path;
-pub mod process;
 pub mod procfs;
 pub mod rootfs;
 pub mod rootless;

@@ -121,7 +121,7 @@ fn cstring(s: &str) -> io::Result<CString> {
 }
 
 /// procfs contexts made in the container's pid namespace by a process that could make
-/// them there (`process::proc_contexts`), for a process that is not in it: while set
+/// them there (`create::child::proc_contexts`), for a process that is not in it: while set
 /// (`Some`), [`new_fs`] of `proc` takes one of these, and fails with EAGAIN when none is
 /// left, rather than make a procfs of its caller's (the host's) pid namespace.
 static PROC_CONTEXTS: std::sync::Mutex<Option<Vec<OwnedFd>>> = std::sync::Mutex::new(None);

@@ -17,7 +17,7 @@
 //! ([`Plan::late_init`]) the intermediate sets up the rootfs itself, outside that pid
 //! namespace, and forks the init only after `pivot_root`. The one thing it cannot make
 //! there is a procfs of the joined namespace: a short-lived helper makes those contexts
-//! from inside it, born on an empty detached root (`process::proc_contexts`).
+//! from inside it, born on an empty detached root (`create::child::proc_contexts`).
 
 use std::ffi::CString;
 use std::io;

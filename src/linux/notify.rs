@@ -27,6 +27,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::path::{Path, PathBuf};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
@@ -46,17 +47,54 @@ const SOCKET_MODE: u32 = 0o666;
 /// Directory mode's subdirectory of the state directory, bound at `/run/notify`.
 const DIR: &str = "notify";
 
-/// At create: binds the container's socket, records it for `start`, and adds its bind
-/// mount and `NOTIFY_SOCKET` to the spec. The caller keeps the socket open until the
-/// init exists (it inherits it), then drops its own copy. `None` in directory mode.
-/// `first_free` is the lowest fd the init does not pass on (3 + `--preserve-fds`): the
-/// socket lives above the preserved range, so it can never be handed to the container.
+/// Planned before anything exists: whether the init keeps the container's socket
+/// (`start` takes it with `pidfd_getfd`) or, without the right to, a directory is bound
+/// instead; the bind mount and `NOTIFY_SOCKET` are added to the spec.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    take_from_init: bool,
+}
+
+impl Plan {
+    /// Adds the bind mount of `dir` (the state directory, which does not exist yet) and
+    /// `NOTIFY_SOCKET` to the spec. Returns the plan and the mount's source with whether
+    /// it is a directory, for the rootfs plan (the source is made by [`prepare`]).
+    pub fn new(spec: &mut Spec, dir: &Path) -> (Plan, (PathBuf, bool)) {
+        let take_from_init = can_take_from_init();
+        let mount = if take_from_init {
+            (CONTAINER_PATH, dir.join(SOCKET))
+        } else {
+            let container_dir = CONTAINER_PATH.rsplit_once('/').expect("absolute").0;
+            (container_dir, dir.join(DIR))
+        };
+        spec.mounts.push(Mount {
+            destination: mount.0.into(),
+            typ: Some("bind".into()),
+            source: Some(mount.1.display().to_string()),
+            options: ["bind", "ro", "nosuid", "nodev", "noexec"]
+                .map(String::from)
+                .to_vec(),
+            ..Default::default()
+        });
+        if let Some(p) = spec.process.as_mut() {
+            p.env.retain(|e| !e.starts_with("NOTIFY_SOCKET="));
+            p.env.push(format!("NOTIFY_SOCKET={CONTAINER_PATH}"));
+        }
+        (Plan { take_from_init }, (mount.1, !take_from_init))
+    }
+}
+
+/// At create: binds the container's socket planned by [`Plan::new`] and records it for
+/// `start`. The caller keeps the socket open until the init exists (it inherits it),
+/// then drops its own copy. `None` in directory mode. `first_free` is the lowest fd the
+/// init does not pass on (3 + `--preserve-fds`): the socket lives above the preserved
+/// range, so it can never be handed to the container.
 pub fn prepare(
-    spec: &mut Spec,
+    plan: &Plan,
     dir: &ContainerDir,
     first_free: u32,
 ) -> io::Result<Option<UnixDatagram>> {
-    let (mount, sock) = if can_take_from_init() {
+    if plan.take_from_init {
         let bound = bind(dir, SOCKET)?;
         let min = sys::FdNumber(first_free);
         let sock = UnixDatagram::from(sys::dup_cloexec_from(bound.as_fd(), min)?);
@@ -67,28 +105,13 @@ pub fn prepare(
             format!("{} {}", sock.as_raw_fd(), st.st_ino).as_bytes(),
         )
         .map_err(io::Error::other)?;
-        ((CONTAINER_PATH, dir.file(SOCKET)), Some(sock))
+        Ok(Some(sock))
     } else {
         let path = dir.file(DIR);
         std::fs::DirBuilder::new().create(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
-        let container_dir = CONTAINER_PATH.rsplit_once('/').expect("absolute").0;
-        ((container_dir, path), None)
-    };
-    spec.mounts.push(Mount {
-        destination: mount.0.into(),
-        typ: Some("bind".into()),
-        source: Some(mount.1.display().to_string()),
-        options: ["bind", "ro", "nosuid", "nodev", "noexec"]
-            .map(String::from)
-            .to_vec(),
-        ..Default::default()
-    });
-    if let Some(p) = spec.process.as_mut() {
-        p.env.retain(|e| !e.starts_with("NOTIFY_SOCKET="));
-        p.env.push(format!("NOTIFY_SOCKET={CONTAINER_PATH}"));
+        Ok(None)
     }
-    Ok(sock)
 }
 
 /// Whether `start` will be allowed to `pidfd_getfd` from the (non-dumpable) init.

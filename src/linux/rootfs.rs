@@ -107,6 +107,7 @@ pub fn plan(
     no_pivot: bool,
     cgroup_mounts: Vec<CgroupMount>,
     new_cgroupns: bool,
+    made_later: Option<&(PathBuf, bool)>,
 ) -> Result<Plan, PlanError> {
     // Every lookup and mount in the rootfs goes by fd; there is no fallback by name.
     if let Some(call) = sys::missing_mount_api() {
@@ -217,10 +218,17 @@ pub fn plan(
             } else {
                 bundle.join(src)
             };
-            let meta = std::fs::metadata(&source).map_err(|e| PlanError {
-                field: field("source"),
-                reason: format!("{}: {e}", source.display()),
-            })?;
+            // A source moat itself makes once the plan is done (the notify socket in the
+            // state directory) cannot be looked up yet.
+            let is_dir = match made_later.filter(|(p, _)| *p == source) {
+                Some((_, is_dir)) => *is_dir,
+                None => std::fs::metadata(&source)
+                    .map_err(|e| PlanError {
+                        field: field("source"),
+                        reason: format!("{}: {e}", source.display()),
+                    })?
+                    .is_dir(),
+            };
             if path::components(&m.destination).is_empty() {
                 return Err(PlanError {
                     field: field("destination"),
@@ -230,10 +238,7 @@ pub fn plan(
             if path::components(&m.destination) == ["dev"] {
                 dev_is_bind = true;
             }
-            Kind::Bind {
-                source,
-                is_dir: meta.is_dir(),
-            }
+            Kind::Bind { source, is_dir }
         } else if typ == "cgroup" || typ == "cgroup2" {
             Kind::Cgroup
         } else {

@@ -1,34 +1,48 @@
 //! The parent ↔ init protocol: one `SOCK_SEQPACKET` socketpair, one message per packet,
-//! a fixed binary encoding, fds next to the message that carries them.
+//! a fixed binary encoding, fds next to the message that carries them. Every message is
+//! named ([`Kind`]; its wire tag is the variant's discriminant, nothing else), and both
+//! ends of a create's channel follow the same [`Phase`] machine: a message the peer
+//! sends out of order is refused with the phase and the message named
+//! (`sync: got HooksDone while waiting for Go`), never taken for another one.
 //!
 //! ```text
-//!   parent (moat create)                         child (container init)
-//!   clone (into the v2 cgroup) ────────────────▶ joins the v1 cgroups itself; waits
-//!   rlimits, oom_score_adj, id maps*
-//!   Go(state JSON) ────────────────────────────▶ joins/unshares namespaces
-//!   MountFd(i) + fd, one per idmapped mount** ──▶
-//!                         ◀──────────────────── UsernsReady        (staged userns only)
-//!   writes id maps
-//!   MapsWritten ───────────────────────────────▶
-//!   MountFd(i) + fd, one per idmapped mount** ──▶
-//!                         ◀──────────────────── InitPid(pid)       (staged only: the
-//!                                                                    grandchild is init)
-//!                                                rootfs, mounts, devices, console
-//!                         ◀──────────────────── HooksPlease        (if prestart/createRuntime)
-//!   runs prestart, createRuntime hooks
-//!   HooksDone ─────────────────────────────────▶ createContainer hooks, pivot_root,
-//!                                                masks, sysctl, LSM, user, caps, seccomp
-//!                         ◀──────────────────── Ready [+ seccomp listener fd]
-//!   writes state.json and --pid-file
-//!   Created ───────────────────────────────────▶ blocks on exec.fifo until `start`
+//!   phase        parent (moat create)                         child (container init)
+//!   Start        clone (into the v2 cgroup) ────────────────▶ joins the v1 cgroups itself; waits
+//!                rlimits, oom_score_adj, id maps*
+//!                Go(state JSON) ────────────────────────────▶ joins/unshares namespaces
+//!   Namespaces   MountFd(i) + fd, one per idmapped mount** ──▶
+//!                                      ◀──────────────────── UsernsReady        (staged userns only)
+//!   Mapping      writes id maps
+//!                MapsWritten ───────────────────────────────▶
+//!   Mapped       MountFd(i) + fd, one per idmapped mount** ──▶
+//!                                      ◀──────────────────── InitPid(pid)       (staged only: the
+//!                                                                                 grandchild is init)
+//!   Rootfs                                                    rootfs, mounts, devices, console
+//!                                      ◀──────────────────── HooksPlease
+//!   Hooks        runs prestart, createRuntime hooks
+//!                HooksDone ─────────────────────────────────▶ createContainer hooks, pivot_root
+//!   Pivoted                            ◀──────────────────── InitPid(pid)       (late init only)
+//!   Finalize                                                  masks, sysctl, LSM, user, caps, seccomp
+//!                                      ◀──────────────────── Ready [+ seccomp listener fd]
+//!   Ready        writes state.json and --pid-file
+//!                Created ───────────────────────────────────▶ blocks on exec.fifo until `start`
+//!   Done
 //! ```
 //! (*) id maps are written right after clone when the child was cloned into its user
 //! namespace. (**) `linux/idmap.rs`: sent once the container's user namespace is mapped,
 //! after `Go`, or after `MapsWritten` when the userns is unshared by a staged
-//! intermediate; the child knows how many to expect from its plan. Any failure in the child is a `Failed` message carrying the step, errno and
-//! the object (path, field) it failed on. EOF on either side means the peer died: the
-//! child exits, the parent cleans up.
+//! intermediate; the child knows how many to expect from its plan. Any failure in the
+//! child is a `Failed` message carrying the step, errno and the object (path, field) it
+//! failed on, accepted in every phase but `Done`; the parent answers it with `Created`
+//! (what it sent before reading the failure is dropped), so the child is reaped only once
+//! its failure was read. EOF on either side means the
+//! peer died: the child exits, the parent cleans up.
+//!
+//! Which of the optional rows happen is the create's [`Shape`], known to both sides from
+//! the plan. The helper channels of `idmap.rs` and the staged intermediate's procfs
+//! helper (mount fds only), and exec's (pid and failure only), are unchecked [`pair`]s.
 
+use std::cell::Cell;
 use std::io;
 use std::io::IoSlice;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -179,13 +193,74 @@ impl<T> StepExt<T> for io::Result<T> {
     }
 }
 
+/// Every message of the protocol, parent → child first; the discriminant is the wire tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Go = 1,
+    MountFd,
+    MapsWritten,
+    HooksDone,
+    Created,
+    UsernsReady,
+    InitPid,
+    HooksPlease,
+    Ready,
+    Failed,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 10] = [
+        Kind::Go,
+        Kind::MountFd,
+        Kind::MapsWritten,
+        Kind::HooksDone,
+        Kind::Created,
+        Kind::UsernsReady,
+        Kind::InitPid,
+        Kind::HooksPlease,
+        Kind::Ready,
+        Kind::Failed,
+    ];
+
+    fn tag(self) -> u8 {
+        self as u8
+    }
+
+    fn from_tag(tag: u8) -> Option<Kind> {
+        Kind::ALL.iter().copied().find(|k| k.tag() == tag)
+    }
+
+    /// Sent by the parent (else by the child).
+    pub fn to_child(self) -> bool {
+        matches!(
+            self,
+            Kind::Go | Kind::MountFd | Kind::MapsWritten | Kind::HooksDone | Kind::Created
+        )
+    }
+}
+
 #[derive(Debug)]
 pub enum ToChild {
     Go(Vec<u8>),
+    /// An idmapped (or parent-built) mount for `mounts[index]` (or the rootfs), by fd.
+    MountFd(u32),
     MapsWritten,
     /// Carries the state JSON again: in a staged create only now is the init's pid known.
     HooksDone(Vec<u8>),
     Created,
+}
+
+impl ToChild {
+    pub fn kind(&self) -> Kind {
+        match self {
+            ToChild::Go(_) => Kind::Go,
+            ToChild::MountFd(_) => Kind::MountFd,
+            ToChild::MapsWritten => Kind::MapsWritten,
+            ToChild::HooksDone(_) => Kind::HooksDone,
+            ToChild::Created => Kind::Created,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -197,10 +272,176 @@ pub enum ToParent {
     Failed(InitFailure),
 }
 
-pub struct Channel {
-    pub sock: OwnedFd,
+impl ToParent {
+    pub fn kind(&self) -> Kind {
+        match self {
+            ToParent::UsernsReady => Kind::UsernsReady,
+            ToParent::InitPid(_) => Kind::InitPid,
+            ToParent::HooksPlease => Kind::HooksPlease,
+            ToParent::Ready => Kind::Ready,
+            ToParent::Failed(_) => Kind::Failed,
+        }
+    }
 }
 
+/// Which optional rows of the protocol a create has, from its plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// An intermediate is forked (joins by path, time namespaces): `InitPid` comes.
+    pub staged: bool,
+    /// The intermediate unshares the user namespace: `UsernsReady`, `MapsWritten`, and the
+    /// mount fds only after them.
+    pub userns: bool,
+    /// The init is forked after `pivot_root` (a joined pid namespace with a new mount
+    /// namespace): `InitPid` comes after `HooksDone`.
+    pub late_init: bool,
+}
+
+/// Where a create stands, the same on both sides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Cloned: the child waits for `Go`.
+    Start,
+    /// `Go` sent: the child joins its namespaces; mount fds may follow.
+    Namespaces,
+    /// `UsernsReady`: the parent writes the id maps.
+    Mapping,
+    /// `MapsWritten`: mount fds may follow; the intermediate forks the init.
+    Mapped,
+    /// `InitPid`: the init sets up the rootfs.
+    Rootfs,
+    /// `HooksPlease`: the parent runs its hooks.
+    Hooks,
+    /// `HooksDone` with a late init: the intermediate forks it after `pivot_root`.
+    Pivoted,
+    /// The init finishes (masks, attributes) and says `Ready`.
+    Finalize,
+    /// `Ready`: the parent records the container.
+    Ready,
+    /// `Failed`: only the parent's acknowledgement (`Created`) follows.
+    Failed,
+    /// `Created`: nothing more is said.
+    Done,
+}
+
+impl Phase {
+    /// The phase after `k`, or `None` when `k` is out of order here.
+    pub fn next(self, shape: Shape, k: Kind) -> Option<Phase> {
+        use Kind as K;
+        use Phase as P;
+        let direct = !shape.staged;
+        Some(match (self, k) {
+            (P::Done, _) => return None,
+            (P::Failed, K::Created) => P::Done,
+            // What the parent sent before it read the failure is dropped unread.
+            (P::Failed, k) if k.to_child() => P::Failed,
+            (P::Failed, _) => return None,
+            (_, K::Failed) => P::Failed,
+            (P::Start, K::Go) => P::Namespaces,
+            (P::Namespaces, K::MountFd) if !shape.userns => P::Namespaces,
+            (P::Namespaces, K::UsernsReady) if shape.staged && shape.userns => P::Mapping,
+            (P::Namespaces, K::InitPid) if shape.staged && !shape.userns && !shape.late_init => {
+                P::Rootfs
+            }
+            (P::Namespaces, K::HooksPlease) if direct || (shape.late_init && !shape.userns) => {
+                P::Hooks
+            }
+            (P::Mapping, K::MapsWritten) => P::Mapped,
+            (P::Mapped, K::MountFd) => P::Mapped,
+            (P::Mapped, K::InitPid) if !shape.late_init => P::Rootfs,
+            (P::Mapped, K::HooksPlease) if shape.late_init => P::Hooks,
+            (P::Rootfs, K::HooksPlease) => P::Hooks,
+            (P::Hooks, K::HooksDone) if shape.late_init => P::Pivoted,
+            (P::Hooks, K::HooksDone) => P::Finalize,
+            (P::Pivoted, K::InitPid) => P::Finalize,
+            (P::Finalize, K::Ready) => P::Ready,
+            (P::Ready, K::Created) => P::Done,
+            _ => return None,
+        })
+    }
+
+    /// What may come next from the side that sends `to_child` messages (or the other).
+    fn expected(self, shape: Shape, to_child: bool) -> String {
+        let names: Vec<String> = Kind::ALL
+            .iter()
+            .filter(|k| k.to_child() == to_child && **k != Kind::Failed)
+            .filter(|k| self.next(shape, **k).is_some())
+            .map(|k| format!("{k:?}"))
+            .collect();
+        if names.is_empty() {
+            format!("nothing (phase {self:?})")
+        } else {
+            names.join(" or ")
+        }
+    }
+}
+
+/// A message out of order: received from the peer (`got`), or about to be sent by this
+/// side (a bug of moat's). Carried inside the channel's `io::Error` (`InvalidData`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub struct OutOfOrder {
+    pub kind: Kind,
+    pub got: bool,
+    pub phase: Phase,
+    pub shape: Shape,
+}
+
+impl std::fmt::Display for OutOfOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sync: {}", self.detail())
+    }
+}
+
+impl OutOfOrder {
+    /// `got HooksDone while waiting for Go` (what an `InitFailure` of step `sync` says).
+    pub fn detail(&self) -> String {
+        let what = if self.got { "got" } else { "cannot send" };
+        let expected = self.phase.expected(self.shape, self.kind.to_child());
+        format!("{what} {:?} while waiting for {expected}", self.kind)
+    }
+
+    /// The out-of-order message inside a channel error, if that is what it is.
+    pub fn of(e: &io::Error) -> Option<OutOfOrder> {
+        e.get_ref()?.downcast_ref::<OutOfOrder>().copied()
+    }
+}
+
+/// One side's view of a create's protocol.
+#[derive(Debug)]
+struct Protocol {
+    shape: Shape,
+    phase: Cell<Phase>,
+}
+
+impl Protocol {
+    /// Moves on by `k`: received (`got`) from the peer, or about to be sent.
+    fn advance(&self, k: Kind, got: bool) -> io::Result<()> {
+        let phase = self.phase.get();
+        match phase.next(self.shape, k) {
+            Some(p) => {
+                self.phase.set(p);
+                Ok(())
+            }
+            None => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                OutOfOrder {
+                    kind: k,
+                    got,
+                    phase,
+                    shape: self.shape,
+                },
+            )),
+        }
+    }
+}
+
+pub struct Channel {
+    pub sock: OwnedFd,
+    /// A create's channel: the phase machine this end follows (`None`: unchecked).
+    protocol: Option<Protocol>,
+}
+
+/// An unchecked channel pair (helpers, exec).
 pub fn pair() -> io::Result<(Channel, Channel)> {
     let (a, b) = socketpair(
         AddressFamily::Unix,
@@ -208,12 +449,46 @@ pub fn pair() -> io::Result<(Channel, Channel)> {
         None,
         SockFlag::SOCK_CLOEXEC,
     )?;
-    Ok((Channel { sock: a }, Channel { sock: b }))
+    Ok((
+        Channel {
+            sock: a,
+            protocol: None,
+        },
+        Channel {
+            sock: b,
+            protocol: None,
+        },
+    ))
+}
+
+/// A create's channel pair (parent's end first), both ends checking `shape`'s order.
+pub fn create_pair(shape: Shape) -> io::Result<(Channel, Channel)> {
+    let (mut a, mut b) = pair()?;
+    for ch in [&mut a, &mut b] {
+        ch.protocol = Some(Protocol {
+            shape,
+            phase: Cell::new(Phase::Start),
+        });
+    }
+    Ok((a, b))
 }
 
 const MAX_MSG: usize = 64 * 1024;
 
 impl Channel {
+    fn check(&self, k: Kind, got: bool) -> io::Result<()> {
+        match &self.protocol {
+            Some(p) => p.advance(k, got),
+            None => Ok(()),
+        }
+    }
+
+    /// The staged init's own view: `k` was sent on its behalf by the intermediate
+    /// (`InitPid`, sent by the process that forked it).
+    pub fn sent_for_us(&self, k: Kind) -> io::Result<()> {
+        self.check(k, false)
+    }
+
     fn send(&self, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
         let iov = [IoSlice::new(bytes)];
         let raw;
@@ -240,107 +515,114 @@ impl Channel {
         }
     }
 
-    fn recv(&self) -> io::Result<(Vec<u8>, Option<OwnedFd>)> {
+    /// One packet: its kind (checked against the phase), payload and fd.
+    fn recv(&self) -> io::Result<(Kind, Vec<u8>, Option<OwnedFd>)> {
         let mut buf = vec![0u8; MAX_MSG];
         let (n, fd) = sys::recv_with_fd(self.sock.as_fd(), &mut buf)?;
         if n == 0 {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer exited"));
         }
         buf.truncate(n);
-        Ok((buf, fd))
+        let k = Kind::from_tag(buf[0]).ok_or_else(|| bad(buf[0]))?;
+        self.check(k, true)?;
+        buf.remove(0);
+        Ok((k, buf, fd))
     }
 
     /// An idmapped mount the parent built for `mounts[index]` (or the rootfs), by fd.
     pub fn send_mount(&self, index: u32, fd: BorrowedFd<'_>) -> io::Result<()> {
-        let mut b = vec![6u8];
-        b.extend_from_slice(&index.to_le_bytes());
-        self.send(&b, Some(fd))
+        let m = ToChild::MountFd(index);
+        self.check(m.kind(), false)?;
+        self.send(&encode_child(&m), Some(fd))
     }
 
     pub fn recv_mount(&self) -> io::Result<(u32, OwnedFd)> {
-        let (b, fd) = self.recv()?;
-        match (b.first(), fd) {
-            (Some(6), Some(fd)) if b.len() == 5 => {
-                Ok((u32::from_le_bytes(b[1..5].try_into().expect("4 bytes")), fd))
+        match self.recv()? {
+            (Kind::MountFd, b, Some(fd)) if b.len() == 4 => {
+                Ok((u32::from_le_bytes(b[..4].try_into().expect("4 bytes")), fd))
             }
-            _ => Err(bad(b[0])),
+            (k, ..) => Err(bad(k.tag())),
         }
     }
 
     pub fn send_child(&self, m: &ToChild) -> io::Result<()> {
-        match m {
-            ToChild::Go(state) => {
-                let mut b = vec![1u8];
-                b.extend_from_slice(state);
-                self.send(&b, None)
-            }
-            ToChild::MapsWritten => self.send(&[2], None),
-            ToChild::HooksDone(state) => {
-                let mut b = vec![3u8];
-                b.extend_from_slice(state);
-                self.send(&b, None)
-            }
-            ToChild::Created => self.send(&[4], None),
+        if let ToChild::MountFd(_) = m {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "sync: a MountFd goes with its fd (send_mount)",
+            ));
         }
+        self.check(m.kind(), false)?;
+        self.send(&encode_child(m), None)
     }
 
     pub fn recv_parent(&self) -> io::Result<ToChild> {
-        let (b, _) = self.recv()?;
-        Ok(match b[0] {
-            1 => ToChild::Go(b[1..].to_vec()),
-            2 => ToChild::MapsWritten,
-            3 => ToChild::HooksDone(b[1..].to_vec()),
-            4 => ToChild::Created,
-            t => return Err(bad(t)),
+        let (k, b, _) = self.recv()?;
+        Ok(match k {
+            Kind::Go => ToChild::Go(b),
+            Kind::MapsWritten => ToChild::MapsWritten,
+            Kind::HooksDone => ToChild::HooksDone(b),
+            Kind::Created => ToChild::Created,
+            Kind::MountFd if b.len() == 4 => {
+                ToChild::MountFd(u32::from_le_bytes(b[..4].try_into().expect("4 bytes")))
+            }
+            k => return Err(bad(k.tag())),
         })
     }
 
     pub fn send_parent(&self, m: &ToParent, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+        self.check(m.kind(), false)?;
+        let mut b = vec![m.kind().tag()];
         match m {
-            ToParent::UsernsReady => self.send(&[1], None),
-            ToParent::InitPid(pid) => {
-                let mut b = vec![2u8];
-                b.extend_from_slice(&pid.to_le_bytes());
-                self.send(&b, None)
-            }
-            ToParent::HooksPlease => self.send(&[3], None),
-            ToParent::Ready => self.send(&[4], fd),
+            ToParent::InitPid(pid) => b.extend_from_slice(&pid.to_le_bytes()),
             ToParent::Failed(f) => {
-                let mut b = vec![5u8, f.step as u8];
+                b.push(f.step as u8);
                 b.extend_from_slice(&f.errno.to_le_bytes());
                 let d = f.detail.as_bytes();
                 b.extend_from_slice(&d[..d.len().min(MAX_MSG - 16)]);
-                self.send(&b, None)
             }
+            ToParent::UsernsReady | ToParent::HooksPlease | ToParent::Ready => {}
         }
+        let fd = if let ToParent::Ready = m { fd } else { None };
+        self.send(&b, fd)
     }
 
     pub fn recv_child(&self) -> io::Result<(ToParent, Option<OwnedFd>)> {
-        let (b, fd) = self.recv()?;
-        let m = match b[0] {
-            1 => ToParent::UsernsReady,
-            2 if b.len() >= 5 => {
-                ToParent::InitPid(i32::from_le_bytes(b[1..5].try_into().expect("4 bytes")))
+        let (k, b, fd) = self.recv()?;
+        let m = match k {
+            Kind::UsernsReady => ToParent::UsernsReady,
+            Kind::InitPid if b.len() >= 4 => {
+                ToParent::InitPid(i32::from_le_bytes(b[..4].try_into().expect("4 bytes")))
             }
-            3 => ToParent::HooksPlease,
-            4 => ToParent::Ready,
-            5 if b.len() >= 6 => {
+            Kind::HooksPlease => ToParent::HooksPlease,
+            Kind::Ready => ToParent::Ready,
+            Kind::Failed if b.len() >= 5 => {
                 let step = STEPS
                     .iter()
                     .copied()
-                    .find(|s| *s as u8 == b[1])
+                    .find(|s| *s as u8 == b[0])
                     .unwrap_or(Step::Sync);
-                let errno = i32::from_le_bytes(b[2..6].try_into().expect("4 bytes"));
+                let errno = i32::from_le_bytes(b[1..5].try_into().expect("4 bytes"));
                 ToParent::Failed(InitFailure {
                     step,
                     errno,
-                    detail: String::from_utf8_lossy(&b[6..]).into_owned(),
+                    detail: String::from_utf8_lossy(&b[5..]).into_owned(),
                 })
             }
-            t => return Err(bad(t)),
+            k => return Err(bad(k.tag())),
         };
         Ok((m, fd))
     }
+}
+
+fn encode_child(m: &ToChild) -> Vec<u8> {
+    let mut b = vec![m.kind().tag()];
+    match m {
+        ToChild::Go(state) | ToChild::HooksDone(state) => b.extend_from_slice(state),
+        ToChild::MountFd(index) => b.extend_from_slice(&index.to_le_bytes()),
+        ToChild::MapsWritten | ToChild::Created => {}
+    }
+    b
 }
 
 fn bad(tag: u8) -> io::Error {
@@ -383,5 +665,165 @@ mod tests {
         );
         drop(c);
         assert!(p.recv_child().is_err(), "EOF must surface as an error");
+    }
+
+    /// Every shape a create can have, with its messages in order (one mount fd where
+    /// mount fds go; they may repeat there).
+    fn sequences() -> Vec<(Shape, Vec<Kind>)> {
+        use Kind::*;
+        let shape = |staged, userns, late_init| Shape {
+            staged,
+            userns,
+            late_init,
+        };
+        vec![
+            (
+                shape(false, false, false),
+                vec![Go, MountFd, HooksPlease, HooksDone, Ready, Created],
+            ),
+            (
+                shape(true, false, false),
+                vec![Go, MountFd, InitPid, HooksPlease, HooksDone, Ready, Created],
+            ),
+            (
+                shape(true, true, false),
+                vec![
+                    Go,
+                    UsernsReady,
+                    MapsWritten,
+                    MountFd,
+                    InitPid,
+                    HooksPlease,
+                    HooksDone,
+                    Ready,
+                    Created,
+                ],
+            ),
+            (
+                shape(true, false, true),
+                vec![Go, MountFd, HooksPlease, HooksDone, InitPid, Ready, Created],
+            ),
+            (
+                shape(true, true, true),
+                vec![
+                    Go,
+                    UsernsReady,
+                    MapsWritten,
+                    MountFd,
+                    HooksPlease,
+                    HooksDone,
+                    InitPid,
+                    Ready,
+                    Created,
+                ],
+            ),
+        ]
+    }
+
+    fn protocol(shape: Shape) -> Protocol {
+        Protocol {
+            shape,
+            phase: Cell::new(Phase::Start),
+        }
+    }
+
+    #[test]
+    fn in_order_is_accepted_and_every_other_message_refused() {
+        for (shape, seq) in sequences() {
+            let p = protocol(shape);
+            for (i, &k) in seq.iter().enumerate() {
+                let here = p.phase.get();
+                for other in Kind::ALL {
+                    // The next message, a failure, and mount fds any number of times
+                    // (none included) where they go: in order.
+                    let repeat = other == Kind::MountFd && i > 0 && seq[i - 1] == Kind::MountFd;
+                    let no_mounts = k == Kind::MountFd && seq.get(i + 1) == Some(&other);
+                    if other == k || repeat || no_mounts || other == Kind::Failed {
+                        continue;
+                    }
+                    let q = protocol(shape);
+                    q.phase.set(here);
+                    assert!(
+                        q.advance(other, true).is_err(),
+                        "{shape:?}: {other:?} accepted in {here:?} (expected {k:?})"
+                    );
+                    assert_eq!(q.phase.get(), here, "a refused message moves nothing");
+                }
+                p.advance(k, true)
+                    .unwrap_or_else(|e| panic!("{shape:?}: {k:?} in {here:?}: {e}"));
+            }
+            assert_eq!(p.phase.get(), Phase::Done);
+            for k in Kind::ALL {
+                assert!(p.advance(k, true).is_err(), "{k:?} after Done");
+            }
+        }
+    }
+
+    #[test]
+    fn a_failure_is_acknowledged_in_every_phase() {
+        for (shape, seq) in sequences() {
+            for n in 0..seq.len() - 1 {
+                let p = protocol(shape);
+                for &k in &seq[..n] {
+                    p.advance(k, true).unwrap();
+                }
+                p.advance(Kind::Failed, true).unwrap();
+                // What the parent sent before it read the failure is dropped.
+                assert!(p.advance(Kind::Go, true).is_ok() || n > 0);
+                for k in [Kind::Ready, Kind::HooksPlease, Kind::InitPid, Kind::Failed] {
+                    assert!(p.advance(k, true).is_err(), "{k:?} after Failed");
+                }
+                p.advance(Kind::Created, true).unwrap();
+                assert_eq!(p.phase.get(), Phase::Done);
+            }
+        }
+    }
+
+    #[test]
+    fn out_of_order_names_the_phase_and_the_message() {
+        let shape = Shape {
+            staged: false,
+            userns: false,
+            late_init: false,
+        };
+        let (parent, child) = create_pair(shape).unwrap();
+        // A raw end, to send what the checked one would refuse to.
+        let raw = Channel {
+            sock: parent.sock.try_clone().unwrap(),
+            protocol: None,
+        };
+        raw.send_child(&ToChild::HooksDone(Vec::new())).unwrap();
+        let e = child.recv_parent().unwrap_err();
+        assert_eq!(e.to_string(), "sync: got HooksDone while waiting for Go");
+        assert_eq!(
+            OutOfOrder::of(&e),
+            Some(OutOfOrder {
+                kind: Kind::HooksDone,
+                got: true,
+                phase: Phase::Start,
+                shape,
+            })
+        );
+        // The sender's own machine refuses too.
+        let e = parent.send_child(&ToChild::Created).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "sync: cannot send Created while waiting for Go"
+        );
+        parent.send_child(&ToChild::Go(b"{}".to_vec())).unwrap();
+        assert!(matches!(child.recv_parent().unwrap(), ToChild::Go(_)));
+        child.send_parent(&ToParent::Ready, None).unwrap_err();
+        raw.send_child(&ToChild::Created).unwrap();
+        let e = child.recv_parent().unwrap_err();
+        assert_eq!(e.to_string(), "sync: got Created while waiting for MountFd");
+    }
+
+    #[test]
+    fn wire_tags_are_the_kinds() {
+        for (i, k) in Kind::ALL.iter().enumerate() {
+            assert_eq!(Kind::from_tag(k.tag()), Some(*k));
+            assert_eq!(usize::from(k.tag()), i + 1);
+        }
+        assert_eq!(Kind::from_tag(0), None);
     }
 }

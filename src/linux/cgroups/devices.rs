@@ -46,7 +46,7 @@ const fn allow(typ: DevType, major: Option<u32>, minor: Option<u32>, access: u8)
 /// runc's mknod-anything rules. moat puts them *before* the spec's rules, so a spec that
 /// starts by denying everything (as every engine's does) also denies creating device
 /// nodes it does not list; runc appends them after, which leaves mknod of any device
-/// allowed. moat allows mknod of the spec's own `linux.devices` (see `process.rs`).
+/// allowed. moat allows mknod of the spec's own `linux.devices` (see `linux/create/parent.rs`).
 const MKNOD_ANY: [Rule; 2] = [
     allow(DevType::Char, None, None, ACC_MKNOD),
     allow(DevType::Block, None, None, ACC_MKNOD),

@@ -155,6 +155,17 @@ impl Cgroup {
         id: &str,
         systemd: bool,
     ) -> Result<Cgroup, CgroupError> {
+        let (layout, path) = Self::plan(cgroups_path, id, systemd)?;
+        Self::create(layout, path)
+    }
+
+    /// What [`Cgroup::prepare`] would create, found without creating anything: the
+    /// host's hierarchies and the resolved path below each root.
+    pub fn plan(
+        cgroups_path: Option<&str>,
+        id: &str,
+        systemd: bool,
+    ) -> Result<(Layout, String), CgroupError> {
         if systemd {
             return Err(if Path::new("/run/systemd/system").exists() {
                 CgroupError::SystemdUnsupported
@@ -163,11 +174,40 @@ impl Cgroup {
             });
         }
         let path = resolve_path(cgroups_path, id)?;
-        Self::create(Layout::detect()?, path)
+        Ok((Layout::detect()?, path))
     }
 
-    /// Creates `path` (already resolved) in every hierarchy of `layout`.
+    /// The cgroup `path` would be in every hierarchy of `layout`, before it exists (what a
+    /// plan reads [`Cgroup::mount_sources`] from).
+    pub fn planned(layout: &Layout, path: &str) -> Cgroup {
+        Cgroup {
+            path: path.to_string(),
+            unified: layout.unified,
+            hierarchies: layout.hierarchies.clone(),
+            skipped: Vec::new(),
+        }
+    }
+
+    /// Creates `path` (already resolved) in every hierarchy of `layout`, and refuses it
+    /// if it already holds processes.
     pub fn create(layout: Layout, path: String) -> Result<Cgroup, CgroupError> {
+        let cg = Self::create_shared(layout, path)?;
+        // A cgroup that already holds processes belongs to someone else: limits, freeze
+        // and kill would hit them too.
+        let pids = cg.pids()?;
+        if !pids.is_empty() {
+            let dir = cg.hierarchies[0].dir(&cg.path);
+            return Err(CgroupError::NotEmpty {
+                path: dir,
+                count: pids.len(),
+            });
+        }
+        Ok(cg)
+    }
+
+    /// [`Cgroup::create`] for a parent shared by many containers (the fleet budget),
+    /// whose subtree holds their processes by design.
+    pub fn create_shared(layout: Layout, path: String) -> Result<Cgroup, CgroupError> {
         let mut cg = Cgroup {
             path,
             unified: layout.unified,
@@ -193,16 +233,6 @@ impl Cgroup {
                 denied.len(),
                 denied.join("; ")
             ));
-        }
-        // A cgroup that already holds processes belongs to someone else: limits, freeze
-        // and kill would hit them too.
-        let pids = cg.pids()?;
-        if !pids.is_empty() {
-            let dir = cg.hierarchies[0].dir(&cg.path);
-            return Err(CgroupError::NotEmpty {
-                path: dir,
-                count: pids.len(),
-            });
         }
         Ok(cg)
     }

@@ -12,14 +12,15 @@ use super::{v2, Cgroup, CgroupError, Hierarchy};
 pub struct NoCgroup(pub String);
 
 impl Cgroup {
-    /// The rootless counterpart of [`Cgroup::prepare`]. `linux.cgroupsPath` absolute: as
+    /// The rootless counterpart of [`Cgroup::plan`], creating nothing: the v2 hierarchy and
+    /// the path below it, or why there is no cgroup on this host. `linux.cgroupsPath` absolute: as
     /// given; relative or absent (then the container id): below the parent of moat's own
     /// cgroup, as runc does, because moat's own cgroup holds processes and so cannot
     /// hand controllers to a child.
-    pub fn prepare_rootless(
+    pub fn plan_rootless(
         cgroups_path: Option<&str>,
         id: &str,
-    ) -> Result<Result<Cgroup, NoCgroup>, CgroupError> {
+    ) -> Result<Result<(Hierarchy, String), NoCgroup>, CgroupError> {
         let layout = Layout::detect()?;
         if !layout.unified {
             return Ok(Err(NoCgroup(
@@ -34,7 +35,14 @@ impl Cgroup {
             })
             .unwrap_or_else(|| "/".into());
         let path = rootless_path(cgroups_path, id, &own)?;
-        let h = layout.hierarchies[0].clone();
+        Ok(Ok((layout.hierarchies[0].clone(), path)))
+    }
+
+    /// Creates the planned delegated cgroup; no cgroup when the subtree is not writable.
+    pub fn create_rootless(
+        h: Hierarchy,
+        path: String,
+    ) -> Result<Result<Cgroup, NoCgroup>, CgroupError> {
         match create_delegated(&h, &path) {
             Ok(()) => {}
             Err(e) if e.is_permission() => {

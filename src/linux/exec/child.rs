@@ -46,7 +46,7 @@ pub(super) fn joiner(j: Joining<'_>) -> Result<Never, InitFailure> {
 /// rlimits set while still on the host with the caller's privileges (raising a hard
 /// limit needs them); the exec'd process inherits them.
 fn place(attrs: &Attrs, placement: Placement) -> Result<(), InitFailure> {
-    crate::linux::process::enter_cgroup(placement)?;
+    crate::linux::create::enter_cgroup(placement)?;
     sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
     for &(res, soft, hard) in &attrs.rlimits {
         sys::prlimit(0, res, soft, hard).step(Step::Exec, || {

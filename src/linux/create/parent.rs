@@ -1,0 +1,614 @@
+//! The parent's side of the create table (`super`'s module doc): rows 2–14, one
+//! function each, called in the table's order by [`create`]. Each row undoes what it made
+//! when a later one fails: a failed create leaves no process, cgroup, id range or state
+//! directory.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::{UnixDatagram, UnixStream};
+
+use super::plan::{pool_root, CgroupPlan, Plan};
+use super::{child, Error};
+use crate::linux::cgroups::{Cgroup, NoCgroup};
+use crate::linux::sync::{self, Channel, ToChild, ToParent};
+use crate::linux::{apparmor, hooks, idmap, namespaces, notify, rootfs, sys};
+use crate::state::{self, idpool, ContainerDir, Record};
+
+/// The result of a successful create.
+pub struct Created {
+    pub record: Record,
+    /// Set for a foreground run: the init is our child (or reparented to us).
+    pub pidfd: Option<OwnedFd>,
+    /// Foreground run with a terminal and no `--console-socket`: the pty master, which
+    /// the caller relays to its own stdio.
+    pub console: Option<OwnedFd>,
+}
+
+/// Rows 2–14 for a finished plan (row 1): the container created, its init waiting for
+/// `start`; returns its locked state directory.
+pub fn create(mut plan: Plan) -> Result<(ContainerDir, Created), Error> {
+    profile(&plan)?; // 2
+    let (dir, notify_sock) = state_dir(&plan)?; // 3
+    let created = with_state_dir(&mut plan, &dir);
+    // Open until the init has inherited it (see linux/notify.rs).
+    drop(notify_sock);
+    match created {
+        Ok(c) => Ok((dir, c)),
+        Err(e) => {
+            let _ = dir.remove();
+            Err(e)
+        }
+    }
+}
+
+fn with_state_dir(plan: &mut Plan, dir: &ContainerDir) -> Result<Created, Error> {
+    let ids = ids(plan, dir)?; // 4
+    let created = with_ids(plan, dir);
+    if created.is_err() && ids {
+        release_ids(plan);
+    }
+    created
+}
+
+fn with_ids(plan: &mut Plan, dir: &ContainerDir) -> Result<Created, Error> {
+    let cgroup = cgroup(plan)?; // 5
+    let created = in_cgroup(plan, dir, &cgroup);
+    if created.is_err() {
+        let _ = cgroup.remove();
+    }
+    created
+}
+
+fn in_cgroup(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Created, Error> {
+    let mut record = record(plan, dir, cgroup)?; // 6
+    let ch = channels(plan, dir)?; // 7
+    let (child, mut guard, parent_ch, console_relay) = fork(plan, dir, cgroup, ch)?; // 8
+    release(plan, child, &record, &parent_ch)?; // 9
+
+    // Rows 9 (staged) to 14: serve the child until it is ready.
+    let (init_pid, listener) = serve(plan, child, &record, &parent_ch, &mut guard)?;
+    let created = ready(
+        plan,
+        dir,
+        &mut record,
+        init_pid,
+        listener,
+        console_relay,
+        &parent_ch,
+    )?; // 14
+    guard.0 = None;
+    Ok(created)
+}
+
+/// Row 2: moat's AppArmor profile, loaded unless the host facts say the kernel has it.
+fn profile(plan: &Plan) -> Result<(), Error> {
+    if plan.apparmor_profile {
+        apparmor::ensure_loaded(
+            crate::policy::APPARMOR_PROFILE_NAME,
+            crate::policy::APPARMOR_PROFILE,
+            &plan.host,
+        )
+        .map_err(Error::AppArmor)?;
+    }
+    Ok(())
+}
+
+/// Row 3: the state directory, exclusively (a second create of the id fails here), and
+/// the container's notify socket in it.
+fn state_dir(plan: &Plan) -> Result<(ContainerDir, Option<UnixDatagram>), Error> {
+    let dir = ContainerDir::create(&plan.opts.root, &plan.opts.id)?;
+    let Some(n) = &plan.notify else {
+        return Ok((dir, None));
+    };
+    match notify::prepare(n, &dir, plan.opts.preserve_fds.saturating_add(3)) {
+        Ok(sock) => Ok((dir, sock)),
+        Err(e) => {
+            let _ = dir.remove();
+            Err(Error::Notify(e))
+        }
+    }
+}
+
+/// Row 4: `moat.userns=auto`: a free range from the host-wide pool becomes the
+/// container's id mapping (container 0.. → the range), recorded in the state directory.
+/// Returns whether a range was taken.
+fn ids(plan: &mut Plan, dir: &ContainerDir) -> Result<bool, Error> {
+    let Some((pool, size)) = plan.userns_pool else {
+        return Ok(false);
+    };
+    let r = idpool::Pool::default()
+        .allocate(pool, size, &pool_root(&plan.opts.root), &plan.opts.id)
+        .map_err(Error::UsernsAllocate)?;
+    let saved = dir.save_file(
+        state::USERNS_FILE,
+        &serde_json::to_vec(&r).expect("serialises"),
+    );
+    if let Err(e) = saved {
+        release_ids(plan);
+        return Err(e.into());
+    }
+    plan.set_userns_range(r);
+    Ok(true)
+}
+
+/// Gives back the range row 4 took.
+fn release_ids(plan: &Plan) {
+    let id = &plan.opts.id;
+    if let Err(e) = idpool::Pool::default().release(&pool_root(&plan.opts.root), id) {
+        crate::log::warn(&format!("release userns range of {id}: {e}"));
+    }
+}
+
+/// Row 5: the fleet cgroup with its limits, the container's cgroup. Rootless: no cgroup
+/// when the delegated subtree refuses moat.
+fn cgroup(plan: &mut Plan) -> Result<Cgroup, Error> {
+    if let Some((layout, path, res)) = &plan.fleet {
+        // The fleet holds the other containers: not empty, not ours alone, and its limits
+        // are set as `update` sets them, device rules left to each container (v1 refuses
+        // a new default rule on a cgroup with children).
+        Cgroup::create_shared(layout.clone(), path.clone())?.update(res)?;
+    }
+    let (cgroup, none) = match &plan.cgroup {
+        CgroupPlan::Host { layout, path } => (Cgroup::create(layout.clone(), path.clone())?, None),
+        CgroupPlan::Delegated { hierarchy, path } => {
+            match Cgroup::create_rootless(hierarchy.clone(), path.clone())? {
+                Ok(cg) => (cg, None),
+                Err(NoCgroup(why)) => (Cgroup::default(), Some(why)),
+            }
+        }
+        CgroupPlan::None => return Ok(Cgroup::default()),
+    };
+    plan.set_cgroup(&cgroup, none.as_deref());
+    Ok(cgroup)
+}
+
+/// Row 6: the preliminary record (so an interrupted create can be deleted), the spec,
+/// the compiled seccomp programs and the policy decision; then `linux.resources`.
+fn record(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Record, Error> {
+    let (spec, opts) = (&plan.spec, &plan.opts);
+    let record = Record {
+        format: state::FORMAT_VERSION,
+        id: opts.id.clone(),
+        pid: 0,
+        pid_start: 0,
+        bundle: opts.bundle.clone(),
+        rootfs: plan.rootfs.rootfs.clone(),
+        created: crate::log::now_rfc3339(true),
+        owner: String::new(),
+        annotations: spec.annotations.clone(),
+        cgroup: Some(cgroup.clone()),
+        systemd_cgroup: opts.systemd_cgroup,
+        rootless: opts.rootless,
+        own_pidns: plan.ns.has_new(libc::CLONE_NEWPID),
+        policy: plan.policy.to_string(),
+        notify_socket: opts.notify_socket.clone(),
+        backend: Default::default(),
+    };
+    dir.save(&record)?;
+    dir.save_spec(spec)?;
+    // exec installs exactly these programs, without compiling anything.
+    for (i, f) in plan.attrs.seccomp.iter().enumerate() {
+        dir.save_file(&state::seccomp_file(i), &f.to_bytes())?;
+    }
+    dir.save_file(state::POLICY_FILE, &plan.decision)?;
+    if let Some(res) = &spec.linux().resources {
+        // The devices the spec asks moat to create may be created (mknod), whatever the
+        // access rules say about opening them.
+        let mut res = res.clone();
+        if !res.devices.is_empty() {
+            res.devices.extend(
+                spec.linux()
+                    .devices
+                    .iter()
+                    .map(|d| crate::spec::DeviceCgroup {
+                        allow: true,
+                        typ: Some(if d.typ == "b" { "b" } else { "c" }.into()),
+                        major: Some(d.major),
+                        minor: Some(d.minor),
+                        access: Some("m".into()),
+                    }),
+            );
+        }
+        cgroup.apply(&res)?;
+    }
+    Ok(record)
+}
+
+/// What row 7 opens for the fork.
+struct Channels {
+    fifo: OwnedFd,
+    parent: Channel,
+    child: Channel,
+    console_sock: Option<OwnedFd>,
+    console_relay: Option<UnixStream>,
+}
+
+/// Row 7: the exec fifo (the init blocks reading it until `start` writes a byte), the
+/// sync socketpair, the console socket.
+fn channels(plan: &Plan, dir: &ContainerDir) -> Result<Channels, Error> {
+    let fifo_path = dir.file(state::FIFO_FILE);
+    nix::unistd::mkfifo(&fifo_path, nix::sys::stat::Mode::from_bits_truncate(0o600)).map_err(
+        |e| Error::Mkfifo {
+            path: fifo_path.clone(),
+            source: e.into(),
+        },
+    )?;
+    let fifo: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&fifo_path)
+        .map_err(|source| Error::OpenFifo {
+            path: fifo_path.clone(),
+            source,
+        })?
+        .into();
+    let (parent_ch, child_ch) = sync::create_pair(plan.shape()).map_err(Error::Socketpair)?;
+    // A foreground run with a terminal and no console socket relays the pty itself, so
+    // the init sends the master over a socketpair to us instead.
+    let mut console_relay = None;
+    let console_sock = match &plan.opts.console_socket {
+        Some(p) => Some(OwnedFd::from(UnixStream::connect(p).map_err(|source| {
+            Error::ConsoleSocket {
+                path: p.clone(),
+                source,
+            }
+        })?)),
+        None if plan.attrs.terminal => {
+            let (ours, theirs) = UnixStream::pair().map_err(Error::ConsolePair)?;
+            console_relay = Some(ours);
+            Some(OwnedFd::from(theirs))
+        }
+        None => None,
+    };
+    if plan.opts.foreground && plan.ns.staged {
+        // The init will be a grandchild; make it ours when its parent exits.
+        sys::prctl(libc::PR_SET_CHILD_SUBREAPER, 1).map_err(Error::Subreaper)?;
+    }
+    Ok(Channels {
+        fifo,
+        parent: parent_ch,
+        child: child_ch,
+        console_sock,
+        console_relay,
+    })
+}
+
+/// Row 8: the fork, into the v2 cgroup; the child runs `child::main`. Returns the
+/// child's pid, the guard that kills it if create fails from here on, the parent's end
+/// of the sync channel and the console relay.
+fn fork(
+    plan: &Plan,
+    dir: &ContainerDir,
+    cgroup: &Cgroup,
+    ch: Channels,
+) -> Result<(i32, KillGuard, Channel, Option<UnixStream>), Error> {
+    let Channels {
+        fifo,
+        parent: parent_ch,
+        child: child_ch,
+        console_sock,
+        console_relay,
+    } = ch;
+    let direct_flags = if plan.ns.staged {
+        0
+    } else {
+        plan.ns.clone_flags()
+    };
+    // The child enters the cgroup by itself, without the parent's cgroup.procs write
+    // and its RCU grace period (see cgroups/placement.rs).
+    let placement = cgroup.placement(None)?;
+    let forked = sys::clone_fork(direct_flags, placement.clone_into()).map_err(Error::Clone)?;
+    let child = match forked {
+        sys::Forked::Child => {
+            // The state lock belongs to this create call, not to the container: an
+            // inherited copy would keep the directory locked for the container's life.
+            sys::close_raw(dir.fd());
+            drop(parent_ch);
+            child::main(plan, placement, &child_ch, &fifo, console_sock.as_ref());
+        }
+        sys::Forked::Parent(pid) => pid,
+    };
+    drop(placement);
+    drop(child_ch);
+    drop(console_sock);
+    drop(fifo);
+    Ok((child, KillGuard(Some(child)), parent_ch, console_relay))
+}
+
+/// Row 9: limits and id maps, then let the child go; the mount fds once the maps are
+/// written.
+fn release(plan: &Plan, child: i32, record: &Record, parent_ch: &Channel) -> Result<(), Error> {
+    for &(res, soft, hard) in &plan.attrs.rlimits {
+        sys::prlimit(child, res, soft, hard).map_err(|source| Error::Rlimit {
+            resource: rlimit_name(res),
+            source,
+        })?;
+    }
+    if let Some(adj) = plan.spec.process().oom_score_adj {
+        std::fs::write(format!("/proc/{child}/oom_score_adj"), adj.to_string())
+            .map_err(Error::OomScoreAdj)?;
+    }
+    let l = plan.spec.linux();
+    if !plan.ns.staged && plan.ns.has_new(libc::CLONE_NEWUSER) {
+        namespaces::write_id_maps(child, &l.uid_mappings, &l.gid_mappings)
+            .map_err(Error::IdMaps)?;
+    }
+    let creating = state_json(record, "creating", child);
+    parent_ch
+        .send_child(&ToChild::Go(creating))
+        .map_err(send("sync: send go"))?;
+    if !plan.idmapped_late() {
+        let userns_pid = plan.ns.has_new(libc::CLONE_NEWUSER).then_some(child);
+        send_idmapped(plan, parent_ch, userns_pid)?;
+    }
+    Ok(())
+}
+
+/// The child's messages up to `Ready`: row 9's id maps of a staged user namespace, the
+/// staged init's pid, row 11's hooks. Returns the init's pid and the seccomp listener.
+fn serve(
+    plan: &Plan,
+    child: i32,
+    record: &Record,
+    parent_ch: &Channel,
+    guard: &mut KillGuard,
+) -> Result<(i32, Option<OwnedFd>), Error> {
+    let l = plan.spec.linux();
+    let mut init_pid = child;
+    loop {
+        let (msg, fd) = match parent_ch.recv_child() {
+            Ok(m) => m,
+            Err(e) => match sync::OutOfOrder::of(&e) {
+                Some(o) => return Err(Error::Protocol(o)),
+                None => return Err(died(init_pid)),
+            },
+        };
+        match msg {
+            ToParent::UsernsReady => {
+                namespaces::write_id_maps(child, &l.uid_mappings, &l.gid_mappings)
+                    .map_err(Error::IdMaps)?;
+                parent_ch
+                    .send_child(&ToChild::MapsWritten)
+                    .map_err(send("sync"))?;
+                send_idmapped(plan, parent_ch, Some(child))?;
+            }
+            ToParent::InitPid(pid) => {
+                // The intermediate exits right after sending this; reap it.
+                let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
+                init_pid = pid;
+                guard.0 = Some(pid);
+            }
+            ToParent::HooksPlease => hooks(plan, record, init_pid, parent_ch)?,
+            ToParent::Ready => return Ok((init_pid, fd)),
+            ToParent::Failed(f) => {
+                let _ = parent_ch.send_child(&ToChild::Created);
+                return Err(Error::Init(f));
+            }
+        }
+    }
+}
+
+/// Row 11: prestart and createRuntime hooks, in the container's namespaces' view of
+/// the init's pid.
+fn hooks(plan: &Plan, record: &Record, init_pid: i32, parent_ch: &Channel) -> Result<(), Error> {
+    let st = state_json(record, "creating", init_pid);
+    if let Some(h) = &plan.spec.hooks {
+        hooks::run("prestart", &h.prestart, &st)?;
+        hooks::run("createRuntime", &h.create_runtime, &st)?;
+    }
+    parent_ch
+        .send_child(&ToChild::HooksDone(st))
+        .map_err(send("sync"))
+}
+
+/// Row 14: the record with the init's pid and start time, the pid file, the seccomp
+/// listener; `Created` releases the init to block on the fifo.
+fn ready(
+    plan: &Plan,
+    dir: &ContainerDir,
+    record: &mut Record,
+    init_pid: i32,
+    listener: Option<OwnedFd>,
+    console_relay: Option<UnixStream>,
+    parent_ch: &Channel,
+) -> Result<Created, Error> {
+    let Some((_, start)) = state::process_start_time(init_pid) else {
+        return Err(died(init_pid));
+    };
+    record.pid = init_pid;
+    record.pid_start = start;
+    dir.save(record)?;
+    if let (Some(fd), Some(sc)) = (listener, plan.spec.linux().seccomp.as_ref()) {
+        send_listener(sc, fd, record)?;
+    }
+    if let Some(pf) = &plan.opts.pid_file {
+        state::write_pid_file(pf, init_pid)?;
+    }
+    let pidfd = if plan.opts.foreground {
+        Some(
+            sys::pidfd_open(init_pid).map_err(|source| Error::PidfdOpen {
+                pid: init_pid,
+                source,
+            })?,
+        )
+    } else {
+        None
+    };
+    let console = match &console_relay {
+        Some(sock) => Some(
+            sys::recv_with_fd(sock.as_fd(), &mut [0u8; 64])
+                .map_err(Error::PtyMaster)?
+                .1
+                .ok_or(Error::NoPtyMaster)?,
+        ),
+        None => None,
+    };
+    parent_ch
+        .send_child(&ToChild::Created)
+        .map_err(send("sync: release init"))?;
+    Ok(Created {
+        record: record.clone(),
+        pidfd,
+        console,
+    })
+}
+
+fn send(message: &'static str) -> impl FnOnce(io::Error) -> Error {
+    move |source| Error::Send { message, source }
+}
+
+/// `RLIMIT_NOFILE` for its number, as the spec names it.
+fn rlimit_name(res: libc::c_int) -> &'static str {
+    const NAMES: [&str; 16] = [
+        "RLIMIT_CPU",
+        "RLIMIT_FSIZE",
+        "RLIMIT_DATA",
+        "RLIMIT_STACK",
+        "RLIMIT_CORE",
+        "RLIMIT_RSS",
+        "RLIMIT_NPROC",
+        "RLIMIT_NOFILE",
+        "RLIMIT_MEMLOCK",
+        "RLIMIT_AS",
+        "RLIMIT_LOCKS",
+        "RLIMIT_SIGPENDING",
+        "RLIMIT_MSGQUEUE",
+        "RLIMIT_NICE",
+        "RLIMIT_RTPRIO",
+        "RLIMIT_RTTIME",
+    ];
+    NAMES
+        .into_iter()
+        .find(|n| crate::linux::attrs::rlimit_resource(n) == Some(res))
+        .unwrap_or("RLIMIT_?")
+}
+
+/// Row 9: builds the idmapped rootfs and bind mounts (`linux/idmap.rs`) once the
+/// container's user namespace is mapped, and sends them to the child.
+fn send_idmapped(plan: &Plan, ch: &Channel, userns_pid: Option<i32>) -> Result<(), Error> {
+    if plan.rootfs.idmapped_count() == 0 {
+        return Ok(());
+    }
+    let container = match (userns_pid, &plan.ns.user_join) {
+        (Some(pid), _) => Some(idmap::userns_of(pid).map_err(Error::UsernsOf)?),
+        (None, Some(j)) => Some(
+            sys::dup_cloexec(j.fd.as_fd()).map_err(|source| Error::NsDup {
+                path: j.path.clone(),
+                source,
+            })?,
+        ),
+        (None, None) => None,
+    };
+    let failed = |e: idmap::IdmapError| Error::Idmap {
+        what: e.what,
+        source: e.source,
+    };
+    if let Some(host) = plan.rootfs.idmap_root {
+        let ns = container.as_ref().ok_or(Error::IdmapNoUserns)?;
+        let fd = idmap::rootfs(&plan.rootfs.rootfs, ns.as_fd(), host).map_err(failed)?;
+        ch.send_mount(idmap::ROOTFS, fd.as_fd())
+            .map_err(send("sync: send the idmapped rootfs"))?;
+    }
+    for m in &plan.rootfs.mounts {
+        let rootfs::Kind::Bind { source, .. } = &m.kind else {
+            continue;
+        };
+        if !plan.rootfs.parent_built(m) {
+            continue;
+        }
+        // A spec's mounts are a JSON array held in memory: far fewer than 2^32.
+        let index = u32::try_from(m.index).expect("fewer than 2^32 mounts");
+        if let Some(im) = &m.idmap {
+            let fd = idmap::bind(source, &m.opts, im, container.as_ref().map(|f| f.as_fd()))
+                .map_err(|e| Error::IdmapBind {
+                    index: m.index,
+                    what: e.what,
+                    source: e.source,
+                })?;
+            ch.send_mount(index, fd.as_fd())
+                .map_err(send("sync: send an idmapped mount"))?;
+        } else {
+            let fd = crate::linux::mount::clone_tree(
+                crate::linux::path::cwd(),
+                source.to_str().unwrap_or_default(),
+                m.opts.recursive,
+            )
+            .map_err(|e| Error::CloneBind {
+                index: m.index,
+                path: source.clone(),
+                source: e,
+            })?;
+            ch.send_mount(index, fd.as_fd())
+                .map_err(send("sync: send a bind mount"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Kills and reaps the child if create fails half-way.
+struct KillGuard(Option<i32>);
+
+impl Drop for KillGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = sys::kill(pid, libc::SIGKILL);
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+        }
+    }
+}
+
+fn died(pid: i32) -> Error {
+    let status = nix::sys::wait::waitpid(
+        nix::unistd::Pid::from_raw(pid),
+        Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+    );
+    Error::Died { pid, status }
+}
+
+/// The OCI state as hooks and the seccomp agent see it.
+pub fn state_json(rec: &Record, status: &str, pid: i32) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "ociVersion": crate::spec::OCI_VERSION,
+        "id": rec.id,
+        "status": status,
+        "pid": pid,
+        "bundle": rec.bundle,
+        "annotations": rec.annotations,
+    }))
+    .expect("state serialises")
+}
+
+/// Hands the seccomp notify fd to the agent at `listenerPath`, with runc's message format.
+fn send_listener(sc: &crate::spec::Seccomp, fd: OwnedFd, rec: &Record) -> Result<(), Error> {
+    let path = sc.listener_path.as_deref().unwrap_or_default();
+    let sock = UnixStream::connect(path).map_err(|source| Error::ListenerConnect {
+        path: path.to_string(),
+        source,
+    })?;
+    let msg = serde_json::to_vec(&serde_json::json!({
+        "ociVersion": crate::spec::OCI_VERSION,
+        "fds": ["seccompFd"],
+        "pid": rec.pid,
+        "metadata": sc.listener_metadata.clone().unwrap_or_default(),
+        "state": {
+            "ociVersion": crate::spec::OCI_VERSION,
+            "id": rec.id, "status": "creating", "pid": rec.pid,
+            "bundle": rec.bundle, "annotations": rec.annotations,
+        },
+    }))
+    .expect("serialises");
+    let fds = [fd.as_raw_fd()];
+    nix::sys::socket::sendmsg::<()>(
+        sock.as_raw_fd(),
+        &[io::IoSlice::new(&msg)],
+        &[nix::sys::socket::ControlMessage::ScmRights(&fds)],
+        nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(|e| Error::ListenerSend {
+        path: path.to_string(),
+        source: e.into(),
+    })?;
+    Ok(())
+}

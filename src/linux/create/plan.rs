@@ -1,0 +1,370 @@
+//! Row 1 of the create table: every host fact read, the policy applied and every spec
+//! field checked and turned into what the parent and the child will do, **before any
+//! side effect**. A bad spec fails here, so it leaves nothing because nothing was made.
+//!
+//! What only a side effect can tell is left open in the plan and written into it by the
+//! row that makes it, with no check left for after: the `moat.userns=auto` range (row 4:
+//! the mappings and the idmapped rootfs), the cgroup's hierarchies (row 5: one that
+//! refused moat is not mounted; a rootless subtree that is not writable means no cgroup).
+//! The only write of this row is the seccomp cache under the state root (`@cache`),
+//! shared by every container and never the container's own.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+use super::Error;
+use crate::linux::attrs::Attrs;
+use crate::linux::cgroups::{Cgroup, Hierarchy, Layout, NoCgroup};
+use crate::linux::hostfacts::HostFacts;
+use crate::linux::namespaces::{self, Plan as NsPlan};
+use crate::linux::sync::Shape;
+use crate::linux::{devices, notify, rootfs, rootless, seccomp, sys};
+use crate::policy;
+use crate::spec::{Device, Spec};
+use crate::state::idpool::IdRange;
+
+/// What the caller asked for: `create`'s flags, resolved by the lifecycle layer.
+pub struct Options {
+    pub id: String,
+    /// Absolute and lexically clean.
+    pub bundle: PathBuf,
+    pub console_socket: Option<PathBuf>,
+    /// Absolute (relative to the caller's cwd).
+    pub pid_file: Option<PathBuf>,
+    pub no_pivot: bool,
+    pub new_keyring: bool,
+    pub preserve_fds: u32,
+    /// Socket-activation fds passed on ahead of the preserved ones (`container/startup.rs`).
+    pub listen_fds: u32,
+    pub systemd_cgroup: bool,
+    /// Foreground `run`: the caller waits for the init, so it must be its parent.
+    pub foreground: bool,
+    /// `--rootless` resolved: no real root (see `linux/rootless.rs`).
+    pub rootless: bool,
+    /// The state root (`--root` resolved).
+    pub root: PathBuf,
+    /// The caller's sd_notify socket (see `linux/notify.rs`).
+    pub notify_socket: Option<String>,
+}
+
+/// Where the container's cgroup will be.
+pub(super) enum CgroupPlan {
+    /// `path` in every hierarchy of the host's layout.
+    Host { layout: Layout, path: String },
+    /// Rootless on a pure v2 host: a delegated subtree, if the caller may write it.
+    Delegated { hierarchy: Hierarchy, path: String },
+    /// Rootless, and no cgroup can be had on this host (why).
+    None,
+}
+
+/// Everything create does, computed before anything exists. The parent's rows read the
+/// first part; the child (a fork, so the plan is in its memory) reads the second.
+pub struct Plan {
+    pub(super) opts: Options,
+    /// The spec that runs: the policy applied, the notify mount added.
+    pub(super) spec: Spec,
+    /// The policy's decision as `policy.json` holds it.
+    pub(super) decision: Vec<u8>,
+    pub(super) policy: &'static str,
+    /// The spec runs under moat's AppArmor profile on an AppArmor host (row 2 loads it
+    /// unless the host facts say it is loaded).
+    pub(super) apparmor_profile: bool,
+    pub(super) host: HostFacts,
+    pub(super) notify: Option<notify::Plan>,
+    /// `moat.userns=auto`: the pool and the size of the range to take (row 4).
+    pub(super) userns_pool: Option<(IdRange, u32)>,
+    /// The fleet budget: its path in the container's layout and its limits.
+    pub(super) fleet: Option<(Layout, String, crate::spec::Resources)>,
+    pub(super) cgroup: CgroupPlan,
+
+    pub(super) ns: NsPlan,
+    pub(super) rootfs: rootfs::Plan,
+    pub(super) devices: Vec<Device>,
+    pub(super) userns: bool,
+    pub(super) attrs: Attrs,
+    pub(super) hostname: Option<String>,
+    pub(super) domainname: Option<String>,
+    pub(super) sysctl: Vec<(String, String)>,
+    /// Sysctls of a namespace joined by path while the container gets a new user
+    /// namespace: written by the intermediate right after the join, while it is still
+    /// privileged over that namespace (container root never is).
+    pub(super) sysctl_joined: Vec<(String, String)>,
+    pub(super) personality: Option<libc::c_ulong>,
+    pub(super) hooks: Option<crate::spec::Hooks>,
+    pub(super) new_keyring: Option<CString>,
+    pub(super) loopback_up: bool,
+    /// An unprivileged parent writes the child's id maps, which needs the child's
+    /// `/proc/<pid>` to be its own: the child stays dumpable until they are written.
+    pub(super) dumpable_until_mapped: bool,
+}
+
+fn spec_err(field: impl Into<String>, reason: impl Into<String>) -> Error {
+    Error::Spec {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+impl Plan {
+    /// Row 1. Reads the host facts, applies the policy (`cfg`) to `spec`, checks every
+    /// field. Creates nothing.
+    pub fn new(spec: Spec, cfg: &policy::Config, opts: Options) -> Result<Plan, Error> {
+        let mut spec = spec;
+        // Probed here, on the host, before anything is forked: the policy and the child
+        // decide LSMs and host namespaces from these facts, never from the container's view.
+        let host = HostFacts::probe();
+        let facts = namespaces::floor_facts(&spec);
+        let decision = policy::apply(&mut spec, cfg, &opts.id, &host, &facts)?;
+        decision.warn_ignored();
+        let apparmor_profile = host.apparmor
+            && spec.process().apparmor_profile.as_deref() == Some(policy::APPARMOR_PROFILE_NAME);
+        let userns_pool = if decision.userns_pool {
+            if opts.rootless {
+                return Err(Error::UsernsRootless);
+            }
+            let (start, size) = cfg.userns_pool;
+            Some((IdRange { start, size }, cfg.userns_size))
+        } else {
+            None
+        };
+        // The state directory does not exist yet; the socket's mount is planned for it.
+        let dir = opts.root.join(&opts.id);
+        let (notify, notify_source) = match &opts.notify_socket {
+            Some(_) => {
+                let (p, source) = notify::Plan::new(&mut spec, &dir);
+                (Some(p), Some(source))
+            }
+            None => (None, None),
+        };
+        let cgroups_path = spec.linux().cgroups_path.clone();
+        let (cgroup, planned) = if opts.rootless {
+            match Cgroup::plan_rootless(cgroups_path.as_deref(), &opts.id)? {
+                Ok((hierarchy, path)) => {
+                    let planned = Cgroup {
+                        path: path.clone(),
+                        unified: true,
+                        hierarchies: vec![hierarchy.clone()],
+                        skipped: Vec::new(),
+                    };
+                    (CgroupPlan::Delegated { hierarchy, path }, planned)
+                }
+                Err(NoCgroup(why)) => {
+                    no_cgroup(&mut spec, &why);
+                    (CgroupPlan::None, Cgroup::default())
+                }
+            }
+        } else {
+            let (layout, path) =
+                Cgroup::plan(cgroups_path.as_deref(), &opts.id, opts.systemd_cgroup)?;
+            let planned = Cgroup::planned(&layout, &path);
+            (CgroupPlan::Host { layout, path }, planned)
+        };
+        // A fleet budget is a host-wide cgroup: never a rootless caller's.
+        let fleet = match (policy::fleet_budget(cfg), &cgroup) {
+            (Some((path, res)), CgroupPlan::Host { layout, .. }) => {
+                let path = crate::linux::cgroups::resolve_path(Some(&path), &opts.id)?;
+                Some((layout.clone(), path, res))
+            }
+            _ => None,
+        };
+        let host_ns_refused = policy::refused_host_namespaces(&decision, cfg, &facts);
+        let seccomp_cache = opts.root.join("@cache").join("seccomp");
+
+        let Some(p) = spec.process.as_ref() else {
+            return Err(Error::NoProcess);
+        };
+        if p.args.is_empty() {
+            return Err(Error::NoArgs);
+        }
+        if p.terminal && opts.console_socket.is_none() && !opts.foreground {
+            return Err(Error::TerminalWithoutSocket);
+        }
+        let ns = NsPlan::from_spec(&spec).map_err(|e| spec_err(e.field, e.reason))?;
+        ns.refuse_host(&host_ns_refused)
+            .map_err(|e| spec_err(e.field, e.reason))?;
+        let linux = spec.linux();
+        if (spec.hostname.as_deref().is_some_and(|h| !h.is_empty()) || spec.domainname.is_some())
+            && !ns.has_new(libc::CLONE_NEWUTS)
+            && !ns.joins.iter().any(|j| j.flag == libc::CLONE_NEWUTS)
+        {
+            return Err(Error::HostnameWithoutUts);
+        }
+        let (mut sysctl, mut sysctl_joined) = (Vec::new(), Vec::new());
+        for (k, v) in &linux.sysctl {
+            let owner = namespaces::sysctl_namespace(k);
+            let private =
+                owner.is_some_and(|f| ns.has_new(f) || ns.joins.iter().any(|j| j.flag == f));
+            if !private {
+                return Err(Error::SysctlNotPrivate { key: k.clone() });
+            }
+            if k.contains('/') || k.contains("..") {
+                return Err(Error::SysctlKey { key: k.clone() });
+            }
+            // Joined, and container root will not be privileged over it.
+            let early = owner.is_some_and(|f| !ns.has_new(f)) && ns.has_new(libc::CLONE_NEWUSER);
+            let list = if early {
+                &mut sysctl_joined
+            } else {
+                &mut sysctl
+            };
+            list.push((k.replace('.', "/"), v.clone()));
+        }
+        let cache = Some(seccomp_cache.as_path());
+        let mut seccomp: Vec<_> = linux
+            .seccomp
+            .iter()
+            .map(|s| seccomp::compile_cached(s, cache))
+            .collect::<Result<_, _>>()?;
+        if decision.seccomp_floor {
+            seccomp.push(seccomp::floor(cache)?);
+        }
+        let mut attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
+            .map_err(|e| spec_err(e.field, e.reason))?
+            .on_host(&host);
+        attrs.pass_listen_fds(opts.listen_fds);
+        if opts.rootless {
+            rootless_checks(&spec, &ns)?;
+        }
+        if userns_pool.is_some() && !ns.has_new(libc::CLONE_NEWUSER) && ns.user_join.is_none() {
+            return Err(Error::IdmapNoUserns);
+        }
+        // mknod needs the initial user namespace: in any other, device nodes are bound.
+        let userns = ns.has_new(libc::CLONE_NEWUSER) || ns.user_join.is_some() || opts.rootless;
+        let rootfs = rootfs::plan(
+            &spec,
+            &opts.bundle,
+            opts.no_pivot,
+            planned.mount_sources(),
+            ns.has_new(libc::CLONE_NEWCGROUP),
+            notify_source.as_ref(),
+        )
+        .map_err(|e| spec_err(e.field, e.reason))?;
+        let mut rootfs = rootfs;
+        rootfs.strict_missing = decision.policy == "restricted";
+        let mut devs = if rootfs.default_devices {
+            devices::defaults()
+        } else {
+            Vec::new()
+        };
+        devs.extend(linux.devices.iter().cloned());
+        let personality = match &linux.personality {
+            None => None,
+            Some(pers) => Some(match pers.domain.as_str() {
+                "LINUX" => 0,
+                "LINUX32" => 0x0008,
+                other => {
+                    return Err(Error::Personality {
+                        domain: other.to_string(),
+                    })
+                }
+            }),
+        };
+        let dumpable_until_mapped =
+            opts.rootless && sys::geteuid() != 0 && ns.has_new(libc::CLONE_NEWUSER);
+        let new_keyring = opts
+            .new_keyring
+            .then(|| CString::new(opts.id.as_str()).unwrap_or_default());
+        Ok(Plan {
+            decision: serde_json::to_vec_pretty(&decision).expect("serialises"),
+            policy: decision.policy,
+            apparmor_profile,
+            host,
+            notify,
+            userns_pool,
+            fleet,
+            cgroup,
+            ns,
+            rootfs,
+            devices: devs,
+            userns,
+            attrs,
+            hostname: spec.hostname.clone().filter(|h| !h.is_empty()),
+            domainname: spec.domainname.clone(),
+            sysctl_joined,
+            sysctl,
+            personality,
+            hooks: spec.hooks.clone(),
+            loopback_up: decision.network_none,
+            dumpable_until_mapped,
+            new_keyring,
+            spec,
+            opts,
+        })
+    }
+
+    /// Row 4's result: container 0.. maps to `range`, and the rootfs is shown to the
+    /// container through an idmapped mount of it.
+    pub(super) fn set_userns_range(&mut self, range: IdRange) {
+        let map = vec![crate::spec::IdMapping {
+            container_id: 0,
+            host_id: range.start,
+            size: range.size,
+        }];
+        let linux = self.spec.linux.get_or_insert_with(Default::default);
+        linux.uid_mappings = map.clone();
+        linux.gid_mappings = map;
+        self.rootfs.idmap_root = Some(range.start);
+    }
+
+    /// Row 5's result: the cgroup as made (the hierarchies that refused moat are not
+    /// mounted in the container; no cgroup drops `linux.resources`, said in one line).
+    pub(super) fn set_cgroup(&mut self, cgroup: &Cgroup, none: Option<&str>) {
+        if let Some(why) = none {
+            no_cgroup(&mut self.spec, why);
+        }
+        self.rootfs.cgroup_mounts = cgroup.mount_sources();
+    }
+
+    /// Which optional messages the sync protocol has (`linux/sync.rs`).
+    pub(super) fn shape(&self) -> Shape {
+        Shape {
+            staged: self.ns.staged,
+            userns: self.idmapped_late(),
+            late_init: self.ns.late_init,
+        }
+    }
+
+    /// Whether the idmapped mounts go to the child only once it has unshared its user
+    /// namespace (staged create), rather than right after `Go`.
+    pub(super) fn idmapped_late(&self) -> bool {
+        self.ns.staged && self.ns.has_new(libc::CLONE_NEWUSER)
+    }
+}
+
+/// A rootless container without a cgroup: no `linux.resources`, said in one warning line.
+fn no_cgroup(spec: &mut Spec, why: &str) {
+    if let Some(res) = spec.linux.as_mut().and_then(|l| l.resources.take()) {
+        let asked = rootless::resource_names(&res);
+        if !asked.is_empty() {
+            crate::log::warn(&format!(
+                "rootless: no cgroup: {why}; linux.resources not applied ({asked})"
+            ));
+        }
+    }
+}
+
+/// A rootless create fails here, before anything exists, where the kernel or newuidmap
+/// would fail later with less to say.
+fn rootless_checks(spec: &Spec, ns: &NsPlan) -> Result<(), Error> {
+    if sys::geteuid() == 0 {
+        // uid 0 inside someone's user namespace (rootless podman): its own maps apply.
+        return Ok(());
+    }
+    let l = spec.linux();
+    if !ns.has_new(libc::CLONE_NEWUSER) && ns.user_join.is_none() {
+        return Err(Error::RootlessNoUserns);
+    }
+    if ns.has_new(libc::CLONE_NEWUSER) {
+        if l.uid_mappings.is_empty() || l.gid_mappings.is_empty() {
+            return Err(Error::RootlessNoMaps);
+        }
+        rootless::check_spec_maps(&l.uid_mappings, &l.gid_mappings).map_err(Error::RootlessMaps)?;
+    }
+    Ok(())
+}
+
+/// The state root as the userns pool records it: absolute, so any caller can tell whether
+/// the container still exists.
+pub fn pool_root(root: &Path) -> PathBuf {
+    std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf())
+}
