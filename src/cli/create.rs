@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use super::{Global, Result};
-use crate::linux::hostfacts::HostFacts;
 use crate::linux::{apparmor, notify, process};
 use crate::policy;
 use crate::spec::Spec;
@@ -62,11 +61,12 @@ pub fn create(g: &Global, a: &Args, foreground: bool) -> Result<(ContainerDir, p
     });
     let mut spec = Spec::load(&bundle)?;
     let cfg = policy::Config::load()?;
-    // Probed here, on the host, before anything is forked: the policy and the child
-    // decide LSMs and host namespaces from these facts, never from the container's view.
-    let host = HostFacts::probe();
-    let facts = crate::linux::namespaces::floor_facts(&spec);
-    let decision = policy::apply(&mut spec, &cfg, &a.id, &host, &facts)?;
+    // Host facts probed before anything is forked (`container::policy::decide`).
+    let crate::container::policy::Decided {
+        decision,
+        host,
+        floor: facts,
+    } = crate::container::policy::decide(&mut spec, &cfg, &a.id)?;
     decision.warn_ignored();
     if host.apparmor
         && spec.process().apparmor_profile.as_deref() == Some(policy::APPARMOR_PROFILE_NAME)

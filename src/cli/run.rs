@@ -3,7 +3,8 @@
 
 use anyhow::Context;
 
-use super::{create, delete, start, Global, Result};
+use super::{create, Global, Result};
+use crate::container::{delete, start};
 use crate::linux::signal;
 use crate::state::{ContainerDir, StateError};
 
@@ -35,7 +36,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     }
     let (dir, created) = create::create(g, &a.create, !a.detach)?;
     let rec = created.record;
-    if let Err(e) = start::start(&dir, &rec) {
+    if let Err(e) = start::native(&dir, &rec) {
         let _ = delete::force_delete(dir, &rec);
         create::userns_release(g, &rec.id);
         return Err(e);

@@ -16,11 +16,6 @@ use crate::linux::cgroups::{Cgroup, Layout};
 use crate::spec::Resources;
 use crate::state::{Record, Status};
 
-/// What runc's `update` asks for, already turned into a `LinuxResources`.
-pub struct UpdateRequest {
-    pub resources: Resources,
-}
-
 /// The sandbox's host cgroup, read from `/proc/<pid>/cgroup`: the hierarchies in which
 /// it is below the root (runsc places it at `linux.cgroupsPath`; hierarchies where it
 /// stayed at `/` are never written).
@@ -65,7 +60,7 @@ pub(super) fn sandbox_cgroup(pid: i32, proc_cgroup: &str, layout: Layout) -> Res
 
 /// runsc 20221219 has no `update`: the resources are written into the sandbox's host
 /// cgroup with moat's cgroup code. The sentry's own memory size stays as at create.
-pub fn update(g: &Context, rec: &Record, gv: &Gvisor, req: UpdateRequest) -> Result<i32> {
+pub fn update(g: &Context, rec: &Record, gv: &Gvisor, res: Resources) -> Result<i32> {
     let Some(st) = runsc_state(g, gv, &rec.id)? else {
         bail!("container does not exist");
     };
@@ -79,8 +74,9 @@ pub fn update(g: &Context, rec: &Record, gv: &Gvisor, req: UpdateRequest) -> Res
     let text = std::fs::read_to_string(format!("/proc/{}/cgroup", st.pid))
         .with_context(|| format!("read /proc/{}/cgroup", st.pid))?;
     let cg = sandbox_cgroup(st.pid, &text, Layout::detect()?)?;
-    // Device rules are not updated (cleared by the CLI): the host's stay as runsc set them.
-    cg.apply(&req.resources)?;
+    // Device rules are not updated (cleared by `container::update`): the host's stay as
+    // runsc set them.
+    cg.apply(&res)?;
     Ok(0)
 }
 

@@ -293,9 +293,7 @@ pub fn prepare(
         .as_ref()
         .and_then(|p| p.apparmor_profile.clone());
     let cfg = &sel.config.policy;
-    let host = crate::linux::hostfacts::HostFacts::probe();
-    let facts = crate::linux::namespaces::floor_facts(&spec);
-    let mut decision = crate::policy::apply(&mut spec, cfg, id, &host, &facts)?;
+    let mut decision = crate::container::policy::decide(&mut spec, cfg, id)?.decision;
     super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
     decision.warn_ignored();
     let runsc = find_runsc(&sel.config)?;

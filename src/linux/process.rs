@@ -182,7 +182,7 @@ impl Plan {
             .map(|s| seccomp::compile_cached(s, cache))
             .collect::<Result<_, _>>()?;
         if opts.seccomp_floor {
-            seccomp.push(seccomp::floor(cache)?);
+            seccomp.push(seccomp::floor(crate::policy::FLOOR_PROFILE, cache)?);
         }
         let mut attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
             .map_err(|e| spec_err(&e.field, e.reason))?

@@ -88,6 +88,10 @@ pub struct Decision {
     /// host, as `[restricted] host_namespaces` allows.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub host_namespaces: Vec<&'static str>,
+    /// RESTRICTED's floor was applied: false only from [`apply_unenforced`] (tests of
+    /// `verify`); not recorded.
+    #[serde(skip)]
+    pub enforced: bool,
 }
 
 impl Decision {
@@ -225,13 +229,40 @@ fn config_name(cfg: &Config) -> String {
 
 /// Applies the policy to `spec` in place and says what changed. `host` is what the host's
 /// LSMs are and `floor` what its namespaces are, both probed on the host before this runs
-/// ([`HostFacts::probe`], `linux::namespaces::floor_facts`): the policy itself does no I/O.
+/// ([`HostFacts::probe`], `linux::namespaces::floor_facts`; `container::policy::decide`
+/// does both): the policy itself does no I/O, and its result is a function of its
+/// arguments alone.
 pub fn apply(
     spec: &mut Spec,
     cfg: &Config,
     id: &str,
     host: &HostFacts,
     floor: &FloorFacts,
+) -> Result<Decision, PolicyError> {
+    apply_with(spec, cfg, id, host, floor, true)
+}
+
+/// For tests of `verify` only (the caller allows it in debug builds alone, on
+/// `MOAT_TEST_SKIP_POLICY=1`): the decision records the mode the spec asked for, RESTRICTED
+/// included, but RESTRICTED's floor is not applied, so a test can prove that `verify`
+/// catches the difference.
+pub fn apply_unenforced(
+    spec: &mut Spec,
+    cfg: &Config,
+    id: &str,
+    host: &HostFacts,
+    floor: &FloorFacts,
+) -> Result<Decision, PolicyError> {
+    apply_with(spec, cfg, id, host, floor, false)
+}
+
+fn apply_with(
+    spec: &mut Spec,
+    cfg: &Config,
+    id: &str,
+    host: &HostFacts,
+    floor: &FloorFacts,
+    enforce: bool,
 ) -> Result<Decision, PolicyError> {
     let sel = select(spec, cfg)?;
     let mut d = Decision {
@@ -244,8 +275,9 @@ pub fn apply(
         changes: sel.ignored,
         not_applied: Vec::new(),
         host_namespaces: Vec::new(),
+        enforced: enforce,
     };
-    let restricted = sel.mode == Mode::Restricted && !test_bypass();
+    let restricted = sel.mode == Mode::Restricted && enforce;
     if restricted {
         restrict(spec, cfg, id, &mut d)?;
         mounts_floor(spec, floor, &mut d);
@@ -275,7 +307,7 @@ pub fn refused_host_namespaces(
     cfg: &Config,
     facts: &FloorFacts,
 ) -> Vec<(&'static str, NsId)> {
-    if d.policy != Mode::Restricted.as_str() || test_bypass() {
+    if d.policy != Mode::Restricted.as_str() || !d.enforced {
         return Vec::new();
     }
     facts
@@ -427,13 +459,6 @@ fn mounts_floor(spec: &mut Spec, facts: &FloorFacts, d: &mut Decision) {
              and the host's /sys are read-only",
         );
     }
-}
-
-/// Debug (test) builds only: `MOAT_TEST_SKIP_POLICY=1` records a container as RESTRICTED
-/// without applying the policy, so tests can prove that `verify` catches it. Release
-/// builds do not contain this switch.
-fn test_bypass() -> bool {
-    cfg!(debug_assertions) && std::env::var_os("MOAT_TEST_SKIP_POLICY").is_some_and(|v| v == "1")
 }
 
 fn change(
