@@ -132,11 +132,16 @@ pub fn wants_gvisor_features() -> bool {
 /// moat's notes under `annotations`.
 pub fn features_json() -> Value {
     let caps: Vec<&str> = crate::linux::capabilities::NAMES.to_vec();
-    let runsc = super::config::GvisorConfig::load()
-        .ok()
-        .and_then(|c| select::find_runsc(&c).ok())
+    let config = super::config::GvisorConfig::load().ok();
+    let runsc = config
+        .as_ref()
+        .and_then(|c| select::find_runsc(c).ok())
         .map(|p: PathBuf| p.display().to_string())
         .unwrap_or_default();
+    let platform = config.map_or_else(
+        || crate::policy::config::GVISOR_PLATFORMS[0].to_string(),
+        |c| c.policy.platform,
+    );
     json!({
         "ociVersionMin": "1.0.0",
         "ociVersionMax": "1.0.2-dev",
@@ -155,7 +160,7 @@ pub fn features_json() -> Value {
         "annotations": {
             "moat.runtime": "gvisor",
             "moat.gvisor.runsc": runsc,
-            "moat.gvisor.platform": select::PLATFORM,
+            "moat.gvisor.platform": platform,
             "moat.gvisor.network": "none for a new netns, host for none or a joined one; never sandbox",
             "moat.gvisor.seccomp": "applied inside the sentry (runsc --oci-seccomp)",
             "moat.gvisor.ignored": "process.apparmorProfile, linux.maskedPaths, linux.readonlyPaths, linux.sysctl, hooks.createContainer, hooks.startContainer",

@@ -31,7 +31,7 @@
 //! [gvisor]
 //! runtime = "native"              # default runtime: "native" or "gvisor"
 //! runsc_path = "/usr/bin/runsc"
-//! platform = "ptrace"
+//! platform = "ptrace"             # runsc --platform: "ptrace" or "kvm" (runsc 20221219)
 //!
 //! [userns]
 //! default = "engine"              # default of moat.userns: "engine" or "auto"
@@ -202,7 +202,7 @@ impl Default for Config {
             force_nesting: false,
             runtime_gvisor: false,
             runsc_path: None,
-            platform: "ptrace".into(),
+            platform: GVISOR_PLATFORMS[0].into(),
             userns_auto: false,
             userns_pool: USERNS_POOL,
             userns_size: USERNS_SIZE,
@@ -340,6 +340,12 @@ pub fn invoked_name() -> Option<String> {
         })
         .filter(|n| !n.is_empty())
 }
+
+/// `[gvisor] platform`: runsc's `--platform`, recorded at create and replayed on every
+/// runsc call. Only what runsc 20221219 has (no systrap there); the first is the default,
+/// pinned because runsc's own default changed between releases and KVM hangs on hosts
+/// without VMX/SVM.
+pub const GVISOR_PLATFORMS: [&str; 2] = ["ptrace", "kvm"];
 
 /// The namespace types `[restricted] host_namespaces` may name (spec type names).
 pub const HOST_NAMESPACE_TYPES: [&str; 4] = ["pid", "network", "ipc", "uts"];
@@ -570,7 +576,17 @@ impl Config {
                 }
             }
             "gvisor.runsc_path" => c.runsc_path = Some(s(value)?),
-            "gvisor.platform" => c.platform = s(value)?,
+            "gvisor.platform" => {
+                let p = s(value)?;
+                if !GVISOR_PLATFORMS.contains(&p.as_str()) {
+                    return Err(err(&format!(
+                        "unknown platform {p:?} (runsc 20221219 has {}; kvm needs /dev/kvm \
+                         with VMX/SVM, a host without them needs ptrace)",
+                        GVISOR_PLATFORMS.join(", ")
+                    )));
+                }
+                c.platform = p;
+            }
             "userns.default" => {
                 c.userns_auto = match s(value)?.as_str() {
                     "auto" => true,
@@ -624,6 +640,23 @@ force_nesting = true
         assert_eq!(c.pids, Some(100));
         assert_eq!(c.cpus, Some(1.5));
         assert_eq!(c.fleet_memory, Some(1 << 30));
+    }
+
+    #[test]
+    fn gvisor_platform_is_one_runsc_has() {
+        assert_eq!(cfg("").unwrap().platform, "ptrace");
+        assert_eq!(
+            cfg("[gvisor]\nplatform = \"kvm\"\n").unwrap().platform,
+            "kvm"
+        );
+        for bad in ["systrap", "KVM", ""] {
+            let e = cfg(&format!("[gvisor]\nplatform = \"{bad}\"\n")).unwrap_err();
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with("/etc/moat/config.toml:2: gvisor.platform: unknown platform"),
+                "{msg}"
+            );
+        }
     }
 
     #[test]

@@ -1770,6 +1770,88 @@ mod tests {
         assert!(restrict_exec_lsm(&mut p, &init, &Config::default(), &host).is_err());
     }
 
+    /// Everything `apply` does to a spec, and says it did, as one value.
+    fn outcome(
+        spec: &Spec,
+        cfg: &Config,
+        host: &HostFacts,
+        floor: &FloorFacts,
+    ) -> (serde_json::Value, serde_json::Value) {
+        let mut s = spec.clone();
+        let d = apply(&mut s, cfg, "c1", host, floor).unwrap();
+        (
+            serde_json::to_value(&s).unwrap(),
+            serde_json::to_value(&d).unwrap(),
+        )
+    }
+
+    #[test]
+    fn apply_is_a_function_of_its_arguments() {
+        let spec = podman_like();
+        let cfg = Config::default();
+        let aa = HostFacts {
+            apparmor: true,
+            apparmor_profiles: Some(vec!["moat-default".into()]),
+            ..Default::default()
+        };
+        let first = outcome(&spec, &cfg, &aa, &facts());
+        // The same arguments give the same spec and decision, whatever the process's
+        // environment holds: the test switch is the caller's (`container::policy`), and
+        // the host is read only through the facts passed in.
+        std::env::set_var("MOAT_TEST_SKIP_POLICY", "1");
+        let again = outcome(&spec, &cfg, &aa, &facts());
+        std::env::remove_var("MOAT_TEST_SKIP_POLICY");
+        assert_eq!(first, again);
+        assert_eq!(first.0["process"]["apparmorProfile"], "moat-default");
+        assert_eq!(first.1["policy"], "restricted");
+        // Other facts, another result, and only where the facts differ.
+        let plain = outcome(&spec, &cfg, &HostFacts::default(), &facts());
+        assert!(plain.0["process"].get("apparmorProfile").is_none());
+        let mut without_lsm = first.0.clone();
+        without_lsm["process"]
+            .as_object_mut()
+            .unwrap()
+            .remove("apparmorProfile");
+        assert_eq!(without_lsm, plain.0);
+        // And another config, another result.
+        let open = Config {
+            default_policy: Mode::Open,
+            ..Config::default()
+        };
+        assert_eq!(outcome(&spec, &open, &aa, &facts()).1["policy"], "open");
+    }
+
+    #[test]
+    fn unenforced_records_restricted_and_changes_no_floor() {
+        let spec = podman_like();
+        let mut s = spec.clone();
+        let d = apply_unenforced(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts(),
+        )
+        .unwrap();
+        assert_eq!(d.policy, "restricted");
+        assert!(!d.enforced && d.changes.is_empty());
+        assert_eq!(
+            serde_json::to_value(&s).unwrap(),
+            serde_json::to_value(&spec).unwrap()
+        );
+        assert!(refused_host_namespaces(&d, &Config::default(), &facts()).is_empty());
+        let d = apply(
+            &mut spec.clone(),
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts(),
+        )
+        .unwrap();
+        assert!(d.enforced);
+        assert!(!refused_host_namespaces(&d, &Config::default(), &facts()).is_empty());
+    }
+
     #[test]
     fn builtin_profiles_parse() {
         for p in [RESTRICTED_PROFILE, FLOOR_PROFILE] {
