@@ -1,5 +1,5 @@
 //! `moat check`: what this host offers, and what each moat control will do here
-//! (`container::host::report`).
+//! (`report::check`).
 
 use super::{Global, Result};
 
@@ -7,5 +7,5 @@ use super::{Global, Result};
 pub struct Args {}
 
 pub fn run(_g: &Global, _a: Args) -> Result<i32> {
-    crate::container::host::report()
+    crate::report::check::report()
 }

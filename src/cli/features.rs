@@ -1,4 +1,4 @@
-//! `moat features`: the OCI features structure (`container::features`).
+//! `moat features`: the OCI features structure (`report::features`).
 
 use super::{Global, Result};
 
@@ -6,5 +6,5 @@ use super::{Global, Result};
 pub struct Args {}
 
 pub fn run(_g: &Global, _a: Args) -> Result<i32> {
-    crate::container::features::print()
+    crate::report::features::print()
 }

@@ -1,10 +1,10 @@
 //! `moat policy explain --bundle DIR`: what the policy would change in a bundle's spec
-//! (`container::policy::explain`).
+//! (`report::explain`).
 
 use std::path::PathBuf;
 
 use super::{Global, Result};
-use crate::container::policy::{explain, ExplainRequest};
+use crate::report::explain::{explain, ExplainRequest};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -14,8 +14,6 @@ mod error;
 pub mod events;
 #[allow(dead_code)]
 pub mod exec;
-pub mod features;
-pub mod host;
 pub mod kill;
 pub mod pause;
 pub mod policy;

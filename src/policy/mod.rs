@@ -22,26 +22,8 @@ pub const FLOOR_PROFILE: &str = include_str!("../../seccomp-profiles/floor.json"
 pub const APPARMOR_PROFILE_NAME: &str = "moat-default";
 pub const APPARMOR_PROFILE: &str = include_str!("../../apparmor/moat-default");
 
-/// runc's default masked and read-only paths.
-pub const MASKED_PATHS: [&str; 10] = [
-    "/proc/acpi",
-    "/proc/asound",
-    "/proc/kcore",
-    "/proc/keys",
-    "/proc/latency_stats",
-    "/proc/timer_list",
-    "/proc/timer_stats",
-    "/proc/sched_debug",
-    "/sys/firmware",
-    "/proc/scsi",
-];
-pub const READONLY_PATHS: [&str; 5] = [
-    "/proc/bus",
-    "/proc/fs",
-    "/proc/irq",
-    "/proc/sys",
-    "/proc/sysrq-trigger",
-];
+/// runc's default masked and read-only paths (the starter spec's, `spec::default`).
+pub use crate::spec::default::{MASKED_PATHS, READONLY_PATHS};
 
 /// moat's annotation keys; any other `moat.*` key is an error.
 pub const ANNOTATIONS: [&str; 5] = [
@@ -1854,9 +1836,10 @@ mod tests {
 
     #[test]
     fn builtin_profiles_parse() {
+        // Both are also compiled by `linux::seccomp`'s tests.
         for p in [RESTRICTED_PROFILE, FLOOR_PROFILE] {
             let s: spec::Seccomp = serde_json::from_str(p).unwrap();
-            crate::linux::seccomp::compile(&s).unwrap();
+            assert!(!s.syscalls.is_empty());
         }
     }
 }
