@@ -141,26 +141,31 @@ pub const APPARMOR_PROFILES: [&str; 4] = [
 /// The default of `[restricted] selinux_types`.
 pub const SELINUX_TYPES: [&str; 1] = ["container_t"];
 
+/// Why a list of LSM names is refused (the key and line are added by the caller).
+#[derive(Debug, thiserror::Error)]
+enum LsmListError {
+    #[error("{0:?}: expected a name, optionally ending in one `*`")]
+    NotAName(String),
+    #[error("{0:?} would let a container run unconfined; use the OPEN policy for that")]
+    Unconfined(String),
+    #[error("needs at least one type without `*` (the one a label is given instead)")]
+    NoPlainType,
+}
+
 /// A list of LSM names from the config: non-empty, `*` only as the last character, and
 /// for AppArmor never `unconfined` (which names no confinement at all).
-fn lsm_list(l: &[String], apparmor: bool) -> Result<Vec<String>, String> {
+fn lsm_list(l: &[String], apparmor: bool) -> Result<Vec<String>, LsmListError> {
     for p in l {
         if p.is_empty() || p.trim_end_matches('*').contains('*') || p.contains(char::is_whitespace)
         {
-            return Err(format!(
-                "{p:?}: expected a name, optionally ending in one `*`"
-            ));
+            return Err(LsmListError::NotAName(p.clone()));
         }
         if p == "*" || (apparmor && p == "unconfined") {
-            return Err(format!(
-                "{p:?} would let a container run unconfined; use the OPEN policy for that"
-            ));
+            return Err(LsmListError::Unconfined(p.clone()));
         }
     }
     if !apparmor && !l.iter().any(|t| !t.ends_with('*')) {
-        return Err(
-            "needs at least one type without `*` (the one a label is given instead)".into(),
-        );
+        return Err(LsmListError::NoPlainType);
     }
     Ok(l.to_vec())
 }
@@ -229,24 +234,39 @@ pub fn parse_size(s: &str) -> Option<i64> {
         .checked_mul(mult)
 }
 
-fn parse_value(raw: &str) -> Result<Value, String> {
+/// Why a value is refused (the line is added by the caller).
+#[derive(Debug, thiserror::Error)]
+enum ValueError {
+    #[error("unterminated string")]
+    UnterminatedString,
+    #[error("escapes and embedded quotes are not supported")]
+    Escape,
+    #[error("unterminated array (arrays must fit on one line)")]
+    UnterminatedArray,
+    #[error("arrays may only hold strings")]
+    NotAString,
+    #[error("cannot parse value {0:?}")]
+    Unparsable(String),
+}
+
+fn parse_value(raw: &str) -> Result<Value, ValueError> {
     let raw = raw.trim();
     if let Some(s) = raw.strip_prefix('"') {
-        let s = s.strip_suffix('"').ok_or("unterminated string")?;
+        let s = s.strip_suffix('"').ok_or(ValueError::UnterminatedString)?;
         if s.contains('"') || s.contains('\\') {
-            return Err("escapes and embedded quotes are not supported".into());
+            return Err(ValueError::Escape);
         }
         return Ok(Value::Str(s.to_string()));
     }
     if let Some(inner) = raw.strip_prefix('[') {
         let inner = inner
             .strip_suffix(']')
-            .ok_or("unterminated array (arrays must fit on one line)")?;
+            .ok_or(ValueError::UnterminatedArray)?;
         let mut items = Vec::new();
         for item in inner.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             match parse_value(item)? {
                 Value::Str(s) => items.push(s),
-                _ => return Err("arrays may only hold strings".into()),
+                _ => return Err(ValueError::NotAString),
             }
         }
         return Ok(Value::List(items));
@@ -259,7 +279,7 @@ fn parse_value(raw: &str) -> Result<Value, String> {
     raw.replace('_', "")
         .parse::<i64>()
         .map(Value::Int)
-        .map_err(|_| format!("cannot parse value {raw:?}"))
+        .map_err(|_| ValueError::Unparsable(raw.to_string()))
 }
 
 /// Strips a `#` comment that is not inside a string.
@@ -315,7 +335,7 @@ pub fn parse(text: &str, path: &Path) -> Result<BTreeMap<String, (usize, Value)>
         if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(err(format!("invalid key {k:?}")));
         }
-        let v = parse_value(v).map_err(err)?;
+        let v = parse_value(v).map_err(|e| err(e.to_string()))?;
         let full = if table.is_empty() {
             k.to_string()
         } else {
@@ -548,7 +568,7 @@ impl Config {
             "restricted.apparmor_profiles" | "restricted.selinux_types" => {
                 let apparmor = key == "restricted.apparmor_profiles";
                 let l = match value {
-                    Value::List(l) => lsm_list(l, apparmor).map_err(|r| err(&r))?,
+                    Value::List(l) => lsm_list(l, apparmor).map_err(|r| err(&r.to_string()))?,
                     _ => return Err(err("expected an array of names")),
                 };
                 if apparmor {

@@ -34,9 +34,56 @@ pub const ANNOTATIONS: [&str; 5] = [
     "moat.userns",
 ];
 
+/// Why the policy refuses a spec: each variant names the spec field (or config key) and
+/// the value it refuses.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct PolicyError(pub String);
+pub enum PolicyError {
+    #[error("annotation {key}: unknown value {value:?}")]
+    AnnotationValue { key: String, value: String },
+    #[error("annotation {key}: unknown moat annotation (known: {})", ANNOTATIONS.join(", "))]
+    AnnotationUnknown { key: String },
+    /// A `linux.namespaces[].path` the floor facts could not read.
+    #[error("{field}: cannot open {path}: {reason}")]
+    NamespacePath {
+        field: String,
+        path: String,
+        reason: String,
+    },
+    #[error("{field}: {path} was not examined by the RESTRICTED floor")]
+    NamespaceNotExamined { field: String, path: String },
+    #[error(
+        "{field}: cannot tell whether {path} is the host's {typ} namespace (moat's own could \
+         not be read)"
+    )]
+    HostNamespaceUnknown {
+        field: String,
+        path: String,
+        typ: &'static str,
+    },
+    /// `field` is the namespace entry (or its path) that shares the host's namespace.
+    #[error(
+        "{field}: the host's {typ} namespace is refused under RESTRICTED (allow with \
+         [restricted] host_namespaces = [\"{typ}\"])"
+    )]
+    HostNamespace { field: String, typ: &'static str },
+    #[error("process.capabilities.{set}[{index}]: unknown capability {name:?}")]
+    UnknownCapability {
+        set: &'static str,
+        index: usize,
+        name: String,
+    },
+    #[error("built-in restricted seccomp profile: {0}")]
+    RestrictedProfile(serde_json::Error),
+    #[error(
+        "process.apparmorProfile: profile {0:?} is not loaded on this host (load it with \
+         apparmor_parser, or name another profile)"
+    )]
+    AppArmorNotLoaded(String),
+    #[error("process.selinuxLabel: {0:?} is not a user:role:type[:level] label")]
+    SelinuxLabel(String),
+    #[error("restricted.selinux_types: no type without `*` to give a label")]
+    SelinuxNoType,
+}
 
 /// One change the policy made to the engine's spec.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -132,7 +179,10 @@ fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
         if !k.starts_with("moat.") {
             continue;
         }
-        let bad = || PolicyError(format!("annotation {k}: unknown value {v:?}"));
+        let bad = || PolicyError::AnnotationValue {
+            key: k.clone(),
+            value: v.clone(),
+        };
         // `loosens`: the value asks for less than the config gives (ignored); otherwise it
         // tightens or restates the config.
         let loosens = match k.as_str() {
@@ -176,12 +226,7 @@ fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
                 }
                 false
             }
-            _ => {
-                return Err(PolicyError(format!(
-                    "annotation {k}: unknown moat annotation (known: {})",
-                    ANNOTATIONS.join(", ")
-                )))
-            }
+            _ => return Err(PolicyError::AnnotationUnknown { key: k.clone() }),
         };
         if loosens {
             sel.ignored.push(Change {
@@ -328,22 +373,28 @@ fn namespace_floor(
                 let ids = match facts.ns_paths.iter().find(|(q, _)| q == p) {
                     Some((_, Ok(ids))) => *ids,
                     Some((_, Err(e))) => {
-                        return Err(PolicyError(format!("{field}: cannot open {p}: {e}")))
+                        return Err(PolicyError::NamespacePath {
+                            field,
+                            path: p.to_string(),
+                            reason: e.clone(),
+                        })
                     }
                     None => {
-                        return Err(PolicyError(format!(
-                            "{field}: {p} was not examined by the RESTRICTED floor"
-                        )))
+                        return Err(PolicyError::NamespaceNotExamined {
+                            field,
+                            path: p.to_string(),
+                        })
                     }
                 };
                 match host_ids {
                     Some(h) if h != ids => continue,
                     Some(_) => format!("{field} ({p})"),
                     None => {
-                        return Err(PolicyError(format!(
-                            "{field}: cannot tell whether {p} is the host's {typ} namespace \
-                             (moat's own could not be read)"
-                        )))
+                        return Err(PolicyError::HostNamespaceUnknown {
+                            field,
+                            path: p.to_string(),
+                            typ,
+                        })
                     }
                 }
             }
@@ -359,10 +410,7 @@ fn namespace_floor(
             );
             continue;
         }
-        return Err(PolicyError(format!(
-            "{shared}: the host's {typ} namespace is refused under RESTRICTED (allow with \
-             [restricted] host_namespaces = [\"{typ}\"])"
-        )));
+        return Err(PolicyError::HostNamespace { field: shared, typ });
     }
     Ok(())
 }
@@ -484,9 +532,11 @@ fn restrict(spec: &mut Spec, cfg: &Config, id: &str, d: &mut Decision) -> Result
             .enumerate()
             .find(|(_, c)| crate::linux::capabilities::number(c).is_none())
         {
-            return Err(PolicyError(format!(
-                "process.capabilities.{name}[{i}]: unknown capability {bad:?}"
-            )));
+            return Err(PolicyError::UnknownCapability {
+                set: name,
+                index: i,
+                name: bad.clone(),
+            });
         }
         let (keep, drop): (Vec<String>, Vec<String>) = list.drain(..).partition(|c| {
             name != "inheritable"
@@ -516,8 +566,8 @@ fn restrict(spec: &mut Spec, cfg: &Config, id: &str, d: &mut Decision) -> Result
     let linux = spec.linux.get_or_insert_with(Default::default);
     match &linux.seccomp {
         None => {
-            let profile: spec::Seccomp = serde_json::from_str(RESTRICTED_PROFILE)
-                .map_err(|e| PolicyError(format!("built-in restricted seccomp profile: {e}")))?;
+            let profile: spec::Seccomp =
+                serde_json::from_str(RESTRICTED_PROFILE).map_err(PolicyError::RestrictedProfile)?;
             linux.seccomp = Some(profile);
             change(
                 d,
@@ -710,10 +760,7 @@ fn restrict_lsm(
 /// start with a profile the kernel would refuse halfway through create.
 fn apparmor_check_loaded(profile: &str, host: &HostFacts) -> Result<(), PolicyError> {
     if profile != APPARMOR_PROFILE_NAME && host.apparmor_loaded(profile) == Some(false) {
-        return Err(PolicyError(format!(
-            "process.apparmorProfile: profile {profile:?} is not loaded on this host (load it \
-             with apparmor_parser, or name another profile)"
-        )));
+        return Err(PolicyError::AppArmorNotLoaded(profile.to_string()));
     }
     Ok(())
 }
@@ -721,18 +768,12 @@ fn apparmor_check_loaded(profile: &str, host: &HostFacts) -> Result<(), PolicyEr
 /// `None` when `label`'s type is listed, else the label with its type replaced by the
 /// first listed type that is no pattern.
 fn selinux_confined(cfg: &Config, label: &str) -> Result<Option<String>, PolicyError> {
-    let t = selinux_type(label).ok_or_else(|| {
-        PolicyError(format!(
-            "process.selinuxLabel: {label:?} is not a user:role:type[:level] label"
-        ))
-    })?;
+    let t = selinux_type(label).ok_or_else(|| PolicyError::SelinuxLabel(label.to_string()))?;
     if lsm_listed(&cfg.selinux_types, t) {
         return Ok(None);
     }
     let Some(want) = cfg.selinux_types.iter().find(|t| !t.ends_with('*')) else {
-        return Err(PolicyError(
-            "restricted.selinux_types: no type without `*` to give a label".into(),
-        ));
+        return Err(PolicyError::SelinuxNoType);
     };
     let mut f: Vec<&str> = label.splitn(4, ':').collect();
     f[2] = want;
@@ -1195,7 +1236,7 @@ mod tests {
                 &facts(),
             )
             .unwrap_err()
-            .0;
+            .to_string();
             assert_eq!(
                 e,
                 format!(
@@ -1260,7 +1301,7 @@ mod tests {
                 &facts(),
             )
             .unwrap_err()
-            .0;
+            .to_string();
             assert!(
                 e.contains(&format!("({p}): the host's {typ} namespace is refused")),
                 "{e}"
@@ -1306,7 +1347,7 @@ mod tests {
             &facts(),
         )
         .unwrap_err();
-        assert!(e.0.contains("cannot open /proc/9/ns/uts"), "{e}");
+        assert!(e.to_string().contains("cannot open /proc/9/ns/uts"), "{e}");
         assert!(apply(
             &mut with_ns("uts", Some("/elsewhere")),
             &Config::default(),
@@ -1438,7 +1479,7 @@ mod tests {
             &facts()
         )
         .unwrap_err()
-        .0
+        .to_string()
         .contains("unknown moat annotation"));
         let mut s = podman_like();
         s.annotations.insert("moat.network".into(), "some".into());
@@ -1629,7 +1670,8 @@ mod tests {
         let mut s = with_profile(Some("docker-default"));
         let e = apply(&mut s, &Config::default(), "c1", &host, &facts()).unwrap_err();
         assert!(
-            e.0.starts_with("process.apparmorProfile: profile \"docker-default\" is not loaded"),
+            e.to_string()
+                .starts_with("process.apparmorProfile: profile \"docker-default\" is not loaded"),
             "{e}"
         );
         // moat-default is loaded by create itself; an unreadable list leaves it to the kernel.
@@ -1714,7 +1756,7 @@ mod tests {
         s.process.as_mut().unwrap().selinux_label = Some("garbage".into());
         assert!(apply(&mut s, &cfg, "c1", &host, &facts())
             .unwrap_err()
-            .0
+            .to_string()
             .contains("not a user:role:type"));
         // No SELinux on the host: untouched.
         let mut s = podman_like();
