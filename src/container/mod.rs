@@ -3,8 +3,12 @@
 //! `src/cli/` only turns flags into the request structs defined here and resolves one
 //! [`Context`]; each operation lives in one file of this module. A container's backend
 //! (native, or gVisor's runsc) is chosen once, at create, and recorded in its state;
-//! every later operation opens the container with [`Container::open`], which is the one
-//! place that routes it to its backend.
+//! every later operation opens the container ([`Container::open`]) and runs on
+//! [`Container::engine`]: [`engine`] holds the one match on the record's backend, and
+//! the [`Engine`] trait has one method per operation, implemented by [`Native`] (bodies
+//! in this module's files, `<op>::native`) and by the record's `Gvisor` (in
+//! `src/gvisor/`). An operation's file checks its request first (a bad signal or format
+//! fails before the state is opened), then opens and dispatches.
 
 // create and exec fill their request structs in as they move in (issue 13).
 #[allow(dead_code)]
