@@ -12,6 +12,7 @@ mod gvisor;
 mod linux;
 mod log;
 mod policy;
+mod report;
 mod spec;
 mod state;
 

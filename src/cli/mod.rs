@@ -17,7 +17,7 @@ mod spec;
 pub(crate) mod start;
 mod state;
 mod update;
-pub(crate) mod verify;
+mod verify;
 
 use std::path::PathBuf;
 

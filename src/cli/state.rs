@@ -1,22 +1,21 @@
-//! `moat state <id>`: the OCI state JSON, from the record and the live process.
-
-use anyhow::Context;
+//! `moat state <id>`: the OCI state JSON (`container::state`).
 
 use super::{Global, Result};
-use crate::state::ContainerDir;
+use crate::container::state::{self, Request};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     pub id: String,
 }
 
-pub fn run(g: &Global, a: Args) -> Result<i32> {
-    let dir = ContainerDir::open_read(&g.state_root()?, &a.id)?;
-    let rec = dir.load().context(a.id.clone())?;
-    if let Some(gv) = rec.backend.gvisor() {
-        return crate::gvisor::state(&g.context()?, &rec, gv);
+impl Args {
+    pub fn request(&self) -> Request {
+        Request {
+            id: self.id.clone(),
+        }
     }
-    let st = rec.oci_state(rec.status(&dir));
-    println!("{}", serde_json::to_string_pretty(&st)?);
-    Ok(0)
+}
+
+pub fn run(g: &Global, a: Args) -> Result<i32> {
+    state::state(&g.context()?, &a.request())
 }

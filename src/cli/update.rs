@@ -1,15 +1,10 @@
-//! `moat update [--resources FILE|-] [flags] <id>`: change the cgroup limits of a running
-//! container, with runc's flags. Only what is given is written; device rules are left
-//! alone. The change is folded into the saved spec so later calls see it.
-
-use std::io::Read;
-
-use anyhow::{bail, Context};
+//! `moat update [--resources FILE|-] [flags] <id>`: runc's flags for changing a running
+//! container's cgroup limits, turned into the resources `container::update` writes.
 
 use super::{Global, Result};
+use crate::container::update::{self, read_resources, Request};
 use crate::log::warn;
 use crate::spec::{self, Resources};
-use crate::state::{ContainerDir, Status};
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
@@ -74,43 +69,30 @@ pub struct Args {
     pub id: String,
 }
 
-pub fn run(g: &Global, a: Args) -> Result<i32> {
-    if a.l3_cache_schema.is_some() || a.mem_bw_schema.is_some() {
-        bail!("Intel RDT is not supported by moat: --l3-cache-schema and --mem-bw-schema cannot be used");
-    }
-    let mut res = match a.resources.as_deref() {
-        Some(src) => {
-            if has_flags(&a) {
-                warn("--resources given: the other resource flags are ignored");
-            }
-            read_resources(src)?
+impl Args {
+    /// The resources the flags (or the `--resources` file) give.
+    pub fn request(&self) -> Result<Request> {
+        if self.l3_cache_schema.is_some() || self.mem_bw_schema.is_some() {
+            anyhow::bail!("Intel RDT is not supported by moat: --l3-cache-schema and --mem-bw-schema cannot be used");
         }
-        None => from_flags(&a),
-    };
-    normalize(&mut res);
-    let dir = ContainerDir::open(&g.state_root()?, &a.id)?;
-    let rec = dir.load()?;
-    if let Some(gv) = rec.backend.gvisor() {
-        // As runc: update never rewrites device rules.
-        res.devices.clear();
-        let req = crate::gvisor::UpdateRequest { resources: res };
-        return crate::gvisor::update(&g.context()?, &rec, gv, req);
+        let resources = match self.resources.as_deref() {
+            Some(src) => {
+                if has_flags(self) {
+                    warn("--resources given: the other resource flags are ignored");
+                }
+                read_resources(src)?
+            }
+            None => from_flags(self),
+        };
+        Ok(Request {
+            id: self.id.clone(),
+            resources,
+        })
     }
-    if rec.status(&dir) == Status::Stopped {
-        bail!("container not running");
-    }
-    let Some(cg) = &rec.cgroup else {
-        bail!("container {} has no cgroup to update", a.id);
-    };
-    cg.update(&res)?;
-    let mut spec = dir.load_spec().context("cannot record the update")?;
-    let linux = spec.linux.get_or_insert_with(Default::default);
-    linux
-        .resources
-        .get_or_insert_with(Default::default)
-        .merge(&res);
-    dir.save_spec(&spec).context("cannot record the update")?;
-    Ok(0)
+}
+
+pub fn run(g: &Global, a: Args) -> Result<i32> {
+    update::update(&g.context()?, &a.request()?)
 }
 
 fn has_flags(a: &Args) -> bool {
@@ -119,44 +101,6 @@ fn has_flags(a: &Args) -> bool {
         ..Default::default()
     };
     from_flags(a) != from_flags(&probe)
-}
-
-/// Reads a `linux.resources` object from a file or stdin ('-'), naming the field and
-/// line of a mistake.
-pub fn read_resources(src: &str) -> Result<Resources> {
-    let (bytes, name) = if src == "-" {
-        let mut b = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut b)
-            .context("cannot read resources from standard input")?;
-        (b, "standard input".to_string())
-    } else {
-        let b = std::fs::read(src).with_context(|| format!("cannot read {src}"))?;
-        (b, src.to_string())
-    };
-    parse_resources(&bytes).with_context(|| format!("invalid resources in {name}"))
-}
-
-pub fn parse_resources(bytes: &[u8]) -> Result<Resources> {
-    // Keys checked first (duplicates, case variants of fields): spec::keys.
-    let res: Resources = crate::spec::from_slice(bytes).map_err(|(path, inner)| {
-        if path == "top level" {
-            anyhow::anyhow!("{inner}")
-        } else {
-            anyhow::anyhow!("{path}: {inner}")
-        }
-    })?;
-    if !res.devices.is_empty() {
-        warn("devices: ignored, update does not change device rules");
-    }
-    if res.rdma.is_some() {
-        warn("rdma: ignored, moat has no rdma controller support");
-    }
-    Ok(Resources {
-        devices: Vec::new(),
-        rdma: None,
-        ..res
-    })
 }
 
 /// runc's flags → the resources they set; unset flags stay unset.
@@ -192,22 +136,18 @@ pub fn from_flags(a: &Args) -> Resources {
     }
 }
 
-/// runc's update semantics: a pids limit of 0 changes nothing, and unlimited memory
-/// without a swap value means unlimited swap too (or the memsw limit would refuse it).
-pub fn normalize(res: &mut Resources) {
-    if res.pids.as_ref().is_some_and(|p| p.limit == 0) {
-        res.pids = None;
-    }
-    if let Some(m) = &mut res.memory {
-        if m.limit == Some(-1) && m.swap.is_none() {
-            m.swap = Some(-1);
-        }
-    }
+/// Why a size flag was refused (clap prints it after the flag's name).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("invalid size {0:?} (want bytes, or a number with k, m, g, t or p)")]
+    Invalid(String),
+    #[error("size {0:?} is too large")]
+    TooLarge(String),
 }
 
 /// A memory size as runc (docker's go-units `RAMInBytes`) reads it: `1024`, `100m`,
 /// `1.5g`, `64MiB`, `512 kb`; the unit is binary (k = 1024). `-1` means unlimited.
-pub fn parse_size(s: &str) -> std::result::Result<i64, String> {
+pub fn parse_size(s: &str) -> std::result::Result<i64, SizeError> {
     let t = s.trim();
     if t == "-1" {
         return Ok(-1);
@@ -216,7 +156,7 @@ pub fn parse_size(s: &str) -> std::result::Result<i64, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(num_len);
-    let bad = || format!("invalid size {s:?} (want bytes, or a number with k, m, g, t or p)");
+    let bad = || SizeError::Invalid(s.to_string());
     if num.is_empty() || num.starts_with('.') || num.ends_with('.') || num.matches('.').count() > 1
     {
         return Err(bad());
@@ -244,7 +184,7 @@ pub fn parse_size(s: &str) -> std::result::Result<i64, String> {
     }
     let bytes = value * (1u64 << shift) as f64;
     if bytes >= i64::MAX as f64 {
-        return Err(format!("size {s:?} is too large"));
+        return Err(SizeError::TooLarge(s.to_string()));
     }
     #[allow(clippy::cast_possible_truncation)] // below i64::MAX (checked above), and whole
     Ok(bytes as i64)
@@ -266,7 +206,7 @@ mod tests {
         v.extend_from_slice(argv);
         let t = T::try_parse_from(v).unwrap();
         let mut r = from_flags(&t.a);
-        normalize(&mut r);
+        update::normalize(&mut r);
         r
     }
 
@@ -345,19 +285,6 @@ mod tests {
         assert_eq!(flags(&["c1"]), Resources::default());
         let t = T::try_parse_from(["update", "--memory", "12q", "c1"]);
         assert!(t.is_err());
-    }
-
-    #[test]
-    fn json_errors_name_field_and_line() {
-        let e = parse_resources(b"{\"memory\": {\n \"limit\": \"lots\"}}").unwrap_err();
-        let msg = format!("{e:#}");
-        assert!(msg.contains("memory.limit"), "{msg}");
-        assert!(msg.contains("line 2"), "{msg}");
-        let e = parse_resources(b"{\"memory\": ").unwrap_err();
-        assert!(format!("{e:#}").contains("line 1"), "{e:#}");
-        let r = parse_resources(br#"{"pids":{"limit":5},"devices":[{"allow":true}]}"#).unwrap();
-        assert_eq!(r.pids.unwrap().limit, 5);
-        assert!(r.devices.is_empty());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::linux::create::{self as native, Created, Options, Plan};
 use crate::linux::signal;
 use crate::policy;
 use crate::spec::Spec;
-use crate::state::{self, idpool, ContainerDir, StateError};
+use crate::state::{self, ContainerDir, StateError};
 
 /// runc's `create` flags.
 #[derive(Debug, Clone)]
@@ -62,9 +62,9 @@ pub fn run(ctx: &Context, req: &RunRequest) -> Result<i32> {
     }
     let (dir, created) = create_native(ctx, &req.create, !req.detach)?;
     let rec = created.record;
-    if let Err(e) = crate::cli::start::start(&dir, &rec) {
-        let _ = crate::cli::delete::force_delete(dir, &rec);
-        userns_release(ctx, &rec.id);
+    if let Err(e) = super::start::native(&dir, &rec) {
+        let _ = super::delete::force_delete(dir, &rec);
+        super::delete::release_userns(ctx, &rec.id);
         return Err(e);
     }
     if req.detach {
@@ -88,8 +88,8 @@ pub fn run(ctx: &Context, req: &RunRequest) -> Result<i32> {
                     .load()
                     .is_ok_and(|r| r.pid == rec.pid && r.pid_start == rec.pid_start)
                 {
-                    crate::cli::delete::force_delete(dir, &rec)?;
-                    userns_release(ctx, &rec.id);
+                    super::delete::force_delete(dir, &rec)?;
+                    super::delete::release_userns(ctx, &rec.id);
                 }
             }
             Err(StateError::NotExist) => {}
@@ -117,8 +117,9 @@ fn create_native(
     let listen_fds = super::before_fork(req.preserve_fds, true)?;
     let cwd = std::env::current_dir().context("getcwd")?;
     let bundle = bundle_path(&cwd, &req.bundle);
-    let spec = Spec::load(&bundle)?;
+    let mut spec = Spec::load(&bundle)?;
     let cfg = policy::Config::load()?;
+    let decided = super::policy::decide(&mut spec, &cfg, &req.id)?;
     let opts = Options {
         id: req.id.clone(),
         bundle,
@@ -136,7 +137,7 @@ fn create_native(
             .ok()
             .filter(|s| !s.is_empty()),
     };
-    let plan = Plan::new(spec, &cfg, opts)?;
+    let plan = Plan::new(spec, &cfg, decided, opts)?;
     Ok(native::create(plan)?)
 }
 
@@ -154,16 +155,4 @@ fn bundle_path(cwd: &Path, bundle: &Path) -> PathBuf {
             }
             p
         })
-}
-
-/// Gives back whatever range the container holds in the host's userns pool (a missing
-/// pool is fine).
-pub fn userns_release(ctx: &Context, id: &str) {
-    // A rootless moat never allocates, and may not even open the host-wide pool.
-    if ctx.rootless {
-        return;
-    }
-    if let Err(e) = idpool::Pool::default().release(&native::pool_root(&ctx.root), id) {
-        crate::log::warn(&format!("release userns range of {id}: {e}"));
-    }
 }

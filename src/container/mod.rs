@@ -3,19 +3,41 @@
 //! `src/cli/` only turns flags into the request structs defined here and resolves one
 //! [`Context`]; each operation lives in one file of this module. A container's backend
 //! (native, or gVisor's runsc) is chosen once, at create, and recorded in its state;
-//! every later operation opens the container with [`Container::open`], which is the one
-//! place that routes it to its backend.
+//! every later operation opens the container ([`Container::open`]) and runs on
+//! [`Container::engine`]: [`engine`] holds the one match on the record's backend, and
+//! the [`Engine`] trait has one method per operation, implemented by [`Native`] (bodies
+//! in this module's files, `<op>::native`) and by the record's `Gvisor` (in
+//! `src/gvisor/`). An operation's file checks its request first (a bad signal or format
+//! fails before the state is opened), then opens and dispatches.
 
-// The skeleton of the lifecycle layer: the operations move in next (issue 13).
-#![allow(dead_code)]
-
+// create and exec fill their request structs in as they move in (issue 13).
+#[allow(dead_code)]
 pub mod create;
+pub mod delete;
+mod error;
+pub mod events;
+#[allow(dead_code)]
 pub mod exec;
+pub mod kill;
+pub mod pause;
+pub mod policy;
+pub mod ps;
+pub mod start;
 pub mod startup;
+pub mod state;
+pub mod update;
+pub mod verify;
 
 use std::path::PathBuf;
 
-use crate::state::{ContainerDir, Record, StateError};
+pub use error::Error;
+
+use crate::spec::Resources;
+use crate::state::{ContainerDir, Record, StateError, Status};
+
+/// The result of an operation: the exit status moat ends with (`verify` exits 1 on a
+/// mismatch), or the error it prints.
+pub type Result<T> = anyhow::Result<T>;
 
 /// The global flags of one moat call, resolved once: where the state lives, whether moat
 /// is rootless, which cgroup driver the caller asked for, and where errors are logged
@@ -43,17 +65,97 @@ pub struct Container {
 impl Container {
     /// Opens `id` under the context's root, holding the state lock (for operations that
     /// change the container).
-    pub fn open(ctx: &Context, id: &str) -> Result<Container, StateError> {
+    pub fn open(ctx: &Context, id: &str) -> std::result::Result<Container, StateError> {
         let dir = ContainerDir::open(&ctx.root, id)?;
         let record = dir.load()?;
         Ok(Container { dir, record })
     }
 
     /// Opens `id` without the lock (for operations that only read or only join).
-    pub fn open_read(ctx: &Context, id: &str) -> Result<Container, StateError> {
+    pub fn open_read(ctx: &Context, id: &str) -> std::result::Result<Container, StateError> {
         let dir = ContainerDir::open_read(&ctx.root, id)?;
         let record = dir.load()?;
         Ok(Container { dir, record })
+    }
+
+    /// The engine that runs this container, as its record names it.
+    pub fn engine(&self) -> &dyn Engine {
+        engine(&self.record)
+    }
+}
+
+/// The one place a container's backend is chosen for an operation: the record says which
+/// engine runs it (chosen at create, `gvisor::select`), never a flag of this call.
+pub fn engine(rec: &Record) -> &dyn Engine {
+    match &rec.backend {
+        crate::state::Backend::Native => &Native,
+        crate::state::Backend::Gvisor(gv) => gv,
+    }
+}
+
+/// What each operation does on one backend (the `i32` is the exit status: runsc's own,
+/// passed through, for a gVisor container): moat's own (`Native`, whose bodies live in
+/// this module's files, one per operation) or runsc's (`state::Gvisor`, implemented in
+/// `src/gvisor/`). The caller opens the container; the operation's file checks the
+/// request before it opens anything.
+pub trait Engine {
+    /// `start`: release the created init.
+    fn start(&self, ctx: &Context, c: &Container) -> Result<i32>;
+    /// `state`: print the OCI state JSON.
+    fn state(&self, ctx: &Context, c: &Container) -> Result<i32>;
+    /// The status and host pid of the init, for `list`.
+    fn status(&self, ctx: &Context, c: &Container) -> Result<(Status, i32)>;
+    /// `kill`: `sig` (already parsed) to the init, or to every process with `all`.
+    fn kill(&self, ctx: &Context, c: &Container, all: bool, sig: i32) -> Result<i32>;
+    fn pause(&self, ctx: &Context, c: &Container) -> Result<i32>;
+    fn resume(&self, ctx: &Context, c: &Container) -> Result<i32>;
+    fn ps(&self, ctx: &Context, c: &Container, req: &ps::Request) -> Result<i32>;
+    fn events(&self, ctx: &Context, c: &Container, req: &events::Request) -> Result<i32>;
+    /// `update`: the resources (devices already cleared) to the running container.
+    fn update(&self, ctx: &Context, c: &Container, res: Resources) -> Result<i32>;
+    /// `delete`: takes the directory, which is gone afterwards.
+    fn delete(&self, ctx: &Context, dir: ContainerDir, rec: &Record, force: bool) -> Result<i32>;
+    /// `verify`: what the kernel (or the sandbox) gave the container, check by check.
+    fn verify(&self, ctx: &Context, c: &Container) -> Result<verify::Verdict>;
+}
+
+/// moat's own engine: the container is a tree of host processes in moat's namespaces
+/// and cgroup.
+pub struct Native;
+
+impl Engine for Native {
+    fn start(&self, _: &Context, c: &Container) -> Result<i32> {
+        start::native(&c.dir, &c.record).map(|()| 0)
+    }
+    fn state(&self, _: &Context, c: &Container) -> Result<i32> {
+        state::native(c).map(|()| 0)
+    }
+    fn status(&self, _: &Context, c: &Container) -> Result<(Status, i32)> {
+        Ok((c.record.status(&c.dir), c.record.pid))
+    }
+    fn kill(&self, _: &Context, c: &Container, all: bool, sig: i32) -> Result<i32> {
+        kill::native(c, all, sig).map(|()| 0)
+    }
+    fn pause(&self, _: &Context, c: &Container) -> Result<i32> {
+        pause::native_pause(c).map(|()| 0)
+    }
+    fn resume(&self, _: &Context, c: &Container) -> Result<i32> {
+        pause::native_resume(c).map(|()| 0)
+    }
+    fn ps(&self, _: &Context, c: &Container, req: &ps::Request) -> Result<i32> {
+        ps::native(c, req).map(|()| 0)
+    }
+    fn events(&self, _: &Context, c: &Container, req: &events::Request) -> Result<i32> {
+        events::native(c, req).map(|()| 0)
+    }
+    fn update(&self, _: &Context, c: &Container, res: Resources) -> Result<i32> {
+        update::native(c, &res).map(|()| 0)
+    }
+    fn delete(&self, ctx: &Context, dir: ContainerDir, rec: &Record, force: bool) -> Result<i32> {
+        delete::native(ctx, dir, rec, force).map(|()| 0)
+    }
+    fn verify(&self, _: &Context, c: &Container) -> Result<verify::Verdict> {
+        verify::native(c)
     }
 }
 
@@ -63,7 +165,7 @@ impl Container {
 /// other fd the caller leaked must not reach the container (CVE-2024-21626); and the
 /// moat binary must not be writable through `/proc/self/exe`. Returns the number of
 /// socket-activation fds passed on.
-pub fn before_fork(preserve_fds: u32, socket_activation: bool) -> anyhow::Result<u32> {
+pub fn before_fork(preserve_fds: u32, socket_activation: bool) -> Result<u32> {
     use anyhow::Context;
     let listen = if socket_activation {
         startup::listen_fds()

@@ -93,11 +93,11 @@ pub fn listen_env() -> &'static [(OsString, OsString)] {
 
 /// Checks that `3 .. 3+listen+preserve` were all open at start-up: the `listen`
 /// socket-activation fds first, then `--preserve-fds` (runc's order).
-pub fn check_range(preserve_fds: u32, listen_fds: u32) -> crate::cli::Result<()> {
+pub fn check_range(preserve_fds: u32, listen_fds: u32) -> super::Result<()> {
     check_against(inherited().first_closed, preserve_fds, listen_fds)
 }
 
-fn check_against(first_closed: i32, preserve_fds: u32, listen_fds: u32) -> crate::cli::Result<()> {
+fn check_against(first_closed: i32, preserve_fds: u32, listen_fds: u32) -> super::Result<()> {
     let end = 3 + u64::from(listen_fds) + u64::from(preserve_fds);
     if end <= u64::try_from(first_closed).unwrap_or(0) {
         return Ok(());

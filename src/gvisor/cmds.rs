@@ -1,5 +1,6 @@
-//! The lifecycle commands for a gVisor container, each reached from one early branch in
-//! `src/cli/<cmd>.rs`. Flags arrive parsed by moat's runc-compatible CLI (short forms
+//! The lifecycle commands for a gVisor container, each reached through the
+//! `container::Engine` implementation of [`Gvisor`] (create and run through
+//! `gvisor::select`). Flags arrive parsed by moat's runc-compatible CLI (short forms
 //! included) and leave as runsc's long `--name=value` forms, before the id.
 
 use std::path::Path;
@@ -382,7 +383,7 @@ mod tests {
             own_pidns: true,
             policy: "open".into(),
             notify_socket: None,
-            backend: crate::gvisor::Backend::Native,
+            backend: crate::state::Backend::Native,
         };
         let st = RunscState {
             status: Status::Stopped,

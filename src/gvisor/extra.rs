@@ -16,11 +16,6 @@ use crate::linux::cgroups::{Cgroup, Layout};
 use crate::spec::Resources;
 use crate::state::{Record, Status};
 
-/// What runc's `update` asks for, already turned into a `LinuxResources`.
-pub struct UpdateRequest {
-    pub resources: Resources,
-}
-
 /// The sandbox's host cgroup, read from `/proc/<pid>/cgroup`: the hierarchies in which
 /// it is below the root (runsc places it at `linux.cgroupsPath`; hierarchies where it
 /// stayed at `/` are never written).
@@ -65,7 +60,7 @@ pub(super) fn sandbox_cgroup(pid: i32, proc_cgroup: &str, layout: Layout) -> Res
 
 /// runsc 20221219 has no `update`: the resources are written into the sandbox's host
 /// cgroup with moat's cgroup code. The sentry's own memory size stays as at create.
-pub fn update(g: &Context, rec: &Record, gv: &Gvisor, req: UpdateRequest) -> Result<i32> {
+pub fn update(g: &Context, rec: &Record, gv: &Gvisor, res: Resources) -> Result<i32> {
     let Some(st) = runsc_state(g, gv, &rec.id)? else {
         bail!("container does not exist");
     };
@@ -79,8 +74,9 @@ pub fn update(g: &Context, rec: &Record, gv: &Gvisor, req: UpdateRequest) -> Res
     let text = std::fs::read_to_string(format!("/proc/{}/cgroup", st.pid))
         .with_context(|| format!("read /proc/{}/cgroup", st.pid))?;
     let cg = sandbox_cgroup(st.pid, &text, Layout::detect()?)?;
-    // Device rules are not updated (cleared by the CLI): the host's stay as runsc set them.
-    cg.apply(&req.resources)?;
+    // Device rules are not updated (cleared by `container::update`): the host's stay as
+    // runsc set them.
+    cg.apply(&res)?;
     Ok(0)
 }
 
@@ -136,11 +132,16 @@ pub fn wants_gvisor_features() -> bool {
 /// moat's notes under `annotations`.
 pub fn features_json() -> Value {
     let caps: Vec<&str> = crate::linux::capabilities::NAMES.to_vec();
-    let runsc = super::config::GvisorConfig::load()
-        .ok()
-        .and_then(|c| select::find_runsc(&c).ok())
+    let config = super::config::GvisorConfig::load().ok();
+    let runsc = config
+        .as_ref()
+        .and_then(|c| select::find_runsc(c).ok())
         .map(|p: PathBuf| p.display().to_string())
         .unwrap_or_default();
+    let platform = config.map_or_else(
+        || crate::policy::config::GVISOR_PLATFORMS[0].to_string(),
+        |c| c.policy.platform,
+    );
     json!({
         "ociVersionMin": "1.0.0",
         "ociVersionMax": "1.0.2-dev",
@@ -159,7 +160,7 @@ pub fn features_json() -> Value {
         "annotations": {
             "moat.runtime": "gvisor",
             "moat.gvisor.runsc": runsc,
-            "moat.gvisor.platform": select::PLATFORM,
+            "moat.gvisor.platform": platform,
             "moat.gvisor.network": "none for a new netns, host for none or a joined one; never sandbox",
             "moat.gvisor.seccomp": "applied inside the sentry (runsc --oci-seccomp)",
             "moat.gvisor.ignored": "process.apparmorProfile, linux.maskedPaths, linux.readonlyPaths, linux.sysctl, hooks.createContainer, hooks.startContainer",

@@ -3,8 +3,10 @@
 //! The backend is chosen once, at create/run ([`select`]), and recorded in the
 //! container's [`Record`](crate::state::Record); every later command for that id is
 //! routed by the record alone (clients' global flags and environment are not stable
-//! across a container's life). Each command in `src/cli/` has one early branch into this
-//! module for gVisor records.
+//! across a container's life): `container::engine` picks [`Gvisor`]'s implementation of
+//! `container::Engine` for a gVisor record, and each operation lands here. Operations
+//! whose gVisor form refuses or differs (exec's process file, update's runsc call,
+//! verify from the host) are written here, not in `src/container/`.
 //!
 //! runsc's `--root` is `<root>/@runsc`, shared by the gVisor containers under one moat
 //! root (runsc keeps `<id>_sandbox:<id>.{state,lock}` there). Under `<root>/<id>/`, next
@@ -29,56 +31,66 @@ pub mod select;
 pub mod spec;
 pub mod verify;
 
-use std::path::PathBuf;
+use anyhow::Result;
 
-use serde::{Deserialize, Serialize};
+use crate::container::{self, Container, Context, Engine};
+use crate::spec::Resources;
+use crate::state::{ContainerDir, Record, Status};
 
-pub use cmds::{create, delete, kill, pause, ps, resume, run, start, state, status};
+pub use cmds::{create, run};
 pub use exec::exec;
-pub use extra::{events, update, UpdateRequest};
 pub use extra::{features_json, wants_gvisor_features};
 pub use select::{select, Selection};
 
-/// Which engine runs a container; recorded at create.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum Backend {
-    #[default]
-    Native,
-    Gvisor(Gvisor),
-}
+pub use crate::state::{Backend, Gvisor};
 
-/// What every runsc call for the container replays.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Gvisor {
-    /// Absolute path of runsc, resolved at create.
-    pub runsc: PathBuf,
-    /// runsc's `--root`: `<root>/@runsc` (`<root>/<id>/runsc` in older records).
-    pub root: PathBuf,
-    /// `--platform`.
-    pub platform: String,
-    /// `--network`: `none` or `host` (never `sandbox` on runsc 20221219).
-    pub network: String,
-    /// `--oci-seccomp`: the spec has `linux.seccomp` (runsc ignores it otherwise).
-    #[serde(default)]
-    pub oci_seccomp: bool,
-    /// `--systemd-cgroup` as given at create, replayed on every call.
-    #[serde(default)]
-    pub systemd_cgroup: bool,
-}
-
-impl Backend {
-    pub fn gvisor(&self) -> Option<&Gvisor> {
-        match self {
-            Backend::Gvisor(g) => Some(g),
-            Backend::Native => None,
-        }
+/// Every operation after create, for a container runsc runs: the lifecycle layer
+/// (`container::engine`) routes here by the record.
+impl Engine for Gvisor {
+    fn start(&self, ctx: &Context, c: &Container) -> Result<i32> {
+        cmds::start(ctx, &c.record, self)
+    }
+    fn state(&self, ctx: &Context, c: &Container) -> Result<i32> {
+        cmds::state(ctx, &c.record, self)
+    }
+    fn status(&self, ctx: &Context, c: &Container) -> Result<(Status, i32)> {
+        cmds::status(ctx, &c.record, self)
+    }
+    fn kill(&self, ctx: &Context, c: &Container, all: bool, sig: i32) -> Result<i32> {
+        cmds::kill(ctx, &c.record, self, all, sig)
+    }
+    fn pause(&self, ctx: &Context, c: &Container) -> Result<i32> {
+        cmds::pause(ctx, &c.record, self)
+    }
+    fn resume(&self, ctx: &Context, c: &Container) -> Result<i32> {
+        cmds::resume(ctx, &c.record, self)
+    }
+    fn ps(&self, ctx: &Context, c: &Container, req: &container::ps::Request) -> Result<i32> {
+        cmds::ps(ctx, &c.record, self, &req.format, &req.ps_args)
+    }
+    fn events(
+        &self,
+        ctx: &Context,
+        c: &Container,
+        req: &container::events::Request,
+    ) -> Result<i32> {
+        extra::events(ctx, &c.record, self, req.stats, req.interval)
+    }
+    fn update(&self, ctx: &Context, c: &Container, res: Resources) -> Result<i32> {
+        extra::update(ctx, &c.record, self, res)
+    }
+    fn delete(&self, ctx: &Context, dir: ContainerDir, rec: &Record, force: bool) -> Result<i32> {
+        cmds::delete(ctx, dir, rec, self, force)
+    }
+    fn verify(&self, ctx: &Context, c: &Container) -> Result<container::verify::Verdict> {
+        verify::verdict(ctx, c, self)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
     #[test]
     fn record_field_defaults_to_native_and_roundtrips() {

@@ -356,7 +356,8 @@ mod tests {
             )
             .unwrap_err();
             assert!(
-                e.0.contains("the host's network namespace is refused"),
+                e.to_string()
+                    .contains("the host's network namespace is refused"),
                 "{e}"
             );
             // ... and gVisor still refuses what host_namespaces lets through natively.

@@ -29,9 +29,6 @@ pub const RUNTIME_ANNOTATION: &str = "moat.runtime";
 pub const NETWORK_ANNOTATION: &str = "moat.network";
 pub const ALIAS: &str = "moat-gvisor";
 pub const ENV: &str = "MOAT_RUNTIME";
-/// Pinned: the default changed between runsc releases, and KVM hangs on this class of
-/// host (no VMX/SVM in the guest). runsc 20221219 has no systrap.
-pub const PLATFORM: &str = "ptrace";
 /// runsc's `--root`, shared by the gVisor containers of one moat root: `<root>/@runsc`
 /// (`@` is not valid in a container id, so it never collides with one). runsc keeps
 /// `<id>_sandbox:<id>.{state,lock}` there and removes both on delete. A directory per
@@ -293,9 +290,7 @@ pub fn prepare(
         .as_ref()
         .and_then(|p| p.apparmor_profile.clone());
     let cfg = &sel.config.policy;
-    let host = crate::linux::hostfacts::HostFacts::probe();
-    let facts = crate::linux::namespaces::floor_facts(&spec);
-    let mut decision = crate::policy::apply(&mut spec, cfg, id, &host, &facts)?;
+    let mut decision = crate::container::policy::decide(&mut spec, cfg, id)?.decision;
     super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
     decision.warn_ignored();
     let runsc = find_runsc(&sel.config)?;
@@ -312,7 +307,8 @@ pub fn prepare(
     let gv = Gvisor {
         runsc,
         root: state_root.join(RUNSC_ROOT),
-        platform: PLATFORM.into(),
+        // `[gvisor] platform`, checked by the config reader (default ptrace).
+        platform: cfg.platform.clone(),
         network: network.into(),
         oci_seccomp: spec.linux().seccomp.is_some(),
         systemd_cgroup: g.systemd_cgroup,

@@ -2,14 +2,47 @@
 //! process, the flags runsc was started with, its host cgroup and the fleet parent) and,
 //! through `runsc exec`, the sentry's view of the container's PID 1.
 
+use anyhow::Context as _;
+
 use super::runsc::Runsc;
 use super::Gvisor;
-use crate::cli::verify::Check;
-use crate::container::Context;
+use crate::container::verify::{Check, Verdict};
+use crate::container::{Container, Context};
 use crate::linux::capabilities;
 use crate::linux::cgroups::Cgroup;
+use crate::policy;
 use crate::spec::Spec;
-use crate::state::{Record, Status};
+use crate::state::{self, Record, Status};
+
+/// The checks against the effective spec (the shadow bundle's), and what the recorded
+/// decision says gVisor does not apply.
+pub fn verdict(g: &Context, c: &Container, gv: &Gvisor) -> anyhow::Result<Verdict> {
+    let spec: Spec = {
+        let v = super::select::shadow_config(&c.dir)?;
+        serde_json::from_value(v).context("the container's effective spec")?
+    };
+    let checks = checks(g, &c.record, gv, &spec)?;
+    let not_applied: Vec<policy::Change> = c
+        .dir
+        .read_file(state::POLICY_FILE)?
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v.get("not_applied").cloned())
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|c| policy::Change {
+            field: c["field"].as_str().unwrap_or("").into(),
+            action: "not applied",
+            detail: c["detail"].as_str().unwrap_or("").into(),
+            reason: "",
+        })
+        .collect();
+    Ok(Verdict {
+        backend: "gvisor",
+        checks,
+        not_applied,
+    })
+}
 
 fn field(status: &str, key: &str) -> String {
     status
@@ -76,7 +109,7 @@ fn limits(
     }
 }
 
-pub fn checks(g: &Context, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result<Vec<Check>> {
+fn checks(g: &Context, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result<Vec<Check>> {
     let mut out = Vec::new();
     let mut add = |check: &str, expected: String, actual: String, ok: bool| {
         out.push(Check {

@@ -681,13 +681,14 @@ fn export(ctx: &ScmpFilterContext) -> Result<Vec<libc::sock_filter>, SeccompErro
         .collect())
 }
 
-/// moat's deny floor (`seccomp-profiles/floor.json`), compiled.
-pub fn floor(cache: Option<&Path>) -> Result<Filter, SeccompError> {
-    let s: spec::Seccomp =
-        serde_json::from_str(crate::policy::FLOOR_PROFILE).map_err(|e| SeccompError {
-            field: " (floor.json)".into(),
-            reason: e.to_string(),
-        })?;
+/// A deny floor the policy hands over (`policy::FLOOR_PROFILE`, moat's
+/// `seccomp-profiles/floor.json`), compiled. The policy owns the profile; this module only
+/// compiles what it is given.
+pub fn floor(profile: &str, cache: Option<&Path>) -> Result<Filter, SeccompError> {
+    let s: spec::Seccomp = serde_json::from_str(profile).map_err(|e| SeccompError {
+        field: " (floor.json)".into(),
+        reason: e.to_string(),
+    })?;
     compile_cached(&s, cache)
 }
 
@@ -1183,10 +1184,14 @@ mod tests {
     #[test]
     fn installed_moat_profiles_hold_with_high_bits() {
         let restricted: spec::Seccomp =
-            serde_json::from_str(crate::policy::RESTRICTED_PROFILE).unwrap();
+            serde_json::from_str(include_str!("../../seccomp-profiles/restricted.json")).unwrap();
         let profiles = [
             ("restricted", compile(&restricted).unwrap(), libc::ENOSYS),
-            ("floor", floor(None).unwrap(), libc::EPERM),
+            (
+                "floor",
+                floor(include_str!("../../seccomp-profiles/floor.json"), None).unwrap(),
+                libc::EPERM,
+            ),
         ];
         const HIS: [u64; 3] = [0, 1 << 32, 0x8000_0000 << 32];
         for (what, f, denied) in profiles {

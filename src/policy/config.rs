@@ -31,7 +31,7 @@
 //! [gvisor]
 //! runtime = "native"              # default runtime: "native" or "gvisor"
 //! runsc_path = "/usr/bin/runsc"
-//! platform = "ptrace"
+//! platform = "ptrace"             # runsc --platform: "ptrace" or "kvm" (runsc 20221219)
 //!
 //! [userns]
 //! default = "engine"              # default of moat.userns: "engine" or "auto"
@@ -141,26 +141,31 @@ pub const APPARMOR_PROFILES: [&str; 4] = [
 /// The default of `[restricted] selinux_types`.
 pub const SELINUX_TYPES: [&str; 1] = ["container_t"];
 
+/// Why a list of LSM names is refused (the key and line are added by the caller).
+#[derive(Debug, thiserror::Error)]
+enum LsmListError {
+    #[error("{0:?}: expected a name, optionally ending in one `*`")]
+    NotAName(String),
+    #[error("{0:?} would let a container run unconfined; use the OPEN policy for that")]
+    Unconfined(String),
+    #[error("needs at least one type without `*` (the one a label is given instead)")]
+    NoPlainType,
+}
+
 /// A list of LSM names from the config: non-empty, `*` only as the last character, and
 /// for AppArmor never `unconfined` (which names no confinement at all).
-fn lsm_list(l: &[String], apparmor: bool) -> Result<Vec<String>, String> {
+fn lsm_list(l: &[String], apparmor: bool) -> Result<Vec<String>, LsmListError> {
     for p in l {
         if p.is_empty() || p.trim_end_matches('*').contains('*') || p.contains(char::is_whitespace)
         {
-            return Err(format!(
-                "{p:?}: expected a name, optionally ending in one `*`"
-            ));
+            return Err(LsmListError::NotAName(p.clone()));
         }
         if p == "*" || (apparmor && p == "unconfined") {
-            return Err(format!(
-                "{p:?} would let a container run unconfined; use the OPEN policy for that"
-            ));
+            return Err(LsmListError::Unconfined(p.clone()));
         }
     }
     if !apparmor && !l.iter().any(|t| !t.ends_with('*')) {
-        return Err(
-            "needs at least one type without `*` (the one a label is given instead)".into(),
-        );
+        return Err(LsmListError::NoPlainType);
     }
     Ok(l.to_vec())
 }
@@ -202,7 +207,7 @@ impl Default for Config {
             force_nesting: false,
             runtime_gvisor: false,
             runsc_path: None,
-            platform: "ptrace".into(),
+            platform: GVISOR_PLATFORMS[0].into(),
             userns_auto: false,
             userns_pool: USERNS_POOL,
             userns_size: USERNS_SIZE,
@@ -229,24 +234,39 @@ pub fn parse_size(s: &str) -> Option<i64> {
         .checked_mul(mult)
 }
 
-fn parse_value(raw: &str) -> Result<Value, String> {
+/// Why a value is refused (the line is added by the caller).
+#[derive(Debug, thiserror::Error)]
+enum ValueError {
+    #[error("unterminated string")]
+    UnterminatedString,
+    #[error("escapes and embedded quotes are not supported")]
+    Escape,
+    #[error("unterminated array (arrays must fit on one line)")]
+    UnterminatedArray,
+    #[error("arrays may only hold strings")]
+    NotAString,
+    #[error("cannot parse value {0:?}")]
+    Unparsable(String),
+}
+
+fn parse_value(raw: &str) -> Result<Value, ValueError> {
     let raw = raw.trim();
     if let Some(s) = raw.strip_prefix('"') {
-        let s = s.strip_suffix('"').ok_or("unterminated string")?;
+        let s = s.strip_suffix('"').ok_or(ValueError::UnterminatedString)?;
         if s.contains('"') || s.contains('\\') {
-            return Err("escapes and embedded quotes are not supported".into());
+            return Err(ValueError::Escape);
         }
         return Ok(Value::Str(s.to_string()));
     }
     if let Some(inner) = raw.strip_prefix('[') {
         let inner = inner
             .strip_suffix(']')
-            .ok_or("unterminated array (arrays must fit on one line)")?;
+            .ok_or(ValueError::UnterminatedArray)?;
         let mut items = Vec::new();
         for item in inner.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             match parse_value(item)? {
                 Value::Str(s) => items.push(s),
-                _ => return Err("arrays may only hold strings".into()),
+                _ => return Err(ValueError::NotAString),
             }
         }
         return Ok(Value::List(items));
@@ -259,7 +279,7 @@ fn parse_value(raw: &str) -> Result<Value, String> {
     raw.replace('_', "")
         .parse::<i64>()
         .map(Value::Int)
-        .map_err(|_| format!("cannot parse value {raw:?}"))
+        .map_err(|_| ValueError::Unparsable(raw.to_string()))
 }
 
 /// Strips a `#` comment that is not inside a string.
@@ -315,7 +335,7 @@ pub fn parse(text: &str, path: &Path) -> Result<BTreeMap<String, (usize, Value)>
         if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(err(format!("invalid key {k:?}")));
         }
-        let v = parse_value(v).map_err(err)?;
+        let v = parse_value(v).map_err(|e| err(e.to_string()))?;
         let full = if table.is_empty() {
             k.to_string()
         } else {
@@ -340,6 +360,12 @@ pub fn invoked_name() -> Option<String> {
         })
         .filter(|n| !n.is_empty())
 }
+
+/// `[gvisor] platform`: runsc's `--platform`, recorded at create and replayed on every
+/// runsc call. Only what runsc 20221219 has (no systrap there); the first is the default,
+/// pinned because runsc's own default changed between releases and KVM hangs on hosts
+/// without VMX/SVM.
+pub const GVISOR_PLATFORMS: [&str; 2] = ["ptrace", "kvm"];
 
 /// The namespace types `[restricted] host_namespaces` may name (spec type names).
 pub const HOST_NAMESPACE_TYPES: [&str; 4] = ["pid", "network", "ipc", "uts"];
@@ -542,7 +568,7 @@ impl Config {
             "restricted.apparmor_profiles" | "restricted.selinux_types" => {
                 let apparmor = key == "restricted.apparmor_profiles";
                 let l = match value {
-                    Value::List(l) => lsm_list(l, apparmor).map_err(|r| err(&r))?,
+                    Value::List(l) => lsm_list(l, apparmor).map_err(|r| err(&r.to_string()))?,
                     _ => return Err(err("expected an array of names")),
                 };
                 if apparmor {
@@ -570,7 +596,17 @@ impl Config {
                 }
             }
             "gvisor.runsc_path" => c.runsc_path = Some(s(value)?),
-            "gvisor.platform" => c.platform = s(value)?,
+            "gvisor.platform" => {
+                let p = s(value)?;
+                if !GVISOR_PLATFORMS.contains(&p.as_str()) {
+                    return Err(err(&format!(
+                        "unknown platform {p:?} (runsc 20221219 has {}; kvm needs /dev/kvm \
+                         with VMX/SVM, a host without them needs ptrace)",
+                        GVISOR_PLATFORMS.join(", ")
+                    )));
+                }
+                c.platform = p;
+            }
             "userns.default" => {
                 c.userns_auto = match s(value)?.as_str() {
                     "auto" => true,
@@ -624,6 +660,23 @@ force_nesting = true
         assert_eq!(c.pids, Some(100));
         assert_eq!(c.cpus, Some(1.5));
         assert_eq!(c.fleet_memory, Some(1 << 30));
+    }
+
+    #[test]
+    fn gvisor_platform_is_one_runsc_has() {
+        assert_eq!(cfg("").unwrap().platform, "ptrace");
+        assert_eq!(
+            cfg("[gvisor]\nplatform = \"kvm\"\n").unwrap().platform,
+            "kvm"
+        );
+        for bad in ["systrap", "KVM", ""] {
+            let e = cfg(&format!("[gvisor]\nplatform = \"{bad}\"\n")).unwrap_err();
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with("/etc/moat/config.toml:2: gvisor.platform: unknown platform"),
+                "{msg}"
+            );
+        }
     }
 
     #[test]

@@ -2,7 +2,28 @@
 
 use serde_json::{json, Value};
 
-use crate::policy::{MASKED_PATHS as MASKED, READONLY_PATHS as READONLY};
+/// runc's default masked and read-only paths: the starter spec's, and what the
+/// RESTRICTED policy adds to a spec that lacks them.
+pub const MASKED_PATHS: [&str; 10] = [
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/sys/firmware",
+    "/proc/scsi",
+];
+
+pub const READONLY_PATHS: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
 
 pub fn spec(rootless: bool) -> Value {
     let caps = json!(["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]);
@@ -35,8 +56,8 @@ pub fn spec(rootless: bool) -> Value {
     ]);
     let mut linux = json!({
         "namespaces": namespaces,
-        "maskedPaths": MASKED,
-        "readonlyPaths": READONLY,
+        "maskedPaths": MASKED_PATHS,
+        "readonlyPaths": READONLY_PATHS,
     });
     if rootless {
         let (uid, gid) = (

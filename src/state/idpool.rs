@@ -68,6 +68,20 @@ pub enum PoolError {
     },
 }
 
+/// The state root as the pool records it: absolute, so any caller can tell whether the
+/// container still exists.
+pub fn pool_root(root: &Path) -> std::path::PathBuf {
+    std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf())
+}
+
+/// Gives back whatever range `id` under `root` holds (a missing pool is fine); a failure
+/// is a warning, as the range is reclaimed once the container's directory is gone.
+pub fn release_or_warn(root: &Path, id: &str) {
+    if let Err(e) = Pool::default().release(&pool_root(root), id) {
+        crate::log::warn(&format!("release userns range of {id}: {e}"));
+    }
+}
+
 pub struct Pool {
     dir: PathBuf,
 }

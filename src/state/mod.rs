@@ -19,7 +19,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod backend;
 pub mod idpool;
+
+pub use backend::{Backend, Gvisor};
 
 use crate::linux::cgroups::Cgroup;
 use crate::spec::Spec;
@@ -136,7 +139,7 @@ pub struct Record {
     pub notify_socket: Option<String>,
     /// Which engine runs the container (chosen at create); later commands route by it.
     #[serde(default)]
-    pub backend: crate::gvisor::Backend,
+    pub backend: Backend,
 }
 
 /// Records written before the policy existed ran the spec as written.

@@ -43,7 +43,7 @@ use std::path::PathBuf;
 
 pub(crate) use child::enter_cgroup;
 pub use parent::{create, state_json, Created};
-pub use plan::{pool_root, Options, Plan};
+pub use plan::{Options, Plan};
 
 use super::sync::InitFailure;
 use super::{cgroups, hooks, seccomp};

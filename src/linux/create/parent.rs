@@ -8,11 +8,12 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixDatagram, UnixStream};
 
-use super::plan::{pool_root, CgroupPlan, Plan};
+use super::plan::{CgroupPlan, Plan};
 use super::{child, Error};
 use crate::linux::cgroups::{Cgroup, NoCgroup};
 use crate::linux::sync::{self, Channel, ToChild, ToParent};
 use crate::linux::{apparmor, hooks, idmap, namespaces, notify, rootfs, sys};
+use crate::state::idpool::pool_root;
 use crate::state::{self, idpool, ContainerDir, Record};
 
 /// The result of a successful create.
@@ -134,10 +135,7 @@ fn ids(plan: &mut Plan, dir: &ContainerDir) -> Result<bool, Error> {
 
 /// Gives back the range row 4 took.
 fn release_ids(plan: &Plan) {
-    let id = &plan.opts.id;
-    if let Err(e) = idpool::Pool::default().release(&pool_root(&plan.opts.root), id) {
-        crate::log::warn(&format!("release userns range of {id}: {e}"));
-    }
+    idpool::release_or_warn(&plan.opts.root, &plan.opts.id);
 }
 
 /// Row 5: the fleet cgroup with its limits, the container's cgroup. Rootless: no cgroup

@@ -10,7 +10,7 @@
 //! shared by every container and never the container's own.
 
 use std::ffi::CString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::Error;
 use crate::linux::attrs::Attrs;
@@ -106,15 +106,22 @@ fn spec_err(field: impl Into<String>, reason: impl Into<String>) -> Error {
 }
 
 impl Plan {
-    /// Row 1. Reads the host facts, applies the policy (`cfg`) to `spec`, checks every
-    /// field. Creates nothing.
-    pub fn new(spec: Spec, cfg: &policy::Config, opts: Options) -> Result<Plan, Error> {
+    /// Row 1. Takes `spec` with the policy (`cfg`) applied on the host facts it was decided
+    /// from (`container::policy::decide`, probed on the host before anything is forked: the
+    /// policy and the child decide LSMs and host namespaces from these facts, never from
+    /// the container's view), checks every field. Creates nothing.
+    pub fn new(
+        spec: Spec,
+        cfg: &policy::Config,
+        decided: policy::Decided,
+        opts: Options,
+    ) -> Result<Plan, Error> {
         let mut spec = spec;
-        // Probed here, on the host, before anything is forked: the policy and the child
-        // decide LSMs and host namespaces from these facts, never from the container's view.
-        let host = HostFacts::probe();
-        let facts = namespaces::floor_facts(&spec);
-        let decision = policy::apply(&mut spec, cfg, &opts.id, &host, &facts)?;
+        let policy::Decided {
+            decision,
+            host,
+            floor: facts,
+        } = decided;
         decision.warn_ignored();
         let apparmor_profile = host.apparmor
             && spec.process().apparmor_profile.as_deref() == Some(policy::APPARMOR_PROFILE_NAME);
@@ -216,7 +223,7 @@ impl Plan {
             .map(|s| seccomp::compile_cached(s, cache))
             .collect::<Result<_, _>>()?;
         if decision.seccomp_floor {
-            seccomp.push(seccomp::floor(cache)?);
+            seccomp.push(seccomp::floor(policy::FLOOR_PROFILE, cache)?);
         }
         let mut attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
             .map_err(|e| spec_err(e.field, e.reason))?
@@ -361,10 +368,4 @@ fn rootless_checks(spec: &Spec, ns: &NsPlan) -> Result<(), Error> {
         rootless::check_spec_maps(&l.uid_mappings, &l.gid_mappings).map_err(Error::RootlessMaps)?;
     }
     Ok(())
-}
-
-/// The state root as the userns pool records it: absolute, so any caller can tell whether
-/// the container still exists.
-pub fn pool_root(root: &Path) -> PathBuf {
-    std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf())
 }

@@ -1,0 +1,115 @@
+//! `delete [--force]`: remove a stopped container (or, forced, any container), and
+//! `force_delete`, which `run` uses after a foreground container exits.
+
+use std::time::Duration;
+
+use super::{Context, Error, Result};
+use crate::linux::{create::state_json, hooks, signal, sys};
+use crate::log;
+use crate::state::{idpool, ContainerDir, Record, StateError, Status};
+
+/// runc's `delete` flags.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub id: String,
+    /// Kill the container first if it is still running or paused.
+    pub force: bool,
+}
+
+pub fn delete(ctx: &Context, req: &Request) -> Result<i32> {
+    let dir = match ContainerDir::open(&ctx.root, &req.id) {
+        Ok(d) => d,
+        Err(StateError::NotExist) if req.force => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    let rec = match dir.load() {
+        Ok(r) => r,
+        // A create killed before its first record: nothing but the directory exists.
+        Err(StateError::Corrupt { .. }) if req.force => {
+            dir.remove()?;
+            release_userns(ctx, &req.id);
+            return Ok(0);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    super::engine(&rec).delete(ctx, dir, &rec, req.force)
+}
+
+/// The native delete: runc's rules on the status, then everything goes.
+pub fn native(ctx: &Context, dir: ContainerDir, rec: &Record, force: bool) -> Result<()> {
+    match rec.status(&dir) {
+        Status::Stopped => {}
+        // runc (and crun) delete a created container without --force; callers rely on it.
+        Status::Created => stop(rec)?,
+        Status::Running | Status::Paused | Status::Creating if force => stop(rec)?,
+        s => {
+            return Err(Error::DeleteNotStopped {
+                id: rec.id.clone(),
+                status: s.as_str(),
+            }
+            .into())
+        }
+    }
+    destroy(dir, rec)?;
+    release_userns(ctx, &rec.id);
+    Ok(())
+}
+
+/// Gives back whatever range the container holds in the host's userns pool (a missing
+/// pool is fine).
+pub fn release_userns(ctx: &Context, id: &str) {
+    // A rootless moat never allocates, and may not even open the host-wide pool.
+    if ctx.rootless {
+        return;
+    }
+    idpool::release_or_warn(&ctx.root, id);
+}
+
+/// SIGKILL everything in the container and wait for the init to be gone.
+fn stop(rec: &Record) -> Result<()> {
+    if let Some(cg) = &rec.cgroup {
+        for pid in cg.pids().unwrap_or_default() {
+            let _ = sys::kill(pid, libc::SIGKILL);
+        }
+        // Frozen tasks cannot die until thawed.
+        if cg.is_frozen() {
+            let _ = cg.thaw();
+        }
+    }
+    signal::signal_init(rec, libc::SIGKILL)?;
+    if !signal::wait_exit(rec, Duration::from_secs(10)) {
+        return Err(Error::DeleteKill { pid: rec.pid }.into());
+    }
+    Ok(())
+}
+
+/// Kill whatever is left and remove everything.
+pub fn force_delete(dir: ContainerDir, rec: &Record) -> Result<()> {
+    if rec.status(&dir) != Status::Stopped {
+        stop(rec)?;
+    }
+    destroy(dir, rec)
+}
+
+/// Cgroup, poststop hooks, state directory — in that order, as the spec asks.
+pub fn destroy(dir: ContainerDir, rec: &Record) -> Result<()> {
+    if let Some(cg) = &rec.cgroup {
+        // Without a private pid namespace the init's death does not take its children.
+        for pid in cg.pids().unwrap_or_default() {
+            let _ = sys::kill(pid, libc::SIGKILL);
+        }
+        if let Err(e) = cg.remove() {
+            log::warn(&format!("remove cgroup: {e}"));
+        }
+    }
+    if let Ok(spec) = dir.load_spec() {
+        if let Some(h) = spec.hooks.as_ref().filter(|h| !h.poststop.is_empty()) {
+            let st = state_json(rec, "stopped", 0);
+            if let Err(e) = hooks::run("poststop", &h.poststop, &st) {
+                log::warn(&e.to_string());
+            }
+        }
+    }
+    dir.remove()?;
+    Ok(())
+}

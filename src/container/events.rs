@@ -1,0 +1,178 @@
+//! `events [--stats] [--interval 5s] <id>`: the container's resource usage as runc's
+//! event JSON, one object per line: once with `--stats`, else every interval until the
+//! container stops, with an `oom` event whenever the kernel OOM-kills in its cgroup.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use serde::Serialize;
+
+use super::{Container, Context, Error, Result};
+use crate::linux::cgroups::stats::{self, Stats};
+use crate::linux::cgroups::Cgroup;
+use crate::state::{Record, Status};
+
+/// runc's `events` flags.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub id: String,
+    /// Between two stats events (`--interval`, parsed by [`parse_duration`]).
+    pub interval: Duration,
+    /// Print the stats once, then exit.
+    pub stats: bool,
+}
+
+/// runc's `types.Event`.
+#[derive(Serialize)]
+struct Event<'a> {
+    #[serde(rename = "type")]
+    typ: &'static str,
+    id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a Stats>,
+}
+
+/// How often the OOM counter and the init are looked at between two stats events.
+const POLL: Duration = Duration::from_millis(100);
+
+pub fn events(ctx: &Context, req: &Request) -> Result<i32> {
+    // Not locked: a stream may run for hours and must not hold up delete.
+    let c = Container::open_read(ctx, &req.id)?;
+    c.engine().events(ctx, &c, req)
+}
+
+pub fn native(c: &Container, req: &Request) -> Result<()> {
+    let rec = &c.record;
+    if rec.status(&c.dir) == Status::Stopped {
+        return Err(Error::EventsNotRunning { id: req.id.clone() }.into());
+    }
+    let Some(cg) = rec.cgroup.clone() else {
+        return Err(Error::EventsNoCgroup { id: req.id.clone() }.into());
+    };
+    let interval = req.interval;
+    let mut out = std::io::stdout().lock();
+    if req.stats {
+        emit_stats(&mut out, rec, &cg)?;
+        return Ok(());
+    }
+    let mut ooms = cg.oom_kills().unwrap_or(0);
+    loop {
+        if !rec.alive() {
+            return Ok(());
+        }
+        match emit_stats(&mut out, rec, &cg) {
+            Ok(()) => {}
+            // The container went away while being read.
+            Err(_) if !rec.alive() => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let next = Instant::now() + interval;
+        while Instant::now() < next {
+            std::thread::sleep(POLL.min(next.saturating_duration_since(Instant::now())));
+            if let Some(n) = cg.oom_kills() {
+                if n > ooms {
+                    ooms = n;
+                    emit(&mut out, "oom", &rec.id, None)?;
+                }
+            }
+            if !rec.alive() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn emit_stats(out: &mut impl Write, rec: &Record, cg: &Cgroup) -> Result<()> {
+    let mut s = cg.stats()?;
+    s.network_interfaces = stats::network_interfaces(rec.pid);
+    emit(out, "stats", &rec.id, Some(&s))
+}
+
+fn emit(out: &mut impl Write, typ: &'static str, id: &str, data: Option<&Stats>) -> Result<()> {
+    let ev = Event { typ, id, data };
+    writeln!(out, "{}", serde_json::to_string(&ev)?)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// A Go duration, as runc's `--interval` takes: `5s`, `1m30s`, `500ms`, `1.5h`.
+pub fn parse_duration(s: &str) -> Result<Duration> {
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        bail!("empty duration");
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (num, tail) = rest.split_at(num_len);
+        let value: f64 = num
+            .parse()
+            .ok()
+            .filter(|_| !num.is_empty())
+            .with_context(|| format!("expected a number at {rest:?}"))?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let secs = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "" => bail!("missing unit in duration {s:?}"),
+            u => bail!("unknown unit {u:?} in duration {s:?}"),
+        };
+        total += value * secs;
+        rest = tail;
+    }
+    if total <= 0.0 {
+        bail!("duration interval must be greater than 0");
+    }
+    Duration::try_from_secs_f64(total).context("duration out of range")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        let d = |s: &str| parse_duration(s).unwrap();
+        assert_eq!(d("5s"), Duration::from_secs(5));
+        assert_eq!(d("500ms"), Duration::from_millis(500));
+        assert_eq!(d("1m30s"), Duration::from_secs(90));
+        assert_eq!(d("1.5h"), Duration::from_secs(5400));
+        assert_eq!(d("250us"), Duration::from_micros(250));
+        for bad in ["", "5", "s", "0s", "5x", "-1s", "1..2s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn event_json() {
+        let s = Stats::default();
+        let ev = Event {
+            typ: "stats",
+            id: "c1",
+            data: Some(&s),
+        };
+        let v: serde_json::Value = serde_json::to_value(&ev).unwrap();
+        assert_eq!(v["type"], "stats");
+        assert_eq!(v["id"], "c1");
+        assert!(v["data"]["memory"]["usage"].is_object());
+        let oom = Event {
+            typ: "oom",
+            id: "c1",
+            data: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&oom).unwrap(),
+            r#"{"type":"oom","id":"c1"}"#
+        );
+    }
+}

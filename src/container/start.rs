@@ -1,0 +1,98 @@
+//! `start`: release a created container's init (step 11 of create, run by a later call).
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+
+use anyhow::Context as _;
+
+use super::{Container, Context, Error, Result};
+use crate::linux::{create::state_json, hooks, notify};
+use crate::log;
+use crate::state::{self, ContainerDir, Record, Status};
+
+/// runc's `start` flags.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub id: String,
+}
+
+pub fn start(ctx: &Context, req: &Request) -> Result<i32> {
+    let c = Container::open(ctx, &req.id)?;
+    c.engine().start(ctx, &c)
+}
+
+/// Writes the exec fifo (the init is blocked reading it), removes it, runs poststart hooks.
+pub fn native(dir: &ContainerDir, rec: &Record) -> Result<()> {
+    match rec.status(dir) {
+        Status::Created => {}
+        Status::Stopped => return Err(Error::StartStopped.into()),
+        Status::Running | Status::Paused => return Err(Error::StartRunning.into()),
+        Status::Creating => return Err(Error::StartCreating.into()),
+    }
+    // The init holds the container's socket until it execs: take a copy first.
+    let notify = match &rec.notify_socket {
+        Some(_) => Some(
+            notify::take(dir, rec.pid)
+                .context("NOTIFY_SOCKET: take the container's socket from its init")?,
+        ),
+        None => None,
+    };
+    let fifo = dir.file(state::FIFO_FILE);
+    let mut f = match std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&fifo)
+    {
+        Ok(f) => f,
+        // No reader: the init died between create and start.
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return Err(Error::StartStopped.into()),
+        Err(source) => {
+            return Err(Error::StartFifo {
+                op: "open",
+                path: fifo,
+                source,
+            }
+            .into())
+        }
+    };
+    let fifo_err = |op, source| Error::StartFifo {
+        op,
+        path: fifo.clone(),
+        source,
+    };
+    f.write_all(b"0").map_err(|e| fifo_err("write", e))?;
+    std::fs::remove_file(&fifo).map_err(|e| fifo_err("remove", e))?;
+    // poststart hooks run once the process has started. The init holds the fifo's read
+    // end (close-on-exec) through its startContainer hooks until it execs, so the last
+    // reader going away (POLLERR on our write end) is that moment, or its death.
+    wait_no_readers(&f).map_err(|source| Error::StartWait {
+        id: rec.id.clone(),
+        source,
+    })?;
+    if let (Some(sock), Some(host)) = (&notify, &rec.notify_socket) {
+        notify::relay(sock, host, rec.pid).context("NOTIFY_SOCKET: relay to the caller")?;
+    }
+    let spec = dir.load_spec()?;
+    if let Some(h) = spec.hooks.as_ref().filter(|h| !h.poststart.is_empty()) {
+        let st = state_json(rec, "running", rec.pid);
+        // The process is already running: a failing poststart hook is reported, not fatal.
+        if let Err(e) = hooks::run("poststart", &h.poststart, &st) {
+            log::warn(&e.to_string());
+        }
+    }
+    Ok(())
+}
+
+fn wait_no_readers(f: &std::fs::File) -> std::io::Result<()> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    loop {
+        // No events asked: poll returns only for POLLERR (no reader left) or POLLHUP.
+        let mut fds = [PollFd::new(f.as_fd(), PollFlags::empty())];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => return Ok(()),
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! `update`: change the cgroup limits of a running container. Only what is given is
+//! written; device rules are left alone. The change is folded into the saved spec so
+//! later calls see it.
+
+use std::io::Read;
+
+use anyhow::Context as _;
+
+use super::{Container, Context, Error, Result};
+use crate::log::warn;
+use crate::spec::Resources;
+use crate::state::Status;
+
+/// runc's `update`: the resources its flags or its `--resources` file give.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub id: String,
+    pub resources: Resources,
+}
+
+pub fn update(ctx: &Context, req: &Request) -> Result<i32> {
+    let mut res = req.resources.clone();
+    normalize(&mut res);
+    let c = Container::open(ctx, &req.id)?;
+    // As runc: update never rewrites device rules.
+    res.devices.clear();
+    c.engine().update(ctx, &c, res)
+}
+
+pub fn native(c: &Container, res: &Resources) -> Result<()> {
+    if c.record.status(&c.dir) == Status::Stopped {
+        return Err(Error::NotRunning.into());
+    }
+    let Some(cg) = &c.record.cgroup else {
+        return Err(Error::UpdateNoCgroup {
+            id: c.record.id.clone(),
+        }
+        .into());
+    };
+    cg.update(res)?;
+    let mut spec = c.dir.load_spec().context("cannot record the update")?;
+    let linux = spec.linux.get_or_insert_with(Default::default);
+    linux
+        .resources
+        .get_or_insert_with(Default::default)
+        .merge(res);
+    c.dir.save_spec(&spec).context("cannot record the update")?;
+    Ok(())
+}
+
+/// Reads a `linux.resources` object from a file or stdin ('-'), naming the field and
+/// line of a mistake.
+pub fn read_resources(src: &str) -> Result<Resources> {
+    let (bytes, name) = if src == "-" {
+        let mut b = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut b)
+            .context("cannot read resources from standard input")?;
+        (b, "standard input".to_string())
+    } else {
+        let b = std::fs::read(src).with_context(|| format!("cannot read {src}"))?;
+        (b, src.to_string())
+    };
+    parse_resources(&bytes).with_context(|| format!("invalid resources in {name}"))
+}
+
+pub fn parse_resources(bytes: &[u8]) -> Result<Resources> {
+    // Keys checked first (duplicates, case variants of fields): spec::keys.
+    let res: Resources = crate::spec::from_slice(bytes).map_err(|(path, inner)| {
+        if path == "top level" {
+            anyhow::anyhow!("{inner}")
+        } else {
+            anyhow::anyhow!("{path}: {inner}")
+        }
+    })?;
+    if !res.devices.is_empty() {
+        warn("devices: ignored, update does not change device rules");
+    }
+    if res.rdma.is_some() {
+        warn("rdma: ignored, moat has no rdma controller support");
+    }
+    Ok(Resources {
+        devices: Vec::new(),
+        rdma: None,
+        ..res
+    })
+}
+
+/// runc's update semantics: a pids limit of 0 changes nothing, and unlimited memory
+/// without a swap value means unlimited swap too (or the memsw limit would refuse it).
+pub fn normalize(res: &mut Resources) {
+    if res.pids.as_ref().is_some_and(|p| p.limit == 0) {
+        res.pids = None;
+    }
+    if let Some(m) = &mut res.memory {
+        if m.limit == Some(-1) && m.swap.is_none() {
+            m.swap = Some(-1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_errors_name_field_and_line() {
+        let e = parse_resources(b"{\"memory\": {\n \"limit\": \"lots\"}}").unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.contains("memory.limit"), "{msg}");
+        assert!(msg.contains("line 2"), "{msg}");
+        let e = parse_resources(b"{\"memory\": ").unwrap_err();
+        assert!(format!("{e:#}").contains("line 1"), "{e:#}");
+        let r = parse_resources(br#"{"pids":{"limit":5},"devices":[{"allow":true}]}"#).unwrap();
+        assert_eq!(r.pids.unwrap().limit, 5);
+        assert!(r.devices.is_empty());
+    }
+}

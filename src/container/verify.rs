@@ -1,0 +1,403 @@
+//! `verify <id>`: read from the kernel what a container really got and compare it with
+//! what its policy demands. Exits 1 on any mismatch. The gVisor checks (from the host and
+//! through `runsc exec`) are `gvisor::verify`'s.
+
+use anyhow::Context as _;
+use serde::Serialize;
+
+use super::{Container, Context, Error, Result};
+use crate::linux::attrs::Attrs;
+use crate::linux::hostfacts::HostFacts;
+use crate::linux::seccomp::Filter;
+use crate::linux::{capabilities, exec};
+use crate::policy::{self, Decision};
+use crate::state::{self, Status};
+
+/// runc-style flags of `moat verify`.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub id: String,
+    /// `table` or `json`.
+    pub format: String,
+}
+
+/// What one backend found: its checks and, for gVisor, the policy's changes it does not
+/// apply.
+pub struct Verdict {
+    /// `native` or `gvisor`.
+    pub backend: &'static str,
+    pub checks: Vec<Check>,
+    pub not_applied: Vec<policy::Change>,
+}
+
+#[derive(Serialize)]
+pub struct Check {
+    pub check: String,
+    pub expected: String,
+    pub actual: String,
+    pub ok: bool,
+}
+
+fn status_field(status: &str, key: &str) -> String {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(':')))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
+}
+
+pub fn verify(ctx: &Context, req: &Request) -> Result<i32> {
+    let c = Container::open_read(ctx, &req.id)?;
+    let v = c.engine().verify(ctx, &c)?;
+    report(req, &c.record.policy, v.backend, &v.checks, &v.not_applied)
+}
+
+/// The native checks: /proc of the init against the recorded decision and the config.
+pub fn native(c: &Container) -> Result<Verdict> {
+    let (dir, rec) = (&c.dir, &c.record);
+    if !matches!(rec.status(dir), Status::Running | Status::Created) {
+        return Err(Error::NotRunning.into());
+    }
+    let spec = dir.load_spec()?;
+    let decision: Option<Decision> = dir
+        .read_file(state::POLICY_FILE)?
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| {
+            Some(Decision {
+                policy: if v["policy"] == "restricted" {
+                    "restricted"
+                } else {
+                    "open"
+                },
+                readonly_rootfs: v["readonly_rootfs"].as_bool()?,
+                network_none: v["network_none"].as_bool()?,
+                seccomp_floor: v["seccomp_floor"].as_bool()?,
+                userns: if v["userns"] == "auto" {
+                    "auto"
+                } else {
+                    "engine"
+                },
+                userns_pool: v["userns_pool"].as_bool().unwrap_or(false),
+                changes: Vec::new(),
+                not_applied: Vec::new(),
+                host_namespaces: Vec::new(),
+                enforced: true,
+            })
+        });
+    let restricted = rec.policy == "restricted";
+    let cfg = policy::Config::load()?;
+    let pid = rec.pid;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("read status")?;
+    let mut checks = Vec::new();
+    let mut add = |check: &str, expected: String, actual: String, ok: bool| {
+        checks.push(Check {
+            check: check.into(),
+            expected,
+            actual,
+            ok,
+        })
+    };
+    // Capabilities: under RESTRICTED only what the config allows; never inheritable.
+    let allowed: u64 = cfg
+        .allowed_capabilities
+        .iter()
+        .filter_map(|c| capabilities::number(c))
+        .fold(0, |m, b| m | 1 << b);
+    let spec_caps =
+        capabilities::from_spec(spec.process().capabilities.as_ref(), "process.capabilities")?;
+    for (key, want) in [
+        ("CapEff", spec_caps.effective),
+        ("CapPrm", spec_caps.permitted),
+        ("CapBnd", spec_caps.bounding),
+        ("CapInh", 0),
+        ("CapAmb", spec_caps.ambient),
+    ] {
+        let got = status_field(&status, key);
+        let mask = u64::from_str_radix(&got, 16).unwrap_or(u64::MAX);
+        let ok = mask == want && (!restricted || mask & !allowed == 0);
+        let expected = if restricted && key != "CapInh" {
+            format!("{want:016x} (within allowed {allowed:016x})")
+        } else {
+            format!("{want:016x}")
+        };
+        add(key, expected, got, ok);
+    }
+    let nnp = status_field(&status, "NoNewPrivs");
+    let want_nnp = restricted || spec.process().no_new_privileges == Some(true);
+    add(
+        "NoNewPrivs",
+        if want_nnp { "1" } else { "0" }.into(),
+        nnp.clone(),
+        nnp == if want_nnp { "1" } else { "0" },
+    );
+    let sc = status_field(&status, "Seccomp");
+    let filters: usize = status_field(&status, "Seccomp_filters")
+        .parse()
+        .unwrap_or(0);
+    let mut programs = Vec::new();
+    while let Some(b) = dir.read_file(&state::seccomp_file(programs.len()))? {
+        programs.push(Filter::from_bytes(&b).context("corrupt seccomp program")?);
+    }
+    let want_sc = restricted || !programs.is_empty();
+    add(
+        "Seccomp",
+        if want_sc {
+            format!("2 (filter, ≥{} programs)", programs.len().max(1))
+        } else {
+            "any".into()
+        },
+        format!("{sc} ({filters} programs)"),
+        !want_sc || (sc == "2" && filters >= programs.len().max(1)),
+    );
+    let host = HostFacts::probe();
+    for c in lsm_checks(&host, &cfg, restricted, spec.process(), pid) {
+        add(&c.check, c.expected, c.actual, c.ok);
+    }
+    if let Some(d) = &decision {
+        let mountinfo =
+            std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+        let root_ro = mountinfo
+            .lines()
+            .find(|l| l.split(' ').nth(4) == Some("/"))
+            .is_some_and(|l| {
+                l.split(' ')
+                    .nth(5)
+                    .is_some_and(|o| o.split(',').any(|x| x == "ro"))
+            });
+        if d.readonly_rootfs || spec.root.as_ref().is_some_and(|r| r.readonly) {
+            add(
+                "read-only root",
+                "ro".into(),
+                if root_ro { "ro" } else { "rw" }.into(),
+                root_ro,
+            );
+        }
+        if d.network_none {
+            let dev = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).unwrap_or_default();
+            let ifaces: Vec<&str> = dev
+                .lines()
+                .skip(2)
+                .filter_map(|l| l.split(':').next())
+                .map(str::trim)
+                .collect();
+            add("network", "lo".into(), ifaces.join(","), ifaces == ["lo"]);
+        }
+    }
+    // The id mapping: container root must not be host root when a user namespace is in use
+    // (a FAIL when the policy asked for one, informational otherwise).
+    let read_map = |f: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/{f}"))
+            .map(|m| {
+                m.lines()
+                    .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_else(|e| format!("unreadable: {e}"))
+    };
+    let (uid_map, gid_map) = (read_map("uid_map"), read_map("gid_map"));
+    let root_host = |map: &str| {
+        map.split(", ").find_map(|l| {
+            let v: Vec<u64> = l.split(' ').filter_map(|x| x.parse().ok()).collect();
+            (v.len() == 3 && v[0] == 0 && v[2] > 0).then_some(v[1])
+        })
+    };
+    let own_userns = std::fs::read_link(format!("/proc/{pid}/ns/user")).ok()
+        != std::fs::read_link("/proc/1/ns/user").ok();
+    let asked = decision.as_ref().is_some_and(|d| d.userns == "auto");
+    let ok = !asked || (own_userns && root_host(&uid_map).is_some_and(|h| h != 0));
+    add(
+        "uid_map",
+        if asked {
+            "container 0 → a host id that is not 0".into()
+        } else {
+            "(informational)".into()
+        },
+        if own_userns {
+            uid_map
+        } else {
+            format!("host user namespace ({uid_map})")
+        },
+        ok,
+    );
+    let ok = !asked || (own_userns && root_host(&gid_map).is_some_and(|h| h != 0));
+    add(
+        "gid_map",
+        if asked {
+            "container 0 → a host id that is not 0".into()
+        } else {
+            "(informational)".into()
+        },
+        gid_map,
+        ok,
+    );
+    if let Some(r) = dir
+        .read_file(state::USERNS_FILE)?
+        .and_then(|b| serde_json::from_slice::<state::idpool::IdRange>(&b).ok())
+    {
+        add(
+            "userns pool",
+            format!("{}+{}", r.start, r.size),
+            root_host(&read_map("uid_map")).map_or("no root mapping".into(), |h| h.to_string()),
+            root_host(&read_map("uid_map")) == Some(r.start as u64),
+        );
+    }
+    if restricted {
+        if let Some(want) = cfg.pids.or_else(|| {
+            spec.linux()
+                .resources
+                .as_ref()
+                .and_then(|r| r.pids.as_ref())
+                .map(|p| p.limit)
+        }) {
+            let got = rec
+                .cgroup
+                .as_ref()
+                .and_then(|c| c.read_pids_max())
+                .unwrap_or_else(|| "unreadable".into());
+            let spec_limit = spec
+                .linux()
+                .resources
+                .as_ref()
+                .and_then(|r| r.pids.as_ref())
+                .map(|p| p.limit)
+                .unwrap_or(want);
+            add(
+                "pids.max",
+                spec_limit.to_string(),
+                got.clone(),
+                got == spec_limit.to_string(),
+            );
+        }
+        // Probe: a fork joined to the container with its confinement tries denied calls.
+        let attrs = Attrs::from_process(spec.process(), "process", programs, 0)?.on_host(&host);
+        let escaped = exec::probe(rec, &attrs)?;
+        add(
+            "denied syscalls",
+            "unshare, keyctl, AF_ALG socket, io_uring_setup, setns all fail".into(),
+            if escaped.is_empty() {
+                "all failed".into()
+            } else {
+                format!("succeeded: {}", escaped.join(", "))
+            },
+            escaped.is_empty(),
+        );
+    }
+    Ok(Verdict {
+        backend: "native",
+        checks,
+        not_applied: Vec::new(),
+    })
+}
+
+/// The label each LSM the host runs holds for the init (`attr/apparmor/current`,
+/// `attr/current`), against what the policy expects: the spec's profile or label, which
+/// under RESTRICTED must also be on the `[restricted]` lists (AppArmor in enforce mode).
+fn lsm_checks(
+    host: &HostFacts,
+    cfg: &policy::Config,
+    restricted: bool,
+    p: &crate::spec::Process,
+    pid: i32,
+) -> Vec<Check> {
+    let read = |path: String| {
+        std::fs::read_to_string(&path)
+            .map(|s| s.trim_end_matches(['\n', '\0']).to_string())
+            .unwrap_or_else(|e| format!("unreadable ({path}: {e})"))
+    };
+    let mut out = Vec::new();
+    if host.apparmor {
+        let label = read(host.apparmor_attr(&pid.to_string(), "current"));
+        let want = p.apparmor_profile.clone().unwrap_or_default();
+        let (expected, ok) = if want.is_empty() && !restricted {
+            ("any (the spec names no profile)".to_string(), true)
+        } else if restricted && !policy::apparmor_allowed(cfg, &want) {
+            let want = if want.is_empty() { "none" } else { &want };
+            (
+                format!("a profile in restricted.apparmor_profiles (spec: {want})"),
+                false,
+            )
+        } else if restricted {
+            (
+                format!("{want} (enforce), in restricted.apparmor_profiles"),
+                label == format!("{want} (enforce)"),
+            )
+        } else {
+            // `unconfined` has no mode suffix; a profile has one (enforce, complain, ...).
+            let name = label.rsplit_once(" (").map_or(label.as_str(), |(n, _)| n);
+            (want.clone(), name == want)
+        };
+        out.push(Check {
+            check: "AppArmor".into(),
+            expected,
+            actual: label,
+            ok,
+        });
+    }
+    if host.selinux {
+        let label = read(format!("/proc/{pid}/attr/current"));
+        let want = p.selinux_label.clone().unwrap_or_default();
+        let (expected, ok) = if want.is_empty() {
+            ("any (the spec names no label)".to_string(), true)
+        } else if restricted {
+            (
+                format!("{want}, type in restricted.selinux_types"),
+                policy::selinux_type(&want)
+                    .is_some_and(|t| policy::lsm_listed(&cfg.selinux_types, t))
+                    && label == want,
+            )
+        } else {
+            (want.clone(), label == want)
+        };
+        out.push(Check {
+            check: "SELinux".into(),
+            expected,
+            actual: label,
+            ok,
+        });
+    }
+    out
+}
+
+/// Prints the checks (and, for gVisor, what it does not apply); 1 when any check failed.
+fn report(
+    a: &Request,
+    policy: &str,
+    backend: &str,
+    checks: &[Check],
+    not_applied: &[policy::Change],
+) -> Result<i32> {
+    let failed = checks.iter().filter(|c| !c.ok).count();
+    if a.format == "json" {
+        let mut v =
+            serde_json::json!({"id": a.id, "policy": policy, "ok": failed == 0, "checks": checks});
+        if backend != "native" {
+            v["backend"] = serde_json::json!(backend);
+            v["not_applied"] = serde_json::to_value(not_applied)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        if backend == "native" {
+            println!("container {} (policy {policy})", a.id);
+        } else {
+            println!("container {} (policy {policy}, {backend})", a.id);
+        }
+        for c in checks {
+            println!(
+                "{:<4} {:<16} expected {:<48} got {}",
+                if c.ok { "ok" } else { "FAIL" },
+                c.check,
+                c.expected,
+                c.actual
+            );
+        }
+        for n in not_applied {
+            println!(
+                "n/a  {:<24} not applied by {backend}: {}",
+                n.field, n.detail
+            );
+        }
+        println!("{} checks, {} failed", checks.len(), failed);
+    }
+    Ok(if failed == 0 { 0 } else { 1 })
+}

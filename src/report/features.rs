@@ -1,0 +1,213 @@
+//! `features`: the OCI features structure (runtime-spec `features.md`), as this build of
+//! moat implements it on this host (or, on the gVisor path, as runsc is given it).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::Result;
+use crate::linux::{capabilities, namespaces, seccomp};
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Features {
+    oci_version_min: &'static str,
+    oci_version_max: &'static str,
+    hooks: Vec<&'static str>,
+    mount_options: Vec<&'static str>,
+    linux: Linux,
+    annotations: BTreeMap<&'static str, String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Linux {
+    namespaces: Vec<&'static str>,
+    capabilities: Vec<&'static str>,
+    cgroup: Cgroup,
+    seccomp: Seccomp,
+    apparmor: Enabled,
+    selinux: Enabled,
+    intel_rdt: Enabled,
+    mount_extensions: MountExtensions,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Cgroup {
+    v1: bool,
+    v2: bool,
+    systemd: bool,
+    systemd_user: bool,
+    rdma: bool,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Seccomp {
+    enabled: bool,
+    actions: Vec<&'static str>,
+    operators: Vec<&'static str>,
+    archs: Vec<&'static str>,
+    known_flags: Vec<&'static str>,
+    supported_flags: Vec<&'static str>,
+}
+
+#[derive(Serialize)]
+struct Enabled {
+    enabled: bool,
+}
+
+#[derive(Serialize)]
+struct MountExtensions {
+    idmap: Enabled,
+}
+
+const HOOKS: [&str; 6] = [
+    "prestart",
+    "createRuntime",
+    "createContainer",
+    "startContainer",
+    "poststart",
+    "poststop",
+];
+
+/// The options `mount::parse_options` acts on (or knowingly accepts as no-ops) rather
+/// than passing to the filesystem (`idmap`/`ridmap`: idmapped binds, `linux/idmap.rs`).
+#[rustfmt::skip]
+const MOUNT_OPTIONS: &[&str] = &[
+    "async", "atime", "bind", "defaults", "dev", "diratime", "exec", "idmap", "noatime", "nodev",
+    "nodiratime", "noexec", "nomand", "norelatime", "nostrictatime", "nosuid", "nosymfollow",
+    "private", "ratime", "rbind", "rdev", "rdiratime", "relatime", "remount", "rexec",
+    "ridmap", "rnoatime", "rnodev", "rnodiratime", "rnoexec", "rnorelatime", "rnostrictatime", "rnosuid",
+    "rnosymfollow", "ro", "rprivate", "rrelatime", "rro", "rrw", "rshared", "rslave",
+    "rstrictatime", "rsuid", "rsymfollow", "runbindable", "rw", "shared", "slave",
+    "strictatime", "suid", "symfollow", "tmpcopyup", "unbindable",
+];
+
+const NAMESPACES: [&str; 8] = [
+    "cgroup", "ipc", "mount", "network", "pid", "time", "user", "uts",
+];
+
+fn sorted(mut v: Vec<&'static str>) -> Vec<&'static str> {
+    v.sort_unstable();
+    v
+}
+
+pub fn features() -> Features {
+    let last = capabilities::last_cap() as usize;
+    let mut annotations = BTreeMap::new();
+    annotations.insert(
+        "io.github.seccomp.libseccomp.version",
+        seccomp::libseccomp_version(),
+    );
+    annotations.insert("org.opencontainers.runc.checkpoint.enabled", "false".into());
+    annotations.insert("io.github.moat.version", VERSION.into());
+    if let Some(commit) = option_env!("MOAT_COMMIT") {
+        annotations.insert("io.github.moat.commit", commit.into());
+    }
+    Features {
+        oci_version_min: "1.0.0",
+        oci_version_max: crate::spec::OCI_VERSION,
+        hooks: HOOKS.to_vec(),
+        mount_options: MOUNT_OPTIONS.to_vec(),
+        linux: Linux {
+            namespaces: NAMESPACES
+                .iter()
+                .copied()
+                .filter(|n| namespaces::flag(n) != 0)
+                .collect(),
+            capabilities: capabilities::NAMES.iter().take(last + 1).copied().collect(),
+            cgroup: Cgroup {
+                v1: true,
+                v2: true,
+                systemd: false,
+                systemd_user: false,
+                rdma: false,
+            },
+            seccomp: Seccomp {
+                enabled: true,
+                actions: sorted(seccomp::known_actions().to_vec()),
+                operators: sorted(seccomp::known_operators().to_vec()),
+                archs: sorted(seccomp::supported_archs()),
+                known_flags: seccomp::known_flags().to_vec(),
+                supported_flags: seccomp::supported_flags(),
+            },
+            // Profiles and labels are applied where the host has the LSM (and ignored,
+            // as runc does, where it has not).
+            apparmor: Enabled { enabled: true },
+            selinux: Enabled { enabled: true },
+            intel_rdt: Enabled { enabled: false },
+            mount_extensions: MountExtensions {
+                idmap: Enabled { enabled: true },
+            },
+        },
+        annotations,
+    }
+}
+
+/// Prints the features JSON.
+pub fn print() -> Result<i32> {
+    // Invoked as moat-gvisor (or MOAT_RUNTIME=gvisor): what the gVisor path honours.
+    if crate::gvisor::wants_gvisor_features() {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&crate::gvisor::features_json())?
+        );
+        return Ok(0);
+    }
+    println!("{}", serde_json::to_string_pretty(&features())?);
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::linux::mount;
+
+    #[test]
+    fn mount_options_are_the_ones_parse_options_knows() {
+        for o in MOUNT_OPTIONS {
+            let parsed = mount::parse_options(&[o.to_string()]);
+            assert!(parsed.data.is_empty(), "{o} would reach the filesystem");
+            assert_eq!(parsed.idmap, o.ends_with("idmap"), "{o}");
+        }
+        let mut s = MOUNT_OPTIONS.to_vec();
+        s.sort_unstable();
+        assert_eq!(s, MOUNT_OPTIONS, "keep the list sorted");
+        // Something parse_options does not know is filesystem data.
+        assert!(!mount::parse_options(&["size=1m".into()]).data.is_empty());
+    }
+
+    #[test]
+    fn shape() {
+        let v = serde_json::to_value(features()).unwrap();
+        assert_eq!(v["ociVersionMin"], "1.0.0");
+        assert_eq!(v["ociVersionMax"], crate::spec::OCI_VERSION);
+        assert_eq!(v["hooks"].as_array().unwrap().len(), 6);
+        let l = &v["linux"];
+        assert_eq!(l["namespaces"].as_array().unwrap().len(), 8);
+        assert_eq!(l["capabilities"][0], "CAP_CHOWN");
+        assert_eq!(l["cgroup"]["systemd"], false);
+        assert_eq!(l["cgroup"]["rdma"], false);
+        assert_eq!(l["intelRdt"]["enabled"], false);
+        assert_eq!(l["mountExtensions"]["idmap"]["enabled"], true);
+        let sc = &l["seccomp"];
+        assert!(sc["archs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "SCMP_ARCH_X86_64" || a == "SCMP_ARCH_AARCH64"));
+        let known = sc["knownFlags"].as_array().unwrap();
+        for f in sc["supportedFlags"].as_array().unwrap() {
+            assert!(known.contains(f), "{f} supported but not known");
+        }
+        assert_eq!(
+            v["annotations"]["org.opencontainers.runc.checkpoint.enabled"],
+            "false"
+        );
+        assert_eq!(v["annotations"]["io.github.moat.version"], VERSION);
+    }
+}

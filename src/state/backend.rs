@@ -1,0 +1,43 @@
+//! Which engine runs a container, as its record holds it: moat itself, or runsc with the
+//! flags every later runsc call replays. Chosen once at create (`gvisor::select`).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Which engine runs a container; recorded at create.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Backend {
+    #[default]
+    Native,
+    Gvisor(Gvisor),
+}
+
+/// What every runsc call for the container replays.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gvisor {
+    /// Absolute path of runsc, resolved at create.
+    pub runsc: PathBuf,
+    /// runsc's `--root`: `<root>/@runsc` (`<root>/<id>/runsc` in older records).
+    pub root: PathBuf,
+    /// `--platform`.
+    pub platform: String,
+    /// `--network`: `none` or `host` (never `sandbox` on runsc 20221219).
+    pub network: String,
+    /// `--oci-seccomp`: the spec has `linux.seccomp` (runsc ignores it otherwise).
+    #[serde(default)]
+    pub oci_seccomp: bool,
+    /// `--systemd-cgroup` as given at create, replayed on every call.
+    #[serde(default)]
+    pub systemd_cgroup: bool,
+}
+
+impl Backend {
+    pub fn gvisor(&self) -> Option<&Gvisor> {
+        match self {
+            Backend::Gvisor(g) => Some(g),
+            Backend::Native => None,
+        }
+    }
+}
