@@ -7,6 +7,7 @@ use super::{check_int, Result};
 
 /// Sets IFF_UP on `lo` in the current network namespace.
 pub fn loopback_up() -> Result<()> {
+    fake!("loopback_up");
     // SAFETY: a plain socket; the returned fd is owned below.
     let sock = check_int(unsafe {
         libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
@@ -36,6 +37,7 @@ pub fn loopback_up() -> Result<()> {
 /// Receives one message and at most one fd passed with SCM_RIGHTS (installed close-on-exec).
 /// Extra fds, if a peer sent more, are closed.
 pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Option<OwnedFd>)> {
+    fake!("recv_with_fd", sock);
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut cspace = nix::cmsg_space!([RawFd; 4]);
     loop {
