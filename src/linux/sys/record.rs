@@ -198,6 +198,17 @@ fn take() -> Option<Recorder> {
     rec
 }
 
+/// Queues `reply` for the next call of `name`, from inside a running recording (a step
+/// of a sequence whose answer depends on the steps before, such as the mount ids
+/// pivot_root must see differ).
+pub fn then(name: &'static str, reply: Reply) {
+    ACTIVE.with(|a| {
+        let mut a = a.borrow_mut();
+        let rec = a.as_mut().expect("record::then outside a recording");
+        rec.once.entry(name).or_default().push_back(reply);
+    });
+}
+
 /// A harmless descriptor named `name` in the calls, for a test to pass to the code under
 /// test (a rootfs, a root to chdir in). Only while a recording is active.
 pub fn fd(name: &str) -> OwnedFd {
