@@ -745,7 +745,10 @@ fn new_fs_or_fallback(
     let ids = |k: &str| k == "uid" || k == "gid";
     match (fstype, err.raw_os_error()) {
         ("sysfs", Some(libc::EPERM)) => host_sysfs().map(|t| Some((t, opts.clone(), true))),
-        ("mqueue", Some(libc::EPERM)) if Path::new("/dev/mqueue").is_dir() => {
+        ("mqueue", Some(libc::EPERM))
+            if sys::stat(c"/dev/mqueue")
+                .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR) =>
+        {
             bind("/dev/mqueue", false)
         }
         ("mqueue", Some(libc::EPERM)) => Ok(None),

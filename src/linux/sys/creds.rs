@@ -99,6 +99,12 @@ pub fn setfsids(uid: u32, gid: u32) -> (u32, u32) {
     (id(old_uid), id(old_gid))
 }
 
+pub fn getegid() -> u32 {
+    fake!("getegid");
+    // SAFETY: always succeeds.
+    unsafe { libc::getegid() }
+}
+
 pub fn geteuid() -> u32 {
     fake!("geteuid");
     // SAFETY: always succeeds.

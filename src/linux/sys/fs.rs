@@ -184,3 +184,27 @@ pub fn getcwd() -> Result<std::path::PathBuf> {
     fake!("getcwd");
     std::env::current_dir()
 }
+
+/// `statfs(2)` of `path` (a host fact: which filesystem is mounted there).
+pub fn statfs(path: &CStr) -> Result<libc::statfs> {
+    fake!("statfs", path);
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: NUL-terminated path; statfs fills the buffer on success.
+    check_int(unsafe { libc::statfs(path.as_ptr(), st.as_mut_ptr()) })?;
+    // SAFETY: initialised by the successful call.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// The whole of the file at `path`, as `std::fs::read` reads it: host facts and moat's own
+/// view (`/proc/sys/kernel/cap_last_cap`, `/proc/self/uid_map`).
+pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
+    fake!("read_file", path.display().to_string());
+    std::fs::read(path)
+}
+
+/// Writes `data` to the file at `path` as `std::fs::write` does (created if missing,
+/// truncated): the parent's writes to a child's `/proc/<pid>/{uid_map,gid_map,setgroups}`.
+pub fn write_file(path: &std::path::Path, data: &[u8]) -> Result<()> {
+    fake!("write_file", path.display().to_string(), data);
+    std::fs::write(path, data)
+}

@@ -58,15 +58,15 @@ mod spawn;
 mod startup;
 mod tty;
 
-pub use creds::{capget, capset, geteuid, setfsids, setgroups, setresgid, setresuid};
+pub use creds::{capget, capset, getegid, geteuid, setfsids, setgroups, setresgid, setresuid};
 pub use fd::{
     at_fdcwd, borrow_stdio, clear_cloexec, close_all_but, close_range_from, close_raw, dup2,
     dup_cloexec, dup_cloexec_from, ioctl_int, memfd, read, write, FdNumber,
 };
 pub use fs::{
     fchdir, fchownat_empty, flock_exclusive, fstat, fstatfs, fstatvfs, getcwd, mkdirat, mknodat,
-    openat, openat2, readlinkat, stat, symlinkat, OpenHow, RESOLVE_BENEATH, RESOLVE_IN_ROOT,
-    RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_NO_XDEV,
+    openat, openat2, read_file, readlinkat, stat, statfs, symlinkat, write_file, OpenHow,
+    RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_NO_XDEV,
 };
 pub use mount::{
     chroot, fsconfig, fsmount, fsopen, missing_mount_api, mount, mount_id, mount_setattr,
@@ -76,7 +76,7 @@ pub use mount::{
     MOUNT_ATTR_RDONLY, MOUNT_ATTR_RELATIME, MOUNT_ATTR_STRICTATIME, MOUNT_ATTR__ATIME,
     OPEN_TREE_CLONE,
 };
-pub use net::{loopback_up, recv_with_fd};
+pub use net::{loopback_up, recv_with_fd, send_with_fd};
 pub use process::{
     clone_fork, execve, exit_now, fexecve, ioprio_set, join_session_keyring, personality,
     pidfd_getfd, pidfd_open, prctl, prctl5, prlimit, sched_setattr, setdomainname, setns, setsid,

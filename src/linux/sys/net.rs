@@ -68,3 +68,21 @@ pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Opti
         }
     }
 }
+
+/// Sends `data` with one descriptor passed as SCM_RIGHTS (`MSG_NOSIGNAL`: a closed peer is
+/// an error, not SIGPIPE): the pty master to the console socket.
+pub fn send_with_fd(sock: BorrowedFd<'_>, data: &[u8], fd: BorrowedFd<'_>) -> Result<()> {
+    fake!("send_with_fd", sock, data, fd);
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let fds = [fd.as_raw_fd()];
+    let iov = [io::IoSlice::new(data)];
+    sendmsg::<()>(
+        sock.as_raw_fd(),
+        &iov,
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map(drop)
+    .map_err(io::Error::from)
+}
