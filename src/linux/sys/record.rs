@@ -26,7 +26,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{CStr, CString};
 use std::fmt;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 /// One recorded kernel call.
@@ -141,9 +141,45 @@ impl Fake {
         self
     }
 
-    /// Runs `f` with the fake active on this thread; returns its result and the calls it
-    /// made, in order. The recording ends when `f` returns or panics.
-    pub fn run<T>(self, f: impl FnOnce() -> T) -> (T, Vec<Call>) {
+    /// Runs `f` with the fake active; returns its result and the calls it made, in order.
+    ///
+    /// `f` runs on a thread of its own, behind a seccomp filter (per thread, with
+    /// no_new_privs, both gone with the thread) that hands every host-changing syscall to a
+    /// supervisor ([`GUARDED`]): a call that reaches the kernel around `sys` (a `nix::` or
+    /// `std::fs` call not yet routed) fails with EPERM instead of changing the machine, and
+    /// `run` then panics "not faked: <syscall>".
+    pub fn run<T: Send>(self, f: impl FnOnce() -> T + Send) -> (T, Vec<Call>) {
+        let denied = std::sync::Mutex::new(Vec::new());
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (tx, rx) = std::sync::mpsc::channel::<OwnedFd>();
+        let out = std::thread::scope(|s| {
+            let (stop, denied) = (&stop, &denied);
+            let supervisor = s.spawn(move || supervise(rx, stop, denied));
+            let worker = s.spawn(move || {
+                let listener = guard();
+                let _ = tx.send(listener);
+                self.run_here(f)
+            });
+            let out = worker.join();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = supervisor.join();
+            out
+        });
+        let denied = denied.into_inner().unwrap_or_else(|e| e.into_inner());
+        if !denied.is_empty() {
+            panic!(
+                "not faked: {} (reached the kernel around sys)",
+                denied.join(", ")
+            );
+        }
+        match out {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    /// Runs `f` with the fake active on this thread.
+    fn run_here<T>(self, f: impl FnOnce() -> T) -> (T, Vec<Call>) {
         assert!(!active(), "a recording is already active on this thread");
         let dir = std::env::temp_dir().join(format!(
             "moat-fake-{}-{:?}",
@@ -170,6 +206,107 @@ impl Fake {
         let out = f();
         let calls = guard.finish();
         (out, calls)
+    }
+}
+
+/// The syscalls a recorded sequence must never make for real: they change the host (its
+/// names, mounts, namespaces, files' owners, other processes, resource limits, keyrings) or
+/// the whole test process (cwd, root, umask and credentials are shared by its threads; an
+/// exec replaces it).
+pub const GUARDED: &[&str] = &[
+    "sethostname",
+    "setdomainname",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "chdir",
+    "fchdir",
+    "umask",
+    "setns",
+    "unshare",
+    "move_mount",
+    "mount_setattr",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "open_tree",
+    "mknod",
+    "mknodat",
+    "symlinkat",
+    "chown",
+    "fchown",
+    "lchown",
+    "fchownat",
+    "kill",
+    "tkill",
+    "tgkill",
+    "pidfd_send_signal",
+    "prlimit64",
+    "setrlimit",
+    "keyctl",
+    "reboot",
+    "setuid",
+    "setgid",
+    "setreuid",
+    "setregid",
+    "setresuid",
+    "setresgid",
+    "setgroups",
+    "setfsuid",
+    "setfsgid",
+    "capset",
+    "execve",
+    "execveat",
+];
+
+/// Puts the calling thread behind the guard filter; returns its notification listener.
+fn guard() -> OwnedFd {
+    static FILTER: std::sync::OnceLock<crate::linux::seccomp::Filter> = std::sync::OnceLock::new();
+    let filter = FILTER.get_or_init(|| {
+        let spec: crate::spec::Seccomp = serde_json::from_value(serde_json::json!({
+            "defaultAction": "SCMP_ACT_ALLOW",
+            "listenerPath": "/nonexistent/moat-fake",
+            "syscalls": [{"names": GUARDED, "action": "SCMP_ACT_NOTIFY"}],
+        }))
+        .expect("the guard's profile");
+        crate::linux::seccomp::compile(&spec).expect("the guard filter compiles")
+    });
+    super::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).expect("no_new_privs on the recording thread");
+    super::seccomp_set_filter(filter.flags, &filter.prog)
+        .expect("the guard filter on the recording thread")
+        .expect("the guard filter's listener")
+}
+
+/// Answers every guarded syscall of the recording thread with EPERM, noting its name,
+/// until `stop`.
+fn supervise(
+    rx: std::sync::mpsc::Receiver<OwnedFd>,
+    stop: &std::sync::atomic::AtomicBool,
+    denied: &std::sync::Mutex<Vec<String>>,
+) {
+    use libseccomp::{ScmpNotifReq, ScmpNotifResp, ScmpNotifRespFlags};
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let Ok(listener) = rx.recv() else {
+        return;
+    };
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(20u8)) {
+            Ok(n) if n > 0 => {}
+            _ => continue,
+        }
+        let Ok(req) = ScmpNotifReq::receive(listener.as_raw_fd()) else {
+            continue;
+        };
+        let name = req
+            .data
+            .syscall
+            .get_name()
+            .unwrap_or_else(|_| format!("syscall {}", i32::from(req.data.syscall)));
+        denied.lock().unwrap_or_else(|e| e.into_inner()).push(name);
+        let _ = ScmpNotifResp::new_error(req.id, -libc::EPERM, ScmpNotifRespFlags::empty())
+            .respond(listener.as_raw_fd());
     }
 }
 
@@ -655,7 +792,6 @@ pub fn show(calls: &[Call]) -> String {
 mod tests {
     use super::*;
     use crate::linux::sys;
-    use std::os::fd::AsFd;
 
     #[test]
     fn calls_are_recorded_and_never_reach_the_kernel() {
@@ -679,6 +815,15 @@ mod tests {
         // Outside the recording the real calls run again.
         assert!(!active());
         assert!(sys::openat(sys::at_fdcwd(), c"/nonexistent", libc::O_RDONLY, 0).is_err());
+    }
+
+    /// A call around `sys` (here a harmless `chdir(".")` by nix) is stopped by the guard
+    /// filter and named.
+    #[test]
+    #[should_panic(expected = "not faked: chdir")]
+    fn a_call_around_sys_is_stopped_and_named() {
+        let (r, _) = Fake::new().run(|| nix::unistd::chdir("."));
+        assert_eq!(r, Err(nix::Error::EPERM));
     }
 
     #[test]
