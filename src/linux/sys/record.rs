@@ -14,6 +14,13 @@
 //! instead of changing the host). `tests::every_wrapper_has_the_hook` reads the sources of
 //! `sys/` and fails for a `pub fn` without one, so a new wrapper cannot forget it.
 //!
+//! A call that reaches the kernel *around* `sys` (a `nix::` or `std::fs` call not yet
+//! routed through it) is stopped too: [`Fake::run`] runs the closure on a thread of its own
+//! behind a per-thread seccomp filter that hands every host-changing syscall ([`GUARDED`])
+//! to a supervisor, which answers EPERM and makes the run panic "not faked: <syscall>". So
+//! a recorded test is safe as root: it never sets the host's name, mounts, joins a
+//! namespace or signals a process.
+//!
 //! Descriptors the fake returns are real and harmless: close-on-exec duplicates of an
 //! `O_PATH` descriptor of an empty temporary directory, so code that closes, borrows or
 //! `as_fd`s them works, and nothing can be read, written or mounted through them.
@@ -860,6 +867,20 @@ mod tests {
             ("startup.rs", include_str!("startup.rs")),
             ("tty.rs", include_str!("tty.rs")),
         ];
+        // Every file of sys/ is scanned: a new kernel area is added here or this fails.
+        for line in include_str!("mod.rs").lines() {
+            let Some(m) = line
+                .strip_prefix("pub mod ")
+                .or_else(|| line.strip_prefix("mod "))
+                .and_then(|m| m.strip_suffix(';'))
+            else {
+                continue;
+            };
+            assert!(
+                m == "record" || sources.iter().any(|(f, _)| *f == format!("{m}.rs")),
+                "sys/{m}.rs is not scanned for the recorder's hook"
+            );
+        }
         let mut missing = Vec::new();
         let mut seen = 0;
         for (file, text) in sources {
