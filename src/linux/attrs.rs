@@ -419,8 +419,9 @@ impl Attrs {
     fn find_executable(&self) -> Result<CString, InitFailure> {
         let name = self.args[0].to_str().unwrap_or_default().to_string();
         let check = |p: &str| -> io::Result<()> {
-            let m = std::fs::metadata(p)?;
-            if m.is_dir() {
+            let p = CString::new(p).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            let st = sys::stat(&p)?;
+            if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
                 return Err(io::Error::from_raw_os_error(libc::EACCES));
             }
             Ok(())
@@ -457,7 +458,7 @@ fn verify_cwd(cwd: &str) -> Result<(), InitFailure> {
             format!("process.cwd {cwd} is outside the container root"),
         )
     };
-    let real = match std::env::current_dir() {
+    let real = match sys::getcwd() {
         Ok(p) => p,
         // glibc (2.27 on) reports a directory not reachable from the root as ENOENT
         // instead of an "(unreachable)" path: a leaked fd's directory, as
@@ -527,6 +528,322 @@ mod tests {
             let e = ok(&p).err().expect("accepted");
             assert_eq!(e.field, format!("process.user.{k}"));
             assert!(e.reason.contains("out of range"), "{}", e.reason);
+        }
+    }
+
+    /// The order `apply` and `exec` make their kernel calls in, recorded by the fake `sys`
+    /// (no kernel, no root): the security-critical relations of the module doc.
+    mod order {
+        use super::super::*;
+        use crate::linux::sys::record::{self, assert_before, names, Call, Fake, Reply};
+        use std::os::fd::AsFd;
+
+        const PROC_SUPER_MAGIC: u64 = 0x9fa0;
+
+        /// Answers that make the fake's procfs handle look like moat's own procfs.
+        fn kernel() -> Fake {
+            Fake::new()
+                .reply("fstatfs", Reply::Statfs(PROC_SUPER_MAGIC))
+                .reply("readlinkat", Reply::Bytes(b"7/task/7".to_vec()))
+        }
+
+        fn filter() -> Filter {
+            Filter {
+                prog: vec![
+                    libc::sock_filter {
+                        code: 0x06,
+                        jt: 0,
+                        jf: 0,
+                        k: 0x7fff_0000,
+                    };
+                    3
+                ],
+                flags: 0,
+            }
+        }
+
+        const CAP_CHOWN: u64 = 1 << 0;
+        const CAP_NET_BIND_SERVICE: u64 = 1 << 10;
+        const CAP_SYS_ADMIN: u64 = 1 << 21;
+
+        /// A process as the tests vary it: root with caps, or a user.
+        fn attrs(uid: u32, nnp: bool, caps: u64, ambient: u64) -> Attrs {
+            Attrs {
+                caps: Sets {
+                    bounding: caps,
+                    effective: caps,
+                    permitted: caps,
+                    inheritable: 0,
+                    ambient,
+                },
+                last_cap: 40,
+                seccomp: vec![filter()],
+                no_new_privs: nnp,
+                uid,
+                gid: uid,
+                additional_gids: vec![uid + 1, uid + 2],
+                umask: Some(0o022),
+                rlimits: Vec::new(),
+                apparmor: Some("moat-default".into()),
+                selinux: None,
+                host: Some(HostFacts {
+                    apparmor: true,
+                    apparmor_attr_dir: true,
+                    apparmor_profiles: None,
+                    selinux: false,
+                }),
+                scheduler: None,
+                ioprio: Some((2, 4)),
+                cwd: "/work".into(),
+                args: vec![CString::new("sh").unwrap()],
+                env: Vec::new(),
+                path_env: "/usr/bin:/bin".into(),
+                terminal: false,
+                console_size: None,
+                preserve_fds: 2,
+            }
+        }
+
+        /// `apply` then `exec` under the fake: the calls.
+        fn record(a: &Attrs) -> Vec<Call> {
+            let ((), calls) = kernel().run(|| {
+                let root = record::fd("root");
+                let (exe, _listener) = a.apply(root.as_fd()).expect("apply under the fake");
+                assert_eq!(exe.to_str(), Ok("/usr/bin/sh"));
+                let failure = a.exec(&exe);
+                assert_eq!(failure.step, Step::Exec);
+            });
+            calls
+        }
+
+        fn prctl(option: libc::c_int) -> impl Fn(&Call) -> bool {
+            move |c| c.name.starts_with("prctl") && c.arg("option") == Some(&option.to_string())
+        }
+
+        fn named(name: &'static str) -> impl Fn(&Call) -> bool {
+            move |c| c.name == name
+        }
+
+        /// The LSM label: the write to the thread's `attr/apparmor/exec`.
+        fn lsm_write(calls: &[Call]) -> usize {
+            let open = record::position(calls, "open of attr/apparmor/exec", |c| {
+                c.name == "openat2" && c.arg("path") == Some("\"7/task/7/attr/apparmor/exec\"")
+            });
+            let fd = calls[open].ret.clone().expect("an fd");
+            let write = record::position(calls, "LSM write", |c| {
+                c.name == "write" && c.arg("fd") == Some(fd.as_str())
+            });
+            assert_eq!(calls[write].arg("data"), Some("\"exec moat-default\""));
+            write
+        }
+
+        /// What every process has, whatever its attributes.
+        fn common(calls: &[Call]) {
+            let lsm = lsm_write(calls);
+            let bset = ("bounding-set drop", prctl(libc::PR_CAPBSET_DROP));
+            let seccomp = ("seccomp", named("seccomp_set_filter"));
+            assert!(lsm < record::position(calls, "seccomp", named("seccomp_set_filter")));
+            assert!(lsm < record::position(calls, "bounding drop", prctl(libc::PR_CAPBSET_DROP)));
+            // Bounding set first (while CAP_SETPCAP is effective), then the ids.
+            for id in ["setgroups", "setresgid", "setresuid"] {
+                assert_before(calls, (bset.0, &bset.1), (id, named(id)));
+            }
+            assert_before(
+                calls,
+                ("setgroups", named("setgroups")),
+                ("setresgid", named("setresgid")),
+            );
+            assert_before(
+                calls,
+                ("setresgid", named("setresgid")),
+                ("setresuid", named("setresuid")),
+            );
+            // Caps survive the uid change (keep-caps on before, off after), then are set.
+            let keepcaps = |v: &'static str| {
+                move |c: &Call| {
+                    c.name == "prctl" && c.arg("option") == Some("8") && c.arg("arg2") == Some(v)
+                }
+            };
+            assert_before(
+                calls,
+                ("keep-caps on", keepcaps("1")),
+                ("setresuid", named("setresuid")),
+            );
+            assert_before(
+                calls,
+                ("setresuid", named("setresuid")),
+                ("keep-caps off", keepcaps("0")),
+            );
+            assert_before(
+                calls,
+                ("setresuid", named("setresuid")),
+                ("capset", named("capset")),
+            );
+            // Ambient after the capability sets.
+            assert_before(
+                calls,
+                ("capset", named("capset")),
+                ("ambient", prctl(libc::PR_CAP_AMBIENT)),
+            );
+            // cwd entered by fd inside the root, then verified.
+            assert_before(
+                calls,
+                ("ambient", prctl(libc::PR_CAP_AMBIENT)),
+                ("fchdir", named("fchdir")),
+            );
+            assert_before(
+                calls,
+                ("fchdir", named("fchdir")),
+                ("getcwd", named("getcwd")),
+            );
+            let cwd = record::position(calls, "cwd open", |c| {
+                c.name == "openat2"
+                    && c.arg("dir") == Some("root")
+                    && c.arg("path") == Some("\"work\"")
+            });
+            assert!(calls[cwd].arg("how").is_some_and(|h| h.contains(&format!(
+                "resolve={:#x}}}",
+                sys::RESOLVE_IN_ROOT | sys::RESOLVE_NO_MAGICLINKS
+            ))));
+            let fchdir = record::position(calls, "fchdir", named("fchdir"));
+            assert_eq!(calls[fchdir].arg("fd"), calls[cwd].ret.as_deref());
+            // exec: every fd above the preserved ones marked close-on-exec, then execve.
+            let close = record::position(calls, "close_range", named("close_range_from"));
+            assert_eq!(calls[close].arg("first"), Some("5"));
+            assert_eq!(calls[close].arg("cloexec_only"), Some("true"));
+            assert_before(
+                calls,
+                ("close_range", named("close_range_from")),
+                ("execve", named("execve")),
+            );
+            assert_before(
+                calls,
+                ("reset_signals", named("reset_signals")),
+                ("execve", named("execve")),
+            );
+            assert_before(calls, seccomp, ("execve", named("execve")));
+            assert_eq!(calls.last().map(|c| c.name), Some("execve"));
+        }
+
+        #[test]
+        fn root_with_caps_and_nnp() {
+            let a = attrs(0, true, CAP_CHOWN | CAP_NET_BIND_SERVICE | CAP_SYS_ADMIN, 0);
+            let calls = record(&a);
+            common(&calls);
+            let nnp = ("no_new_privs", prctl(libc::PR_SET_NO_NEW_PRIVS));
+            assert!(lsm_write(&calls) < record::position(&calls, nnp.0, &nnp.1));
+            // With NNP, seccomp is late: one load, after the ids, the caps, the cwd check
+            // and the executable lookup, the last call before exec.
+            let seccomp = record::position(&calls, "seccomp", named("seccomp_set_filter"));
+            assert_eq!(
+                seccomp,
+                record::last_position(&calls, "seccomp", named("seccomp_set_filter"))
+            );
+            for before in ["setresuid", "capset", "getcwd", "stat"] {
+                assert_before(
+                    &calls,
+                    (before, named(before)),
+                    ("seccomp", named("seccomp_set_filter")),
+                );
+            }
+            assert_before(
+                &calls,
+                (nnp.0, &nnp.1),
+                ("seccomp", named("seccomp_set_filter")),
+            );
+            assert_eq!(calls[seccomp + 1].name, "close_range_from");
+            // Caps dropped from the bounding set are exactly those not kept.
+            let drops = calls
+                .iter()
+                .filter(|c| prctl(libc::PR_CAPBSET_DROP)(c))
+                .count();
+            assert_eq!(drops, 41 - 3);
+            assert_eq!(
+                calls
+                    .iter()
+                    .find(|c| c.name == "capset")
+                    .map(|c| c.to_string()),
+                Some(format!(
+                    "capset(effective={m}, permitted={m}, inheritable=0)",
+                    m = CAP_CHOWN | CAP_NET_BIND_SERVICE | CAP_SYS_ADMIN
+                ))
+            );
+            assert!(calls.iter().any(|c| c.to_string() == "setresuid(uid=0)"));
+            assert!(calls
+                .iter()
+                .any(|c| c.to_string() == "setgroups(gids=[1, 2])"));
+        }
+
+        #[test]
+        fn user_without_nnp() {
+            let a = attrs(1000, false, CAP_NET_BIND_SERVICE, CAP_NET_BIND_SERVICE);
+            let calls = record(&a);
+            common(&calls);
+            assert!(!calls.iter().any(prctl(libc::PR_SET_NO_NEW_PRIVS)));
+            // Without NNP, seccomp is early: loading needs CAP_SYS_ADMIN, so before any
+            // privilege is dropped (bounding set, ids, caps), and only once.
+            let seccomp = ("seccomp", named("seccomp_set_filter"));
+            assert_before(
+                &calls,
+                (seccomp.0, &seccomp.1),
+                ("bounding drop", prctl(libc::PR_CAPBSET_DROP)),
+            );
+            assert_before(
+                &calls,
+                (seccomp.0, &seccomp.1),
+                ("setresuid", named("setresuid")),
+            );
+            assert_eq!(calls.iter().filter(|c| seccomp.1(c)).count(), 1);
+            assert!(calls.iter().any(|c| c.to_string() == "setresuid(uid=1000)"));
+            assert!(calls.iter().any(
+                |c| c.to_string() == format!("prctl5(option=47, arg2=2, arg3={}, arg4=0)", 10)
+            ));
+        }
+
+        #[test]
+        fn user_with_nnp_and_denied_setgroups() {
+            let a = attrs(1000, true, 0, 0);
+            let ((), calls) = kernel()
+                .then("read", Reply::Bytes(b"deny\n".to_vec()))
+                .run(|| {
+                    let root = record::fd("root");
+                    let (exe, _) = a.apply(root.as_fd()).expect("apply");
+                    a.exec(&exe);
+                });
+            // setgroups is denied in this user namespace: moat never calls it.
+            assert!(
+                !calls.iter().any(|c| c.name == "setgroups"),
+                "{}",
+                record::show(&calls)
+            );
+            assert_before(
+                &calls,
+                ("setresgid", named("setresgid")),
+                ("setresuid", named("setresuid")),
+            );
+            assert_before(
+                &calls,
+                ("setresuid", named("setresuid")),
+                ("seccomp", named("seccomp_set_filter")),
+            );
+            assert_eq!(calls.last().map(|c| c.name), Some("execve"));
+            let _ = names(&calls);
+        }
+
+        #[test]
+        fn a_failing_step_stops_the_sequence() {
+            let a = attrs(1000, true, 0, 0);
+            let (r, calls) = kernel().then("setresgid", Reply::Err(libc::EPERM)).run(|| {
+                let root = record::fd("root");
+                a.apply(root.as_fd()).map(drop)
+            });
+            let e = r.expect_err("setresgid failed");
+            assert_eq!(e.step, Step::User);
+            assert_eq!(e.errno, libc::EPERM);
+            assert_eq!(calls.last().map(|c| c.name), Some("setresgid"));
+            assert!(!calls
+                .iter()
+                .any(|c| c.name == "setresuid" || c.name == "seccomp_set_filter"));
         }
     }
 }

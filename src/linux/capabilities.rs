@@ -51,8 +51,9 @@ pub const NAMES: [&str; 41] = [
 /// The highest capability the running kernel knows, a host fact: read only on the host,
 /// by the parent (`Attrs::last_cap` carries it into the child), never in a container's view.
 pub fn last_cap() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+    super::sys::read_file(std::path::Path::new("/proc/sys/kernel/cap_last_cap"))
         .ok()
+        .and_then(|s| String::from_utf8(s).ok())
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(40)
 }

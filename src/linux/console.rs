@@ -2,10 +2,7 @@
 //! sent to the caller over `--console-socket` (SCM_RIGHTS, as runc does), its peer made the
 //! container's stdio and `/dev/console`.
 
-use std::io::IoSlice;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-
-use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
 use super::mount;
 use super::path::{self, Root};
@@ -81,17 +78,7 @@ pub fn send_master(
         sys::set_winsize(master, s.height, s.width)
             .step(Step::Console, || "set console size".into())?;
     }
-    let fds = [master.as_raw_fd()];
-    let iov = [IoSlice::new(b"/dev/ptmx")];
-    sendmsg::<()>(
-        sock.as_raw_fd(),
-        &iov,
-        &[ControlMessage::ScmRights(&fds)],
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )
-    .map_err(std::io::Error::from)
-    .step(Step::Console, || {
+    sys::send_with_fd(sock, b"/dev/ptmx", master).step(Step::Console, || {
         "send pty master to the console socket".into()
     })?;
     Ok(())

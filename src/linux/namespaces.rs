@@ -22,6 +22,7 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::process::Command;
 
 use super::sys;
@@ -188,28 +189,43 @@ pub fn write_id_maps(pid: i32, uid: &[IdMapping], gid: &[IdMapping]) -> io::Resu
     let euid = sys::geteuid();
     let self_map =
         |m: &[IdMapping], own: u32| m.len() == 1 && m[0].size == 1 && m[0].host_id == own;
-    let egid = nix::unistd::getegid().as_raw();
+    let egid = sys::getegid();
     if euid == 0 {
         if !gid.is_empty() {
-            std::fs::write(format!("/proc/{pid}/gid_map"), fmt(gid))?;
+            sys::write_file(
+                Path::new(&format!("/proc/{pid}/gid_map")),
+                fmt(gid).as_bytes(),
+            )?;
         }
         if !uid.is_empty() {
-            std::fs::write(format!("/proc/{pid}/uid_map"), fmt(uid))?;
+            sys::write_file(
+                Path::new(&format!("/proc/{pid}/uid_map")),
+                fmt(uid).as_bytes(),
+            )?;
         }
         return Ok(());
     }
     if !gid.is_empty() {
         if self_map(gid, egid) {
             // An unprivileged gid map requires setgroups to be denied first.
-            std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
-            std::fs::write(format!("/proc/{pid}/gid_map"), fmt(gid))?;
+            sys::write_file(
+                Path::new(&format!("/proc/{pid}/setgroups")),
+                "deny".as_bytes(),
+            )?;
+            sys::write_file(
+                Path::new(&format!("/proc/{pid}/gid_map")),
+                fmt(gid).as_bytes(),
+            )?;
         } else {
             helper("newgidmap", pid, gid)?;
         }
     }
     if !uid.is_empty() {
         if self_map(uid, euid) {
-            std::fs::write(format!("/proc/{pid}/uid_map"), fmt(uid))?;
+            sys::write_file(
+                Path::new(&format!("/proc/{pid}/uid_map")),
+                fmt(uid).as_bytes(),
+            )?;
         } else {
             helper("newuidmap", pid, uid)?;
         }
@@ -246,10 +262,16 @@ fn helper(name: &str, pid: i32, maps: &[IdMapping]) -> io::Result<()> {
 /// path (`stat` follows the nsfs magic link to the namespace itself), and whether the host
 /// is cgroup v2. Five `stat`s; nothing is opened.
 pub fn floor_facts(spec: &Spec) -> crate::policy::FloorFacts {
-    use std::os::unix::fs::MetadataExt;
     let ids = |p: &str| {
-        std::fs::metadata(p)
-            .map(|m| (m.dev(), m.ino()))
+        CString::new(p)
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "file name contained an unexpected NUL byte",
+                )
+            })
+            .and_then(|c| sys::stat(&c))
+            .map(|st| (st.st_dev, st.st_ino))
             .map_err(|e| {
                 let s = e.to_string();
                 s.split(" (os error ").next().unwrap_or(&s).to_string()
@@ -273,8 +295,10 @@ pub fn floor_facts(spec: &Spec) -> crate::policy::FloorFacts {
             .filter(|n| types.contains(&n.typ.as_str()))
             .filter_map(|n| n.path.as_ref().map(|p| (p.clone(), ids(p))))
             .collect(),
-        cgroup_v2: nix::sys::statfs::statfs("/sys/fs/cgroup")
-            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC),
+        // f_type is i64 under glibc, unsigned under musl.
+        #[allow(clippy::unnecessary_cast)]
+        cgroup_v2: sys::statfs(c"/sys/fs/cgroup")
+            .is_ok_and(|s| s.f_type as u64 == libc::CGROUP2_SUPER_MAGIC as u64),
     }
 }
 

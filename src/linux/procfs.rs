@@ -33,7 +33,7 @@
 //! `oom_score_adj`) are not made from a container's view and do not come here.
 
 use std::ffi::CString;
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 
@@ -167,9 +167,9 @@ impl Procfs {
     }
 
     fn write(&self, rel: &str, value: &str) -> Result<(), ProcError> {
-        let mut f = self.open(rel, libc::O_WRONLY)?;
+        let f = self.open(rel, libc::O_WRONLY)?;
         // One write: sysctls and timens_offsets take the value in a single call.
-        match f.write(value.as_bytes()) {
+        match sys::write(f.as_fd(), value.as_bytes()) {
             Ok(n) if n == value.len() => Ok(()),
             Ok(_) => Err(ProcError::other(rel, "short write")),
             Err(e) => Err(ProcError::new(rel, e)),
@@ -177,11 +177,25 @@ impl Procfs {
     }
 
     fn read(&self, rel: &str) -> Result<String, ProcError> {
-        let mut f = self.open(rel, libc::O_RDONLY)?;
-        let mut s = String::new();
-        f.read_to_string(&mut s)
-            .map_err(|e| ProcError::new(rel, e))?;
-        Ok(s)
+        let f = self.open(rel, libc::O_RDONLY)?;
+        let mut data = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match sys::read(f.as_fd(), &mut buf) {
+                Ok(0) => break,
+                Ok(n) => data.extend_from_slice(&buf[..n]),
+                Err(e) => return Err(ProcError::new(rel, e)),
+            }
+        }
+        String::from_utf8(data).map_err(|_| {
+            ProcError::new(
+                rel,
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "stream did not contain valid UTF-8",
+                ),
+            )
+        })
     }
 }
 
@@ -190,6 +204,14 @@ fn set(p: Procfs) {
 }
 
 fn with<T>(f: impl FnOnce(&Procfs) -> Result<T, ProcError>) -> Result<T, ProcError> {
+    // Under the recording fake of `sys` (unit tests of the child's order) the handle is
+    // a fake descriptor, so every procfs access is recorded relative to it.
+    #[cfg(test)]
+    if sys::record::active() {
+        return f(&Procfs {
+            fd: sys::record::fd("procfs"),
+        });
+    }
     let guard = HANDLE.lock().unwrap_or_else(|e| e.into_inner());
     match guard.as_ref() {
         Some(p) => f(p),

@@ -750,7 +750,10 @@ fn new_fs_or_fallback(
     let ids = |k: &str| k == "uid" || k == "gid";
     match (fstype, err.raw_os_error()) {
         ("sysfs", Some(libc::EPERM)) => host_sysfs().map(|t| Some((t, opts.clone(), true))),
-        ("mqueue", Some(libc::EPERM)) if Path::new("/dev/mqueue").is_dir() => {
+        ("mqueue", Some(libc::EPERM))
+            if sys::stat(c"/dev/mqueue")
+                .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR) =>
+        {
             bind("/dev/mqueue", false)
         }
         ("mqueue", Some(libc::EPERM)) => Ok(None),
@@ -1029,4 +1032,217 @@ fn verified_dev_null(mounts: &Mounts) -> Result<OwnedFd, InitFailure> {
         ));
     }
     Ok(fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::linux::sys::record::{self, assert_before, Call, Fake, Reply};
+
+    fn fs(index: usize, dest: &str, fstype: &str, opts: &[&str]) -> MountPlan {
+        MountPlan {
+            index,
+            destination: dest.into(),
+            kind: Kind::Fs {
+                fstype: fstype.into(),
+                source: Some(fstype.into()),
+            },
+            opts: mount::parse_options(&opts.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+            idmap: None,
+        }
+    }
+
+    /// A small plan: /proc, a bind, a tmpfs; a read-only path, a masked file and a masked
+    /// directory; a read-only root.
+    fn plan() -> Plan {
+        Plan {
+            rootfs: "/bundle/rootfs".into(),
+            readonly: true,
+            propagation: libc::MS_SLAVE | libc::MS_REC,
+            root_propagation: None,
+            isolate_parent: false,
+            mounts: vec![
+                fs(0, "/proc", "proc", &[]),
+                MountPlan {
+                    index: 1,
+                    destination: "/data".into(),
+                    kind: Kind::Bind {
+                        source: "/srv/data".into(),
+                        is_dir: true,
+                    },
+                    opts: mount::parse_options(&["rbind".into(), "ro".into()]),
+                    idmap: None,
+                },
+                fs(2, "/tmp", "tmpfs", &["nosuid", "mode=1777"]),
+            ],
+            cgroup_mounts: Vec::new(),
+            new_cgroupns: false,
+            default_devices: false,
+            masked: vec!["/proc/kcore".into(), "/proc/acpi".into()],
+            readonly_paths: vec!["/proc/sys".into()],
+            no_pivot: false,
+            idmap_root: None,
+            kcore: false,
+            strict_missing: false,
+        }
+    }
+
+    /// `mount_all` → `pivot` → `finalize` under the fake.
+    fn record(p: &Plan) -> Vec<Call> {
+        let ((), calls) = Fake::new().run(|| {
+            let mut mounts = mount_all(p, &mut Vec::new()).expect("mount_all");
+            // After pivot_root the old root is stacked on the new one: another mount.
+            record::then("mount_id", Reply::Int(2));
+            pivot(&mounts, p.no_pivot).expect("pivot");
+            // /dev/null is the null device, /proc/kcore a file, /proc/acpi a directory.
+            record::then(
+                "fstat",
+                Reply::Stat {
+                    mode: libc::S_IFCHR | 0o666,
+                    rdev: libc::makedev(1, 3),
+                    ino: 6,
+                },
+            );
+            record::then("fstat", Reply::Default);
+            record::then(
+                "fstat",
+                Reply::Stat {
+                    mode: libc::S_IFDIR | 0o555,
+                    rdev: 0,
+                    ino: 7,
+                },
+            );
+            finalize(p, &mut mounts).expect("finalize");
+        });
+        calls
+    }
+
+    fn named(name: &'static str) -> impl Fn(&Call) -> bool {
+        move |c| c.name == name
+    }
+
+    /// The descriptor the first `openat2` of `path` (relative to a held fd) returned.
+    fn opened(calls: &[Call], path: &str) -> String {
+        let quoted = format!("{path:?}");
+        let i = record::position(calls, path, |c| {
+            c.name == "openat2" && c.arg("path") == Some(quoted.as_str())
+        });
+        calls[i].ret.clone().expect("an fd")
+    }
+
+    /// The attach (`move_mount`) onto the descriptor `to`.
+    fn attach_onto(to: String) -> impl Fn(&Call) -> bool {
+        move |c| c.name == "move_mount_fd" && c.arg("to") == Some(to.as_str())
+    }
+
+    #[test]
+    fn rootfs_order_and_no_lookup_by_name() {
+        let calls = record(&plan());
+        // Propagation of / first, before anything is mounted.
+        assert_eq!(
+            calls[0].to_string(),
+            format!(
+                "mount(source=none, target=\"/\", fstype=none, flags={}, data=none)",
+                libc::MS_SLAVE | libc::MS_REC
+            )
+        );
+        // mount(2) only ever changes propagation of "/": no mount by path name.
+        for c in calls.iter().filter(|c| c.name == "mount") {
+            assert_eq!(
+                (c.arg("source"), c.arg("target"), c.arg("fstype")),
+                (Some("none"), Some("\"/\""), Some("none")),
+                "{c}"
+            );
+        }
+        // Every attach is onto a descriptor moat holds, never a name; every lookup inside
+        // the rootfs is relative to a held fd and confined (RESOLVE_IN_ROOT/BENEATH).
+        for c in calls.iter().filter(|c| c.name == "move_mount_fd") {
+            for k in ["from", "to"] {
+                assert!(c.arg(k).is_some_and(|f| f.starts_with("fd")), "{c}");
+            }
+        }
+        let confined = sys::RESOLVE_IN_ROOT | sys::RESOLVE_BENEATH;
+        for c in calls.iter().filter(|c| c.name == "openat2") {
+            assert_ne!(c.arg("dir"), Some("AT_FDCWD"), "{c}");
+            let how = c.arg("how").unwrap_or_default();
+            let resolve = how
+                .rsplit("resolve=0x")
+                .next()
+                .and_then(|h| u64::from_str_radix(h.trim_end_matches('}'), 16).ok())
+                .unwrap_or(0);
+            assert!(resolve & confined != 0, "{c}");
+        }
+        // After pivot_root nothing is opened by a host path: every open_tree is of a held fd.
+        let pivot_root = record::position(&calls, "pivot_root", named("pivot_root"));
+        assert_eq!(
+            calls[pivot_root].to_string(),
+            "pivot_root(new_root=\".\", put_old=\".\")"
+        );
+        for c in calls[pivot_root..].iter().filter(|c| c.name == "open_tree") {
+            assert_eq!(c.arg("path"), Some("\"\""), "{c}");
+        }
+        assert_eq!(
+            calls
+                .iter()
+                .filter(|c| c.name == "open_tree" && c.arg("dir") == Some("AT_FDCWD"))
+                .count(),
+            1,
+            "only the bind's host source is named: {}",
+            record::show(&calls)
+        );
+        // The spec mounts in spec order, each on its target's fd.
+        let proc_ = attach_onto(opened(&calls, "proc"));
+        let data = attach_onto(opened(&calls, "data"));
+        let tmp = attach_onto(opened(&calls, "tmp"));
+        assert_before(&calls, ("/proc", &proc_), ("/data", &data));
+        assert_before(&calls, ("/data", &data), ("/tmp", &tmp));
+        // pivot: chdir to the held root, pivot_root, detach the old root, back to it.
+        assert_before(&calls, ("/tmp", &tmp), ("pivot_root", named("pivot_root")));
+        assert_eq!(calls[pivot_root - 1].name, "fchdir");
+        let detach = record::position(&calls, "umount2", named("umount2"));
+        assert_eq!(
+            calls[detach].to_string(),
+            format!("umount2(target=\".\", flags={})", libc::MNT_DETACH)
+        );
+        assert_eq!(calls[detach + 1].name, "fchdir");
+        // After pivot: read-only paths, then masks (so a mask below a read-only path sits
+        // on the read-only bind), then the read-only root last.
+        let ro = attach_onto(opened(&calls, "sys"));
+        let kcore = attach_onto(opened(&calls, "kcore"));
+        let acpi = attach_onto(opened(&calls, "acpi"));
+        assert_before(
+            &calls,
+            ("pivot_root", named("pivot_root")),
+            ("readonly /proc/sys", &ro),
+        );
+        assert_before(
+            &calls,
+            ("readonly /proc/sys", &ro),
+            ("mask /proc/kcore", &kcore),
+        );
+        assert_before(
+            &calls,
+            ("mask /proc/kcore", &kcore),
+            ("mask /proc/acpi", &acpi),
+        );
+        // The file mask is a clone of the verified /dev/null.
+        let null = opened(&calls, "dev/null");
+        let i = record::position(&calls, "mask /proc/kcore", &kcore);
+        let from = calls[i].arg("from").unwrap_or_default().to_string();
+        let clone = record::position(&calls, "clone of /dev/null", |c| {
+            c.name == "open_tree" && c.ret.as_deref() == Some(from.as_str())
+        });
+        assert_eq!(calls[clone].arg("dir"), Some(null.as_str()));
+        // The held root is the rootfs bind (open_tree of the rootfs dir): pivot enters it
+        // by fd, and the read-only root is set on it, last.
+        let root = calls[2].ret.clone().expect("the rootfs bind");
+        assert_eq!(calls[2].arg("dir"), calls[1].ret.as_deref());
+        assert_eq!(calls[pivot_root - 1].arg("fd"), Some(root.as_str()));
+        let last = calls.last().expect("calls");
+        assert_eq!(last.name, "mount_setattr", "{}", record::show(&calls));
+        assert_eq!(last.arg("fd"), Some(root.as_str()));
+        assert!(last.arg("attr").is_some_and(
+            |a| a.starts_with(&format!("{{set={:#x}, clr=0x0", sys::MOUNT_ATTR_RDONLY))
+        ));
+    }
 }

@@ -28,7 +28,9 @@ pub fn in_user_namespace() -> bool {
     let map = if super::procfs::held() {
         super::procfs::uid_map().map_err(|e| io::Error::other(e.to_string()))
     } else {
-        std::fs::read_to_string("/proc/self/uid_map")
+        super::sys::read_file(std::path::Path::new("/proc/self/uid_map")).and_then(|b| {
+            String::from_utf8(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        })
     };
     match map {
         Ok(map) => !is_initial_map(&map),

@@ -15,10 +15,10 @@
 //! closes them.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use super::{Cgroup, CgroupError};
+use crate::linux::sys;
 
 /// The open handles a child needs to place itself.
 #[derive(Debug)]
@@ -48,10 +48,10 @@ impl Placement {
     /// the placement right after, before it enters any container namespace.
     pub fn enter(&self) -> Result<(), (PathBuf, std::io::Error)> {
         for (path, fd) in &self.v1 {
-            match nix::unistd::write(fd, b"0") {
+            match sys::write(fd.as_fd(), b"0") {
                 Ok(1) => {}
                 Ok(_) => return Err((path.clone(), std::io::ErrorKind::WriteZero.into())),
-                Err(e) => return Err((path.clone(), e.into())),
+                Err(e) => return Err((path.clone(), e)),
             }
         }
         Ok(())
@@ -80,27 +80,33 @@ impl Cgroup {
         for h in &self.hierarchies {
             let dir = h.dir(&path);
             if h.v2 {
-                let fd = std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
-                    .open(&dir)
-                    .map_err(|e| CgroupError::io("open", &dir, e))?;
-                placement.v2 = Some(fd.into());
+                let fd = sys::openat(
+                    sys::at_fdcwd(),
+                    &path_c(&dir),
+                    libc::O_PATH | libc::O_DIRECTORY,
+                    0,
+                )
+                .map_err(|e| CgroupError::io("open", &dir, e))?;
+                placement.v2 = Some(fd);
             } else {
                 let file = dir.join("tasks");
-                let fd = std::fs::OpenOptions::new()
-                    .write(true)
-                    .custom_flags(libc::O_CLOEXEC)
-                    .open(&file)
-                    .map_err(|err| CgroupError::Write {
+                let fd = sys::openat(sys::at_fdcwd(), &path_c(&file), libc::O_WRONLY, 0).map_err(
+                    |err| CgroupError::Write {
                         field: field.into(),
                         value: "0".into(),
                         path: file.clone(),
                         err,
-                    })?;
-                placement.v1.push((file, fd.into()));
+                    },
+                )?;
+                placement.v1.push((file, fd));
             }
         }
         Ok(placement)
     }
+}
+
+/// A cgroup path as the kernel takes it (cgroup directory names hold no NUL).
+fn path_c(p: &std::path::Path) -> std::ffi::CString {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap_or_default()
 }

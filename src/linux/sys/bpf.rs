@@ -137,6 +137,7 @@ pub fn prog_load(
     name: &str,
     log: Option<&mut [u8]>,
 ) -> Result<OwnedFd> {
+    fake!("prog_load", prog_type, insns.len(), name);
     let mut attr = ProgLoadAttr {
         prog_type,
         insn_cnt: u32::try_from(insns.len())
@@ -163,6 +164,7 @@ pub fn prog_attach(
     attach_type: u32,
     flags: u32,
 ) -> Result<()> {
+    fake!("prog_attach", target, prog, attach_type, flags);
     let mut attr = AttachAttr {
         target_fd: fd_u32(target),
         attach_bpf_fd: fd_u32(prog),
@@ -174,6 +176,7 @@ pub fn prog_attach(
 }
 
 pub fn prog_detach(target: BorrowedFd<'_>, prog: BorrowedFd<'_>, attach_type: u32) -> Result<()> {
+    fake!("prog_detach", target, prog, attach_type);
     let mut attr = AttachAttr {
         target_fd: fd_u32(target),
         attach_bpf_fd: fd_u32(prog),
@@ -185,6 +188,7 @@ pub fn prog_detach(target: BorrowedFd<'_>, prog: BorrowedFd<'_>, attach_type: u3
 
 /// Ids of the programs attached directly to `target` (not inherited ones).
 pub fn prog_query(target: BorrowedFd<'_>, attach_type: u32) -> Result<Vec<u32>> {
+    fake!("prog_query", target, attach_type);
     let mut ids = vec![0u32; 64];
     loop {
         let mut attr = QueryAttr {
@@ -212,6 +216,7 @@ pub fn prog_query(target: BorrowedFd<'_>, attach_type: u32) -> Result<Vec<u32>> 
 }
 
 pub fn prog_get_fd_by_id(id: u32) -> Result<OwnedFd> {
+    fake!("prog_get_fd_by_id", id);
     let mut attr = GetFdByIdAttr {
         prog_id: id,
         ..Default::default()
@@ -220,6 +225,7 @@ pub fn prog_get_fd_by_id(id: u32) -> Result<OwnedFd> {
 }
 
 pub fn prog_info(prog: BorrowedFd<'_>) -> Result<ProgInfo> {
+    fake!("prog_info", prog);
     let mut info = RawProgInfo::default();
     let mut attr = InfoAttr {
         bpf_fd: fd_u32(prog),

@@ -4,17 +4,20 @@
 use super::{check, Result};
 
 pub fn setresuid(uid: u32) -> Result<()> {
+    fake!("setresuid", uid);
     // SAFETY: the raw syscall sets the ids of this thread only, which is what a
     // single-threaded container init wants (glibc's wrapper would broadcast to threads).
     check(unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) }).map(drop)
 }
 
 pub fn setresgid(gid: u32) -> Result<()> {
+    fake!("setresgid", gid);
     // SAFETY: as setresuid.
     check(unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) }).map(drop)
 }
 
 pub fn setgroups(gids: &[u32]) -> Result<()> {
+    fake!("setgroups", gids);
     // SAFETY: pointer and length describe a valid slice of gid_t.
     check(unsafe { libc::syscall(libc::SYS_setgroups, gids.len(), gids.as_ptr()) }).map(drop)
 }
@@ -37,6 +40,7 @@ const CAP_V3: u32 = 0x2008_0522;
 
 /// Sets the effective, permitted and inheritable sets of the calling thread.
 pub fn capset(effective: u64, permitted: u64, inheritable: u64) -> Result<()> {
+    fake!("capset", effective, permitted, inheritable);
     let mut hdr = CapHeader {
         version: CAP_V3,
         pid: 0,
@@ -60,6 +64,7 @@ pub fn capset(effective: u64, permitted: u64, inheritable: u64) -> Result<()> {
 
 /// The (effective, permitted, inheritable) sets of the calling thread.
 pub fn capget() -> Result<(u64, u64, u64)> {
+    fake!("capget");
     let mut hdr = CapHeader {
         version: CAP_V3,
         pid: 0,
@@ -84,6 +89,7 @@ pub fn capget() -> Result<(u64, u64, u64)> {
 /// Sets the filesystem uid and gid of the calling thread; returns the previous pair.
 /// (The kernel reports no error: the caller checks by setting again.)
 pub fn setfsids(uid: u32, gid: u32) -> (u32, u32) {
+    fake!("setfsids", uid, gid);
     // SAFETY: scalar arguments; affects this thread's credentials only.
     let old_gid = unsafe { libc::syscall(libc::SYS_setfsgid, gid) };
     // SAFETY: as above.
@@ -93,7 +99,14 @@ pub fn setfsids(uid: u32, gid: u32) -> (u32, u32) {
     (id(old_uid), id(old_gid))
 }
 
+pub fn getegid() -> u32 {
+    fake!("getegid");
+    // SAFETY: always succeeds.
+    unsafe { libc::getegid() }
+}
+
 pub fn geteuid() -> u32 {
+    fake!("geteuid");
     // SAFETY: always succeeds.
     unsafe { libc::geteuid() }
 }

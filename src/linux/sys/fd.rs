@@ -6,7 +6,7 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-use super::{check, check_int, owned, Result};
+use super::{check, check_int, check_len, owned, retry, Result};
 
 /// A descriptor's number where the number itself is what is meant, not a descriptor moat
 /// holds: a slot to fill (`dup2` onto 0-2, the preserved fds `3..3 + n` the container
@@ -32,6 +32,7 @@ impl FdNumber {
 /// Closes every descriptor from 3 up except `keep`, in a forked child about to do one
 /// thing with it and `_exit`.
 pub fn close_all_but(keep: BorrowedFd<'_>) -> Result<()> {
+    fake!("close_all_but", keep);
     let k = FdNumber::of(keep)
         .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?
         .0;
@@ -45,6 +46,7 @@ pub fn close_all_but(keep: BorrowedFd<'_>) -> Result<()> {
 
 /// Marks or closes every descriptor from `first` up.
 pub fn close_range_from(first: FdNumber, cloexec_only: bool) -> Result<()> {
+    fake!("close_range_from", first, cloexec_only);
     const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
     let flags = if cloexec_only { CLOSE_RANGE_CLOEXEC } else { 0 };
     // SAFETY: close_range on our own table; callers ensure no live OwnedFd is above `first`
@@ -54,6 +56,7 @@ pub fn close_range_from(first: FdNumber, cloexec_only: bool) -> Result<()> {
 
 /// A close-on-exec duplicate of `fd` numbered `min` or higher.
 pub fn dup_cloexec_from(fd: BorrowedFd<'_>, min: FdNumber) -> Result<OwnedFd> {
+    fake!("dup_cloexec_from", fd, min);
     // A bound above INT_MAX is beyond any table: no free descriptor there.
     let min = min
         .as_c_int()
@@ -66,12 +69,14 @@ pub fn dup_cloexec_from(fd: BorrowedFd<'_>, min: FdNumber) -> Result<OwnedFd> {
 /// Makes descriptor number `target` a duplicate of `fd` (a stdio slot, closed first if
 /// open).
 pub fn dup2(fd: BorrowedFd<'_>, target: FdNumber) -> Result<()> {
+    fake!("dup2", fd, target);
     let target = target.as_c_int()?;
     // SAFETY: dup2 onto a stdio slot; the caller owns those slots conceptually.
     check_int(unsafe { libc::dup2(fd.as_raw_fd(), target) }).map(drop)
 }
 
 pub fn dup_cloexec(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
+    fake!("dup_cloexec", fd);
     // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor.
     let r = check_int(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) })?;
     Ok(owned(r as libc::c_long))
@@ -79,6 +84,7 @@ pub fn dup_cloexec(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
 
 /// Clears `O_CLOEXEC` on a descriptor meant to survive execve (preserved fds, stdio).
 pub fn clear_cloexec(fd: FdNumber) -> Result<()> {
+    fake!("clear_cloexec", fd);
     let fd = fd.as_c_int()?;
     // SAFETY: fcntl on a descriptor number; failure is reported, not UB.
     check_int(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }).map(drop)
@@ -87,6 +93,7 @@ pub fn clear_cloexec(fd: FdNumber) -> Result<()> {
 /// Closes a descriptor some other object owns, in a forked child that will never run
 /// that owner's destructor (it execs or `_exit`s).
 pub fn close_raw(fd: BorrowedFd<'_>) {
+    fake!("close_raw", fd);
     // SAFETY: see above; the owner is never used again in this process.
     unsafe { libc::close(fd.as_raw_fd()) };
 }
@@ -111,12 +118,39 @@ pub fn at_fdcwd() -> BorrowedFd<'static> {
 
 /// `memfd_create(name, MFD_CLOEXEC)`: an anonymous file, for a child's captured output.
 pub fn memfd(name: &CStr) -> Result<OwnedFd> {
+    fake!("memfd", name);
     // SAFETY: plain syscall on a NUL-terminated name.
     check_int(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })
         .map(|fd| owned(fd as libc::c_long))
 }
 
 pub fn ioctl_int(fd: BorrowedFd<'_>, req: libc::Ioctl, arg: libc::c_ulong) -> Result<libc::c_int> {
+    fake!("ioctl_int", fd, req, arg);
     // SAFETY: requests used with this helper take an integer (or no) argument.
     check_int(unsafe { libc::ioctl(fd.as_raw_fd(), req, arg) })
+}
+
+/// `read(2)` into `buf`, retrying EINTR; the byte count read (0 at end of file).
+pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize> {
+    fake!("read", fd; |r| super::record::fill(r, buf));
+    retry(|| {
+        // SAFETY: pointer and length describe a writable buffer that outlives the call.
+        check_len(
+            unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) }
+                as libc::c_long,
+        )
+    })
+}
+
+/// `write(2)` of `data`, retrying EINTR; the byte count written (one call: a procfs file
+/// takes its value in a single write).
+pub fn write(fd: BorrowedFd<'_>, data: &[u8]) -> Result<usize> {
+    fake!("write", fd, data; |r| super::record::written(r, data.len()));
+    retry(|| {
+        // SAFETY: pointer and length describe a readable buffer that outlives the call.
+        check_len(
+            unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) }
+                as libc::c_long,
+        )
+    })
 }

@@ -29,6 +29,7 @@ const OPENAT2_EAGAIN_TRIES: usize = 1024;
 /// retried (a bounded number of times), or any process renaming files in a loop — in its
 /// own container — would make every create with such a path fail.
 pub fn openat2(dir: BorrowedFd<'_>, path: &CStr, how: &OpenHow) -> Result<OwnedFd> {
+    fake!("openat2", dir, path, how);
     let mut tries = 0;
     loop {
         match openat2_once(dir, path, how) {
@@ -58,6 +59,7 @@ fn openat2_once(dir: BorrowedFd<'_>, path: &CStr, how: &OpenHow) -> Result<Owned
 }
 
 pub fn openat(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int, mode: u32) -> Result<OwnedFd> {
+    fake!("openat", dir, path, flags, mode);
     retry(|| {
         // SAFETY: valid dirfd and NUL-terminated path.
         let r = unsafe {
@@ -74,6 +76,7 @@ pub fn openat(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int, mode: u32) -
 
 /// The text of the symlink `path` names relative to `dir` (never followed).
 pub fn readlinkat(dir: BorrowedFd<'_>, path: &CStr) -> Result<Vec<u8>> {
+    fake!("readlinkat", dir, path);
     let mut buf = vec![0u8; 256];
     // SAFETY: valid dirfd, NUL-terminated path, and a buffer of the length passed.
     let n = check_len(unsafe {
@@ -93,21 +96,25 @@ pub fn readlinkat(dir: BorrowedFd<'_>, path: &CStr) -> Result<Vec<u8>> {
 }
 
 pub fn mkdirat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<()> {
+    fake!("mkdirat", dir, name, mode);
     // SAFETY: valid dirfd and NUL-terminated name.
     check_int(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) }).map(drop)
 }
 
 pub fn mknodat(dir: BorrowedFd<'_>, name: &CStr, mode: u32, dev: u64) -> Result<()> {
+    fake!("mknodat", dir, name, mode, dev);
     // SAFETY: valid dirfd and NUL-terminated name.
     check_int(unsafe { libc::mknodat(dir.as_raw_fd(), name.as_ptr(), mode, dev) }).map(drop)
 }
 
 pub fn symlinkat(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> Result<()> {
+    fake!("symlinkat", target, dir, name);
     // SAFETY: NUL-terminated strings and a valid dirfd.
     check_int(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }).map(drop)
 }
 
 pub fn fchownat_empty(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> Result<()> {
+    fake!("fchownat_empty", fd, uid, gid);
     // SAFETY: AT_EMPTY_PATH on a valid fd.
     check_int(unsafe {
         libc::fchownat(
@@ -122,6 +129,7 @@ pub fn fchownat_empty(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> Result<()> {
 }
 
 pub fn fstat(fd: BorrowedFd<'_>) -> Result<libc::stat> {
+    fake!("fstat", fd);
     let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
     // SAFETY: fstat fills the buffer on success.
     check_int(unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) })?;
@@ -130,6 +138,7 @@ pub fn fstat(fd: BorrowedFd<'_>) -> Result<libc::stat> {
 }
 
 pub fn fstatfs(fd: BorrowedFd<'_>) -> Result<libc::statfs> {
+    fake!("fstatfs", fd);
     let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
     // SAFETY: fstatfs fills the buffer on success.
     check_int(unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) })?;
@@ -138,6 +147,7 @@ pub fn fstatfs(fd: BorrowedFd<'_>) -> Result<libc::statfs> {
 }
 
 pub fn fstatvfs(fd: BorrowedFd<'_>) -> Result<libc::statvfs> {
+    fake!("fstatvfs", fd);
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
     // SAFETY: fstatvfs fills the buffer on success.
     check_int(unsafe { libc::fstatvfs(fd.as_raw_fd(), st.as_mut_ptr()) })?;
@@ -146,11 +156,55 @@ pub fn fstatvfs(fd: BorrowedFd<'_>) -> Result<libc::statvfs> {
 }
 
 pub fn flock_exclusive(fd: BorrowedFd<'_>) -> Result<()> {
+    fake!("flock_exclusive", fd);
     // SAFETY: plain syscall on a valid fd.
     retry(|| check_int(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX) }).map(drop))
 }
 
 pub fn fchdir(fd: BorrowedFd<'_>) -> Result<()> {
+    fake!("fchdir", fd);
     // SAFETY: plain syscall.
     check_int(unsafe { libc::fchdir(fd.as_raw_fd()) }).map(drop)
+}
+
+/// `stat(2)` of `path`, following symlinks, as `std::fs::metadata` does: for a lookup by
+/// name in the caller's own root (the container's `$PATH` search after pivot_root).
+pub fn stat(path: &CStr) -> Result<libc::stat> {
+    fake!("stat", path);
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: NUL-terminated path; stat fills the buffer on success.
+    check_int(unsafe { libc::stat(path.as_ptr(), st.as_mut_ptr()) })?;
+    // SAFETY: initialised by the successful call (and zeroed before).
+    Ok(unsafe { st.assume_init() })
+}
+
+/// The working directory, as `getcwd(3)` reports it (`std::env::current_dir`, which sizes
+/// the buffer): ENOENT or an "(unreachable)" path for a directory outside the root.
+pub fn getcwd() -> Result<std::path::PathBuf> {
+    fake!("getcwd");
+    std::env::current_dir()
+}
+
+/// `statfs(2)` of `path` (a host fact: which filesystem is mounted there).
+pub fn statfs(path: &CStr) -> Result<libc::statfs> {
+    fake!("statfs", path);
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: NUL-terminated path; statfs fills the buffer on success.
+    check_int(unsafe { libc::statfs(path.as_ptr(), st.as_mut_ptr()) })?;
+    // SAFETY: initialised by the successful call.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// The whole of the file at `path`, as `std::fs::read` reads it: host facts and moat's own
+/// view (`/proc/sys/kernel/cap_last_cap`, `/proc/self/uid_map`).
+pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
+    fake!("read_file", path.display().to_string());
+    std::fs::read(path)
+}
+
+/// Writes `data` to the file at `path` as `std::fs::write` does (created if missing,
+/// truncated): the parent's writes to a child's `/proc/<pid>/{uid_map,gid_map,setgroups}`.
+pub fn write_file(path: &std::path::Path, data: &[u8]) -> Result<()> {
+    fake!("write_file", path.display().to_string(), data);
+    std::fs::write(path, data)
 }

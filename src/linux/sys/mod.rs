@@ -12,6 +12,37 @@
 //! below.
 #![allow(unsafe_code)]
 
+// The recorder's hooks (see `record.rs`), defined before the modules so that every
+// wrapper file can name them. Outside `cfg(test)` they expand to nothing.
+/// Records and fakes a `sys` wrapper: `fake!("name", arg, …)` as the wrapper's first
+/// statement, or `fake!("name", arg, …; |reply| expr)` where the default fake result
+/// needs the wrapper's arguments (a write's length, a read's buffer).
+macro_rules! fake {
+    (@ $name:literal [$($arg:expr),*] |$r:ident| $conv:expr) => {
+        #[cfg(test)]
+        if let Some($r) = $crate::linux::sys::record::intercept(
+            $name,
+            &[$((stringify!($arg), &$arg as &dyn $crate::linux::sys::record::Arg)),*],
+        ) {
+            return $conv;
+        }
+    };
+    ($name:literal $(, $arg:expr)* ; |$r:ident| $conv:expr) => {
+        fake!(@ $name [$($arg),*] |$r| $conv)
+    };
+    ($name:literal $(, $arg:expr)* $(,)?) => {
+        fake!(@ $name [$($arg),*] |r| $crate::linux::sys::record::Faked::faked(r))
+    };
+}
+
+/// The hook of a wrapper the fake cannot stand in for (see [`refuse`]).
+macro_rules! not_faked {
+    ($name:literal) => {
+        #[cfg(test)]
+        $crate::linux::sys::record::refuse($name);
+    };
+}
+
 pub mod bpf;
 mod creds;
 mod fd;
@@ -19,21 +50,23 @@ mod fs;
 mod mount;
 mod net;
 mod process;
+#[cfg(test)]
+pub mod record;
 mod seccomp;
 mod signal;
 mod spawn;
 mod startup;
 mod tty;
 
-pub use creds::{capget, capset, geteuid, setfsids, setgroups, setresgid, setresuid};
+pub use creds::{capget, capset, getegid, geteuid, setfsids, setgroups, setresgid, setresuid};
 pub use fd::{
     at_fdcwd, borrow_stdio, clear_cloexec, close_all_but, close_range_from, close_raw, dup2,
-    dup_cloexec, dup_cloexec_from, ioctl_int, memfd, FdNumber,
+    dup_cloexec, dup_cloexec_from, ioctl_int, memfd, read, write, FdNumber,
 };
 pub use fs::{
-    fchdir, fchownat_empty, flock_exclusive, fstat, fstatfs, fstatvfs, mkdirat, mknodat, openat,
-    openat2, readlinkat, symlinkat, OpenHow, RESOLVE_BENEATH, RESOLVE_IN_ROOT,
-    RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_NO_XDEV,
+    fchdir, fchownat_empty, flock_exclusive, fstat, fstatfs, fstatvfs, getcwd, mkdirat, mknodat,
+    openat, openat2, read_file, readlinkat, stat, statfs, symlinkat, write_file, OpenHow,
+    RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_NO_XDEV,
 };
 pub use mount::{
     chroot, fsconfig, fsmount, fsopen, missing_mount_api, mount, mount_id, mount_setattr,
@@ -43,7 +76,7 @@ pub use mount::{
     MOUNT_ATTR_RDONLY, MOUNT_ATTR_RELATIME, MOUNT_ATTR_STRICTATIME, MOUNT_ATTR__ATIME,
     OPEN_TREE_CLONE,
 };
-pub use net::{loopback_up, recv_with_fd};
+pub use net::{loopback_up, recv_with_fd, send_with_fd};
 pub use process::{
     clone_fork, execve, exit_now, fexecve, ioprio_set, join_session_keyring, personality,
     pidfd_getfd, pidfd_open, prctl, prctl5, prlimit, sched_setattr, setdomainname, setns, setsid,

@@ -38,6 +38,7 @@ pub struct MountAttr {
 }
 
 pub fn open_tree(dir: BorrowedFd<'_>, path: &CStr, flags: u32) -> Result<OwnedFd> {
+    fake!("open_tree", dir, path, flags);
     // SAFETY: valid dirfd and NUL-terminated path.
     let r = check(unsafe {
         libc::syscall(
@@ -52,6 +53,7 @@ pub fn open_tree(dir: BorrowedFd<'_>, path: &CStr, flags: u32) -> Result<OwnedFd
 
 /// Attaches the detached mount `from` on top of the object `to` refers to.
 pub fn move_mount_fd(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<()> {
+    fake!("move_mount_fd", from, to);
     // SAFETY: two valid fds with empty paths.
     check(unsafe {
         libc::syscall(
@@ -67,6 +69,7 @@ pub fn move_mount_fd(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<()> {
 }
 
 pub fn fsopen(fstype: &CStr) -> Result<OwnedFd> {
+    fake!("fsopen", fstype);
     const FSOPEN_CLOEXEC: u32 = 1;
     // SAFETY: NUL-terminated filesystem name.
     let r = check(unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) })?;
@@ -79,6 +82,7 @@ pub fn fsconfig(
     key: Option<&CStr>,
     value: Option<&CStr>,
 ) -> Result<()> {
+    fake!("fsconfig", fs, cmd, key, value);
     let k = key.map_or(std::ptr::null(), |k| k.as_ptr());
     let v = value.map_or(std::ptr::null(), |v| v.as_ptr());
     // SAFETY: NULL or NUL-terminated strings as the command requires.
@@ -86,6 +90,7 @@ pub fn fsconfig(
 }
 
 pub fn fsmount(fs: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd> {
+    fake!("fsmount", fs, attrs);
     // SAFETY: valid fs context fd.
     let r =
         check(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) })?;
@@ -93,6 +98,7 @@ pub fn fsmount(fs: BorrowedFd<'_>, attrs: u64) -> Result<OwnedFd> {
 }
 
 pub fn mount_setattr(fd: BorrowedFd<'_>, recursive: bool, attr: &MountAttr) -> Result<()> {
+    fake!("mount_setattr", fd, recursive, attr);
     let flags = libc::AT_EMPTY_PATH | if recursive { libc::AT_RECURSIVE } else { 0 };
     // SAFETY: valid fd, empty path, sized mount_attr.
     check(unsafe {
@@ -117,6 +123,7 @@ pub fn mount(
     flags: libc::c_ulong,
     data: Option<&CStr>,
 ) -> Result<()> {
+    fake!("mount", source, target, fstype, flags, data);
     // SAFETY: NULL or NUL-terminated strings.
     check_int(unsafe {
         libc::mount(
@@ -131,17 +138,20 @@ pub fn mount(
 }
 
 pub fn umount2(target: &CStr, flags: libc::c_int) -> Result<()> {
+    fake!("umount2", target, flags);
     // SAFETY: NUL-terminated path.
     check_int(unsafe { libc::umount2(target.as_ptr(), flags) }).map(drop)
 }
 
 pub fn pivot_root(new_root: &CStr, put_old: &CStr) -> Result<()> {
+    fake!("pivot_root", new_root, put_old);
     // SAFETY: NUL-terminated paths.
     check(unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) })
         .map(drop)
 }
 
 pub fn chroot(path: &CStr) -> Result<()> {
+    fake!("chroot", path);
     // SAFETY: NUL-terminated path.
     check_int(unsafe { libc::chroot(path.as_ptr()) }).map(drop)
 }
@@ -149,6 +159,7 @@ pub fn chroot(path: &CStr) -> Result<()> {
 /// The id of the mount `fd` lies on (`statx` `STATX_MNT_ID`, Linux 5.8+): which mount a
 /// lookup ended on, compared with the mounts moat made.
 pub fn mount_id(fd: BorrowedFd<'_>) -> Result<u64> {
+    fake!("mount_id", fd);
     const STATX_MNT_ID: u32 = 0x1000;
     // struct statx is 256 bytes; stx_mask is at 0, stx_mnt_id at 0x90.
     let mut buf = [0u64; 32];
@@ -174,6 +185,7 @@ pub fn mount_id(fd: BorrowedFd<'_>) -> Result<u64> {
 /// lacks, if any. Each is called with arguments it refuses before doing anything, so
 /// nothing is opened or changed: only ENOSYS tells a missing call.
 pub fn missing_mount_api() -> Option<&'static str> {
+    fake!("missing_mount_api");
     let null = std::ptr::null::<u8>();
     let lacks =
         |r: libc::c_long| r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS);

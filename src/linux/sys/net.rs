@@ -7,6 +7,7 @@ use super::{check_int, Result};
 
 /// Sets IFF_UP on `lo` in the current network namespace.
 pub fn loopback_up() -> Result<()> {
+    fake!("loopback_up");
     // SAFETY: a plain socket; the returned fd is owned below.
     let sock = check_int(unsafe {
         libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
@@ -36,6 +37,7 @@ pub fn loopback_up() -> Result<()> {
 /// Receives one message and at most one fd passed with SCM_RIGHTS (installed close-on-exec).
 /// Extra fds, if a peer sent more, are closed.
 pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Option<OwnedFd>)> {
+    fake!("recv_with_fd", sock);
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut cspace = nix::cmsg_space!([RawFd; 4]);
     loop {
@@ -65,4 +67,22 @@ pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Opti
             }
         }
     }
+}
+
+/// Sends `data` with one descriptor passed as SCM_RIGHTS (`MSG_NOSIGNAL`: a closed peer is
+/// an error, not SIGPIPE): the pty master to the console socket.
+pub fn send_with_fd(sock: BorrowedFd<'_>, data: &[u8], fd: BorrowedFd<'_>) -> Result<()> {
+    fake!("send_with_fd", sock, data, fd);
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let fds = [fd.as_raw_fd()];
+    let iov = [io::IoSlice::new(data)];
+    sendmsg::<()>(
+        sock.as_raw_fd(),
+        &iov,
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map(drop)
+    .map_err(io::Error::from)
 }

@@ -39,6 +39,7 @@ pub enum Forked {
 ///
 /// The caller must be single-threaded: only the calling thread exists in the child.
 pub fn clone_fork(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> Result<Forked> {
+    fake!("clone_fork", flags, cgroup);
     let mut args = CloneArgs {
         flags,
         // With CLONE_PARENT the child's exit signal is its parent's, and clone3 wants 0.
@@ -86,6 +87,7 @@ pub fn clone_fork(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> Result<Forked> 
 }
 
 pub fn pidfd_open(pid: libc::pid_t) -> Result<OwnedFd> {
+    fake!("pidfd_open", pid);
     // SAFETY: plain syscall; the returned fd is new.
     let r = check(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
     Ok(owned(r))
@@ -94,6 +96,7 @@ pub fn pidfd_open(pid: libc::pid_t) -> Result<OwnedFd> {
 /// A duplicate of descriptor number `fd` of the process behind `pidfd` (close-on-exec), as
 /// ptrace access mode ATTACH_REALCREDS allows.
 pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: FdNumber) -> Result<OwnedFd> {
+    fake!("pidfd_getfd", pidfd, fd);
     let fd = fd.as_c_int()?;
     // SAFETY: plain syscall with flags 0; the returned fd is new.
     let r = check(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) })?;
@@ -102,6 +105,7 @@ pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: FdNumber) -> Result<OwnedFd> {
 
 /// `execve` that only returns on failure.
 pub fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Error {
+    fake!("execve", path, argv);
     let mut a: Vec<*const libc::c_char> = argv.iter().map(|s| s.as_ptr()).collect();
     a.push(std::ptr::null());
     let mut e: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
@@ -113,6 +117,7 @@ pub fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Error {
 
 /// `execveat(fd, "", …, AT_EMPTY_PATH)`: runs the file behind `fd`.
 pub fn fexecve(fd: BorrowedFd<'_>, argv: &[CString], envp: &[CString]) -> io::Error {
+    fake!("fexecve", fd, argv);
     let mut a: Vec<*const libc::c_char> = argv.iter().map(|s| s.as_ptr()).collect();
     a.push(std::ptr::null());
     let mut e: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
@@ -134,31 +139,37 @@ pub fn fexecve(fd: BorrowedFd<'_>, argv: &[CString], envp: &[CString]) -> io::Er
 /// Exits the current process without running Rust or libc exit handlers: used by forked
 /// children so that they never flush or drop state that belongs to the parent.
 pub fn exit_now(code: i32) -> ! {
+    not_faked!("exit_now");
     // SAFETY: _exit never returns and touches no shared state.
     unsafe { libc::_exit(code) }
 }
 
 pub fn setsid() -> Result<()> {
+    fake!("setsid");
     // SAFETY: plain syscall.
     check_int(unsafe { libc::setsid() }).map(drop)
 }
 
 pub fn setns(fd: BorrowedFd<'_>, nstype: libc::c_int) -> Result<()> {
+    fake!("setns", fd, nstype);
     // SAFETY: plain syscall on a valid fd.
     check_int(unsafe { libc::setns(fd.as_raw_fd(), nstype) }).map(drop)
 }
 
 pub fn unshare(flags: libc::c_int) -> Result<()> {
+    fake!("unshare", flags);
     // SAFETY: plain syscall.
     check_int(unsafe { libc::unshare(flags) }).map(drop)
 }
 
 pub fn setdomainname(name: &str) -> Result<()> {
+    fake!("setdomainname", name);
     // SAFETY: pointer and length of a valid byte slice.
     check_int(unsafe { libc::setdomainname(name.as_ptr().cast(), name.len()) }).map(drop)
 }
 
 pub fn join_session_keyring(name: &CStr) -> Result<()> {
+    fake!("join_session_keyring", name);
     const KEYCTL_JOIN_SESSION_KEYRING: libc::c_int = 1;
     // SAFETY: NUL-terminated name.
     check(unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, name.as_ptr()) })
@@ -166,6 +177,7 @@ pub fn join_session_keyring(name: &CStr) -> Result<()> {
 }
 
 pub fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> Result<libc::c_int> {
+    fake!("prctl", option, arg2);
     // SAFETY: prctl with scalar arguments only.
     check_int(unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0) })
 }
@@ -176,16 +188,19 @@ pub fn prctl5(
     arg3: libc::c_ulong,
     arg4: libc::c_ulong,
 ) -> Result<libc::c_int> {
+    fake!("prctl5", option, arg2, arg3, arg4);
     // SAFETY: prctl with scalar arguments only.
     check_int(unsafe { libc::prctl(option, arg2, arg3, arg4, 0 as libc::c_ulong) })
 }
 
 pub fn personality(persona: libc::c_ulong) -> Result<()> {
+    fake!("personality", persona);
     // SAFETY: plain syscall.
     check_int(unsafe { libc::personality(persona) }).map(drop)
 }
 
 pub fn prlimit(pid: libc::pid_t, resource: libc::c_int, soft: u64, hard: u64) -> Result<()> {
+    fake!("prlimit", pid, resource, soft, hard);
     let new = libc::rlimit64 {
         rlim_cur: soft,
         rlim_max: hard,
@@ -195,6 +210,7 @@ pub fn prlimit(pid: libc::pid_t, resource: libc::c_int, soft: u64, hard: u64) ->
 }
 
 pub fn ioprio_set(class: i32, prio: i32) -> Result<()> {
+    fake!("ioprio_set", class, prio);
     const IOPRIO_WHO_PROCESS: i32 = 1;
     let value = (class << 13) | prio;
     // SAFETY: plain syscall for the calling process (who = 0).
@@ -215,6 +231,7 @@ pub struct SchedAttr {
 }
 
 pub fn sched_setattr(attr: &mut SchedAttr) -> Result<()> {
+    fake!("sched_setattr", attr);
     attr.size = size_u32::<SchedAttr>();
     // SAFETY: attr is a valid, sized sched_attr.
     check(unsafe { libc::syscall(libc::SYS_sched_setattr, 0, attr as *mut SchedAttr, 0) }).map(drop)
@@ -222,12 +239,14 @@ pub fn sched_setattr(attr: &mut SchedAttr) -> Result<()> {
 
 /// Sets the umask, returning the previous one.
 pub fn umask(mask: u32) -> u32 {
+    fake!("umask", mask);
     // SAFETY: always succeeds.
     unsafe { libc::umask(mask) }
 }
 
 /// Sets the umask and returns the previous one.
 pub fn swap_umask(mask: u32) -> u32 {
+    fake!("swap_umask", mask);
     // SAFETY: always succeeds.
     unsafe { libc::umask(mask) as u32 }
 }

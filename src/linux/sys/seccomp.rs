@@ -10,6 +10,7 @@ use super::{check, owned, Result};
 /// Installs a classic BPF program as a seccomp filter. With `SECCOMP_FILTER_FLAG_NEW_LISTENER`
 /// in `flags` the kernel returns the notification fd.
 pub fn seccomp_set_filter(flags: u32, prog: &[libc::sock_filter]) -> Result<Option<OwnedFd>> {
+    fake!("seccomp_set_filter", flags, prog);
     const SECCOMP_SET_MODE_FILTER: u32 = 1;
     const SECCOMP_FILTER_FLAG_NEW_LISTENER: u32 = 1 << 3;
     let fprog = libc::sock_fprog {
@@ -33,6 +34,7 @@ pub fn seccomp_set_filter(flags: u32, prog: &[libc::sock_filter]) -> Result<Opti
 /// before reading the program, so a NULL program fails with EFAULT when they are known
 /// and EINVAL when not. Nothing is installed either way.
 pub fn seccomp_flags_known(flags: u32) -> bool {
+    fake!("seccomp_flags_known", flags);
     const SECCOMP_SET_MODE_FILTER: u32 = 1;
     // SAFETY: the NULL program is never dereferenced in user space; the kernel fails
     // the copy with EFAULT.
@@ -50,6 +52,7 @@ pub fn seccomp_flags_known(flags: u32) -> bool {
 /// A raw syscall whose arguments are all integers or NULL pointers: the kernel validates
 /// them and fails with EFAULT/EINVAL rather than touching our memory. For probes only.
 pub fn syscall_ints(nr: libc::c_long, args: [libc::c_long; 5]) -> Result<libc::c_long> {
+    fake!("syscall_ints", nr);
     // SAFETY: no argument is a pointer into our memory (see above).
     check(unsafe { libc::syscall(nr, args[0], args[1], args[2], args[3], args[4]) })
 }
@@ -59,6 +62,7 @@ pub fn syscall_ints(nr: libc::c_long, args: [libc::c_long; 5]) -> Result<libc::c
 /// argument rules, which must see what a hostile caller can put there.
 #[cfg(test)]
 pub fn syscall_numbers(nr: libc::c_long, a: u64, b: u64, c: u64) -> Result<libc::c_long> {
+    fake!("syscall_numbers", nr, a, b, c);
     // SAFETY: callers pass syscalls that take no pointers (or a null/absent one), so the
     // kernel reads no memory of ours; the result is checked like any other.
     let r = unsafe { libc::syscall(nr, a, b, c) };

@@ -5,6 +5,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use super::{check_int, ioctl_int, owned, Result};
 
 pub fn set_winsize(fd: BorrowedFd<'_>, rows: u16, cols: u16) -> Result<()> {
+    fake!("set_winsize", fd, rows, cols);
     let ws = libc::winsize {
         ws_row: rows,
         ws_col: cols,
@@ -23,6 +24,7 @@ pub fn set_winsize(fd: BorrowedFd<'_>, rows: u16, cols: u16) -> Result<()> {
 }
 
 pub fn get_winsize(fd: BorrowedFd<'_>) -> Result<(u16, u16)> {
+    fake!("get_winsize", fd);
     let mut ws = libc::winsize {
         ws_row: 0,
         ws_col: 0,
@@ -41,6 +43,7 @@ pub fn get_winsize(fd: BorrowedFd<'_>) -> Result<(u16, u16)> {
 }
 
 pub fn unlockpt(master: BorrowedFd<'_>) -> Result<()> {
+    fake!("unlockpt", master);
     let unlock: libc::c_int = 0;
     // SAFETY: TIOCSPTLCK reads an int through the pointer.
     check_int(unsafe {
@@ -55,6 +58,7 @@ pub fn unlockpt(master: BorrowedFd<'_>) -> Result<()> {
 
 /// Opens the peer (slave) end of a pty master without a path lookup (TIOCGPTPEER).
 pub fn pty_peer(master: BorrowedFd<'_>) -> Result<OwnedFd> {
+    fake!("pty_peer", master);
     const TIOCGPTPEER: libc::Ioctl = 0x5441;
     let fd = ioctl_int(
         master,
