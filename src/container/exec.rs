@@ -13,6 +13,7 @@ use crate::linux::attrs::Attrs;
 use crate::linux::exec::{self, ExecOpts, Facts, Plan, Started};
 use crate::linux::{capabilities, signal, sys};
 use crate::spec::Process;
+use crate::state::{ContainerDir, Record};
 
 /// The request-level errors of `exec`, each naming what it refuses.
 #[derive(Debug, thiserror::Error)]
@@ -86,14 +87,16 @@ pub struct Request {
 /// `moat exec`: runs the request's process in the container `req.id` and returns its exit
 /// status (0 when detached).
 pub fn exec(ctx: &Context, req: &Request) -> anyhow::Result<i32> {
-    let Container { dir, record: rec } = Container::open_read(ctx, &req.id)?;
-    if let Some(gv) = rec.backend.gvisor() {
-        return crate::gvisor::exec(ctx, &dir, &rec, gv, req);
-    }
+    let Container { dir, record } = Container::open_read(ctx, &req.id)?;
+    super::engine(&record).exec(ctx, dir, &record, req)
+}
+
+/// The native exec: the table of `linux/exec/`, from row 1.
+pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<i32> {
     // exec never passes socket-activation fds (runc neither): LISTEN_* are ignored.
     super::before_fork(req.preserve_fds, false)?;
     // Row 1.
-    let facts = Facts::read(&dir, &rec, req.ignore_paused)?;
+    let facts = Facts::read(&dir, rec, req.ignore_paused)?;
     let Facts {
         spec,
         bounding,
@@ -134,7 +137,7 @@ pub fn exec(ctx: &Context, req: &Request) -> anyhow::Result<i32> {
         sub_cgroup: req.cgroup.clone(),
     };
     // Row 2.
-    let plan = Plan::new(&rec, &attrs, opts)?;
+    let plan = Plan::new(rec, &attrs, opts)?;
     // Everything is read: the state directory's fd (a host directory) must not even be
     // open in the process that joins the container.
     drop(dir);

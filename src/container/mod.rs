@@ -10,13 +10,10 @@
 //! `src/gvisor/`). An operation's file checks its request first (a bad signal or format
 //! fails before the state is opened), then opens and dispatches.
 
-// create and exec fill their request structs in as they move in (issue 13).
-#[allow(dead_code)]
 pub mod create;
 pub mod delete;
 mod error;
 pub mod events;
-#[allow(dead_code)]
 pub mod exec;
 pub mod kill;
 pub mod pause;
@@ -117,6 +114,15 @@ pub trait Engine {
     fn delete(&self, ctx: &Context, dir: ContainerDir, rec: &Record, force: bool) -> Result<i32>;
     /// `verify`: what the kernel (or the sandbox) gave the container, check by check.
     fn verify(&self, ctx: &Context, c: &Container) -> Result<verify::Verdict>;
+    /// `exec`: a new process in the container; its exit status (0 when detached). Takes
+    /// the directory, which must not be open in anything that joins the container.
+    fn exec(
+        &self,
+        ctx: &Context,
+        dir: ContainerDir,
+        rec: &Record,
+        req: &exec::Request,
+    ) -> Result<i32>;
 }
 
 /// moat's own engine: the container is a tree of host processes in moat's namespaces
@@ -156,6 +162,15 @@ impl Engine for Native {
     }
     fn verify(&self, _: &Context, c: &Container) -> Result<verify::Verdict> {
         verify::native(c)
+    }
+    fn exec(
+        &self,
+        _: &Context,
+        dir: ContainerDir,
+        rec: &Record,
+        req: &exec::Request,
+    ) -> Result<i32> {
+        exec::native(dir, rec, req)
     }
 }
 

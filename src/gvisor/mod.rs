@@ -38,7 +38,6 @@ use crate::spec::Resources;
 use crate::state::{ContainerDir, Record, Status};
 
 pub use cmds::{create, run};
-pub use exec::exec;
 pub use extra::{features_json, wants_gvisor_features};
 pub use select::{select, Selection};
 
@@ -84,6 +83,15 @@ impl Engine for Gvisor {
     }
     fn verify(&self, ctx: &Context, c: &Container) -> Result<container::verify::Verdict> {
         verify::verdict(ctx, c, self)
+    }
+    fn exec(
+        &self,
+        ctx: &Context,
+        dir: ContainerDir,
+        rec: &Record,
+        req: &container::exec::Request,
+    ) -> Result<i32> {
+        exec::exec(ctx, &dir, rec, self, req)
     }
 }
 

@@ -326,8 +326,9 @@ pub fn prepare(
         // runsc creates the sandbox's cgroup at linux.cgroupsPath, under the fleet
         // parent when the policy placed it there; the parent and its caps are moat's.
         if let Some((path, res)) = crate::policy::fleet_budget(cfg) {
-            crate::linux::cgroups::Cgroup::prepare(Some(&path), id, false)
-                .and_then(|c| c.apply(&res))
+            use crate::linux::cgroups::Cgroup;
+            Cgroup::plan(Some(&path), id, false)
+                .and_then(|(layout, path)| Cgroup::ensure_fleet(layout, path, &res))
                 .with_context(|| format!("fleet cgroup {path}"))?;
         }
         // Written in place: nothing reads them before the record (saved atomically, last)

@@ -32,12 +32,3 @@ pub struct Gvisor {
     #[serde(default)]
     pub systemd_cgroup: bool,
 }
-
-impl Backend {
-    pub fn gvisor(&self) -> Option<&Gvisor> {
-        match self {
-            Backend::Gvisor(g) => Some(g),
-            Backend::Native => None,
-        }
-    }
-}

@@ -150,17 +150,8 @@ pub struct Cgroup {
 }
 
 impl Cgroup {
-    pub fn prepare(
-        cgroups_path: Option<&str>,
-        id: &str,
-        systemd: bool,
-    ) -> Result<Cgroup, CgroupError> {
-        let (layout, path) = Self::plan(cgroups_path, id, systemd)?;
-        Self::create(layout, path)
-    }
-
-    /// What [`Cgroup::prepare`] would create, found without creating anything: the
-    /// host's hierarchies and the resolved path below each root.
+    /// The cgroup a create makes ([`Cgroup::create`]), found without creating anything:
+    /// the host's hierarchies and the resolved path below each root.
     pub fn plan(
         cgroups_path: Option<&str>,
         id: &str,
@@ -202,6 +193,21 @@ impl Cgroup {
                 count: pids.len(),
             });
         }
+        Ok(cg)
+    }
+
+    /// The fleet budget's cgroup (`path`, resolved) made or joined, with its limits `res`:
+    /// it holds the other containers, so it is neither empty nor ours alone, and its
+    /// limits are set as `update` sets them, device rules left to each container (v1
+    /// refuses a new default rule on a cgroup with children). Both backends' creates
+    /// make their container's cgroup below it through this.
+    pub fn ensure_fleet(
+        layout: Layout,
+        path: String,
+        res: &crate::spec::Resources,
+    ) -> Result<Cgroup, CgroupError> {
+        let cg = Self::create_shared(layout, path)?;
+        cg.update(res)?;
         Ok(cg)
     }
 

@@ -188,7 +188,7 @@ fn error_messages_name_field_value_and_file() {
 
 #[test]
 fn systemd_is_refused() {
-    let e = Cgroup::prepare(None, "x", true).unwrap_err().to_string();
+    let e = Cgroup::plan(None, "x", true).unwrap_err().to_string();
     if Path::new("/run/systemd/system").exists() {
         assert!(e.contains("not supported"), "{e}");
     } else {
@@ -442,7 +442,8 @@ fn rootless_prepare_on_this_host() {
         eprintln!("SKIPPED: root (this test checks the rootless path of prepare)");
         return;
     }
-    let cg = Cgroup::prepare(Some("/moat-test-rootless"), "x", false).unwrap();
+    let (layout, path) = Cgroup::plan(Some("/moat-test-rootless"), "x", false).unwrap();
+    let cg = Cgroup::create(layout, path).unwrap();
     assert!(cg.hierarchies.is_empty(), "{:?}", cg.hierarchies);
     assert!(!cg.skipped.is_empty());
     cg.apply(&Resources::default()).unwrap();

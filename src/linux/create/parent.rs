@@ -142,10 +142,7 @@ fn release_ids(plan: &Plan) {
 /// when the delegated subtree refuses moat.
 fn cgroup(plan: &mut Plan) -> Result<Cgroup, Error> {
     if let Some((layout, path, res)) = &plan.fleet {
-        // The fleet holds the other containers: not empty, not ours alone, and its limits
-        // are set as `update` sets them, device rules left to each container (v1 refuses
-        // a new default rule on a cgroup with children).
-        Cgroup::create_shared(layout.clone(), path.clone())?.update(res)?;
+        Cgroup::ensure_fleet(layout.clone(), path.clone(), res)?;
     }
     let (cgroup, none) = match &plan.cgroup {
         CgroupPlan::Host { layout, path } => (Cgroup::create(layout.clone(), path.clone())?, None),
