@@ -281,31 +281,16 @@ pub fn main() -> i32 {
 impl Global {
     /// The flags resolved once, as the lifecycle layer (`src/container/`) takes them.
     pub fn context(&self) -> Result<crate::container::Context> {
-        Ok(crate::container::Context {
-            root: self.state_root()?,
-            rootless: self.rootless()?,
-            systemd_cgroup: self.systemd_cgroup,
-            log: self.log.clone(),
-            log_format: self.log_format.clone(),
-            debug: self.debug,
-        })
-    }
-
-    /// `--rootless` resolved: `auto` is runc's rule (see `linux::rootless::detect`).
-    pub fn rootless(&self) -> Result<bool> {
-        crate::linux::rootless::detect(&self.rootless).map_err(anyhow::Error::msg)
-    }
-
-    /// The state root: `--root`, else /run/moat; rootless, `$XDG_RUNTIME_DIR/moat`, or
-    /// a private `/tmp/moat-<uid>` when no runtime dir is set (hosts without logind).
-    pub fn state_root(&self) -> Result<PathBuf> {
-        if let Some(r) = &self.root {
-            return Ok(r.clone());
-        }
-        if self.rootless()? {
-            return Ok(crate::linux::rootless::state_root()?);
-        }
-        Ok(PathBuf::from("/run/moat"))
+        let rootless =
+            crate::linux::rootless::Flag::parse(&self.rootless).map_err(anyhow::Error::msg)?;
+        Ok(crate::container::Context::new(
+            self.root.clone(),
+            rootless,
+            self.systemd_cgroup,
+            self.log.clone(),
+            self.log_format.clone(),
+            self.debug,
+        )?)
     }
 }
 

@@ -131,7 +131,7 @@ fn create_native(
         listen_fds,
         systemd_cgroup: ctx.systemd_cgroup,
         foreground,
-        rootless: ctx.rootless,
+        rootless: ctx.rootless(),
         root: ctx.root.clone(),
         notify_socket: std::env::var("NOTIFY_SOCKET")
             .ok()

@@ -59,7 +59,7 @@ pub fn native(ctx: &Context, dir: ContainerDir, rec: &Record, force: bool) -> Re
 /// pool is fine).
 pub fn release_userns(ctx: &Context, id: &str) {
     // A rootless moat never allocates, and may not even open the host-wide pool.
-    if ctx.rootless {
+    if ctx.rootless() {
         return;
     }
     idpool::release_or_warn(&ctx.root, id);

@@ -43,14 +43,50 @@ pub type Result<T> = anyhow::Result<T>;
 pub struct Context {
     /// The state root: `--root`, else `/run/moat` (rootless: `linux/rootless.rs`).
     pub root: PathBuf,
-    /// `--rootless` resolved (`linux::rootless::detect`).
-    pub rootless: bool,
+    /// `--rootless` as given; resolved on first use ([`Context::rootless`]).
+    pub rootless_flag: crate::linux::rootless::Flag,
+    rootless: std::cell::OnceCell<bool>,
     /// `--systemd-cgroup` as this call gave it.
     pub systemd_cgroup: bool,
     /// `--log`, `--log-format`, `--debug` of this call.
     pub log: Option<PathBuf>,
     pub log_format: String,
     pub debug: bool,
+}
+
+impl Context {
+    /// A context for the global flags of this call (`rootless_flag` already checked).
+    pub fn new(
+        root: Option<PathBuf>,
+        rootless_flag: crate::linux::rootless::Flag,
+        systemd_cgroup: bool,
+        log: Option<PathBuf>,
+        log_format: String,
+        debug: bool,
+    ) -> std::io::Result<Context> {
+        let ctx = Context {
+            root: PathBuf::new(),
+            rootless_flag,
+            rootless: std::cell::OnceCell::new(),
+            systemd_cgroup,
+            log,
+            log_format,
+            debug,
+        };
+        // Without `--root`, where the state lives depends on being rootless; with it (as
+        // engines always call), a short command never needs to know.
+        let root = match root {
+            Some(r) => r,
+            None if ctx.rootless() => crate::linux::rootless::state_root()?,
+            None => PathBuf::from("/run/moat"),
+        };
+        Ok(Context { root, ..ctx })
+    }
+
+    /// `--rootless` resolved (`linux::rootless::Flag::resolve`), once, when first asked.
+    pub fn rootless(&self) -> bool {
+        *self.rootless.get_or_init(|| self.rootless_flag.resolve())
+    }
 }
 
 /// A container that exists: its locked (or read-only) state directory and its record.

@@ -288,14 +288,15 @@ mod tests {
     use super::*;
 
     fn global(log: Option<&str>, debug: bool) -> Context {
-        Context {
-            root: "/run/moat".into(),
-            log: log.map(Into::into),
-            log_format: "json".into(),
+        Context::new(
+            Some("/run/moat".into()),
+            crate::linux::rootless::Flag::False,
+            false,
+            log.map(Into::into),
+            "json".into(),
             debug,
-            systemd_cgroup: false,
-            rootless: false,
-        }
+        )
+        .unwrap()
     }
 
     fn gv() -> Gvisor {

@@ -13,12 +13,31 @@ use crate::spec::IdMapping;
 
 /// `--rootless true|false|auto`. `auto` (runc's rule): not euid 0, or euid 0 inside a user
 /// namespace other than the initial one.
-pub fn detect(flag: &str) -> Result<bool, String> {
-    match flag {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        "auto" | "" => Ok(sys::geteuid() != 0 || in_user_namespace()),
-        other => Err(format!("--rootless {other:?}: want true, false or auto")),
+/// `--rootless`: `true`, `false`, or `auto` (runc's rule, [`Flag::resolve`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flag {
+    True,
+    False,
+    Auto,
+}
+
+impl Flag {
+    pub fn parse(flag: &str) -> Result<Flag, String> {
+        match flag {
+            "true" => Ok(Flag::True),
+            "false" => Ok(Flag::False),
+            "auto" | "" => Ok(Flag::Auto),
+            other => Err(format!("--rootless {other:?}: want true, false or auto")),
+        }
+    }
+
+    /// `auto`: rootless unless moat is real root (euid 0 in the initial user namespace).
+    pub fn resolve(self) -> bool {
+        match self {
+            Flag::True => true,
+            Flag::False => false,
+            Flag::Auto => sys::geteuid() != 0 || in_user_namespace(),
+        }
     }
 }
 
@@ -297,6 +316,7 @@ mod tests {
 
     #[test]
     fn rootless_flag() {
+        let detect = |f: &str| Flag::parse(f).map(Flag::resolve);
         assert_eq!(detect("true"), Ok(true));
         assert_eq!(detect("false"), Ok(false));
         assert_eq!(
