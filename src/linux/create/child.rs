@@ -701,7 +701,7 @@ mod tests {
         let (ia, ib) = (position(calls, a_what, a), position(calls, b_what, b));
         assert!(
             ia < ib,
-            "{a_what} (call {ia}) must come before the first {b_what} (call {ib}):\n{}",
+            "{a_what} (call {ia}) must come before {b_what} (call {ib}, the first):\n{}",
             record::show(calls)
         );
     }
@@ -733,7 +733,7 @@ mod tests {
             }),
             ("a mount", mount),
         );
-        assert_before(calls, ("unshare/setns", ns_change), ("a mount", mount));
+        assert_before(calls, ("unshare/setns", ns_change), ("mount", mount));
         if calls.iter().any(other_ns) {
             assert_before(
                 calls,
