@@ -75,6 +75,19 @@ pub fn send_msg(sock: BorrowedFd<'_>, data: &[u8], fd: Option<BorrowedFd<'_>>) -
     }
 }
 
+/// A stream socket connected to the Unix socket at `path` (a console socket, a seccomp
+/// agent's `listenerPath`).
+pub fn connect_unix(path: &std::path::Path) -> Result<OwnedFd> {
+    fake!("connect_unix", path.display().to_string());
+    std::os::unix::net::UnixStream::connect(path).map(OwnedFd::from)
+}
+
+/// A connected pair of Unix stream sockets, close-on-exec (a console relay).
+pub fn unix_stream_pair() -> Result<(OwnedFd, OwnedFd)> {
+    fake!("unix_stream_pair");
+    std::os::unix::net::UnixStream::pair().map(|(a, b)| (a.into(), b.into()))
+}
+
 /// Receives one message and at most one fd passed with SCM_RIGHTS (installed close-on-exec).
 /// Extra fds, if a peer sent more, are closed.
 pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Option<OwnedFd>)> {

@@ -180,6 +180,18 @@ pub fn waitpid(pid: libc::pid_t) -> Result<libc::c_int> {
     .map(|_| status)
 }
 
+/// `waitpid(pid, &status, WNOHANG)`, retrying EINTR: the raw wait status, or `None`
+/// while `pid` still runs.
+pub fn waitpid_nohang(pid: libc::pid_t) -> Result<Option<libc::c_int>> {
+    fake!("waitpid_nohang", pid);
+    let mut status: libc::c_int = 0;
+    retry(|| {
+        // SAFETY: polls our own child; `status` is a valid out pointer.
+        check_int(unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) })
+    })
+    .map(|got| (got != 0).then_some(status))
+}
+
 pub fn setdomainname(name: &str) -> Result<()> {
     fake!("setdomainname", name);
     // SAFETY: pointer and length of a valid byte slice.

@@ -597,6 +597,16 @@ impl Faked for super::Result<(OwnedFd, OwnedFd)> {
     }
 }
 
+/// A wait status, or `None` (still running, the default).
+impl Faked for super::Result<Option<libc::c_int>> {
+    fn faked(r: Reply) -> Self {
+        ok(r, |r| match r {
+            Reply::Int(n) => Some(libc::c_int::try_from(n).expect("a wait status")),
+            _ => None,
+        })
+    }
+}
+
 impl Faked for super::Result<Option<OwnedFd>> {
     fn faked(r: Reply) -> Self {
         ok(r, |r| (int(&r) != 0).then(new_fd))
