@@ -863,6 +863,19 @@ mod tests {
         assert!(sys::openat(sys::at_fdcwd(), c"/nonexistent", libc::O_RDONLY, 0).is_err());
     }
 
+    /// An `after` reply is queued only once its trigger was called.
+    #[test]
+    fn after_waits_for_its_trigger() {
+        let (ids, _) = Fake::new()
+            .after("setsid", "getegid", Reply::Int(7))
+            .run(|| {
+                let before = sys::getegid();
+                sys::setsid().expect("faked");
+                (before, sys::getegid(), sys::getegid())
+            });
+        assert_eq!(ids, (0, 7, 0));
+    }
+
     /// A call around `sys` (here a harmless `chdir(".")` by nix) is stopped by the guard
     /// filter and named.
     #[test]
