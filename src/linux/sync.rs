@@ -44,12 +44,7 @@
 
 use std::cell::Cell;
 use std::io;
-use std::io::IoSlice;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-
-use nix::sys::socket::{
-    sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
-};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::sys;
 
@@ -443,12 +438,7 @@ pub struct Channel {
 
 /// An unchecked channel pair (helpers, exec).
 pub fn pair() -> io::Result<(Channel, Channel)> {
-    let (a, b) = socketpair(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )?;
+    let (a, b) = sys::socketpair_seqpacket()?;
     Ok((
         Channel {
             sock: a,
@@ -490,29 +480,7 @@ impl Channel {
     }
 
     fn send(&self, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
-        let iov = [IoSlice::new(bytes)];
-        let raw;
-        let cmsg;
-        let cmsgs: &[ControlMessage] = match fd {
-            Some(fd) => {
-                raw = [fd.as_raw_fd()];
-                cmsg = [ControlMessage::ScmRights(&raw)];
-                &cmsg
-            }
-            None => &[],
-        };
-        loop {
-            match sendmsg::<()>(
-                self.sock.as_raw_fd(),
-                &iov,
-                cmsgs,
-                MsgFlags::MSG_NOSIGNAL,
-                None,
-            ) {
-                Err(nix::Error::EINTR) => continue,
-                r => return r.map(drop).map_err(io::Error::from),
-            }
-        }
+        sys::send_msg(self.sock.as_fd(), bytes, fd)
     }
 
     /// One packet: its kind (checked against the phase), payload and fd.
@@ -623,6 +591,20 @@ fn encode_child(m: &ToChild) -> Vec<u8> {
         ToChild::MapsWritten | ToChild::Created => {}
     }
     b
+}
+
+/// What the parent's `send_child(m)` puts on the wire: the packets a sequence test
+/// scripts as the fake's `recv_with_fd` answers.
+#[cfg(test)]
+pub fn wire(m: &ToChild) -> Vec<u8> {
+    encode_child(m)
+}
+
+/// A kind's tag, the first byte of its packet (what a sequence test looks for in the
+/// recorded `send_msg` data).
+#[cfg(test)]
+pub fn wire_tag(k: Kind) -> u8 {
+    k.tag()
 }
 
 fn bad(tag: u8) -> io::Error {

@@ -38,6 +38,15 @@ impl Placement {
         }
     }
 
+    /// v1 `tasks` files already open (a sequence test's fake descriptors).
+    #[cfg(test)]
+    pub fn v1(tasks: Vec<(PathBuf, OwnedFd)>) -> Placement {
+        Placement {
+            v2: None,
+            v1: tasks,
+        }
+    }
+
     /// The fd to pass to `clone3` as `CLONE_INTO_CGROUP`.
     pub fn clone_into(&self) -> Option<BorrowedFd<'_>> {
         self.v2.as_ref().map(|f| f.as_fd())

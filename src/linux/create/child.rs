@@ -3,7 +3,6 @@
 //! syscalls on data the parent prepared in the plan. Every wait is a read on the sync
 //! socket, so if the parent dies the child sees EOF and exits.
 
-use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 
 use super::plan::Plan;
@@ -155,9 +154,7 @@ fn rootfs(
         })?;
     }
     if let Some(h) = &plan.hostname {
-        nix::unistd::sethostname(h)
-            .map_err(io::Error::from)
-            .step(Step::Hostname, || format!("hostname {h:?}"))?;
+        sys::sethostname(h).step(Step::Hostname, || format!("hostname {h:?}"))?;
     }
     if let Some(d) = &plan.domainname {
         sys::setdomainname(d).step(Step::Hostname, || format!("domainname {d:?}"))?;
@@ -370,7 +367,7 @@ fn proc_contexts(plan: &Plan) -> Result<(), InitFailure> {
             drop(theirs);
             let got: Result<Vec<OwnedFd>, _> =
                 (0..n).map(|_| ours.recv_mount().map(|m| m.1)).collect();
-            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+            let _ = sys::waitpid(pid);
             crate::linux::mount::set_proc_contexts(Some(got.step(Step::Namespaces, what)?));
             Ok(())
         }
@@ -382,15 +379,13 @@ fn proc_contexts(plan: &Plan) -> Result<(), InitFailure> {
 /// sent (EOF on a pipe at this process's exit), so the parent never takes a message of
 /// the init's for one of this process's.
 fn fork_init(ch: &Channel) -> Result<(), InitFailure> {
-    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(io::Error::from)
-        .step(Step::Namespaces, || "pipe".into())?;
+    let (r, w) = sys::pipe().step(Step::Namespaces, || "pipe".into())?;
     match sys::clone_fork(0, None).step(Step::Namespaces, || "fork init".into())? {
         sys::Forked::Child => {
             drop(w);
-            let mut b = [0u8; 1];
-            let mut f = std::fs::File::from(r);
-            while matches!(f.read(&mut b), Err(ref e) if e.kind() == io::ErrorKind::Interrupted) {}
+            // Blocks until the intermediate exits (EOF); `read` retries EINTR.
+            let _ = sys::read(r.as_fd(), &mut [0u8; 1]);
+            drop(r);
             // In the pid namespace now: its own fsopen("proc") is right again.
             crate::linux::mount::set_proc_contexts(None);
             // The intermediate reports this process's pid for it.
@@ -424,22 +419,431 @@ fn become_root() -> Result<(), InitFailure> {
 
 /// Blocks until `moat start` writes the fifo.
 fn wait_start(fifo: &OwnedFd) -> Result<(), InitFailure> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    loop {
-        let mut fds = [PollFd::new(fifo.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) => break,
-            Err(nix::Error::EINTR) => continue,
-            Err(e) => return Err(io::Error::from(e)).step(Step::Sync, || "wait for start".into()),
-        }
-    }
+    sys::poll_readable(fifo.as_fd()).step(Step::Sync, || "wait for start".into())?;
     let mut b = [0u8; 1];
-    let mut f = std::fs::File::from(fifo.try_clone().step(Step::Sync, || "exec fifo".into())?);
-    match f.read(&mut b) {
+    match sys::read(fifo.as_fd(), &mut b) {
         Ok(1) => Ok(()),
         _ => Err(InitFailure::new(
             Step::Sync,
             "exec fifo closed without a start",
         )),
+    }
+}
+
+/// The child's rows (8–15) under the recording fake of `sys` (no kernel, no root): the
+/// order of the table, as relations over the recorded calls. The parent is scripted:
+/// its messages are the fake's answers to the child's reads of the sync socket, and the
+/// child's end of the channel is a real create channel, so its phase machine checks
+/// every message both ways.
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+    use std::path::{Path, PathBuf};
+
+    use super::super::plan::Options;
+    use super::*;
+    use crate::linux::cgroups::{Hierarchy, Layout};
+    use crate::linux::hostfacts::HostFacts;
+    use crate::linux::sync::{create_pair, wire, wire_tag, Kind};
+    use crate::linux::sys::record::{assert_before, position, Call, Fake, Reply};
+    use crate::policy;
+
+    const PROC_SUPER_MAGIC: u64 = 0x9fa0;
+
+    /// A bundle on disk (its rootfs and a bind source), removed on drop.
+    struct Bundle(PathBuf);
+
+    impl Drop for Bundle {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A v1 layout (pids and devices), as on a hybrid host; nothing probed.
+    fn layout(
+        _: Option<&str>,
+        id: &str,
+        _: bool,
+    ) -> Result<(Layout, String), crate::linux::cgroups::CgroupError> {
+        let h = |c: &str| Hierarchy {
+            mount: Path::new("/sys/fs/cgroup").join(c),
+            controllers: vec![c.to_string()],
+            v2: false,
+        };
+        Ok((
+            Layout {
+                unified: false,
+                hierarchies: vec![h("pids"), h("devices")],
+            },
+            format!("/moat/{id}"),
+        ))
+    }
+
+    /// The plan of a small spec: new pid, mount, uts, ipc, net and cgroup namespaces (and
+    /// a time namespace when `staged`, which makes the create staged), a hostname, /proc,
+    /// a bind and a tmpfs, a masked and a read-only path, a sysctl, capabilities, a user,
+    /// NNP and a seccomp filter.
+    fn plan(staged: bool) -> (Plan, Bundle) {
+        let dir =
+            std::env::temp_dir().join(format!("moat-create-order-{}-{staged}", std::process::id()));
+        std::fs::create_dir_all(dir.join("rootfs")).expect("rootfs");
+        std::fs::create_dir_all(dir.join("data")).expect("bind source");
+        let bundle = Bundle(dir.clone());
+        let mut namespaces = vec![
+            serde_json::json!({"type": "pid"}),
+            serde_json::json!({"type": "mount"}),
+            serde_json::json!({"type": "uts"}),
+            serde_json::json!({"type": "ipc"}),
+            serde_json::json!({"type": "network"}),
+            serde_json::json!({"type": "cgroup"}),
+        ];
+        if staged {
+            namespaces.push(serde_json::json!({"type": "time"}));
+        }
+        let caps = ["CAP_NET_BIND_SERVICE", "CAP_CHOWN"];
+        let spec = serde_json::json!({
+            "ociVersion": "1.0.2",
+            "process": {
+                "args": ["/bin/app"],
+                "cwd": "/",
+                "env": ["PATH=/bin"],
+                "user": {"uid": 1000, "gid": 1000},
+                "noNewPrivileges": true,
+                "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
+            },
+            "root": {"path": "rootfs"},
+            "hostname": "box",
+            "mounts": [
+                {"destination": "/proc", "type": "proc", "source": "proc"},
+                {"destination": "/data", "type": "bind", "source": dir.join("data"),
+                 "options": ["rbind", "ro"]},
+                {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
+                 "options": ["nosuid", "mode=1777"]},
+            ],
+            "linux": {
+                "namespaces": namespaces,
+                "maskedPaths": ["/proc/kcore"],
+                "readonlyPaths": ["/proc/sys"],
+                "sysctl": {"net.ipv4.ip_forward": "1"},
+                "seccomp": {
+                    "defaultAction": "SCMP_ACT_ALLOW",
+                    "syscalls": [{"names": ["ptrace"], "action": "SCMP_ACT_ERRNO"}],
+                },
+            },
+        });
+        let mut spec: crate::spec::Spec = serde_json::from_value(spec).expect("the spec");
+        let cfg = policy::Config {
+            default_policy: policy::config::Mode::Open,
+            ..Default::default()
+        };
+        let (host, floor) = (HostFacts::default(), policy::FloorFacts::default());
+        let decision = policy::apply(&mut spec, &cfg, "order", &host, &floor).expect("the policy");
+        let decided = policy::Decided {
+            decision,
+            host,
+            floor,
+        };
+        let opts = Options {
+            id: "order".into(),
+            bundle: dir.clone(),
+            console_socket: None,
+            pid_file: None,
+            no_pivot: false,
+            new_keyring: false,
+            preserve_fds: 0,
+            listen_fds: 0,
+            systemd_cgroup: false,
+            foreground: false,
+            rootless: false,
+            root: dir.join("state"),
+            notify_socket: None,
+        };
+        let plan = Plan::with_host_cgroup(spec, &cfg, decided, opts, layout).expect("the plan");
+        assert_eq!(plan.ns.staged, staged);
+        (plan, bundle)
+    }
+
+    /// Rows 8–15 under the fake, the parent's messages scripted in the protocol's order;
+    /// the run ends at the (faked) `execve`, which "fails".
+    fn record(staged: bool) -> Vec<Call> {
+        let (plan, _bundle) = plan(staged);
+        let (_parent, child) = create_pair(plan.shape()).expect("socketpair");
+        let state = b"{\"id\":\"order\"}".to_vec();
+        let fake = Fake::new()
+            .name_fd(child.sock.as_fd(), "sync")
+            // The fake's procfs handle is moat's own procfs.
+            .reply("fstatfs", Reply::Statfs(PROC_SUPER_MAGIC))
+            .reply("readlinkat", Reply::Bytes(b"7/task/7".to_vec()))
+            .then(
+                "fstat",
+                Reply::Stat {
+                    mode: libc::S_IFDIR | 0o555,
+                    rdev: 0,
+                    ino: 1,
+                },
+            )
+            // The parent: Go, HooksDone, Created.
+            .then(
+                "recv_with_fd",
+                Reply::Bytes(wire(&ToChild::Go(state.clone()))),
+            )
+            .then(
+                "recv_with_fd",
+                Reply::Bytes(wire(&ToChild::HooksDone(state))),
+            )
+            .then("recv_with_fd", Reply::Bytes(wire(&ToChild::Created)))
+            // After pivot_root the old root is stacked on the new one; /dev/null is the
+            // null device.
+            .after("pivot_root", "mount_id", Reply::Int(2))
+            .after(
+                "pivot_root",
+                "fstat",
+                Reply::Stat {
+                    mode: libc::S_IFCHR | 0o666,
+                    rdev: libc::makedev(1, 3),
+                    ino: 6,
+                },
+            )
+            // `moat start` writes the fifo.
+            .after("poll_readable", "read", Reply::Bytes(vec![0]));
+        let (failure, calls) = fake.run(move || {
+            let placement = Placement::v1(vec![
+                (
+                    "/sys/fs/cgroup/pids/moat/order/tasks".into(),
+                    record::fd("tasks:pids"),
+                ),
+                (
+                    "/sys/fs/cgroup/devices/moat/order/tasks".into(),
+                    record::fd("tasks:devices"),
+                ),
+            ]);
+            let fifo = record::fd("exec.fifo");
+            match init(&plan, placement, &child, &fifo, None) {
+                Ok(never) => match never {},
+                Err(e) => e,
+            }
+        });
+        // The faked execve "fails" with errno 0: the sequence ran to its end.
+        assert_eq!(
+            failure.step,
+            Step::Exec,
+            "{failure}:\n{}",
+            record::show(&calls)
+        );
+        calls
+    }
+
+    use crate::linux::sys::record;
+
+    fn named(name: &'static str) -> impl Fn(&Call) -> bool {
+        move |c| c.name == name
+    }
+
+    fn tasks_write(c: &Call) -> bool {
+        c.name == "write" && c.arg("fd").is_some_and(|f| f.starts_with("tasks:"))
+    }
+
+    fn dumpable(c: &Call) -> bool {
+        c.name.starts_with("prctl") && c.arg("option") == Some(&libc::PR_SET_DUMPABLE.to_string())
+    }
+
+    fn ns_change(c: &Call) -> bool {
+        c.name == "setns" || c.name == "unshare"
+    }
+
+    fn cgroupns(c: &Call) -> bool {
+        c.name == "unshare" && c.arg("flags") == Some(&libc::CLONE_NEWCGROUP.to_string())
+    }
+
+    fn other_ns(c: &Call) -> bool {
+        ns_change(c) && !cgroupns(c)
+    }
+
+    /// A mount made or changed (not the procfs handle's own instance).
+    fn mount(c: &Call) -> bool {
+        matches!(
+            c.name,
+            "mount" | "move_mount_fd" | "mount_setattr" | "pivot_root"
+        )
+    }
+
+    fn sysctl(c: &Call) -> bool {
+        c.name == "openat2"
+            && c.arg("path")
+                .is_some_and(|p| p.contains("sys/net/ipv4/ip_forward"))
+    }
+
+    /// The attach onto the target the first `openat2` of `path` returned.
+    fn attach_onto(calls: &[Call], path: &str) -> impl Fn(&Call) -> bool {
+        let quoted = format!("{path:?}");
+        let i = position(calls, path, |c| {
+            c.name == "openat2" && c.arg("path") == Some(quoted.as_str())
+        });
+        let to = calls[i].ret.clone().expect("an fd");
+        move |c| c.name == "move_mount_fd" && c.arg("to") == Some(to.as_str())
+    }
+
+    fn sent(kind: Kind) -> impl Fn(&Call) -> bool {
+        let tag = format!("{:?}", String::from_utf8_lossy(&[wire_tag(kind)]));
+        move |c| {
+            c.name == "send_msg"
+                && c.arg("data")
+                    .is_some_and(|d| d.starts_with(&tag[..tag.len() - 1]))
+        }
+    }
+
+    /// The first call `a` accepts comes before the first `b` accepts.
+    fn first_before(
+        calls: &[Call],
+        (a_what, a): (&str, impl Fn(&Call) -> bool),
+        (b_what, b): (&str, impl Fn(&Call) -> bool),
+    ) {
+        let (ia, ib) = (position(calls, a_what, a), position(calls, b_what, b));
+        assert!(
+            ia < ib,
+            "{a_what} (call {ia}) must come before {b_what} (call {ib}, the first):\n{}",
+            record::show(calls)
+        );
+    }
+
+    fn assert_order(calls: &[Call]) {
+        // Row 8: in the cgroup before anything of the container is joined; non-dumpable
+        // before the first namespace change.
+        assert_before(
+            calls,
+            ("cgroup entry (tasks write)", tasks_write),
+            ("a namespace call", ns_change),
+        );
+        assert_before(
+            calls,
+            ("cgroup entry (tasks write)", tasks_write),
+            ("PR_SET_DUMPABLE", dumpable),
+        );
+        first_before(
+            calls,
+            ("PR_SET_DUMPABLE", dumpable),
+            ("a namespace call", ns_change),
+        );
+        // Row 9: the procfs handle (a new proc instance) before any mount; namespaces
+        // before any mount; the cgroup namespace after the others.
+        first_before(
+            calls,
+            ("procfs handle", |c: &Call| {
+                c.name == "fsopen" && c.arg("fstype") == Some("\"proc\"")
+            }),
+            ("a mount", mount),
+        );
+        assert_before(calls, ("unshare/setns", ns_change), ("mount", mount));
+        if calls.iter().any(other_ns) {
+            assert_before(
+                calls,
+                ("unshare/setns", other_ns),
+                ("unshare cgroup ns", cgroupns),
+            );
+        }
+        // Row 10: hostname in the new uts namespace, before the rootfs.
+        assert_before(
+            calls,
+            ("a namespace call", ns_change),
+            ("sethostname", named("sethostname")),
+        );
+        assert_before(
+            calls,
+            ("sethostname", named("sethostname")),
+            ("a mount", mount),
+        );
+        // Rows 10–11: the rootfs mounts before pivot_root.
+        for m in ["proc", "data", "tmp"] {
+            let onto = attach_onto(calls, m);
+            assert_before(calls, (m, &onto), ("pivot_root", named("pivot_root")));
+        }
+        // Row 11: HooksPlease, then pivot_root.
+        assert_before(
+            calls,
+            ("HooksPlease", sent(Kind::HooksPlease)),
+            ("pivot_root", named("pivot_root")),
+        );
+        // Row 12: sysctls after pivot_root, before read-only paths, before masks.
+        assert_before(
+            calls,
+            ("pivot_root", named("pivot_root")),
+            ("sysctl write", sysctl),
+        );
+        let ro = attach_onto(calls, "sys");
+        let mask = attach_onto(calls, "kcore");
+        assert_before(calls, ("sysctl write", sysctl), ("readonly /proc/sys", &ro));
+        assert_before(
+            calls,
+            ("readonly /proc/sys", &ro),
+            ("mask /proc/kcore", &mask),
+        );
+        // Row 13: setsid before attrs::apply's first call (its scheduler/ioprio/NNP/…;
+        // the first capability or id change at the latest).
+        let apply_first = |c: &Call| {
+            c.name == "seccomp_set_filter"
+                || c.name == "capset"
+                || c.name == "setgroups"
+                || c.name == "setresgid"
+                || c.name == "ioprio_set"
+                || (c.name.starts_with("prctl")
+                    && c.arg("option") == Some(&libc::PR_SET_NO_NEW_PRIVS.to_string()))
+        };
+        assert_before(
+            calls,
+            ("mask /proc/kcore", &mask),
+            ("setsid", named("setsid")),
+        );
+        assert_before(
+            calls,
+            ("setsid", named("setsid")),
+            ("attrs::apply", apply_first),
+        );
+        // Row 14: everything before Ready; then the fifo.
+        let ready = position(calls, "Ready", sent(Kind::Ready));
+        for (i, c) in calls.iter().enumerate().skip(ready + 1) {
+            assert!(
+                matches!(
+                    c.name,
+                    "recv_with_fd"
+                        | "poll_readable"
+                        | "read"
+                        | "close_range_from"
+                        | "reset_signals"
+                        | "execve"
+                ),
+                "call {i} {c} after Ready:\n{}",
+                record::show(calls)
+            );
+        }
+        assert_before(
+            calls,
+            ("Ready", sent(Kind::Ready)),
+            ("wait on exec.fifo", named("poll_readable")),
+        );
+        // Row 15: close_range, then execve last.
+        let last = calls.last().expect("calls");
+        assert_eq!(last.name, "execve", "{}", record::show(calls));
+        assert_before(
+            calls,
+            ("close_range", named("close_range_from")),
+            ("execve", named("execve")),
+        );
+    }
+
+    #[test]
+    fn create_child_order_direct() {
+        let calls = record(false);
+        assert!(
+            !calls.iter().any(other_ns),
+            "direct: the parent's clone made them"
+        );
+        assert_order(&calls);
+    }
+
+    #[test]
+    fn create_child_order_staged() {
+        let calls = record(true);
+        assert!(calls.iter().any(other_ns), "{}", record::show(&calls));
+        assert_order(&calls);
     }
 }

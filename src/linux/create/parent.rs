@@ -4,8 +4,8 @@
 //! directory.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{UnixDatagram, UnixStream};
 
 use super::plan::{CgroupPlan, Plan};
@@ -223,36 +223,33 @@ struct Channels {
 /// sync socketpair, the console socket.
 fn channels(plan: &Plan, dir: &ContainerDir) -> Result<Channels, Error> {
     let fifo_path = dir.file(state::FIFO_FILE);
-    nix::unistd::mkfifo(&fifo_path, nix::sys::stat::Mode::from_bits_truncate(0o600)).map_err(
-        |e| Error::Mkfifo {
-            path: fifo_path.clone(),
-            source: e.into(),
-        },
-    )?;
-    let fifo: OwnedFd = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(&fifo_path)
-        .map_err(|source| Error::OpenFifo {
+    let mkfifo_err = |source| Error::Mkfifo {
+        path: fifo_path.clone(),
+        source,
+    };
+    // No NUL in a state path (nix refused one with EINVAL too).
+    let c_path = std::ffi::CString::new(fifo_path.as_os_str().as_bytes())
+        .map_err(|_| mkfifo_err(io::Error::from_raw_os_error(libc::EINVAL)))?;
+    sys::mkfifo(&c_path, 0o600).map_err(mkfifo_err)?;
+    let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    let fifo =
+        sys::openat(sys::at_fdcwd(), &c_path, flags, 0).map_err(|source| Error::OpenFifo {
             path: fifo_path.clone(),
             source,
-        })?
-        .into();
+        })?;
     let (parent_ch, child_ch) = sync::create_pair(plan.shape()).map_err(Error::Socketpair)?;
     // A foreground run with a terminal and no console socket relays the pty itself, so
     // the init sends the master over a socketpair to us instead.
     let mut console_relay = None;
     let console_sock = match &plan.opts.console_socket {
-        Some(p) => Some(OwnedFd::from(UnixStream::connect(p).map_err(|source| {
-            Error::ConsoleSocket {
-                path: p.clone(),
-                source,
-            }
-        })?)),
+        Some(p) => Some(sys::connect_unix(p).map_err(|source| Error::ConsoleSocket {
+            path: p.clone(),
+            source,
+        })?),
         None if plan.attrs.terminal => {
-            let (ours, theirs) = UnixStream::pair().map_err(Error::ConsolePair)?;
-            console_relay = Some(ours);
-            Some(OwnedFd::from(theirs))
+            let (ours, theirs) = sys::unix_stream_pair().map_err(Error::ConsolePair)?;
+            console_relay = Some(UnixStream::from(ours));
+            Some(theirs)
         }
         None => None,
     };
@@ -321,7 +318,8 @@ fn release(plan: &Plan, child: i32, record: &Record, parent_ch: &Channel) -> Res
         })?;
     }
     if let Some(adj) = plan.spec.process().oom_score_adj {
-        std::fs::write(format!("/proc/{child}/oom_score_adj"), adj.to_string())
+        let path = format!("/proc/{child}/oom_score_adj");
+        sys::write_file(std::path::Path::new(&path), adj.to_string().as_bytes())
             .map_err(Error::OomScoreAdj)?;
     }
     let l = plan.spec.linux();
@@ -370,7 +368,7 @@ fn serve(
             }
             ToParent::InitPid(pid) => {
                 // The intermediate exits right after sending this; reap it.
-                let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
+                let _ = sys::waitpid(child);
                 init_pid = pid;
                 guard.0 = Some(pid);
             }
@@ -548,16 +546,18 @@ impl Drop for KillGuard {
     fn drop(&mut self) {
         if let Some(pid) = self.0 {
             let _ = sys::kill(pid, libc::SIGKILL);
-            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+            let _ = sys::waitpid(pid);
         }
     }
 }
 
 fn died(pid: i32) -> Error {
-    let status = nix::sys::wait::waitpid(
-        nix::unistd::Pid::from_raw(pid),
-        Some(nix::sys::wait::WaitPidFlag::WNOHANG),
-    );
+    use nix::sys::wait::WaitStatus;
+    let status = match sys::waitpid_nohang(pid) {
+        Ok(None) => Ok(WaitStatus::StillAlive),
+        Ok(Some(raw)) => WaitStatus::from_raw(nix::unistd::Pid::from_raw(pid), raw),
+        Err(e) => Err(nix::Error::from_raw(e.raw_os_error().unwrap_or(0))),
+    };
     Error::Died { pid, status }
 }
 
@@ -577,10 +577,11 @@ pub fn state_json(rec: &Record, status: &str, pid: i32) -> Vec<u8> {
 /// Hands the seccomp notify fd to the agent at `listenerPath`, with runc's message format.
 fn send_listener(sc: &crate::spec::Seccomp, fd: OwnedFd, rec: &Record) -> Result<(), Error> {
     let path = sc.listener_path.as_deref().unwrap_or_default();
-    let sock = UnixStream::connect(path).map_err(|source| Error::ListenerConnect {
-        path: path.to_string(),
-        source,
-    })?;
+    let sock =
+        sys::connect_unix(std::path::Path::new(path)).map_err(|source| Error::ListenerConnect {
+            path: path.to_string(),
+            source,
+        })?;
     let msg = serde_json::to_vec(&serde_json::json!({
         "ociVersion": crate::spec::OCI_VERSION,
         "fds": ["seccompFd"],
@@ -593,17 +594,9 @@ fn send_listener(sc: &crate::spec::Seccomp, fd: OwnedFd, rec: &Record) -> Result
         },
     }))
     .expect("serialises");
-    let fds = [fd.as_raw_fd()];
-    nix::sys::socket::sendmsg::<()>(
-        sock.as_raw_fd(),
-        &[io::IoSlice::new(&msg)],
-        &[nix::sys::socket::ControlMessage::ScmRights(&fds)],
-        nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
-        None,
-    )
-    .map_err(|e| Error::ListenerSend {
+    sys::send_with_fd(sock.as_fd(), &msg, fd.as_fd()).map_err(|source| Error::ListenerSend {
         path: path.to_string(),
-        source: e.into(),
+        source,
     })?;
     Ok(())
 }

@@ -116,6 +116,24 @@ impl Plan {
         decided: policy::Decided,
         opts: Options,
     ) -> Result<Plan, Error> {
+        Plan::with_host_cgroup(spec, cfg, decided, opts, Cgroup::plan)
+    }
+
+    /// [`Plan::new`] with the host's cgroup layout and the container's path from
+    /// `host_cgroup` (`Cgroup::plan`, which reads the layout from the host; a sequence
+    /// test gives a fixed one, so nothing is probed).
+    pub(super) fn with_host_cgroup(
+        spec: Spec,
+        cfg: &policy::Config,
+        decided: policy::Decided,
+        opts: Options,
+        host_cgroup: impl FnOnce(
+            Option<&str>,
+            &str,
+            bool,
+        )
+            -> Result<(Layout, String), crate::linux::cgroups::CgroupError>,
+    ) -> Result<Plan, Error> {
         let mut spec = spec;
         let policy::Decided {
             decision,
@@ -162,7 +180,7 @@ impl Plan {
             }
         } else {
             let (layout, path) =
-                Cgroup::plan(cgroups_path.as_deref(), &opts.id, opts.systemd_cgroup)?;
+                host_cgroup(cgroups_path.as_deref(), &opts.id, opts.systemd_cgroup)?;
             let planned = Cgroup::planned(&layout, &path);
             (CgroupPlan::Host { layout, path }, planned)
         };

@@ -153,3 +153,158 @@ fn execve(
     }
     Err(attrs.exec(exe))
 }
+
+/// The joiner (rows 5–8) and the exec'd process (9–11) under the recording fake of `sys`
+/// (no kernel, no root): the fake's clone answers "child", so one run goes through both.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::linux::hostfacts::HostFacts;
+    use crate::linux::sys::record::{self, assert_before, position, Call, Fake, Reply};
+
+    const PROC_SUPER_MAGIC: u64 = 0x9fa0;
+
+    /// An exec'd process: a user with two capabilities, NNP, an rlimit, a seccomp filter.
+    fn attrs() -> Attrs {
+        let p: crate::spec::Process = serde_json::from_value(serde_json::json!({
+            "args": ["/bin/app"],
+            "cwd": "/",
+            "env": ["PATH=/bin"],
+            "user": {"uid": 1000, "gid": 1000},
+            "noNewPrivileges": true,
+            "rlimits": [{"type": "RLIMIT_NOFILE", "soft": 1024, "hard": 1024}],
+            "capabilities": {"bounding": ["CAP_CHOWN"], "effective": ["CAP_CHOWN"],
+                             "permitted": ["CAP_CHOWN"]},
+        }))
+        .expect("the process");
+        let sc: crate::spec::Seccomp = serde_json::from_value(serde_json::json!({
+            "defaultAction": "SCMP_ACT_ALLOW",
+            "syscalls": [{"names": ["ptrace"], "action": "SCMP_ACT_ERRNO"}],
+        }))
+        .expect("the profile");
+        let filter = crate::linux::seccomp::compile(&sc).expect("compiles");
+        Attrs::from_process(&p, "process", vec![filter], 0)
+            .expect("the attrs")
+            .on_host(&HostFacts::default())
+    }
+
+    const ALL: libc::c_int = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWCGROUP;
+
+    fn record() -> Vec<Call> {
+        let attrs = attrs();
+        let (_parent, ch) = sync::pair().expect("socketpair");
+        let fake = Fake::new()
+            .name_fd(ch.sock.as_fd(), "sync")
+            .reply("fstatfs", Reply::Statfs(PROC_SUPER_MAGIC))
+            .reply("readlinkat", Reply::Bytes(b"7/task/7".to_vec()))
+            // The fake's procfs handle is the root of a procfs.
+            .then(
+                "fstat",
+                Reply::Stat {
+                    mode: libc::S_IFDIR | 0o555,
+                    rdev: 0,
+                    ino: 1,
+                },
+            );
+        let (failure, calls) = fake.run(move || {
+            let pidfd = record::fd("pidfd");
+            let j = Joining {
+                attrs: &attrs,
+                placement: Placement::v1(vec![(
+                    "/sys/fs/cgroup/pids/moat/c/tasks".into(),
+                    record::fd("tasks:pids"),
+                )]),
+                pidfd: &pidfd,
+                flags: ALL,
+                ch: &ch,
+                console_sock: None,
+                probe: false,
+            };
+            match joiner(j) {
+                Ok(never) => match never {},
+                Err(e) => e,
+            }
+        });
+        // The faked execve "fails" with errno 0: the sequence ran to its end.
+        assert_eq!(
+            failure.step,
+            Step::Exec,
+            "{failure}:\n{}",
+            record::show(&calls)
+        );
+        calls
+    }
+
+    fn named(name: &'static str) -> impl Fn(&Call) -> bool {
+        move |c| c.name == name
+    }
+
+    #[test]
+    fn exec_order() {
+        let calls = record();
+        let tasks = |c: &Call| c.name == "write" && c.arg("fd") == Some("tasks:pids");
+        let dumpable = |c: &Call| {
+            c.name.starts_with("prctl")
+                && c.arg("option") == Some(&libc::PR_SET_DUMPABLE.to_string())
+        };
+        let setns = named("setns");
+        let fork = named("clone_fork");
+        // Row 5: cgroup placement, non-dumpable and the rlimits before the first setns.
+        assert_before(&calls, ("cgroup placement", tasks), ("setns", &setns));
+        assert_before(
+            &calls,
+            ("cgroup placement", tasks),
+            ("PR_SET_DUMPABLE", dumpable),
+        );
+        assert_before(&calls, ("PR_SET_DUMPABLE", dumpable), ("setns", &setns));
+        assert_before(&calls, ("prlimit", named("prlimit")), ("setns", &setns));
+        // Row 6: moat's own procfs (a new instance) before joining anything.
+        assert_before(
+            &calls,
+            ("procfs handle", |c: &Call| {
+                c.name == "fsopen" && c.arg("fstype") == Some("\"proc\"")
+            }),
+            ("setns", &setns),
+        );
+        // Row 7: every namespace joined, in one setns on the init's pidfd.
+        let i = position(&calls, "setns", &setns);
+        assert_eq!(calls[i].arg("fd"), Some("pidfd"), "{}", calls[i]);
+        assert_eq!(calls[i].arg("nstype"), Some(ALL.to_string().as_str()));
+        // Row 8: all setns before the fork; the pidfd closed before it.
+        assert_before(&calls, ("setns", &setns), ("fork", &fork));
+        assert_before(
+            &calls,
+            ("close pidfd", |c: &Call| {
+                c.name == "close_raw" && c.arg("fd") == Some("pidfd")
+            }),
+            ("fork", &fork),
+        );
+        // Rows 9–11, in the exec'd process: the root opened and a session, then
+        // attrs::apply (its first call: NNP here), then close_range and execve last.
+        let root = |c: &Call| c.name == "openat" && c.arg("path") == Some("\"/\"");
+        assert_before(&calls, ("fork", &fork), ("open /", root));
+        assert_before(&calls, ("open /", root), ("setsid", named("setsid")));
+        let nnp = |c: &Call| {
+            c.name.starts_with("prctl")
+                && c.arg("option") == Some(&libc::PR_SET_NO_NEW_PRIVS.to_string())
+        };
+        assert_before(
+            &calls,
+            ("setsid", named("setsid")),
+            ("attrs::apply (NNP)", nnp),
+        );
+        assert_before(
+            &calls,
+            ("close_range", named("close_range_from")),
+            ("execve", named("execve")),
+        );
+        let last = calls.last().expect("calls");
+        assert_eq!(last.name, "execve", "{}", record::show(&calls));
+    }
+}

@@ -273,12 +273,14 @@ pub fn probe(rec: &Record, attrs: &Attrs) -> Result<Vec<&'static str>, ExecError
     };
     let plan = Plan::new(rec, attrs, opts)?;
     let started = spawn(plan, true)?;
-    let status =
-        nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(started.pid), None).map_err(|e| {
-            ExecError::WaitProbe {
-                pid: started.pid,
-                err: e.into(),
-            }
+    let status = super::sys::waitpid(started.pid)
+        .and_then(|raw| {
+            nix::sys::wait::WaitStatus::from_raw(nix::unistd::Pid::from_raw(started.pid), raw)
+                .map_err(std::io::Error::from)
+        })
+        .map_err(|err| ExecError::WaitProbe {
+            pid: started.pid,
+            err,
         })?;
     let code = match status {
         nix::sys::wait::WaitStatus::Exited(_, c) => c,

@@ -27,17 +27,17 @@ pub(super) fn channels(attrs: &Attrs, opts: &ExecOpts, probe: bool) -> Result<Ch
     let (parent, child) = sync::pair().map_err(ExecError::SyncSocket)?;
     let mut relay = None;
     let console = match &opts.console_socket {
-        Some(p) => Some(OwnedFd::from(UnixStream::connect(p).map_err(|err| {
-            ExecError::ConsoleSocket {
+        Some(p) => Some(
+            sys::connect_unix(p).map_err(|err| ExecError::ConsoleSocket {
                 path: p.clone(),
                 err,
-            }
-        })?)),
+            })?,
+        ),
         // Foreground exec with a terminal and no console socket: we relay the pty.
         None if attrs.terminal && !probe => {
-            let (ours, theirs) = UnixStream::pair().map_err(ExecError::ConsoleRelay)?;
-            relay = Some(ours);
-            Some(OwnedFd::from(theirs))
+            let (ours, theirs) = sys::unix_stream_pair().map_err(ExecError::ConsoleRelay)?;
+            relay = Some(UnixStream::from(ours));
+            Some(theirs)
         }
         None => None,
     };
@@ -136,7 +136,7 @@ pub(super) fn wait_exec(joiner: &Joiner) -> Result<i32, ExecError> {
         }
     }
     let reap = |pid: i32| {
-        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+        let _ = sys::waitpid(pid);
     };
     reap(joiner.pid);
     let child = heard.pid;

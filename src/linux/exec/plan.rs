@@ -121,12 +121,16 @@ fn namespaces_of(pid: i32) -> Result<libc::c_int, ExecError> {
         ("cgroup", libc::CLONE_NEWCGROUP),
         ("time", namespaces::CLONE_NEWTIME),
     ] {
-        let theirs = std::fs::metadata(format!("/proc/{pid}/ns/{name}"));
-        let ours = std::fs::metadata(format!("/proc/self/ns/{name}"));
+        let stat = |p: String| {
+            std::ffi::CString::new(p)
+                .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
+                .and_then(|c| sys::stat(&c))
+        };
+        let theirs = stat(format!("/proc/{pid}/ns/{name}"));
+        let ours = stat(format!("/proc/self/ns/{name}"));
         match (theirs, ours) {
             (Ok(t), Ok(o)) => {
-                use std::os::unix::fs::MetadataExt;
-                if (t.dev(), t.ino()) != (o.dev(), o.ino()) {
+                if (t.st_dev, t.st_ino) != (o.st_dev, o.st_ino) {
                     flags |= flag;
                 }
             }

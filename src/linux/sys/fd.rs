@@ -130,6 +130,30 @@ pub fn ioctl_int(fd: BorrowedFd<'_>, req: libc::Ioctl, arg: libc::c_ulong) -> Re
     check_int(unsafe { libc::ioctl(fd.as_raw_fd(), req, arg) })
 }
 
+/// `pipe2(O_CLOEXEC)`: (read end, write end).
+pub fn pipe() -> Result<(OwnedFd, OwnedFd)> {
+    fake!("pipe");
+    let mut fds: [libc::c_int; 2] = [0; 2];
+    // SAFETY: `fds` is a valid array of two ints the kernel fills.
+    check_int(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    Ok((owned(fds[0] as libc::c_long), owned(fds[1] as libc::c_long)))
+}
+
+/// Blocks until `fd` is readable (or its peer hung up), retrying EINTR.
+pub fn poll_readable(fd: BorrowedFd<'_>) -> Result<()> {
+    fake!("poll_readable", fd);
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    retry(|| {
+        // SAFETY: one valid pollfd, which outlives the call.
+        check_int(unsafe { libc::poll(&mut p, 1, -1) })
+    })
+    .map(drop)
+}
+
 /// `read(2)` into `buf`, retrying EINTR; the byte count read (0 at end of file).
 pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize> {
     fake!("read", fd; |r| super::record::fill(r, buf));

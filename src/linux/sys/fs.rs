@@ -204,6 +204,13 @@ pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
 
 /// Writes `data` to the file at `path` as `std::fs::write` does (created if missing,
 /// truncated): the parent's writes to a child's `/proc/<pid>/{uid_map,gid_map,setgroups}`.
+/// `mkfifo(path, mode)` (the exec fifo).
+pub fn mkfifo(path: &CStr, mode: libc::mode_t) -> Result<()> {
+    fake!("mkfifo", path, mode);
+    // SAFETY: NUL-terminated path.
+    check_int(unsafe { libc::mkfifo(path.as_ptr(), mode) }).map(drop)
+}
+
 pub fn write_file(path: &std::path::Path, data: &[u8]) -> Result<()> {
     fake!("write_file", path.display().to_string(), data);
     std::fs::write(path, data)

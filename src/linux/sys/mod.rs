@@ -61,11 +61,11 @@ mod tty;
 pub use creds::{capget, capset, getegid, geteuid, setfsids, setgroups, setresgid, setresuid};
 pub use fd::{
     at_fdcwd, borrow_stdio, clear_cloexec, close_all_but, close_range_from, close_raw, dup2,
-    dup_cloexec, dup_cloexec_from, ioctl_int, memfd, read, write, FdNumber,
+    dup_cloexec, dup_cloexec_from, ioctl_int, memfd, pipe, poll_readable, read, write, FdNumber,
 };
 pub use fs::{
-    fchdir, fchownat_empty, flock_exclusive, fstat, fstatfs, fstatvfs, getcwd, mkdirat, mknodat,
-    openat, openat2, read_file, readlinkat, stat, statfs, symlinkat, write_file, OpenHow,
+    fchdir, fchownat_empty, flock_exclusive, fstat, fstatfs, fstatvfs, getcwd, mkdirat, mkfifo,
+    mknodat, openat, openat2, read_file, readlinkat, stat, statfs, symlinkat, write_file, OpenHow,
     RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_NO_XDEV,
 };
 pub use mount::{
@@ -76,11 +76,14 @@ pub use mount::{
     MOUNT_ATTR_RDONLY, MOUNT_ATTR_RELATIME, MOUNT_ATTR_STRICTATIME, MOUNT_ATTR__ATIME,
     OPEN_TREE_CLONE,
 };
-pub use net::{loopback_up, recv_with_fd, send_with_fd};
+pub use net::{
+    connect_unix, loopback_up, recv_with_fd, send_msg, send_with_fd, socketpair_seqpacket,
+    unix_stream_pair,
+};
 pub use process::{
     clone_fork, execve, exit_now, fexecve, ioprio_set, join_session_keyring, personality,
-    pidfd_getfd, pidfd_open, prctl, prctl5, prlimit, sched_setattr, setdomainname, setns, setsid,
-    swap_umask, umask, unshare, Forked, SchedAttr,
+    pidfd_getfd, pidfd_open, prctl, prctl5, prlimit, sched_setattr, setdomainname, sethostname,
+    setns, setsid, swap_umask, umask, unshare, waitpid, waitpid_nohang, Forked, SchedAttr,
 };
 #[cfg(test)]
 pub use seccomp::syscall_numbers;

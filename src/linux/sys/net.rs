@@ -34,10 +34,64 @@ pub fn loopback_up() -> Result<()> {
     check_int(unsafe { libc::ioctl(sock.as_raw_fd(), set, &req) }).map(drop)
 }
 
+/// A connected pair of `SOCK_SEQPACKET` Unix sockets, close-on-exec (the sync channels).
+pub fn socketpair_seqpacket() -> Result<(OwnedFd, OwnedFd)> {
+    fake!("socketpair_seqpacket");
+    let mut fds: [libc::c_int; 2] = [0; 2];
+    // SAFETY: `fds` is a valid array of two ints the kernel fills.
+    check_int(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: the kernel just returned these two descriptors to us.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sends one message, with at most one descriptor as SCM_RIGHTS, retrying EINTR
+/// (`MSG_NOSIGNAL`: a closed peer is an error, not SIGPIPE): a sync channel's packet.
+pub fn send_msg(sock: BorrowedFd<'_>, data: &[u8], fd: Option<BorrowedFd<'_>>) -> Result<()> {
+    fake!("send_msg", sock, data, fd);
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let iov = [io::IoSlice::new(data)];
+    let raw;
+    let cmsg;
+    let cmsgs: &[ControlMessage] = match fd {
+        Some(fd) => {
+            raw = [fd.as_raw_fd()];
+            cmsg = [ControlMessage::ScmRights(&raw)];
+            &cmsg
+        }
+        None => &[],
+    };
+    loop {
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None) {
+            Err(nix::Error::EINTR) => continue,
+            r => return r.map(drop).map_err(io::Error::from),
+        }
+    }
+}
+
+/// A stream socket connected to the Unix socket at `path` (a console socket, a seccomp
+/// agent's `listenerPath`).
+pub fn connect_unix(path: &std::path::Path) -> Result<OwnedFd> {
+    fake!("connect_unix", path.display().to_string());
+    std::os::unix::net::UnixStream::connect(path).map(OwnedFd::from)
+}
+
+/// A connected pair of Unix stream sockets, close-on-exec (a console relay).
+pub fn unix_stream_pair() -> Result<(OwnedFd, OwnedFd)> {
+    fake!("unix_stream_pair");
+    std::os::unix::net::UnixStream::pair().map(|(a, b)| (a.into(), b.into()))
+}
+
 /// Receives one message and at most one fd passed with SCM_RIGHTS (installed close-on-exec).
 /// Extra fds, if a peer sent more, are closed.
 pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Option<OwnedFd>)> {
-    fake!("recv_with_fd", sock);
+    fake!("recv_with_fd", sock; |r| super::record::fill(r, buf).map(|n| (n, None)));
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut cspace = nix::cmsg_space!([RawFd; 4]);
     loop {

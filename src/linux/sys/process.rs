@@ -6,7 +6,7 @@ use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
-use super::{check, check_int, fd_u32, owned, size_u32, FdNumber, Result};
+use super::{check, check_int, fd_u32, owned, retry, size_u32, FdNumber, Result};
 
 #[repr(C)]
 #[derive(Default)]
@@ -160,6 +160,36 @@ pub fn unshare(flags: libc::c_int) -> Result<()> {
     fake!("unshare", flags);
     // SAFETY: plain syscall.
     check_int(unsafe { libc::unshare(flags) }).map(drop)
+}
+
+/// `sethostname(2)` in the caller's uts namespace.
+pub fn sethostname(name: &str) -> Result<()> {
+    fake!("sethostname", name);
+    // SAFETY: pointer and length of a valid byte slice.
+    check_int(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) }).map(drop)
+}
+
+/// `waitpid(pid, &status, 0)`, retrying EINTR: the raw wait status.
+pub fn waitpid(pid: libc::pid_t) -> Result<libc::c_int> {
+    fake!("waitpid", pid);
+    let mut status: libc::c_int = 0;
+    retry(|| {
+        // SAFETY: waits for our own child; `status` is a valid out pointer.
+        check_int(unsafe { libc::waitpid(pid, &mut status, 0) })
+    })
+    .map(|_| status)
+}
+
+/// `waitpid(pid, &status, WNOHANG)`, retrying EINTR: the raw wait status, or `None`
+/// while `pid` still runs.
+pub fn waitpid_nohang(pid: libc::pid_t) -> Result<Option<libc::c_int>> {
+    fake!("waitpid_nohang", pid);
+    let mut status: libc::c_int = 0;
+    retry(|| {
+        // SAFETY: polls our own child; `status` is a valid out pointer.
+        check_int(unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) })
+    })
+    .map(|got| (got != 0).then_some(status))
 }
 
 pub fn setdomainname(name: &str) -> Result<()> {

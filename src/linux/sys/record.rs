@@ -105,6 +105,7 @@ struct Recorder {
     dir: std::path::PathBuf,
     always: HashMap<&'static str, Reply>,
     once: HashMap<&'static str, VecDeque<Reply>>,
+    after: Vec<(&'static str, &'static str, Reply)>,
 }
 
 thread_local! {
@@ -121,6 +122,7 @@ pub fn active() -> bool {
 pub struct Fake {
     always: HashMap<&'static str, Reply>,
     once: HashMap<&'static str, VecDeque<Reply>>,
+    after: Vec<(&'static str, &'static str, Reply)>,
     names: Vec<(RawFd, String)>,
 }
 
@@ -138,6 +140,14 @@ impl Fake {
     /// The next call of `name` answers `reply` (queued, one per call).
     pub fn then(mut self, name: &'static str, reply: Reply) -> Fake {
         self.once.entry(name).or_default().push_back(reply);
+        self
+    }
+
+    /// Once a call named `trigger` is made, the next call of `name` answers `reply`
+    /// (queued as by [`Fake::then`] at that moment): an answer that depends on where in a
+    /// long sequence the call comes, such as the mount ids `pivot_root` must see differ.
+    pub fn after(mut self, trigger: &'static str, name: &'static str, reply: Reply) -> Fake {
+        self.after.push((trigger, name, reply));
         self
     }
 
@@ -207,6 +217,7 @@ impl Fake {
             dir,
             always: self.always,
             once: self.once,
+            after: self.after,
         };
         ACTIVE.with(|a| *a.borrow_mut() = Some(rec));
         let guard = Stop;
@@ -398,11 +409,18 @@ pub fn intercept(name: &'static str, args: &[(&'static str, &dyn Arg)]) -> Optio
             ret: None,
         });
         let queued = rec.once.get_mut(name).and_then(VecDeque::pop_front);
-        Some(
-            queued
-                .or_else(|| rec.always.get(name).cloned())
-                .unwrap_or(Reply::Default),
-        )
+        let reply = queued
+            .or_else(|| rec.always.get(name).cloned())
+            .unwrap_or(Reply::Default);
+        // Triggers armed by this call, in the order the test gave them.
+        let (fired, kept) = std::mem::take(&mut rec.after)
+            .into_iter()
+            .partition::<Vec<_>, _>(|(t, ..)| *t == name);
+        rec.after = kept;
+        for (_, n, r) in fired {
+            rec.once.entry(n).or_default().push_back(r);
+        }
+        Some(reply)
     })
 }
 
@@ -565,6 +583,27 @@ impl Faked for super::Result<()> {
 impl Faked for super::Result<OwnedFd> {
     fn faked(r: Reply) -> Self {
         ok(r, |_| new_fd())
+    }
+}
+
+/// A pair (a pipe, a socketpair): two new fake descriptors.
+impl Faked for super::Result<(OwnedFd, OwnedFd)> {
+    fn faked(r: Reply) -> Self {
+        ok(r, |_| {
+            let a = new_fd();
+            let b = new_fd();
+            (a, b)
+        })
+    }
+}
+
+/// A wait status, or `None` (still running, the default).
+impl Faked for super::Result<Option<libc::c_int>> {
+    fn faked(r: Reply) -> Self {
+        ok(r, |r| match r {
+            Reply::Int(n) => Some(libc::c_int::try_from(n).expect("a wait status")),
+            _ => None,
+        })
     }
 }
 
@@ -822,6 +861,19 @@ mod tests {
         // Outside the recording the real calls run again.
         assert!(!active());
         assert!(sys::openat(sys::at_fdcwd(), c"/nonexistent", libc::O_RDONLY, 0).is_err());
+    }
+
+    /// An `after` reply is queued only once its trigger was called.
+    #[test]
+    fn after_waits_for_its_trigger() {
+        let (ids, _) = Fake::new()
+            .after("setsid", "getegid", Reply::Int(7))
+            .run(|| {
+                let before = sys::getegid();
+                sys::setsid().expect("faked");
+                (before, sys::getegid(), sys::getegid())
+            });
+        assert_eq!(ids, (0, 7, 0));
     }
 
     /// A call around `sys` (here a harmless `chdir(".")` by nix) is stopped by the guard
