@@ -17,7 +17,7 @@ const MOAT: &str = env!("CARGO_BIN_EXE_moat");
 fn can_run(test: &str) -> bool {
     let ok = is_root() && Path::new("/sys/fs/cgroup/memory/memory.stat").exists();
     if !ok {
-        eprintln!("*** SKIPPED {test}: needs root and cgroup v1 memory ***");
+        support::missing(&format!("{test}: needs root and cgroup v1 memory"));
     }
     ok
 }

@@ -57,13 +57,13 @@ fn can_run() -> bool {
         .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
     let need = if tmpfs { (6, 3) } else { (5, 19) };
     if ver < need {
-        eprintln!(
-            "SKIPPED: kernel {} cannot idmap {} (needs {}.{}+); set MOAT_IT_TMPDIR to an ext4 directory",
+        missing(&format!(
+            "kernel {} cannot idmap {} (needs {}.{}+); set MOAT_IT_TMPDIR to an ext4 directory",
             rel.trim(),
             tmp_base().display(),
             need.0,
             need.1
-        );
+        ));
         return false;
     }
     true
