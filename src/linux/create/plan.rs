@@ -1,6 +1,7 @@
-//! Row 1 of the create table: every host fact read, the policy applied and every spec
-//! field checked and turned into what the parent and the child will do, **before any
-//! side effect**. A bad spec fails here, so it leaves nothing because nothing was made.
+//! Row 1 of the create table: the spec, with the policy applied on the host facts it was
+//! decided from (`container::policy::decide`, the one place both backends and `policy
+//! explain` decide), every other host fact read and every spec field checked and turned
+//! into what the parent and the child will do, **before any side effect**. A bad spec fails here, so it leaves nothing because nothing was made.
 //!
 //! What only a side effect can tell is left open in the plan and written into it by the
 //! row that makes it, with no check left for after: the `moat.userns=auto` range (row 4:
