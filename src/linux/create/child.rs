@@ -445,7 +445,7 @@ mod tests {
     use crate::linux::cgroups::{Hierarchy, Layout};
     use crate::linux::hostfacts::HostFacts;
     use crate::linux::sync::{create_pair, wire, wire_tag, Kind};
-    use crate::linux::sys::record::{assert_before, position, Call, Fake, Reply};
+    use crate::linux::sys::record::{assert_before, named, position, Call, Fake, Reply};
     use crate::policy;
 
     const PROC_SUPER_MAGIC: u64 = 0x9fa0;
@@ -634,10 +634,6 @@ mod tests {
     }
 
     use crate::linux::sys::record;
-
-    fn named(name: &'static str) -> impl Fn(&Call) -> bool {
-        move |c| c.name == name
-    }
 
     fn tasks_write(c: &Call) -> bool {
         c.name == "write" && c.arg("fd").is_some_and(|f| f.starts_with("tasks:"))

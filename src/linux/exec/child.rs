@@ -160,7 +160,7 @@ fn execve(
 mod tests {
     use super::*;
     use crate::linux::hostfacts::HostFacts;
-    use crate::linux::sys::record::{self, assert_before, position, Call, Fake, Reply};
+    use crate::linux::sys::record::{self, assert_before, named, position, Call, Fake, Reply};
 
     const PROC_SUPER_MAGIC: u64 = 0x9fa0;
 
@@ -239,10 +239,6 @@ mod tests {
             record::show(&calls)
         );
         calls
-    }
-
-    fn named(name: &'static str) -> impl Fn(&Call) -> bool {
-        move |c| c.name == name
     }
 
     #[test]

@@ -800,6 +800,11 @@ pub fn last_position(calls: &[Call], what: &str, pred: impl Fn(&Call) -> bool) -
         .unwrap_or_else(|| panic!("no {what} in:\n{}", show(calls)))
 }
 
+/// A call named `name`, whatever its arguments.
+pub fn named(name: &'static str) -> impl Fn(&Call) -> bool {
+    move |c| c.name == name
+}
+
 /// A call named `name` whose arguments include every `(key, value)` of `args`.
 #[allow(dead_code)] // extension point
 pub fn is(
