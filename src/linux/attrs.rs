@@ -591,6 +591,7 @@ mod tests {
                     apparmor_attr_dir: true,
                     apparmor_profiles: None,
                     selinux: false,
+                    apparmor_may_load: true,
                 }),
                 scheduler: None,
                 ioprio: Some((2, 4)),

@@ -33,6 +33,10 @@ pub struct HostFacts {
     /// SELinux is active: selinuxfs is mounted at `/sys/fs/selinux` (checked by its magic,
     /// not by a file name a plain directory could also hold).
     pub selinux: bool,
+    /// This moat may load an AppArmor profile: it is real root (euid 0 in the initial
+    /// user namespace). Rootless moat (rootless podman: uid 0 in the user's namespace) may
+    /// not, and uses moat's profile only where root has loaded it.
+    pub apparmor_may_load: bool,
 }
 
 impl HostFacts {
@@ -55,6 +59,10 @@ impl HostFacts {
             apparmor_attr_dir,
             apparmor_profiles,
             selinux: selinuxfs_mounted(),
+            // Asked only where it matters: an AppArmor host.
+            apparmor_may_load: apparmor
+                && crate::linux::sys::geteuid() == 0
+                && !crate::linux::rootless::in_user_namespace(),
         }
     }
 

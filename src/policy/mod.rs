@@ -79,6 +79,12 @@ pub enum PolicyError {
          apparmor_parser, or name another profile)"
     )]
     AppArmorNotLoaded(String),
+    #[error(
+        "process.apparmorProfile: profile {0:?} is not in restricted.apparmor_profiles, and \
+         moat-default, which would replace it, is not loaded and cannot be loaded by a \
+         rootless moat"
+    )]
+    AppArmorUnavailable(String),
     #[error("process.selinuxLabel: {0:?} is not a user:role:type[:level] label")]
     SelinuxLabel(String),
     #[error("restricted.selinux_types: no type without `*` to give a label")]
@@ -90,7 +96,8 @@ pub enum PolicyError {
 pub struct Change {
     /// The spec field, as a JSON path.
     pub field: String,
-    /// What happened: `removed`, `set`, `added`, `replaced`.
+    /// What happened: `removed`, `set`, `added`, `replaced`; `ignored` (a loosening
+    /// annotation), `not applied` (a floor control this host or caller cannot apply).
     pub action: &'static str,
     pub detail: String,
     pub reason: &'static str,
@@ -132,11 +139,19 @@ pub struct Decision {
 }
 
 impl Decision {
-    /// One warning line per loosening annotation the policy ignored: the container runs,
-    /// but not as its spec asked.
+    /// One warning line per loosening annotation the policy ignored, and per floor control
+    /// it could not apply here: the container runs, but not as its spec (or the floor)
+    /// asked.
     pub fn warn_ignored(&self) {
-        for c in self.changes.iter().filter(|c| c.action == "ignored") {
-            crate::log::warn(&format!("{}: ignored, {}: {}", c.field, c.detail, c.reason));
+        for c in self
+            .changes
+            .iter()
+            .filter(|c| c.action == "ignored" || c.action == "not applied")
+        {
+            crate::log::warn(&format!(
+                "{}: {}, {}: {}",
+                c.field, c.action, c.detail, c.reason
+            ));
         }
     }
 }
@@ -717,7 +732,35 @@ fn restrict_lsm(
     let Some(process) = spec.process.as_mut() else {
         return Ok(());
     };
-    if host.apparmor {
+    // moat loads its own profile when the host has not; a moat that may not load one
+    // (rootless) can use it only where root has.
+    let moat_profile =
+        host.apparmor_may_load || host.apparmor_loaded(APPARMOR_PROFILE_NAME) != Some(false);
+    if host.apparmor && !moat_profile {
+        if let Some(p) = process
+            .apparmor_profile
+            .as_deref()
+            .filter(|p| !p.is_empty() && !apparmor_allowed(cfg, p))
+        {
+            return Err(PolicyError::AppArmorUnavailable(p.to_string()));
+        }
+        if process
+            .apparmor_profile
+            .as_deref()
+            .is_none_or(str::is_empty)
+        {
+            change(
+                d,
+                "process.apparmorProfile",
+                "not applied",
+                APPARMOR_PROFILE_NAME,
+                "rootless moat may not load AppArmor profiles and the host has not loaded \
+                 moat-default (a rootful moat create loads it)",
+            );
+        } else if let Some(p) = process.apparmor_profile.as_deref() {
+            apparmor_check_loaded(p, host)?;
+        }
+    } else if host.apparmor {
         match process
             .apparmor_profile
             .as_deref()
@@ -1602,7 +1645,48 @@ mod tests {
             apparmor_attr_dir: true,
             apparmor_profiles: Some(loaded.iter().map(|s| s.to_string()).collect()),
             selinux: false,
+            apparmor_may_load: true,
         }
+    }
+
+    /// Rootless on an AppArmor host (rootless podman on Debian or Ubuntu): moat may not
+    /// load its profile, so it uses it only where root has loaded it, and says when not.
+    #[test]
+    fn rootless_apparmor_uses_moat_default_only_where_loaded() {
+        let cfg = Config::default();
+        let rootless = |loaded: &[&str]| HostFacts {
+            apparmor_may_load: false,
+            ..apparmor_host(loaded)
+        };
+        let mut s = with_profile(None);
+        let d = apply(&mut s, &cfg, "c1", &rootless(&[]), &facts()).unwrap();
+        assert_eq!(s.process().apparmor_profile, None);
+        let c = d
+            .changes
+            .iter()
+            .find(|c| c.field == "process.apparmorProfile")
+            .unwrap();
+        assert_eq!(
+            (c.action, c.detail.as_str()),
+            ("not applied", "moat-default")
+        );
+        let mut s = with_profile(None);
+        apply(&mut s, &cfg, "c1", &rootless(&["moat-default"]), &facts()).unwrap();
+        assert_eq!(
+            s.process().apparmor_profile.as_deref(),
+            Some("moat-default")
+        );
+        // An unlisted profile would become moat-default: refused, not run as it asked.
+        let mut s = with_profile(Some("unconfined"));
+        let e = apply(&mut s, &cfg, "c1", &rootless(&[]), &facts()).unwrap_err();
+        assert!(matches!(e, PolicyError::AppArmorUnavailable(_)), "{e}");
+        // Rootful: moat loads its own profile, as before.
+        let mut s = with_profile(None);
+        apply(&mut s, &cfg, "c1", &apparmor_host(&[]), &facts()).unwrap();
+        assert_eq!(
+            s.process().apparmor_profile.as_deref(),
+            Some("moat-default")
+        );
     }
 
     fn with_profile(p: Option<&str>) -> Spec {
