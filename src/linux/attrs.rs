@@ -592,6 +592,7 @@ mod tests {
                     apparmor_profiles: None,
                     selinux: false,
                     apparmor_may_load: true,
+                    moat_profile_loaded: false,
                 }),
                 scheduler: None,
                 ioprio: Some((2, 4)),

@@ -37,6 +37,9 @@ pub struct HostFacts {
     /// user namespace). Rootless moat (rootless podman: uid 0 in the user's namespace) may
     /// not, and uses moat's profile only where root has loaded it.
     pub apparmor_may_load: bool,
+    /// moat-default is loaded: read from the list, or, where a user namespace hides the
+    /// list from a moat that may not load it, asked of the kernel ([`probe_onexec`]).
+    pub moat_profile_loaded: bool,
 }
 
 impl HostFacts {
@@ -54,15 +57,23 @@ impl HostFacts {
         } else {
             (false, None)
         };
+        // Asked only where it matters: an AppArmor host.
+        let apparmor_may_load = apparmor
+            && crate::linux::sys::geteuid() == 0
+            && !crate::linux::rootless::in_user_namespace();
+        let name = crate::policy::APPARMOR_PROFILE_NAME;
+        let moat_profile_loaded = match &apparmor_profiles {
+            Some(list) => list.iter().any(|p| p == name),
+            None if apparmor && !apparmor_may_load => probe_onexec(name, apparmor_attr_dir),
+            None => false,
+        };
         HostFacts {
             apparmor,
             apparmor_attr_dir,
             apparmor_profiles,
             selinux: selinuxfs_mounted(),
-            // Asked only where it matters: an AppArmor host.
-            apparmor_may_load: apparmor
-                && crate::linux::sys::geteuid() == 0
-                && !crate::linux::rootless::in_user_namespace(),
+            apparmor_may_load,
+            moat_profile_loaded,
         }
     }
 
@@ -80,6 +91,34 @@ impl HostFacts {
             format!("/proc/{pid}/attr/apparmor/{file}")
         } else {
             format!("/proc/{pid}/attr/{file}")
+        }
+    }
+}
+
+/// Whether the kernel knows the AppArmor profile `name`, asked the only way a process in a
+/// user namespace may (securityfs's list is hidden there): a throwaway fork asks to run
+/// its next exec under it, which AppArmor grants only for a loaded profile (ENOENT
+/// otherwise), and exits without exec'ing. Only rootless moat on an AppArmor host pays
+/// this fork.
+fn probe_onexec(name: &str, attr_dir: bool) -> bool {
+    let attr = if attr_dir {
+        "/proc/thread-self/attr/apparmor/exec"
+    } else {
+        "/proc/thread-self/attr/exec"
+    };
+    let Ok(forked) = sys::clone_fork(0, None) else {
+        return false;
+    };
+    match forked {
+        sys::Forked::Child => {
+            let ok = sys::write_file(
+                std::path::Path::new(attr),
+                format!("exec {name}").as_bytes(),
+            );
+            sys::exit_now(if ok.is_ok() { 0 } else { 1 })
+        }
+        sys::Forked::Parent(pid) => {
+            sys::waitpid(pid).is_ok_and(|st| libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0)
         }
     }
 }

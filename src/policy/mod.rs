@@ -733,9 +733,9 @@ fn restrict_lsm(
         return Ok(());
     };
     // moat loads its own profile when the host has not; a moat that may not load one
-    // (rootless) can use it only where root has.
-    let moat_profile =
-        host.apparmor_may_load || host.apparmor_loaded(APPARMOR_PROFILE_NAME) != Some(false);
+    // (rootless) uses it only where it can see that root has (the list of loaded profiles
+    // may be hidden from a user namespace: then it is taken as not loaded).
+    let moat_profile = host.apparmor_may_load || host.moat_profile_loaded;
     if host.apparmor && !moat_profile {
         if let Some(p) = process
             .apparmor_profile
@@ -1646,6 +1646,7 @@ mod tests {
             apparmor_profiles: Some(loaded.iter().map(|s| s.to_string()).collect()),
             selinux: false,
             apparmor_may_load: true,
+            moat_profile_loaded: loaded.contains(&"moat-default"),
         }
     }
 
@@ -1656,6 +1657,7 @@ mod tests {
         let cfg = Config::default();
         let rootless = |loaded: &[&str]| HostFacts {
             apparmor_may_load: false,
+            moat_profile_loaded: loaded.contains(&"moat-default"),
             ..apparmor_host(loaded)
         };
         let mut s = with_profile(None);
@@ -1915,6 +1917,7 @@ mod tests {
         let aa = HostFacts {
             apparmor: true,
             apparmor_profiles: Some(vec!["moat-default".into()]),
+            moat_profile_loaded: true,
             ..Default::default()
         };
         let first = outcome(&spec, &cfg, &aa, &facts());

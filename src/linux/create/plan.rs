@@ -142,7 +142,10 @@ impl Plan {
             floor: facts,
         } = decided;
         decision.warn_ignored();
+        // Only a moat that may load profiles tries (a rootless one uses moat-default only
+        // where root has loaded it: `policy`).
         let apparmor_profile = host.apparmor
+            && host.apparmor_may_load
             && spec.process().apparmor_profile.as_deref() == Some(policy::APPARMOR_PROFILE_NAME);
         let userns_pool = if decision.userns_pool {
             if opts.rootless {
