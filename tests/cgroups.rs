@@ -246,3 +246,73 @@ fn two_containers_share_the_fleet_budget() {
         let _ = std::fs::remove_dir(h.path().join(fleet.trim_start_matches('/')));
     }
 }
+
+/// Removes `/<rel>` (leaf first) from every v1 hierarchy, thawing it first.
+struct FreezerTree(String);
+
+impl Drop for FreezerTree {
+    fn drop(&mut self) {
+        let Ok(rd) = std::fs::read_dir("/sys/fs/cgroup") else {
+            return;
+        };
+        for root in rd.flatten().map(|e| e.path()) {
+            let top = root.join(&self.0);
+            let mut dirs = vec![top.clone()];
+            let mut i = 0;
+            while i < dirs.len() {
+                if let Ok(rd) = std::fs::read_dir(&dirs[i]) {
+                    dirs.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+                }
+                i += 1;
+            }
+            for d in dirs.iter().rev() {
+                let _ = std::fs::write(d.join("freezer.state"), "THAWED");
+                let _ = std::fs::remove_dir(d);
+            }
+        }
+    }
+}
+
+/// An init placed in a frozen cgroup never runs, so create would wait for it for ever
+/// (runc refuses this too, in its words): a cgroup frozen by itself, or one made below a
+/// frozen parent, fails create at once and leaves nothing.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn create_into_a_frozen_cgroup_is_refused() {
+    if !require_root() {
+        return;
+    }
+    let freezer = Path::new("/sys/fs/cgroup/freezer");
+    if !freezer.join("cgroup.procs").exists() {
+        missing("no v1 freezer hierarchy at /sys/fs/cgroup/freezer");
+        return;
+    }
+    let top = format!("moat-test-frozen-{}", std::process::id());
+    let _tree = FreezerTree(top.clone());
+    // The container's own cgroup, made and frozen beforehand; then a parent frozen.
+    for (cgroups_path, frozen) in [
+        (format!("/{top}/own"), format!("{top}/own")),
+        (format!("/{top}/parent/c"), format!("{top}/parent")),
+    ] {
+        let dir = freezer.join(&frozen);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("freezer.state"), "FROZEN").unwrap();
+        let mut ctx = Ctx::new("cgfrozen");
+        ctx.set("/linux/cgroupsPath", json!(cgroups_path));
+        let (c, out) = ctx.create("c");
+        let out = out.fails();
+        assert!(
+            out.stderr
+                .contains("container's cgroup unexpectedly frozen"),
+            "{cgroups_path}: {}",
+            out.stderr
+        );
+        ctx.assert_no_trace(&c.id);
+        if cgroups_path.ends_with("/c") {
+            assert!(
+                !freezer.join(cgroups_path.trim_start_matches('/')).exists(),
+                "{cgroups_path}: the container's cgroup was left"
+            );
+        }
+    }
+}

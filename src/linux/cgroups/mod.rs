@@ -71,6 +71,10 @@ pub enum CgroupError {
     SystemdUnsupported,
     #[error("cgroup {} is not empty: it already holds {count} process(es)", path.display())]
     NotEmpty { path: PathBuf, count: usize },
+    /// runc's words: an init placed in a frozen cgroup never runs, and create would wait
+    /// for it for ever.
+    #[error("container's cgroup unexpectedly frozen: {}", path.display())]
+    Frozen { path: PathBuf },
     #[error("{0}")]
     Other(String),
 }
@@ -192,6 +196,11 @@ impl Cgroup {
                 path: dir,
                 count: pids.len(),
             });
+        }
+        // Before anything is placed in it: frozen by itself or by an ancestor.
+        if let Some(path) = cg.frozen_dir() {
+            let _ = cg.remove();
+            return Err(CgroupError::Frozen { path });
         }
         Ok(cg)
     }
@@ -358,6 +367,22 @@ impl Cgroup {
 }
 
 impl Cgroup {
+    /// The freezer directory when the cgroup is frozen or freezing, its own setting or an
+    /// ancestor's (v1 `freezer.state` not THAWED; v2 `cgroup.events` `frozen 1`, or
+    /// `cgroup.freeze` 1 while the freeze is still under way).
+    pub fn frozen_dir(&self) -> Option<PathBuf> {
+        match self.freezer().ok()? {
+            (dir, false) => read_file(&dir, "freezer.state")
+                .is_ok_and(|s| s.trim() != "THAWED")
+                .then_some(dir),
+            (dir, true) => {
+                let events = read_file(&dir, "cgroup.events").unwrap_or_default();
+                let own = read_file(&dir, "cgroup.freeze").is_ok_and(|s| s.trim() == "1");
+                (own || events.lines().any(|l| l.trim() == "frozen 1")).then_some(dir)
+            }
+        }
+    }
+
     /// True when the cgroup's freezer reports it frozen (v1 `freezer.state` FROZEN,
     /// v2 `cgroup.freeze` 1).
     pub fn is_frozen(&self) -> bool {
