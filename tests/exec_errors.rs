@@ -24,10 +24,24 @@ fn running(ctx: &mut Ctx) -> Container {
     c
 }
 
-/// Exit status 1 and exactly one stderr line, which contains every needle.
+/// runc's status (255 for an exec that never ran, said in runc's words; 1 otherwise) and
+/// exactly one stderr line, which contains every needle.
 #[track_caller]
 fn one_line_error(out: &Out, needles: &[&str]) {
-    assert_eq!(out.code, 1, "{}: expected exit 1: {out:#?}", out.what);
+    let exec = out.subcommand() == Some("exec");
+    let want = if exec { 255 } else { 1 };
+    assert_eq!(
+        out.code, want,
+        "{}: expected exit {want}: {out:#?}",
+        out.what
+    );
+    if exec {
+        assert!(
+            out.stderr.starts_with("moat: exec failed: "),
+            "{:?}",
+            out.stderr
+        );
+    }
     let lines = out.stderr_lines();
     assert_eq!(lines.len(), 1, "want one error line, got {:?}", out.stderr);
     for n in needles {

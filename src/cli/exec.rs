@@ -60,8 +60,12 @@ pub struct Args {
     pub command: Vec<String>,
 }
 
+/// runc's words and status for an exec that never ran: `exec failed: …`, exit 255 (the
+/// exec'd process's own status is passed through once it runs).
 pub fn run(g: &Global, a: Args) -> Result<i32> {
-    crate::container::exec::exec(&g.context()?, &a.request())
+    g.context()
+        .and_then(|ctx| crate::container::exec::exec(&ctx, &a.request()))
+        .map_err(|e| e.context("exec failed").context(super::ExitWith(255)))
 }
 
 impl Args {

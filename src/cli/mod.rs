@@ -266,15 +266,29 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            // One line: the chain joined, outermost context first.
+            // One line: the chain joined, outermost context first (an `ExitWith`, always
+            // the outermost, is the status, not part of the message).
+            let status = e.downcast_ref::<ExitWith>().map(|x| x.0);
             let msg = e
                 .chain()
+                .skip(usize::from(status.is_some()))
                 .map(|c| c.to_string())
                 .collect::<Vec<_>>()
                 .join(": ");
             log::error(&msg);
-            1
+            status.unwrap_or(1)
         }
+    }
+}
+
+/// The status a failed command exits with when it is not 1 (runc's `exec`: 255), as the
+/// outermost context of its error; it is not part of the message.
+#[derive(Debug, Clone, Copy)]
+pub struct ExitWith(pub i32);
+
+impl std::fmt::Display for ExitWith {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit status {}", self.0)
     }
 }
 

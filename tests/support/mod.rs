@@ -239,11 +239,38 @@ impl Out {
         self
     }
 
-    /// Panics unless the command failed with exit status 1 (runc's status for errors).
+    /// Panics unless the command failed with runc's status for errors: 255 for an `exec`
+    /// that never ran, 1 for everything else.
     #[track_caller]
     pub fn fails(self) -> Out {
-        assert_eq!(self.code, 1, "{}: expected exit 1: {self:#?}", self.what);
+        let want = if self.subcommand() == Some("exec") {
+            255
+        } else {
+            1
+        };
+        assert_eq!(
+            self.code, want,
+            "{}: expected exit {want}: {self:#?}",
+            self.what
+        );
         self
+    }
+
+    /// The moat subcommand this was (`what` is the command line as `Command` prints it:
+    /// quoted words, the binary, the global flags, then the subcommand).
+    pub fn subcommand(&self) -> Option<&str> {
+        let mut words = self.what.split(' ').map(|w| w.trim_matches('"'));
+        words.find(|w| w.ends_with("/moat") || w.ends_with("/moat-open"))?;
+        while let Some(w) = words.next() {
+            match w {
+                "--root" | "--log" | "--log-format" | "--rootless" | "--criu" => {
+                    words.next();
+                }
+                _ if w.starts_with('-') => {}
+                _ => return Some(w),
+            }
+        }
+        None
     }
 
     /// The output file re-read now (a container started later may have added to it).
