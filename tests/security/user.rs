@@ -54,7 +54,7 @@ fn t13_exec_user_forms() {
             "",
         ] {
             let out = exec(&ctx, &c, &["-u", bad, "id"]);
-            assert_eq!(out.code, 1, "{policy:?}: -u {bad:?} accepted: {out:#?}");
+            assert_eq!(out.code, 255, "{policy:?}: -u {bad:?} accepted: {out:#?}");
             assert_eq!(out.stdout, "", "{policy:?}: -u {bad:?} ran something");
             assert!(
                 out.stderr.contains("--user"),
