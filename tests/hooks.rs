@@ -258,3 +258,53 @@ fn container_hooks_get_the_init_pid_in_a_staged_create() {
         assert_eq!(st["pid"], pid, "{kind}: {st}");
     }
 }
+
+/// A startContainer hook runs in the init after `start` has returned: nobody waits on
+/// the sync socket any more, so a failure there is reported by the init itself, on the
+/// container's stderr and as one error object in the create call's `--log`.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn failing_start_container_hook_is_reported_by_the_init() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("startfail");
+    ctx.set(
+        "/hooks",
+        json!({"startContainer": [{"path": "/bin/sh", "args": ["sh", "-c", "exit 4"]}]}),
+    );
+    ctx.args(&["sleep", "30"]);
+    let id = ctx.id("c");
+    let log = ctx.dir.join("create-log.json");
+    let mut cmd = ctx.cmd();
+    cmd.arg("--log").arg(&log).args([
+        "--log-format",
+        "json",
+        "create",
+        "--bundle",
+        &ctx.bundle_str(),
+        &id,
+    ]);
+    let c = ctx.guard(&id);
+    let created = ctx.run(cmd).ok();
+    c.moat(&["start", &c.id]).ok();
+    c.wait_stopped(Duration::from_secs(20));
+    let said = created.stderr_now();
+    assert!(
+        said.contains("container init: hooks: startContainer"),
+        "the init's stderr: {said:?}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    let errors: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["level"] == "error")
+        .collect();
+    assert_eq!(errors.len(), 1, "one error object in --log: {text}");
+    assert!(
+        errors[0]["msg"]
+            .as_str()
+            .is_some_and(|m| m.contains("startContainer")),
+        "{text}"
+    );
+}

@@ -316,7 +316,10 @@ fn preserve_fds_beyond_what_was_passed_is_refused() {
             }
             let out = ctx.run(cmd);
             let missing = open.map_or(3, |r| r.end() + 1);
-            assert_eq!(out.code, 255, "{policy:?} exec --preserve-fds {n}: {out:#?}");
+            assert_eq!(
+                out.code, 255,
+                "{policy:?} exec --preserve-fds {n}: {out:#?}"
+            );
             assert!(
                 out.stderr
                     .contains(&format!("--preserve-fds {n}: fd {missing} is not open")),
