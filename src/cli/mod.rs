@@ -281,8 +281,7 @@ pub fn main() -> i32 {
 impl Global {
     /// The flags resolved once, as the lifecycle layer (`src/container/`) takes them.
     pub fn context(&self) -> Result<crate::container::Context> {
-        let rootless =
-            crate::linux::rootless::Flag::parse(&self.rootless).map_err(anyhow::Error::msg)?;
+        let rootless = crate::linux::rootless::Flag::parse(&self.rootless)?;
         Ok(crate::container::Context::new(
             self.root.clone(),
             rootless,

@@ -76,8 +76,8 @@ pub enum Error {
     RootlessNoMaps,
     /// `linux.uidMappings`/`gidMappings` against `/etc/subuid`, `/etc/subgid` (the message
     /// names the field).
-    #[error("{0}")]
-    RootlessMaps(String),
+    #[error(transparent)]
+    RootlessMaps(#[from] crate::linux::rootless::MapError),
     #[error(
         "moat.userns=auto: needs a rootful moat (host ids are allocated from the \
          host-wide pool); a rootless container is already in its user's namespace"
