@@ -262,20 +262,12 @@ fn helper(name: &str, pid: i32, maps: &[IdMapping]) -> io::Result<()> {
 /// path (`stat` follows the nsfs magic link to the namespace itself), and whether the host
 /// is cgroup v2. Five `stat`s; nothing is opened.
 pub fn floor_facts(spec: &Spec) -> crate::policy::FloorFacts {
+    use crate::policy::NsPathError;
     let ids = |p: &str| {
-        CString::new(p)
-            .map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "file name contained an unexpected NUL byte",
-                )
-            })
-            .and_then(|c| sys::stat(&c))
+        let c = CString::new(p).map_err(|_| NsPathError::Nul)?;
+        sys::stat(&c)
             .map(|st| (st.st_dev, st.st_ino))
-            .map_err(|e| {
-                let s = e.to_string();
-                s.split(" (os error ").next().unwrap_or(&s).to_string()
-            })
+            .map_err(|e| NsPathError::Stat(e.raw_os_error().unwrap_or(0)))
     };
     let proc_name = |t: &str| if t == "network" { "net" } else { t }.to_string();
     let types = crate::policy::config::HOST_NAMESPACE_TYPES;
