@@ -251,7 +251,7 @@ fn helper(name: &str, pid: i32, maps: &[IdMapping]) -> io::Result<()> {
     } else {
         Err(io::Error::other(format!(
             "{name} failed ({}): {}",
-            out.status,
+            super::signal::ChildEnd::from(out.status),
             String::from_utf8_lossy(&out.stderr).trim()
         )))
     }

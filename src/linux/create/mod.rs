@@ -135,10 +135,11 @@ pub enum Error {
     /// The child's message out of order (`sync: got … while waiting for …`).
     #[error(transparent)]
     Protocol(crate::linux::sync::OutOfOrder),
-    #[error("container init exited before it was ready ({status:?})")]
+    /// `status`: how it ended, or why waiting for it failed.
+    #[error("container init exited before it was ready ({})", ended(.status, .pid))]
     Died {
         pid: i32,
-        status: nix::Result<nix::sys::wait::WaitStatus>,
+        status: Result<super::signal::ChildEnd, io::Error>,
     },
     #[error("open the container's user namespace")]
     UsernsOf(#[source] io::Error),
@@ -169,6 +170,14 @@ pub enum Error {
     ListenerConnect { path: String, source: io::Error },
     #[error("linux.seccomp.listenerPath: send to {path}")]
     ListenerSend { path: String, source: io::Error },
+}
+
+/// How the init ended, or why it could not be waited for (`Error::Died`).
+fn ended(status: &Result<super::signal::ChildEnd, io::Error>, pid: &i32) -> String {
+    match status {
+        Ok(end) => end.to_string(),
+        Err(e) => format!("waitpid {pid}: {e}"),
+    }
 }
 
 /// The rows of the create table (the module doc): [`Step::ALL`] in order, row `n` at

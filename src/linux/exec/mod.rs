@@ -287,7 +287,7 @@ pub fn probe(rec: &Record, attrs: &Attrs) -> Result<Vec<&'static str>, ExecError
         other => {
             return Err(ExecError::Init(InitFailure::new(
                 InitStep::Exec,
-                format!("probe ended with {other:?}"),
+                format!("probe {}", crate::linux::signal::ChildEnd::from(other)),
             )))
         }
     };
