@@ -65,11 +65,25 @@ pub struct Plan {
     pub time_offsets: String,
 }
 
+/// A `linux.namespaces` entry the plan refuses, naming the entry (its index, its path).
+/// An io error is part of the message, as before, not a source of its own.
 #[derive(Debug, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct NsError {
-    pub field: String,
-    pub reason: String,
+pub enum NsError {
+    #[error("linux.namespaces[{index}].path: contains a NUL byte")]
+    PathNul { index: usize },
+    #[error("linux.namespaces[{index}].path: cannot open {path}: {err}")]
+    Open {
+        index: usize,
+        path: String,
+        err: io::Error,
+    },
+    #[error("linux.namespaces: a mount namespace is required (moat never sets up a rootfs in the host's)")]
+    NoMount,
+    /// The fd opened for a path to join (RESTRICTED's check of what is joined).
+    #[error("linux.namespaces: fstat {path}: {err}")]
+    Fstat { path: String, err: io::Error },
+    #[error("linux.namespaces: {path} (opened): the host's {typ} namespace is refused under RESTRICTED (allow with [restricted] host_namespaces = [\"{typ}\"])")]
+    HostRefused { path: String, typ: &'static str },
 }
 
 impl Plan {
@@ -88,15 +102,14 @@ impl Plan {
             match &ns.path {
                 None => plan.new |= f,
                 Some(path) => {
-                    let c = CString::new(path.as_str()).map_err(|_| NsError {
-                        field: format!("linux.namespaces[{i}].path"),
-                        reason: "contains a NUL byte".into(),
-                    })?;
+                    let c =
+                        CString::new(path.as_str()).map_err(|_| NsError::PathNul { index: i })?;
                     let fd =
-                        sys::openat(super::path::cwd(), &c, libc::O_RDONLY, 0).map_err(|e| {
-                            NsError {
-                                field: format!("linux.namespaces[{i}].path"),
-                                reason: format!("cannot open {path}: {e}"),
+                        sys::openat(super::path::cwd(), &c, libc::O_RDONLY, 0).map_err(|err| {
+                            NsError::Open {
+                                index: i,
+                                path: path.clone(),
+                                err,
                             }
                         })?;
                     let j = Join {
@@ -113,11 +126,7 @@ impl Plan {
             }
         }
         if plan.new & libc::CLONE_NEWNS == 0 && plan.mount_join.is_none() {
-            return Err(NsError {
-                field: "linux.namespaces".into(),
-                reason: "a mount namespace is required (moat never sets up a rootfs in the host's)"
-                    .into(),
-            });
+            return Err(NsError::NoMount);
         }
         let pid_join = plan.joins.iter().any(|j| j.flag == libc::CLONE_NEWPID);
         let new_user = plan.new & libc::CLONE_NEWUSER != 0;
@@ -146,19 +155,15 @@ impl Plan {
         refused: &[(&'static str, crate::policy::NsId)],
     ) -> Result<(), NsError> {
         for j in &self.joins {
-            let st = sys::fstat(std::os::fd::AsFd::as_fd(&j.fd)).map_err(|e| NsError {
-                field: "linux.namespaces".into(),
-                reason: format!("fstat {}: {e}", j.path),
+            let st = sys::fstat(std::os::fd::AsFd::as_fd(&j.fd)).map_err(|err| NsError::Fstat {
+                path: j.path.clone(),
+                err,
             })?;
             let id = (st.st_dev, st.st_ino);
             if let Some((typ, _)) = refused.iter().find(|(t, h)| flag(t) == j.flag && *h == id) {
-                return Err(NsError {
-                    field: "linux.namespaces".into(),
-                    reason: format!(
-                        "{} (opened): the host's {typ} namespace is refused under RESTRICTED \
-                         (allow with [restricted] host_namespaces = [\"{typ}\"])",
-                        j.path
-                    ),
+                return Err(NsError::HostRefused {
+                    path: j.path.clone(),
+                    typ,
                 });
             }
         }
@@ -367,7 +372,8 @@ mod tests {
     #[test]
     fn mount_namespace_required() {
         let e = Plan::from_spec(&spec(r#"[{"type":"pid"}]"#)).err().unwrap();
-        assert_eq!(e.field, "linux.namespaces");
+        assert!(matches!(e, NsError::NoMount), "{e}");
+        assert!(e.to_string().starts_with("linux.namespaces: "), "{e}");
     }
 
     #[test]
@@ -377,7 +383,12 @@ mod tests {
         ))
         .err()
         .unwrap();
-        assert_eq!(e.field, "linux.namespaces[1].path");
+        assert!(matches!(e, NsError::Open { index: 1, .. }), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("linux.namespaces[1].path: cannot open /nonexistent/ns: "),
+            "{e}"
+        );
     }
 
     #[test]

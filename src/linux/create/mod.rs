@@ -56,6 +56,8 @@ pub enum Error {
     /// A spec field a sub-plan (namespaces, rootfs, process attributes) refused.
     #[error("{field}: {reason}")]
     Spec { field: String, reason: String },
+    #[error(transparent)]
+    Namespaces(#[from] super::namespaces::NsError),
     #[error("process: missing: create needs a process to run")]
     NoProcess,
     #[error("process.args: must name the program to run")]

@@ -208,9 +208,8 @@ impl Plan {
         if p.terminal && opts.console_socket.is_none() && !opts.foreground {
             return Err(Error::TerminalWithoutSocket);
         }
-        let ns = NsPlan::from_spec(&spec).map_err(|e| spec_err(e.field, e.reason))?;
-        ns.refuse_host(&host_ns_refused)
-            .map_err(|e| spec_err(e.field, e.reason))?;
+        let ns = NsPlan::from_spec(&spec)?;
+        ns.refuse_host(&host_ns_refused)?;
         let linux = spec.linux();
         if (spec.hostname.as_deref().is_some_and(|h| !h.is_empty()) || spec.domainname.is_some())
             && !ns.has_new(libc::CLONE_NEWUTS)
