@@ -58,6 +58,8 @@ pub enum Error {
     Spec { field: String, reason: String },
     #[error(transparent)]
     Namespaces(#[from] super::namespaces::NsError),
+    #[error(transparent)]
+    Attrs(#[from] super::attrs::AttrError),
     #[error("process: missing: create needs a process to run")]
     NoProcess,
     #[error("process.args: must name the program to run")]

@@ -246,9 +246,8 @@ impl Plan {
         if decision.seccomp_floor {
             seccomp.push(seccomp::floor(policy::FLOOR_PROFILE, cache)?);
         }
-        let mut attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
-            .map_err(|e| spec_err(e.field, e.reason))?
-            .on_host(&host);
+        let mut attrs =
+            Attrs::from_process(p, "process", seccomp, opts.preserve_fds)?.on_host(&host);
         attrs.pass_listen_fds(opts.listen_fds);
         if opts.rootless {
             rootless_checks(&spec, &ns)?;
