@@ -53,13 +53,15 @@ use crate::state;
 /// source of an operation's error is printed by the error chain (`cli::main` joins it).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A spec field a sub-plan (namespaces, rootfs, process attributes) refused.
-    #[error("{field}: {reason}")]
-    Spec { field: String, reason: String },
+    /// A `linux.namespaces` entry the namespace plan refused.
     #[error(transparent)]
     Namespaces(#[from] super::namespaces::NsError),
+    /// A `process` field the attribute plan refused.
     #[error(transparent)]
     Attrs(#[from] super::attrs::AttrError),
+    /// A `root.path` or `mounts[]` entry the rootfs plan refused.
+    #[error(transparent)]
+    Rootfs(#[from] super::rootfs::PlanError),
     #[error("process: missing: create needs a process to run")]
     NoProcess,
     #[error("process.args: must name the program to run")]

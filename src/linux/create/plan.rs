@@ -99,13 +99,6 @@ pub struct Plan {
     pub(super) dumpable_until_mapped: bool,
 }
 
-fn spec_err(field: impl Into<String>, reason: impl Into<String>) -> Error {
-    Error::Spec {
-        field: field.into(),
-        reason: reason.into(),
-    }
-}
-
 impl Plan {
     /// Row 1. Takes `spec` with the policy (`cfg`) applied on the host facts it was decided
     /// from (`container::policy::decide`, probed on the host before anything is forked: the
@@ -264,8 +257,7 @@ impl Plan {
             planned.mount_sources(),
             ns.has_new(libc::CLONE_NEWCGROUP),
             notify_source.as_ref(),
-        )
-        .map_err(|e| spec_err(e.field, e.reason))?;
+        )?;
         let mut rootfs = rootfs;
         rootfs.strict_missing = decision.policy == "restricted";
         let mut devs = if rootfs.default_devices {
