@@ -166,7 +166,7 @@ pub enum Error {
         path: PathBuf,
         source: io::Error,
     },
-    #[error("pidfd_open")]
+    #[error("pidfd_open of the container init (pid {pid})")]
     PidfdOpen { pid: i32, source: io::Error },
     #[error("receive the pty master")]
     PtyMaster(#[source] io::Error),
