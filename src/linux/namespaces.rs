@@ -195,42 +195,32 @@ pub fn write_id_maps(pid: i32, uid: &[IdMapping], gid: &[IdMapping]) -> io::Resu
     let self_map =
         |m: &[IdMapping], own: u32| m.len() == 1 && m[0].size == 1 && m[0].host_id == own;
     let egid = sys::getegid();
+    // The file is named: the caller's message says only that the maps were written.
+    let write = |path: &str, data: &[u8]| {
+        sys::write_file(Path::new(path), data)
+            .map_err(|e| io::Error::new(e.kind(), format!("write {path}: {e}")))
+    };
     if euid == 0 {
         if !gid.is_empty() {
-            sys::write_file(
-                Path::new(&format!("/proc/{pid}/gid_map")),
-                fmt(gid).as_bytes(),
-            )?;
+            write(&format!("/proc/{pid}/gid_map"), fmt(gid).as_bytes())?;
         }
         if !uid.is_empty() {
-            sys::write_file(
-                Path::new(&format!("/proc/{pid}/uid_map")),
-                fmt(uid).as_bytes(),
-            )?;
+            write(&format!("/proc/{pid}/uid_map"), fmt(uid).as_bytes())?;
         }
         return Ok(());
     }
     if !gid.is_empty() {
         if self_map(gid, egid) {
             // An unprivileged gid map requires setgroups to be denied first.
-            sys::write_file(
-                Path::new(&format!("/proc/{pid}/setgroups")),
-                "deny".as_bytes(),
-            )?;
-            sys::write_file(
-                Path::new(&format!("/proc/{pid}/gid_map")),
-                fmt(gid).as_bytes(),
-            )?;
+            write(&format!("/proc/{pid}/setgroups"), "deny".as_bytes())?;
+            write(&format!("/proc/{pid}/gid_map"), fmt(gid).as_bytes())?;
         } else {
             helper("newgidmap", pid, gid)?;
         }
     }
     if !uid.is_empty() {
         if self_map(uid, euid) {
-            sys::write_file(
-                Path::new(&format!("/proc/{pid}/uid_map")),
-                fmt(uid).as_bytes(),
-            )?;
+            write(&format!("/proc/{pid}/uid_map"), fmt(uid).as_bytes())?;
         } else {
             helper("newuidmap", pid, uid)?;
         }
