@@ -84,8 +84,8 @@ pub enum Corruption {
     #[error(transparent)]
     Record(RecordError),
     /// `config.json` as moat wrote it does not parse: the spec field and why.
-    #[error("{field}: {message}")]
-    Spec { field: String, message: String },
+    #[error(transparent)]
+    Spec(crate::spec::JsonError),
 }
 
 /// Why a `state.json` cannot be read as a [`Record`].
@@ -331,9 +331,9 @@ impl ContainerDir {
     pub fn load_spec(&self) -> Result<Spec, StateError> {
         let path = self.file(SPEC_FILE);
         let bytes = fs::read(&path).map_err(io_err("cannot read", &path))?;
-        Spec::parse_own(&bytes).map_err(|(field, message)| StateError::Corrupt {
+        Spec::parse_own(&bytes).map_err(|e| StateError::Corrupt {
             path,
-            reason: Corruption::Spec { field, message },
+            reason: Corruption::Spec(e),
         })
     }
 
