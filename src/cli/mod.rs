@@ -295,8 +295,7 @@ impl std::fmt::Display for ExitWith {
 impl Global {
     /// The flags resolved once, as the lifecycle layer (`src/container/`) takes them.
     pub fn context(&self) -> Result<crate::container::Context> {
-        let rootless =
-            crate::linux::rootless::Flag::parse(&self.rootless).map_err(anyhow::Error::msg)?;
+        let rootless = crate::linux::rootless::Flag::parse(&self.rootless)?;
         Ok(crate::container::Context::new(
             self.root.clone(),
             rootless,

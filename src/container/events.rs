@@ -91,8 +91,8 @@ fn emit_stats(out: &mut impl Write, rec: &Record, cg: &Cgroup) -> Result<()> {
 
 fn emit(out: &mut impl Write, typ: &'static str, id: &str, data: Option<&Stats>) -> Result<()> {
     let ev = Event { typ, id, data };
-    writeln!(out, "{}", serde_json::to_string(&ev)?)?;
-    out.flush()?;
+    writeln!(out, "{}", serde_json::to_string(&ev)?).context("write to standard output")?;
+    out.flush().context("write to standard output")?;
     Ok(())
 }
 

@@ -175,12 +175,11 @@ fn build_process(
             err,
         })?;
         // Keys checked first (duplicates, case variants of fields): spec::keys.
-        let mut p: Process =
-            crate::spec::from_slice(&bytes).map_err(|(field, msg)| Error::ProcessJson {
-                path: path.clone(),
-                field,
-                msg,
-            })?;
+        let mut p: Process = crate::spec::from_slice(&bytes).map_err(|e| Error::ProcessJson {
+            path: path.clone(),
+            field: e.field,
+            msg: e.message,
+        })?;
         p.terminal |= a.tty;
         return Ok(p);
     }

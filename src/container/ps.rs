@@ -32,7 +32,8 @@ pub fn native(c: &Container, req: &Request) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match req.format.as_str() {
         "json" => {
-            writeln!(out, "{}", serde_json::to_string(&pids)?)?;
+            writeln!(out, "{}", serde_json::to_string(&pids)?)
+                .context("write to standard output")?;
             return Ok(());
         }
         "table" => {}
@@ -52,14 +53,14 @@ pub fn native(c: &Container, req: &Request) -> Result<()> {
         bail!(
             "ps {}: {}: {}{}",
             args.join(" "),
-            output.status,
+            crate::linux::signal::ChildEnd::from(output.status),
             String::from_utf8_lossy(&output.stdout).trim_end(),
             String::from_utf8_lossy(&output.stderr).trim_end()
         );
     }
     let text = String::from_utf8_lossy(&output.stdout);
     for line in filter(&text, &pids)? {
-        writeln!(out, "{line}")?;
+        writeln!(out, "{line}").context("write to standard output")?;
     }
     Ok(())
 }

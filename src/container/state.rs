@@ -55,14 +55,15 @@ pub fn list(ctx: &Context, req: &ListRequest) -> Result<i32> {
     let mut out = std::io::stdout().lock();
     if req.quiet {
         for (rec, _) in &rows {
-            writeln!(out, "{}", rec.id)?;
+            writeln!(out, "{}", rec.id).context("write to standard output")?;
         }
     } else if req.format == "json" {
         if rows.is_empty() {
-            writeln!(out, "null")?;
+            writeln!(out, "null").context("write to standard output")?;
         } else {
             let list: Vec<_> = rows.iter().map(|(r, s)| r.oci_state(*s)).collect();
-            writeln!(out, "{}", serde_json::to_string(&list)?)?;
+            writeln!(out, "{}", serde_json::to_string(&list)?)
+                .context("write to standard output")?;
         }
     } else {
         let mut lines = vec![[
@@ -96,7 +97,7 @@ pub fn list(ctx: &Context, req: &ListRequest) -> Result<i32> {
                     s.push_str(&format!("{:w$}   ", l[c], w = widths[c]));
                 }
             }
-            writeln!(out, "{}", s.trim_end())?;
+            writeln!(out, "{}", s.trim_end()).context("write to standard output")?;
         }
     }
     Ok(0)

@@ -66,11 +66,11 @@ pub fn read_resources(src: &str) -> Result<Resources> {
 
 pub fn parse_resources(bytes: &[u8]) -> Result<Resources> {
     // Keys checked first (duplicates, case variants of fields): spec::keys.
-    let res: Resources = crate::spec::from_slice(bytes).map_err(|(path, inner)| {
-        if path == "top level" {
-            anyhow::anyhow!("{inner}")
+    let res: Resources = crate::spec::from_slice(bytes).map_err(|e| {
+        if e.field == "top level" {
+            anyhow::anyhow!("{}", e.message)
         } else {
-            anyhow::anyhow!("{path}: {inner}")
+            anyhow::anyhow!("{e}")
         }
     })?;
     if !res.devices.is_empty() {

@@ -87,7 +87,8 @@ pub fn native(c: &Container) -> Result<Verdict> {
     let restricted = rec.policy == "restricted";
     let cfg = policy::Config::load()?;
     let pid = rec.pid;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("read status")?;
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
     let mut checks = Vec::new();
     let mut add = |check: &str, expected: String, actual: String, ok: bool| {
         checks.push(Check {
@@ -135,8 +136,16 @@ pub fn native(c: &Container) -> Result<Verdict> {
         .parse()
         .unwrap_or(0);
     let mut programs = Vec::new();
-    while let Some(b) = dir.read_file(&state::seccomp_file(programs.len()))? {
-        programs.push(Filter::from_bytes(&b).context("corrupt seccomp program")?);
+    loop {
+        let file = state::seccomp_file(programs.len());
+        let Some(b) = dir.read_file(&file)? else {
+            break;
+        };
+        programs.push(
+            Filter::from_bytes(&b).with_context(|| {
+                format!("corrupt seccomp program in the state directory ({file})")
+            })?,
+        );
     }
     let want_sc = restricted || !programs.is_empty();
     add(

@@ -267,14 +267,16 @@ fn kill_sandbox(pid: i32) -> Result<()> {
     let pidfd = match sys::pidfd_open(pid) {
         Ok(fd) => fd,
         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(()),
-        Err(e) => return Err(e).context("pidfd_open sandbox"),
+        Err(e) => return Err(e).with_context(|| format!("pidfd_open sandbox (pid {pid})")),
     };
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     if !cmdline.starts_with(b"runsc-sandbox\0") {
         return Ok(());
     }
     match sys::pidfd_send_signal(std::os::fd::AsFd::as_fd(&pidfd), libc::SIGKILL) {
-        Err(e) if e.raw_os_error() != Some(libc::ESRCH) => Err(e).context("kill sandbox"),
+        Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
+            Err(e).with_context(|| format!("kill sandbox (pid {pid})"))
+        }
         _ => Ok(()),
     }
 }

@@ -105,8 +105,8 @@ pub fn events(
             break;
         }
         let mut out = std::io::stdout().lock();
-        writeln!(out, "{}", zero_stats(&rec.id))?;
-        out.flush()?;
+        writeln!(out, "{}", zero_stats(&rec.id)).context("write to standard output")?;
+        out.flush().context("write to standard output")?;
         if stats {
             return Ok(0);
         }

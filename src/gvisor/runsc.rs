@@ -36,7 +36,10 @@ pub struct Runsc<'a> {
 
 /// What a captured runsc call printed and how it ended.
 pub struct Output {
+    /// The exit status; 128 when runsc was killed by a signal.
     pub code: i32,
+    /// How runsc ended, for the message when it printed none.
+    pub end: crate::linux::signal::ChildEnd,
     pub stdout: Vec<u8>,
     pub stderr: String,
 }
@@ -47,7 +50,7 @@ impl Output {
         let msg = self.stderr.trim();
         let msg = msg.lines().last().unwrap_or("").trim();
         if msg.is_empty() {
-            format!("runsc exited with status {}", self.code)
+            format!("runsc {}", self.end)
         } else {
             msg.to_string()
         }
@@ -276,6 +279,7 @@ impl<'a> Runsc<'a> {
         };
         Ok(Output {
             code,
+            end: status.into(),
             stdout: read(out).context("read runsc's output")?,
             stderr: String::from_utf8_lossy(&read(err).context("read runsc's output")?)
                 .into_owned(),

@@ -88,8 +88,8 @@ fn remove(v: &mut Value, pointer: &str) {
 /// serialised from moat's type.
 pub fn read_process(path: &Path) -> Result<Value> {
     let b = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
-    let p: Process = spec::from_slice(&b)
-        .map_err(|(field, msg)| anyhow::anyhow!("{}: {field}: {msg}", path.display()))?;
+    let p: Process =
+        spec::from_slice(&b).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(serde_json::to_value(p).expect("process serialises"))
 }
 

@@ -38,9 +38,14 @@ pub fn ensure_loaded(name: &str, text: &str, host: &HostFacts) -> io::Result<()>
         .write_all(text.as_bytes())?;
     let out = child.wait_with_output()?;
     if !out.status.success() {
+        // Its own message; its status when it printed none.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let why = match stderr.trim() {
+            "" => super::signal::ChildEnd::from(out.status).to_string(),
+            msg => msg.to_string(),
+        };
         return Err(io::Error::other(format!(
-            "apparmor_parser could not load {name}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
+            "apparmor_parser could not load {name}: {why}"
         )));
     }
     Ok(())

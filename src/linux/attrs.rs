@@ -18,18 +18,40 @@ use super::sync::{InitFailure, Step, StepExt};
 use super::sys;
 use crate::spec::{ConsoleSize, Process, Scheduler};
 
+/// A process attribute the plan refuses. `process` is where the process came from
+/// (`process`, or the exec process file); the rest is the object refused.
 #[derive(Debug, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct AttrError {
-    pub field: String,
-    pub reason: String,
-}
-
-fn err(field: impl Into<String>, reason: impl Into<String>) -> AttrError {
-    AttrError {
-        field: field.into(),
-        reason: reason.into(),
-    }
+pub enum AttrError {
+    /// `list` is the whole field (`process.args`, `process.env`).
+    #[error("{list}[{index}]: contains a NUL byte")]
+    Nul { list: String, index: usize },
+    #[error("{process}.args: must name the program to run")]
+    NoArgs { process: String },
+    #[error("{process}.cwd: {cwd:?} is not an absolute path")]
+    RelativeCwd { process: String, cwd: String },
+    /// `id`: `uid`, `gid` or `additionalGids[N]`.
+    #[error("{process}.user.{id}: {value} is out of range (0-{MAX_ID})")]
+    IdRange {
+        process: String,
+        id: String,
+        value: u32,
+    },
+    #[error(transparent)]
+    Capability(#[from] capabilities::UnknownCapability),
+    #[error("{process}.rlimits[{index}].type: unknown rlimit {typ:?}")]
+    RlimitType {
+        process: String,
+        index: usize,
+        typ: String,
+    },
+    #[error("{process}.rlimits[{index}]: soft limit is above the hard limit")]
+    RlimitOrder { process: String, index: usize },
+    #[error("{process}.ioPriority.class: unknown class {class:?}")]
+    IoprioClass { process: String, class: String },
+    #[error("{process}.ioPriority.priority: must be between 0 and 7")]
+    IoprioPriority { process: String },
+    #[error("{process}.scheduler.policy: unknown policy {policy:?}")]
+    SchedPolicy { process: String, policy: String },
 }
 
 /// The largest uid or gid a process may be given (runc's limit too).
@@ -68,8 +90,10 @@ pub fn cstrings(v: &[String], field: &str) -> Result<Vec<CString>, AttrError> {
     v.iter()
         .enumerate()
         .map(|(i, s)| {
-            CString::new(s.as_str())
-                .map_err(|_| err(format!("{field}[{i}]"), "contains a NUL byte"))
+            CString::new(s.as_str()).map_err(|_| AttrError::Nul {
+                list: field.to_string(),
+                index: i,
+            })
         })
         .collect()
 }
@@ -118,13 +142,15 @@ impl Attrs {
         preserve_fds: u32,
     ) -> Result<Attrs, AttrError> {
         if p.args.is_empty() {
-            return Err(err(format!("{field}.args"), "must name the program to run"));
+            return Err(AttrError::NoArgs {
+                process: field.to_string(),
+            });
         }
         if !p.cwd.starts_with('/') {
-            return Err(err(
-                format!("{field}.cwd"),
-                format!("{:?} is not an absolute path", p.cwd),
-            ));
+            return Err(AttrError::RelativeCwd {
+                process: field.to_string(),
+                cwd: p.cwd.clone(),
+            });
         }
         // (uid_t)-1 means "leave unchanged" to setresuid/setresgid: a spec asking for it
         // would keep moat's own root. runc refuses everything above i32::MAX, and so do we.
@@ -140,28 +166,27 @@ impl Attrs {
             );
         for (k, v) in ids {
             if v > MAX_ID {
-                return Err(err(
-                    format!("{field}.user.{k}"),
-                    format!("{v} is out of range (0-{MAX_ID})"),
-                ));
+                return Err(AttrError::IdRange {
+                    process: field.to_string(),
+                    id: k,
+                    value: v,
+                });
             }
         }
         let caps =
-            capabilities::from_spec(p.capabilities.as_ref(), &format!("{field}.capabilities"))
-                .map_err(|e| err(e.field, format!("unknown capability {:?}", e.name)))?;
+            capabilities::from_spec(p.capabilities.as_ref(), &format!("{field}.capabilities"))?;
         let mut rlimits = Vec::new();
         for (i, r) in p.rlimits.iter().enumerate() {
-            let res = rlimit_resource(&r.typ).ok_or_else(|| {
-                err(
-                    format!("{field}.rlimits[{i}].type"),
-                    format!("unknown rlimit {:?}", r.typ),
-                )
+            let res = rlimit_resource(&r.typ).ok_or_else(|| AttrError::RlimitType {
+                process: field.to_string(),
+                index: i,
+                typ: r.typ.clone(),
             })?;
             if r.soft > r.hard {
-                return Err(err(
-                    format!("{field}.rlimits[{i}]"),
-                    "soft limit is above the hard limit",
-                ));
+                return Err(AttrError::RlimitOrder {
+                    process: field.to_string(),
+                    index: i,
+                });
             }
             rlimits.push((res, r.soft, r.hard));
         }
@@ -173,27 +198,26 @@ impl Attrs {
                     "IOPRIO_CLASS_BE" => 2,
                     "IOPRIO_CLASS_IDLE" => 3,
                     other => {
-                        return Err(err(
-                            format!("{field}.ioPriority.class"),
-                            format!("unknown class {other:?}"),
-                        ))
+                        return Err(AttrError::IoprioClass {
+                            process: field.to_string(),
+                            class: other.to_string(),
+                        })
                     }
                 };
                 if !(0..=7).contains(&io.priority) {
-                    return Err(err(
-                        format!("{field}.ioPriority.priority"),
-                        "must be between 0 and 7",
-                    ));
+                    return Err(AttrError::IoprioPriority {
+                        process: field.to_string(),
+                    });
                 }
                 Some((class, io.priority))
             }
         };
         if let Some(s) = &p.scheduler {
             if sched_policy(&s.policy).is_none() {
-                return Err(err(
-                    format!("{field}.scheduler.policy"),
-                    format!("unknown policy {:?}", s.policy),
-                ));
+                return Err(AttrError::SchedPolicy {
+                    process: field.to_string(),
+                    policy: s.policy.clone(),
+                });
             }
         }
         let env = p.env.clone();
@@ -526,8 +550,15 @@ mod tests {
             let mut p = process(base.clone());
             set(&mut p);
             let e = ok(&p).err().expect("accepted");
-            assert_eq!(e.field, format!("process.user.{k}"));
-            assert!(e.reason.contains("out of range"), "{}", e.reason);
+            assert!(
+                matches!(&e, AttrError::IdRange { id, .. } if id == k),
+                "{e}"
+            );
+            assert!(
+                e.to_string().starts_with(&format!("process.user.{k}: ")),
+                "{e}"
+            );
+            assert!(e.to_string().contains("out of range"), "{e}");
         }
     }
 

@@ -26,7 +26,7 @@ pub enum HookError {
         kind: &'static str,
         index: usize,
         path: String,
-        status: String,
+        status: super::signal::ChildEnd,
     },
     #[error("{kind}[{index}] {path}: timed out after {secs}s and was killed")]
     Timeout {
@@ -120,7 +120,7 @@ fn run_one(kind: &'static str, index: usize, h: &Hook, state: &[u8]) -> Result<(
             kind,
             index,
             path: h.path.clone(),
-            status: status.to_string(),
+            status: status.into(),
         })
     }
 }

@@ -202,28 +202,39 @@ pub struct OverlayOpts {
     pub other: Vec<(String, Option<String>)>,
 }
 
-pub fn overlay_opts(super_opts: &[String]) -> Result<OverlayOpts, String> {
+/// Why an overlay's options cannot be mounted again from their paths.
+#[derive(Debug, thiserror::Error)]
+pub enum OverlayOptsError {
+    /// `layer` as mountinfo shows it (escaped).
+    #[error("overlay layer {layer:?} is a relative path (mounted from another directory); cannot find it again")]
+    RelativeLayer { layer: String },
+    #[error("overlay data-only lower layers (::) are not supported")]
+    DataOnlyLower,
+    #[error("overlay without lowerdir")]
+    NoLowerdir,
+}
+
+pub fn overlay_opts(super_opts: &[String]) -> Result<OverlayOpts, OverlayOptsError> {
     let mut o = OverlayOpts::default();
     for opt in super_opts {
         let (k, v) = match opt.split_once('=') {
             Some((k, v)) => (k, Some(v)),
             None => (opt.as_str(), None),
         };
-        let abs = |s: &str| -> Result<PathBuf, String> {
+        let abs = |s: &str| -> Result<PathBuf, OverlayOptsError> {
             let p = PathBuf::from(unescape(s));
             if p.is_absolute() {
                 Ok(p)
             } else {
-                Err(format!(
-                    "overlay layer {s:?} is a relative path (mounted from another directory); \
-                     cannot find it again"
-                ))
+                Err(OverlayOptsError::RelativeLayer {
+                    layer: s.to_string(),
+                })
             }
         };
         match (k, v) {
             ("lowerdir", Some(v)) => {
                 if v.contains("::") {
-                    return Err("overlay data-only lower layers (::) are not supported".into());
+                    return Err(OverlayOptsError::DataOnlyLower);
                 }
                 for l in v.split(':').filter(|l| !l.is_empty()) {
                     o.lower.push(abs(l)?);
@@ -236,7 +247,7 @@ pub fn overlay_opts(super_opts: &[String]) -> Result<OverlayOpts, String> {
         }
     }
     if o.lower.is_empty() {
-        return Err("overlay without lowerdir".into());
+        return Err(OverlayOptsError::NoLowerdir);
     }
     Ok(o)
 }

@@ -65,11 +65,25 @@ pub struct Plan {
     pub time_offsets: String,
 }
 
+/// A `linux.namespaces` entry the plan refuses, naming the entry (its index, its path).
+/// An io error is part of the message, as before, not a source of its own.
 #[derive(Debug, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct NsError {
-    pub field: String,
-    pub reason: String,
+pub enum NsError {
+    #[error("linux.namespaces[{index}].path: contains a NUL byte")]
+    PathNul { index: usize },
+    #[error("linux.namespaces[{index}].path: cannot open {path}: {err}")]
+    Open {
+        index: usize,
+        path: String,
+        err: io::Error,
+    },
+    #[error("linux.namespaces: a mount namespace is required (moat never sets up a rootfs in the host's)")]
+    NoMount,
+    /// The fd opened for a path to join (RESTRICTED's check of what is joined).
+    #[error("linux.namespaces: fstat {path}: {err}")]
+    Fstat { path: String, err: io::Error },
+    #[error("linux.namespaces: {path} (opened): the host's {typ} namespace is refused under RESTRICTED (allow with [restricted] host_namespaces = [\"{typ}\"])")]
+    HostRefused { path: String, typ: &'static str },
 }
 
 impl Plan {
@@ -88,15 +102,14 @@ impl Plan {
             match &ns.path {
                 None => plan.new |= f,
                 Some(path) => {
-                    let c = CString::new(path.as_str()).map_err(|_| NsError {
-                        field: format!("linux.namespaces[{i}].path"),
-                        reason: "contains a NUL byte".into(),
-                    })?;
+                    let c =
+                        CString::new(path.as_str()).map_err(|_| NsError::PathNul { index: i })?;
                     let fd =
-                        sys::openat(super::path::cwd(), &c, libc::O_RDONLY, 0).map_err(|e| {
-                            NsError {
-                                field: format!("linux.namespaces[{i}].path"),
-                                reason: format!("cannot open {path}: {e}"),
+                        sys::openat(super::path::cwd(), &c, libc::O_RDONLY, 0).map_err(|err| {
+                            NsError::Open {
+                                index: i,
+                                path: path.clone(),
+                                err,
                             }
                         })?;
                     let j = Join {
@@ -113,11 +126,7 @@ impl Plan {
             }
         }
         if plan.new & libc::CLONE_NEWNS == 0 && plan.mount_join.is_none() {
-            return Err(NsError {
-                field: "linux.namespaces".into(),
-                reason: "a mount namespace is required (moat never sets up a rootfs in the host's)"
-                    .into(),
-            });
+            return Err(NsError::NoMount);
         }
         let pid_join = plan.joins.iter().any(|j| j.flag == libc::CLONE_NEWPID);
         let new_user = plan.new & libc::CLONE_NEWUSER != 0;
@@ -146,19 +155,15 @@ impl Plan {
         refused: &[(&'static str, crate::policy::NsId)],
     ) -> Result<(), NsError> {
         for j in &self.joins {
-            let st = sys::fstat(std::os::fd::AsFd::as_fd(&j.fd)).map_err(|e| NsError {
-                field: "linux.namespaces".into(),
-                reason: format!("fstat {}: {e}", j.path),
+            let st = sys::fstat(std::os::fd::AsFd::as_fd(&j.fd)).map_err(|err| NsError::Fstat {
+                path: j.path.clone(),
+                err,
             })?;
             let id = (st.st_dev, st.st_ino);
             if let Some((typ, _)) = refused.iter().find(|(t, h)| flag(t) == j.flag && *h == id) {
-                return Err(NsError {
-                    field: "linux.namespaces".into(),
-                    reason: format!(
-                        "{} (opened): the host's {typ} namespace is refused under RESTRICTED \
-                         (allow with [restricted] host_namespaces = [\"{typ}\"])",
-                        j.path
-                    ),
+                return Err(NsError::HostRefused {
+                    path: j.path.clone(),
+                    typ,
                 });
             }
         }
@@ -190,42 +195,32 @@ pub fn write_id_maps(pid: i32, uid: &[IdMapping], gid: &[IdMapping]) -> io::Resu
     let self_map =
         |m: &[IdMapping], own: u32| m.len() == 1 && m[0].size == 1 && m[0].host_id == own;
     let egid = sys::getegid();
+    // The file is named: the caller's message says only that the maps were written.
+    let write = |path: &str, data: &[u8]| {
+        sys::write_file(Path::new(path), data)
+            .map_err(|e| io::Error::new(e.kind(), format!("write {path}: {e}")))
+    };
     if euid == 0 {
         if !gid.is_empty() {
-            sys::write_file(
-                Path::new(&format!("/proc/{pid}/gid_map")),
-                fmt(gid).as_bytes(),
-            )?;
+            write(&format!("/proc/{pid}/gid_map"), fmt(gid).as_bytes())?;
         }
         if !uid.is_empty() {
-            sys::write_file(
-                Path::new(&format!("/proc/{pid}/uid_map")),
-                fmt(uid).as_bytes(),
-            )?;
+            write(&format!("/proc/{pid}/uid_map"), fmt(uid).as_bytes())?;
         }
         return Ok(());
     }
     if !gid.is_empty() {
         if self_map(gid, egid) {
             // An unprivileged gid map requires setgroups to be denied first.
-            sys::write_file(
-                Path::new(&format!("/proc/{pid}/setgroups")),
-                "deny".as_bytes(),
-            )?;
-            sys::write_file(
-                Path::new(&format!("/proc/{pid}/gid_map")),
-                fmt(gid).as_bytes(),
-            )?;
+            write(&format!("/proc/{pid}/setgroups"), "deny".as_bytes())?;
+            write(&format!("/proc/{pid}/gid_map"), fmt(gid).as_bytes())?;
         } else {
             helper("newgidmap", pid, gid)?;
         }
     }
     if !uid.is_empty() {
         if self_map(uid, euid) {
-            sys::write_file(
-                Path::new(&format!("/proc/{pid}/uid_map")),
-                fmt(uid).as_bytes(),
-            )?;
+            write(&format!("/proc/{pid}/uid_map"), fmt(uid).as_bytes())?;
         } else {
             helper("newuidmap", pid, uid)?;
         }
@@ -251,7 +246,7 @@ fn helper(name: &str, pid: i32, maps: &[IdMapping]) -> io::Result<()> {
     } else {
         Err(io::Error::other(format!(
             "{name} failed ({}): {}",
-            out.status,
+            super::signal::ChildEnd::from(out.status),
             String::from_utf8_lossy(&out.stderr).trim()
         )))
     }
@@ -262,20 +257,12 @@ fn helper(name: &str, pid: i32, maps: &[IdMapping]) -> io::Result<()> {
 /// path (`stat` follows the nsfs magic link to the namespace itself), and whether the host
 /// is cgroup v2. Five `stat`s; nothing is opened.
 pub fn floor_facts(spec: &Spec) -> crate::policy::FloorFacts {
+    use crate::policy::NsPathError;
     let ids = |p: &str| {
-        CString::new(p)
-            .map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "file name contained an unexpected NUL byte",
-                )
-            })
-            .and_then(|c| sys::stat(&c))
+        let c = CString::new(p).map_err(|_| NsPathError::Nul)?;
+        sys::stat(&c)
             .map(|st| (st.st_dev, st.st_ino))
-            .map_err(|e| {
-                let s = e.to_string();
-                s.split(" (os error ").next().unwrap_or(&s).to_string()
-            })
+            .map_err(|e| NsPathError::Stat(e.raw_os_error().unwrap_or(0)))
     };
     let proc_name = |t: &str| if t == "network" { "net" } else { t }.to_string();
     let types = crate::policy::config::HOST_NAMESPACE_TYPES;
@@ -375,7 +362,8 @@ mod tests {
     #[test]
     fn mount_namespace_required() {
         let e = Plan::from_spec(&spec(r#"[{"type":"pid"}]"#)).err().unwrap();
-        assert_eq!(e.field, "linux.namespaces");
+        assert!(matches!(e, NsError::NoMount), "{e}");
+        assert!(e.to_string().starts_with("linux.namespaces: "), "{e}");
     }
 
     #[test]
@@ -385,7 +373,12 @@ mod tests {
         ))
         .err()
         .unwrap();
-        assert_eq!(e.field, "linux.namespaces[1].path");
+        assert!(matches!(e, NsError::Open { index: 1, .. }), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("linux.namespaces[1].path: cannot open /nonexistent/ns: "),
+            "{e}"
+        );
     }
 
     #[test]

@@ -94,11 +94,44 @@ impl Plan {
     }
 }
 
+/// A rootfs or `mounts[]` entry the plan refuses; `index` is the entry of `mounts[]`. An
+/// io error is part of the message, as before, not a source of its own.
 #[derive(Debug, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct PlanError {
-    pub field: String,
-    pub reason: String,
+pub enum PlanError {
+    /// `call`: the first of the new mount API's syscalls the kernel lacks.
+    #[error("kernel: this kernel has no {call}: moat needs openat2, fsopen and mount_setattr (Linux 5.12 or later) and never falls back to lookups by name")]
+    NoMountApi { call: &'static str },
+    #[error("root.path: {} is not a directory", .rootfs.display())]
+    RootNotDir { rootfs: PathBuf },
+    #[error("root.path: rootfs {}: {err}", .rootfs.display())]
+    Root {
+        rootfs: PathBuf,
+        err: std::io::Error,
+    },
+    #[error("mounts[{index}].uidMappings: only bind mounts can be idmapped")]
+    IdmapNotBind { index: usize },
+    #[error(
+        "mounts[{index}].uidMappings: an idmapped mount needs both uidMappings and gidMappings"
+    )]
+    IdmapHalf { index: usize },
+    #[error("mounts[{index}].options: idmap without uidMappings maps through the container's user namespace, and the container has none")]
+    IdmapNoUserns { index: usize },
+    #[error("mounts[{index}].source: a bind mount needs a source")]
+    BindNoSource { index: usize },
+    #[error("mounts[{index}].source: {}: {err}", .source_path.display())]
+    BindSource {
+        index: usize,
+        source_path: PathBuf,
+        err: std::io::Error,
+    },
+    #[error("mounts[{index}].destination: cannot bind over the container root")]
+    BindOverRoot { index: usize },
+    #[error("mounts[{index}].type: a mount that is not a bind needs a filesystem type")]
+    NoFsType { index: usize },
+    #[error("mounts[{index}].type: /proc must be a proc filesystem")]
+    ProcNotProc { index: usize },
+    #[error("mounts[{index}].type: /sys must be a sysfs filesystem or a bind of the host's /sys")]
+    SysNotSysfs { index: usize },
 }
 
 pub fn plan(
@@ -111,30 +144,14 @@ pub fn plan(
 ) -> Result<Plan, PlanError> {
     // Every lookup and mount in the rootfs goes by fd; there is no fallback by name.
     if let Some(call) = sys::missing_mount_api() {
-        return Err(PlanError {
-            field: "kernel".into(),
-            reason: format!(
-                "this kernel has no {call}: moat needs openat2, fsopen and mount_setattr \
-                 (Linux 5.12 or later) and never falls back to lookups by name"
-            ),
-        });
+        return Err(PlanError::NoMountApi { call });
     }
     let userns = spec.linux().namespaces.iter().any(|n| n.typ == "user");
     let rootfs = spec.rootfs(bundle);
     match std::fs::metadata(&rootfs) {
         Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(PlanError {
-                field: "root.path".into(),
-                reason: format!("{} is not a directory", rootfs.display()),
-            })
-        }
-        Err(e) => {
-            return Err(PlanError {
-                field: "root.path".into(),
-                reason: format!("rootfs {}: {e}", rootfs.display()),
-            })
-        }
+        Ok(_) => return Err(PlanError::RootNotDir { rootfs }),
+        Err(err) => return Err(PlanError::Root { rootfs, err }),
     }
     // Every value but `rslave` and `rprivate` may leave a shared mount in the namespace
     // (the non-recursive ones leave the copies of the host's shared mounts as they are):
@@ -174,28 +191,16 @@ pub fn plan(
     let mut dev_is_bind = false;
     for (index, m) in spec.mounts.iter().enumerate() {
         let opts = mount::parse_options(&m.options);
-        let field = |f: &str| format!("mounts[{index}].{f}");
         let typ = m.typ.as_deref().unwrap_or("");
         let idmap = if opts.idmap || !m.uid_mappings.is_empty() || !m.gid_mappings.is_empty() {
             if !(opts.bind || typ == "bind") {
-                return Err(PlanError {
-                    field: field("uidMappings"),
-                    reason: "only bind mounts can be idmapped".into(),
-                });
+                return Err(PlanError::IdmapNotBind { index });
             }
             if m.uid_mappings.is_empty() != m.gid_mappings.is_empty() {
-                return Err(PlanError {
-                    field: field("uidMappings"),
-                    reason: "an idmapped mount needs both uidMappings and gidMappings".into(),
-                });
+                return Err(PlanError::IdmapHalf { index });
             }
             if m.uid_mappings.is_empty() && !userns {
-                return Err(PlanError {
-                    field: field("options"),
-                    reason: "idmap without uidMappings maps through the container's user \
-                             namespace, and the container has none"
-                        .into(),
-                });
+                return Err(PlanError::IdmapNoUserns { index });
             }
             Some(super::idmap::Idmap {
                 uid: m.uid_mappings.clone(),
@@ -208,10 +213,7 @@ pub fn plan(
         let kind = if opts.bind || typ == "bind" {
             let src = m.source.as_deref().unwrap_or("");
             if src.is_empty() {
-                return Err(PlanError {
-                    field: field("source"),
-                    reason: "a bind mount needs a source".into(),
-                });
+                return Err(PlanError::BindNoSource { index });
             }
             let source = if src.starts_with('/') {
                 PathBuf::from(src)
@@ -223,17 +225,15 @@ pub fn plan(
             let is_dir = match made_later.filter(|(p, _)| *p == source) {
                 Some((_, is_dir)) => *is_dir,
                 None => std::fs::metadata(&source)
-                    .map_err(|e| PlanError {
-                        field: field("source"),
-                        reason: format!("{}: {e}", source.display()),
+                    .map_err(|err| PlanError::BindSource {
+                        index,
+                        source_path: source.clone(),
+                        err,
                     })?
                     .is_dir(),
             };
             if path::components(&m.destination).is_empty() {
-                return Err(PlanError {
-                    field: field("destination"),
-                    reason: "cannot bind over the container root".into(),
-                });
+                return Err(PlanError::BindOverRoot { index });
             }
             if path::components(&m.destination) == ["dev"] {
                 dev_is_bind = true;
@@ -243,10 +243,7 @@ pub fn plan(
             Kind::Cgroup
         } else {
             if typ.is_empty() || typ == "none" {
-                return Err(PlanError {
-                    field: field("type"),
-                    reason: "a mount that is not a bind needs a filesystem type".into(),
-                });
+                return Err(PlanError::NoFsType { index });
             }
             Kind::Fs {
                 fstype: typ.to_string(),
@@ -257,19 +254,13 @@ pub fn plan(
         // written through them (CVE-2019-16884). rootless specs bind the host's /sys.
         let comps = path::components(&m.destination);
         if comps == ["proc"] && !matches!(&kind, Kind::Fs { fstype, .. } if fstype == "proc") {
-            return Err(PlanError {
-                field: field("type"),
-                reason: "/proc must be a proc filesystem".into(),
-            });
+            return Err(PlanError::ProcNotProc { index });
         }
         if comps == ["sys"]
             && !matches!(&kind, Kind::Fs { fstype, .. } if fstype == "sysfs")
             && !matches!(&kind, Kind::Bind { source, .. } if source == std::path::Path::new("/sys"))
         {
-            return Err(PlanError {
-                field: field("type"),
-                reason: "/sys must be a sysfs filesystem or a bind of the host's /sys".into(),
-            });
+            return Err(PlanError::SysNotSysfs { index });
         }
         mounts.push(MountPlan {
             index,

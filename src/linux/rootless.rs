@@ -22,12 +22,12 @@ pub enum Flag {
 }
 
 impl Flag {
-    pub fn parse(flag: &str) -> Result<Flag, String> {
+    pub fn parse(flag: &str) -> Result<Flag, BadFlag> {
         match flag {
             "true" => Ok(Flag::True),
             "false" => Ok(Flag::False),
             "auto" | "" => Ok(Flag::Auto),
-            other => Err(format!("--rootless {other:?}: want true, false or auto")),
+            other => Err(BadFlag(other.to_string())),
         }
     }
 
@@ -40,6 +40,11 @@ impl Flag {
         }
     }
 }
+
+/// A `--rootless` value other than `true`, `false` or `auto`.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("--rootless {0:?}: want true, false or auto")]
+pub struct BadFlag(pub String);
 
 /// True unless `/proc/self/uid_map` is the initial namespace's identity map of every id.
 pub fn in_user_namespace() -> bool {
@@ -162,47 +167,105 @@ pub fn sub_ranges(text: &str, name: Option<&str>, id: u32) -> Vec<SubRange> {
         .collect()
 }
 
+/// Why a rootless spec's id map is refused; `field` is `linux.uidMappings` or
+/// `linux.gidMappings`, `index` the entry, id ranges are inclusive (`first`, `last`).
+#[derive(Debug, thiserror::Error)]
+pub enum MapError {
+    #[error("{field}[{index}]: size must not be 0")]
+    ZeroSize { field: &'static str, index: usize },
+    #[error("{field}[{index}]: container ids {}-{} overlap {field}[{other}] ({}-{})", .ids.0, .ids.1, .other_ids.0, .other_ids.1)]
+    ContainerOverlap {
+        field: &'static str,
+        index: usize,
+        ids: (u64, u64),
+        other: usize,
+        other_ids: (u64, u64),
+    },
+    #[error("{field}[{index}]: host ids {}-{} overlap {field}[{other}] ({}-{})", .ids.0, .ids.1, .other_ids.0, .other_ids.1)]
+    HostOverlap {
+        field: &'static str,
+        index: usize,
+        ids: (u64, u64),
+        other: usize,
+        other_ids: (u64, u64),
+    },
+    /// Host ids neither the caller's own nor granted to it in `sub_file`.
+    #[error("{field}[{index}]: host ids {}-{} are neither the caller's own id {own} nor subordinate ids of it ({})", .ids.0, .ids.1, granted_text(.sub_file, .user, .granted))]
+    NotGranted {
+        field: &'static str,
+        index: usize,
+        ids: (u64, u64),
+        own: u32,
+        sub_file: &'static str,
+        user: String,
+        granted: Vec<SubRange>,
+    },
+    #[error("{field}: mapping ids other than the caller's own needs {helper} (Debian package uidmap), which is not on PATH")]
+    NoHelper {
+        field: &'static str,
+        helper: &'static str,
+    },
+}
+
+/// "`sub_file` grants `user` only 100000-165535, …", or "… no range".
+fn granted_text(sub_file: &str, user: &str, subs: &[SubRange]) -> String {
+    if subs.is_empty() {
+        format!("{sub_file} grants {user} no range")
+    } else {
+        format!(
+            "{sub_file} grants {user} only {}",
+            subs.iter()
+                .map(|r| format!("{}-{}", r.start, r.start + r.count - 1))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
 /// Checks a rootless caller's `linux.uidMappings` (`kind` "uid") or `gidMappings` against
 /// what the kernel and newuidmap/newgidmap will accept: the caller's own id (written
 /// directly when it is the whole map), or ranges of its subordinate ids, with no two
 /// entries overlapping on either side. `field` names the spec field in errors.
 pub fn check_maps(
-    field: &str,
+    field: &'static str,
     maps: &[IdMapping],
     own: u32,
     subs: &[SubRange],
-    sub_file: &str,
+    sub_file: &'static str,
     user: &str,
-) -> Result<(), String> {
-    for (i, m) in maps.iter().enumerate() {
-        let f = format!("{field}[{i}]");
+) -> Result<(), MapError> {
+    for (index, m) in maps.iter().enumerate() {
         if m.size == 0 {
-            return Err(format!("{f}: size must not be 0"));
+            return Err(MapError::ZeroSize { field, index });
         }
         let (c, h, n) = (
             u64::from(m.container_id),
             u64::from(m.host_id),
             u64::from(m.size),
         );
-        for (j, o) in maps.iter().enumerate().take(i) {
+        for (j, o) in maps.iter().enumerate().take(index) {
             let (oc, oh, on) = (
                 u64::from(o.container_id),
                 u64::from(o.host_id),
                 u64::from(o.size),
             );
             if c < oc + on && oc < c + n {
-                return Err(format!(
-                    "{f}: container ids {c}-{} overlap {field}[{j}] ({oc}-{})",
-                    c + n - 1,
-                    oc + on - 1
-                ));
+                return Err(MapError::ContainerOverlap {
+                    field,
+                    index,
+                    ids: (c, c + n - 1),
+                    other: j,
+                    other_ids: (oc, oc + on - 1),
+                });
             }
             if h < oh + on && oh < h + n {
-                return Err(format!(
-                    "{f}: host ids {h}-{} overlap {field}[{j}] ({oh}-{})",
-                    h + n - 1,
-                    oh + on - 1
-                ));
+                return Err(MapError::HostOverlap {
+                    field,
+                    index,
+                    ids: (h, h + n - 1),
+                    other: j,
+                    other_ids: (oh, oh + on - 1),
+                });
             }
         }
         if h == u64::from(own) && n == 1 {
@@ -212,21 +275,15 @@ pub fn check_maps(
             .iter()
             .any(|r| h >= r.start && h + n <= r.start + r.count);
         if !covered {
-            let granted = if subs.is_empty() {
-                format!("{sub_file} grants {user} no range")
-            } else {
-                format!(
-                    "{sub_file} grants {user} only {}",
-                    subs.iter()
-                        .map(|r| format!("{}-{}", r.start, r.start + r.count - 1))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            };
-            return Err(format!(
-                "{f}: host ids {h}-{} are neither the caller's own id {own} nor subordinate ids of it ({granted})",
-                h + n - 1
-            ));
+            return Err(MapError::NotGranted {
+                field,
+                index,
+                ids: (h, h + n - 1),
+                own,
+                sub_file,
+                user: user.to_string(),
+                granted: subs.to_vec(),
+            });
         }
     }
     Ok(())
@@ -239,7 +296,7 @@ pub fn needs_helper(maps: &[IdMapping], own: u32) -> bool {
 
 /// [`check_maps`] for both maps of a spec, for an unprivileged caller (euid != 0): reads
 /// /etc/subuid and /etc/subgid, and requires newuidmap/newgidmap when they are needed.
-pub fn check_spec_maps(uid: &[IdMapping], gid: &[IdMapping]) -> Result<(), String> {
+pub fn check_spec_maps(uid: &[IdMapping], gid: &[IdMapping]) -> Result<(), MapError> {
     let euid = sys::geteuid();
     let egid = nix::unistd::getegid().as_raw();
     let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(euid))
@@ -265,9 +322,7 @@ pub fn check_spec_maps(uid: &[IdMapping], gid: &[IdMapping]) -> Result<(), Strin
             &user,
         )?;
         if needs_helper(maps, own) && which(helper).is_none() {
-            return Err(format!(
-                "{field}: mapping ids other than the caller's own needs {helper} (Debian package uidmap), which is not on PATH"
-            ));
+            return Err(MapError::NoHelper { field, helper });
         }
     }
     Ok(())
@@ -323,9 +378,10 @@ mod tests {
             detect("auto"),
             Ok(sys::geteuid() != 0 || in_user_namespace())
         );
-        assert!(detect("yes")
-            .unwrap_err()
-            .contains("want true, false or auto"));
+        assert_eq!(
+            detect("yes").unwrap_err().to_string(),
+            r#"--rootless "yes": want true, false or auto"#
+        );
     }
 
     #[test]
@@ -378,12 +434,15 @@ mod tests {
             "/etc/subuid",
             "a",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             e.starts_with("linux.uidMappings[1]: host ids 100000-165536"),
             "{e}"
         );
-        let e = check_maps("linux.uidMappings", &ok, 1000, &[], "/etc/subuid", "a").unwrap_err();
+        let e = check_maps("linux.uidMappings", &ok, 1000, &[], "/etc/subuid", "a")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("/etc/subuid grants a no range"), "{e}");
         let e = check_maps(
             "linux.uidMappings",
@@ -393,7 +452,8 @@ mod tests {
             "/etc/subuid",
             "a",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("container ids 5-14 overlap linux.uidMappings[0]"),
             "{e}"
@@ -406,7 +466,8 @@ mod tests {
             "/etc/subuid",
             "a",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("host ids 100005-100014 overlap"), "{e}");
     }
 

@@ -79,6 +79,90 @@ pub fn parse(s: &str) -> Option<i32> {
     None
 }
 
+/// `SIGKILL` for 9, `SIGRTMIN+3`; `None` for a number that is no signal.
+pub fn name(sig: i32) -> Option<String> {
+    if let Some((n, _)) = NAMES.iter().find(|(_, n)| *n == sig) {
+        return Some(format!("SIG{n}"));
+    }
+    (libc::SIGRTMIN()..=libc::SIGRTMAX())
+        .contains(&sig)
+        .then(|| format!("SIGRTMIN+{}", sig - libc::SIGRTMIN()))
+}
+
+/// How a child moat waited for (a hook, runsc, newuidmap, the container's init) ended, as
+/// moat prints it: "exited with status 1", "killed by signal 9 (SIGKILL)", never a raw
+/// wait status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildEnd {
+    Exited(i32),
+    Killed {
+        signal: i32,
+        core_dumped: bool,
+    },
+    Stopped(i32),
+    /// Not ended yet (a `WNOHANG` wait that found it alive, or a continued child).
+    Running,
+}
+
+impl std::fmt::Display for ChildEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sig = |f: &mut std::fmt::Formatter<'_>, n: i32| match name(n) {
+            Some(name) => write!(f, "signal {n} ({name})"),
+            None => write!(f, "signal {n}"),
+        };
+        match *self {
+            ChildEnd::Exited(c) => write!(f, "exited with status {c}"),
+            ChildEnd::Killed {
+                signal,
+                core_dumped,
+            } => {
+                f.write_str("killed by ")?;
+                sig(f, signal)?;
+                if core_dumped {
+                    f.write_str(" (core dumped)")?;
+                }
+                Ok(())
+            }
+            ChildEnd::Stopped(n) => {
+                f.write_str("stopped by ")?;
+                sig(f, n)
+            }
+            ChildEnd::Running => f.write_str("still running"),
+        }
+    }
+}
+
+impl From<std::process::ExitStatus> for ChildEnd {
+    fn from(s: std::process::ExitStatus) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        match (s.code(), s.signal(), s.stopped_signal()) {
+            (Some(c), _, _) => ChildEnd::Exited(c),
+            (_, Some(signal), _) => ChildEnd::Killed {
+                signal,
+                core_dumped: s.core_dumped(),
+            },
+            (_, _, Some(n)) => ChildEnd::Stopped(n),
+            _ => ChildEnd::Running,
+        }
+    }
+}
+
+impl From<WaitStatus> for ChildEnd {
+    fn from(s: WaitStatus) -> Self {
+        match s {
+            WaitStatus::Exited(_, c) => ChildEnd::Exited(c),
+            WaitStatus::Signaled(_, signal, core_dumped) => ChildEnd::Killed {
+                signal: signal as i32,
+                core_dumped,
+            },
+            WaitStatus::Stopped(_, n) => ChildEnd::Stopped(n as i32),
+            WaitStatus::PtraceEvent(_, n, _) => ChildEnd::Stopped(n as i32),
+            WaitStatus::PtraceSyscall(_) => ChildEnd::Stopped(libc::SIGTRAP),
+            WaitStatus::Continued(_) | WaitStatus::StillAlive => ChildEnd::Running,
+        }
+    }
+}
+
 /// Signals the recorded init. The pidfd is opened first and the start time checked after,
 /// so a pid recycled in between can never receive the signal.
 pub fn signal_init(rec: &Record, sig: i32) -> std::io::Result<bool> {
@@ -222,7 +306,35 @@ pub fn forward_and_wait(
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{parse, ChildEnd};
+
+    #[test]
+    fn ends_read_as_statuses() {
+        assert_eq!(ChildEnd::Exited(1).to_string(), "exited with status 1");
+        let killed = ChildEnd::Killed {
+            signal: 9,
+            core_dumped: false,
+        };
+        assert_eq!(killed.to_string(), "killed by signal 9 (SIGKILL)");
+        let core = ChildEnd::Killed {
+            signal: libc::SIGSEGV,
+            core_dumped: true,
+        };
+        assert_eq!(
+            core.to_string(),
+            "killed by signal 11 (SIGSEGV) (core dumped)"
+        );
+        let rt = ChildEnd::Killed {
+            signal: libc::SIGRTMIN() + 2,
+            core_dumped: false,
+        };
+        assert!(rt.to_string().ends_with("(SIGRTMIN+2)"), "{rt}");
+        use std::os::unix::process::ExitStatusExt;
+        let raw = std::process::ExitStatus::from_raw(9);
+        assert_eq!(ChildEnd::from(raw), killed);
+        let exited = std::process::ExitStatus::from_raw(1 << 8);
+        assert_eq!(ChildEnd::from(exited), ChildEnd::Exited(1));
+    }
 
     #[test]
     fn forms() {

@@ -473,6 +473,14 @@ impl Channel {
         }
     }
 
+    /// `Created` has been said: the parent has recorded the container and left (a checked
+    /// channel only; an unchecked one never knows).
+    pub fn created(&self) -> bool {
+        self.protocol
+            .as_ref()
+            .is_some_and(|p| p.phase.get() == Phase::Done)
+    }
+
     /// The staged init's own view: `k` was sent on its behalf by the intermediate
     /// (`InitPid`, sent by the process that forked it).
     pub fn sent_for_us(&self, k: Kind) -> io::Result<()> {

@@ -47,7 +47,7 @@ pub enum PolicyError {
     NamespacePath {
         field: String,
         path: String,
-        reason: String,
+        reason: NsPathError,
     },
     #[error("{field}: {path} was not examined by the RESTRICTED floor")]
     NamespaceNotExamined { field: String, path: String },
@@ -159,6 +159,23 @@ impl Decision {
 /// A namespace's identity: (st_dev, st_ino) of its nsfs inode.
 pub type NsId = (u64, u64);
 
+/// Why a `linux.namespaces[].path` could not be examined for the floor facts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NsPathError {
+    /// `stat` failed with this errno, shown as the C library's text without std's
+    /// " (os error N)" suffix.
+    #[error("{}", errno_text(*.0))]
+    Stat(i32),
+    #[error("file name contained an unexpected NUL byte")]
+    Nul,
+}
+
+/// strerror's text for `errno` (no I/O: the C library's table).
+fn errno_text(errno: i32) -> String {
+    let s = std::io::Error::from_raw_os_error(errno).to_string();
+    s.split(" (os error ").next().unwrap_or(&s).to_string()
+}
+
 /// Host facts the RESTRICTED floor needs, read by the caller before the policy runs
 /// (`linux::namespaces::floor_facts`), so that the policy itself stays pure.
 #[derive(Debug, Clone, Default)]
@@ -168,7 +185,7 @@ pub struct FloorFacts {
     pub host_ns: Vec<(&'static str, NsId)>,
     /// Every `linux.namespaces[].path` of those types: its (st_dev, st_ino), or why it
     /// could not be read.
-    pub ns_paths: Vec<(String, Result<NsId, String>)>,
+    pub ns_paths: Vec<(String, Result<NsId, NsPathError>)>,
     /// The host's cgroup hierarchy is cgroup v2 alone (`/sys/fs/cgroup` is cgroup2).
     pub cgroup_v2: bool,
 }
@@ -399,7 +416,7 @@ fn namespace_floor(
                         return Err(PolicyError::NamespacePath {
                             field,
                             path: p.to_string(),
-                            reason: e.clone(),
+                            reason: *e,
                         })
                     }
                     None => {
@@ -1158,7 +1175,7 @@ mod tests {
                 ("/proc/77/ns/ipc".into(), Ok((4, 0xf0000002))),
                 (
                     "/proc/9/ns/uts".into(),
-                    Err("No such file or directory".into()),
+                    Err(NsPathError::Stat(libc::ENOENT)),
                 ),
             ],
             cgroup_v2: false,

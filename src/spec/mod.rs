@@ -513,16 +513,29 @@ pub enum LoadError {
     Invalid(#[from] validate::Invalid),
 }
 
+/// Where a JSON document was refused: the JSON path of the field (`process.args[1]`,
+/// `top level` for the document itself, `syntax` where serde could not name one) and why
+/// (a refused key, or serde's message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct JsonError {
+    pub field: String,
+    pub message: String,
+}
+
 /// Parses JSON that an engine or image controls into `T`: keys checked first
 /// ([`keys::check`]), then the typed parse, reporting the JSON path of the field that
-/// failed as `(field, message)`.
-pub fn from_slice<T: keys::Checked>(bytes: &[u8]) -> Result<T, (String, String)> {
-    keys::check::<T>(bytes).map_err(|e| (e.field, e.message))?;
+/// failed.
+pub fn from_slice<T: keys::Checked>(bytes: &[u8]) -> Result<T, JsonError> {
+    keys::check::<T>(bytes).map_err(|e| JsonError {
+        field: e.field,
+        message: e.message,
+    })?;
     typed(bytes)
 }
 
 /// The typed parse alone.
-fn typed<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, (String, String)> {
+fn typed<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, JsonError> {
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
@@ -532,7 +545,10 @@ fn typed<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, (String, Str
             "?" => "syntax".to_string(),
             _ => field,
         };
-        (field, e.into_inner().to_string())
+        JsonError {
+            field,
+            message: e.into_inner().to_string(),
+        }
     })
 }
 
@@ -561,24 +577,24 @@ impl Spec {
             field: e.field,
             message: e.message,
         })?;
-        typed(bytes).map_err(|(field, message)| LoadError::Parse {
+        typed(bytes).map_err(|e| LoadError::Parse {
             path: path.to_path_buf(),
-            field,
-            message,
+            field: e.field,
+            message: e.message,
         })
     }
 
     /// Parses JSON (keys checked), reporting the JSON path of the field that failed.
     /// (Only tests call it today: create and the gVisor path use [`Spec::parse_file`].)
     #[cfg_attr(not(test), allow(dead_code))]
-    pub fn parse(bytes: &[u8]) -> Result<Spec, (String, String)> {
+    pub fn parse(bytes: &[u8]) -> Result<Spec, JsonError> {
         from_slice(bytes)
     }
 
     /// Parses a spec moat wrote itself (a state directory's `config.json`, root-only):
     /// the key check is skipped, since serde's output has neither duplicates nor case
     /// variants and `exec` reads this file on every call.
-    pub fn parse_own(bytes: &[u8]) -> Result<Spec, (String, String)> {
+    pub fn parse_own(bytes: &[u8]) -> Result<Spec, JsonError> {
         typed(bytes)
     }
 
@@ -618,10 +634,10 @@ mod tests {
 
     #[test]
     fn parse_error_names_field() {
-        let (field, msg) =
+        let e =
             Spec::parse(br#"{"ociVersion":"1.0.2","process":{"user":{"uid":"x"}}}"#).unwrap_err();
-        assert_eq!(field, "process.user.uid");
-        assert!(msg.contains("invalid type"), "{msg}");
+        assert_eq!(e.field, "process.user.uid");
+        assert!(e.message.contains("invalid type"), "{e}");
     }
 
     #[test]
@@ -644,7 +660,7 @@ mod tests {
             .starts_with("/b/config.json: invalid JSON at process.args: "));
         assert!(Spec::parse_own(br#"{"a":1,"a":2}"#).is_ok());
         let e = from_slice::<Process>(br#"{"args":[],"Args":[]}"#).unwrap_err();
-        assert_eq!(e.0, "top level");
+        assert_eq!(e.field, "top level");
     }
 
     #[test]

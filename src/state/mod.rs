@@ -72,8 +72,40 @@ pub enum StateError {
         path: PathBuf,
         source: io::Error,
     },
-    #[error("{path}: corrupt state: {message}")]
-    Corrupt { path: PathBuf, message: String },
+    #[error("{path}: corrupt state: {reason}")]
+    Corrupt { path: PathBuf, reason: Corruption },
+}
+
+/// What is wrong with a container's state directory (`StateError::Corrupt`).
+#[derive(Debug, thiserror::Error)]
+pub enum Corruption {
+    #[error("no state file (interrupted create?)")]
+    NoStateFile,
+    #[error(transparent)]
+    Record(RecordError),
+    /// `config.json` as moat wrote it does not parse: the spec field and why.
+    #[error(transparent)]
+    Spec(crate::spec::JsonError),
+}
+
+/// Why a `state.json` cannot be read as a [`Record`].
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// Not JSON, or not a record of its format.
+    #[error("{0}")]
+    Json(serde_json::Error),
+    #[error("written by a newer moat (format {format}, this moat reads up to {FORMAT_VERSION})")]
+    Newer { format: u32 },
+    #[error(
+        "unknown record format {format} (this moat reads {OLDEST_FORMAT} to {FORMAT_VERSION})"
+    )]
+    Unknown { format: u32 },
+    /// An older record that does not parse once migrated.
+    #[error("format {format} record: {error}")]
+    Migrated {
+        format: u32,
+        error: serde_json::Error,
+    },
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StateError + 'a {
@@ -271,12 +303,15 @@ impl ContainerDir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(StateError::Corrupt {
                     path,
-                    message: "no state file (interrupted create?)".into(),
+                    reason: Corruption::NoStateFile,
                 })
             }
             Err(e) => return Err(io_err("cannot read", &path)(e)),
         };
-        parse_record(&bytes).map_err(|message| StateError::Corrupt { path, message })
+        parse_record(&bytes).map_err(|e| StateError::Corrupt {
+            path,
+            reason: Corruption::Record(e),
+        })
     }
 
     pub fn save(&self, rec: &Record) -> Result<(), StateError> {
@@ -296,9 +331,9 @@ impl ContainerDir {
     pub fn load_spec(&self) -> Result<Spec, StateError> {
         let path = self.file(SPEC_FILE);
         let bytes = fs::read(&path).map_err(io_err("cannot read", &path))?;
-        Spec::parse_own(&bytes).map_err(|(field, message)| StateError::Corrupt {
+        Spec::parse_own(&bytes).map_err(|e| StateError::Corrupt {
             path,
-            message: format!("{field}: {message}"),
+            reason: Corruption::Spec(e),
         })
     }
 
@@ -339,30 +374,26 @@ impl ContainerDir {
 
 /// Parses a `state.json`: its format first, then the record, migrated to
 /// [`FORMAT_VERSION`] when older. A current record is parsed once, straight into [`Record`].
-fn parse_record(bytes: &[u8]) -> Result<Record, String> {
+fn parse_record(bytes: &[u8]) -> Result<Record, RecordError> {
     #[derive(Deserialize)]
     struct Format {
         format: u32,
     }
     let format = serde_json::from_slice::<Format>(bytes)
-        .map_err(|e| e.to_string())?
+        .map_err(RecordError::Json)?
         .format;
     if format > FORMAT_VERSION {
-        return Err(format!(
-            "written by a newer moat (format {format}, this moat reads up to {FORMAT_VERSION})"
-        ));
+        return Err(RecordError::Newer { format });
     }
     if format < OLDEST_FORMAT {
-        return Err(format!(
-            "unknown record format {format} (this moat reads {OLDEST_FORMAT} to {FORMAT_VERSION})"
-        ));
+        return Err(RecordError::Unknown { format });
     }
     if format == FORMAT_VERSION {
-        return serde_json::from_slice(bytes).map_err(|e| e.to_string());
+        return serde_json::from_slice(bytes).map_err(RecordError::Json);
     }
-    let mut rec: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let mut rec: serde_json::Value = serde_json::from_slice(bytes).map_err(RecordError::Json)?;
     migrate(format, &mut rec);
-    serde_json::from_value(rec).map_err(|e| format!("format {format} record: {e}"))
+    serde_json::from_value(rec).map_err(|error| RecordError::Migrated { format, error })
 }
 
 /// Brings the JSON of a record of format `from` (at least [`OLDEST_FORMAT`]) to
@@ -564,7 +595,7 @@ mod tests {
         let next = FORMAT_VERSION + 1;
         let newer = V1_RECORD.replacen(r#""format":1"#, &format!(r#""format":{next}"#), 1);
         assert_eq!(
-            parse_record(newer.as_bytes()).unwrap_err(),
+            parse_record(newer.as_bytes()).unwrap_err().to_string(),
             format!(
                 "written by a newer moat (format {next}, this moat reads up to {FORMAT_VERSION})"
             )
@@ -572,10 +603,12 @@ mod tests {
         let zero = V1_RECORD.replacen(r#""format":1"#, r#""format":0"#, 1);
         assert!(parse_record(zero.as_bytes())
             .unwrap_err()
+            .to_string()
             .starts_with("unknown record format 0"));
         let none = V1_RECORD.replacen(r#""format":1,"#, "", 1);
         assert!(parse_record(none.as_bytes())
             .unwrap_err()
+            .to_string()
             .contains("format"));
     }
 

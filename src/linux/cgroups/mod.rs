@@ -75,8 +75,12 @@ pub enum CgroupError {
     /// for it for ever.
     #[error("container's cgroup unexpectedly frozen: {}", path.display())]
     Frozen { path: PathBuf },
-    #[error("{0}")]
-    Other(String),
+    /// The cgroup path (as recorded) is in no mounted hierarchy.
+    #[error("cgroup {path} exists in no hierarchy moat can read")]
+    NoHierarchy { path: String },
+    /// `state`: what `cgroup.events`/`freezer.state` still said at the deadline.
+    #[error("freeze {}: {state} after 5s, thawed again", dir.display())]
+    NotFrozen { dir: PathBuf, state: &'static str },
 }
 
 impl CgroupError {

@@ -647,10 +647,9 @@ impl Cgroup {
     /// The usage counters of the container's cgroup. Fails only when the cgroup is gone.
     pub fn stats(&self) -> Result<Stats, CgroupError> {
         let Some(h) = self.hierarchies.first() else {
-            return Err(CgroupError::Other(format!(
-                "cgroup {} exists in no hierarchy moat can read",
-                self.path
-            )));
+            return Err(CgroupError::NoHierarchy {
+                path: self.path.clone(),
+            });
         };
         let dir = h.dir(&self.path);
         if let Err(e) = std::fs::metadata(&dir) {

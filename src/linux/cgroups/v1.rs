@@ -431,10 +431,10 @@ pub fn freeze(dir: &Path) -> Result<(), CgroupError> {
         }
         if Instant::now() >= deadline {
             let _ = write_file(dir, "freezer.state", "THAWED", "thaw");
-            return Err(CgroupError::Other(format!(
-                "freeze {}: still FREEZING after 5s, thawed again",
-                dir.display()
-            )));
+            return Err(CgroupError::NotFrozen {
+                dir: dir.to_path_buf(),
+                state: "still FREEZING",
+            });
         }
         std::thread::sleep(delay);
         delay = (delay * 2).min(Duration::from_millis(10));

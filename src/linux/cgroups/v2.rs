@@ -513,10 +513,10 @@ pub fn freeze(dir: &Path) -> Result<(), CgroupError> {
         }
         if Instant::now() >= deadline {
             let _ = write_file(dir, "cgroup.freeze", "0", "thaw");
-            return Err(CgroupError::Other(format!(
-                "freeze {}: not frozen after 5s, thawed again",
-                dir.display()
-            )));
+            return Err(CgroupError::NotFrozen {
+                dir: dir.to_path_buf(),
+                state: "not frozen",
+            });
         }
         std::thread::sleep(delay);
         delay = (delay * 2).min(Duration::from_millis(10));

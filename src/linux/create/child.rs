@@ -23,15 +23,13 @@ pub(super) fn main(
         Ok(never) => match never {},
         Err(e) => e,
     };
-    if ch
-        .send_parent(&ToParent::Failed(err.clone()), None)
-        .is_err()
-    {
+    if ch.created() {
         // After `start` (row 15) create has returned and nobody reads the socket: the init
         // says why itself, on the container's stderr and in the create call's `--log`.
         crate::log::error(&format!("container init: {err}"));
         sys::exit_now(1)
     }
+    let _ = ch.send_parent(&ToParent::Failed(err.clone()), None);
     // Wait for the parent to read the failure, so it is reported before we are reaped.
     while matches!(ch.recv_parent(), Ok(m) if !matches!(m, ToChild::Created)) {}
     sys::exit_now(1)

@@ -53,9 +53,15 @@ use crate::state;
 /// source of an operation's error is printed by the error chain (`cli::main` joins it).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A spec field a sub-plan (namespaces, rootfs, process attributes) refused.
-    #[error("{field}: {reason}")]
-    Spec { field: String, reason: String },
+    /// A `linux.namespaces` entry the namespace plan refused.
+    #[error(transparent)]
+    Namespaces(#[from] super::namespaces::NsError),
+    /// A `process` field the attribute plan refused.
+    #[error(transparent)]
+    Attrs(#[from] super::attrs::AttrError),
+    /// A `root.path` or `mounts[]` entry the rootfs plan refused.
+    #[error(transparent)]
+    Rootfs(#[from] super::rootfs::PlanError),
     #[error("process: missing: create needs a process to run")]
     NoProcess,
     #[error("process.args: must name the program to run")]
@@ -76,8 +82,8 @@ pub enum Error {
     RootlessNoMaps,
     /// `linux.uidMappings`/`gidMappings` against `/etc/subuid`, `/etc/subgid` (the message
     /// names the field).
-    #[error("{0}")]
-    RootlessMaps(String),
+    #[error(transparent)]
+    RootlessMaps(#[from] crate::linux::rootless::MapError),
     #[error(
         "moat.userns=auto: needs a rootful moat (host ids are allocated from the \
          host-wide pool); a rootless container is already in its user's namespace"
@@ -135,10 +141,11 @@ pub enum Error {
     /// The child's message out of order (`sync: got … while waiting for …`).
     #[error(transparent)]
     Protocol(crate::linux::sync::OutOfOrder),
-    #[error("container init exited before it was ready ({status:?})")]
+    /// `status`: how it ended, or why waiting for it failed.
+    #[error("container init exited before it was ready ({})", ended(.status, .pid))]
     Died {
         pid: i32,
-        status: nix::Result<nix::sys::wait::WaitStatus>,
+        status: Result<super::signal::ChildEnd, io::Error>,
     },
     #[error("open the container's user namespace")]
     UsernsOf(#[source] io::Error),
@@ -159,7 +166,7 @@ pub enum Error {
         path: PathBuf,
         source: io::Error,
     },
-    #[error("pidfd_open")]
+    #[error("pidfd_open of the container init (pid {pid})")]
     PidfdOpen { pid: i32, source: io::Error },
     #[error("receive the pty master")]
     PtyMaster(#[source] io::Error),
@@ -169,6 +176,14 @@ pub enum Error {
     ListenerConnect { path: String, source: io::Error },
     #[error("linux.seccomp.listenerPath: send to {path}")]
     ListenerSend { path: String, source: io::Error },
+}
+
+/// How the init ended, or why it could not be waited for (`Error::Died`).
+fn ended(status: &Result<super::signal::ChildEnd, io::Error>, pid: &i32) -> String {
+    match status {
+        Ok(end) => end.to_string(),
+        Err(e) => format!("waitpid {pid}: {e}"),
+    }
 }
 
 /// The rows of the create table (the module doc): [`Step::ALL`] in order, row `n` at

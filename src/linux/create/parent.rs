@@ -552,11 +552,13 @@ impl Drop for KillGuard {
 }
 
 fn died(pid: i32) -> Error {
-    use nix::sys::wait::WaitStatus;
+    use crate::linux::signal::ChildEnd;
     let status = match sys::waitpid_nohang(pid) {
-        Ok(None) => Ok(WaitStatus::StillAlive),
-        Ok(Some(raw)) => WaitStatus::from_raw(nix::unistd::Pid::from_raw(pid), raw),
-        Err(e) => Err(nix::Error::from_raw(e.raw_os_error().unwrap_or(0))),
+        Ok(None) => Ok(ChildEnd::Running),
+        Ok(Some(raw)) => nix::sys::wait::WaitStatus::from_raw(nix::unistd::Pid::from_raw(pid), raw)
+            .map(ChildEnd::from)
+            .map_err(io::Error::from),
+        Err(e) => Err(e),
     };
     Error::Died { pid, status }
 }

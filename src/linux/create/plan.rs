@@ -99,13 +99,6 @@ pub struct Plan {
     pub(super) dumpable_until_mapped: bool,
 }
 
-fn spec_err(field: impl Into<String>, reason: impl Into<String>) -> Error {
-    Error::Spec {
-        field: field.into(),
-        reason: reason.into(),
-    }
-}
-
 impl Plan {
     /// Row 1. Takes `spec` with the policy (`cfg`) applied on the host facts it was decided
     /// from (`container::policy::decide`, probed on the host before anything is forked: the
@@ -208,9 +201,8 @@ impl Plan {
         if p.terminal && opts.console_socket.is_none() && !opts.foreground {
             return Err(Error::TerminalWithoutSocket);
         }
-        let ns = NsPlan::from_spec(&spec).map_err(|e| spec_err(e.field, e.reason))?;
-        ns.refuse_host(&host_ns_refused)
-            .map_err(|e| spec_err(e.field, e.reason))?;
+        let ns = NsPlan::from_spec(&spec)?;
+        ns.refuse_host(&host_ns_refused)?;
         let linux = spec.linux();
         if (spec.hostname.as_deref().is_some_and(|h| !h.is_empty()) || spec.domainname.is_some())
             && !ns.has_new(libc::CLONE_NEWUTS)
@@ -247,9 +239,8 @@ impl Plan {
         if decision.seccomp_floor {
             seccomp.push(seccomp::floor(policy::FLOOR_PROFILE, cache)?);
         }
-        let mut attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)
-            .map_err(|e| spec_err(e.field, e.reason))?
-            .on_host(&host);
+        let mut attrs =
+            Attrs::from_process(p, "process", seccomp, opts.preserve_fds)?.on_host(&host);
         attrs.pass_listen_fds(opts.listen_fds);
         if opts.rootless {
             rootless_checks(&spec, &ns)?;
@@ -266,8 +257,7 @@ impl Plan {
             planned.mount_sources(),
             ns.has_new(libc::CLONE_NEWCGROUP),
             notify_source.as_ref(),
-        )
-        .map_err(|e| spec_err(e.field, e.reason))?;
+        )?;
         let mut rootfs = rootfs;
         rootfs.strict_missing = decision.policy == "restricted";
         let mut devs = if rootfs.default_devices {

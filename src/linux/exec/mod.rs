@@ -136,7 +136,7 @@ pub enum ExecError {
     Stopped { id: String },
     #[error("cannot exec in a paused container (use --ignore-paused to override)")]
     Paused { id: String },
-    #[error("corrupt seccomp program in the state directory")]
+    #[error("corrupt seccomp program in the state directory ({file})")]
     SeccompProgram { file: String },
     #[error("container not running")]
     NotRunning { pid: i32 },
@@ -151,7 +151,7 @@ pub enum ExecError {
     ConsoleRelay(std::io::Error),
     #[error("clone: {0}")]
     Clone(std::io::Error),
-    #[error("wait for probe: {err}")]
+    #[error("wait for probe (pid {pid}): {err}")]
     WaitProbe { pid: i32, err: std::io::Error },
     #[error("receive the pty master: {0}")]
     PtyMaster(std::io::Error),
@@ -287,7 +287,7 @@ pub fn probe(rec: &Record, attrs: &Attrs) -> Result<Vec<&'static str>, ExecError
         other => {
             return Err(ExecError::Init(InitFailure::new(
                 InitStep::Exec,
-                format!("probe ended with {other:?}"),
+                format!("probe {}", crate::linux::signal::ChildEnd::from(other)),
             )))
         }
     };
