@@ -308,3 +308,42 @@ fn failing_start_container_hook_is_reported_by_the_init() {
         "{text}"
     );
 }
+
+/// No wait of create on the init is unbounded: an init that never answers (here a
+/// createContainer hook without a timeout that never returns) ends create after
+/// `[runtime] sync_timeout` with the row it was in, killed, and nothing left.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn an_init_that_never_answers_ends_create_at_the_sync_timeout() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("synctimeout");
+    let cfg = ctx.dir.join("config.toml");
+    std::fs::write(
+        &cfg,
+        "default_policy = \"open\"\n[runtime]\nsync_timeout = 2\n",
+    )
+    .unwrap();
+    ctx.use_config(cfg.as_os_str());
+    ctx.set(
+        "/hooks",
+        json!({"createContainer": [{"path": "/bin/sleep", "args": ["sleep", "60"]}]}),
+    );
+    ctx.args(&["true"]);
+    let t0 = Instant::now();
+    let (c, out) = ctx.create("c");
+    let took = t0.elapsed();
+    let out = out.fails();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(15),
+        "create took {took:?}"
+    );
+    assert!(
+        out.stderr
+            .contains("create: no answer from the init within 2s at step"),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&c.id);
+}

@@ -563,6 +563,23 @@ impl Channel {
         self.send(&b, fd)
     }
 
+    /// [`Channel::recv_child`] waiting at most `timeout` (`ErrorKind::TimedOut` after it),
+    /// so no wait of create on the child is unbounded.
+    pub fn recv_child_within(
+        &self,
+        timeout: std::time::Duration,
+    ) -> io::Result<(ToParent, Option<OwnedFd>)> {
+        if !sys::poll_readable_within(self.sock.as_fd(), timeout)? {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "no answer"));
+        }
+        self.recv_child()
+    }
+
+    /// The phase this end of a checked channel is in (`None` for an unchecked one).
+    pub fn phase(&self) -> Option<Phase> {
+        self.protocol.as_ref().map(|p| p.phase.get())
+    }
+
     pub fn recv_child(&self) -> io::Result<(ToParent, Option<OwnedFd>)> {
         let (k, b, fd) = self.recv()?;
         let m = match k {

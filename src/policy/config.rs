@@ -38,6 +38,9 @@
 //! pool = "2147483648:1073741824"  # START:SIZE of the host ids moat.userns=auto maps to
 //! size = 65536                    # ids per container (container 0..size-1)
 //!
+//! [runtime]
+//! sync_timeout = 60               # seconds create waits for each answer of the init
+//!
 //! [alias.moat-open]               # when invoked as moat-open (a symlink to moat)
 //! default_policy = "open"
 //! [alias.moat-open.restricted]    # [alias.NAME.TABLE]: keys of [TABLE]
@@ -123,6 +126,10 @@ pub struct Config {
     pub userns_pool: (u32, u32),
     /// Ids per container (`[userns] size`).
     pub userns_size: u32,
+    /// `[runtime] sync_timeout`: how long create waits for each answer of the init (a
+    /// child stuck in D state, a frozen cgroup, a hook inside that never returns), in
+    /// seconds. Generous: TCG and 50-way load are slow.
+    pub sync_timeout: u32,
     /// `[restricted] apparmor_profiles`: the AppArmor profiles a RESTRICTED container
     /// may run under (a trailing `*` matches any suffix); any other is replaced.
     pub apparmor_profiles: Vec<String>,
@@ -211,6 +218,7 @@ impl Default for Config {
             userns_auto: false,
             userns_pool: USERNS_POOL,
             userns_size: USERNS_SIZE,
+            sync_timeout: 60,
             apparmor_profiles: APPARMOR_PROFILES.iter().map(|s| s.to_string()).collect(),
             selinux_types: SELINUX_TYPES.iter().map(|s| s.to_string()).collect(),
         }
@@ -622,6 +630,12 @@ impl Config {
             "userns.size" => {
                 c.userns_size = u32::try_from(count(value)?)
                     .map_err(|_| err("expected a positive integer below 2^32"))?
+            }
+            "runtime.sync_timeout" => {
+                c.sync_timeout = u32::try_from(count(value)?)
+                    .ok()
+                    .filter(|s| *s <= 3600)
+                    .ok_or_else(|| err("expected seconds, 1 to 3600"))?
             }
             _ => return Err(err("unknown setting")),
         }

@@ -138,6 +138,10 @@ pub enum Error {
         message: &'static str,
         source: io::Error,
     },
+    /// No answer from the child within `[runtime] sync_timeout` (stuck in D state, a
+    /// hook inside the container that never returns): killed and rolled back.
+    #[error("create: no answer from the init within {secs}s at step {step}")]
+    SyncTimeout { secs: u64, step: &'static str },
     /// The child's message out of order (`sync: got … while waiting for …`).
     #[error(transparent)]
     Protocol(crate::linux::sync::OutOfOrder),

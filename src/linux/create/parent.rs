@@ -350,8 +350,14 @@ fn serve(
     let l = plan.spec.linux();
     let mut init_pid = child;
     loop {
-        let (msg, fd) = match parent_ch.recv_child() {
+        let (msg, fd) = match parent_ch.recv_child_within(plan.sync_timeout) {
             Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                return Err(Error::SyncTimeout {
+                    secs: plan.sync_timeout.as_secs(),
+                    step: waiting_in(parent_ch.phase()),
+                })
+            }
             Err(e) => match sync::OutOfOrder::of(&e) {
                 Some(o) => return Err(Error::Protocol(o)),
                 None => return Err(died(init_pid)),
@@ -548,6 +554,18 @@ impl Drop for KillGuard {
             let _ = sys::kill(pid, libc::SIGKILL);
             let _ = sys::waitpid(pid);
         }
+    }
+}
+
+/// The row of the create table the child is in while the parent waits in `phase`.
+fn waiting_in(phase: Option<sync::Phase>) -> &'static str {
+    use sync::Phase as P;
+    match phase {
+        Some(P::Start | P::Namespaces | P::Mapping | P::Mapped) => "9 (release: namespaces)",
+        Some(P::Rootfs) => "10 (rootfs)",
+        Some(P::Hooks | P::Pivoted) => "11 (pivot)",
+        Some(P::Finalize) => "12–13 (finalize, attributes)",
+        _ => "14 (ready)",
     }
 }
 

@@ -67,6 +67,8 @@ pub struct Plan {
     /// The policy's decision as `policy.json` holds it.
     pub(super) decision: Vec<u8>,
     pub(super) policy: &'static str,
+    /// How long the parent waits for each answer of the child (`[runtime] sync_timeout`).
+    pub(super) sync_timeout: std::time::Duration,
     /// The spec runs under moat's AppArmor profile on an AppArmor host (row 2 loads it
     /// unless the host facts say it is loaded).
     pub(super) apparmor_profile: bool,
@@ -286,6 +288,7 @@ impl Plan {
         Ok(Plan {
             decision: serde_json::to_vec_pretty(&decision).expect("serialises"),
             policy: decision.policy,
+            sync_timeout: std::time::Duration::from_secs(cfg.sync_timeout.into()),
             apparmor_profile,
             host,
             notify,

@@ -154,6 +154,29 @@ pub fn poll_readable(fd: BorrowedFd<'_>) -> Result<()> {
     .map(drop)
 }
 
+/// Waits at most `timeout` for `fd` to be readable (or its peer to hang up), retrying
+/// EINTR with the time that is left: false when the time ran out.
+pub fn poll_readable_within(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> Result<bool> {
+    fake!("poll_readable_within", fd, timeout);
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, which outlives the call.
+        match check_int(unsafe { libc::poll(&mut p, 1, ms) }) {
+            Ok(0) => return Ok(false),
+            Ok(_) => return Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// `read(2)` into `buf`, retrying EINTR; the byte count read (0 at end of file).
 pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize> {
     fake!("read", fd; |r| super::record::fill(r, buf));

@@ -448,6 +448,12 @@ macro_rules! arg_display {
 }
 arg_display!(i16, u16, i32, u32, i64, u64, usize, bool, str, String);
 
+impl Arg for std::time::Duration {
+    fn show(&self, _: &HashMap<RawFd, String>) -> String {
+        format!("{self:?}")
+    }
+}
+
 impl Arg for BorrowedFd<'_> {
     fn show(&self, fds: &HashMap<RawFd, String>) -> String {
         let n = self.as_raw_fd();
@@ -739,6 +745,13 @@ impl Faked for std::io::Error {
 
 impl Faked for () {
     fn faked(_: Reply) {}
+}
+
+/// Readable in time (the default), or the time ran out (`Reply::Int(0)`).
+impl Faked for super::Result<bool> {
+    fn faked(r: Reply) -> Self {
+        ok(r, |r| !matches!(r, Reply::Int(0)))
+    }
 }
 
 impl Faked for bool {
