@@ -138,3 +138,45 @@ fn value_wider_than_an_int_argument_fails_create() {
     );
     ctx.assert_no_trace(&c.id);
 }
+
+/// A profile written for runc 1.1 (Docker's default, runtime-tools'): an allow-list
+/// without the calls moat's init makes for itself after the early filter (without NNP, the
+/// filter is loaded before the ids change) — openat2 for its procfs reads and the cwd,
+/// close_range for the fd sweep. Built here from moat's own RESTRICTED profile with those
+/// two taken out. The container must run, with its groups and cwd, and exec into it too.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_profile_without_openat2_and_close_range_runs_without_nnp() {
+    if !require_root() {
+        return;
+    }
+    let mut profile: Value =
+        serde_json::from_str(include_str!("../seccomp-profiles/restricted.json")).unwrap();
+    for rule in profile["syscalls"].as_array_mut().unwrap() {
+        if let Some(names) = rule["names"].as_array_mut() {
+            names.retain(|n| n != "openat2" && n != "close_range");
+        }
+    }
+    let mut ctx = Ctx::new("scrunc");
+    ctx.set("/process/noNewPrivileges", json!(false));
+    ctx.set(
+        "/process/user",
+        json!({"uid": 0, "gid": 0, "additionalGids": [5, 6]}),
+    );
+    ctx.set("/process/cwd", json!("/tmp"));
+    ctx.set("/linux/seccomp", profile);
+    ctx.sh("grep Groups /proc/self/status; pwd; sleep 30");
+    let c = ctx.create_ok("c");
+    c.start();
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || c
+            .stdout()
+            .contains("/tmp")),
+        "{:?}",
+        c.stdout()
+    );
+    assert!(c.stdout().starts_with("Groups:\t5 6"), "{:?}", c.stdout());
+    let out = c.moat(&["exec", &c.id, "pwd"]).ok();
+    assert_eq!(out.stdout, "/tmp\n");
+    c.kill("KILL").ok();
+}

@@ -293,17 +293,35 @@ impl Attrs {
             sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)
                 .step(Step::Capabilities, || "PR_SET_NO_NEW_PRIVS".into())?;
         }
+        // What moat reads and opens for itself comes before the early filter: a profile
+        // written for runc (Docker's default, runtime-tools') denies openat2, which the
+        // procfs read and the cwd lookup use.
+        // setgroups is denied in a user namespace whose gid map was written unprivileged.
+        // Read through moat's own procfs: a fake `setgroups` in the container's /proc
+        // would otherwise keep moat's supplementary groups (group 0) for the process.
+        let groups_denied = super::procfs::setgroups_denied().step(Step::User, || {
+            "process.user.additionalGids: read setgroups".into()
+        })?;
+        // As runc: cwd is entered while moat still has access, and again as the container's
+        // user only when that was refused (a directory only that user may enter).
+        let cwd = || format!("process.cwd {}", self.cwd);
+        let entered = match super::path::Root::chdir_in(root, &self.cwd) {
+            Ok(()) => true,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => false,
+            Err(e) => return Err(e).step(Step::Cwd, cwd),
+        };
         let mut listener = None;
         if !self.no_new_privs {
             listener =
                 self.install_seccomp(|| "load filter (before dropping privileges)".into())?;
         }
-        self.set_identity()?;
+        self.set_identity(groups_denied)?;
         if let Some(m) = self.umask {
             sys::umask(m);
         }
-        super::path::Root::chdir_in(root, &self.cwd)
-            .step(Step::Cwd, || format!("process.cwd {}", self.cwd))?;
+        if !entered {
+            super::path::Root::chdir_in(root, &self.cwd).step(Step::Cwd, cwd)?;
+        }
         verify_cwd(&self.cwd)?;
         let exe = self.find_executable()?;
         if self.no_new_privs {
@@ -314,7 +332,14 @@ impl Attrs {
 
     /// Closes everything but stdio and the preserved fds, resets signals, execs.
     pub fn exec(&self, exe: &CStr) -> InitFailure {
-        if let Err(e) = sys::close_range_from(sys::FdNumber(3 + self.preserve_fds), true) {
+        let first = sys::FdNumber(3 + self.preserve_fds);
+        // A profile written for runc 1.1 (runtime-tools' default) denies close_range, which
+        // the filter loaded before this applies to: the same sweep by fcntl, which it allows.
+        let swept = sys::close_range_from(first, true).or_else(|e| match e.raw_os_error() {
+            Some(libc::EPERM | libc::ENOSYS | libc::EACCES) => sys::cloexec_each_from(first),
+            _ => Err(e),
+        });
+        if let Err(e) = swept {
             return InitFailure {
                 step: Step::Exec,
                 errno: e.raw_os_error().unwrap_or(0),
@@ -343,7 +368,7 @@ impl Attrs {
         Ok(listener)
     }
 
-    fn set_identity(&self) -> Result<(), InitFailure> {
+    fn set_identity(&self, groups_denied: bool) -> Result<(), InitFailure> {
         let c = &self.caps;
         // Bounding set first, while CAP_SETPCAP is still effective.
         for cap in 0..=self.last_cap {
@@ -362,12 +387,6 @@ impl Attrs {
             }
         }
         sys::prctl(libc::PR_SET_KEEPCAPS, 1).step(Step::User, || "PR_SET_KEEPCAPS".into())?;
-        // setgroups is denied in a user namespace whose gid map was written unprivileged.
-        // Read through moat's own procfs: a fake `setgroups` in the container's /proc
-        // would otherwise keep moat's supplementary groups (group 0) for the process.
-        let groups_denied = super::procfs::setgroups_denied().step(Step::User, || {
-            "process.user.additionalGids: read setgroups".into()
-        })?;
         if !groups_denied {
             sys::setgroups(&self.additional_gids).step(Step::User, || {
                 format!("process.user.additionalGids {:?}", self.additional_gids)
@@ -639,7 +658,11 @@ mod tests {
 
         /// `apply` then `exec` under the fake: the calls.
         fn record(a: &Attrs) -> Vec<Call> {
-            let ((), calls) = kernel().run(|| {
+            record_with(a, kernel())
+        }
+
+        fn record_with(a: &Attrs, kernel: Fake) -> Vec<Call> {
+            let ((), calls) = kernel.run(|| {
                 let root = record::fd("root");
                 let (exe, _listener) = a.apply(root.as_fd()).expect("apply under the fake");
                 assert_eq!(exe.to_str(), Ok("/usr/bin/sh"));
@@ -718,11 +741,26 @@ mod tests {
                 ("capset", named("capset")),
                 ("ambient", prctl(libc::PR_CAP_AMBIENT)),
             );
-            // cwd entered by fd inside the root, then verified.
+            // What moat opens for itself (the setgroups read, the cwd lookup) comes before
+            // the first filter, which a profile written for runc may make deny openat2; the
+            // cwd is entered while moat still has access (as runc), before the ids change.
+            let setgroups_read = |c: &Call| {
+                c.name == "openat2" && c.arg("path").is_some_and(|p| p.ends_with("setgroups\""))
+            };
             assert_before(
                 calls,
-                ("ambient", prctl(libc::PR_CAP_AMBIENT)),
+                ("setgroups read", setgroups_read),
+                ("seccomp", named("seccomp_set_filter")),
+            );
+            assert_before(
+                calls,
                 ("fchdir", named("fchdir")),
+                ("seccomp", named("seccomp_set_filter")),
+            );
+            assert_before(
+                calls,
+                ("fchdir", named("fchdir")),
+                ("setresuid", named("setresuid")),
             );
             assert_before(
                 calls,
@@ -756,6 +794,44 @@ mod tests {
             );
             assert_before(calls, seccomp, ("execve", named("execve")));
             assert_eq!(calls.last().map(|c| c.name), Some("execve"));
+        }
+
+        /// A cwd moat may not enter but the container's user may (a volume chowned to it):
+        /// entered again once the ids have changed, as runc does.
+        #[test]
+        fn cwd_refused_to_moat_is_entered_as_the_user() {
+            let a = attrs(1000, false, 0, 0);
+            let calls = record_with(&a, kernel().then("fchdir", Reply::Err(libc::EACCES)));
+            let first = record::position(&calls, "fchdir", named("fchdir"));
+            let second = record::last_position(&calls, "fchdir", named("fchdir"));
+            assert!(first < second, "one fchdir:\n{}", record::show(&calls));
+            let setresuid = record::position(&calls, "setresuid", named("setresuid"));
+            assert!(
+                first < setresuid && setresuid < second,
+                "{}",
+                record::show(&calls)
+            );
+        }
+
+        /// A filter that denies close_range (runtime-tools' default profile): the sweep is
+        /// done by fcntl instead, still before execve.
+        #[test]
+        fn sweep_falls_back_to_fcntl_where_close_range_is_denied() {
+            let a = attrs(1000, false, 0, 0);
+            let calls = record_with(
+                &a,
+                kernel().then("close_range_from", Reply::Err(libc::EPERM)),
+            );
+            assert_before(
+                &calls,
+                ("close_range", named("close_range_from")),
+                ("fcntl sweep", named("cloexec_each_from")),
+            );
+            assert_before(
+                &calls,
+                ("fcntl sweep", named("cloexec_each_from")),
+                ("execve", named("execve")),
+            );
         }
 
         #[test]
