@@ -114,7 +114,7 @@ fn create_native(
     req: &Request,
     foreground: bool,
 ) -> Result<(ContainerDir, Created)> {
-    let listen_fds = super::before_fork(req.preserve_fds, true)?;
+    let listen_fds = super::before_fork(req.preserve_fds, true)?.sweep()?;
     let cwd = std::env::current_dir().context("getcwd")?;
     let bundle = bundle_path(&cwd, &req.bundle);
     let mut spec = Spec::load(&bundle)?;
