@@ -605,3 +605,68 @@ fn exec_reads_the_process_file_from_an_inherited_pipe() {
     }
     c.kill("KILL");
 }
+
+/// issue 14 (runc's debug.bats "global --debug", exec.bats "runc --debug exec"): `--debug`
+/// without `--log` writes moat's debug lines to stderr, as runc does (its log goes to
+/// stderr when no file is named); with `--log` they go to the file only, and without
+/// `--debug` stderr stays as it was (clients read it).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn debug_without_log_writes_debug_lines_to_stderr() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("debug");
+    ctx.args(&["echo", "Hello World"]);
+    let b = ctx.bundle_str();
+    let id = ctx.id("run");
+    let _g = ctx.guard(&id);
+    let out = ctx.moat(&["--debug", "run", "--bundle", &b, &id]).ok();
+    assert_eq!(out.stdout, "Hello World\n");
+    let debug: Vec<&str> = out.stderr_lines();
+    assert!(
+        !debug.is_empty() && debug.iter().all(|l| l.contains("level=debug msg=")),
+        "run --debug: {:?}",
+        out.stderr
+    );
+    let out = ctx.moat(&["run", "--bundle", &b, &id]).ok();
+    assert_eq!(out.stderr, "", "run without --debug");
+
+    ctx.args(&["sleep", "600"]);
+    let c = ctx.create_ok("c");
+    c.start();
+    let out = ctx.moat(&["--debug", "exec", &c.id, "true"]).ok();
+    assert!(
+        out.stderr.contains("level=debug msg="),
+        "exec --debug: {:?}",
+        out.stderr
+    );
+    let out = ctx
+        .moat(&["--debug", "--log-format", "json", "exec", &c.id, "true"])
+        .ok();
+    for l in out.stderr_lines() {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}"));
+        assert_eq!(v["level"], "debug", "{l}");
+    }
+    assert!(!out.stderr.is_empty(), "exec --debug --log-format json");
+    let log = ctx.dir.join("debug.log");
+    let out = ctx
+        .moat(&[
+            "--debug",
+            "--log",
+            log.to_str().unwrap(),
+            "exec",
+            &c.id,
+            "true",
+        ])
+        .ok();
+    assert_eq!(out.stderr, "", "exec --debug --log");
+    assert!(
+        read(&log).contains("level=debug msg="),
+        "exec --debug --log: {}",
+        read(&log)
+    );
+    let out = ctx.moat(&["exec", &c.id, "true"]).ok();
+    assert_eq!(out.stderr, "", "exec without --debug");
+    c.kill("KILL");
+}

@@ -148,12 +148,16 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
     if !req.detach {
         set.thread_block().map_err(Error::BlockSignals)?;
     }
+    crate::log::debug_with(|| format!("container {}: exec planned", rec.id));
     // Rows 3–13.
     let started = exec::exec(plan)?;
+    crate::log::debug_with(|| format!("container {}: exec'd process {}", rec.id, started.pid));
     if req.detach {
         return Ok(0);
     }
-    Ok(forward(&started, &set)?)
+    let status = forward(&started, &set)?;
+    crate::log::debug_with(|| format!("exec'd process {} exited, status {status}", started.pid));
+    Ok(status)
 }
 
 /// Row 14: signals forwarded to the exec'd process (blocked before it existed, so none is
