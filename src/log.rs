@@ -1,9 +1,13 @@
 //! The `--log` / `--log-format` contract: containerd reads the last `level=error` JSON
 //! object of the log file, podman reads the whole file as one object after a failed call,
 //! so every failing call writes exactly one error line, and the same message goes to stderr.
+//! `--debug` adds `level=debug` lines: to the log file, or to stderr when no `--log` is
+//! given (runc's log is stderr then, and its tests grep it); without `--debug` stderr
+//! only ever carries moat's error and warning lines, which clients read.
 
 use std::fs::File;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -16,14 +20,18 @@ pub enum Format {
 struct Sink {
     file: Option<File>,
     format: Format,
-    debug: bool,
+    /// `--debug` without `--log`: debug lines go to stderr.
+    debug_to_stderr: bool,
 }
 
 static SINK: Mutex<Sink> = Mutex::new(Sink {
     file: None,
     format: Format::Text,
-    debug: false,
+    debug_to_stderr: false,
 });
+
+/// `--debug`, read without the lock: a debug line costs nothing when it is off.
+static DEBUG: AtomicBool = AtomicBool::new(false);
 
 /// Opens the `--log` file (always created when given, even if nothing is logged: clients
 /// open it after a failure and report a missing file as a second error).
@@ -38,17 +46,22 @@ pub fn init(path: Option<&std::path::Path>, format: Format, debug: bool) -> std:
         None => None,
     };
     let mut s = SINK.lock().unwrap_or_else(|e| e.into_inner());
+    s.debug_to_stderr = debug && file.is_none();
     s.file = file;
     s.format = format;
-    s.debug = debug;
+    DEBUG.store(debug, Ordering::Relaxed);
     Ok(())
 }
 
 /// Closes the `--log` file in a process about to enter a container, where a process with
 /// CAP_SYS_PTRACE over it could reopen the file through `/proc/<pid>/fd`. What it still
-/// reports goes to the parent, which logs it.
+/// reports goes to the parent, which logs it. Its stderr may become the container's: no
+/// debug line goes there either.
 pub fn close_file() {
-    SINK.lock().unwrap_or_else(|e| e.into_inner()).file = None;
+    let mut s = SINK.lock().unwrap_or_else(|e| e.into_inner());
+    s.file = None;
+    s.debug_to_stderr = false;
+    DEBUG.store(false, Ordering::Relaxed);
 }
 
 /// Seconds since the epoch rendered as RFC 3339 UTC, without a time crate.
@@ -84,24 +97,29 @@ pub fn now_rfc3339(with_nanos: bool) -> String {
     )
 }
 
+fn line(format: Format, level: &str, msg: &str) -> String {
+    match format {
+        Format::Json => {
+            let obj = serde_json::json!({"level": level, "msg": msg, "time": now_rfc3339(false)});
+            format!("{obj}\n")
+        }
+        Format::Text => format!(
+            "time=\"{}\" level={} msg={:?}\n",
+            now_rfc3339(false),
+            level,
+            msg
+        ),
+    }
+}
+
 fn write(level: &str, msg: &str) {
     let mut s = SINK.lock().unwrap_or_else(|e| e.into_inner());
     let format = s.format;
     if let Some(f) = s.file.as_mut() {
-        let line = match format {
-            Format::Json => {
-                let obj =
-                    serde_json::json!({"level": level, "msg": msg, "time": now_rfc3339(false)});
-                format!("{obj}\n")
-            }
-            Format::Text => format!(
-                "time=\"{}\" level={} msg={:?}\n",
-                now_rfc3339(false),
-                level,
-                msg
-            ),
-        };
-        let _ = f.write_all(line.as_bytes());
+        let _ = f.write_all(line(format, level, msg).as_bytes());
+    } else if level == "debug" && s.debug_to_stderr {
+        // One write: a line is not interleaved with another process's.
+        let _ = std::io::stderr().write_all(line(format, level, msg).as_bytes());
     }
 }
 
@@ -118,9 +136,15 @@ pub fn warn(msg: &str) {
 }
 
 pub fn debug(msg: &str) {
-    let enabled = SINK.lock().map(|s| s.debug).unwrap_or(false);
-    if enabled {
+    if DEBUG.load(Ordering::Relaxed) {
         write("debug", msg);
+    }
+}
+
+/// A debug line made only when `--debug` is on (no formatting on the plain path).
+pub fn debug_with(msg: impl FnOnce() -> String) {
+    if DEBUG.load(Ordering::Relaxed) {
+        write("debug", &msg());
     }
 }
 

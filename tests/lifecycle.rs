@@ -572,3 +572,101 @@ fn version_prints_three_lines() {
     assert!(lines[1].starts_with("commit: "), "{}", lines[1]);
     assert!(lines[2].starts_with("spec: 1."), "{}", lines[2]);
 }
+
+/// issue 14 (runc's tty.bats "exec [tty consolesize]"): `exec -p <(echo JSON)` names the
+/// process file by an inherited pipe fd (`/dev/fd/N`, `/proc/self/fd/N`). It must be read
+/// while moat still holds what the caller passed; the fd itself still does not reach the
+/// container (tests/security/fds.rs holds the sweep).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn exec_reads_the_process_file_from_an_inherited_pipe() {
+    if !require_root() {
+        return;
+    }
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let mut ctx = Ctx::new("execpipe");
+    ctx.args(&["sleep", "600"]);
+    let c = ctx.create_ok("c");
+    c.start();
+    let mut p = ctx.config["process"].clone();
+    p["args"] = json!(["sh", "-c", "echo from-the-pipe; ls /proc/$$/fd; true"]);
+    for path in ["/dev/fd/63", "/proc/self/fd/63"] {
+        let (r, w) = nix::unistd::pipe().expect("pipe");
+        fs::File::from(w)
+            .write_all(&serde_json::to_vec(&p).unwrap())
+            .expect("write the process into the pipe");
+        let mut cmd = ctx.cmd();
+        cmd.args(["exec", "-p", path, &c.id]);
+        leak_fd(&mut cmd, r.as_raw_fd(), 63..=63);
+        let out = ctx.run(cmd);
+        assert_eq!(out.code, 0, "exec -p {path}: {out:#?}");
+        assert_eq!(out.stdout, "from-the-pipe\n0\n1\n2\n", "exec -p {path}");
+    }
+    c.kill("KILL");
+}
+
+/// issue 14 (runc's debug.bats "global --debug", exec.bats "runc --debug exec"): `--debug`
+/// without `--log` writes moat's debug lines to stderr, as runc does (its log goes to
+/// stderr when no file is named); with `--log` they go to the file only, and without
+/// `--debug` stderr stays as it was (clients read it).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn debug_without_log_writes_debug_lines_to_stderr() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("debug");
+    ctx.args(&["echo", "Hello World"]);
+    let b = ctx.bundle_str();
+    let id = ctx.id("run");
+    let _g = ctx.guard(&id);
+    let out = ctx.moat(&["--debug", "run", "--bundle", &b, &id]).ok();
+    assert_eq!(out.stdout, "Hello World\n");
+    let debug: Vec<&str> = out.stderr_lines();
+    assert!(
+        !debug.is_empty() && debug.iter().all(|l| l.contains("level=debug msg=")),
+        "run --debug: {:?}",
+        out.stderr
+    );
+    let out = ctx.moat(&["run", "--bundle", &b, &id]).ok();
+    assert_eq!(out.stderr, "", "run without --debug");
+
+    ctx.args(&["sleep", "600"]);
+    let c = ctx.create_ok("c");
+    c.start();
+    let out = ctx.moat(&["--debug", "exec", &c.id, "true"]).ok();
+    assert!(
+        out.stderr.contains("level=debug msg="),
+        "exec --debug: {:?}",
+        out.stderr
+    );
+    let out = ctx
+        .moat(&["--debug", "--log-format", "json", "exec", &c.id, "true"])
+        .ok();
+    for l in out.stderr_lines() {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}"));
+        assert_eq!(v["level"], "debug", "{l}");
+    }
+    assert!(!out.stderr.is_empty(), "exec --debug --log-format json");
+    let log = ctx.dir.join("debug.log");
+    let out = ctx
+        .moat(&[
+            "--debug",
+            "--log",
+            log.to_str().unwrap(),
+            "exec",
+            &c.id,
+            "true",
+        ])
+        .ok();
+    assert_eq!(out.stderr, "", "exec --debug --log");
+    assert!(
+        read(&log).contains("level=debug msg="),
+        "exec --debug --log: {}",
+        read(&log)
+    );
+    let out = ctx.moat(&["exec", &c.id, "true"]).ok();
+    assert_eq!(out.stderr, "", "exec without --debug");
+    c.kill("KILL");
+}

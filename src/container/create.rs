@@ -80,6 +80,12 @@ pub fn run(ctx: &Context, req: &RunRequest) -> Result<i32> {
     drop(dir);
     let pidfd = created.pidfd.context("no pidfd for the init")?;
     let status = signal::forward_and_wait(rec.pid, &pidfd, &set, created.console.as_ref())?;
+    crate::log::debug_with(|| {
+        format!(
+            "container {}: init {} exited, status {status}",
+            rec.id, rec.pid
+        )
+    });
     if !req.keep {
         match ContainerDir::open(&root, &rec.id) {
             // Unless someone else deleted it meanwhile (and maybe reused the id).
@@ -114,7 +120,7 @@ fn create_native(
     req: &Request,
     foreground: bool,
 ) -> Result<(ContainerDir, Created)> {
-    let listen_fds = super::before_fork(req.preserve_fds, true)?;
+    let listen_fds = super::before_fork(req.preserve_fds, true)?.sweep()?;
     let cwd = std::env::current_dir().context("getcwd")?;
     let bundle = bundle_path(&cwd, &req.bundle);
     let mut spec = Spec::load(&bundle)?;
@@ -138,7 +144,16 @@ fn create_native(
             .filter(|s| !s.is_empty()),
     };
     let plan = Plan::new(spec, &cfg, decided, opts)?;
-    Ok(native::create(plan)?)
+    crate::log::debug_with(|| format!("container {}: planned", req.id));
+    let (dir, created) = native::create(plan)?;
+    crate::log::debug_with(|| {
+        let r = &created.record;
+        format!(
+            "container {}: created, init {} (policy {})",
+            r.id, r.pid, r.policy
+        )
+    });
+    Ok((dir, created))
 }
 
 /// Absolute and lexically clean, like runc's filepath.Abs: `state` shows it.

@@ -6,7 +6,7 @@
 //! flags, the RESTRICTED exec policy) and its attributes, row 2 plans, rows 3–13 run it,
 //! and row 14 ([`forward`]) waits.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{Container, Context};
 use crate::linux::attrs::Attrs;
@@ -94,9 +94,12 @@ pub fn exec(ctx: &Context, req: &Request) -> anyhow::Result<i32> {
 /// The native exec: the table of `linux/exec/`, from row 1.
 pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<i32> {
     // exec never passes socket-activation fds (runc neither): LISTEN_* are ignored.
-    super::before_fork(req.preserve_fds, false)?;
+    let inherited = super::before_fork(req.preserve_fds, false)?;
     // Row 1.
     let facts = Facts::read(&dir, rec, req.ignore_paused)?;
+    // `--process` may name an fd the caller passed (`-p <(…)`): read before the sweep.
+    let process_file = req.process.as_deref().map(read_process).transpose()?;
+    inherited.sweep()?;
     let Facts {
         spec,
         bounding,
@@ -104,7 +107,7 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
         host,
     } = facts;
     let bounding = (rec.policy != "open").then_some(bounding);
-    let mut process = build_process(req, spec.process(), bounding)?;
+    let mut process = build_process(req, process_file, spec.process(), bounding)?;
     if rec.policy == "restricted" {
         let removed = crate::policy::restrict_exec(&mut process, spec.process());
         if !removed.is_empty() {
@@ -145,12 +148,16 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
     if !req.detach {
         set.thread_block().map_err(Error::BlockSignals)?;
     }
+    crate::log::debug_with(|| format!("container {}: exec planned", rec.id));
     // Rows 3–13.
     let started = exec::exec(plan)?;
+    crate::log::debug_with(|| format!("container {}: exec'd process {}", rec.id, started.pid));
     if req.detach {
         return Ok(0);
     }
-    Ok(forward(&started, &set)?)
+    let status = forward(&started, &set)?;
+    crate::log::debug_with(|| format!("exec'd process {} exited, status {status}", started.pid));
+    Ok(status)
 }
 
 /// Row 14: signals forwarded to the exec'd process (blocked before it existed, so none is
@@ -162,21 +169,29 @@ pub fn forward(started: &Started, set: &nix::sys::signal::SigSet) -> Result<i32,
         .map_err(|err| Error::Wait { pid, err })
 }
 
+/// The `--process` file's bytes.
+fn read_process(path: &Path) -> Result<(&Path, Vec<u8>), Error> {
+    std::fs::read(path)
+        .map(|bytes| (path, bytes))
+        .map_err(|err| Error::ReadProcess {
+            path: path.to_path_buf(),
+            err,
+        })
+}
+
 /// `bounding`: the container's bounding set, which `--cap` may not exceed (RESTRICTED);
 /// `None` under OPEN, where moat does what runc does.
+/// `process_file`: the `--process` file as read, with its path.
 fn build_process(
     a: &Request,
+    process_file: Option<(&Path, Vec<u8>)>,
     spec_process: &Process,
     bounding: Option<u64>,
 ) -> Result<Process, Error> {
-    if let Some(path) = &a.process {
-        let bytes = std::fs::read(path).map_err(|err| Error::ReadProcess {
-            path: path.clone(),
-            err,
-        })?;
+    if let Some((path, bytes)) = process_file {
         // Keys checked first (duplicates, case variants of fields): spec::keys.
         let mut p: Process = crate::spec::from_slice(&bytes).map_err(|e| Error::ProcessJson {
-            path: path.clone(),
+            path: path.to_path_buf(),
             field: e.field,
             msg: e.message,
         })?;

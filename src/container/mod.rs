@@ -210,13 +210,17 @@ impl Engine for Native {
     }
 }
 
-/// What create, run and exec do before anything forks into a container: the preserved
-/// range (`socket_activation`: create and run put the honoured `LISTEN_FDS` first, as
-/// runc does; exec never) must be fds the caller really passed (`startup.rs`); every
-/// other fd the caller leaked must not reach the container (CVE-2024-21626); and the
-/// moat binary must not be writable through `/proc/self/exe`. Returns the number of
-/// socket-activation fds passed on.
-pub fn before_fork(preserve_fds: u32, socket_activation: bool) -> Result<u32> {
+/// What create, run and exec do before anything forks into a container, in two steps
+/// around the reading of what the caller named by path. First [`before_fork`]: the
+/// preserved range (`socket_activation`: create and run put the honoured `LISTEN_FDS`
+/// first, as runc does; exec never) must be fds the caller really passed (`startup.rs`),
+/// and the moat binary must not be writable through `/proc/self/exe` — which may
+/// re-execute moat, so it comes while every fd the caller passed is still open: a file
+/// named as one (`exec -p /dev/fd/63`, a shell's process substitution) reads the same in
+/// the moat that goes on. Then the caller reads such files, and [`Inherited::sweep`]
+/// marks every other fd the caller leaked close-on-exec, so none reaches the container
+/// (CVE-2024-21626); nothing forks before it.
+pub fn before_fork(preserve_fds: u32, socket_activation: bool) -> Result<Inherited> {
     use anyhow::Context;
     let listen = if socket_activation {
         startup::listen_fds()
@@ -224,9 +228,28 @@ pub fn before_fork(preserve_fds: u32, socket_activation: bool) -> Result<u32> {
         0
     };
     startup::check_range(preserve_fds, listen)?;
-    // Checked above: the sum fits below the first fd that was not open.
-    let first = crate::linux::sys::FdNumber(3 + preserve_fds + listen);
-    crate::linux::sys::close_range_from(first, true).context("close_range")?;
     crate::linux::exeseal::ensure(startup::listen_env()).context("protect the moat binary")?;
-    Ok(listen)
+    Ok(Inherited {
+        preserve_fds,
+        listen,
+    })
+}
+
+/// The checked range of passed fds, until the rest is swept ([`before_fork`]).
+#[must_use = "the fds the caller leaked reach the container unless swept"]
+pub struct Inherited {
+    preserve_fds: u32,
+    listen: u32,
+}
+
+impl Inherited {
+    /// Every fd above the passed range close-on-exec; returns the number of
+    /// socket-activation fds passed on.
+    pub fn sweep(self) -> Result<u32> {
+        use anyhow::Context;
+        // Checked by before_fork: the sum fits below the first fd that was not open.
+        let first = crate::linux::sys::FdNumber(3 + self.preserve_fds + self.listen);
+        crate::linux::sys::close_range_from(first, true).context("close_range")?;
+        Ok(self.listen)
+    }
 }

@@ -69,6 +69,7 @@ pub fn native(dir: &ContainerDir, rec: &Record) -> Result<()> {
         id: rec.id.clone(),
         source,
     })?;
+    log::debug_with(|| format!("container {}: init {} started", rec.id, rec.pid));
     if let (Some(sock), Some(host)) = (&notify, &rec.notify_socket) {
         notify::relay(sock, host, rec.pid).context("NOTIFY_SOCKET: relay to the caller")?;
     }

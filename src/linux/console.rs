@@ -55,6 +55,26 @@ fn pty_from(master: OwnedFd) -> Result<(OwnedFd, OwnedFd), InitFailure> {
     Ok((master, peer))
 }
 
+/// Gives the pty peer to the process's user (`process.user.uid`), as runc does, so that
+/// it can reopen its own terminal: called with the peer held, before the uid switch. The
+/// group stays devpts' (`gid=5`: the tty group in the default spec, which runc keeps too).
+/// Where the kernel refuses (the uid or the peer's owner not mapped in the user namespace,
+/// a read-only devpts) the peer stays root's, as runc leaves it; the process still gets it
+/// as stdio.
+pub fn give_to_user(peer: BorrowedFd<'_>, uid: u32) -> Result<(), InitFailure> {
+    match sys::set_pty_owner(peer, uid) {
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EINVAL | libc::EPERM | libc::EROFS)
+            ) =>
+        {
+            Ok(())
+        }
+        r => r.step(Step::Console, || format!("chown the pty to uid {uid}")),
+    }
+}
+
 /// Bind-mounts the pty peer onto /dev/console (by fd: no /dev/pts/N path is looked up; the
 /// target made relative to the held `/dev`).
 pub fn mount_console(mounts: &mut Mounts, peer: BorrowedFd<'_>) -> Result<(), InitFailure> {

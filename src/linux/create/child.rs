@@ -176,6 +176,7 @@ fn rootfs(
     }
     let pty = if plan.attrs.terminal {
         let (master, peer) = console::open_pty_in(&mounts)?;
+        console::give_to_user(peer.as_fd(), plan.attrs.uid)?;
         console::mount_console(&mut mounts, peer.as_fd())?;
         if let Some(sock) = console_sock {
             console::send_master(sock.as_fd(), master.as_fd(), plan.attrs.console_size)?;

@@ -120,6 +120,7 @@ fn console(attrs: &Attrs, console_sock: Option<&OwnedFd>) -> Result<Root, InitFa
     let root = Root::open(std::path::Path::new("/")).step(Step::Exec, || "open /".into())?;
     if attrs.terminal {
         let (master, peer) = console::open_pty(&root)?;
+        console::give_to_user(peer.as_fd(), attrs.uid)?;
         if let Some(sock) = console_sock {
             console::send_master(sock.as_fd(), master.as_fd(), attrs.console_size)?;
         }
@@ -163,6 +164,7 @@ mod tests {
     use crate::linux::sys::record::{self, assert_before, named, position, Call, Fake, Reply};
 
     const PROC_SUPER_MAGIC: u64 = 0x9fa0;
+    const DEVPTS_SUPER_MAGIC: u64 = 0x1cd1;
 
     /// An exec'd process: a user with two capabilities, NNP, an rlimit, a seccomp filter.
     fn attrs() -> Attrs {
@@ -197,7 +199,10 @@ mod tests {
         | libc::CLONE_NEWCGROUP;
 
     fn record() -> Vec<Call> {
-        let attrs = attrs();
+        record_with(attrs())
+    }
+
+    fn record_with(attrs: Attrs) -> Vec<Call> {
         let (_parent, ch) = sync::pair().expect("socketpair");
         let fake = Fake::new()
             .name_fd(ch.sock.as_fd(), "sync")
@@ -212,6 +217,21 @@ mod tests {
                     ino: 1,
                 },
             );
+        let fake = if attrs.terminal {
+            // The exec'd process's first fstatfs and fstat: its ptmx, a devpts one.
+            fake.after("clone_fork", "fstatfs", Reply::Statfs(DEVPTS_SUPER_MAGIC))
+                .after(
+                    "clone_fork",
+                    "fstat",
+                    Reply::Stat {
+                        mode: libc::S_IFCHR | 0o666,
+                        rdev: libc::makedev(5, 2),
+                        ino: 2,
+                    },
+                )
+        } else {
+            fake
+        };
         let (failure, calls) = fake.run(move || {
             let pidfd = record::fd("pidfd");
             let j = Joining {
@@ -302,5 +322,34 @@ mod tests {
         );
         let last = calls.last().expect("calls");
         assert_eq!(last.name, "execve", "{}", record::show(&calls));
+    }
+
+    /// `exec -t`: the pty peer is given to the process's uid by its fd (never a
+    /// `/dev/pts/N` path), before it becomes stdio and before the uid switch.
+    #[test]
+    fn exec_pty_belongs_to_the_user_before_the_uid_switch() {
+        let mut attrs = attrs();
+        attrs.terminal = true;
+        let calls = record_with(attrs);
+        let peer = position(&calls, "pty_peer", named("pty_peer"));
+        let owner = position(&calls, "set_pty_owner", named("set_pty_owner"));
+        assert!(peer < owner, "{}", record::show(&calls));
+        assert_eq!(calls[owner].arg("uid"), Some("1000"), "{}", calls[owner]);
+        assert_eq!(
+            calls[owner].arg("fd"),
+            calls[peer].ret.as_deref(),
+            "the peer's fd: {}",
+            record::show(&calls)
+        );
+        assert_before(
+            &calls,
+            ("set_pty_owner", named("set_pty_owner")),
+            ("dup2 onto stdio", named("dup2")),
+        );
+        assert_before(
+            &calls,
+            ("set_pty_owner", named("set_pty_owner")),
+            ("setresuid", named("setresuid")),
+        );
     }
 }

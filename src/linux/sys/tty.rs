@@ -67,3 +67,11 @@ pub fn pty_peer(master: BorrowedFd<'_>) -> Result<OwnedFd> {
     )?;
     Ok(owned(fd as libc::c_long))
 }
+
+/// Gives the pty peer `fd` to `uid`, by the held fd (no `/dev/pts/N` path is looked up);
+/// its group (devpts' `gid=`) is left as it is (`fchown`'s -1).
+pub fn set_pty_owner(fd: BorrowedFd<'_>, uid: u32) -> Result<()> {
+    fake!("set_pty_owner", fd, uid);
+    // SAFETY: fchown on a valid fd; (gid_t)-1 keeps the group.
+    check_int(unsafe { libc::fchown(fd.as_raw_fd(), uid, libc::gid_t::MAX) }).map(drop)
+}
