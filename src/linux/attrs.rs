@@ -295,6 +295,7 @@ impl Attrs {
         }
         let mut listener = None;
         if !self.no_new_privs {
+            self.mark_fds_cloexec()?;
             listener =
                 self.install_seccomp(|| "load filter (before dropping privileges)".into())?;
         }
@@ -307,20 +308,25 @@ impl Attrs {
         verify_cwd(&self.cwd)?;
         let exe = self.find_executable()?;
         if self.no_new_privs {
+            self.mark_fds_cloexec()?;
             listener = self.install_seccomp(|| "load filter".into())?;
         }
         Ok((exe, listener))
     }
 
-    /// Closes everything but stdio and the preserved fds, resets signals, execs.
+    /// The fd sweep: every fd above stdio and the preserved ones marked close-on-exec.
+    /// Made just before the filter is loaded, never after: a profile written before
+    /// close_range(2) (Linux 5.9) refuses it, with its defaultErrnoRet (runc's
+    /// seccomp.bats profiles do), and the process would never start. Every fd moat opens
+    /// later is `O_CLOEXEC`, so none can reach the container.
+    fn mark_fds_cloexec(&self) -> Result<(), InitFailure> {
+        sys::close_range_from(sys::FdNumber(3 + self.preserve_fds), true)
+            .step(Step::Exec, || "close_range".into())
+    }
+
+    /// Makes the preserved fds inheritable, resets signals, execs (the fd sweep was made
+    /// by `apply`).
     pub fn exec(&self, exe: &CStr) -> InitFailure {
-        if let Err(e) = sys::close_range_from(sys::FdNumber(3 + self.preserve_fds), true) {
-            return InitFailure {
-                step: Step::Exec,
-                errno: e.raw_os_error().unwrap_or(0),
-                detail: "close_range".into(),
-            };
-        }
         for fd in 3..3 + self.preserve_fds {
             let _ = sys::clear_cloexec(sys::FdNumber(fd));
         }
@@ -784,7 +790,8 @@ mod tests {
                 (nnp.0, &nnp.1),
                 ("seccomp", named("seccomp_set_filter")),
             );
-            assert_eq!(calls[seccomp + 1].name, "close_range_from");
+            // The fd sweep right before the filter, which may refuse close_range.
+            assert_eq!(calls[seccomp - 1].name, "close_range_from");
             // Caps dropped from the bounding set are exactly those not kept.
             let drops = calls
                 .iter()

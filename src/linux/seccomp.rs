@@ -1324,4 +1324,40 @@ mod tests {
             _ => 41,
         }));
     }
+    /// `defaultErrnoRet` is what a syscall no rule names returns (runc's seccomp.bats
+    /// "defaultErrnoRet=ENXIO"), and a rule's `errnoRet` what its syscall returns, with the
+    /// x86 family listed as engines do.
+    #[test]
+    fn installed_default_errno_ret_is_returned() {
+        let archs = match cfg!(target_arch = "x86_64") {
+            true => json!([
+                "SCMP_ARCH_X86",
+                "SCMP_ARCH_X32",
+                "SCMP_ARCH_X86_64",
+                "SCMP_ARCH_AARCH64",
+                "SCMP_ARCH_ARM"
+            ]),
+            false => json!([]),
+        };
+        let f = compiled(
+            json!({"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": libc::ENXIO,
+            "architectures": archs,
+            "syscalls": [
+                {"names": ["exit_group", "exit", "getppid"], "action": "SCMP_ACT_ALLOW"},
+                {"names": ["personality"], "action": "SCMP_ACT_ERRNO", "errnoRet": libc::ENOANO},
+            ]}),
+        );
+        exited_ok(run_filtered(&f, |_| {
+            if errno(sys::syscall_numbers(libc::SYS_chdir, 0, 0, 0)) != Some(libc::ENXIO) {
+                return 50;
+            }
+            if errno(sys::personality(0)) != Some(libc::ENOANO) {
+                return 51;
+            }
+            if nix::unistd::getppid().as_raw() <= 0 {
+                return 52;
+            }
+            0
+        }));
+    }
 }

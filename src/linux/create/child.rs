@@ -260,7 +260,7 @@ fn ready(ch: &Channel, listener: Option<OwnedFd>, fifo: &OwnedFd) -> Result<(), 
     wait_start(fifo)
 }
 
-/// Row 15: startContainer hooks, then the fd sweep, signals and `execve` (`attrs::exec`).
+/// Row 15: startContainer hooks, then signals and `execve` (`attrs::exec`).
 fn exec(plan: &Plan, state: &[u8], exe: &std::ffi::CStr) -> Result<Never, InitFailure> {
     if let Some(h) = &plan.hooks {
         hooks::run("startContainer", &h.start_container, state)
@@ -822,7 +822,7 @@ mod tests {
             ("Ready", sent(Kind::Ready)),
             ("wait on exec.fifo", named("poll_readable")),
         );
-        // Row 15: close_range, then execve last.
+        // Row 13 swept the fds (close_range); row 15: execve last.
         let last = calls.last().expect("calls");
         assert_eq!(last.name, "execve", "{}", record::show(calls));
         assert_before(
