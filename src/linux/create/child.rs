@@ -200,7 +200,17 @@ fn pivot(
     if let ToChild::HooksDone(s) = wait_parent(ch)? {
         *state = s;
     }
-    if let Some(h) = &plan.hooks {
+    if let Some(h) = plan
+        .hooks
+        .as_ref()
+        .filter(|h| !h.create_container.is_empty())
+    {
+        // The hooks' working directory is the container's root, as runc's (a hook may
+        // `touch ./lib/…`): entered by the held fd, inherited by each hook. pivot_root
+        // enters it again anyway.
+        sys::fchdir(mounts.root().fd()).step(Step::Hooks, || {
+            "createContainer: chdir to the container's root".into()
+        })?;
         hooks::run("createContainer", &h.create_container, state)
             .map_err(|e| InitFailure::new(Step::Hooks, e.to_string()))?;
     }
