@@ -179,3 +179,43 @@ fn default_errno_ret_is_what_an_unlisted_syscall_returns() {
         "ENXIO expected: {err}"
     );
 }
+
+/// SCMP_ACT_NOTIFY on a syscall moat's init makes before the agent has the listener
+/// (runc's seccomp-notify.bats "SCMP_ACT_NOTIFY write") fails create up front, naming
+/// the entry and the syscall, and leaves nothing behind; so does a notify default.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn notify_on_write_fails_create_up_front() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("scnotifyw");
+    let agent = ctx.dir.join("agent.sock");
+    let profile = |default: &str, names: &[&str]| {
+        json!({"defaultAction": default, "listenerPath": agent, "listenerMetadata": "bar",
+            "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"},
+                         {"names": names, "action": "SCMP_ACT_NOTIFY"}]})
+    };
+    ctx.set("/process/noNewPrivileges", json!(false));
+    ctx.set("/linux/seccomp", profile("SCMP_ACT_ALLOW", &["write"]));
+    let (c, out) = ctx.create("c");
+    let out = out.fails();
+    assert_eq!(
+        out.stderr.trim_end(),
+        "moat: linux.seccomp.syscalls[1].names[0]: SCMP_ACT_NOTIFY cannot be used for the write \
+         syscall: moat's init makes it after loading the filter, before the seccomp agent has \
+         the listener"
+    );
+    ctx.assert_no_trace(&c.id);
+    ctx.set("/linux/seccomp", profile("SCMP_ACT_NOTIFY", &["chmod"]));
+    let (c, out) = ctx.create("d");
+    let out = out.fails();
+    assert!(
+        out.stderr.contains(
+            "linux.seccomp.defaultAction: SCMP_ACT_NOTIFY cannot be used as the default action"
+        ),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&c.id);
+}

@@ -525,6 +525,71 @@ fn overridden(added: &[Added<'_>]) -> Vec<String> {
     out
 }
 
+/// The syscalls moat's init makes after it loads a filter with `SCMP_ACT_NOTIFY` rules and
+/// before the parent holds the listener, which it hands to the agent: a notification
+/// then reaches nobody, and the init (and `create`) would wait forever. Notifying on them
+/// is refused when the container is planned, as runc refuses `write`, the call its init
+/// hands the listener over with. Measured with strace (create row 13 to `Ready`) and kept
+/// with the code: the init's last calls with the filter loaded late (with
+/// `noNewPrivileges`) are the closes of the held mount fds and the `sendmsg` carrying the
+/// listener; its allocator may map memory on the way; `write` as runc (moat's init does
+/// not write there, but profiles made for runc are refused alike).
+const BEFORE_HANDOVER: &[&str] = &[
+    "brk", "close", "mmap", "mremap", "munmap", "sendmsg", "write",
+];
+
+/// With the filter loaded early, before the privilege drop (no `noNewPrivileges`), the
+/// rest of `attrs::apply` runs under it too: bounding set, groups and ids, capabilities,
+/// umask, the cwd resolved and entered, the executable looked up.
+const BEFORE_HANDOVER_EARLY: &[&str] = &[
+    "capset",
+    "fchdir",
+    "fstat",
+    "fstatfs",
+    "getcwd",
+    "newfstatat",
+    "openat2",
+    "prctl",
+    "read",
+    "readlinkat",
+    "setgroups",
+    "setresgid",
+    "setresuid",
+    "stat",
+    "statx",
+    "umask",
+];
+
+/// Refuses `SCMP_ACT_NOTIFY` on a syscall the init makes before the listener is handed
+/// over ([`BEFORE_HANDOVER`]): `early` when the filter is loaded before the privilege drop
+/// (no `noNewPrivileges`), `floor` when the deny floor is loaded after it (a `seccomp`).
+pub fn refuse_notify_before_handover(
+    seccomp: &spec::Seccomp,
+    early: bool,
+    floor: bool,
+) -> Result<(), SeccompError> {
+    let needed = |name: &str| {
+        BEFORE_HANDOVER.contains(&name)
+            || (early && BEFORE_HANDOVER_EARLY.contains(&name))
+            || (floor && name == "seccomp")
+    };
+    for (i, call) in seccomp.syscalls.iter().enumerate() {
+        if call.action != "SCMP_ACT_NOTIFY" {
+            continue;
+        }
+        if let Some((j, name)) = call.names.iter().enumerate().find(|(_, n)| needed(n)) {
+            return Err(err(
+                format!(".syscalls[{i}].names[{j}]"),
+                format!(
+                    "SCMP_ACT_NOTIFY cannot be used for the {name} syscall: moat's init makes it \
+                     after loading the filter, before the seccomp agent has the listener"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Compiles `linux.seccomp`. Syscall names unknown on this architecture are skipped with
 /// a warning; unknown actions, operators, architectures or flags are errors naming the field.
 pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
@@ -549,7 +614,16 @@ pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
             .ok_or_else(|| err(format!(".flags[{i}]"), format!("unknown flag {name:?}")))?;
     }
 
-    let mut notify = default == ScmpAction::Notify;
+    if default == ScmpAction::Notify {
+        // Every syscall the init makes after loading the filter would wait for an agent
+        // that does not have the listener yet (see `BEFORE_HANDOVER`); runc refuses it too.
+        return Err(err(
+            ".defaultAction",
+            "SCMP_ACT_NOTIFY cannot be used as the default action: moat's init makes syscalls \
+             after loading the filter, before the seccomp agent has the listener",
+        ));
+    }
+    let mut notify = false;
     let mut rules = 0;
     let mut unknown = Vec::new();
     let mut added_rules = Vec::new();
@@ -957,7 +1031,46 @@ mod tests {
         assert_eq!(flags(&[wait], allow, true), 8 | 32);
         assert_eq!(flags(&[tsync], allow, true), 1 | 8 | 16);
         assert_eq!(flags(&[], allow, true), 8);
-        assert_eq!(flags(&[], "SCMP_ACT_NOTIFY", false), 8);
+        let e = compile(&parse(json!({"defaultAction": "SCMP_ACT_NOTIFY",
+            "listenerPath": "/run/listener.sock"})))
+        .expect_err("default notify");
+        assert_eq!(e.field, ".defaultAction", "{e}");
+    }
+
+    /// runc's seccomp-notify.bats "(SCMP_ACT_NOTIFY write)": notifying on a syscall the
+    /// init makes before the agent has the listener is refused, naming the entry and the
+    /// syscall; the privilege drop's calls only when the filter is loaded before it, the
+    /// floor's `seccomp` only with the floor. Other notify rules are fine.
+    #[test]
+    fn notify_on_a_syscall_of_the_handover_is_refused() {
+        let p = |names: &[&str]| {
+            let ok = json!({"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"});
+            let allow = json!({"names": ["write"], "action": "SCMP_ACT_ALLOW"});
+            parse(
+                json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/run/l.sock",
+                "syscalls": [ok, allow, {"names": names, "action": "SCMP_ACT_NOTIFY"}]}),
+            )
+        };
+        let e = refuse_notify_before_handover(&p(&["mkdirat", "write"]), false, false)
+            .expect_err("write");
+        assert_eq!(
+            e.to_string(),
+            "linux.seccomp.syscalls[2].names[1]: SCMP_ACT_NOTIFY cannot be used for the write \
+             syscall: moat's init makes it after loading the filter, before the seccomp agent \
+             has the listener"
+        );
+        for name in ["sendmsg", "close"] {
+            refuse_notify_before_handover(&p(&[name]), false, false).expect_err(name);
+        }
+        refuse_notify_before_handover(&p(&["setresuid"]), false, false).expect("late filter");
+        refuse_notify_before_handover(&p(&["setresuid"]), true, false).expect_err("early");
+        refuse_notify_before_handover(&p(&["seccomp"]), true, false).expect("no floor");
+        refuse_notify_before_handover(&p(&["seccomp"]), false, true).expect_err("floor");
+        refuse_notify_before_handover(&p(&["mkdirat", "chmod"]), true, true).expect("others");
+        // Every name is one libseccomp knows: a typo would refuse nothing.
+        for name in BEFORE_HANDOVER.iter().chain(BEFORE_HANDOVER_EARLY) {
+            assert!(ScmpSyscall::from_name(name).is_ok(), "{name}");
+        }
     }
 
     #[test]

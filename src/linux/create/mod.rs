@@ -2,7 +2,7 @@
 //!
 //! | # | parent (`moat create`) | child (container init) |
 //! |---|---|---|
-//! | 1 | the host facts read and the policy applied on them (`container::policy::decide`: AppArmor on and its loaded profiles, SELinux on, the host's namespace ids), then `Plan::new`: the cgroup layout, rootless, the kernel's mount API read, every spec field turned into a plan (mount options, capability masks, rlimits, sysctls checked against the namespaces, seccomp compiled to BPF, namespace paths opened, the notify mount and the cgroup path planned). A bad spec fails here, before anything exists | — |
+//! | 1 | the host facts read and the policy applied on them (`container::policy::decide`: AppArmor on and its loaded profiles, SELinux on, the host's namespace ids), then `Plan::new`: the cgroup layout, rootless, the kernel's mount API read, every spec field turned into a plan (mount options, capability masks, rlimits, sysctls checked against the namespaces, seccomp compiled to BPF (`SCMP_ACT_NOTIFY` refused as the default and on the syscalls the init makes before the listener reaches the parent: `seccomp::BEFORE_HANDOVER`), namespace paths opened, the notify mount and the cgroup path planned). A bad spec fails here, before anything exists | — |
 //! | 2 | moat's AppArmor profile loaded, when the spec runs under it and the host has not loaded it | — |
 //! | 3 | state dir created exclusively (a second create of the id fails here); with `NOTIFY_SOCKET`, the container's socket bound in it | — |
 //! | 4 | `moat.userns=auto`: a range taken from the host pool (flock on `/run/moat-userns/lock`), recorded in the state dir and written into the plan (`linux.uidMappings`/`gidMappings`, the idmapped rootfs) | — |
@@ -228,7 +228,7 @@ macro_rules! steps {
 }
 
 steps! {
-    Plan = 1: "the host facts read and the policy applied on them (`container::policy::decide`: AppArmor on and its loaded profiles, SELinux on, the host's namespace ids), then `Plan::new`: the cgroup layout, rootless, the kernel's mount API read, every spec field turned into a plan (mount options, capability masks, rlimits, sysctls checked against the namespaces, seccomp compiled to BPF, namespace paths opened, the notify mount and the cgroup path planned). A bad spec fails here, before anything exists" | "—",
+    Plan = 1: "the host facts read and the policy applied on them (`container::policy::decide`: AppArmor on and its loaded profiles, SELinux on, the host's namespace ids), then `Plan::new`: the cgroup layout, rootless, the kernel's mount API read, every spec field turned into a plan (mount options, capability masks, rlimits, sysctls checked against the namespaces, seccomp compiled to BPF (`SCMP_ACT_NOTIFY` refused as the default and on the syscalls the init makes before the listener reaches the parent: `seccomp::BEFORE_HANDOVER`), namespace paths opened, the notify mount and the cgroup path planned). A bad spec fails here, before anything exists" | "—",
     Profile = 2: "moat's AppArmor profile loaded, when the spec runs under it and the host has not loaded it" | "—",
     StateDir = 3: "state dir created exclusively (a second create of the id fails here); with `NOTIFY_SOCKET`, the container's socket bound in it" | "—",
     Ids = 4: "`moat.userns=auto`: a range taken from the host pool (flock on `/run/moat-userns/lock`), recorded in the state dir and written into the plan (`linux.uidMappings`/`gidMappings`, the idmapped rootfs)" | "—",
