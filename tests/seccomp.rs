@@ -219,3 +219,48 @@ fn notify_on_write_fails_create_up_front() {
     );
     ctx.assert_no_trace(&c.id);
 }
+
+/// The names of RESTRICTED's allow-list numbered `syncfs` (306) and above on x86_64.
+#[rustfmt::skip]
+const SYNCFS_AND_NEWER: &[&str] = &[
+    "syncfs", "sendmmsg", "getcpu", "sched_setattr", "sched_getattr", "renameat2", "seccomp",
+    "getrandom", "memfd_create", "execveat", "membarrier", "mlock2", "copy_file_range",
+    "preadv2", "pwritev2", "pkey_mprotect", "pkey_alloc", "pkey_free", "statx", "io_pgetevents",
+    "rseq", "pidfd_send_signal", "pidfd_open", "close_range", "openat2", "faccessat2",
+    "epoll_pwait2", "landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self",
+    "process_mrelease", "futex_waitv", "fchmodat2",
+];
+
+/// runc's seccomp.bats "-ENOSYS handling": with a denying default, a syscall newer than
+/// every one the profile names gets ENOSYS (the C library's cue to fall back), one the
+/// profile leaves out below that the default's errno. The profile: RESTRICTED's
+/// allow-list cut below `syncfs` (306 on x86_64), EPERM by default; `nsenter` calls
+/// `setns` (308), `cd` calls `chdir`, left out.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn syscalls_newer_than_the_profile_get_enosys() {
+    if !require_root() || !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let older = |n: &Value| n != "chdir" && !SYNCFS_AND_NEWER.iter().any(|s| n == s);
+    let profile = restricted_profile(|p| {
+        p["defaultErrnoRet"] = json!(libc::EPERM);
+        let calls = p["syscalls"].as_array_mut().unwrap();
+        calls.retain(|c| c["action"] == "SCMP_ACT_ALLOW");
+        for c in calls.iter_mut() {
+            c["names"].as_array_mut().unwrap().retain(older);
+        }
+    });
+    let mut ctx = Ctx::new("scenosys");
+    ctx.set("/linux/seccomp", profile);
+    ctx.sh("nsenter -t 1 -u true; echo setns=$?; cd /; echo cd=$?");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(out, "setns=1\ncd=2\n", "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines.len() == 2
+            && lines[0].contains("Function not implemented")
+            && lines[1].contains("Operation not permitted"),
+        "{err} (a name added to restricted.json at 306 or above belongs in SYNCFS_AND_NEWER)"
+    );
+}

@@ -62,9 +62,10 @@ const MAX_INSNS: usize = 4096;
 const BINARY_TREE_MIN_RULES: usize = 32;
 
 /// Part of the cache key of compiled programs: bumped whenever `compile` turns the same
-/// profile into a different program (2: arguments narrowed to their declared width), so a
+/// profile into a different program (2: arguments narrowed to their declared width; 3: the
+/// ENOSYS stub for syscalls newer than the profile, [`newer_than_profile`]), so a
 /// cache written by an older moat of the same version is never used.
-const COMPILER_REVISION: u32 = 2;
+const COMPILER_REVISION: u32 = 3;
 
 /// A compiled filter, ready to be installed in the child without further allocation.
 #[derive(Debug, Clone)]
@@ -709,10 +710,101 @@ pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
         // Only a speed-up: an older libseccomp without it still builds a correct filter.
         let _ = ctx.set_ctl_optimize(2);
     }
-    Ok(Filter {
-        prog: export(&ctx)?,
-        flags,
-    })
+    let mut prog = export(&ctx)?;
+    // The stub leaves the accumulator holding the syscall number: libseccomp's program
+    // must start by loading the arch itself, as it does.
+    let loads_arch = prog.first().is_some_and(|i| {
+        u32::from(i.code) == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS && i.k == 4
+    });
+    if let Some(stub) = newer_than_profile(seccomp, default).filter(|_| loads_arch) {
+        prog.splice(0..0, stub);
+        if prog.len() > MAX_INSNS {
+            return Err(err(
+                ".syscalls",
+                format!(
+                    "the filter has {} instructions; the kernel accepts at most {MAX_INSNS}",
+                    prog.len()
+                ),
+            ));
+        }
+    }
+    Ok(Filter { prog, flags })
+}
+
+/// `AUDIT_ARCH_*` of the native architecture, as the kernel puts it in `seccomp_data.arch`.
+#[cfg(target_arch = "x86_64")]
+const NATIVE_AUDIT_ARCH: Option<u32> = Some(0xc000_003e);
+#[cfg(target_arch = "aarch64")]
+const NATIVE_AUDIT_ARCH: Option<u32> = Some(0xc000_00b7);
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const NATIVE_AUDIT_ARCH: Option<u32> = None;
+
+/// x32 syscalls enter as x86_64 ones with this bit set in their number; they are left to
+/// libseccomp's program, which knows whether the profile lists x32.
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// The stub put before libseccomp's program when the default action denies: a native
+/// syscall numbered above every syscall the profile names (one newer than the profile)
+/// gets ENOSYS instead of the default action, so the C library falls back to the older
+/// call it has for it (clone3 → clone, faccessat2 → faccessat, …) rather than failing
+/// with EPERM or being killed; what runc does. A syscall the profile names is at or below
+/// that number and keeps its action. The stub only ever refuses (it never allows), so it
+/// cannot open what the profile closes. None when the default allows (ALLOW, LOG, TRACE:
+/// new syscalls are allowed anyway), is ENOSYS already (moat's RESTRICTED profile), or the
+/// profile names no native syscall.
+fn newer_than_profile(
+    seccomp: &spec::Seccomp,
+    default: ScmpAction,
+) -> Option<Vec<libc::sock_filter>> {
+    const ENOSYS: i32 = libc::ENOSYS;
+    match default {
+        ScmpAction::Allow | ScmpAction::Log | ScmpAction::Trace(_) => return None,
+        ScmpAction::Errno(ENOSYS) => return None,
+        _ => {}
+    }
+    let arch = NATIVE_AUDIT_ARCH?;
+    let native = ScmpArch::native();
+    let last = seccomp
+        .syscalls
+        .iter()
+        .flat_map(|c| &c.names)
+        .filter_map(|n| ScmpSyscall::from_name_by_arch(n, native).ok())
+        .map(ScmpSyscall::as_raw_syscall)
+        .max()
+        .and_then(|nr| u32::try_from(nr).ok())?;
+    // Classic BPF, jumps relative to the next instruction; seccomp_data: nr at 0, arch at 4.
+    // BPF opcodes are 16 bits; libc spells them as u32.
+    let insn = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+        code: u16::try_from(code).expect("a BPF opcode fits in 16 bits"),
+        jt,
+        jf,
+        k,
+    };
+    let ld = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    let (jeq, jgt, jset) = (
+        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+        libc::BPF_JMP | libc::BPF_JGT | libc::BPF_K,
+        libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K,
+    );
+    let x32 = cfg!(target_arch = "x86_64");
+    // Instructions after the arch test: [ld nr, (jset x32,) jgt last, ret ENOSYS].
+    let rest = if x32 { 4 } else { 3 };
+    let mut stub = vec![
+        insn(ld, 0, 0, 4),
+        insn(jeq, 0, rest, arch),
+        insn(ld, 0, 0, 0),
+    ];
+    if x32 {
+        stub.push(insn(jset, 2, 0, X32_SYSCALL_BIT));
+    }
+    stub.push(insn(jgt, 0, 1, last));
+    stub.push(insn(
+        libc::BPF_RET | libc::BPF_K,
+        0,
+        0,
+        libc::SECCOMP_RET_ERRNO | ENOSYS as u32,
+    ));
+    Some(stub)
 }
 
 /// Exports through a memfd: `seccomp_export_bpf_mem` only exists from libseccomp 2.6, and
@@ -1003,11 +1095,14 @@ mod tests {
             v["defaultErrnoRet"] = json!(default_ret);
             words(v)
         };
+        // The profile with no syscalls has no ENOSYS stub (no newest syscall); the others
+        // have the same one: libseccomp's part after it is what is compared.
         let empty = words(json!({"defaultAction": "SCMP_ACT_ERRNO"}));
-        assert_eq!(p(None, None), empty);
-        assert_eq!(p(None, Some(1)), empty);
-        assert_eq!(p(Some(1), None), empty);
-        assert_ne!(p(None, Some(2)), empty);
+        let skipped = p(None, None);
+        assert!(skipped.ends_with(&empty), "{skipped:?}");
+        assert_eq!(p(None, Some(1)), skipped);
+        assert_eq!(p(Some(1), None), skipped);
+        assert_ne!(p(None, Some(2)), skipped);
     }
 
     #[test]
@@ -1471,6 +1566,56 @@ mod tests {
                 return 52;
             }
             0
+        }));
+    }
+    /// runc's seccomp.bats "-ENOSYS handling": with a denying default, a native syscall
+    /// numbered above every syscall the profile names gets ENOSYS (the C library falls
+    /// back); one below it gets the default's errno, a listed one its own action. With an
+    /// allowing default, or ENOSYS as the default errno, the program is libseccomp's alone.
+    #[test]
+    fn installed_syscalls_newer_than_the_profile_get_enosys() {
+        let profile = |default: &str, ret: Option<i32>| {
+            json!({"defaultAction": default, "defaultErrnoRet": ret, "syscalls": [
+                {"names": ["exit_group", "exit", "getppid"], "action": "SCMP_ACT_ALLOW"},
+                {"names": ["personality"], "action": "SCMP_ACT_ERRNO", "errnoRet": 77},
+                // The profile's newest syscall: 437 on x86_64 and aarch64.
+                {"names": ["openat2"], "action": "SCMP_ACT_ERRNO", "errnoRet": 78},
+            ]})
+        };
+        let f = compiled(profile("SCMP_ACT_ERRNO", None));
+        exited_ok(run_filtered(&f, |_| {
+            let nr = |n: libc::c_long| errno(sys::syscall_numbers(n, 0, 0, 0));
+            if nr(1000) != Some(libc::ENOSYS) || nr(438) != Some(libc::ENOSYS) {
+                return 60;
+            }
+            if nr(libc::SYS_chdir) != Some(libc::EPERM) {
+                return 61; // older than the profile's newest: the default
+            }
+            if nr(libc::SYS_openat2) != Some(78) || errno(sys::personality(0)) != Some(77) {
+                return 62;
+            }
+            if nix::unistd::getppid().as_raw() <= 0 {
+                return 63;
+            }
+            0
+        }));
+        let without = |v: Value| {
+            let mut v = v;
+            v["syscalls"][2]["names"] = json!(["getpid"]);
+            words(v)
+        };
+        // Allowing default, ENOSYS default: no stub, the program does not depend on the
+        // newest name.
+        for (d, ret) in [
+            ("SCMP_ACT_ALLOW", None),
+            ("SCMP_ACT_ERRNO", Some(libc::ENOSYS)),
+        ] {
+            let with_stub = words(profile(d, ret));
+            assert_eq!(with_stub.len(), without(profile(d, ret)).len(), "{d}");
+        }
+        let f = compiled(profile("SCMP_ACT_ALLOW", None));
+        exited_ok(run_filtered(&f, |_| {
+            i32::from(errno(sys::syscall_numbers(1000, 0, 0, 0)) != Some(libc::ENOSYS))
         }));
     }
 }
