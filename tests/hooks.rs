@@ -347,3 +347,31 @@ fn an_init_that_never_answers_ends_create_at_the_sync_timeout() {
     );
     ctx.assert_no_trace(&c.id);
 }
+
+/// createContainer hooks run with the container's root as their working directory, as
+/// runc's do (hooks.bats "hooks library tests": `touch ./lib/…` from the hook); a
+/// startContainer hook with `process.cwd`, where the init is when it runs it.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn create_container_hook_runs_in_the_container_root() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("hookcwd");
+    let log = HookLog::new(&mut ctx);
+    let sh =
+        |script: &str| json!({"path": "/bin/sh", "args": ["sh", "-c", script], "env": [PATH_ENV]});
+    ctx.set(
+        "/hooks",
+        json!({
+            "createContainer": [sh("touch ./made-by-create-container")],
+            "startContainer": [sh("pwd > /hooklog/start-container-cwd")],
+        }),
+    );
+    ctx.set("/process/cwd", json!("/etc"));
+    ctx.args(&["ls", "/made-by-create-container"]);
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(out, "/made-by-create-container\n", "{err}");
+    assert!(ctx.rootfs().join("made-by-create-container").exists());
+    assert_eq!(read(log.dir.join("start-container-cwd")), "/etc\n");
+}

@@ -180,3 +180,129 @@ fn a_profile_without_openat2_and_close_range_runs_without_nnp() {
     assert_eq!(out.stdout, "/tmp\n");
     c.kill("KILL").ok();
 }
+
+/// moat's RESTRICTED allow-list as a profile of the engine's, edited by `edit`.
+fn restricted_profile(edit: impl FnOnce(&mut Value)) -> Value {
+    let mut p: Value =
+        serde_json::from_str(include_str!("../seccomp-profiles/restricted.json")).unwrap();
+    edit(&mut p);
+    p
+}
+
+/// `defaultErrnoRet` is what a syscall no rule names returns (runc's seccomp.bats
+/// "defaultErrnoRet=ENXIO"), with the architectures an engine lists, and a profile from
+/// before close_range(2) (Linux 5.9) still starts the process: moat's fd sweep is made
+/// before the filter is loaded, not refused by it.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn default_errno_ret_is_what_an_unlisted_syscall_returns() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("scdefret");
+    let profile = restricted_profile(|p| {
+        p["defaultErrnoRet"] = json!(libc::ENXIO);
+        p["architectures"] = json!([
+            "SCMP_ARCH_X86",
+            "SCMP_ARCH_X32",
+            "SCMP_ARCH_X86_64",
+            "SCMP_ARCH_AARCH64",
+            "SCMP_ARCH_ARM"
+        ]);
+        let allowed = p["syscalls"][0]["names"].as_array_mut().unwrap();
+        allowed.retain(|n| n != "chdir" && n != "close_range");
+    });
+    ctx.set("/linux/seccomp", profile);
+    ctx.sh("cd /; echo rc=$?");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(out, "rc=2\n", "{err}");
+    assert!(
+        err.contains("No such device or address"),
+        "ENXIO expected: {err}"
+    );
+}
+
+/// SCMP_ACT_NOTIFY on a syscall moat's init makes before the agent has the listener
+/// (runc's seccomp-notify.bats "SCMP_ACT_NOTIFY write") fails create up front, naming
+/// the entry and the syscall, and leaves nothing behind; so does a notify default.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn notify_on_write_fails_create_up_front() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("scnotifyw");
+    let agent = ctx.dir.join("agent.sock");
+    let profile = |default: &str, names: &[&str]| {
+        json!({"defaultAction": default, "listenerPath": agent, "listenerMetadata": "bar",
+            "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"},
+                         {"names": names, "action": "SCMP_ACT_NOTIFY"}]})
+    };
+    ctx.set("/process/noNewPrivileges", json!(false));
+    ctx.set("/linux/seccomp", profile("SCMP_ACT_ALLOW", &["write"]));
+    let (c, out) = ctx.create("c");
+    let out = out.fails();
+    assert_eq!(
+        out.stderr.trim_end(),
+        "moat: linux.seccomp.syscalls[1].names[0]: SCMP_ACT_NOTIFY cannot be used for the write \
+         syscall: moat's init makes it after loading the filter, before the seccomp agent has \
+         the listener"
+    );
+    ctx.assert_no_trace(&c.id);
+    ctx.set("/linux/seccomp", profile("SCMP_ACT_NOTIFY", &["chmod"]));
+    let (c, out) = ctx.create("d");
+    let out = out.fails();
+    assert!(
+        out.stderr.contains(
+            "linux.seccomp.defaultAction: SCMP_ACT_NOTIFY cannot be used as the default action"
+        ),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&c.id);
+}
+
+/// The names of RESTRICTED's allow-list numbered `syncfs` (306) and above on x86_64.
+#[rustfmt::skip]
+const SYNCFS_AND_NEWER: &[&str] = &[
+    "syncfs", "sendmmsg", "getcpu", "sched_setattr", "sched_getattr", "renameat2", "seccomp",
+    "getrandom", "memfd_create", "execveat", "membarrier", "mlock2", "copy_file_range",
+    "preadv2", "pwritev2", "pkey_mprotect", "pkey_alloc", "pkey_free", "statx", "io_pgetevents",
+    "rseq", "pidfd_send_signal", "pidfd_open", "close_range", "openat2", "faccessat2",
+    "epoll_pwait2", "landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self",
+    "process_mrelease", "futex_waitv", "fchmodat2",
+];
+
+/// runc's seccomp.bats "-ENOSYS handling": with a denying default, a syscall newer than
+/// every one the profile names gets ENOSYS (the C library's cue to fall back), one the
+/// profile leaves out below that the default's errno. The profile: RESTRICTED's
+/// allow-list cut below `syncfs` (306 on x86_64), EPERM by default; `nsenter` calls
+/// `setns` (308), `cd` calls `chdir`, left out.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn syscalls_newer_than_the_profile_get_enosys() {
+    if !require_root() || !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let older = |n: &Value| n != "chdir" && !SYNCFS_AND_NEWER.iter().any(|s| n == s);
+    let profile = restricted_profile(|p| {
+        p["defaultErrnoRet"] = json!(libc::EPERM);
+        let calls = p["syscalls"].as_array_mut().unwrap();
+        calls.retain(|c| c["action"] == "SCMP_ACT_ALLOW");
+        for c in calls.iter_mut() {
+            c["names"].as_array_mut().unwrap().retain(older);
+        }
+    });
+    let mut ctx = Ctx::new("scenosys");
+    ctx.set("/linux/seccomp", profile);
+    ctx.sh("nsenter -t 1 -u true; echo setns=$?; cd /; echo cd=$?");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(out, "setns=1\ncd=2\n", "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines.len() == 2
+            && lines[0].contains("Function not implemented")
+            && lines[1].contains("Operation not permitted"),
+        "{err} (a name added to restricted.json at 306 or above belongs in SYNCFS_AND_NEWER)"
+    );
+}

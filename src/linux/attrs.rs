@@ -312,6 +312,7 @@ impl Attrs {
         };
         let mut listener = None;
         if !self.no_new_privs {
+            self.mark_fds_cloexec()?;
             listener =
                 self.install_seccomp(|| "load filter (before dropping privileges)".into())?;
         }
@@ -325,27 +326,25 @@ impl Attrs {
         verify_cwd(&self.cwd)?;
         let exe = self.find_executable()?;
         if self.no_new_privs {
+            self.mark_fds_cloexec()?;
             listener = self.install_seccomp(|| "load filter".into())?;
         }
         Ok((exe, listener))
     }
 
-    /// Closes everything but stdio and the preserved fds, resets signals, execs.
+    /// The fd sweep: every fd above stdio and the preserved ones marked close-on-exec.
+    /// Made just before the filter is loaded, never after: a profile written before
+    /// close_range(2) (Linux 5.9) refuses it, with its defaultErrnoRet (runc's
+    /// seccomp.bats profiles do), and the process would never start. Every fd moat opens
+    /// later is `O_CLOEXEC`, so none can reach the container.
+    fn mark_fds_cloexec(&self) -> Result<(), InitFailure> {
+        sys::close_range_from(sys::FdNumber(3 + self.preserve_fds), true)
+            .step(Step::Exec, || "close_range".into())
+    }
+
+    /// Makes the preserved fds inheritable, resets signals, execs (the fd sweep was made
+    /// by `apply`).
     pub fn exec(&self, exe: &CStr) -> InitFailure {
-        let first = sys::FdNumber(3 + self.preserve_fds);
-        // A profile written for runc 1.1 (runtime-tools' default) denies close_range, which
-        // the filter loaded before this applies to: the same sweep by fcntl, which it allows.
-        let swept = sys::close_range_from(first, true).or_else(|e| match e.raw_os_error() {
-            Some(libc::EPERM | libc::ENOSYS | libc::EACCES) => sys::cloexec_each_from(first),
-            _ => Err(e),
-        });
-        if let Err(e) = swept {
-            return InitFailure {
-                step: Step::Exec,
-                errno: e.raw_os_error().unwrap_or(0),
-                detail: "close_range".into(),
-            };
-        }
         for fd in 3..3 + self.preserve_fds {
             let _ = sys::clear_cloexec(sys::FdNumber(fd));
         }
@@ -813,27 +812,6 @@ mod tests {
             );
         }
 
-        /// A filter that denies close_range (runtime-tools' default profile): the sweep is
-        /// done by fcntl instead, still before execve.
-        #[test]
-        fn sweep_falls_back_to_fcntl_where_close_range_is_denied() {
-            let a = attrs(1000, false, 0, 0);
-            let calls = record_with(
-                &a,
-                kernel().then("close_range_from", Reply::Err(libc::EPERM)),
-            );
-            assert_before(
-                &calls,
-                ("close_range", named("close_range_from")),
-                ("fcntl sweep", named("cloexec_each_from")),
-            );
-            assert_before(
-                &calls,
-                ("fcntl sweep", named("cloexec_each_from")),
-                ("execve", named("execve")),
-            );
-        }
-
         #[test]
         fn root_with_caps_and_nnp() {
             let a = attrs(0, true, CAP_CHOWN | CAP_NET_BIND_SERVICE | CAP_SYS_ADMIN, 0);
@@ -860,7 +838,8 @@ mod tests {
                 (nnp.0, &nnp.1),
                 ("seccomp", named("seccomp_set_filter")),
             );
-            assert_eq!(calls[seccomp + 1].name, "close_range_from");
+            // The fd sweep right before the filter, which may refuse close_range.
+            assert_eq!(calls[seccomp - 1].name, "close_range_from");
             // Caps dropped from the bounding set are exactly those not kept.
             let drops = calls
                 .iter()

@@ -62,9 +62,10 @@ const MAX_INSNS: usize = 4096;
 const BINARY_TREE_MIN_RULES: usize = 32;
 
 /// Part of the cache key of compiled programs: bumped whenever `compile` turns the same
-/// profile into a different program (2: arguments narrowed to their declared width), so a
+/// profile into a different program (2: arguments narrowed to their declared width; 3: the
+/// ENOSYS stub for syscalls newer than the profile, [`newer_than_profile`]), so a
 /// cache written by an older moat of the same version is never used.
-const COMPILER_REVISION: u32 = 2;
+const COMPILER_REVISION: u32 = 3;
 
 /// A compiled filter, ready to be installed in the child without further allocation.
 #[derive(Debug, Clone)]
@@ -525,6 +526,71 @@ fn overridden(added: &[Added<'_>]) -> Vec<String> {
     out
 }
 
+/// The syscalls moat's init makes after it loads a filter with `SCMP_ACT_NOTIFY` rules and
+/// before the parent holds the listener, which it hands to the agent: a notification
+/// then reaches nobody, and the init (and `create`) would wait forever. Notifying on them
+/// is refused when the container is planned, as runc refuses `write`, the call its init
+/// hands the listener over with. Measured with strace (create row 13 to `Ready`) and kept
+/// with the code: the init's last calls with the filter loaded late (with
+/// `noNewPrivileges`) are the closes of the held mount fds and the `sendmsg` carrying the
+/// listener; its allocator may map memory on the way; `write` as runc (moat's init does
+/// not write there, but profiles made for runc are refused alike).
+const BEFORE_HANDOVER: &[&str] = &[
+    "brk", "close", "mmap", "mremap", "munmap", "sendmsg", "write",
+];
+
+/// With the filter loaded early, before the privilege drop (no `noNewPrivileges`), the
+/// rest of `attrs::apply` runs under it too: bounding set, groups and ids, capabilities,
+/// umask, the cwd resolved and entered, the executable looked up.
+const BEFORE_HANDOVER_EARLY: &[&str] = &[
+    "capset",
+    "fchdir",
+    "fstat",
+    "fstatfs",
+    "getcwd",
+    "newfstatat",
+    "openat2",
+    "prctl",
+    "read",
+    "readlinkat",
+    "setgroups",
+    "setresgid",
+    "setresuid",
+    "stat",
+    "statx",
+    "umask",
+];
+
+/// Refuses `SCMP_ACT_NOTIFY` on a syscall the init makes before the listener is handed
+/// over ([`BEFORE_HANDOVER`]): `early` when the filter is loaded before the privilege drop
+/// (no `noNewPrivileges`), `floor` when the deny floor is loaded after it (a `seccomp`).
+pub fn refuse_notify_before_handover(
+    seccomp: &spec::Seccomp,
+    early: bool,
+    floor: bool,
+) -> Result<(), SeccompError> {
+    let needed = |name: &str| {
+        BEFORE_HANDOVER.contains(&name)
+            || (early && BEFORE_HANDOVER_EARLY.contains(&name))
+            || (floor && name == "seccomp")
+    };
+    for (i, call) in seccomp.syscalls.iter().enumerate() {
+        if call.action != "SCMP_ACT_NOTIFY" {
+            continue;
+        }
+        if let Some((j, name)) = call.names.iter().enumerate().find(|(_, n)| needed(n)) {
+            return Err(err(
+                format!(".syscalls[{i}].names[{j}]"),
+                format!(
+                    "SCMP_ACT_NOTIFY cannot be used for the {name} syscall: moat's init makes it \
+                     after loading the filter, before the seccomp agent has the listener"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Compiles `linux.seccomp`. Syscall names unknown on this architecture are skipped with
 /// a warning; unknown actions, operators, architectures or flags are errors naming the field.
 pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
@@ -549,7 +615,16 @@ pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
             .ok_or_else(|| err(format!(".flags[{i}]"), format!("unknown flag {name:?}")))?;
     }
 
-    let mut notify = default == ScmpAction::Notify;
+    if default == ScmpAction::Notify {
+        // Every syscall the init makes after loading the filter would wait for an agent
+        // that does not have the listener yet (see `BEFORE_HANDOVER`); runc refuses it too.
+        return Err(err(
+            ".defaultAction",
+            "SCMP_ACT_NOTIFY cannot be used as the default action: moat's init makes syscalls \
+             after loading the filter, before the seccomp agent has the listener",
+        ));
+    }
+    let mut notify = false;
     let mut rules = 0;
     let mut unknown = Vec::new();
     let mut added_rules = Vec::new();
@@ -635,10 +710,101 @@ pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
         // Only a speed-up: an older libseccomp without it still builds a correct filter.
         let _ = ctx.set_ctl_optimize(2);
     }
-    Ok(Filter {
-        prog: export(&ctx)?,
-        flags,
-    })
+    let mut prog = export(&ctx)?;
+    // The stub leaves the accumulator holding the syscall number: libseccomp's program
+    // must start by loading the arch itself, as it does.
+    let loads_arch = prog.first().is_some_and(|i| {
+        u32::from(i.code) == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS && i.k == 4
+    });
+    if let Some(stub) = newer_than_profile(seccomp, default).filter(|_| loads_arch) {
+        prog.splice(0..0, stub);
+        if prog.len() > MAX_INSNS {
+            return Err(err(
+                ".syscalls",
+                format!(
+                    "the filter has {} instructions; the kernel accepts at most {MAX_INSNS}",
+                    prog.len()
+                ),
+            ));
+        }
+    }
+    Ok(Filter { prog, flags })
+}
+
+/// `AUDIT_ARCH_*` of the native architecture, as the kernel puts it in `seccomp_data.arch`.
+#[cfg(target_arch = "x86_64")]
+const NATIVE_AUDIT_ARCH: Option<u32> = Some(0xc000_003e);
+#[cfg(target_arch = "aarch64")]
+const NATIVE_AUDIT_ARCH: Option<u32> = Some(0xc000_00b7);
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const NATIVE_AUDIT_ARCH: Option<u32> = None;
+
+/// x32 syscalls enter as x86_64 ones with this bit set in their number; they are left to
+/// libseccomp's program, which knows whether the profile lists x32.
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// The stub put before libseccomp's program when the default action denies: a native
+/// syscall numbered above every syscall the profile names (one newer than the profile)
+/// gets ENOSYS instead of the default action, so the C library falls back to the older
+/// call it has for it (clone3 → clone, faccessat2 → faccessat, …) rather than failing
+/// with EPERM or being killed; what runc does. A syscall the profile names is at or below
+/// that number and keeps its action. The stub only ever refuses (it never allows), so it
+/// cannot open what the profile closes. None when the default allows (ALLOW, LOG, TRACE:
+/// new syscalls are allowed anyway), is ENOSYS already (moat's RESTRICTED profile), or the
+/// profile names no native syscall.
+fn newer_than_profile(
+    seccomp: &spec::Seccomp,
+    default: ScmpAction,
+) -> Option<Vec<libc::sock_filter>> {
+    const ENOSYS: i32 = libc::ENOSYS;
+    match default {
+        ScmpAction::Allow | ScmpAction::Log | ScmpAction::Trace(_) => return None,
+        ScmpAction::Errno(ENOSYS) => return None,
+        _ => {}
+    }
+    let arch = NATIVE_AUDIT_ARCH?;
+    let native = ScmpArch::native();
+    let last = seccomp
+        .syscalls
+        .iter()
+        .flat_map(|c| &c.names)
+        .filter_map(|n| ScmpSyscall::from_name_by_arch(n, native).ok())
+        .map(ScmpSyscall::as_raw_syscall)
+        .max()
+        .and_then(|nr| u32::try_from(nr).ok())?;
+    // Classic BPF, jumps relative to the next instruction; seccomp_data: nr at 0, arch at 4.
+    // BPF opcodes are 16 bits; libc spells them as u32.
+    let insn = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+        code: u16::try_from(code).expect("a BPF opcode fits in 16 bits"),
+        jt,
+        jf,
+        k,
+    };
+    let ld = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    let (jeq, jgt, jset) = (
+        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+        libc::BPF_JMP | libc::BPF_JGT | libc::BPF_K,
+        libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K,
+    );
+    let x32 = cfg!(target_arch = "x86_64");
+    // Instructions after the arch test: [ld nr, (jset x32,) jgt last, ret ENOSYS].
+    let rest = if x32 { 4 } else { 3 };
+    let mut stub = vec![
+        insn(ld, 0, 0, 4),
+        insn(jeq, 0, rest, arch),
+        insn(ld, 0, 0, 0),
+    ];
+    if x32 {
+        stub.push(insn(jset, 2, 0, X32_SYSCALL_BIT));
+    }
+    stub.push(insn(jgt, 0, 1, last));
+    stub.push(insn(
+        libc::BPF_RET | libc::BPF_K,
+        0,
+        0,
+        libc::SECCOMP_RET_ERRNO | ENOSYS as u32,
+    ));
+    Some(stub)
 }
 
 /// Exports through a memfd: `seccomp_export_bpf_mem` only exists from libseccomp 2.6, and
@@ -929,11 +1095,14 @@ mod tests {
             v["defaultErrnoRet"] = json!(default_ret);
             words(v)
         };
+        // The profile with no syscalls has no ENOSYS stub (no newest syscall); the others
+        // have the same one: libseccomp's part after it is what is compared.
         let empty = words(json!({"defaultAction": "SCMP_ACT_ERRNO"}));
-        assert_eq!(p(None, None), empty);
-        assert_eq!(p(None, Some(1)), empty);
-        assert_eq!(p(Some(1), None), empty);
-        assert_ne!(p(None, Some(2)), empty);
+        let skipped = p(None, None);
+        assert!(skipped.ends_with(&empty), "{skipped:?}");
+        assert_eq!(p(None, Some(1)), skipped);
+        assert_eq!(p(Some(1), None), skipped);
+        assert_ne!(p(None, Some(2)), skipped);
     }
 
     #[test]
@@ -957,7 +1126,46 @@ mod tests {
         assert_eq!(flags(&[wait], allow, true), 8 | 32);
         assert_eq!(flags(&[tsync], allow, true), 1 | 8 | 16);
         assert_eq!(flags(&[], allow, true), 8);
-        assert_eq!(flags(&[], "SCMP_ACT_NOTIFY", false), 8);
+        let e = compile(&parse(json!({"defaultAction": "SCMP_ACT_NOTIFY",
+            "listenerPath": "/run/listener.sock"})))
+        .expect_err("default notify");
+        assert_eq!(e.field, ".defaultAction", "{e}");
+    }
+
+    /// runc's seccomp-notify.bats "(SCMP_ACT_NOTIFY write)": notifying on a syscall the
+    /// init makes before the agent has the listener is refused, naming the entry and the
+    /// syscall; the privilege drop's calls only when the filter is loaded before it, the
+    /// floor's `seccomp` only with the floor. Other notify rules are fine.
+    #[test]
+    fn notify_on_a_syscall_of_the_handover_is_refused() {
+        let p = |names: &[&str]| {
+            let ok = json!({"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"});
+            let allow = json!({"names": ["write"], "action": "SCMP_ACT_ALLOW"});
+            parse(
+                json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/run/l.sock",
+                "syscalls": [ok, allow, {"names": names, "action": "SCMP_ACT_NOTIFY"}]}),
+            )
+        };
+        let e = refuse_notify_before_handover(&p(&["mkdirat", "write"]), false, false)
+            .expect_err("write");
+        assert_eq!(
+            e.to_string(),
+            "linux.seccomp.syscalls[2].names[1]: SCMP_ACT_NOTIFY cannot be used for the write \
+             syscall: moat's init makes it after loading the filter, before the seccomp agent \
+             has the listener"
+        );
+        for name in ["sendmsg", "close"] {
+            refuse_notify_before_handover(&p(&[name]), false, false).expect_err(name);
+        }
+        refuse_notify_before_handover(&p(&["setresuid"]), false, false).expect("late filter");
+        refuse_notify_before_handover(&p(&["setresuid"]), true, false).expect_err("early");
+        refuse_notify_before_handover(&p(&["seccomp"]), true, false).expect("no floor");
+        refuse_notify_before_handover(&p(&["seccomp"]), false, true).expect_err("floor");
+        refuse_notify_before_handover(&p(&["mkdirat", "chmod"]), true, true).expect("others");
+        // Every name is one libseccomp knows: a typo would refuse nothing.
+        for name in BEFORE_HANDOVER.iter().chain(BEFORE_HANDOVER_EARLY) {
+            assert!(ScmpSyscall::from_name(name).is_ok(), "{name}");
+        }
     }
 
     #[test]
@@ -1322,6 +1530,92 @@ mod tests {
                 0
             }
             _ => 41,
+        }));
+    }
+    /// `defaultErrnoRet` is what a syscall no rule names returns (runc's seccomp.bats
+    /// "defaultErrnoRet=ENXIO"), and a rule's `errnoRet` what its syscall returns, with the
+    /// x86 family listed as engines do.
+    #[test]
+    fn installed_default_errno_ret_is_returned() {
+        let archs = match cfg!(target_arch = "x86_64") {
+            true => json!([
+                "SCMP_ARCH_X86",
+                "SCMP_ARCH_X32",
+                "SCMP_ARCH_X86_64",
+                "SCMP_ARCH_AARCH64",
+                "SCMP_ARCH_ARM"
+            ]),
+            false => json!([]),
+        };
+        let f = compiled(
+            json!({"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": libc::ENXIO,
+            "architectures": archs,
+            "syscalls": [
+                {"names": ["exit_group", "exit", "getppid"], "action": "SCMP_ACT_ALLOW"},
+                {"names": ["personality"], "action": "SCMP_ACT_ERRNO", "errnoRet": libc::ENOANO},
+            ]}),
+        );
+        exited_ok(run_filtered(&f, |_| {
+            if errno(sys::syscall_numbers(libc::SYS_chdir, 0, 0, 0)) != Some(libc::ENXIO) {
+                return 50;
+            }
+            if errno(sys::personality(0)) != Some(libc::ENOANO) {
+                return 51;
+            }
+            if nix::unistd::getppid().as_raw() <= 0 {
+                return 52;
+            }
+            0
+        }));
+    }
+    /// runc's seccomp.bats "-ENOSYS handling": with a denying default, a native syscall
+    /// numbered above every syscall the profile names gets ENOSYS (the C library falls
+    /// back); one below it gets the default's errno, a listed one its own action. With an
+    /// allowing default, or ENOSYS as the default errno, the program is libseccomp's alone.
+    #[test]
+    fn installed_syscalls_newer_than_the_profile_get_enosys() {
+        let profile = |default: &str, ret: Option<i32>| {
+            json!({"defaultAction": default, "defaultErrnoRet": ret, "syscalls": [
+                {"names": ["exit_group", "exit", "getppid"], "action": "SCMP_ACT_ALLOW"},
+                {"names": ["personality"], "action": "SCMP_ACT_ERRNO", "errnoRet": 77},
+                // The profile's newest syscall: 437 on x86_64 and aarch64.
+                {"names": ["openat2"], "action": "SCMP_ACT_ERRNO", "errnoRet": 78},
+            ]})
+        };
+        let f = compiled(profile("SCMP_ACT_ERRNO", None));
+        exited_ok(run_filtered(&f, |_| {
+            let nr = |n: libc::c_long| errno(sys::syscall_numbers(n, 0, 0, 0));
+            if nr(1000) != Some(libc::ENOSYS) || nr(438) != Some(libc::ENOSYS) {
+                return 60;
+            }
+            if nr(libc::SYS_chdir) != Some(libc::EPERM) {
+                return 61; // older than the profile's newest: the default
+            }
+            if nr(libc::SYS_openat2) != Some(78) || errno(sys::personality(0)) != Some(77) {
+                return 62;
+            }
+            if nix::unistd::getppid().as_raw() <= 0 {
+                return 63;
+            }
+            0
+        }));
+        let without = |v: Value| {
+            let mut v = v;
+            v["syscalls"][2]["names"] = json!(["getpid"]);
+            words(v)
+        };
+        // Allowing default, ENOSYS default: no stub, the program does not depend on the
+        // newest name.
+        for (d, ret) in [
+            ("SCMP_ACT_ALLOW", None),
+            ("SCMP_ACT_ERRNO", Some(libc::ENOSYS)),
+        ] {
+            let with_stub = words(profile(d, ret));
+            assert_eq!(with_stub.len(), without(profile(d, ret)).len(), "{d}");
+        }
+        let f = compiled(profile("SCMP_ACT_ALLOW", None));
+        exited_ok(run_filtered(&f, |_| {
+            i32::from(errno(sys::syscall_numbers(1000, 0, 0, 0)) != Some(libc::ENOSYS))
         }));
     }
 }

@@ -201,7 +201,17 @@ fn pivot(
     if let ToChild::HooksDone(s) = wait_parent(ch)? {
         *state = s;
     }
-    if let Some(h) = &plan.hooks {
+    if let Some(h) = plan
+        .hooks
+        .as_ref()
+        .filter(|h| !h.create_container.is_empty())
+    {
+        // The hooks' working directory is the container's root, as runc's (a hook may
+        // `touch ./lib/…`): entered by the held fd, inherited by each hook. pivot_root
+        // enters it again anyway.
+        sys::fchdir(mounts.root().fd()).step(Step::Hooks, || {
+            "createContainer: chdir to the container's root".into()
+        })?;
         hooks::run("createContainer", &h.create_container, state)
             .map_err(|e| InitFailure::new(Step::Hooks, e.to_string()))?;
     }
@@ -261,7 +271,7 @@ fn ready(ch: &Channel, listener: Option<OwnedFd>, fifo: &OwnedFd) -> Result<(), 
     wait_start(fifo)
 }
 
-/// Row 15: startContainer hooks, then the fd sweep, signals and `execve` (`attrs::exec`).
+/// Row 15: startContainer hooks, then signals and `execve` (`attrs::exec`).
 fn exec(plan: &Plan, state: &[u8], exe: &std::ffi::CStr) -> Result<Never, InitFailure> {
     if let Some(h) = &plan.hooks {
         hooks::run("startContainer", &h.start_container, state)
@@ -823,7 +833,7 @@ mod tests {
             ("Ready", sent(Kind::Ready)),
             ("wait on exec.fifo", named("poll_readable")),
         );
-        // Row 15: close_range, then execve last.
+        // Row 13 swept the fds (close_range); row 15: execve last.
         let last = calls.last().expect("calls");
         assert_eq!(last.name, "execve", "{}", record::show(calls));
         assert_before(

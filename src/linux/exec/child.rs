@@ -141,7 +141,7 @@ fn apply_attrs(attrs: &Attrs, root: Root) -> Result<(CString, Option<OwnedFd>), 
     Ok(applied)
 }
 
-/// Row 11: the fd sweep and execve ([`Attrs::exec`]); a probe tries its calls instead and
+/// Row 11: execve ([`Attrs::exec`]); a probe tries its calls instead and
 /// exits, which closes the sync socket (read by the parent as success).
 fn execve(
     attrs: &Attrs,
@@ -302,7 +302,7 @@ mod tests {
             ("fork", &fork),
         );
         // Rows 9–11, in the exec'd process: the root opened and a session, then
-        // attrs::apply (its first call: NNP here), then close_range and execve last.
+        // attrs::apply (its first call: NNP here), the fd sweep (close_range) in it, execve last.
         let root = |c: &Call| c.name == "openat" && c.arg("path") == Some("\"/\"");
         assert_before(&calls, ("fork", &fork), ("open /", root));
         assert_before(&calls, ("open /", root), ("setsid", named("setsid")));

@@ -19,8 +19,8 @@
 //! | 7 | join | joiner | `child::join_namespaces` | one `setns(pidfd, …)`: user, mount (root and cwd become the container's), the rest; pid and time for children |
 //! | 8 | fork | joiner | `child::fork_process` | the init's pidfd and the log file closed; fork (`CLONE_PARENT`); `ExecPid` sent; exits |
 //! | 9 | console | exec'd | `child::console` | `/` opened; the pty (master to the console socket, the peer given to the process's uid by fd) as stdio, or a session of its own |
-//! | 10 | attrs | exec'd | `child::apply_attrs` | [`Attrs::apply`]: LSM, NNP, seccomp, user, caps, cwd, the executable looked up |
-//! | 11 | execve | exec'd | `child::execve` | fd sweep, `execve` (the sync socket is close-on-exec); a probe tries its calls and exits instead |
+//! | 10 | attrs | exec'd | `child::apply_attrs` | [`Attrs::apply`]: LSM, NNP, fd sweep and seccomp, user, caps, cwd, the executable looked up |
+//! | 11 | execve | exec'd | `child::execve` | `execve` (the sync socket is close-on-exec); a probe tries its calls and exits instead |
 //! | 12 | wait | parent | `parent::wait_exec` | `ExecPid`, then EOF on the sync socket = exec'd; `Failed` = error (the exec'd process killed); the joiner reaped |
 //! | 13 | report | parent | `parent::report` | `--pid-file`; the relayed pty master received |
 //! | 14 | forward | parent | `container::exec::forward` | detached: done; else signals forwarded until the process exits, its status returned |
@@ -71,7 +71,7 @@ pub enum Step {
     Console,
     /// Row 10 (exec'd, `child::apply_attrs`): `Attrs::apply`.
     Attrs,
-    /// Row 11 (exec'd, `child::execve`): fd sweep and execve (or the probes).
+    /// Row 11 (exec'd, `child::execve`): execve (or the probes).
     Execve,
     /// Row 12 (parent, `parent::wait_exec`): the sync socket read to EOF.
     Wait,

@@ -90,28 +90,6 @@ pub fn clear_cloexec(fd: FdNumber) -> Result<()> {
     check_int(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }).map(drop)
 }
 
-/// Marks every open descriptor from `first` up to the soft `RLIMIT_NOFILE` close-on-exec,
-/// one `fcntl` each (EBADF: not open): the sweep where `close_range` is denied (a
-/// seccomp profile written before it existed), with the one call such profiles allow.
-pub fn cloexec_each_from(first: FdNumber) -> Result<()> {
-    fake!("cloexec_each_from", first);
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the one struct it is given.
-    check_int(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
-    let end = libc::c_int::try_from(lim.rlim_cur).unwrap_or(libc::c_int::MAX);
-    for fd in first.as_c_int()?..end {
-        // SAFETY: fcntl on a descriptor number; EBADF for one that is not open.
-        let r = unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EBADF) {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 /// Closes a descriptor some other object owns, in a forked child that will never run
 /// that owner's destructor (it execs or `_exit`s).
 pub fn close_raw(fd: BorrowedFd<'_>) {
