@@ -308,6 +308,23 @@ fn create_into_a_frozen_cgroup_is_refused() {
             out.stderr
         );
         ctx.assert_no_trace(&c.id);
+        // Refused again (runc's test creates twice): a frozen cgroup that was there before
+        // is left as it was, not removed and then made afresh unfrozen.
+        let (_c2, again) = ctx.create("c2");
+        assert!(
+            again
+                .fails()
+                .stderr
+                .contains("container's cgroup unexpectedly frozen"),
+            "{cgroups_path}: a second create was not refused"
+        );
+        // Nothing of this call's making is left in the other hierarchies either.
+        for h in ["pids", "cpu", "memory", "devices"] {
+            let d = Path::new("/sys/fs/cgroup")
+                .join(h)
+                .join(cgroups_path.trim_start_matches('/'));
+            assert!(!d.exists(), "{} left behind", d.display());
+        }
         if cgroups_path.ends_with("/c") {
             assert!(
                 !freezer.join(cgroups_path.trim_start_matches('/')).exists(),

@@ -190,6 +190,14 @@ impl Cgroup {
     /// Creates `path` (already resolved) in every hierarchy of `layout`, and refuses it
     /// if it already holds processes.
     pub fn create(layout: Layout, path: String) -> Result<Cgroup, CgroupError> {
+        // Where the cgroup was there before it is someone else's: refused, it is left as it
+        // was (only what this call made is removed).
+        let existed: Vec<PathBuf> = layout
+            .hierarchies
+            .iter()
+            .map(|h| h.dir(&path))
+            .filter(|d| d.is_dir())
+            .collect();
         let cg = Self::create_shared(layout, path)?;
         // A cgroup that already holds processes belongs to someone else: limits, freeze
         // and kill would hit them too.
@@ -203,7 +211,16 @@ impl Cgroup {
         }
         // Before anything is placed in it: frozen by itself or by an ancestor.
         if let Some(path) = cg.frozen_dir() {
-            let _ = cg.remove();
+            let made = Cgroup {
+                hierarchies: cg
+                    .hierarchies
+                    .iter()
+                    .filter(|h| !existed.contains(&h.dir(&cg.path)))
+                    .cloned()
+                    .collect(),
+                ..cg.clone()
+            };
+            let _ = made.remove();
             return Err(CgroupError::Frozen { path });
         }
         Ok(cg)
