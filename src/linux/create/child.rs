@@ -453,7 +453,7 @@ fn wait_start(fifo: &OwnedFd) -> Result<(), InitFailure> {
 /// child's end of the channel is a real create channel, so its phase machine checks
 /// every message both ways.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::os::fd::AsFd;
     use std::path::{Path, PathBuf};
 
@@ -640,14 +640,19 @@ mod tests {
                 Err(e) => e,
             }
         });
-        // The faked execve "fails" with errno 0: the sequence ran to its end.
+        reached_execve(&failure, &calls);
+        calls
+    }
+
+    /// The faked execve "fails" with errno 0: the sequence ran to its end (shared with the
+    /// exec order test).
+    pub(crate) fn reached_execve(failure: &InitFailure, calls: &[Call]) {
         assert_eq!(
             failure.step,
             Step::Exec,
             "{failure}:\n{}",
-            record::show(&calls)
+            record::show(calls)
         );
-        calls
     }
 
     use crate::linux::sys::record;

@@ -35,6 +35,8 @@
 //! state directory and the cgroup, and gives the userns range back to the pool.
 
 mod child;
+#[cfg(test)]
+pub(crate) use child::tests::reached_execve;
 mod parent;
 pub mod plan;
 
