@@ -333,3 +333,53 @@ fn create_into_a_frozen_cgroup_is_refused() {
         }
     }
 }
+
+/// A cgroup that already holds processes (someone else's): RESTRICTED refuses it (its
+/// limits, pause and kill would reach them); OPEN warns and goes on, as runc does.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_non_empty_cgroup_is_refused_under_restricted_and_shared_under_open() {
+    if !require_root() {
+        return;
+    }
+    let path = format!("/moat-test-shared-{}", std::process::id());
+    let mut ctx = Ctx::new("cgshared");
+    ctx.set("/linux/cgroupsPath", json!(path));
+    ctx.args(&["sleep", "30"]);
+    let first = ctx.create_ok("a");
+    first.start();
+    // OPEN (the tests' default config): a warning, and the second container runs there too.
+    let (second, out) = ctx.create("b");
+    let out = out.ok();
+    assert!(
+        out.stderr
+            .contains("warning: container's cgroup is not empty: ")
+            && out.stderr.contains("already holds 1 process(es)"),
+        "{}",
+        out.stderr
+    );
+    second.start();
+    let pid = second.pid();
+    assert!(
+        proc_cgroups(pid)
+            .iter()
+            .any(|(c, p)| c == "pids" && p == &path),
+        "not in {path}"
+    );
+    // RESTRICTED: refused, and nothing of the refused container is left.
+    let mut strict = Ctx::new("cgsharedr");
+    strict.restricted();
+    strict.set("/linux/cgroupsPath", json!(path));
+    strict.args(&["sleep", "30"]);
+    let (c, out) = strict.create("c");
+    let out = out.fails();
+    assert!(out.stderr.contains("is not empty"), "{}", out.stderr);
+    strict.assert_no_trace(&c.id);
+    // Deleting one of the two leaves the other running in the shared cgroup.
+    second.kill("KILL").ok();
+    second.wait_stopped(T);
+    second.delete().ok();
+    assert_eq!(first.status(), "running");
+    first.kill("KILL").ok();
+    first.wait_stopped(T);
+}

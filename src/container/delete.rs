@@ -68,8 +68,13 @@ pub fn release_userns(ctx: &Context, id: &str) {
 /// SIGKILL everything in the container and wait for the init to be gone.
 fn stop(rec: &Record) -> Result<()> {
     if let Some(cg) = &rec.cgroup {
-        for pid in cg.pids().unwrap_or_default() {
-            let _ = sys::kill(pid, libc::SIGKILL);
+        // With a pid namespace of its own, the init's death takes every process of the
+        // container; anything else in the cgroup is another container's (OPEN shares a
+        // non-empty cgroup, as runc does) and is left alone.
+        if !rec.own_pidns {
+            for pid in cg.pids().unwrap_or_default() {
+                let _ = sys::kill(pid, libc::SIGKILL);
+            }
         }
         // Frozen tasks cannot die until thawed.
         if cg.is_frozen() {
@@ -95,8 +100,10 @@ pub fn force_delete(dir: ContainerDir, rec: &Record) -> Result<()> {
 pub fn destroy(dir: ContainerDir, rec: &Record) -> Result<()> {
     if let Some(cg) = &rec.cgroup {
         // Without a private pid namespace the init's death does not take its children.
-        for pid in cg.pids().unwrap_or_default() {
-            let _ = sys::kill(pid, libc::SIGKILL);
+        if !rec.own_pidns {
+            for pid in cg.pids().unwrap_or_default() {
+                let _ = sys::kill(pid, libc::SIGKILL);
+            }
         }
         if let Err(e) = cg.remove() {
             log::warn(&format!("remove cgroup: {e}"));

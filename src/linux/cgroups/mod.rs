@@ -190,6 +190,18 @@ impl Cgroup {
     /// Creates `path` (already resolved) in every hierarchy of `layout`, and refuses it
     /// if it already holds processes.
     pub fn create(layout: Layout, path: String) -> Result<Cgroup, CgroupError> {
+        match Self::create_or_join(layout, path)? {
+            (cg, 0) => Ok(cg),
+            (cg, count) => Err(CgroupError::NotEmpty {
+                path: cg.hierarchies[0].dir(&cg.path),
+                count,
+            }),
+        }
+    }
+
+    /// [`Cgroup::create`] that also takes a cgroup already holding processes (OPEN, as
+    /// runc: it warns and goes on), with how many it holds. A frozen one is still refused.
+    pub fn create_or_join(layout: Layout, path: String) -> Result<(Cgroup, usize), CgroupError> {
         // Where the cgroup was there before it is someone else's: refused, it is left as it
         // was (only what this call made is removed).
         let existed: Vec<PathBuf> = layout
@@ -200,15 +212,8 @@ impl Cgroup {
             .collect();
         let cg = Self::create_shared(layout, path)?;
         // A cgroup that already holds processes belongs to someone else: limits, freeze
-        // and kill would hit them too.
-        let pids = cg.pids()?;
-        if !pids.is_empty() {
-            let dir = cg.hierarchies[0].dir(&cg.path);
-            return Err(CgroupError::NotEmpty {
-                path: dir,
-                count: pids.len(),
-            });
-        }
+        // and kill would hit them too (the caller refuses it, or warns under OPEN).
+        let held = cg.pids()?.len();
         // Before anything is placed in it: frozen by itself or by an ancestor.
         if let Some(path) = cg.frozen_dir() {
             let made = Cgroup {
@@ -223,7 +228,7 @@ impl Cgroup {
             let _ = made.remove();
             return Err(CgroupError::Frozen { path });
         }
-        Ok(cg)
+        Ok((cg, held))
     }
 
     /// The fleet budget's cgroup (`path`, resolved) made or joined, with its limits `res`:

@@ -145,6 +145,18 @@ fn cgroup(plan: &mut Plan) -> Result<Cgroup, Error> {
         Cgroup::ensure_fleet(layout.clone(), path.clone(), res)?;
     }
     let (cgroup, none) = match &plan.cgroup {
+        // RESTRICTED refuses a cgroup that already holds processes (someone else's: limits,
+        // pause and kill would reach them); OPEN warns and goes on, as runc does.
+        CgroupPlan::Host { layout, path } if plan.policy == "open" => {
+            let (cg, held) = Cgroup::create_or_join(layout.clone(), path.clone())?;
+            if held > 0 {
+                crate::log::warn(&format!(
+                    "container's cgroup is not empty: {path} already holds {held} process(es), \
+                     which its limits, pause and kill reach too"
+                ));
+            }
+            (cg, None)
+        }
         CgroupPlan::Host { layout, path } => (Cgroup::create(layout.clone(), path.clone())?, None),
         CgroupPlan::Delegated { hierarchy, path } => {
             match Cgroup::create_rootless(hierarchy.clone(), path.clone())? {
