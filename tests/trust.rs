@@ -263,7 +263,11 @@ fn a_namespace_path_swapped_after_the_policy_looked_is_caught_on_the_fd() {
             let tmp = dir.join("ns.tmp");
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let target = if n % 2 == 0 { &host_path } else { &pod_ns };
+                let target = if n.is_multiple_of(2) {
+                    &host_path
+                } else {
+                    &pod_ns
+                };
                 let _ = fs::remove_file(&tmp);
                 std::os::unix::fs::symlink(target, &tmp).unwrap();
                 fs::rename(&tmp, &link).unwrap();

@@ -125,7 +125,7 @@ fn create_native(
     let bundle = bundle_path(&cwd, &req.bundle);
     let mut spec = Spec::load(&bundle)?;
     let cfg = policy::Config::load()?;
-    let decided = super::policy::decide(&mut spec, &cfg, &req.id)?;
+    let decided = super::policy::decide(&mut spec, &cfg, &req.id, ctx.systemd_cgroup)?;
     let opts = Options {
         id: req.id.clone(),
         bundle,

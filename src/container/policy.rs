@@ -13,9 +13,11 @@ pub fn decide(
     spec: &mut Spec,
     cfg: &Config,
     id: &str,
+    systemd_cgroup: bool,
 ) -> std::result::Result<Decided, PolicyError> {
     let host = HostFacts::probe();
-    let floor = crate::linux::namespaces::floor_facts(spec);
+    let mut floor = crate::linux::namespaces::floor_facts(spec);
+    floor.systemd_cgroup = systemd_cgroup;
     let decision = if test_bypass() {
         policy::apply_unenforced(spec, cfg, id, &host, &floor)?
     } else {

@@ -172,6 +172,7 @@ fn leftover_cgroup(dir: &ContainerDir, rec: &Record) -> Option<crate::linux::cgr
         unified: layout.unified,
         hierarchies,
         skipped: Vec::new(),
+        systemd: None,
     })
 }
 

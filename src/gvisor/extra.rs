@@ -55,6 +55,7 @@ pub(super) fn sandbox_cgroup(pid: i32, proc_cgroup: &str, layout: Layout) -> Res
         unified: layout.unified,
         hierarchies,
         skipped: Vec::new(),
+        systemd: None,
     })
 }
 

@@ -333,6 +333,7 @@ mod tests {
             host_ns: vec![("network", (4, 1))],
             ns_paths: vec![("/proc/1/ns/net".into(), Ok((4, 1)))],
             cgroup_v2: false,
+            systemd_cgroup: false,
         };
         let allowed = Config {
             host_namespaces: vec!["network".into()],

@@ -290,7 +290,7 @@ pub fn prepare(
         .as_ref()
         .and_then(|p| p.apparmor_profile.clone());
     let cfg = &sel.config.policy;
-    let mut decision = crate::container::policy::decide(&mut spec, cfg, id)?.decision;
+    let mut decision = crate::container::policy::decide(&mut spec, cfg, id, false)?.decision;
     super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
     decision.warn_ignored();
     let runsc = find_runsc(&sel.config)?;

@@ -286,6 +286,7 @@ pub fn floor_facts(spec: &Spec) -> crate::policy::FloorFacts {
         #[allow(clippy::unnecessary_cast)]
         cgroup_v2: sys::statfs(c"/sys/fs/cgroup")
             .is_ok_and(|s| s.f_type as u64 == libc::CGROUP2_SUPER_MAGIC as u64),
+        systemd_cgroup: false,
     }
 }
 

@@ -106,6 +106,16 @@ pub fn state_root() -> io::Result<PathBuf> {
     Ok(dir)
 }
 
+/// The caller's uid as the initial user namespace sees it (inside an engine's user
+/// namespace moat is uid 0, mapped to the user who ran the engine).
+pub fn host_uid() -> u32 {
+    let euid = sys::geteuid();
+    std::fs::read_to_string("/proc/self/uid_map")
+        .ok()
+        .and_then(|m| to_host(&m, euid))
+        .unwrap_or(euid)
+}
+
 /// Creates `dir` mode 0700 if missing, then insists it is a directory (not a symlink)
 /// owned by `uid` with no access for group or others.
 pub fn private_dir(dir: &Path, uid: u32) -> io::Result<()> {

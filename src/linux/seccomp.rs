@@ -932,7 +932,7 @@ impl Filter {
     }
 
     pub fn from_bytes(b: &[u8]) -> Option<Filter> {
-        if b.len() < 4 || (b.len() - 4) % 8 != 0 {
+        if b.len() < 4 || !(b.len() - 4).is_multiple_of(8) {
             return None;
         }
         let flags = u32::from_le_bytes(b[..4].try_into().ok()?);

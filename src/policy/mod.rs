@@ -188,6 +188,9 @@ pub struct FloorFacts {
     pub ns_paths: Vec<(String, Result<NsId, NsPathError>)>,
     /// The host's cgroup hierarchy is cgroup v2 alone (`/sys/fs/cgroup` is cgroup2).
     pub cgroup_v2: bool,
+    /// The call's cgroup driver is systemd (`--systemd-cgroup`): `linux.cgroupsPath` is
+    /// `slice:prefix:name`, and the fleet budget is a slice.
+    pub systemd_cgroup: bool,
 }
 
 /// The controls a container gets: config defaults, then annotations, which may only
@@ -346,7 +349,7 @@ fn apply_with(
     };
     let restricted = sel.mode == Mode::Restricted && enforce;
     if restricted {
-        restrict(spec, cfg, id, &mut d)?;
+        restrict(spec, cfg, id, floor.systemd_cgroup, &mut d)?;
         mounts_floor(spec, floor, &mut d);
         restrict_lsm(spec, cfg, host, &mut d)?;
     }
@@ -546,7 +549,13 @@ fn change(
     });
 }
 
-fn restrict(spec: &mut Spec, cfg: &Config, id: &str, d: &mut Decision) -> Result<(), PolicyError> {
+fn restrict(
+    spec: &mut Spec,
+    cfg: &Config,
+    id: &str,
+    systemd: bool,
+    d: &mut Decision,
+) -> Result<(), PolicyError> {
     let Some(process) = spec.process.as_mut() else {
         return Ok(());
     };
@@ -692,11 +701,15 @@ fn restrict(spec: &mut Spec, cfg: &Config, id: &str, d: &mut Decision) -> Result
     }
     // The fleet budget: containers moat places itself sit under one capped parent.
     let fleet = cfg.fleet_cgroup.trim_end_matches('/');
-    let placed = match linux.cgroups_path.as_deref() {
-        None | Some("") => Some(format!("{fleet}/{id}")),
-        Some(p) if !p.starts_with('/') && !p.contains(':') => Some(format!("{fleet}/{p}")),
-        Some(p) if cfg.force_nesting && p.starts_with('/') => Some(format!("{fleet}{p}")),
-        Some(_) => None,
+    let placed = if systemd {
+        systemd_fleet_placement(linux.cgroups_path.as_deref(), cfg, id)
+    } else {
+        match linux.cgroups_path.as_deref() {
+            None | Some("") => Some(format!("{fleet}/{id}")),
+            Some(p) if !p.starts_with('/') && !p.contains(':') => Some(format!("{fleet}/{p}")),
+            Some(p) if cfg.force_nesting && p.starts_with('/') => Some(format!("{fleet}{p}")),
+            Some(_) => None,
+        }
     };
     if let Some(p) = placed {
         change(
@@ -709,6 +722,30 @@ fn restrict(spec: &mut Spec, cfg: &Config, id: &str, d: &mut Decision) -> Result
         linux.cgroups_path = Some(p);
     }
     Ok(())
+}
+
+/// The fleet budget under the systemd driver is a slice named after `[fleet] cgroup`
+/// (`/moat` → `moat.slice`): a container moat names itself goes in it; an engine's
+/// `slice:prefix:name` only with `force_nesting`, its slice nested below the fleet's
+/// (`machine.slice` → `moat-machine.slice`). Without a budget nothing moves.
+fn systemd_fleet_placement(path: Option<&str>, cfg: &Config, id: &str) -> Option<String> {
+    fleet_budget(cfg)?;
+    let fleet = crate::linux::cgroups::systemd::fleet_slice(&cfg.fleet_cgroup).ok()?;
+    let stem = fleet.strip_suffix(".slice")?;
+    match path.filter(|p| !p.is_empty()) {
+        None => Some(format!("{fleet}:moat:{id}")),
+        Some(p) if cfg.force_nesting => {
+            let (slice, rest) = p.split_once(':')?;
+            let slice = if slice.is_empty() {
+                "system.slice"
+            } else {
+                slice
+            };
+            (slice != fleet && !slice.starts_with(&format!("{stem}-")))
+                .then(|| format!("{stem}-{slice}:{rest}"))
+        }
+        Some(_) => None,
+    }
 }
 
 /// `name` is on an LSM list of the config: exact, or a prefix when the entry ends in `*`.
@@ -1179,6 +1216,7 @@ mod tests {
                 ),
             ],
             cgroup_v2: false,
+            systemd_cgroup: false,
         }
     }
 
@@ -1520,6 +1558,7 @@ mod tests {
         let mut s = privileged();
         let v2 = FloorFacts {
             cgroup_v2: true,
+            systemd_cgroup: false,
             ..facts()
         };
         apply(&mut s, &Config::default(), "c1", &HostFacts::default(), &v2).unwrap();

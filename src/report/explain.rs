@@ -26,7 +26,7 @@ pub fn explain(req: &ExplainRequest) -> Result<i32> {
         .process
         .as_ref()
         .and_then(|p| p.apparmor_profile.clone());
-    let mut decision = decide(&mut spec, &cfg, "<id>")?.decision;
+    let mut decision = decide(&mut spec, &cfg, "<id>", false)?.decision;
     if let Some(sel) = &gvisor {
         crate::gvisor::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
         if format != "json" {

@@ -141,7 +141,7 @@ fn parse(i: usize, d: &DeviceCgroup) -> Result<Rule, CgroupError> {
     })
 }
 
-fn access_str(bits: u8) -> String {
+pub fn access_str(bits: u8) -> String {
     [(ACC_READ, 'r'), (ACC_WRITE, 'w'), (ACC_MKNOD, 'm')]
         .iter()
         .filter(|(b, _)| bits & b != 0)

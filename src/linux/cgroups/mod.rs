@@ -13,6 +13,7 @@ mod layout;
 mod placement;
 mod rootless;
 pub mod stats;
+pub mod systemd;
 mod update;
 mod v1;
 mod v2;
@@ -65,10 +66,11 @@ pub enum CgroupError {
     },
     #[error("systemd not running on this host, cannot use systemd cgroups manager")]
     SystemdNotRunning,
-    #[error(
-        "the systemd cgroups driver is not supported by moat yet; run without --systemd-cgroup"
-    )]
-    SystemdUnsupported,
+    #[error("--systemd-cgroup: moat's systemd cgroup driver needs a pure cgroup v2 host (this one has v1 hierarchies); use the cgroupfs driver")]
+    SystemdV1,
+    /// A D-Bus call to systemd failed or was not answered (the message names the unit).
+    #[error("{msg}")]
+    Systemd { msg: String },
     #[error("cgroup {} is not empty: it already holds {count} process(es)", path.display())]
     NotEmpty { path: PathBuf, count: usize },
     /// runc's words: an init placed in a frozen cgroup never runs, and create would wait
@@ -155,6 +157,9 @@ pub struct Cgroup {
     /// Hierarchies moat could not write (rootless).
     #[serde(default)]
     pub skipped: Vec<Hierarchy>,
+    /// The systemd driver's scope that owns the cgroup (`--systemd-cgroup` at create).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub systemd: Option<systemd::Scope>,
 }
 
 impl Cgroup {
@@ -166,14 +171,30 @@ impl Cgroup {
         systemd: bool,
     ) -> Result<(Layout, String), CgroupError> {
         if systemd {
-            return Err(if Path::new("/run/systemd/system").exists() {
-                CgroupError::SystemdUnsupported
-            } else {
-                CgroupError::SystemdNotRunning
-            });
+            return Err(CgroupError::SystemdNotRunning);
         }
         let path = resolve_path(cgroups_path, id)?;
         Ok((Layout::detect()?, path))
+    }
+
+    /// The systemd driver's counterpart of [`Cgroup::plan`]: the scope `cgroups_path`
+    /// names (`user`: the rootless caller's host uid, whose user manager owns it) and the
+    /// cgroup it will have, creating nothing.
+    pub fn plan_systemd(
+        cgroups_path: Option<&str>,
+        id: &str,
+        user: Option<u32>,
+    ) -> Result<(Layout, systemd::Scope, String), CgroupError> {
+        if !Path::new("/run/systemd/system").exists() {
+            return Err(CgroupError::SystemdNotRunning);
+        }
+        let scope = systemd::Scope::parse(cgroups_path, id, user)?;
+        let layout = Layout::detect()?;
+        if !layout.unified {
+            return Err(CgroupError::SystemdV1);
+        }
+        let path = scope.path();
+        Ok((layout, scope, path))
     }
 
     /// The cgroup `path` would be in every hierarchy of `layout`, before it exists (what a
@@ -184,6 +205,7 @@ impl Cgroup {
             unified: layout.unified,
             hierarchies: layout.hierarchies.clone(),
             skipped: Vec::new(),
+            systemd: None,
         }
     }
 
@@ -278,6 +300,50 @@ impl Cgroup {
         Ok(cg)
     }
 
+    /// Row 8 under the systemd driver: the scope started with `pid` (the child, waiting)
+    /// and the properties of `res`, the fleet slice's limits first; then `res` written to
+    /// the scope's files as [`Cgroup::apply`] does. systemd's cgroup for the scope must be
+    /// the one planned: the child mounts that path as its `/sys/fs/cgroup`.
+    pub fn start_systemd(
+        &self,
+        id: &str,
+        pid: i32,
+        res: Option<&spec::Resources>,
+        fleet: Option<(&str, &spec::Resources)>,
+    ) -> Result<(), CgroupError> {
+        let Some(scope) = &self.systemd else {
+            return Ok(());
+        };
+        let devices = std::fs::read_to_string("/proc/devices").unwrap_or_default();
+        let props = match res {
+            Some(r) => systemd::props::from_resources(r, &devices)?,
+            None => Vec::new(),
+        };
+        let fleet_props = match fleet {
+            Some((slice, r)) => Some((slice, systemd::props::from_resources(r, "")?)),
+            None => None,
+        };
+        let started = systemd::start_in_helper(
+            scope,
+            id,
+            pid,
+            &props,
+            fleet_props.as_ref().map(|(s, p)| (*s, p.as_slice())),
+        )?;
+        if started.cgroup != self.path {
+            return Err(CgroupError::Systemd {
+                msg: format!(
+                    "systemd: {} has cgroup {:?}, not the {:?} moat planned",
+                    scope.unit, started.cgroup, self.path
+                ),
+            });
+        }
+        match res {
+            Some(r) => self.apply(r),
+            None => Ok(()),
+        }
+    }
+
     pub fn apply(&self, res: &spec::Resources) -> Result<(), CgroupError> {
         if self.unified {
             v2::apply(self, res)
@@ -344,6 +410,13 @@ impl Cgroup {
     pub fn remove(&self) -> Result<(), CgroupError> {
         let deadline = Instant::now() + Duration::from_millis(50);
         let mut first = None;
+        // The scope goes first (systemd removes its cgroup); what is left (sub-cgroups
+        // the container made) is removed below.
+        if let Some(scope) = &self.systemd {
+            if let Err(e) = systemd::delete(scope) {
+                first = Some(e);
+            }
+        }
         for h in &self.hierarchies {
             if let Err(e) = remove_tree(&h.dir(&self.path), deadline) {
                 first.get_or_insert(e);

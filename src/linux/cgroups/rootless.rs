@@ -57,6 +57,7 @@ impl Cgroup {
             unified: true,
             hierarchies: vec![h],
             skipped: Vec::new(),
+            systemd: None,
         };
         let pids = cg.pids()?;
         if !pids.is_empty() {

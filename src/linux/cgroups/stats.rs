@@ -978,6 +978,7 @@ mod tests {
     fn missing_cgroup_is_an_error() {
         let cg = Cgroup {
             path: "/moat/none".into(),
+            systemd: None,
             unified: true,
             hierarchies: vec![super::super::Hierarchy {
                 mount: "/nonexistent-moat-test".into(),

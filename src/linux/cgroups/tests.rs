@@ -408,6 +408,7 @@ fn unwritable_hierarchy_is_skipped_until_needed() {
 fn v2_rootless_without_cgroup() {
     let cg = Cgroup {
         path: "/moat/x".into(),
+        systemd: None,
         unified: true,
         hierarchies: vec![],
         skipped: vec![Hierarchy {

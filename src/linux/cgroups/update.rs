@@ -153,6 +153,16 @@ impl Cgroup {
     /// When the kernel refuses a value, the files already written are restored and the
     /// refusal is returned.
     pub fn update(&self, res: &Resources) -> Result<(), CgroupError> {
+        if let Some(scope) = &self.systemd {
+            // systemd first, so that its view and the files agree; the files then get
+            // every value (systemd knows only some).
+            let no_devices = Resources {
+                devices: Vec::new(),
+                ..res.clone()
+            };
+            let props = super::systemd::props::from_resources(&no_devices, "")?;
+            super::systemd::set_properties(scope, &props)?;
+        }
         let dirs: Vec<PathBuf> = self.hierarchies.iter().map(|h| h.dir(&self.path)).collect();
         let snap = Snapshot::take(&dirs, res);
         let r = if self.unified {
@@ -214,6 +224,7 @@ mod tests {
         }
         Cgroup {
             path: "/moat/ct".into(),
+            systemd: None,
             unified: false,
             hierarchies,
             skipped: vec![],
@@ -303,6 +314,7 @@ mod tests {
         }
         let cg = Cgroup {
             path: "/moat/ct".into(),
+            systemd: None,
             unified: true,
             hierarchies: vec![Hierarchy {
                 mount: tmp.0.clone(),

@@ -65,6 +65,12 @@ fn in_cgroup(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Created
     let mut record = record(plan, dir, cgroup)?; // 6
     let ch = channels(plan, dir)?; // 7
     let (child, mut guard, parent_ch, console_relay) = fork(plan, dir, cgroup, ch)?; // 8
+    cgroup.start_systemd(
+        &plan.opts.id,
+        child,
+        resources(plan).as_ref(),
+        plan.fleet_slice.as_ref().map(|(s, r)| (s.as_str(), r)),
+    )?; // 8: the systemd driver's scope
     release(plan, child, &record, &parent_ch)?; // 9
 
     // Rows 9 (staged) to 14: serve the child until it is ready.
@@ -165,6 +171,8 @@ fn cgroup(plan: &mut Plan) -> Result<Cgroup, Error> {
             }
         }
         CgroupPlan::None => return Ok(Cgroup::default()),
+        // Made in row 8, around the child.
+        CgroupPlan::Systemd(cg) => (cg.clone(), None),
     };
     plan.set_cgroup(&cgroup, none.as_deref());
     Ok(cgroup)
@@ -199,27 +207,29 @@ fn record(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Record, Er
         dir.save_file(&state::seccomp_file(i), &f.to_bytes())?;
     }
     dir.save_file(state::POLICY_FILE, &plan.decision)?;
-    if let Some(res) = &spec.linux().resources {
-        // The devices the spec asks moat to create may be created (mknod), whatever the
-        // access rules say about opening them.
-        let mut res = res.clone();
-        if !res.devices.is_empty() {
-            res.devices.extend(
-                spec.linux()
-                    .devices
-                    .iter()
-                    .map(|d| crate::spec::DeviceCgroup {
-                        allow: true,
-                        typ: Some(if d.typ == "b" { "b" } else { "c" }.into()),
-                        major: Some(d.major),
-                        minor: Some(d.minor),
-                        access: Some("m".into()),
-                    }),
-            );
-        }
+    // The systemd driver's cgroup exists only from row 8 on.
+    if let (Some(res), None) = (resources(plan), &cgroup.systemd) {
         cgroup.apply(&res)?;
     }
     Ok(record)
+}
+
+/// `linux.resources` as the cgroup gets them: the devices the spec asks moat to create
+/// may be created (mknod), whatever the access rules say about opening them.
+fn resources(plan: &Plan) -> Option<crate::spec::Resources> {
+    let linux = plan.spec.linux();
+    let mut res = linux.resources.clone()?;
+    if !res.devices.is_empty() {
+        res.devices
+            .extend(linux.devices.iter().map(|d| crate::spec::DeviceCgroup {
+                allow: true,
+                typ: Some(if d.typ == "b" { "b" } else { "c" }.into()),
+                major: Some(d.major),
+                minor: Some(d.minor),
+                access: Some("m".into()),
+            }));
+    }
+    Some(res)
 }
 
 /// What row 7 opens for the fork.
@@ -301,7 +311,11 @@ fn fork(
     };
     // The child enters the cgroup by itself, without the parent's cgroup.procs write
     // and its RCU grace period (see cgroups/placement.rs).
-    let placement = cgroup.placement(None)?;
+    // (The systemd driver's scope does not exist yet: systemd moves the child in.)
+    let placement = match cgroup.systemd {
+        None => cgroup.placement(None)?,
+        Some(_) => crate::linux::cgroups::Placement::none(),
+    };
     let forked = sys::clone_fork(direct_flags, placement.clone_into()).map_err(Error::Clone)?;
     let child = match forked {
         sys::Forked::Child => {

@@ -56,6 +56,9 @@ pub(super) enum CgroupPlan {
     Delegated { hierarchy: Hierarchy, path: String },
     /// Rootless, and no cgroup can be had on this host (why).
     None,
+    /// The systemd driver: the scope's cgroup as it will be (row 8 asks systemd for it,
+    /// once the child exists to be its first process).
+    Systemd(Cgroup),
 }
 
 /// Everything create does, computed before anything exists. The parent's rows read the
@@ -78,6 +81,8 @@ pub struct Plan {
     pub(super) userns_pool: Option<(IdRange, u32)>,
     /// The fleet budget: its path in the container's layout and its limits.
     pub(super) fleet: Option<(Layout, String, crate::spec::Resources)>,
+    /// The fleet budget under the systemd driver: its slice and its limits.
+    pub(super) fleet_slice: Option<(String, crate::spec::Resources)>,
     pub(super) cgroup: CgroupPlan,
 
     pub(super) ns: NsPlan,
@@ -161,7 +166,14 @@ impl Plan {
             None => (None, None),
         };
         let cgroups_path = spec.linux().cgroups_path.clone();
-        let (cgroup, planned) = if opts.rootless {
+        let (cgroup, planned) = if opts.systemd_cgroup {
+            let user = opts.rootless.then(crate::linux::rootless::host_uid);
+            let (layout, scope, path) =
+                Cgroup::plan_systemd(cgroups_path.as_deref(), &opts.id, user)?;
+            let mut planned = Cgroup::planned(&layout, &path);
+            planned.systemd = Some(scope);
+            (CgroupPlan::Systemd(planned.clone()), planned)
+        } else if opts.rootless {
             match Cgroup::plan_rootless(cgroups_path.as_deref(), &opts.id)? {
                 Ok((hierarchy, path)) => {
                     let planned = Cgroup {
@@ -169,6 +181,7 @@ impl Plan {
                         unified: true,
                         hierarchies: vec![hierarchy.clone()],
                         skipped: Vec::new(),
+                        systemd: None,
                     };
                     (CgroupPlan::Delegated { hierarchy, path }, planned)
                 }
@@ -188,6 +201,14 @@ impl Plan {
             (Some((path, res)), CgroupPlan::Host { layout, .. }) => {
                 let path = crate::linux::cgroups::resolve_path(Some(&path), &opts.id)?;
                 Some((layout.clone(), path, res))
+            }
+            _ => None,
+        };
+        let fleet_slice = match (policy::fleet_budget(cfg), &cgroup) {
+            (Some((path, res)), CgroupPlan::Systemd(cg))
+                if cg.systemd.as_ref().is_some_and(|s| s.user.is_none()) =>
+            {
+                Some((crate::linux::cgroups::systemd::fleet_slice(&path)?, res))
             }
             _ => None,
         };
@@ -298,6 +319,7 @@ impl Plan {
             notify,
             userns_pool,
             fleet,
+            fleet_slice,
             cgroup,
             ns,
             rootfs,
