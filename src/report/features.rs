@@ -123,8 +123,9 @@ pub fn features() -> Features {
             cgroup: Cgroup {
                 v1: true,
                 v2: true,
-                systemd: false,
-                systemd_user: false,
+                // The systemd cgroup driver, for root and through a user's manager.
+                systemd: true,
+                systemd_user: true,
                 rdma: false,
             },
             seccomp: Seccomp {
@@ -190,7 +191,8 @@ mod tests {
         let l = &v["linux"];
         assert_eq!(l["namespaces"].as_array().unwrap().len(), 8);
         assert_eq!(l["capabilities"][0], "CAP_CHOWN");
-        assert_eq!(l["cgroup"]["systemd"], false);
+        assert_eq!(l["cgroup"]["systemd"], true);
+        assert_eq!(l["cgroup"]["systemdUser"], true);
         assert_eq!(l["cgroup"]["rdma"], false);
         assert_eq!(l["intelRdt"]["enabled"], false);
         assert_eq!(l["mountExtensions"]["idmap"]["enabled"], true);

@@ -37,8 +37,13 @@ pub fn apply(cg: &Cgroup, res: &Resources) -> Result<(), CgroupError> {
     match apply_devices(&dir, &res.devices) {
         // Loading cgroup BPF needs privileges a rootless caller lacks even in a delegated
         // cgroup; its user namespace already keeps it from other device nodes, so this
-        // is the same trade runc makes.
-        Err(e) if e.is_permission() && crate::linux::sys::geteuid() != 0 => {
+        // is the same trade runc makes. (Inside an engine's user namespace moat is uid 0
+        // and still unprivileged here.)
+        Err(e)
+            if e.is_permission()
+                && (crate::linux::sys::geteuid() != 0
+                    || crate::linux::rootless::in_user_namespace()) =>
+        {
             warn(&format!("linux.resources.devices not enforced: {e}"));
             Ok(())
         }
