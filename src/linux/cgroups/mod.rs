@@ -66,8 +66,6 @@ pub enum CgroupError {
     },
     #[error("systemd not running on this host, cannot use systemd cgroups manager")]
     SystemdNotRunning,
-    #[error("--systemd-cgroup: moat's systemd cgroup driver needs a pure cgroup v2 host (this one has v1 hierarchies); use the cgroupfs driver")]
-    SystemdV1,
     /// A D-Bus call to systemd failed or was not answered (the message names the unit).
     #[error("{msg}")]
     Systemd { msg: String },
@@ -190,9 +188,6 @@ impl Cgroup {
         }
         let scope = systemd::Scope::parse(cgroups_path, id, user)?;
         let layout = Layout::detect()?;
-        if !layout.unified {
-            return Err(CgroupError::SystemdV1);
-        }
         let path = scope.path();
         Ok((layout, scope, path))
     }
@@ -316,11 +311,13 @@ impl Cgroup {
         };
         let devices = std::fs::read_to_string("/proc/devices").unwrap_or_default();
         let props = match res {
-            Some(r) => systemd::props::from_resources(r, &devices)?,
+            Some(r) => systemd::props::from_resources(r, &devices, !self.unified)?,
             None => Vec::new(),
         };
         let fleet_props = match fleet {
-            Some((slice, r)) => Some((slice, systemd::props::from_resources(r, "")?)),
+            Some((slice, r)) => {
+                Some((slice, systemd::props::from_resources(r, "", !self.unified)?))
+            }
             None => None,
         };
         let started = systemd::start_in_helper(
@@ -337,6 +334,18 @@ impl Cgroup {
                     scope.unit, started.cgroup, self.path
                 ),
             });
+        }
+        // v1 and hybrid: systemd made the scope only in the hierarchies it manages; the
+        // others (freezer, perf_event, net_cls, …) get it from moat, with the child moved in.
+        if !self.unified {
+            let child = pid.to_string();
+            for h in &self.hierarchies {
+                let dir = h.dir(&self.path);
+                if !dir.is_dir() {
+                    create_in(h, &self.path)?;
+                    write_file(&dir, "cgroup.procs", &child, "pid")?;
+                }
+            }
         }
         match res {
             Some(r) => self.apply(r),

@@ -160,7 +160,7 @@ impl Cgroup {
                 devices: Vec::new(),
                 ..res.clone()
             };
-            let props = super::systemd::props::from_resources(&no_devices, "")?;
+            let props = super::systemd::props::from_resources(&no_devices, "", !self.unified)?;
             super::systemd::set_properties(scope, &props)?;
         }
         let dirs: Vec<PathBuf> = self.hierarchies.iter().map(|h| h.dir(&self.path)).collect();

@@ -1,6 +1,8 @@
 //! The systemd cgroup driver (`--systemd-cgroup`): the container's cgroup is a transient
 //! scope unit that systemd makes and owns, asked for over D-Bus, as runc and crun do it.
 //!
+//! - cgroup v2, v1 and hybrid hosts (on v1, systemd makes the scope in the hierarchies it
+//!   manages and moat in the others).
 //! - `linux.cgroupsPath` is `slice:prefix:name` ([`Scope::parse`]): the scope
 //!   `<prefix>-<name>.scope` in `slice` (empty: `system.slice`, or `user.slice` of the
 //!   caller's user manager when rootless). Its cgroup is the slice's expanded path plus

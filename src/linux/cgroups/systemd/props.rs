@@ -41,8 +41,50 @@ fn limit(v: Option<i64>) -> Option<u64> {
 }
 
 /// The properties for `res`, in the order systemd applies them. `devices_text` is
-/// `/proc/devices` (names of majors, for wildcard minors).
-pub fn from_resources(res: &spec::Resources, devices_text: &str) -> Result<Vec<Prop>, CgroupError> {
+/// `/proc/devices` (names of majors, for wildcard minors). `v1`: a v1 or hybrid host,
+/// where systemd has v1's names (`MemoryLimit`, `CPUShares`, `BlockIOWeight`) and none
+/// for swap, low/high/min memory or cpusets: those are only in the files.
+pub fn from_resources(
+    res: &spec::Resources,
+    devices_text: &str,
+    v1: bool,
+) -> Result<Vec<Prop>, CgroupError> {
+    let mut out = from_resources_v2(res, devices_text)?;
+    if v1 {
+        out.retain(|p| {
+            !matches!(
+                p.name(),
+                "MemoryLow"
+                    | "MemoryHigh"
+                    | "MemoryMin"
+                    | "MemorySwapMax"
+                    | "AllowedCPUs"
+                    | "AllowedMemoryNodes"
+            )
+        });
+        for p in out.iter_mut() {
+            let renamed = match p {
+                Prop::U64("MemoryMax", v) => Prop::U64("MemoryLimit", *v),
+                Prop::U64("IOWeight", _) => Prop::U64(
+                    "BlockIOWeight",
+                    res.block_io
+                        .as_ref()
+                        .and_then(|b| b.weight)
+                        .map_or(0, u64::from),
+                ),
+                Prop::U64("CPUWeight", _) => Prop::U64(
+                    "CPUShares",
+                    res.cpu.as_ref().and_then(|c| c.shares).unwrap_or(0),
+                ),
+                _ => continue,
+            };
+            *p = renamed;
+        }
+    }
+    Ok(out)
+}
+
+fn from_resources_v2(res: &spec::Resources, devices_text: &str) -> Result<Vec<Prop>, CgroupError> {
     let mut out = Vec::new();
     if let Some(m) = &res.memory {
         if let Some(v) = limit(m.limit) {

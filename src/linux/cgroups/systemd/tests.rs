@@ -76,7 +76,7 @@ fn resources_become_properties() {
     }))
     .unwrap();
     let devs = "Character devices:\n  1 mem\n136 pts\n\nBlock devices:\n  8 sd\n";
-    let p = from_resources(&res, devs).unwrap();
+    let p = from_resources(&res, devs, false).unwrap();
     assert_eq!(get(&p, "MemoryMax"), Some(Prop::U64("MemoryMax", 67108864)));
     assert_eq!(get(&p, "MemoryLow"), Some(Prop::U64("MemoryLow", 1048576)));
     // swap = memory: no swap at all, said to systemd too (else daemon-reload resets it).
@@ -131,7 +131,7 @@ fn unlimited_and_allow_all() {
         "devices": [{"allow": true, "access": "rwm"}]
     }))
     .unwrap();
-    let p = from_resources(&res, "").unwrap();
+    let p = from_resources(&res, "", false).unwrap();
     assert_eq!(get(&p, "MemoryMax"), Some(Prop::U64("MemoryMax", INFINITY)));
     assert_eq!(
         get(&p, "MemorySwapMax"),
@@ -162,4 +162,34 @@ fn masks() {
     assert_eq!(mask("8-9", "f").unwrap(), vec![0, 3]);
     assert!(mask("3-1", "f").is_err());
     assert!(mask("x", "f").is_err());
+}
+
+#[test]
+fn v1_names() {
+    let res: spec::Resources = serde_json::from_value(serde_json::json!({
+        "memory": {"limit": 67108864, "swap": 67108864, "reservation": 1},
+        "cpu": {"shares": 512, "cpus": "0"},
+        "blockIO": {"weight": 200},
+    }))
+    .unwrap();
+    let p = from_resources(&res, "", true).unwrap();
+    assert_eq!(
+        get(&p, "MemoryLimit"),
+        Some(Prop::U64("MemoryLimit", 67108864))
+    );
+    assert_eq!(get(&p, "CPUShares"), Some(Prop::U64("CPUShares", 512)));
+    assert_eq!(
+        get(&p, "BlockIOWeight"),
+        Some(Prop::U64("BlockIOWeight", 200))
+    );
+    for v2_only in [
+        "MemoryMax",
+        "MemorySwapMax",
+        "MemoryLow",
+        "AllowedCPUs",
+        "CPUWeight",
+        "IOWeight",
+    ] {
+        assert_eq!(get(&p, v2_only), None, "{v2_only}");
+    }
 }
