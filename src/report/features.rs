@@ -1,12 +1,21 @@
 //! `features`: the OCI features structure (runtime-spec `features.md`), as this build of
 //! moat implements it on this host (or, on the gVisor path, as runsc is given it).
+//!
+//! Engines act on it: containerd 2.x's shim refuses idmapped mounts unless
+//! `linux.mountExtensions.idmap.enabled`, CRI-O and containerd 2.x offer Kubernetes
+//! recursive read-only mounts only when `mountOptions` has `rro`, and user-namespaced pods
+//! only with `user` in `linux.namespaces` and idmap enabled (containerd 1.6/1.7 read
+//! none of it). So every host-dependent claim is probed here, not assumed: a namespace
+//! the kernel lacks (no `/proc/self/ns/<name>`), an LSM the host does not run, and idmap
+//! without `mount_setattr` are left out. tests/ops.rs tries each claim.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde::Serialize;
 
 use super::Result;
-use crate::linux::{capabilities, namespaces, seccomp};
+use crate::linux::{capabilities, hostfacts::HostFacts, namespaces, seccomp, sys};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -91,6 +100,15 @@ const NAMESPACES: [&str; 8] = [
     "cgroup", "ipc", "mount", "network", "pid", "time", "user", "uts",
 ];
 
+/// The spec's namespace type as `/proc/<pid>/ns/` names it.
+fn proc_ns_name(typ: &str) -> &str {
+    match typ {
+        "mount" => "mnt",
+        "network" => "net",
+        t => t,
+    }
+}
+
 fn sorted(mut v: Vec<&'static str>) -> Vec<&'static str> {
     v.sort_unstable();
     v
@@ -98,6 +116,9 @@ fn sorted(mut v: Vec<&'static str>) -> Vec<&'static str> {
 
 pub fn features() -> Features {
     let last = capabilities::last_cap() as usize;
+    let host = HostFacts::probe();
+    // Idmapped mounts are mount_setattr(MOUNT_ATTR_IDMAP) (linux/idmap.rs).
+    let idmap = sys::missing_mount_api().is_none();
     let mut annotations = BTreeMap::new();
     annotations.insert(
         "io.github.seccomp.libseccomp.version",
@@ -118,6 +139,7 @@ pub fn features() -> Features {
                 .iter()
                 .copied()
                 .filter(|n| namespaces::flag(n) != 0)
+                .filter(|n| Path::new("/proc/self/ns").join(proc_ns_name(n)).exists())
                 .collect(),
             capabilities: capabilities::NAMES.iter().take(last + 1).copied().collect(),
             cgroup: Cgroup {
@@ -137,12 +159,17 @@ pub fn features() -> Features {
                 supported_flags: seccomp::supported_flags(),
             },
             // Profiles and labels are applied where the host has the LSM (and ignored,
-            // as runc does, where it has not).
-            apparmor: Enabled { enabled: true },
-            selinux: Enabled { enabled: true },
+            // as runc does, where it has not): enabled means the host runs it, as runc
+            // reports it.
+            apparmor: Enabled {
+                enabled: host.apparmor,
+            },
+            selinux: Enabled {
+                enabled: host.selinux,
+            },
             intel_rdt: Enabled { enabled: false },
             mount_extensions: MountExtensions {
-                idmap: Enabled { enabled: true },
+                idmap: Enabled { enabled: idmap },
             },
         },
         annotations,
@@ -189,7 +216,11 @@ mod tests {
         assert_eq!(v["ociVersionMax"], crate::spec::OCI_VERSION);
         assert_eq!(v["hooks"].as_array().unwrap().len(), 6);
         let l = &v["linux"];
-        assert_eq!(l["namespaces"].as_array().unwrap().len(), 8);
+        let on_host = NAMESPACES
+            .iter()
+            .filter(|n| Path::new("/proc/self/ns").join(proc_ns_name(n)).exists())
+            .count();
+        assert_eq!(l["namespaces"].as_array().unwrap().len(), on_host);
         assert_eq!(l["capabilities"][0], "CAP_CHOWN");
         assert_eq!(l["cgroup"]["systemd"], true);
         assert_eq!(l["cgroup"]["systemdUser"], true);
