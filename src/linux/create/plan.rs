@@ -172,6 +172,20 @@ impl Plan {
                 Cgroup::plan_systemd(cgroups_path.as_deref(), &opts.id, user)?;
             let mut planned = Cgroup::planned(&layout, &path);
             planned.systemd = Some(scope);
+            // runc turns these into unit properties; an image can carry annotations, and
+            // a property such as DeviceAllow or Delegate would widen its own scope.
+            let props: Vec<&str> = spec
+                .annotations
+                .keys()
+                .filter(|k| k.starts_with("org.systemd.property."))
+                .map(String::as_str)
+                .collect();
+            if !props.is_empty() {
+                crate::log::warn(&format!(
+                    "--systemd-cgroup: annotations {} ignored: moat takes no unit properties from annotations, which an image can set",
+                    props.join(", ")
+                ));
+            }
             (CgroupPlan::Systemd(planned.clone()), planned)
         } else if opts.rootless {
             match Cgroup::plan_rootless(cgroups_path.as_deref(), &opts.id)? {
