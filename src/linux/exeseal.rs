@@ -17,6 +17,19 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::{mount, path, sys};
 
+/// The environment variable a re-executed moat finds its original path in.
+pub const SEALED_FROM: &str = "MOAT_SEALED_FROM";
+
+/// The path the running moat binary was started from: `/proc/self/exe`, or, when moat
+/// runs from its sealed copy (which names no file), the path it was sealed from.
+pub fn original_path() -> Option<std::path::PathBuf> {
+    let exe = std::fs::read_link("/proc/self/exe").ok()?;
+    if exe.is_absolute() && exe.is_file() {
+        return Some(exe);
+    }
+    std::env::var_os(SEALED_FROM).map(std::path::PathBuf::from)
+}
+
 fn is_protected(exe: &OwnedFd) -> bool {
     if sys::fstatvfs(exe.as_fd()).is_ok_and(|s| s.f_flag & libc::ST_RDONLY != 0) {
         return true;
@@ -41,8 +54,16 @@ pub fn ensure(restore_env: &[(std::ffi::OsString, std::ffi::OsString)]) -> io::R
         .into_iter()
         .map(|a| CString::new(a.as_bytes()).unwrap_or_default())
         .collect();
+    // The re-executed moat's /proc/self/exe names no file (a detached mount or a memfd):
+    // where the binary came from is passed on, for what is installed next to it
+    // (`moat-dbus`, see cgroups/systemd/bus.rs).
+    let from = std::fs::read_link("/proc/self/exe")
+        .ok()
+        .map(|p| (SEALED_FROM.into(), p.into_os_string()));
     let envp: Vec<CString> = std::env::vars_os()
+        .filter(|(k, _)| k != SEALED_FROM)
         .chain(restore_env.iter().cloned())
+        .chain(from)
         .map(|(k, v)| {
             let mut b = k.as_bytes().to_vec();
             b.push(b'=');

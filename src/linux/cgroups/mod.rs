@@ -320,18 +320,18 @@ impl Cgroup {
             }
             None => None,
         };
-        let started = systemd::start_in_helper(
+        let cgroup = systemd::start(
             scope,
             id,
             pid,
             &props,
             fleet_props.as_ref().map(|(s, p)| (*s, p.as_slice())),
         )?;
-        if started.cgroup != self.path {
+        if cgroup != self.path {
             return Err(CgroupError::Systemd {
                 msg: format!(
-                    "systemd: {} has cgroup {:?}, not the {:?} moat planned",
-                    scope.unit, started.cgroup, self.path
+                    "systemd: {} has cgroup {cgroup:?}, not the {:?} moat planned",
+                    scope.unit, self.path
                 ),
             });
         }

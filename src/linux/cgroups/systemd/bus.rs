@@ -1,94 +1,73 @@
-//! The D-Bus conversation with systemd's manager (`org.freedesktop.systemd1.Manager`),
-//! with zbus.
+//! moat's side of the conversation with systemd: each one is a run of `moat-dbus`, the
+//! D-Bus client (src/bin/moat-dbus.rs), installed next to moat's own binary. moat writes
+//! one request to its stdin and reads one reply from its stdout (`wire.rs`), with a
+//! deadline: a helper systemd does not answer is killed and the call fails naming the
+//! unit, instead of hanging (runc #3904, #4853).
 //!
-//! Every conversation runs in a child process moat forks for it ([`in_helper`]): zbus
-//! starts threads, and moat forks its own code later in create (idmap and overlay
-//! helpers), which a thread holding the allocator's lock would deadlock. The child
-//! sends one JSON line back over a pipe; the parent waits for it with a deadline and
-//! kills the child when systemd does not answer, so a busy systemd fails the call
-//! clearly instead of hanging it (runc #3904, #4853).
-//!
-//! Connection: the system bus (one connection per conversation; `Subscribe` and a match
-//! rule narrowed to the unit's `JobRemoved` signals). systemd's private socket
-//! (`/run/systemd/private`, no dbus-daemon hop) would be cheaper, but systemd sends
-//! there as `org.freedesktop.systemd1`, which zbus refuses as a sender (it wants a
-//! unique name). Rootless: the user bus (`$DBUS_SESSION_BUS_ADDRESS`, else
-//! `$XDG_RUNTIME_DIR/bus`), authenticating (`EXTERNAL`) as the caller's host uid, which
-//! is not the uid moat has inside an engine's user namespace.
+//! A program of its own rather than a library in moat: zbus's code stays out of every
+//! start of moat (a larger binary faults in more text at every call, systemd or not), its
+//! threads stay out of the process that forks the container, and it inherits nothing
+//! but three pipes.
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
-use std::pin::Pin;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-use zbus::export::futures_core::Stream;
-use zbus::message::Type;
-use zbus::{Connection, MatchRule, MessageStream};
-use zbus::{OwnedObjectPath, Variant as Value};
-
 use super::props::Prop;
+use super::wire::{Props, Reply, Request, Value};
 use super::Scope;
 use crate::linux::cgroups::CgroupError;
 use crate::linux::sys;
 
-const DEST: &str = "org.freedesktop.systemd1";
-const PATH: &str = "/org/freedesktop/systemd1";
-const MANAGER: &str = "org.freedesktop.systemd1.Manager";
-
-/// How long one operation (its calls and its job) may take before moat gives up.
+/// How long one conversation (its calls and its job) may take.
 const DEADLINE: Duration = Duration::from_secs(30);
 
-/// The unit as systemd made it.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Started {
-    /// Its cgroup, as systemd reports it (`ControlGroup`).
-    pub cgroup: String,
+/// The helper: `moat-dbus` in the directory of the moat binary that runs (symlinks such
+/// as `moat-open` resolved; the file moat sealed itself from), never one on `$PATH`.
+fn helper() -> Result<PathBuf, CgroupError> {
+    let exe = crate::linux::exeseal::original_path().ok_or_else(|| CgroupError::Systemd {
+        msg: "systemd: cannot tell where moat's binary is (/proc/self/exe)".into(),
+    })?;
+    let path = exe.with_file_name("moat-dbus");
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(CgroupError::Systemd {
+            msg: format!(
+                "systemd: the systemd cgroup driver needs {}, moat's D-Bus helper, next to {}",
+                path.display(),
+                exe.display()
+            ),
+        })
+    }
 }
 
-fn err(op: &str, unit: &str, e: impl std::fmt::Display) -> String {
-    format!("systemd: {op} {unit}: {e}")
-}
-
-/// Runs `work` (one conversation) in a forked child and returns its result, or an
-/// error naming `what` when the child does not answer within [`DEADLINE`].
-fn in_helper<T, F>(what: &str, work: F) -> Result<T, CgroupError>
-where
-    T: Serialize + for<'de> Deserialize<'de>,
-    F: FnOnce() -> Result<T, String>,
-{
+fn converse(req: &Request, what: &str) -> Result<String, CgroupError> {
     let failed = |msg: String| CgroupError::Systemd { msg };
-    let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| failed(format!("systemd: {what}: pipe: {e}")))?;
-    let pid = match sys::clone_fork(0, None)
-        .map_err(|e| failed(format!("systemd: {what}: fork: {e}")))?
-    {
-        sys::Forked::Child => {
-            drop(rd);
-            // Nothing of the caller's (the state lock, the sync socket, the console)
-            // stays open in the helper: a create killed meanwhile must be seen as gone.
-            let r = match sys::close_all_but(wr.as_fd()) {
-                Ok(()) => work(),
-                Err(e) => Err(format!("systemd: {what}: close inherited fds: {e}")),
-            };
-            let line = serde_json::to_vec(&r).unwrap_or_default();
-            let _ = std::fs::File::from(wr).write_all(&line);
-            sys::exit_now(0)
-        }
-        sys::Forked::Parent(pid) => pid,
-    };
-    drop(wr);
+    let path = helper()?;
+    let mut child = Command::new(&path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| failed(format!("systemd: {what}: run {}: {e}", path.display())))?;
+    let body = serde_json::to_vec(req).expect("serialises");
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(&body);
+    }
+    let mut stdout = child.stdout.take().expect("piped");
     let deadline = Instant::now() + DEADLINE;
     let mut out = Vec::new();
-    let mut file = std::fs::File::from(rd);
     let answered = loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        match sys::poll_readable_within(file.as_fd(), left) {
+        match sys::poll_readable_within(stdout.as_fd(), left) {
             Ok(true) => {}
             Ok(false) | Err(_) => break false,
         }
         let mut buf = [0u8; 4096];
-        match file.read(&mut buf) {
+        match stdout.read(&mut buf) {
             Ok(0) => break true,
             Ok(n) => out.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -96,207 +75,70 @@ where
         }
     };
     if !answered {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        let _ = child.kill();
     }
-    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+    let _ = child.wait();
     if !answered {
         return Err(failed(format!(
             "systemd: {what}: no answer within {}s",
             DEADLINE.as_secs()
         )));
     }
-    match serde_json::from_slice::<Result<T, String>>(&out) {
+    match serde_json::from_slice::<Reply>(&out) {
         Ok(r) => r.map_err(failed),
         Err(_) => Err(failed(format!(
-            "systemd: {what}: the D-Bus helper ended without an answer"
+            "systemd: {what}: {} ended without an answer",
+            path.display()
         ))),
     }
 }
 
-/// The connection to the manager that owns `scope`.
-async fn connect(user: Option<u32>) -> zbus::Result<Connection> {
-    let timeout = DEADLINE;
-    let Some(uid) = user else {
-        return zbus::connection::Builder::system()
-            .method_timeout(timeout)
-            .build()
-            .await;
-    };
-    let runtime = std::env::var("XDG_RUNTIME_DIR")
-        .ok()
-        .filter(|d| !d.is_empty())
-        .unwrap_or_else(|| format!("/run/user/{uid}"));
-    let addr = std::env::var("DBUS_SESSION_BUS_ADDRESS")
-        .ok()
-        .filter(|a| a.starts_with("unix:"))
-        .unwrap_or_else(|| format!("unix:path={runtime}/bus"));
-    zbus::connection::Builder::address(addr.as_str())
-        .user_id(uid)
-        .method_timeout(timeout)
-        .build()
-        .await
-}
-
-async fn call(
-    conn: &Connection,
-    method: &str,
-    body: &(impl serde::Serialize + zbus::zvariant::DynamicType),
-) -> zbus::Result<zbus::Message> {
-    conn.call_method(Some(DEST), PATH, Some(MANAGER), method, body)
-        .await
-}
-
-/// The D-Bus error name of a method error (`org.freedesktop.systemd1.NoSuchUnit`, …).
-fn error_name(e: &zbus::Error) -> Option<&str> {
-    match e {
-        zbus::Error::MethodError(name, _, _) => Some(name.as_str()),
-        _ => None,
-    }
-}
-
-/// Sends a job-returning call and waits for its `JobRemoved`, whose result must be
-/// `done`. The signal stream is set up before the call, so the signal cannot be missed.
-async fn job(
-    conn: &Connection,
-    unit: &str,
-    method: &str,
-    body: &(impl serde::Serialize + zbus::zvariant::DynamicType),
-) -> zbus::Result<Result<(), String>> {
-    // Only this unit's jobs: on a busy host systemd signals every job to every
-    // subscriber.
-    let rule = MatchRule::builder()
-        .msg_type(Type::Signal)
-        .interface(MANAGER)
-        .member("JobRemoved")
-        .arg(2, unit.to_string())
-        .build()?;
-    let mut stream = MessageStream::for_match_rule(rule, conn, None).await?;
-    call(conn, "Subscribe", &()).await?;
-    let reply = call(conn, method, body).await?;
-    let job: OwnedObjectPath = reply.body().deserialize()?;
-    loop {
-        let next = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)).await;
-        let Some(msg) = next else {
-            return Ok(Err("the connection closed before the job ended".into()));
-        };
-        let msg = msg?;
-        let Ok((_, path, _, result)) = msg
-            .body()
-            .deserialize::<(u32, OwnedObjectPath, String, String)>()
-        else {
-            continue;
-        };
-        if path == job {
-            return Ok(if result == "done" {
-                Ok(())
-            } else {
-                Err(format!("job {result}"))
-            });
-        }
-    }
-}
-
-fn variants(props: &[Prop]) -> Vec<(&'static str, Value<'static>)> {
+fn wire(props: &[Prop]) -> Props {
     props
         .iter()
         .map(|p| {
             let v = match p {
-                Prop::U64(_, n) => Value::from(*n),
-                Prop::Str(_, s) => Value::from(s.clone()),
-                Prop::Bytes(_, b) => Value::from(b.clone()),
-                Prop::Devices(d) => Value::from(d.clone()),
+                Prop::U64(_, n) => Value::U64(*n),
+                Prop::Str(_, s) => Value::Str(s.clone()),
+                Prop::Bytes(_, b) => Value::Bytes(b.clone()),
+                Prop::Devices(d) => Value::Devices(d.clone()),
             };
-            (p.name(), v)
+            (p.name().to_string(), v)
         })
         .collect()
-}
-
-/// The unit's `ControlGroup` property.
-async fn control_group(conn: &Connection, unit: &str, iface: &str) -> zbus::Result<String> {
-    let reply = call(conn, "GetUnit", &(unit,)).await?;
-    let path: OwnedObjectPath = reply.body().deserialize()?;
-    let reply = conn
-        .call_method(
-            Some(DEST),
-            path.as_str(),
-            Some("org.freedesktop.DBus.Properties"),
-            "Get",
-            &(iface, "ControlGroup"),
-        )
-        .await?;
-    let v: zbus::OwnedVariant = reply.body().deserialize()?;
-    Ok(String::try_from(v).unwrap_or_default())
-}
-
-type Aux = Vec<(&'static str, Vec<(&'static str, Value<'static>)>)>;
-
-/// Starts the transient unit `unit` with `props`; a failed unit of that name left by an
-/// earlier create is reset and the start tried once more.
-async fn start_unit(
-    conn: &Connection,
-    unit: &str,
-    props: &[(&'static str, Value<'static>)],
-) -> Result<(), String> {
-    let aux: Aux = Vec::new();
-    for retry in [false, true] {
-        let body = (unit, "replace", props.to_vec(), aux.clone());
-        match job(conn, unit, "StartTransientUnit", &body).await {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(e)) => return Err(err("start", unit, e)),
-            Err(e) if !retry && error_name(&e) == Some("org.freedesktop.systemd1.UnitExists") => {
-                let _ = call(conn, "ResetFailedUnit", &(unit,)).await;
-            }
-            Err(e) => return Err(err("start", unit, e)),
-        }
-    }
-    Err(err("start", unit, "the unit already exists"))
 }
 
 /// Row 8 of create under this driver: the fleet slice's limits (when there is a fleet
 /// budget), then the scope with `pid` in it, `Delegate=yes` and `props`. Returns the
 /// scope's cgroup as systemd reports it.
-pub fn start_in_helper(
+pub fn start(
     scope: &Scope,
     id: &str,
     pid: i32,
     props: &[Prop],
     fleet: Option<(&str, &[Prop])>,
-) -> Result<Started, CgroupError> {
+) -> Result<String, CgroupError> {
     let pid = u32::try_from(pid).unwrap_or(0);
-    in_helper(&format!("start {}", scope.unit), || {
-        zbus::block_on(async {
-            let conn = connect(scope.user)
-                .await
-                .map_err(|e| err("connect for", &scope.unit, e))?;
-            if let Some((slice, limits)) = fleet {
-                let limits = variants(limits);
-                let set = call(&conn, "SetUnitProperties", &(slice, true, limits.clone())).await;
-                if set.is_err() {
-                    start_unit(&conn, slice, &limits).await?;
-                }
-            }
-            let mut all: Vec<(&'static str, Value<'static>)> = vec![
-                ("Description", Value::from(format!("moat container {id}"))),
-                ("Slice", Value::from(scope.slice.clone())),
-                ("Delegate", Value::from(true)),
-                ("PIDs", Value::from(vec![pid])),
-                ("DefaultDependencies", Value::from(false)),
-                ("MemoryAccounting", Value::from(true)),
-                ("CPUAccounting", Value::from(true)),
-                ("IOAccounting", Value::from(true)),
-                ("TasksAccounting", Value::from(true)),
-            ];
-            all.extend(variants(props));
-            start_unit(&conn, &scope.unit, &all).await?;
-            let cgroup = control_group(&conn, &scope.unit, "org.freedesktop.systemd1.Scope")
-                .await
-                .map_err(|e| err("read the cgroup of", &scope.unit, e))?;
-            Ok(Started { cgroup })
-        })
-    })
+    let s = |v: &str| Value::Str(v.to_string());
+    let mut all: Props = vec![
+        ("Description".into(), s(&format!("moat container {id}"))),
+        ("Slice".into(), s(&scope.slice)),
+        ("Delegate".into(), Value::Bool(true)),
+        ("PIDs".into(), Value::Pids(vec![pid])),
+        ("DefaultDependencies".into(), Value::Bool(false)),
+        ("MemoryAccounting".into(), Value::Bool(true)),
+        ("CPUAccounting".into(), Value::Bool(true)),
+        ("IOAccounting".into(), Value::Bool(true)),
+        ("TasksAccounting".into(), Value::Bool(true)),
+    ];
+    all.extend(wire(props));
+    let req = Request::Start {
+        user: scope.user,
+        unit: scope.unit.clone(),
+        props: all,
+        fleet: fleet.map(|(slice, p)| (slice.to_string(), wire(p))),
+    };
+    converse(&req, &format!("start {}", scope.unit))
 }
 
 /// `update`: the new values as runtime properties of the scope.
@@ -304,39 +146,20 @@ pub fn set_properties(scope: &Scope, props: &[Prop]) -> Result<(), CgroupError> 
     if props.is_empty() {
         return Ok(());
     }
-    in_helper(&format!("update {}", scope.unit), || {
-        zbus::block_on(async {
-            let conn = connect(scope.user)
-                .await
-                .map_err(|e| err("connect for", &scope.unit, e))?;
-            call(
-                &conn,
-                "SetUnitProperties",
-                &(scope.unit.as_str(), true, variants(props)),
-            )
-            .await
-            .map_err(|e| err("set properties of", &scope.unit, e))?;
-            Ok(())
-        })
-    })
+    let req = Request::Set {
+        user: scope.user,
+        unit: scope.unit.clone(),
+        props: wire(props),
+    };
+    converse(&req, &format!("update {}", scope.unit)).map(drop)
 }
 
 /// `delete`: the scope stopped (a unit systemd already collected is fine) and a failed
 /// one reset, so its name can be used again.
 pub fn delete(scope: &Scope) -> Result<(), CgroupError> {
-    in_helper(&format!("stop {}", scope.unit), || {
-        zbus::block_on(async {
-            let conn = connect(scope.user)
-                .await
-                .map_err(|e| err("connect for", &scope.unit, e))?;
-            let unit = scope.unit.as_str();
-            match job(&conn, unit, "StopUnit", &(unit, "replace")).await {
-                Ok(_) => {}
-                Err(e) if error_name(&e) == Some("org.freedesktop.systemd1.NoSuchUnit") => {}
-                Err(e) => return Err(err("stop", unit, e)),
-            }
-            let _ = call(&conn, "ResetFailedUnit", &(unit,)).await;
-            Ok(())
-        })
-    })
+    let req = Request::Stop {
+        user: scope.user,
+        unit: scope.unit.clone(),
+    };
+    converse(&req, &format!("stop {}", scope.unit)).map(drop)
 }

@@ -14,14 +14,15 @@
 //!   has a property for ([`props`]); then everything is written to the scope's cgroup
 //!   files as under the cgroupfs driver (moat's device filter included), because systemd
 //!   knows only part of `linux.resources`.
-//! - The D-Bus client (`bus.rs`) runs threads, and moat forks its own code after the
-//!   create's fork (idmap helpers), so create talks to systemd from a short-lived child
-//!   process ([`start_in_helper`]); update and delete talk to it directly.
+//! - The D-Bus client is a program of its own, `moat-dbus` (src/bin/moat-dbus.rs, with
+//!   zbus), run next to moat's binary for each conversation (`bus.rs`, `wire.rs`): zbus
+//!   stays off every start of moat and out of the process that forks the container.
 //! - The scope is recorded in the state (`Cgroup::systemd`), so `update` and `delete`,
 //!   which engines call without the flag, use the driver.
 
 mod bus;
 pub mod props;
+pub mod wire;
 
 use serde::{Deserialize, Serialize};
 
@@ -165,7 +166,7 @@ pub fn fleet_slice(fleet_cgroup: &str) -> Result<String, CgroupError> {
     Ok(slice)
 }
 
-pub use bus::{delete, set_properties, start_in_helper};
+pub use bus::{delete, set_properties, start};
 
 #[cfg(test)]
 mod tests;
