@@ -25,6 +25,7 @@ mod cmds;
 pub mod config;
 mod exec;
 mod extra;
+mod pod;
 pub mod policy;
 mod runsc;
 pub mod select;
@@ -41,7 +42,7 @@ pub use cmds::{create, run};
 pub use extra::{features_json, wants_gvisor_features};
 pub use select::{select, Selection};
 
-pub use crate::state::{Backend, Gvisor};
+pub use crate::state::{Backend, Gvisor, PodRole};
 
 /// Every operation after create, for a container runsc runs: the lifecycle layer
 /// (`container::engine`) routes here by the record.
@@ -116,6 +117,7 @@ mod tests {
             network: "none".into(),
             oci_seccomp: false,
             systemd_cgroup: false,
+            pod: None,
         });
         let json = serde_json::to_string(&gv).unwrap();
         assert!(

@@ -311,6 +311,7 @@ mod tests {
             network: "none".into(),
             oci_seccomp: true,
             systemd_cgroup: true,
+            pod: None,
         }
     }
 
