@@ -3,6 +3,7 @@
 //! `gvisor::select`). Flags arrive parsed by moat's runc-compatible CLI (short forms
 //! included) and leave as runsc's long `--name=value` forms, before the id.
 
+use std::os::fd::AsFd as _;
 use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
@@ -259,12 +260,10 @@ pub fn run(g: &Context, a: &create_req::RunRequest, sel: Selection) -> Result<i3
         if code != 0 {
             return Ok(code);
         }
-        let code = Runsc::new(&gv, g, "start").args([&c.id]).wait()?;
+        let rec = ContainerDir::open_read(&root, &c.id)?.load()?;
+        let code = start(g, &rec, &gv)?;
         if code != 0 {
             discard(g, &gv, &root, &c.id);
-        } else if pod::app_sandbox(&gv).is_some() {
-            let rec = ContainerDir::open_read(&root, &c.id)?.load()?;
-            pod::release_waiter(g, &rec)?;
         }
         return Ok(code);
     }
@@ -293,8 +292,15 @@ pub fn run(g: &Context, a: &create_req::RunRequest, sel: Selection) -> Result<i3
 }
 
 pub fn start(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
-    let code = Runsc::new(gv, g, "start").args([&rec.id]).wait()?;
-    if code == 0 && pod::app_sandbox(gv).is_some() {
+    if pod::app_sandbox(gv).is_none() {
+        return Runsc::new(gv, g, "start").args([&rec.id]).wait();
+    }
+    let stdio = pod::waiter_stdio(rec)?;
+    let code = Runsc::new(gv, g, "start")
+        .args([&rec.id])
+        .wait_stdio(stdio.each_ref().map(|f| Some(f.as_fd())))?;
+    drop(stdio);
+    if code == 0 {
         pod::release_waiter(g, rec)?;
     }
     Ok(code)

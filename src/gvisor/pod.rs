@@ -90,12 +90,21 @@ pub fn requested(annotations: &BTreeMap<String, String>) -> Result<Requested> {
     }
 }
 
-/// Checks that `sandbox` may be joined by the app container `id`, and returns the
-/// sandbox's state directory (locked, so the sandbox is not deleted while runsc adds the
-/// container) and its runsc flags. Refused unless moat's own record of `sandbox` under
-/// this `--root` shows a gVisor pod sandbox with this root's shared runsc root, still
-/// running.
-pub fn join(g: &Context, id: &str, sandbox: &str) -> Result<(ContainerDir, Gvisor)> {
+/// A pod sandbox an app container may join.
+pub struct Joined {
+    /// The sandbox's state directory, locked so that the sandbox is not deleted while
+    /// runsc adds the container.
+    pub dir: ContainerDir,
+    /// The app container's runsc flags: the sandbox's, with its role.
+    pub gv: Gvisor,
+    /// The runsc sandbox's host pid.
+    pub pid: i32,
+}
+
+/// Checks that `sandbox` may be joined by the app container `id`. Refused unless moat's
+/// own record of `sandbox` under this `--root` shows a gVisor pod sandbox with this
+/// root's shared runsc root, still running.
+pub fn join(g: &Context, id: &str, sandbox: &str) -> Result<Joined> {
     let refuse = |why: String| {
         anyhow!(
             "annotation {}={sandbox:?}: {why}; refused (a gVisor app container joins only a pod \
@@ -129,15 +138,67 @@ pub fn join(g: &Context, id: &str, sandbox: &str) -> Result<(ContainerDir, Gviso
             gv.root.display()
         )));
     }
-    match super::cmds::runsc_state(g, gv, sandbox)? {
-        Some(s) if matches!(s.status, Status::Created | Status::Running) => {}
+    let pid = match super::cmds::runsc_state(g, gv, sandbox)? {
+        Some(s) if matches!(s.status, Status::Created | Status::Running) => s.pid,
         _ => return Err(refuse("the pod sandbox is not running".into())),
-    }
+    };
     let mut gv = gv.clone();
     gv.pod = Some(PodRole::Container {
         sandbox: sandbox.to_string(),
     });
-    Ok((dir, gv))
+    Ok(Joined { dir, gv, pid })
+}
+
+/// The namespace paths the engine gave an app container that name the pod's runsc
+/// sandbox process (`/proc/<sandbox pid>/ns/<type>`: containerd joins a pod's containers
+/// to its sandbox's ipc, uts and, for a shared process namespace, pid namespaces),
+/// taken out of the spec for the policy and put back after it ([`restore_paths`]).
+/// Under gVisor they join nothing on the host: the sentry gives the container the
+/// pod's namespaces, and runsc only compares the pid path between the pod's containers
+/// to share one pid namespace. The sandbox process runs in the host's pid, ipc and uts
+/// namespaces, so the policy would refuse them as the host's.
+pub fn take_sandbox_paths(spec: &mut crate::spec::Spec, pid: i32) -> Vec<(String, String)> {
+    let prefix = format!("/proc/{pid}/ns/");
+    let mut taken = Vec::new();
+    let Some(linux) = spec.linux.as_mut() else {
+        return taken;
+    };
+    for n in &mut linux.namespaces {
+        let of_sandbox = n
+            .path
+            .as_deref()
+            .and_then(|p| p.strip_prefix(&prefix))
+            .is_some_and(|t| t == ns_file(&n.typ));
+        if of_sandbox && matches!(n.typ.as_str(), "pid" | "ipc" | "uts") {
+            taken.push((n.typ.clone(), n.path.take().unwrap_or_default()));
+        }
+    }
+    taken
+}
+
+/// Puts back what [`take_sandbox_paths`] took, on the entry of the same type.
+pub fn restore_paths(spec: &mut crate::spec::Spec, taken: Vec<(String, String)>) {
+    let Some(linux) = spec.linux.as_mut() else {
+        return;
+    };
+    for (typ, path) in taken {
+        if let Some(n) = linux
+            .namespaces
+            .iter_mut()
+            .find(|n| n.typ == typ && n.path.is_none())
+        {
+            n.path = Some(path);
+        }
+    }
+}
+
+/// The file under `/proc/<pid>/ns/` of a namespace type.
+fn ns_file(typ: &str) -> &str {
+    match typ {
+        "network" => "net",
+        "mount" => "mnt",
+        t => t,
+    }
 }
 
 /// The sandbox an app container lives in, if the record is one.
@@ -156,9 +217,12 @@ fn control_socket(sandbox: &str) -> Vec<u8> {
 }
 
 /// Forks the waiter of app container `id` in `sandbox` (after `runsc create` made it) and
-/// returns its pid. The waiter holds nothing of moat's: stdio on /dev/null, no other
-/// descriptor but the start FIFO, `/` as its directory, a session of its own, no signal
-/// blocked.
+/// returns its pid. The waiter holds nothing of moat's but the start FIFO and create's
+/// stdio: runsc gives an app container the stdio of `runsc start` (it starts the
+/// container's gofer then), while the engine gave the container's at create (runc's init
+/// inherits them), so `start` takes them from the waiter ([`waiter_stdio`]); once
+/// released, the waiter puts /dev/null in their place. `/` as its directory, a session
+/// of its own, no signal blocked.
 pub fn spawn_waiter(dir: &ContainerDir, sandbox: &str, id: &str) -> Result<i32> {
     let fifo = dir.file(START_FIFO);
     let path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).context("start FIFO path")?;
@@ -168,13 +232,6 @@ pub fn spawn_waiter(dir: &ContainerDir, sandbox: &str, id: &str) -> Result<i32> 
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(&fifo)
         .with_context(|| format!("open {}", fifo.display()))?
-        .into();
-    let null: OwnedFd = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open("/dev/null")
-        .context("open /dev/null")?
         .into();
     // Everything the child needs is made here: after the fork it only makes system calls.
     let socket = control_socket(sandbox);
@@ -186,7 +243,7 @@ pub fn spawn_waiter(dir: &ContainerDir, sandbox: &str, id: &str) -> Result<i32> 
     match sys::clone_fork(0, None).context("fork the waiter")? {
         sys::Forked::Parent(pid) => Ok(pid),
         sys::Forked::Child => {
-            let code = waiter(start, null, &socket, &call);
+            let code = waiter(start, &socket, &call);
             sys::exit_now(code)
         }
     }
@@ -194,13 +251,7 @@ pub fn spawn_waiter(dir: &ContainerDir, sandbox: &str, id: &str) -> Result<i32> 
 
 /// The waiter's life: detach, wait for start, wait for the container, exit with its
 /// status.
-fn waiter(start: OwnedFd, null: OwnedFd, socket: &[u8], call: &[u8]) -> i32 {
-    for n in 0..3 {
-        if sys::dup2(null.as_fd(), sys::FdNumber(n)).is_err() {
-            return 255;
-        }
-    }
-    drop(null);
+fn waiter(start: OwnedFd, socket: &[u8], call: &[u8]) -> i32 {
     if sys::close_all_but(start.as_fd()).is_err() {
         return 255;
     }
@@ -213,6 +264,16 @@ fn waiter(start: OwnedFd, null: OwnedFd, socket: &[u8], call: &[u8]) -> i32 {
         return 255;
     }
     drop(start);
+    // The container has its stdio now (start took them from here).
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        for n in 0..3 {
+            let _ = sys::dup2(null.as_fd(), sys::FdNumber(n));
+        }
+    }
     exit_code(wait_container(socket, call))
 }
 
@@ -262,6 +323,21 @@ pub fn release_waiter(g: &Context, rec: &Record) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e).with_context(|| format!("open {}", fifo.display())),
     }
+}
+
+/// The stdio create was given, from the waiter of a created app container (for `runsc
+/// start`, which hands its own to the container). A waiter that is gone means the
+/// container was killed before it started.
+pub fn waiter_stdio(rec: &Record) -> Result<[OwnedFd; 3]> {
+    let pidfd = sys::pidfd_open(rec.pid)
+        .ok()
+        .filter(|_| rec.alive())
+        .ok_or_else(|| anyhow!("cannot start a container that has stopped"))?;
+    let fd = |n| {
+        sys::pidfd_getfd(pidfd.as_fd(), sys::FdNumber(n))
+            .with_context(|| format!("take descriptor {n} of the waiter (pid {})", rec.pid))
+    };
+    Ok([fd(0)?, fd(1)?, fd(2)?])
 }
 
 /// SIGKILLs the waiter if it still is the recorded process (pidfd, then the start time).

@@ -273,6 +273,17 @@ pub fn prepare(
     // The same validation as a native create: runsc gets nothing moat would refuse.
     crate::spec::validate::validate(&mut spec).map_err(crate::spec::LoadError::from)?;
     check(&spec, preserve_fds)?;
+    // A pod's app container joins its sandbox only where moat's records show it as that
+    // pod's, and takes the sandbox's runsc flags (super::pod).
+    let (pod, sandbox) = match super::pod::requested(&spec.annotations)? {
+        super::pod::Requested::Own => (None, None),
+        super::pod::Requested::Sandbox => (Some(super::PodRole::Sandbox), None),
+        super::pod::Requested::Container(sb) => (None, Some(super::pod::join(g, id, &sb)?)),
+    };
+    let sandbox_paths = sandbox
+        .as_ref()
+        .map(|j| super::pod::take_sandbox_paths(&mut spec, j.pid))
+        .unwrap_or_default();
     let engine_apparmor = spec
         .process
         .as_ref()
@@ -281,16 +292,7 @@ pub fn prepare(
     let mut decision = crate::container::policy::decide(&mut spec, cfg, id)?.decision;
     super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
     decision.warn_ignored();
-    // A pod's app container joins its sandbox only where moat's records show it as that
-    // pod's, and takes the sandbox's runsc flags (super::pod).
-    let (pod, sandbox) = match super::pod::requested(&spec.annotations)? {
-        super::pod::Requested::Own => (None, None),
-        super::pod::Requested::Sandbox => (Some(super::PodRole::Sandbox), None),
-        super::pod::Requested::Container(sb) => {
-            let (dir, gv) = super::pod::join(g, id, &sb)?;
-            (None, Some((dir, gv)))
-        }
-    };
+    super::pod::restore_paths(&mut spec, sandbox_paths);
     let runsc = find_runsc(&sel.config)?;
     let network = network_mode(&spec)?;
     let cwd = std::env::current_dir().context("getcwd")?;
@@ -303,7 +305,7 @@ pub fn prepare(
     let dir = ContainerDir::create(&state_root, id)?;
     crate::log::debug(&format!("{id}: gVisor ({})", sel.reason));
     let (gv, sandbox) = match sandbox {
-        Some((dir, gv)) => (gv, Some(dir)),
+        Some(j) => (j.gv, Some(j.dir)),
         None => (
             Gvisor {
                 runsc,
