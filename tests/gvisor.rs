@@ -1246,6 +1246,14 @@ fn gvisor_pod_lifecycle() {
     );
     e.ok(&["start", &b]);
     assert_eq!(e.state(&b)["status"], "running");
+    // verify checks the pod's sandbox cgroup (the pod sandbox container's) and lists the
+    // app container's own resources as not applied.
+    let v = e.ok(&["verify", &b]);
+    assert!(v.contains(&format!("/moat/{sb}")) || v.contains(&sb), "{v}");
+    assert!(
+        v.contains("linux.resources") && v.contains("checks, 0 failed"),
+        "{v}"
+    );
     let o = e.run(&[
         "exec",
         &b,

@@ -192,6 +192,25 @@ pub fn restore_paths(spec: &mut crate::spec::Spec, taken: Vec<(String, String)>)
     }
 }
 
+/// What an app container's `linux.resources` become: runsc writes them to a host cgroup
+/// of the container's own, which holds none of its processes (they run in the pod's
+/// sandbox, in the pod sandbox's host cgroup, under the pod sandbox container's limits).
+pub fn resources_note(spec: &crate::spec::Spec) -> crate::policy::Change {
+    crate::policy::Change {
+        field: "linux.resources".into(),
+        action: "not applied",
+        detail: format!(
+            "for this container alone, at {}",
+            spec.linux()
+                .cgroups_path
+                .as_deref()
+                .unwrap_or("runsc's default")
+        ),
+        reason: "the containers of a gVisor pod run in its sandbox, in the host cgroup and \
+                 under the limits of the pod sandbox container",
+    }
+}
+
 /// The file under `/proc/<pid>/ns/` of a namespace type.
 fn ns_file(typ: &str) -> &str {
     match typ {

@@ -293,6 +293,9 @@ pub fn prepare(
     super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
     decision.warn_ignored();
     super::pod::restore_paths(&mut spec, sandbox_paths);
+    if sandbox.is_some() {
+        decision.not_applied.push(super::pod::resources_note(&spec));
+    }
     let runsc = find_runsc(&sel.config)?;
     let network = network_mode(&spec)?;
     let cwd = std::env::current_dir().context("getcwd")?;
