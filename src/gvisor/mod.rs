@@ -9,7 +9,8 @@
 //! verify from the host) are written here, not in `src/container/`.
 //!
 //! runsc's `--root` is `<root>/@runsc`, shared by the gVisor containers under one moat
-//! root (runsc keeps `<id>_sandbox:<id>.{state,lock}` there). Under `<root>/<id>/`, next
+//! root (runsc keeps `<id>_sandbox:<id>.{state,lock}` there; `<id>_sandbox:<pod sandbox>`
+//! for an app container of a gVisor pod, [`pod`]). Under `<root>/<id>/`, next
 //! to `state.json`:
 //!
 //! | path | what |
@@ -17,6 +18,7 @@
 //! | `config.json` | the effective spec; `<root>/<id>` is the shadow bundle runsc reads: moat's typed spec after the policy, serialised by [`spec`] (never the engine's bytes), with `root.path` absolute; the rootfs stays where it is |
 //! | `policy.json` | the policy decision: what was changed, and what gVisor does not apply |
 //! | `exec-<pid>.json` | the process file runsc reads for `exec --process` (the caller's, parsed and serialised again) and for `exec -t` in argv form |
+//! | `start` | an app container of a pod: the FIFO `start` writes to release its waiter ([`pod`]) |
 //!
 //! What runsc is given and how it is run: [`runsc`]. How runsc 20221219 differs from runc
 //! and what moat emulates: `docs/gvisor.md`.
