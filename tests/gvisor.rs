@@ -1290,7 +1290,11 @@ fn gvisor_pod_lifecycle() {
     support::wait_child(reaper, Duration::from_secs(10));
     assert_eq!(e.state(&c)["status"], "stopped");
     let o = e.run(&["exec", &c, "true"]);
-    assert_eq!(o.status.code(), Some(255), "runc's status for an exec that never ran");
+    assert_eq!(
+        o.status.code(),
+        Some(255),
+        "runc's status for an exec that never ran"
+    );
     assert!(
         stderr(&o).contains("container not running"),
         "{}",

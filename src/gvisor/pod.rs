@@ -422,6 +422,53 @@ mod tests {
     }
 
     #[test]
+    fn only_the_sandbox_process_namespace_paths_are_set_aside() {
+        let mut spec: crate::spec::Spec = serde_json::from_str(
+            r#"{"linux":{"namespaces":[
+                {"type":"pid","path":"/proc/42/ns/pid"},
+                {"type":"ipc","path":"/proc/42/ns/ipc"},
+                {"type":"uts","path":"/proc/43/ns/uts"},
+                {"type":"network","path":"/proc/42/ns/net"},
+                {"type":"mount"}]}}"#,
+        )
+        .unwrap();
+        let taken = take_sandbox_paths(&mut spec, 42);
+        assert_eq!(
+            taken,
+            [
+                ("pid".to_string(), "/proc/42/ns/pid".to_string()),
+                ("ipc".to_string(), "/proc/42/ns/ipc".to_string())
+            ]
+        );
+        let paths = |s: &crate::spec::Spec| -> Vec<Option<String>> {
+            s.linux()
+                .namespaces
+                .iter()
+                .map(|n| n.path.clone())
+                .collect()
+        };
+        // Another process's namespace and the network path stay for the policy to judge.
+        assert_eq!(
+            paths(&spec),
+            [
+                None,
+                None,
+                Some("/proc/43/ns/uts".into()),
+                Some("/proc/42/ns/net".into()),
+                None
+            ]
+        );
+        restore_paths(&mut spec, taken);
+        assert_eq!(
+            paths(&spec)[..2],
+            [
+                Some("/proc/42/ns/pid".into()),
+                Some("/proc/42/ns/ipc".into())
+            ]
+        );
+    }
+
+    #[test]
     fn wait_statuses_become_exit_codes() {
         assert_eq!(exit_code(Some(7 << 8)), 7);
         assert_eq!(exit_code(Some(0)), 0);
