@@ -145,7 +145,7 @@ fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
         .ok()
         .and_then(|d| d.load().ok())
     {
-        let _ = pod::kill_waiter(&rec);
+        let _ = pod::kill_waiter(&rec, libc::SIGKILL);
     }
     if let Ok(dir) = ContainerDir::open(root, id) {
         let _ = dir.remove();
@@ -389,11 +389,11 @@ pub fn kill(g: &Context, rec: &Record, gv: &Gvisor, all: bool, sig: i32) -> Resu
     match st.status {
         Status::Stopped if all => Ok(0),
         Status::Stopped => bail!("container not running"),
-        // A created app container ends for the engine when its waiter does; the pod's
-        // sandbox stays.
+        // A created app container ends for the engine when its waiter does (of the same
+        // signal); the pod's sandbox stays.
         Status::Created | Status::Creating if app => {
             if terminates(sig) {
-                pod::kill_waiter(rec)?;
+                pod::kill_waiter(rec, sig)?;
             }
             Ok(0)
         }
@@ -443,7 +443,7 @@ pub fn delete(
             forget(gv, &rec.id);
         }
         if app {
-            pod::kill_waiter(rec)?;
+            pod::kill_waiter(rec, libc::SIGKILL)?;
         }
         dir.remove()?;
         return Ok(0);

@@ -359,8 +359,10 @@ pub fn waiter_stdio(rec: &Record) -> Result<[OwnedFd; 3]> {
     Ok([fd(0)?, fd(1)?, fd(2)?])
 }
 
-/// SIGKILLs the waiter if it still is the recorded process (pidfd, then the start time).
-pub fn kill_waiter(rec: &Record) -> Result<()> {
+/// Sends `sig` to the waiter if it still is the recorded process (pidfd, then the start
+/// time). The waiter takes default actions, so a terminating signal ends it and the
+/// engine sees 128+N, as when the signal ends a started gVisor container's PID 1.
+pub fn kill_waiter(rec: &Record, sig: i32) -> Result<()> {
     if rec.pid <= 0 {
         return Ok(());
     }
@@ -372,9 +374,9 @@ pub fn kill_waiter(rec: &Record) -> Result<()> {
     if !rec.alive() {
         return Ok(());
     }
-    match sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL) {
+    match sys::pidfd_send_signal(pidfd.as_fd(), sig) {
         Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
-            Err(e).with_context(|| format!("kill waiter (pid {})", rec.pid))
+            Err(e).with_context(|| format!("signal waiter (pid {})", rec.pid))
         }
         _ => Ok(()),
     }
