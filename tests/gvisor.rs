@@ -1439,3 +1439,75 @@ fn gvisor_pod_join_needs_moats_own_pod_sandbox() {
     let o = in_other(&["delete", "--force", &other]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn gvisor_pod_app_seccomp_applies_under_a_sandbox_without_one() {
+    if !usable("gvisor_pod_app_seccomp_applies_under_a_sandbox_without_one") {
+        return;
+    }
+    // OPEN: the pod sandbox's spec has no seccomp profile (kubelet's default for a pause
+    // container), an app container's has one; runsc ignores profiles without
+    // --oci-seccomp, which the pod sandbox's create sets for the whole pod.
+    let mut e = Env::new("podsc");
+    let open = e.dir.join("open.toml");
+    std::fs::write(&open, "default_policy = \"open\"\n").unwrap();
+    let (sb, app) = (e.id("sb"), e.id("app"));
+    let root = e.root();
+    let moat = |args: &[&str], out: &Path| {
+        let mut c = Command::new(MOAT);
+        c.arg("--root").arg(&root).args(args).stdin(Stdio::null());
+        c.env_remove("MOAT_RUNTIME").env("MOAT_CONFIG", &open);
+        c.stdout(std::fs::File::create(out).unwrap())
+            .stderr(std::fs::File::create(out.with_extension("err")).unwrap());
+        let st = c.status().unwrap();
+        assert!(
+            st.success(),
+            "moat {args:?}: {}",
+            std::fs::read_to_string(out.with_extension("err")).unwrap()
+        );
+    };
+    let sbb = e.pod_sandbox("sbb", &sb);
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(sbb.join("config.json")).unwrap()).unwrap();
+    assert!(
+        spec["linux"]["seccomp"].is_null(),
+        "the sandbox bundle has a profile"
+    );
+    moat(
+        &["create", "--bundle", sbb.to_str().unwrap(), &sb],
+        &e.dir.join("sb.out"),
+    );
+    moat(&["start", &sb], &e.dir.join("sb-start.out"));
+    let ab = e.pod_app(
+        "ab",
+        &sb,
+        &[
+            "sh",
+            "-c",
+            "mkdir /tmp/x 2>/dev/null && echo made || echo denied",
+        ],
+    );
+    let cfg = ab.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    spec["root"]["readonly"] = Value::Bool(false);
+    spec["linux"]["seccomp"] = serde_json::json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]
+    });
+    std::fs::write(&cfg, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let out = e.dir.join("app.out");
+    moat(&["create", "--bundle", ab.to_str().unwrap(), &app], &out);
+    moat(&["start", &app], &e.dir.join("app-start.out"));
+    assert!(
+        support::wait_until(Duration::from_secs(20), || !std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .is_empty()),
+        "no output from the app container"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap().trim(),
+        "denied",
+        "the app container's profile was not applied"
+    );
+}

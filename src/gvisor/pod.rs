@@ -9,7 +9,7 @@
 //!
 //! | role | create | pid in `--pid-file` |
 //! |---|---|---|
-//! | pod sandbox (`container-type=sandbox`) | as a container with a sandbox of its own, recorded as a pod sandbox, `--oci-seccomp` always (the sandbox's flags are the pod's: runsc applies an app container's seccomp profile only under it) | the sandbox's (runsc's) |
+//! | pod sandbox (`container-type=sandbox`) | as a container with a sandbox of its own, recorded as a pod sandbox, `--oci-seccomp` always (the sandbox's flags are the pod's, and any app container may bring a profile) | the sandbox's (runsc's) |
 //! | app container (`container-type=container`, `sandbox-id=S`) | only if moat's record of `S` under the same `--root` is a gVisor pod sandbox moat created there, still running, with this root's shared runsc root; the runsc flags are the sandbox's | the waiter's |
 //!
 //! The sandbox-id annotation is written by whoever wrote the spec (an image's annotations

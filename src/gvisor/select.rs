@@ -316,8 +316,8 @@ pub fn prepare(
                 // `[gvisor] platform`, checked by the config reader (default ptrace).
                 platform: cfg.platform.clone(),
                 network: network.into(),
-                // A pod sandbox's flags are its app containers' too: runsc applies their
-                // profiles only with --oci-seccomp on the sandbox.
+                // A pod sandbox's flags are its app containers' too, and any of them may
+                // bring a profile (runsc ignores one without --oci-seccomp).
                 oci_seccomp: spec.linux().seccomp.is_some() || pod.is_some(),
                 systemd_cgroup: g.systemd_cgroup,
                 pod,
