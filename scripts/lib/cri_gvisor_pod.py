@@ -277,6 +277,12 @@ def scenario(a, pod, c):
         c.check("the waiter's parent is the shim", parent.startswith("containerd-shim"),
                 f"parent {ppid} {parent}")
 
+    # What the runc shim reports for an app container: it reads the cgroup of the pid in
+    # the pid file, the waiter's (a figure, not a check: docs/gvisor.md, "Resources").
+    stats = decode(first(pod.call("ContainerStats", f_bytes(1, long_id)), 1, b""))
+    memory = decode(first(stats, 3, b""))
+    working_set = first(decode(first(memory, 2, b"")), 1, 0)
+    c.figure("ContainerStats c1 memory working set (kB)", working_set // 1024)
     out, err, code = pod.exec_sync(long_id, ["sh", "-c",
                                              f"echo exec-out; [ \"$(uname -r)\" != \"{os.uname().release}\" ]"
                                              " && echo gvisor-kernel; exit 4"])

@@ -136,17 +136,17 @@ pub fn state(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
 /// Removes runsc's container (if any) and the state directory; errors are ignored (this
 /// undoes a create that failed).
 fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
+    if let Some(rec) = ContainerDir::open(root, id)
+        .ok()
+        .and_then(|d| d.load().ok())
+    {
+        let _ = pod::end_waiter(&rec);
+    }
     let _ = Runsc::quiet(gv, g, "delete")
         .flag("force", true)
         .args([id])
         .output();
     forget(gv, id);
-    if let Some(rec) = ContainerDir::open(root, id)
-        .ok()
-        .and_then(|d| d.load().ok())
-    {
-        let _ = pod::kill_waiter(&rec, libc::SIGKILL);
-    }
     if let Ok(dir) = ContainerDir::open(root, id) {
         let _ = dir.remove();
     }
@@ -185,6 +185,7 @@ fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<
         let waited = (|| -> Result<()> {
             let pid = pod::spawn_waiter(&p.dir, &sandbox, &a.id)?;
             forked = pid;
+            pod::place_waiter(&p.dir, pid);
             let mut rec = p.dir.load()?;
             rec.pid = pid;
             rec.pid_start = crate::state::process_start_time(pid).map_or(0, |(_, s)| s);
@@ -434,6 +435,11 @@ pub fn delete(
     // An app container whose waiter is gone is stopped for the engine (which then deletes
     // without --force), though runsc may still run it in the pod's sandbox.
     let force = force || (app && !rec.alive());
+    if app && force {
+        // Ended first (as runc's delete --force kills the init): runsc removes the
+        // container's cgroup, which holds the waiter.
+        pod::end_waiter(rec)?;
+    }
     let out = Runsc::quiet(gv, g, "delete")
         .flag("force", force)
         .args([&rec.id])

@@ -359,6 +359,59 @@ pub fn waiter_stdio(rec: &Record) -> Result<[OwnedFd; 3]> {
     Ok([fd(0)?, fd(1)?, fd(2)?])
 }
 
+/// Moves the waiter into the app container's own host cgroup (`linux.cgroupsPath` of the
+/// effective spec, which runsc made at create), as runc's init is in its container's: the
+/// runc shim reads a task's metrics and OOM events from its pid's cgroup, and the
+/// caller's (the shim's) would be reported as the container's (672 MB of working set
+/// measured through `ContainerStats`). The container's own processes run in the pod's
+/// sandbox, so the figures are the waiter's. Nothing for a systemd or relative path;
+/// best effort otherwise (a warning).
+pub fn place_waiter(dir: &ContainerDir, pid: i32) {
+    let path = super::select::shadow_config(dir).ok().and_then(|v| {
+        v.pointer("/linux/cgroupsPath")?
+            .as_str()
+            .map(str::to_string)
+    });
+    let Some(path) =
+        path.filter(|p| p.starts_with('/') && !p.contains(':') && !p.trim_matches('/').is_empty())
+    else {
+        return;
+    };
+    let Ok(layout) = crate::linux::cgroups::Layout::detect() else {
+        return;
+    };
+    for h in &layout.hierarchies {
+        let d = h.dir(&path);
+        if d.is_dir() {
+            if let Err(e) = std::fs::write(d.join("cgroup.procs"), pid.to_string()) {
+                crate::log::warn(&format!(
+                    "move the waiter into {}: {e}",
+                    d.join("cgroup.procs").display()
+                ));
+            }
+        }
+    }
+}
+
+/// SIGKILLs the waiter and waits (up to 1 s) until it has exited, so that it no longer
+/// holds the container's cgroup when runsc removes it.
+pub fn end_waiter(rec: &Record) -> Result<()> {
+    let Ok(pidfd) = sys::pidfd_open(rec.pid) else {
+        return Ok(());
+    };
+    if !rec.alive() {
+        return Ok(());
+    }
+    match sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL) {
+        Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
+            return Err(e).with_context(|| format!("kill waiter (pid {})", rec.pid))
+        }
+        _ => {}
+    }
+    let _ = sys::poll_readable_within(pidfd.as_fd(), std::time::Duration::from_secs(1));
+    Ok(())
+}
+
 /// Sends `sig` to the waiter if it still is the recorded process (pidfd, then the start
 /// time). The waiter takes default actions, so a terminating signal ends it and the
 /// engine sees 128+N, as when the signal ends a started gVisor container's PID 1.
