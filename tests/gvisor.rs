@@ -1212,6 +1212,16 @@ fn gvisor_pod_lifecycle() {
         .map(|f| f.file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(fds.len(), 4, "waiter's fds: {fds:?}");
+    // In the container's own host cgroup (the shim reads the task's metrics there).
+    let eff: Value =
+        serde_json::from_slice(&std::fs::read(e.root().join(&a).join("config.json")).unwrap())
+            .unwrap();
+    let cg_path = eff["linux"]["cgroupsPath"].as_str().unwrap().to_string();
+    let cgroups = std::fs::read_to_string(format!("/proc/{waiter}/cgroup")).unwrap();
+    assert!(
+        cgroups.lines().any(|l| l.ends_with(&format!(":{cg_path}"))),
+        "waiter not in {cg_path}: {cgroups}"
+    );
     e.ok(&["start", &a]);
     assert_eq!(
         reaper_value(&status, "waiter", Duration::from_secs(30)),
@@ -1223,6 +1233,10 @@ fn gvisor_pod_lifecycle() {
     assert_eq!(e.state(&a)["status"], "stopped");
     e.ok(&["delete", &a]);
     assert!(!e.root().join(&a).exists());
+    assert!(
+        !std::path::Path::new(&format!("/sys/fs/cgroup/pids{cg_path}")).exists(),
+        "the app container's cgroup {cg_path} left"
+    );
     assert!(!e
         .root()
         .join("@runsc")
@@ -1363,6 +1377,21 @@ fn gvisor_pod_join_needs_moats_own_pod_sandbox() {
         c.env_remove("MOAT_RUNTIME").env_remove("MOAT_CONFIG");
         output(&mut c, &dir)
     };
+    // Deleted before `e` removes the directory, also when an assertion fails.
+    struct OtherRoot(PathBuf, String);
+    impl Drop for OtherRoot {
+        fn drop(&mut self) {
+            let _ = Command::new(MOAT)
+                .arg("--root")
+                .arg(&self.0)
+                .args(["delete", "--force", &self.1])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+    let _other_guard = OtherRoot(other_root.clone(), other.clone());
     let o = in_other(&["create", "--bundle", ob.to_str().unwrap(), &other]);
     assert!(o.status.success(), "{}", stderr(&o));
     // Under this root: a plain gVisor container (a sandbox of its own, not a pod's), a
