@@ -1446,6 +1446,45 @@ fn gvisor_pod_join_needs_moats_own_pod_sandbox() {
     }
     let after: Vec<i32> = [&plain, &sb].iter().flat_map(|i| sandboxes_of(i)).collect();
     assert_eq!(before, after, "the sandboxes changed");
+    // The engine put the container in another pod (its ipc and uts paths name pod sb2's
+    // sandbox process) while the annotation names sb: refused.
+    let sb2 = e.id("othersb");
+    let sb2b = e.pod_sandbox("sb2b", &sb2);
+    e.ok(&["create", "--bundle", sb2b.to_str().unwrap(), &sb2]);
+    let sb2_pid = sandboxes_of(&sb2)[0];
+    let id = e.id("crossed");
+    let bundle = e.pod_app("crossed", &sb, &["true"]);
+    let cfg = bundle.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    for n in spec["linux"]["namespaces"].as_array_mut().unwrap() {
+        let t = n["type"].as_str().unwrap().to_string();
+        if t == "ipc" || t == "uts" {
+            n["path"] = Value::String(format!("/proc/{sb2_pid}/ns/{t}"));
+        }
+    }
+    std::fs::write(&cfg, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let o = e.run(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the namespaces of another gVisor sandbox (pid {sb2_pid})"
+        )) && err.contains("; refused"),
+        "{err}"
+    );
+    assert!(!e.root().join(&id).exists());
+    // With the pod's own sandbox's paths, the same container joins.
+    let sb_pid = sandboxes_of(&sb)[0];
+    for n in spec["linux"]["namespaces"].as_array_mut().unwrap() {
+        let t = n["type"].as_str().unwrap().to_string();
+        if t == "ipc" || t == "uts" {
+            n["path"] = Value::String(format!("/proc/{sb_pid}/ns/{t}"));
+        }
+    }
+    std::fs::write(&cfg, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let id = e.id("wired");
+    e.ok(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+
     // A type runsc would read as "join" without being "container" is refused too.
     let id = e.id("unknown");
     let bundle = e.bundle(

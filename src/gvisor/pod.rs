@@ -149,6 +149,35 @@ pub fn join(g: &Context, id: &str, sandbox: &str) -> Result<Joined> {
     Ok(Joined { dir, gv, pid })
 }
 
+/// The engine wires a pod's containers to their sandbox's namespaces by path
+/// (`/proc/<sandbox pid>/ns/…`), which an annotation cannot change: an app container
+/// whose paths name another gVisor sandbox's process than the one its sandbox-id
+/// annotation names was put in another pod by the engine, and is refused.
+pub fn check_paths(spec: &crate::spec::Spec, sandbox: &str, pid: i32) -> Result<()> {
+    for (i, n) in spec.linux().namespaces.iter().enumerate() {
+        let Some(path) = n.path.as_deref() else {
+            continue;
+        };
+        let Some(other) = path
+            .strip_prefix("/proc/")
+            .and_then(|r| r.split_once("/ns/"))
+            .and_then(|(p, _)| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{other}/cmdline")).unwrap_or_default();
+        if other != pid && cmdline.starts_with(b"runsc-sandbox\0") {
+            bail!(
+                "linux.namespaces[{i}].path ({path}): the namespaces of another gVisor sandbox \
+                 (pid {other}) than pod sandbox {sandbox:?}'s (pid {pid}), which annotation {}={sandbox:?} \
+                 names; refused",
+                SANDBOX_ID[0]
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The namespace paths the engine gave an app container that name the pod's runsc
 /// sandbox process (`/proc/<sandbox pid>/ns/<type>`: containerd joins a pod's containers
 /// to its sandbox's ipc, uts and, for a shared process namespace, pid namespaces),

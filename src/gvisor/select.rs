@@ -278,7 +278,11 @@ pub fn prepare(
     let (pod, sandbox) = match super::pod::requested(&spec.annotations)? {
         super::pod::Requested::Own => (None, None),
         super::pod::Requested::Sandbox => (Some(super::PodRole::Sandbox), None),
-        super::pod::Requested::Container(sb) => (None, Some(super::pod::join(g, id, &sb)?)),
+        super::pod::Requested::Container(sb) => {
+            let joined = super::pod::join(g, id, &sb)?;
+            super::pod::check_paths(&spec, &sb, joined.pid)?;
+            (None, Some(joined))
+        }
     };
     let sandbox_paths = sandbox
         .as_ref()
