@@ -1008,3 +1008,574 @@ fn runsc_config_holds_only_what_moat_read() {
         assert!(!e.root().join(&id).exists(), "state directory left behind");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// gVisor pods: a pod sandbox container makes the runsc sandbox, app containers join it.
+
+const CRI_TYPE: &str = "io.kubernetes.cri.container-type";
+const CRI_SANDBOX: &str = "io.kubernetes.cri.sandbox-id";
+
+/// A subreaper standing in for the shim: runs `moat create …` (argv after the status
+/// file), writes `create=<rc>` to the status file, then waits for the pid in the pid
+/// file (the app container's waiter, reparented to it) and writes `waiter=<status>`.
+const REAPER: &str = r#"
+import ctypes, os, subprocess, sys
+assert ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+status, pidfile, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+rc = subprocess.call(argv)
+with open(status, "a") as f:
+    f.write(f"create={rc}\n")
+if rc == 0:
+    want = int(open(pidfile).read())
+    while True:
+        pid, ws = os.wait()
+        if pid == want:
+            with open(status, "a") as f:
+                code = os.waitstatus_to_exitcode(ws)  # -N for signal N: the shim's 128+N
+                f.write(f"waiter={code if code >= 0 else 128 - code}\n")
+            break
+"#;
+
+impl Env {
+    /// A pod sandbox bundle (CRI annotations as containerd writes them).
+    fn pod_sandbox(&self, name: &str, id: &str) -> PathBuf {
+        self.bundle(
+            name,
+            &[
+                ("moat.runtime", "gvisor"),
+                (CRI_TYPE, "sandbox"),
+                (CRI_SANDBOX, id),
+            ],
+            &["sleep", "600"],
+        )
+    }
+
+    /// An app container bundle joining `sandbox`.
+    fn pod_app(&self, name: &str, sandbox: &str, args: &[&str]) -> PathBuf {
+        self.bundle(
+            name,
+            &[
+                ("moat.runtime", "gvisor"),
+                (CRI_TYPE, "container"),
+                (CRI_SANDBOX, sandbox),
+            ],
+            args,
+        )
+    }
+
+    /// `moat create` of an app container under the subreaper [`REAPER`]; returns the
+    /// reaper (a child of the test), its status file and the create's stdout file.
+    fn create_under_reaper(
+        &self,
+        id: &str,
+        bundle: &Path,
+    ) -> (std::process::Child, PathBuf, PathBuf) {
+        let script = self.dir.join("reaper.py");
+        std::fs::write(&script, REAPER).unwrap();
+        let status = self.dir.join(format!("{id}.status"));
+        let out = self.dir.join(format!("{id}.out"));
+        let pid_file = self.dir.join(format!("{id}.pid"));
+        let mut c = Command::new("python3");
+        c.arg(&script).arg(&status).arg(&pid_file).arg(MOAT);
+        c.arg("--root")
+            .arg(self.root())
+            .args(["create", "--bundle"]);
+        c.arg(bundle).arg("--pid-file").arg(&pid_file).arg(id);
+        c.env_remove("MOAT_RUNTIME").env_remove("MOAT_CONFIG");
+        c.stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(self.dir.join(format!("{id}.err"))).unwrap());
+        let child = support::spawn(&mut c);
+        (child, status, out)
+    }
+}
+
+/// The line `key=value` of a reaper status file, once written.
+fn reaper_value(status: &Path, key: &str, timeout: Duration) -> Option<i32> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let text = std::fs::read_to_string(status).unwrap_or_default();
+        if let Some(v) = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        {
+            return v.parse().ok();
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn python_installed() -> bool {
+    Command::new("python3")
+        .arg("-c")
+        .arg("import ctypes")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// runsc sandbox processes whose last argument is `id`.
+fn sandboxes_of(id: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let argv: Vec<&[u8]> = cmd.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
+            argv.first() == Some(&&b"runsc-sandbox"[..]) && argv.last() == Some(&id.as_bytes())
+        })
+        .collect()
+}
+
+fn status_field(pid: i32, field: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(&format!("{field}:"))
+                .map(|v| v.trim().to_string())
+        })
+}
+
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn gvisor_pod_lifecycle() {
+    if !usable("gvisor_pod_lifecycle") {
+        return;
+    }
+    if !python_installed() {
+        missing("python3 (the subreaper standing in for the shim)");
+        return;
+    }
+    let mut e = Env::new("pod");
+    let sb = e.id("sb");
+    let sbb = e.pod_sandbox("sbb", &sb);
+    let sb_pid_file = e.dir.join("sb.pid");
+    e.ok(&[
+        "create",
+        "--bundle",
+        sbb.to_str().unwrap(),
+        "--pid-file",
+        sb_pid_file.to_str().unwrap(),
+        &sb,
+    ]);
+    e.ok(&["start", &sb]);
+    let sandbox = sandboxes_of(&sb);
+    assert_eq!(sandbox.len(), 1, "one runsc sandbox for the pod");
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(e.root().join(&sb).join("state.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        rec["backend"]["pod"],
+        serde_json::json!({"role": "sandbox"})
+    );
+    assert_eq!(
+        rec["backend"]["oci_seccomp"], true,
+        "--oci-seccomp for the pod"
+    );
+
+    // An app container that exits 7: its waiter, not the sandbox, is in the pid file, and
+    // the waiter's exit is the container's.
+    let a = e.id("a");
+    let ab = e.pod_app("ab", &sb, &["sh", "-c", "echo hi-from-a; sleep 1; exit 7"]);
+    let (reaper, status, out) = e.create_under_reaper(&a, &ab);
+    assert_eq!(
+        reaper_value(&status, "create", Duration::from_secs(30)),
+        Some(0)
+    );
+    let waiter: i32 = std::fs::read_to_string(e.dir.join(format!("{a}.pid")))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        !sandbox.contains(&waiter),
+        "pid file holds the sandbox's pid"
+    );
+    let st = e.state(&a);
+    assert_eq!(
+        (st["status"].as_str(), st["pid"].as_i64()),
+        (Some("created"), Some(i64::from(waiter)))
+    );
+    let rss = status_field(waiter, "VmRSS").unwrap();
+    eprintln!("FIGURE waiter VmRSS: {rss}");
+    // Before start the waiter holds create's stdio and the start FIFO, nothing else (no
+    // state-directory lock: start and delete would block on it).
+    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{waiter}/fd"))
+        .unwrap()
+        .flatten()
+        .map(|f| f.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(fds.len(), 4, "waiter's fds: {fds:?}");
+    // In the container's own host cgroup (the shim reads the task's metrics there).
+    let eff: Value =
+        serde_json::from_slice(&std::fs::read(e.root().join(&a).join("config.json")).unwrap())
+            .unwrap();
+    let cg_path = eff["linux"]["cgroupsPath"].as_str().unwrap().to_string();
+    let cgroups = std::fs::read_to_string(format!("/proc/{waiter}/cgroup")).unwrap();
+    assert!(
+        cgroups.lines().any(|l| l.ends_with(&format!(":{cg_path}"))),
+        "waiter not in {cg_path}: {cgroups}"
+    );
+    e.ok(&["start", &a]);
+    assert_eq!(
+        reaper_value(&status, "waiter", Duration::from_secs(30)),
+        Some(7)
+    );
+    support::wait_child(reaper, Duration::from_secs(10));
+    // The container wrote to create's stdout (runc's init inherits it).
+    assert_eq!(std::fs::read_to_string(&out).unwrap().trim(), "hi-from-a");
+    assert_eq!(e.state(&a)["status"], "stopped");
+    e.ok(&["delete", &a]);
+    assert!(!e.root().join(&a).exists());
+    assert!(
+        !std::path::Path::new(&format!("/sys/fs/cgroup/pids{cg_path}")).exists(),
+        "the app container's cgroup {cg_path} left"
+    );
+    assert!(!e
+        .root()
+        .join("@runsc")
+        .join(format!("{a}_sandbox:{sb}.state"))
+        .exists());
+    assert_eq!(
+        sandboxes_of(&sb),
+        sandbox,
+        "deleting an app container leaves the sandbox"
+    );
+    assert_eq!(e.state(&sb)["status"], "running");
+
+    // A long-running one: exec into it, kill it while running (TERM kills PID 1 under
+    // gVisor: 143).
+    let b = e.id("b");
+    let bb = e.pod_app("bb", &sb, &["sleep", "600"]);
+    let (reaper, status, _) = e.create_under_reaper(&b, &bb);
+    assert_eq!(
+        reaper_value(&status, "create", Duration::from_secs(30)),
+        Some(0)
+    );
+    e.ok(&["start", &b]);
+    assert_eq!(e.state(&b)["status"], "running");
+    // verify checks the pod's sandbox cgroup (the pod sandbox container's) and lists the
+    // app container's own resources as not applied.
+    let v = e.ok(&["verify", &b]);
+    assert!(v.contains(&format!("/moat/{sb}")) || v.contains(&sb), "{v}");
+    assert!(
+        v.contains("linux.resources") && v.contains("checks, 0 failed"),
+        "{v}"
+    );
+    let o = e.run(&[
+        "exec",
+        &b,
+        "sh",
+        "-c",
+        "echo exec-out; ps -o pid,args; exit 5",
+    ]);
+    assert_eq!(o.status.code(), Some(5));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.starts_with("exec-out"), "{text}");
+    // Its own pid namespace inside the pod: the pod sandbox's sleep is not in it.
+    assert_eq!(text.matches("sleep").count(), 1, "{text}");
+    e.ok(&["kill", &b, "TERM"]);
+    assert_eq!(
+        reaper_value(&status, "waiter", Duration::from_secs(30)),
+        Some(143)
+    );
+    support::wait_child(reaper, Duration::from_secs(10));
+    e.ok(&["delete", &b]);
+
+    // Killed while created: the waiter ends of the signal (the engine sees 143, as for a
+    // started gVisor container whose PID 1 has no TERM handler), the sandbox stays.
+    let c = e.id("c");
+    let cb = e.pod_app("cb", &sb, &["sleep", "600"]);
+    let (reaper, status, _) = e.create_under_reaper(&c, &cb);
+    assert_eq!(
+        reaper_value(&status, "create", Duration::from_secs(30)),
+        Some(0)
+    );
+    e.ok(&["kill", &c, "TERM"]);
+    assert_eq!(
+        reaper_value(&status, "waiter", Duration::from_secs(30)),
+        Some(143)
+    );
+    support::wait_child(reaper, Duration::from_secs(10));
+    assert_eq!(e.state(&c)["status"], "stopped");
+    let o = e.run(&["exec", &c, "true"]);
+    assert_eq!(
+        o.status.code(),
+        Some(255),
+        "runc's status for an exec that never ran"
+    );
+    assert!(
+        stderr(&o).contains("container not running"),
+        "{}",
+        stderr(&o)
+    );
+    let o = e.run(&["start", &c]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cannot start a container that has stopped"),
+        "{}",
+        stderr(&o)
+    );
+    e.ok(&["delete", &c]);
+    assert_eq!(sandboxes_of(&sb), sandbox);
+
+    // Deleting the sandbox ends the app containers that are still in it.
+    let d = e.id("d");
+    let db = e.pod_app("db", &sb, &["sleep", "600"]);
+    let (reaper, status, _) = e.create_under_reaper(&d, &db);
+    assert_eq!(
+        reaper_value(&status, "create", Duration::from_secs(30)),
+        Some(0)
+    );
+    e.ok(&["start", &d]);
+    e.ok(&["delete", "--force", &sb]);
+    assert_eq!(
+        reaper_value(&status, "waiter", Duration::from_secs(30)),
+        Some(137)
+    );
+    support::wait_child(reaper, Duration::from_secs(10));
+    assert!(sandboxes_of(&sb).is_empty(), "sandbox still running");
+    assert_eq!(e.state(&d)["status"], "stopped");
+    e.ok(&["delete", &d]);
+    let left: Vec<_> = std::fs::read_dir(e.root())
+        .unwrap()
+        .flatten()
+        .map(|f| f.file_name())
+        .collect();
+    assert_eq!(left, ["@runsc"], "records left");
+    assert_eq!(
+        std::fs::read_dir(e.root().join("@runsc")).unwrap().count(),
+        0,
+        "runsc state left"
+    );
+}
+
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn gvisor_pod_join_needs_moats_own_pod_sandbox() {
+    if !usable("gvisor_pod_join_needs_moats_own_pod_sandbox") {
+        return;
+    }
+    let mut e = Env::new("podjoin");
+    // Under another root: a real pod sandbox.
+    let other = e.id("other");
+    let other_root = e.dir.join("other-root");
+    let ob = e.pod_sandbox("ob", &other);
+    let dir = e.dir.clone();
+    let in_other = |args: &[&str]| {
+        let mut c = Command::new(MOAT);
+        c.arg("--root")
+            .arg(&other_root)
+            .args(args)
+            .stdin(Stdio::null());
+        c.env_remove("MOAT_RUNTIME").env_remove("MOAT_CONFIG");
+        output(&mut c, &dir)
+    };
+    // Deleted before `e` removes the directory, also when an assertion fails.
+    struct OtherRoot(PathBuf, String);
+    impl Drop for OtherRoot {
+        fn drop(&mut self) {
+            let _ = Command::new(MOAT)
+                .arg("--root")
+                .arg(&self.0)
+                .args(["delete", "--force", &self.1])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+    let _other_guard = OtherRoot(other_root.clone(), other.clone());
+    let o = in_other(&["create", "--bundle", ob.to_str().unwrap(), &other]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Under this root: a plain gVisor container (a sandbox of its own, not a pod's), a
+    // native container, and a pod sandbox with an app container in it.
+    let plain = e.id("plain");
+    let pb = e.bundle("pb", &[("moat.runtime", "gvisor")], &["sleep", "600"]);
+    e.ok(&["create", "--bundle", pb.to_str().unwrap(), &plain]);
+    let native = e.id("native");
+    let nb = e.bundle("nb", &[], &["sleep", "600"]);
+    e.ok(&["create", "--bundle", nb.to_str().unwrap(), &native]);
+    let sb = e.id("sb");
+    let sbb = e.pod_sandbox("sbb", &sb);
+    e.ok(&["create", "--bundle", sbb.to_str().unwrap(), &sb]);
+    let app = e.id("app");
+    let ab = e.pod_app("ab", &sb, &["sleep", "600"]);
+    e.ok(&["create", "--bundle", ab.to_str().unwrap(), &app]);
+    let before: Vec<i32> = [&plain, &sb].iter().flat_map(|i| sandboxes_of(i)).collect();
+
+    let cases = [
+        (other.as_str(), "no container of that id under"),
+        (plain.as_str(), "not a pod sandbox"),
+        (app.as_str(), "not a pod sandbox"),
+        (native.as_str(), "not a gVisor container"),
+        ("../other", "refused"),
+    ];
+    for (i, (claim, why)) in cases.iter().enumerate() {
+        let id = e.id(&format!("claim{i}"));
+        let bundle = e.pod_app(&format!("claim{i}"), claim, &["sleep", "600"]);
+        let o = e.run(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "joined {claim}: {err}");
+        assert!(
+            err.contains(&format!("annotation {CRI_SANDBOX}="))
+                && err.contains(why)
+                && err.contains("; refused"),
+            "{claim}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(
+            !e.root().join(&id).exists(),
+            "state directory left for {claim}"
+        );
+        let runsc_files: Vec<_> = std::fs::read_dir(e.root().join("@runsc"))
+            .unwrap()
+            .flatten()
+            .filter(|f| f.file_name().to_string_lossy().starts_with(&id))
+            .collect();
+        assert!(
+            runsc_files.is_empty(),
+            "runsc state for {claim}: {runsc_files:?}"
+        );
+    }
+    let after: Vec<i32> = [&plain, &sb].iter().flat_map(|i| sandboxes_of(i)).collect();
+    assert_eq!(before, after, "the sandboxes changed");
+    // The engine put the container in another pod (its ipc and uts paths name pod sb2's
+    // sandbox process) while the annotation names sb: refused.
+    let sb2 = e.id("othersb");
+    let sb2b = e.pod_sandbox("sb2b", &sb2);
+    e.ok(&["create", "--bundle", sb2b.to_str().unwrap(), &sb2]);
+    let sb2_pid = sandboxes_of(&sb2)[0];
+    let id = e.id("crossed");
+    let bundle = e.pod_app("crossed", &sb, &["true"]);
+    let cfg = bundle.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    for n in spec["linux"]["namespaces"].as_array_mut().unwrap() {
+        let t = n["type"].as_str().unwrap().to_string();
+        if t == "ipc" || t == "uts" {
+            n["path"] = Value::String(format!("/proc/{sb2_pid}/ns/{t}"));
+        }
+    }
+    std::fs::write(&cfg, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let o = e.run(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the namespaces of another gVisor sandbox (pid {sb2_pid})"
+        )) && err.contains("; refused"),
+        "{err}"
+    );
+    assert!(!e.root().join(&id).exists());
+    // With the pod's own sandbox's paths, the same container joins.
+    let sb_pid = sandboxes_of(&sb)[0];
+    for n in spec["linux"]["namespaces"].as_array_mut().unwrap() {
+        let t = n["type"].as_str().unwrap().to_string();
+        if t == "ipc" || t == "uts" {
+            n["path"] = Value::String(format!("/proc/{sb_pid}/ns/{t}"));
+        }
+    }
+    std::fs::write(&cfg, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let id = e.id("wired");
+    e.ok(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+
+    // A type runsc would read as "join" without being "container" is refused too.
+    let id = e.id("unknown");
+    let bundle = e.bundle(
+        "unknown",
+        &[
+            ("moat.runtime", "gvisor"),
+            (CRI_TYPE, "pod"),
+            (CRI_SANDBOX, &sb),
+        ],
+        &["true"],
+    );
+    let o = e.run(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("want \"sandbox\" or \"container\""),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!e.root().join(&id).exists());
+    let o = in_other(&["delete", "--force", &other]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn gvisor_pod_app_seccomp_applies_under_a_sandbox_without_one() {
+    if !usable("gvisor_pod_app_seccomp_applies_under_a_sandbox_without_one") {
+        return;
+    }
+    // OPEN: the pod sandbox's spec has no seccomp profile (kubelet's default for a pause
+    // container), an app container's has one; runsc ignores profiles without
+    // --oci-seccomp, which the pod sandbox's create sets for the whole pod.
+    let mut e = Env::new("podsc");
+    let open = e.dir.join("open.toml");
+    std::fs::write(&open, "default_policy = \"open\"\n").unwrap();
+    let (sb, app) = (e.id("sb"), e.id("app"));
+    let root = e.root();
+    let moat = |args: &[&str], out: &Path| {
+        let mut c = Command::new(MOAT);
+        c.arg("--root").arg(&root).args(args).stdin(Stdio::null());
+        c.env_remove("MOAT_RUNTIME").env("MOAT_CONFIG", &open);
+        c.stdout(std::fs::File::create(out).unwrap())
+            .stderr(std::fs::File::create(out.with_extension("err")).unwrap());
+        let st = c.status().unwrap();
+        assert!(
+            st.success(),
+            "moat {args:?}: {}",
+            std::fs::read_to_string(out.with_extension("err")).unwrap()
+        );
+    };
+    let sbb = e.pod_sandbox("sbb", &sb);
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(sbb.join("config.json")).unwrap()).unwrap();
+    assert!(
+        spec["linux"]["seccomp"].is_null(),
+        "the sandbox bundle has a profile"
+    );
+    moat(
+        &["create", "--bundle", sbb.to_str().unwrap(), &sb],
+        &e.dir.join("sb.out"),
+    );
+    moat(&["start", &sb], &e.dir.join("sb-start.out"));
+    let ab = e.pod_app(
+        "ab",
+        &sb,
+        &[
+            "sh",
+            "-c",
+            "mkdir /tmp/x 2>/dev/null && echo made || echo denied",
+        ],
+    );
+    let cfg = ab.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    spec["root"]["readonly"] = Value::Bool(false);
+    spec["linux"]["seccomp"] = serde_json::json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]
+    });
+    std::fs::write(&cfg, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let out = e.dir.join("app.out");
+    moat(&["create", "--bundle", ab.to_str().unwrap(), &app], &out);
+    moat(&["start", &app], &e.dir.join("app-start.out"));
+    assert!(
+        support::wait_until(Duration::from_secs(20), || !std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .is_empty()),
+        "no output from the app container"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap().trim(),
+        "denied",
+        "the app container's profile was not applied"
+    );
+}

@@ -3,11 +3,13 @@
 //! `gvisor::select`). Flags arrive parsed by moat's runc-compatible CLI (short forms
 //! included) and leave as runsc's long `--name=value` forms, before the id.
 
+use std::os::fd::AsFd as _;
 use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
 use serde_json::Value;
 
+use super::pod;
 use super::runsc::Runsc;
 use super::select::{self, Prepared, Selection};
 use super::Gvisor;
@@ -49,6 +51,26 @@ pub(super) fn runsc_state(g: &Context, gv: &Gvisor, id: &str) -> Result<Option<R
     Ok(Some(RunscState { status, pid, raw }))
 }
 
+/// [`runsc_state`] as the engine sees the container: for an app container of a pod,
+/// runsc's pid is the pod's sandbox, so the pid is its waiter's (`super::pod`), and a
+/// container whose waiter is gone is stopped (the engine saw it exit).
+fn container_state(g: &Context, rec: &Record, gv: &Gvisor) -> Result<Option<RunscState>> {
+    let mut st = runsc_state(g, gv, &rec.id)?;
+    if let Some(st) = st.as_mut().filter(|_| pod::app_sandbox(gv).is_some()) {
+        if rec.alive() {
+            st.pid = if st.status == Status::Stopped {
+                0
+            } else {
+                rec.pid
+            };
+        } else {
+            st.status = Status::Stopped;
+            st.pid = 0;
+        }
+    }
+    Ok(st)
+}
+
 fn alive(pid: i32) -> bool {
     pid > 0 && crate::state::process_start_time(pid).is_some_and(|(st, _)| st != 'Z' && st != 'X')
 }
@@ -56,7 +78,7 @@ fn alive(pid: i32) -> bool {
 /// Status and host pid (0 when stopped) for `list`; a container runsc does not know
 /// (a create that failed half-way) shows as stopped.
 pub fn status(g: &Context, rec: &Record, gv: &Gvisor) -> Result<(Status, i32)> {
-    Ok(match runsc_state(g, gv, &rec.id)? {
+    Ok(match container_state(g, rec, gv)? {
         Some(s) if s.status != Status::Stopped => (s.status, s.pid.max(0)),
         _ => (Status::Stopped, 0),
     })
@@ -101,7 +123,7 @@ fn complete_state<'a>(rec: &'a Record, st: &'a RunscState) -> OciState<'a> {
 }
 
 pub fn state(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
-    let Some(st) = runsc_state(g, gv, &rec.id)? else {
+    let Some(st) = container_state(g, rec, gv)? else {
         bail!("container does not exist");
     };
     println!(
@@ -114,6 +136,12 @@ pub fn state(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
 /// Removes runsc's container (if any) and the state directory; errors are ignored (this
 /// undoes a create that failed).
 fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
+    if let Some(rec) = ContainerDir::open(root, id)
+        .ok()
+        .and_then(|d| d.load().ok())
+    {
+        let _ = pod::end_waiter(&rec);
+    }
     let _ = Runsc::quiet(gv, g, "delete")
         .flag("force", true)
         .args([id])
@@ -127,23 +155,59 @@ fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
 /// Removes what runsc may have left of a container it no longer knows from its (shared)
 /// root: the lock file of a failed create, the state of a delete that gave up.
 fn forget(gv: &Gvisor, id: &str) {
+    let sandbox = pod::app_sandbox(gv).unwrap_or(id);
     for ext in ["lock", "state"] {
-        let _ = std::fs::remove_file(gv.root.join(format!("{id}_sandbox:{id}.{ext}")));
+        let _ = std::fs::remove_file(gv.root.join(format!("{id}_sandbox:{sandbox}.{ext}")));
     }
 }
 
 /// `runsc create` for a prepared container; a failure leaves nothing behind, as runc.
 fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<i32> {
+    let sandbox = pod::app_sandbox(&p.gv).map(str::to_string);
+    // An app container's pid file holds its waiter's pid, not the sandbox's (super::pod).
     let code = Runsc::new(&p.gv, g, "create")
         .opt("bundle", &p.shadow)
         .opt_some("console-socket", a.console_socket.as_ref())
-        .opt_some("pid-file", a.pid_file.as_ref())
+        .opt_some(
+            "pid-file",
+            a.pid_file.as_ref().filter(|_| sandbox.is_none()),
+        )
         .args([&a.id])
         .wait()?;
+    drop(p.sandbox);
     if code != 0 {
         drop(p.dir);
         discard(g, &p.gv, &g.root.clone(), &a.id);
         return Ok(code);
+    }
+    if let Some(sandbox) = sandbox {
+        let mut forked = 0;
+        let waited = (|| -> Result<()> {
+            let pid = pod::spawn_waiter(&p.dir, &sandbox, &a.id)?;
+            forked = pid;
+            pod::place_waiter(&p.dir, pid);
+            let mut rec = p.dir.load()?;
+            rec.pid = pid;
+            rec.pid_start = crate::state::process_start_time(pid).map_or(0, |(_, s)| s);
+            p.dir.save(&rec)?;
+            if let Some(f) = &a.pid_file {
+                crate::state::write_pid_file(f, pid)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = waited {
+            // Still moat's child: the pid cannot have been reused.
+            if forked > 0 {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(forked),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                let _ = sys::waitpid(forked);
+            }
+            drop(p.dir);
+            discard(g, &p.gv, &g.root.clone(), &a.id);
+            return Err(e);
+        }
     }
     Ok(0)
 }
@@ -198,13 +262,25 @@ pub fn run(g: &Context, a: &create_req::RunRequest, sel: Selection) -> Result<i3
         if code != 0 {
             return Ok(code);
         }
-        let code = Runsc::new(&gv, g, "start").args([&c.id]).wait()?;
+        let rec = ContainerDir::open_read(&root, &c.id)?.load()?;
+        let code = start(g, &rec, &gv)?;
         if code != 0 {
             discard(g, &gv, &root, &c.id);
         }
         return Ok(code);
     }
-    let Prepared { dir, gv, shadow } = p;
+    if p.gv.pod.is_some() {
+        let Prepared { dir, gv, .. } = p;
+        drop(dir);
+        discard(g, &gv, &root, &c.id);
+        bail!(
+            "a container of a gVisor pod is created and started (as the CRI does): foreground \
+             run refused"
+        );
+    }
+    let Prepared {
+        dir, gv, shadow, ..
+    } = p;
     // Unlocked while the container runs, so kill and state can reach it.
     drop(dir);
     let status = Runsc::new(&gv, g, "run")
@@ -218,14 +294,36 @@ pub fn run(g: &Context, a: &create_req::RunRequest, sel: Selection) -> Result<i3
 }
 
 pub fn start(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
-    Runsc::new(gv, g, "start").args([&rec.id]).wait()
+    if pod::app_sandbox(gv).is_none() {
+        return Runsc::new(gv, g, "start").args([&rec.id]).wait();
+    }
+    let stdio = pod::waiter_stdio(rec)?;
+    let code = Runsc::new(gv, g, "start")
+        .args([&rec.id])
+        .wait_stdio(stdio.each_ref().map(|f| Some(f.as_fd())))?;
+    drop(stdio);
+    if code == 0 {
+        pod::release_waiter(g, rec)?;
+    }
+    Ok(code)
+}
+
+/// runsc pauses the whole sandbox for any of its containers: one container of a pod
+/// cannot be paused alone.
+fn no_pod_pause(gv: &Gvisor, what: &str) -> Result<()> {
+    if pod::app_sandbox(gv).is_some() {
+        bail!("{what} of one container of a gVisor pod is not supported (runsc would {what} the whole pod's sandbox)");
+    }
+    Ok(())
 }
 
 pub fn pause(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
+    no_pod_pause(gv, "pause")?;
     Runsc::new(gv, g, "pause").args([&rec.id]).wait()
 }
 
 pub fn resume(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
+    no_pod_pause(gv, "resume")?;
     Runsc::new(gv, g, "resume").args([&rec.id]).wait()
 }
 
@@ -286,12 +384,21 @@ fn kill_sandbox(pid: i32) -> Result<()> {
 /// (runsc refuses to signal it); a stopped one is `container not running` (success with
 /// `--all`, which containerd's shim sends after every exit).
 pub fn kill(g: &Context, rec: &Record, gv: &Gvisor, all: bool, sig: i32) -> Result<i32> {
-    let Some(st) = runsc_state(g, gv, &rec.id)? else {
+    let Some(st) = container_state(g, rec, gv)? else {
         bail!("container does not exist");
     };
+    let app = pod::app_sandbox(gv).is_some();
     match st.status {
         Status::Stopped if all => Ok(0),
         Status::Stopped => bail!("container not running"),
+        // A created app container ends for the engine when its waiter does (of the same
+        // signal); the pod's sandbox stays.
+        Status::Created | Status::Creating if app => {
+            if terminates(sig) {
+                pod::kill_waiter(rec, sig)?;
+            }
+            Ok(0)
+        }
         Status::Created | Status::Creating => {
             if terminates(sig) {
                 kill_sandbox(st.pid)?;
@@ -325,6 +432,15 @@ pub fn delete(
     gv: &Gvisor,
     force: bool,
 ) -> Result<i32> {
+    let app = pod::app_sandbox(gv).is_some();
+    // An app container whose waiter is gone is stopped for the engine (which then deletes
+    // without --force), though runsc may still run it in the pod's sandbox.
+    let force = force || (app && !rec.alive());
+    if app && force {
+        // Ended first (as runc's delete --force kills the init): runsc removes the
+        // container's cgroup, which holds the waiter.
+        pod::end_waiter(rec)?;
+    }
     let out = Runsc::quiet(gv, g, "delete")
         .flag("force", force)
         .args([&rec.id])
@@ -332,6 +448,9 @@ pub fn delete(
     if out.code == 0 || (force && out.not_exist()) {
         if out.code != 0 {
             forget(gv, &rec.id);
+        }
+        if app {
+            pod::kill_waiter(rec, libc::SIGKILL)?;
         }
         dir.remove()?;
         return Ok(0);

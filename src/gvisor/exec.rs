@@ -43,6 +43,11 @@ pub fn exec(
     gv: &Gvisor,
     a: &exec_req::Request,
 ) -> Result<i32> {
+    // An app container of a pod whose waiter is gone has exited for the engine, though
+    // runsc may still run it (`super::pod`).
+    if super::pod::app_sandbox(gv).is_some() && !rec.alive() {
+        anyhow::bail!("container not running");
+    }
     if a.preserve_fds > 0 {
         return Err(Refused::PreserveFds(a.preserve_fds).into());
     }

@@ -62,6 +62,12 @@ pub(super) fn sandbox_cgroup(pid: i32, proc_cgroup: &str, layout: Layout) -> Res
 /// runsc 20221219 has no `update`: the resources are written into the sandbox's host
 /// cgroup with moat's cgroup code. The sentry's own memory size stays as at create.
 pub fn update(g: &Context, rec: &Record, gv: &Gvisor, res: Resources) -> Result<i32> {
+    if super::pod::app_sandbox(gv).is_some() {
+        bail!(
+            "update of one container of a gVisor pod is not supported: the pod's containers \
+             share the sandbox's host cgroup"
+        );
+    }
     let Some(st) = runsc_state(g, gv, &rec.id)? else {
         bail!("container does not exist");
     };

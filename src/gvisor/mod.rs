@@ -9,7 +9,8 @@
 //! verify from the host) are written here, not in `src/container/`.
 //!
 //! runsc's `--root` is `<root>/@runsc`, shared by the gVisor containers under one moat
-//! root (runsc keeps `<id>_sandbox:<id>.{state,lock}` there). Under `<root>/<id>/`, next
+//! root (runsc keeps `<id>_sandbox:<id>.{state,lock}` there; `<id>_sandbox:<pod sandbox>`
+//! for an app container of a gVisor pod, [`pod`]). Under `<root>/<id>/`, next
 //! to `state.json`:
 //!
 //! | path | what |
@@ -17,6 +18,7 @@
 //! | `config.json` | the effective spec; `<root>/<id>` is the shadow bundle runsc reads: moat's typed spec after the policy, serialised by [`spec`] (never the engine's bytes), with `root.path` absolute; the rootfs stays where it is |
 //! | `policy.json` | the policy decision: what was changed, and what gVisor does not apply |
 //! | `exec-<pid>.json` | the process file runsc reads for `exec --process` (the caller's, parsed and serialised again) and for `exec -t` in argv form |
+//! | `start` | an app container of a pod: the FIFO `start` writes to release its waiter ([`pod`]) |
 //!
 //! What runsc is given and how it is run: [`runsc`]. How runsc 20221219 differs from runc
 //! and what moat emulates: `docs/gvisor.md`.
@@ -25,6 +27,7 @@ mod cmds;
 pub mod config;
 mod exec;
 mod extra;
+mod pod;
 pub mod policy;
 mod runsc;
 pub mod select;
@@ -41,7 +44,7 @@ pub use cmds::{create, run};
 pub use extra::{features_json, wants_gvisor_features};
 pub use select::{select, Selection};
 
-pub use crate::state::{Backend, Gvisor};
+pub use crate::state::{Backend, Gvisor, PodRole};
 
 /// Every operation after create, for a container runsc runs: the lifecycle layer
 /// (`container::engine`) routes here by the record.
@@ -116,6 +119,7 @@ mod tests {
             network: "none".into(),
             oci_seccomp: false,
             systemd_cgroup: false,
+            pod: None,
         });
         let json = serde_json::to_string(&gv).unwrap();
         assert!(

@@ -231,8 +231,13 @@ impl<'a> Runsc<'a> {
     /// for a runtime call: 0, or 1 for any failure (runsc's message is already on stderr
     /// and in `--log`).
     pub fn wait(self) -> Result<i32> {
+        self.wait_stdio([None, None, None])
+    }
+
+    /// As [`Runsc::wait`], with `stdio` in place of moat's own 0-2 where given.
+    pub fn wait_stdio(self, stdio: [Option<BorrowedFd<'_>>; 3]) -> Result<i32> {
         let log = self.log.clone();
-        Ok(match self.wait_raw()? {
+        Ok(match self.wait_with(stdio)? {
             0 => 0,
             _ => {
                 if let Some(log) = log {
@@ -245,11 +250,15 @@ impl<'a> Runsc<'a> {
 
     /// As [`Runsc::wait`], but returns runsc's own status (a foreground process's).
     pub fn wait_raw(self) -> Result<i32> {
+        self.wait_with([None, None, None])
+    }
+
+    fn wait_with(self, stdio: [Option<BorrowedFd<'_>>; 3]) -> Result<i32> {
         sys::close_range_from(sys::FdNumber(3), true).context("close_range")?;
         let set = signal::forwarded_set();
         set.thread_block().context("block signals")?;
         // The child empties its signal mask before it executes runsc.
-        let (pid, pidfd) = self.spawn([None, None, None])?;
+        let (pid, pidfd) = self.spawn(stdio)?;
         // Signals stay blocked: a foreground `run` still has to delete after this.
         signal::forward_and_wait(pid, &pidfd, &set, None).context("wait for runsc")
     }
@@ -311,6 +320,7 @@ mod tests {
             network: "none".into(),
             oci_seccomp: true,
             systemd_cgroup: true,
+            pod: None,
         }
     }
 

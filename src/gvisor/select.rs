@@ -40,13 +40,6 @@ pub const RUNSC_ROOT: &str = "@runsc";
 /// root, and [`shadow_config`] falls back to the old bundle).
 const OLD_BUNDLE_DIR: &str = "bundle";
 
-/// CRI multi-container annotations: runsc would join the pod's sandbox and write the
-/// pod sandbox's pid, which is not a child of this container's shim.
-const CRI_CONTAINER_TYPE: [&str; 2] = [
-    "io.kubernetes.cri.container-type",
-    "io.kubernetes.cri-o.ContainerType",
-];
-
 /// A create that goes to gVisor: the bundle's config.json as read, and why.
 pub struct Selection {
     /// config.json's bytes, parsed (keys checked) by [`prepare`].
@@ -245,14 +238,6 @@ pub fn check(spec: &Spec, preserve_fds: u32) -> Result<()> {
     {
         bail!("process.selinuxLabel: SELinux is not supported by gVisor");
     }
-    for key in CRI_CONTAINER_TYPE {
-        if spec.annotations.get(key).is_some_and(|v| v == "container") {
-            bail!(
-                "annotation {key}=container: gVisor pods (several containers in one sandbox) \
-                 are not supported by moat; use containerd-shim-runsc-v1 for pods"
-            );
-        }
-    }
     Ok(())
 }
 
@@ -272,6 +257,9 @@ pub struct Prepared {
     pub dir: ContainerDir,
     pub gv: Gvisor,
     pub shadow: PathBuf,
+    /// For an app container of a gVisor pod: its pod sandbox's state directory, locked
+    /// until runsc has added the container (`super::pod::join`).
+    pub sandbox: Option<ContainerDir>,
 }
 
 pub fn prepare(
@@ -285,6 +273,21 @@ pub fn prepare(
     // The same validation as a native create: runsc gets nothing moat would refuse.
     crate::spec::validate::validate(&mut spec).map_err(crate::spec::LoadError::from)?;
     check(&spec, preserve_fds)?;
+    // A pod's app container joins its sandbox only where moat's records show it as that
+    // pod's, and takes the sandbox's runsc flags (super::pod).
+    let (pod, sandbox) = match super::pod::requested(&spec.annotations)? {
+        super::pod::Requested::Own => (None, None),
+        super::pod::Requested::Sandbox => (Some(super::PodRole::Sandbox), None),
+        super::pod::Requested::Container(sb) => {
+            let joined = super::pod::join(g, id, &sb)?;
+            super::pod::check_paths(&spec, &sb, joined.pid)?;
+            (None, Some(joined))
+        }
+    };
+    let sandbox_paths = sandbox
+        .as_ref()
+        .map(|j| super::pod::take_sandbox_paths(&mut spec, j.pid))
+        .unwrap_or_default();
     let engine_apparmor = spec
         .process
         .as_ref()
@@ -293,6 +296,10 @@ pub fn prepare(
     let mut decision = crate::container::policy::decide(&mut spec, cfg, id, false)?.decision;
     super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
     decision.warn_ignored();
+    super::pod::restore_paths(&mut spec, sandbox_paths);
+    if sandbox.is_some() {
+        decision.not_applied.push(super::pod::resources_note(&spec));
+    }
     let runsc = find_runsc(&sel.config)?;
     let network = network_mode(&spec)?;
     let cwd = std::env::current_dir().context("getcwd")?;
@@ -304,14 +311,23 @@ pub fn prepare(
     let state_root = g.root.clone();
     let dir = ContainerDir::create(&state_root, id)?;
     crate::log::debug(&format!("{id}: gVisor ({})", sel.reason));
-    let gv = Gvisor {
-        runsc,
-        root: state_root.join(RUNSC_ROOT),
-        // `[gvisor] platform`, checked by the config reader (default ptrace).
-        platform: cfg.platform.clone(),
-        network: network.into(),
-        oci_seccomp: spec.linux().seccomp.is_some(),
-        systemd_cgroup: g.systemd_cgroup,
+    let (gv, sandbox) = match sandbox {
+        Some(j) => (j.gv, Some(j.dir)),
+        None => (
+            Gvisor {
+                runsc,
+                root: state_root.join(RUNSC_ROOT),
+                // `[gvisor] platform`, checked by the config reader (default ptrace).
+                platform: cfg.platform.clone(),
+                network: network.into(),
+                // A pod sandbox's flags are its app containers' too, and any of them may
+                // bring a profile (runsc ignores one without --oci-seccomp).
+                oci_seccomp: spec.linux().seccomp.is_some() || pod.is_some(),
+                systemd_cgroup: g.systemd_cgroup,
+                pod,
+            },
+            None,
+        ),
     };
     // The state directory is the shadow bundle: runsc reads `config.json` from it, as
     // `verify` reads a native container's effective spec.
@@ -363,7 +379,12 @@ pub fn prepare(
         let _ = dir.remove();
         return Err(e);
     }
-    Ok(Prepared { dir, gv, shadow })
+    Ok(Prepared {
+        dir,
+        gv,
+        shadow,
+        sandbox,
+    })
 }
 
 #[cfg(test)]
@@ -444,10 +465,6 @@ mod tests {
             .contains("--preserve-fds 1"));
         let se = spec(r#"{"process":{"args":["sh"],"selinuxLabel":"system_u:x"}}"#);
         assert!(check(&se, 0).unwrap_err().to_string().contains("SELinux"));
-        let pod = spec(
-            r#"{"process":{},"annotations":{"io.kubernetes.cri.container-type":"container"}}"#,
-        );
-        assert!(check(&pod, 0).is_err());
         assert!(check(&spec("{}"), 0).is_err());
     }
 

@@ -189,7 +189,20 @@ fn checks(g: &Context, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result
         );
     }
 
-    // The sandbox's host cgroup, where runsc wrote linux.resources.
+    // The sandbox's host cgroup, where runsc wrote linux.resources. An app container of a
+    // pod runs in the pod's sandbox: the cgroup and limits are the pod sandbox container's
+    // (its own are listed as not applied, `super::pod::resources_note`).
+    let pod_sandbox_spec;
+    let spec = match super::pod::app_sandbox(gv) {
+        Some(sb) => {
+            let dir = state::ContainerDir::open_read(&g.root, sb)
+                .with_context(|| format!("the pod sandbox {sb}"))?;
+            pod_sandbox_spec = serde_json::from_value::<Spec>(super::select::shadow_config(&dir)?)
+                .context("the pod sandbox's effective spec")?;
+            &pod_sandbox_spec
+        }
+        None => spec,
+    };
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
     let cg = crate::linux::cgroups::Layout::detect()
         .ok()

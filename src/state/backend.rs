@@ -31,4 +31,20 @@ pub struct Gvisor {
     /// `--systemd-cgroup` as given at create, replayed on every call.
     #[serde(default)]
     pub systemd_cgroup: bool,
+    /// The container's part in a gVisor pod (one runsc sandbox for the pod), recorded by
+    /// moat at create: absent for a container with a sandbox of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodRole>,
+}
+
+/// A container's part in a gVisor pod (`gvisor::pod`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum PodRole {
+    /// The pod sandbox container (CRI `container-type=sandbox`): its create made the
+    /// runsc sandbox, which app containers of the pod may join.
+    Sandbox,
+    /// An app container created inside the sandbox `sandbox` (a pod sandbox's id under the
+    /// same root).
+    Container { sandbox: String },
 }

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 mod backend;
 pub mod idpool;
 
-pub use backend::{Backend, Gvisor};
+pub use backend::{Backend, Gvisor, PodRole};
 
 use crate::linux::cgroups::Cgroup;
 use crate::spec::Spec;
