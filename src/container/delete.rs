@@ -24,8 +24,15 @@ pub fn delete(ctx: &Context, req: &Request) -> Result<i32> {
     };
     let rec = match dir.load() {
         Ok(r) => r,
-        // A create killed before its first record: nothing but the directory exists.
+        // A create killed before its first record: the directory, and maybe the cgroup
+        // it had planned (empty: no process of the container can be in it yet).
         Err(StateError::Corrupt { .. }) if req.force => {
+            let planned = std::fs::read(dir.file(crate::state::CGROUP_PLANNED_FILE))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<crate::linux::cgroups::Cgroup>(&b).ok());
+            if let Some(cg) = planned {
+                cg.remove_empty();
+            }
             dir.remove()?;
             release_userns(ctx, &req.id);
             return Ok(0);
@@ -37,6 +44,7 @@ pub fn delete(ctx: &Context, req: &Request) -> Result<i32> {
 
 /// The native delete: runc's rules on the status, then everything goes.
 pub fn native(ctx: &Context, dir: ContainerDir, rec: &Record, force: bool) -> Result<()> {
+    crate::linux::killpoint::at("delete", "parent", "stop");
     match rec.status(&dir) {
         Status::Stopped => {}
         // runc (and crun) delete a created container without --force; callers rely on it.
@@ -50,7 +58,9 @@ pub fn native(ctx: &Context, dir: ContainerDir, rec: &Record, force: bool) -> Re
             .into())
         }
     }
+    crate::linux::killpoint::at("delete", "parent", "destroy");
     destroy(dir, rec)?;
+    crate::linux::killpoint::at("delete", "parent", "release");
     release_userns(ctx, &rec.id);
     Ok(())
 }
@@ -105,6 +115,7 @@ pub fn destroy(dir: ContainerDir, rec: &Record) -> Result<()> {
                 let _ = sys::kill(pid, libc::SIGKILL);
             }
         }
+        crate::linux::killpoint::at("delete", "parent", "cgroup");
         if let Err(e) = cg.remove() {
             log::warn(&format!("remove cgroup: {e}"));
         }
@@ -117,6 +128,7 @@ pub fn destroy(dir: ContainerDir, rec: &Record) -> Result<()> {
             }
         }
     }
+    crate::linux::killpoint::at("delete", "parent", "state");
     dir.remove()?;
     Ok(())
 }

@@ -37,6 +37,7 @@ pub fn native(dir: &ContainerDir, rec: &Record) -> Result<()> {
         ),
         None => None,
     };
+    crate::linux::killpoint::at("start", "parent", "Start");
     let fifo = dir.file(state::FIFO_FILE);
     let mut f = match std::fs::OpenOptions::new()
         .write(true)

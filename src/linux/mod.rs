@@ -15,6 +15,7 @@ pub mod exeseal;
 pub mod hooks;
 pub mod hostfacts;
 pub mod idmap;
+pub mod killpoint;
 pub mod mount;
 pub mod namespaces;
 pub mod notify;

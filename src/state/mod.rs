@@ -57,6 +57,9 @@ pub fn seccomp_file(i: usize) -> String {
 pub const POLICY_FILE: &str = "policy.json";
 /// The host id range taken from the userns pool (`moat.userns=auto`), as [`idpool::IdRange`].
 pub const USERNS_FILE: &str = "userns.json";
+/// The cgroup a create is about to make, written before it makes it: a create killed
+/// before its first record leaves only this to say which directories are its own.
+pub const CGROUP_PLANNED_FILE: &str = "cgroup.planned.json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {

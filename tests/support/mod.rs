@@ -689,15 +689,73 @@ impl Ctx {
     /// Asserts that create left nothing behind for `id`: no state dir, no cgroup.
     #[track_caller]
     pub fn assert_no_trace(&self, id: &str) {
-        assert!(
-            !self.state_dir(id).exists(),
-            "state dir {} left behind",
-            self.state_dir(id).display()
-        );
-        for ctrl in ["pids", "memory", "cpu", "freezer", "unified"] {
-            let cg = Path::new("/sys/fs/cgroup").join(ctrl).join("moat").join(id);
-            assert!(!cg.exists(), "cgroup {} left behind", cg.display());
+        let left = self.traces(id);
+        assert!(left.is_empty(), "{id} left behind: {}", left.join("; "));
+    }
+
+    /// The leak auditor, scoped to this test's root, id and cgroup subtree: what is still
+    /// there of `id` — its state dir, its cgroup in any hierarchy (`/moat/<id>`, below
+    /// the fleet budget's `/moat` too), a process in such a cgroup, a mount under this
+    /// test's directory, a range of the userns pool held for it.
+    pub fn traces(&self, id: &str) -> Vec<String> {
+        let mut left = Vec::new();
+        if self.state_dir(id).exists() {
+            left.push(format!("state dir {}", self.state_dir(id).display()));
         }
+        let cg_suffix = format!("/moat/{id}");
+        let mut hierarchies = vec![PathBuf::from("/sys/fs/cgroup")];
+        if let Ok(rd) = fs::read_dir("/sys/fs/cgroup") {
+            hierarchies.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+        }
+        for h in hierarchies {
+            let cg = h.join(cg_suffix.trim_start_matches('/'));
+            if cg.is_dir() {
+                left.push(format!("cgroup {}", cg.display()));
+            }
+        }
+        if let Ok(rd) = fs::read_dir("/proc") {
+            for e in rd.flatten() {
+                let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                    continue;
+                };
+                let cgs = fs::read_to_string(e.path().join("cgroup")).unwrap_or_default();
+                let ours = cgs.lines().any(|l| {
+                    let p = l.splitn(3, ':').nth(2).unwrap_or("");
+                    p == cg_suffix || p.starts_with(&format!("{cg_suffix}/"))
+                });
+                if ours && !is_gone(pid) {
+                    left.push(format!("process {pid} in {cg_suffix}"));
+                }
+            }
+        }
+        // moat's mounts on the host side: in the state root, or below the bundle's rootfs
+        // (a test's own mounts elsewhere in its directory are its own).
+        let state = format!("{}/", self.root.display());
+        let below_rootfs = format!("{}/", self.bundle.join("rootfs").display());
+        for l in fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+        {
+            let mnt = l.split(' ').nth(4).unwrap_or("");
+            if mnt.starts_with(&state) || mnt.starts_with(&below_rootfs) {
+                left.push(format!("mount {mnt}"));
+            }
+        }
+        // The host-wide userns pool (`/run/moat-userns/<start>`: {"start","size","root","id"}).
+        let root = fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone());
+        if let Ok(rd) = fs::read_dir("/run/moat-userns") {
+            for e in rd.flatten() {
+                let Ok(v) =
+                    serde_json::from_slice::<Value>(&fs::read(e.path()).unwrap_or_default())
+                else {
+                    continue;
+                };
+                if v["id"] == id && Path::new(v["root"].as_str().unwrap_or("")) == root {
+                    left.push(format!("userns pool allocation {}", e.path().display()));
+                }
+            }
+        }
+        left
     }
 }
 

@@ -434,6 +434,15 @@ impl Cgroup {
         first.map_or(Ok(()), Err)
     }
 
+    /// Removes the cgroup's own directory in every hierarchy where it is empty (no
+    /// process, no child), and nothing else: for a cgroup that may not be the caller's
+    /// to take apart (a create killed before it recorded it).
+    pub fn remove_empty(&self) {
+        for h in &self.hierarchies {
+            let _ = std::fs::remove_dir(h.dir(&self.path));
+        }
+    }
+
     /// Every process in the cgroup and its descendants.
     pub fn pids(&self) -> Result<Vec<i32>, CgroupError> {
         let pref = ["pids", "freezer", "memory", "cpu"];

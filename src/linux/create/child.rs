@@ -7,6 +7,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use super::plan::Plan;
 use crate::linux::cgroups::Placement;
+use crate::linux::killpoint;
 use crate::linux::rootfs;
 use crate::linux::sync::{self, Channel, InitFailure, Kind, Step, StepExt, ToChild, ToParent};
 use crate::linux::{console, devices, hooks, procfs, sys};
@@ -45,14 +46,22 @@ fn init(
     fifo: &OwnedFd,
     console_sock: Option<&OwnedFd>,
 ) -> Result<Never, InitFailure> {
+    killpoint::at("create", "child", "Fork");
     let mut state = enter(plan, placement, ch)?; // 8
+    killpoint::at("create", "child", "Release");
     let mut idmapped = namespaces(plan, ch)?; // 9
+    killpoint::at("create", "child", "Rootfs");
     let (mut mounts, pty) = rootfs(plan, &mut idmapped, console_sock)?; // 10
     drop(idmapped);
+    killpoint::at("create", "child", "Pivot");
     pivot(plan, ch, &mut state, &mounts)?; // 11
+    killpoint::at("create", "child", "Finalize");
     finalize(plan, &mut mounts)?; // 12
+    killpoint::at("create", "child", "Attrs");
     let (exe, listener) = attributes(plan, mounts, pty)?; // 13
+    killpoint::at("create", "child", "Ready");
     ready(ch, listener, fifo)?; // 14
+    killpoint::at("create", "child", "Start");
     exec(plan, &state, &exe) // 15
 }
 

@@ -11,6 +11,7 @@ use std::os::unix::net::{UnixDatagram, UnixStream};
 use super::plan::{CgroupPlan, Plan};
 use super::{child, Error};
 use crate::linux::cgroups::{Cgroup, NoCgroup};
+use crate::linux::killpoint;
 use crate::linux::sync::{self, Channel, ToChild, ToParent};
 use crate::linux::{apparmor, hooks, idmap, namespaces, notify, rootfs, sys};
 use crate::state::idpool::pool_root;
@@ -29,7 +30,9 @@ pub struct Created {
 /// Rows 2–14 for a finished plan (row 1): the container created, its init waiting for
 /// `start`; returns its locked state directory.
 pub fn create(mut plan: Plan) -> Result<(ContainerDir, Created), Error> {
+    killpoint::at("create", "parent", "Profile");
     profile(&plan)?; // 2
+    killpoint::at("create", "parent", "StateDir");
     let (dir, notify_sock) = state_dir(&plan)?; // 3
     let created = with_state_dir(&mut plan, &dir);
     // Open until the init has inherited it (see linux/notify.rs).
@@ -44,6 +47,7 @@ pub fn create(mut plan: Plan) -> Result<(ContainerDir, Created), Error> {
 }
 
 fn with_state_dir(plan: &mut Plan, dir: &ContainerDir) -> Result<Created, Error> {
+    killpoint::at("create", "parent", "Ids");
     let ids = ids(plan, dir)?; // 4
     let created = with_ids(plan, dir);
     if created.is_err() && ids {
@@ -53,6 +57,13 @@ fn with_state_dir(plan: &mut Plan, dir: &ContainerDir) -> Result<Created, Error>
 }
 
 fn with_ids(plan: &mut Plan, dir: &ContainerDir) -> Result<Created, Error> {
+    // Before anything is made: a create killed between the cgroup and the record would
+    // otherwise leave directories no delete knows of.
+    if let Some(planned) = plan.cgroup.planned() {
+        let json = serde_json::to_vec(&planned).expect("serialises");
+        dir.save_file(state::CGROUP_PLANNED_FILE, &json)?;
+    }
+    killpoint::at("create", "parent", "Cgroup");
     let cgroup = cgroup(plan)?; // 5
     let created = in_cgroup(plan, dir, &cgroup);
     if created.is_err() {
@@ -62,19 +73,25 @@ fn with_ids(plan: &mut Plan, dir: &ContainerDir) -> Result<Created, Error> {
 }
 
 fn in_cgroup(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Created, Error> {
+    killpoint::at("create", "parent", "Record");
     let mut record = record(plan, dir, cgroup)?; // 6
+    killpoint::at("create", "parent", "Channels");
     let ch = channels(plan, dir)?; // 7
+    killpoint::at("create", "parent", "Fork");
     let (child, mut guard, parent_ch, console_relay) = fork(plan, dir, cgroup, ch)?; // 8
+    killpoint::at("create", "parent", "Fork.scope");
     cgroup.start_systemd(
         &plan.opts.id,
         child,
         resources(plan).as_ref(),
         plan.fleet_slice.as_ref().map(|(s, r)| (s.as_str(), r)),
     )?; // 8: the systemd driver's scope
+    killpoint::at("create", "parent", "Release");
     release(plan, child, &record, &parent_ch)?; // 9
 
     // Rows 9 (staged) to 14: serve the child until it is ready.
     let (init_pid, listener) = serve(plan, child, &record, &parent_ch, &mut guard)?;
+    killpoint::at("create", "parent", "Ready");
     let created = ready(
         plan,
         dir,

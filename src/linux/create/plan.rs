@@ -61,6 +61,28 @@ pub(super) enum CgroupPlan {
     Systemd(Cgroup),
 }
 
+impl CgroupPlan {
+    /// The cgroup this plan makes in row 5 (the systemd driver's: its directories, the
+    /// unit not yet asked for), for [`crate::state::CGROUP_PLANNED_FILE`].
+    pub(super) fn planned(&self) -> Option<Cgroup> {
+        match self {
+            CgroupPlan::Host { layout, path } => Some(Cgroup::planned(layout, path)),
+            CgroupPlan::Delegated { hierarchy, path } => Some(Cgroup {
+                path: path.clone(),
+                unified: true,
+                hierarchies: vec![hierarchy.clone()],
+                skipped: Vec::new(),
+                systemd: None,
+            }),
+            CgroupPlan::None => None,
+            CgroupPlan::Systemd(cg) => Some(Cgroup {
+                systemd: None,
+                ..cg.clone()
+            }),
+        }
+    }
+}
+
 /// Everything create does, computed before anything exists. The parent's rows read the
 /// first part; the child (a fork, so the plan is in its memory) reads the second.
 pub struct Plan {

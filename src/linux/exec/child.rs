@@ -36,9 +36,13 @@ pub(super) struct Joining<'a> {
 /// Rows 5–8, then (in the exec'd process) 9–11. Returns only with an error, which the
 /// caller sends as `Failed`.
 pub(super) fn joiner(j: Joining<'_>) -> Result<Never, InitFailure> {
+    crate::linux::killpoint::at("exec", "joiner", "place");
     place(j.attrs, j.placement)?;
+    crate::linux::killpoint::at("exec", "joiner", "procfs");
     own_procfs()?;
+    crate::linux::killpoint::at("exec", "joiner", "join");
     join_namespaces(j.pidfd, j.flags)?;
+    crate::linux::killpoint::at("exec", "joiner", "fork");
     fork_process(j.pidfd, j.ch, j.attrs, j.console_sock, j.probe)
 }
 
@@ -107,8 +111,11 @@ fn exec_process(
     console_sock: Option<&OwnedFd>,
     probe: bool,
 ) -> Result<Never, InitFailure> {
+    crate::linux::killpoint::at("exec", "process", "console");
     let root = console(attrs, console_sock)?;
+    crate::linux::killpoint::at("exec", "process", "attrs");
     let (exe, listener) = apply_attrs(attrs, root)?;
+    crate::linux::killpoint::at("exec", "process", "execve");
     execve(attrs, &exe, listener, probe)
 }
 

@@ -179,9 +179,13 @@ pub fn exec(plan: Plan<'_>) -> Result<Started, ExecError> {
 }
 
 fn spawn(plan: Plan<'_>, probe: bool) -> Result<Started, ExecError> {
+    crate::linux::killpoint::at("exec", "parent", "channels");
     let ch = parent::channels(plan.attrs, &plan.opts, probe)?;
+    crate::linux::killpoint::at("exec", "parent", "clone");
     let (joiner, opts) = parent::clone_joiner(plan, ch, probe)?;
+    crate::linux::killpoint::at("exec", "parent", "wait");
     let pid = parent::wait_exec(&joiner)?;
+    crate::linux::killpoint::at("exec", "parent", "report");
     parent::report(&opts, pid, joiner)
 }
 

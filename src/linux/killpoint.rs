@@ -1,0 +1,26 @@
+//! Kill points, for the tests that prove an interrupted operation leaves nothing behind
+//! (tests/killpoints.rs): in debug builds, `MOAT_TEST_KILL_AT=<op>:<side>:<step>` makes
+//! moat SIGKILL itself on reaching that step, where `op` is `create`, `start`, `exec` or
+//! `delete`, `side` the process (`parent`, `child`; exec's `joiner` and `process`), and
+//! `step` a row of that operation's documented sequence (create's `Step` names, exec's
+//! table). Release builds contain none of it.
+
+/// Dies as if SIGKILLed when `MOAT_TEST_KILL_AT` names this point (debug builds only).
+#[inline]
+pub fn at(op: &str, side: &str, step: &str) {
+    #[cfg(debug_assertions)]
+    {
+        let Some(v) = std::env::var_os("MOAT_TEST_KILL_AT") else {
+            return;
+        };
+        let mut it = v.to_str().unwrap_or("").splitn(3, ':');
+        if (it.next(), it.next(), it.next()) == (Some(op), Some(side), Some(step)) {
+            let _ = super::sys::kill(std::process::id().try_into().unwrap_or(0), libc::SIGKILL);
+            // The init of its own pid namespace ignores a SIGKILL it sends itself: it
+            // ends the same way, with no unwinding and no destructor run.
+            super::sys::exit_now(137);
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = (op, side, step);
+}
