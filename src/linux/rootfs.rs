@@ -843,6 +843,7 @@ pub fn pivot(mounts: &Mounts, no_pivot: bool) -> Result<(), InitFailure> {
         // tree would propagate to its peers (the host's "/").
         sys::mount(None, c"/", None, libc::MS_SLAVE, None)
             .step(Step::PivotRoot, || "make / a slave".into())?;
+        hide_revealing_mounts(root)?;
         sys::mount(Some(c"."), c"/", None, libc::MS_MOVE, None)
             .step(Step::PivotRoot, || "move rootfs to /".into())?;
         sys::chroot(c".").step(Step::PivotRoot, || "chroot".into())?;
@@ -870,6 +871,98 @@ pub fn pivot(mounts: &Mounts, no_pivot: bool) -> Result<(), InitFailure> {
     }
     // The held root is "/" now: back to it by fd, not by the name "/".
     sys::fchdir(root).step(Step::PivotRoot, || "chdir /".into())
+}
+
+/// With `--no-pivot` the host's tree stays in the container's mount namespace below the
+/// chroot, and with it the host's full procfs and sysfs mounts. The kernel lets a user
+/// namespace mount a new procfs (sysfs) only where one is already fully visible in the
+/// mount namespace (`mount_too_revealing`): those would let a process of the container
+/// that makes its own user namespace mount a bare `/proc`, without the masked and
+/// read-only paths (runc's no_pivot.bats). So every full procfs/sysfs mount outside the
+/// rootfs is detached (its propagation made a slave first, so nothing reaches the
+/// host), or covered by a tmpfs where it may not be unmounted (a mount locked by a user
+/// namespace), as runc does; then the mount table is read again and the create fails
+/// if one is still fully visible (a name on the way that no longer led to it).
+fn hide_revealing_mounts(root: BorrowedFd<'_>) -> Result<(), InitFailure> {
+    let what = || "--no-pivot: hide the host's procfs and sysfs".to_string();
+    let root_id = sys::mount_id(root).step(Step::PivotRoot, what)?;
+    for m in revealing_mounts(root_id)? {
+        let path = cpath(&m.mount_point).step(Step::PivotRoot, what)?;
+        let slave = sys::mount(None, &path, None, libc::MS_SLAVE | libc::MS_REC, None);
+        match slave {
+            // Gone with a mount detached before it (below one).
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            r => r.step(Step::PivotRoot, || {
+                format!("{}: make {} a slave", what(), m.mount_point.display())
+            })?,
+        }
+        match sys::umount2(&path, libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) {
+            Ok(()) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EPERM)) => {
+                sys::mount(Some(c"tmpfs"), &path, Some(c"tmpfs"), 0, None)
+                    .step(Step::PivotRoot, || {
+                        format!("{}: cover {}", what(), m.mount_point.display())
+                    })?;
+            }
+            Err(e) => {
+                return Err(e).step(Step::PivotRoot, || {
+                    format!("{}: detach {}", what(), m.mount_point.display())
+                })
+            }
+        }
+    }
+    if let Some(m) = revealing_mounts(root_id)?.first() {
+        return Err(InitFailure::new(
+            Step::PivotRoot,
+            format!(
+                "{}: {} ({}) is still fully visible",
+                what(),
+                m.mount_point.display(),
+                m.fstype
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The full procfs and sysfs mounts of the caller's mount namespace outside the mount
+/// `root_id` (the rootfs) and not covered by a mount on their root.
+fn revealing_mounts(root_id: u64) -> Result<Vec<crate::linux::idmap::MountInfo>, InitFailure> {
+    let text = super::procfs::mountinfo().map_err(|e| {
+        InitFailure::new(Step::PivotRoot, format!("--no-pivot: read mountinfo: {e}"))
+    })?;
+    let all = crate::linux::idmap::parse_mountinfo(&text);
+    let parent_of: std::collections::HashMap<u64, u64> =
+        all.iter().map(|m| (m.id, m.parent)).collect();
+    let in_rootfs = |mut id: u64| {
+        // The parent chain ends at the namespace's root mount (its own parent is outside).
+        for _ in 0..all.len() + 1 {
+            if id == root_id {
+                return true;
+            }
+            match parent_of.get(&id) {
+                Some(&p) if p != id => id = p,
+                _ => return false,
+            }
+        }
+        false
+    };
+    Ok(all
+        .iter()
+        .filter(|m| m.root == "/" && matches!(m.fstype.as_str(), "proc" | "sysfs"))
+        .filter(|m| !in_rootfs(m.id))
+        .filter(|m| {
+            !all.iter()
+                .any(|c| c.parent == m.id && c.mount_point == m.mount_point)
+        })
+        .cloned()
+        .collect())
+}
+
+fn cpath(p: &std::path::Path) -> std::io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 /// A masked or read-only path that does not exist is skipped, as runc does. Under
