@@ -68,16 +68,8 @@ fn in_cgroup(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Created
     release(plan, child, &record, &parent_ch)?; // 9
 
     // Rows 9 (staged) to 14: serve the child until it is ready.
-    let (init_pid, listener) = serve(plan, child, &record, &parent_ch, &mut guard)?;
-    let created = ready(
-        plan,
-        dir,
-        &mut record,
-        init_pid,
-        listener,
-        console_relay,
-        &parent_ch,
-    )?; // 14
+    let init_pid = serve(plan, child, &record, &parent_ch, &mut guard)?;
+    let created = ready(plan, dir, &mut record, init_pid, console_relay, &parent_ch)?; // 14
     guard.0 = None;
     Ok(created)
 }
@@ -351,14 +343,16 @@ fn release(plan: &Plan, child: i32, record: &Record, parent_ch: &Channel) -> Res
 }
 
 /// The child's messages up to `Ready`: row 9's id maps of a staged user namespace, the
-/// staged init's pid, row 11's hooks. Returns the init's pid and the seccomp listener.
+/// staged init's pid, row 11's hooks, row 13's seccomp listener (handed to the agent at
+/// once: the init may already wait in a syscall only the agent answers). Returns the
+/// init's pid.
 fn serve(
     plan: &Plan,
     child: i32,
     record: &Record,
     parent_ch: &Channel,
     guard: &mut KillGuard,
-) -> Result<(i32, Option<OwnedFd>), Error> {
+) -> Result<i32, Error> {
     let l = plan.spec.linux();
     let mut init_pid = child;
     loop {
@@ -391,7 +385,12 @@ fn serve(
                 guard.0 = Some(pid);
             }
             ToParent::HooksPlease => hooks(plan, record, init_pid, parent_ch)?,
-            ToParent::Ready => return Ok((init_pid, fd)),
+            ToParent::Listener => {
+                if let (Some(fd), Some(sc)) = (fd, l.seccomp.as_ref()) {
+                    send_listener(sc, fd, record, init_pid, init_pid, "creating")?;
+                }
+            }
+            ToParent::Ready => return Ok(init_pid),
             ToParent::Failed(f) => {
                 let _ = parent_ch.send_child(&ToChild::Created);
                 return Err(Error::Init(f));
@@ -413,14 +412,13 @@ fn hooks(plan: &Plan, record: &Record, init_pid: i32, parent_ch: &Channel) -> Re
         .map_err(send("sync"))
 }
 
-/// Row 14: the record with the init's pid and start time, the pid file, the seccomp
-/// listener; `Created` releases the init to block on the fifo.
+/// Row 14: the record with the init's pid and start time, the pid file; `Created`
+/// releases the init to block on the fifo.
 fn ready(
     plan: &Plan,
     dir: &ContainerDir,
     record: &mut Record,
     init_pid: i32,
-    listener: Option<OwnedFd>,
     console_relay: Option<UnixStream>,
     parent_ch: &Channel,
 ) -> Result<Created, Error> {
@@ -430,9 +428,6 @@ fn ready(
     record.pid = init_pid;
     record.pid_start = start;
     dir.save(record)?;
-    if let (Some(fd), Some(sc)) = (listener, plan.spec.linux().seccomp.as_ref()) {
-        send_listener(sc, fd, record)?;
-    }
     if let Some(pf) = &plan.opts.pid_file {
         state::write_pid_file(pf, init_pid)?;
     }
@@ -606,8 +601,17 @@ pub fn state_json(rec: &Record, status: &str, pid: i32) -> Vec<u8> {
     .expect("state serialises")
 }
 
-/// Hands the seccomp notify fd to the agent at `listenerPath`, with runc's message format.
-fn send_listener(sc: &crate::spec::Seccomp, fd: OwnedFd, rec: &Record) -> Result<(), Error> {
+/// Hands the seccomp notify fd of `pid` (the init, or an exec'd process) to the agent at
+/// `listenerPath`, with runc's message format (the state: the container's `status`, its
+/// init's pid).
+pub fn send_listener(
+    sc: &crate::spec::Seccomp,
+    fd: OwnedFd,
+    rec: &Record,
+    init_pid: i32,
+    pid: i32,
+    status: &str,
+) -> Result<(), Error> {
     let path = sc.listener_path.as_deref().unwrap_or_default();
     let sock =
         sys::connect_unix(std::path::Path::new(path)).map_err(|source| Error::ListenerConnect {
@@ -617,11 +621,11 @@ fn send_listener(sc: &crate::spec::Seccomp, fd: OwnedFd, rec: &Record) -> Result
     let msg = serde_json::to_vec(&serde_json::json!({
         "ociVersion": crate::spec::OCI_VERSION,
         "fds": ["seccompFd"],
-        "pid": rec.pid,
+        "pid": pid,
         "metadata": sc.listener_metadata.clone().unwrap_or_default(),
         "state": {
             "ociVersion": crate::spec::OCI_VERSION,
-            "id": rec.id, "status": "creating", "pid": rec.pid,
+            "id": rec.id, "status": status, "pid": init_pid,
             "bundle": rec.bundle, "annotations": rec.annotations,
         },
     }))

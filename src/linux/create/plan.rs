@@ -233,8 +233,7 @@ impl Plan {
             list.push((k.replace('.', "/"), v.clone()));
         }
         if let Some(s) = &linux.seccomp {
-            let early = !p.no_new_privileges.unwrap_or(false);
-            seccomp::refuse_notify_before_handover(s, early, decision.seccomp_floor)?;
+            seccomp::refuse_notify_before_handover(s, decision.seccomp_floor)?;
         }
         let cache = Some(seccomp_cache.as_path());
         let mut seccomp: Vec<_> = linux

@@ -117,12 +117,18 @@ pub(super) fn clone_joiner(
 /// first. Either may write first, so the socket is read to EOF, each message checked
 /// against what came before ([`super::Heard`]). Reaps the joiner; on failure kills and
 /// reaps the exec'd process.
-pub(super) fn wait_exec(joiner: &Joiner) -> Result<i32, ExecError> {
+///
+/// The exec'd process's seccomp listener (`Listener`) goes to the agent as soon as both
+/// it and the pid have come: the process may already wait in a syscall only the agent
+/// answers, so this must not wait for EOF.
+pub(super) fn wait_exec(joiner: &Joiner, opts: &ExecOpts) -> Result<i32, ExecError> {
     let mut heard = super::Heard::default();
     let mut unexpected = false;
+    let mut agent_error = None;
     loop {
         let msg = match joiner.ch.recv_child() {
             Ok((ToParent::InitPid(pid), _)) => Message::ExecPid(pid),
+            Ok((ToParent::Listener, Some(fd))) => Message::Listener(fd),
             Ok((ToParent::Failed(f), _)) => Message::Failed(f),
             Ok(_) => {
                 unexpected = true;
@@ -134,6 +140,34 @@ pub(super) fn wait_exec(joiner: &Joiner) -> Result<i32, ExecError> {
             unexpected = true;
             break;
         }
+        if let (Some(pid), Some(fd)) = (heard.pid, heard.listener.take()) {
+            // A listener without an agent to give it to: the spec changed under us, or a
+            // bug; the process must not run with notifications nobody answers.
+            let Some(agent) = &opts.seccomp_agent else {
+                unexpected = true;
+                break;
+            };
+            let rec = &agent.record;
+            if let Err(e) = crate::linux::create::send_listener(
+                &agent.seccomp,
+                fd,
+                rec,
+                rec.pid,
+                pid,
+                "running",
+            ) {
+                agent_error = Some(e);
+                break;
+            }
+        }
+    }
+    if let Some(e) = agent_error {
+        let _ = sys::waitpid(joiner.pid);
+        if let Some(pid) = heard.pid {
+            let _ = sys::kill(pid, libc::SIGKILL);
+            let _ = sys::waitpid(pid);
+        }
+        return Err(ExecError::Listener(Box::new(e)));
     }
     let reap = |pid: i32| {
         let _ = sys::waitpid(pid);
