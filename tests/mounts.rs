@@ -62,6 +62,39 @@ fn tmpfs_mount_gets_its_options() {
     );
 }
 
+/// runc's mounts.bats "ro /dev mount": a read-only tmpfs at `/dev` is made read-only
+/// after its submounts (`/dev/pts`, `/dev/shm`, `/dev/mqueue`), device nodes and links,
+/// as runc does; before, mounting `/dev/pts` on it failed ("Read-only file system").
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn read_only_dev_is_made_read_only_after_its_submounts() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("rodev");
+    let dev = ctx.config["mounts"]
+        .as_array_mut()
+        .expect("mounts")
+        .iter_mut()
+        .find(|m| m["destination"] == "/dev")
+        .expect("a /dev mount in the spec");
+    dev["options"]
+        .as_array_mut()
+        .expect("/dev has options")
+        .push(json!("ro"));
+    ctx.sh(
+        "cat /proc/self/mountinfo; test -c /dev/null && echo null; test -L /dev/fd && echo fd; \
+         touch /dev/x 2>/dev/null || echo refused",
+    );
+    let (out, err) = run_to_end(&ctx, "c");
+    let (per, _) = mount_opts(&out, "/dev");
+    assert!(per.iter().any(|p| p == "ro"), "/dev not read-only: {per:?}");
+    for sub in ["/dev/pts", "/dev/shm", "/dev/mqueue"] {
+        mount_opts(&out, sub);
+    }
+    assert!(out.ends_with("null\nfd\nrefused\n"), "{out}{err}");
+}
+
 /// A host directory with a file, for bind sources.
 fn host_src(ctx: &Ctx, name: &str) -> PathBuf {
     let src = ctx.dir.join(name);

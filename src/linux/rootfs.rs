@@ -78,6 +78,10 @@ pub struct Plan {
     /// RESTRICTED: a masked or read-only path missing outside procfs and sysfs fails the
     /// create instead of being skipped (runc's way, kept under OPEN).
     pub strict_missing: bool,
+    /// A read-only tmpfs at `/dev`: mounted writable, made read-only at the end of
+    /// [`finalize`], as runc does, since moat makes its submounts (`/dev/pts`, `/dev/shm`,
+    /// `/dev/mqueue`), device nodes and links in it first.
+    pub dev_ro_last: bool,
 }
 
 impl Plan {
@@ -188,6 +192,7 @@ pub fn plan(
             _ => (libc::MS_SLAVE | libc::MS_REC, None, false),
         };
     let mut mounts = Vec::new();
+    let mut dev_ro_last = false;
     let mut dev_is_bind = false;
     for (index, m) in spec.mounts.iter().enumerate() {
         let opts = mount::parse_options(&m.options);
@@ -262,6 +267,14 @@ pub fn plan(
         {
             return Err(PlanError::SysNotSysfs { index });
         }
+        let mut opts = opts;
+        if comps == ["dev"]
+            && matches!(&kind, Kind::Fs { .. })
+            && opts.set & sys::MOUNT_ATTR_RDONLY != 0
+        {
+            opts.set &= !sys::MOUNT_ATTR_RDONLY;
+            dev_ro_last = true;
+        }
         mounts.push(MountPlan {
             index,
             destination: m.destination.clone(),
@@ -287,6 +300,7 @@ pub fn plan(
         idmap_root: None,
         kcore: Path::new("/proc/kcore").exists(),
         strict_missing: false,
+        dev_ro_last,
     })
 }
 
@@ -1073,6 +1087,13 @@ pub fn finalize(p: &Plan, mounts: &mut Mounts) -> Result<(), InitFailure> {
             }
         }
     }
+    if p.dev_ro_last {
+        // The tmpfs moat attached at /dev (its pin), not whatever /dev names now.
+        if let Some(dev) = mounts.pins.iter().find(|x| x.dest == ["dev"]) {
+            mount::setattr(dev.fd.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0)
+                .step(Step::Mounts, || "make /dev read-only".into())?;
+        }
+    }
     if p.readonly {
         mount::setattr(mounts.root().fd(), false, sys::MOUNT_ATTR_RDONLY, 0)
             .step(Step::Rootfs, || "make / read-only".into())?;
@@ -1168,6 +1189,7 @@ mod tests {
             idmap_root: None,
             kcore: false,
             strict_missing: false,
+            dev_ro_last: false,
         }
     }
 
