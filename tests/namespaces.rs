@@ -50,6 +50,42 @@ fn requested_namespaces_are_new_and_the_others_are_the_hosts() {
     }
 }
 
+/// runc's delete.bats appends a cgroup namespace to a spec that lists one: a namespace
+/// listed twice alike is taken once (a warning), as runc does, and the container runs in
+/// a new one; the same type with a path and without is refused, naming the entry, before
+/// anything exists.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_namespace_listed_twice_alike_is_taken_once_and_a_conflict_refused() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("nstwice");
+    ctx.push("/linux/namespaces", json!({"type": "cgroup"}));
+    ctx.sh("readlink /proc/self/ns/cgroup");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_ne!(out.trim(), host_ns("cgroup"), "{out}{err}");
+    assert!(out.starts_with("cgroup:["), "{out}{err}");
+    assert!(
+        err.contains("namespace \"cgroup\" listed again; taken once"),
+        "{err}"
+    );
+    ctx.push(
+        "/linux/namespaces",
+        json!({"type": "cgroup", "path": "/proc/self/ns/cgroup"}),
+    );
+    let (c, out) = ctx.create("d");
+    let out = out.fails();
+    assert!(
+        out.stderr.contains(
+            "namespace \"cgroup\" listed twice, as a new one and as \"/proc/self/ns/cgroup\""
+        ),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&c.id);
+}
+
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn init_is_pid_1_in_its_pid_namespace() {
