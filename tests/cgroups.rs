@@ -148,6 +148,62 @@ fn absolute_cgroups_path_is_used_as_given() {
     assert!(!dir.exists());
 }
 
+/// runc's update.bats "cpu period in a pod cgroup with pod limit set": under a pod
+/// cgroup limited to 50% (cfs quota 50000 of 100000), a container at 500000/1000000
+/// (also 50%) updated to 3000/10000 (30%). Writing the shorter period first would leave
+/// 500000/10000 in between, which the pod's limit refuses (EINVAL); the quota goes
+/// first then, as runc does, and the update lands whole.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn cpu_quota_and_period_update_keeps_each_step_within_the_pods_limit() {
+    if !require_root() {
+        return;
+    }
+    let cpu = Path::new("/sys/fs/cgroup/cpu");
+    if !cpu.join("cpu.cfs_quota_us").exists() {
+        missing("cpu_quota_and_period_update…: no v1 cpu hierarchy with CFS bandwidth here");
+        return;
+    }
+    let pod = format!("moat-it-pod-{}", std::process::id());
+    let _cleanup = TopCgroup(pod.clone());
+    std::fs::create_dir(cpu.join(&pod)).expect("pod cgroup");
+    std::fs::write(cpu.join(&pod).join("cpu.cfs_quota_us"), "50000").expect("pod limit");
+    assert_eq!(
+        read(cpu.join(&pod).join("cpu.cfs_period_us")).trim(),
+        "100000"
+    );
+    let mut ctx = Ctx::new("cgpod");
+    ctx.set("/linux/cgroupsPath", json!(format!("/{pod}/c")));
+    let (c, pid) = running(
+        &mut ctx,
+        json!({"cpu": {"quota": 500000, "period": 1000000}}),
+    );
+    assert_eq!(file(pid, "cpu", "cpu.cfs_period_us"), "1000000");
+    let out = c.moat(&[
+        "update",
+        "--cpu-period",
+        "10000",
+        "--cpu-quota",
+        "3000",
+        &c.id,
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(file(pid, "cpu", "cpu.cfs_period_us"), "10000");
+    assert_eq!(file(pid, "cpu", "cpu.cfs_quota_us"), "3000");
+    // And back up to a longer period: quota first would be 500000/10000, period first fits.
+    let out = c.moat(&[
+        "update",
+        "--cpu-period",
+        "1000000",
+        "--cpu-quota",
+        "400000",
+        &c.id,
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(file(pid, "cpu", "cpu.cfs_quota_us"), "400000");
+    c.moat(&["delete", "--force", &c.id]).ok();
+}
+
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn relative_cgroups_path_goes_under_moat() {
