@@ -204,6 +204,47 @@ fn cpu_quota_and_period_update_keeps_each_step_within_the_pods_limit() {
     c.moat(&["delete", "--force", &c.id]).ok();
 }
 
+/// runc's cgroups.bats "exec (cgroup v1+hybrid joins correct cgroup)": an exec'd process
+/// is in every cgroup the init is in, the v2 (unified) one of a hybrid host included, as
+/// the host sees them (`/proc/<pid>/cgroup` of both, read on the host); with and without
+/// a cgroup namespace (inside one the exec'd process reads its own cgroup as `/`, the
+/// namespace's root, as the init does).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn an_exec_d_process_joins_every_cgroup_of_the_init() {
+    if !require_root() {
+        return;
+    }
+    for cgroupns in [true, false] {
+        let mut ctx = Ctx::new(if cgroupns { "cgexecns" } else { "cgexec" });
+        if !cgroupns {
+            ctx.without_ns("cgroup");
+        }
+        let (c, pid) = running(&mut ctx, json!({}));
+        let init = read(format!("/proc/{pid}/cgroup"));
+        assert!(init.contains(&c.id), "{init}");
+        let pid_file = ctx.dir.join("exec.pid");
+        let pf = pid_file.to_str().expect("utf-8");
+        c.moat(&["exec", "-d", "--pid-file", pf, &c.id, "sleep", "30"])
+            .ok();
+        let exec_pid = read(&pid_file).trim().to_string();
+        let exec = read(format!("/proc/{exec_pid}/cgroup"));
+        assert_eq!(
+            init, exec,
+            "cgroupns {cgroupns}: the exec'd process's cgroups"
+        );
+        let exec_pid: i32 = exec_pid.parse().expect("a pid");
+        assert!(kill_and_wait(exec_pid, Duration::from_secs(10)));
+        let inside = c.moat(&["exec", &c.id, "cat", "/proc/self/cgroup"]).ok();
+        let v2 = inside.stdout.lines().find(|l| l.starts_with("0::"));
+        if cgroupns {
+            assert_eq!(v2, Some("0::/"), "{}", inside.stdout);
+        } else if let Some(v2) = v2 {
+            assert!(v2.contains(&c.id), "{}", inside.stdout);
+        }
+    }
+}
+
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn relative_cgroups_path_goes_under_moat() {
