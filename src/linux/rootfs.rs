@@ -82,13 +82,27 @@ pub struct Plan {
     /// [`finalize`], as runc does, since moat makes its submounts (`/dev/pts`, `/dev/shm`,
     /// `/dev/mqueue`), device nodes and links in it first.
     pub dev_ro_last: bool,
+    /// Every bind source is opened by the (privileged) parent and sent by fd, as with
+    /// `idmap_root`: the container's user namespace may not be able to reach it (a source
+    /// under a 0700 directory; runc opens them before joining the namespace).
+    pub binds_from_parent: bool,
+    /// The parent sends the bind sources as `O_PATH` fds it opened in the init's own mount
+    /// namespace (through `/proc/<init>/root`), which the init clones itself: cloned there,
+    /// the submounts of a recursive bind keep the lock the kernel put on them when the
+    /// namespace was copied for a less privileged user namespace, so container root
+    /// cannot unmount one to uncover what it hides on the host (a tree the parent cloned
+    /// in the host's namespace carries no lock). Set for a direct create (the init is
+    /// born in its mount namespace); a staged one gets trees cloned on the host.
+    pub binds_by_source: bool,
 }
 
 impl Plan {
     /// Whether the parent makes this mount: idmapped binds, and with moat's own user
     /// namespace every bind, whose source container root may have no way to reach.
     pub fn parent_built(&self, m: &MountPlan) -> bool {
-        m.idmap.is_some() || (self.idmap_root.is_some() && matches!(m.kind, Kind::Bind { .. }))
+        m.idmap.is_some()
+            || ((self.idmap_root.is_some() || self.binds_from_parent)
+                && matches!(m.kind, Kind::Bind { .. }))
     }
 
     /// How many mount fds the parent sends the child.
@@ -301,6 +315,8 @@ pub fn plan(
         kcore: Path::new("/proc/kcore").exists(),
         strict_missing: false,
         dev_ro_last,
+        binds_from_parent: false,
+        binds_by_source: false,
     })
 }
 
@@ -671,8 +687,15 @@ fn mount_one(
     let (mnt, recursive) = match &m.kind {
         Kind::Bind { source, is_dir } => {
             let target = mount_target(mounts, &m.destination, *is_dir).step(Step::Mounts, what)?;
-            let prebuilt_tree = prebuilt.is_some();
+            let prebuilt_tree = prebuilt.is_some() && !(p.binds_by_source && m.idmap.is_none());
             let tree = match prebuilt {
+                // The source, opened by the parent in this mount namespace: cloned here.
+                Some(src) if p.binds_by_source && m.idmap.is_none() => {
+                    mount::clone_tree(src.as_fd(), "", m.opts.recursive)
+                        .step(Step::Mounts, || {
+                            format!("{}: clone {}", what(), source.display())
+                        })?
+                }
                 Some(t) => t,
                 None if p.parent_built(m) => {
                     return Err(InitFailure::new(
@@ -1190,6 +1213,8 @@ mod tests {
             kcore: false,
             strict_missing: false,
             dev_ro_last: false,
+            binds_from_parent: false,
+            binds_by_source: false,
         }
     }
 

@@ -337,7 +337,7 @@ fn release(plan: &Plan, child: i32, record: &Record, parent_ch: &Channel) -> Res
         .map_err(send("sync: send go"))?;
     if !plan.idmapped_late() {
         let userns_pid = plan.ns.has_new(libc::CLONE_NEWUSER).then_some(child);
-        send_idmapped(plan, parent_ch, userns_pid)?;
+        send_idmapped(plan, parent_ch, userns_pid, child)?;
     }
     Ok(())
 }
@@ -376,7 +376,7 @@ fn serve(
                 parent_ch
                     .send_child(&ToChild::MapsWritten)
                     .map_err(send("sync"))?;
-                send_idmapped(plan, parent_ch, Some(child))?;
+                send_idmapped(plan, parent_ch, Some(child), child)?;
             }
             ToParent::InitPid(pid) => {
                 // The intermediate exits right after sending this; reap it.
@@ -492,10 +492,16 @@ fn rlimit_name(res: libc::c_int) -> &'static str {
 
 /// Row 9: builds the idmapped rootfs and bind mounts (`linux/idmap.rs`) once the
 /// container's user namespace is mapped, and sends them to the child.
-fn send_idmapped(plan: &Plan, ch: &Channel, userns_pid: Option<i32>) -> Result<(), Error> {
+fn send_idmapped(
+    plan: &Plan,
+    ch: &Channel,
+    userns_pid: Option<i32>,
+    child: i32,
+) -> Result<(), Error> {
     if plan.rootfs.idmapped_count() == 0 {
         return Ok(());
     }
+    let mut init_root: Option<crate::linux::path::Root> = None;
     let container = match (userns_pid, &plan.ns.user_join) {
         (Some(pid), _) => Some(idmap::userns_of(pid).map_err(Error::UsernsOf)?),
         (None, Some(j)) => Some(
@@ -534,6 +540,27 @@ fn send_idmapped(plan: &Plan, ch: &Channel, userns_pid: Option<i32>) -> Result<(
                 })?;
             ch.send_mount(index, fd.as_fd())
                 .map_err(send("sync: send an idmapped mount"))?;
+        } else if plan.rootfs.binds_by_source {
+            // Opened in the init's mount namespace (its root is still the host's `/`
+            // there), as host root: the init clones it itself (`rootfs::Plan::
+            // binds_by_source`). Host symlinks are followed, inside that root.
+            let fail = |e| Error::CloneBind {
+                index: m.index,
+                path: source.clone(),
+                source: e,
+            };
+            if init_root.is_none() {
+                let at = format!("/proc/{child}/root");
+                init_root =
+                    Some(crate::linux::path::Root::open(std::path::Path::new(&at)).map_err(fail)?);
+            }
+            let fd = init_root
+                .as_ref()
+                .expect("opened above")
+                .open_at(source.to_str().unwrap_or_default(), libc::O_PATH)
+                .map_err(fail)?;
+            ch.send_mount(index, fd.as_fd())
+                .map_err(send("sync: send a bind mount source"))?;
         } else {
             let fd = crate::linux::mount::clone_tree(
                 crate::linux::path::cwd(),
