@@ -480,3 +480,85 @@ fn a_non_empty_cgroup_is_refused_under_restricted_and_shared_under_open() {
     first.kill("KILL").ok();
     first.wait_stopped(T);
 }
+
+/// runc's update.bats writes `linux.resources.CPU` and `"Cpus"`: a case variant of a
+/// resources field is taken as the field, as runc's decoder takes it (with a warning),
+/// at create and in `update -r`.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_case_variant_of_a_resources_field_is_applied() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("cgcase");
+    ctx.set(
+        "/linux/resources",
+        json!({"CPU": {"Cpus": "0", "Mems": "0"}}),
+    );
+    ctx.args(&["sleep", "30"]);
+    let c = ctx.create_ok("c");
+    assert!(
+        c.stderr().contains("\"CPU\" taken as \"cpu\""),
+        "{}",
+        c.stderr()
+    );
+    c.start();
+    let pid = c.pid();
+    assert_eq!(file(pid, "cpuset", "cpuset.cpus"), "0");
+    let res = ctx.dir.join("res.json");
+    std::fs::write(&res, r#"{"PIDS": {"Limit": 42}}"#).unwrap();
+    let out = c.moat(&["update", "-r", res.to_str().unwrap(), &c.id]).ok();
+    assert!(
+        out.stderr.contains("\"PIDS\" taken as \"pids\""),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(file(pid, "pids", "pids.max"), "42");
+}
+
+/// runc's update.bats "devices [minimal transition rules]" denies `/dev/kmsg` with
+/// access "rwa". A letter the kernel does not know never makes a deny rule deny less:
+/// here a deny of "a" alone (runc's emulator drops the letter, which leaves the rule
+/// denying nothing) denies every access, with a warning; the container cannot open
+/// the device that an earlier rule allowed (and can, without the deny: the control).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_device_rule_with_an_unknown_access_letter_denies_no_less() {
+    if !require_root() {
+        return;
+    }
+    for deny in [false, true] {
+        let mut ctx = Ctx::new(if deny { "cgrwa" } else { "cgrwactl" });
+        let mut rules = vec![
+            json!({"allow": false, "access": "rwm"}),
+            json!({"allow": true, "type": "c", "major": 1, "minor": 11, "access": "rw"}),
+        ];
+        if deny {
+            rules
+                .push(json!({"allow": false, "type": "c", "major": 1, "minor": 11, "access": "a"}));
+        }
+        ctx.set("/linux/resources/devices", json!(rules));
+        ctx.set(
+            "/linux/devices",
+            json!([{"path": "/dev/kmsg", "type": "c", "major": 1, "minor": 11}]),
+        );
+        // Opening /dev/kmsg for reading needs CAP_SYSLOG besides the device rule.
+        for set in ["bounding", "permitted", "effective"] {
+            ctx.push(&format!("/process/capabilities/{set}"), json!("CAP_SYSLOG"));
+        }
+        ctx.sh("(: </dev/kmsg) 2>/dev/null && echo opened || echo denied");
+        let (out, err) = run_to_end(&ctx, "c");
+        if deny {
+            assert_eq!(out, "denied\n", "{err}");
+            assert!(
+                err.contains(
+                    "access: \"a\": \"a\" is no device access (r, w, m); the rule denies \
+                     every access"
+                ),
+                "{err}"
+            );
+        } else {
+            assert_eq!(out, "opened\n", "the control: {err}");
+        }
+    }
+}

@@ -11,7 +11,11 @@
 //! - a key that appears twice in one object is refused, at any depth, inside maps and
 //!   inside fields moat does not model as much as in the fields it does;
 //! - a key of a struct that is not one of its fields but folds (Go's way) to one of them
-//!   is refused. Map keys are never folded: podman sends both `Foo` and `foo`
+//!   is refused, but inside `linux.resources` (and an update's resources document):
+//!   there it is taken as that field, with a warning ([`fold_resources`] renames it
+//!   before the typed parse), so moat applies what runc applies (runc's update.bats
+//!   writes `"CPU"`); the same field given twice that way (`cpu` and `CPU`) is still
+//!   refused. Map keys are never folded: podman sends both `Foo` and `foo`
 //!   annotations, and `linux.sysctl`, `linux.resources.unified` and `linux.timeOffsets`
 //!   are keyed by the kernel's case-sensitive names;
 //! - any other unknown key is left alone (runc ignores it too).
@@ -65,20 +69,47 @@ pub const OPAQUE_SHAPES: &[OpaqueShape] =
 /// A type whose JSON is checked before it is parsed; the shape is traced once.
 pub trait Checked: DeserializeOwned {
     fn shape() -> &'static Node;
+    /// Where the document starts (see [`Pos`]).
+    const START: Pos;
+}
+
+/// Where in a document case variants of a field are taken as the field (see the module
+/// doc): [`Pos::Folding`] below; the others say how far from `linux.resources` a walk is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pos {
+    /// The top of a spec: `linux` leads on.
+    Top,
+    /// `linux`: `resources` leads on.
+    Linux,
+    /// Inside `linux.resources` (or a resources document).
+    Folding,
+    /// Anywhere else.
+    Other,
+}
+
+impl Pos {
+    fn enter(self, key: &str) -> Pos {
+        match (self, key) {
+            (Pos::Top, "linux") => Pos::Linux,
+            (Pos::Linux, "resources") | (Pos::Folding, _) => Pos::Folding,
+            _ => Pos::Other,
+        }
+    }
 }
 
 macro_rules! checked {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $pos:expr),*) => {$(
         impl Checked for $t {
             fn shape() -> &'static Node {
                 static SHAPE: OnceLock<Node> = OnceLock::new();
                 SHAPE.get_or_init(trace::<$t>)
             }
+            const START: Pos = $pos;
         }
     )*};
 }
 
-checked!(super::Spec, super::Process, super::Resources);
+checked!(super::Spec => Pos::Top, super::Process => Pos::Other, super::Resources => Pos::Folding);
 
 /// A key refused: where (a path like `process.capabilities` or `mounts[2]`, `top level`
 /// for the document itself) and why.
@@ -96,21 +127,24 @@ impl fmt::Display for KeyError {
 
 /// Checks `bytes` against `T`'s shape. JSON that does not parse is reported here too,
 /// with serde_json's message: a check that stopped early would leave keys unchecked.
-pub fn check<T: Checked>(bytes: &[u8]) -> Result<(), KeyError> {
-    check_shape(T::shape(), bytes)
+/// `Ok(true)`: a case variant of a resources field is to be taken as the field
+/// ([`fold_resources`] before the typed parse).
+pub fn check<T: Checked>(bytes: &[u8]) -> Result<bool, KeyError> {
+    check_shape(T::shape(), T::START, bytes)
 }
 
-pub fn check_shape(shape: &Node, bytes: &[u8]) -> Result<(), KeyError> {
+pub fn check_shape(shape: &Node, start: Pos, bytes: &[u8]) -> Result<bool, KeyError> {
     let ctx = Ctx::default();
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let r = Walk {
         node: shape,
         ctx: &ctx,
+        pos: start,
     }
     .deserialize(&mut de)
     .and_then(|()| de.end());
     match r {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(ctx.folds.get()),
         Err(e) => {
             let mut trail = ctx.trail.into_inner();
             trail.reverse();
@@ -141,6 +175,80 @@ pub fn check_shape(shape: &Node, bytes: &[u8]) -> Result<(), KeyError> {
             Err(KeyError { field, message })
         }
     }
+}
+
+/// After [`check`] said so: the document with every case variant of a resources field
+/// renamed to the field (what Go's decoder, and so runc, reads it as), and one warning
+/// line per rename. Off the plain path: only a document with such a key comes here.
+pub fn fold_resources<T: Checked>(bytes: &[u8]) -> Result<(Vec<u8>, Vec<String>), KeyError> {
+    fn walk(v: &mut serde_json::Value, node: &Node, pos: Pos, path: &str, out: &mut Vec<String>) {
+        let node = match node {
+            Node::Opaque(Some(inner)) => inner,
+            n => n,
+        };
+        let join = |k: &str| {
+            if path.is_empty() {
+                k.to_string()
+            } else {
+                format!("{path}.{k}")
+            }
+        };
+        match (v, node) {
+            (serde_json::Value::Object(map), Node::Struct(fields)) => {
+                if pos == Pos::Folding {
+                    let variants: Vec<(String, &str)> = map
+                        .keys()
+                        .filter(|k| !fields.iter().any(|(f, _)| f == k))
+                        .filter_map(|k| {
+                            let (f, _) = fields.iter().find(|(f, _)| go_fold_eq(k, f))?;
+                            Some((k.clone(), *f))
+                        })
+                        .collect();
+                    for (k, f) in variants {
+                        if let Some(val) = map.remove(&k) {
+                            out.push(format!(
+                                "{}: {k:?} taken as {f:?} (keys differ only in case; runc's \
+                                 decoder matches them so)",
+                                if path.is_empty() { "top level" } else { path }
+                            ));
+                            map.insert(f.to_string(), val);
+                        }
+                    }
+                }
+                for (k, val) in map.iter_mut() {
+                    let child = fields.iter().find(|(f, _)| f == k).map_or(&ANY, |(_, c)| c);
+                    walk(val, child, pos.enter(k), &join(k), out);
+                }
+            }
+            (serde_json::Value::Object(map), Node::Map(child)) => {
+                for (k, val) in map.iter_mut() {
+                    walk(val, child, pos.enter(k), &join(k), out);
+                }
+            }
+            (serde_json::Value::Array(items), Node::Seq(child)) => {
+                let pos = if pos == Pos::Folding {
+                    Pos::Folding
+                } else {
+                    Pos::Other
+                };
+                for (i, val) in items.iter_mut().enumerate() {
+                    walk(val, child, pos, &format!("{path}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| KeyError {
+        field: "syntax".into(),
+        message: e.to_string(),
+    })?;
+    let mut warnings = Vec::new();
+    walk(&mut v, T::shape(), T::START, "", &mut warnings);
+    let bytes = serde_json::to_vec(&v).map_err(|e| KeyError {
+        field: "top level".into(),
+        message: e.to_string(),
+    })?;
+    Ok((bytes, warnings))
 }
 
 /// The JSON paths of the fields `T` keeps as opaque JSON (`linux.resources.network`);
@@ -192,6 +300,8 @@ pub fn go_fold_eq(key: &str, field: &str) -> bool {
 struct Ctx {
     /// Why the walk stopped, when it was a refusal (not a syntax error).
     refused: RefCell<Option<String>>,
+    /// A case variant of a resources field was seen (to be renamed).
+    folds: std::cell::Cell<bool>,
     /// The path to the failure, innermost first, filled while the error unwinds.
     trail: RefCell<Vec<Seg>>,
 }
@@ -211,6 +321,7 @@ impl Ctx {
 struct Walk<'s, 'c> {
     node: &'s Node,
     ctx: &'c Ctx,
+    pos: Pos,
 }
 
 impl<'de> DeserializeSeed<'de> for Walk<'_, '_> {
@@ -284,6 +395,11 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
             match seq.next_element_seed(Walk {
                 node: elem,
                 ctx: self.ctx,
+                pos: if self.pos == Pos::Folding {
+                    Pos::Folding
+                } else {
+                    Pos::Other
+                },
             }) {
                 Ok(Some(())) => i += 1,
                 Ok(None) => return Ok(()),
@@ -309,14 +425,27 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
             let child = match node {
                 Node::Struct(fields) => match fields.iter().find(|(f, _)| *f == key) {
                     Some((_, c)) => c,
-                    None => {
-                        if let Some((f, _)) = fields.iter().find(|(f, _)| go_fold_eq(&key, f)) {
+                    None => match fields.iter().find(|(f, _)| go_fold_eq(&key, f)) {
+                        // Taken as the field (renamed before the typed parse): the field
+                        // itself or another variant of it in the same object is a second
+                        // value for it, refused as a duplicate.
+                        Some((f, c)) if self.pos == Pos::Folding => {
+                            if !seen.insert(Cow::Borrowed(f)) {
+                                return Err(self.ctx.refuse(format!(
+                                    "{key:?} and {f:?} are the same field (keys differ only \
+                                     in case); refused"
+                                )));
+                            }
+                            self.ctx.folds.set(true);
+                            c
+                        }
+                        Some((f, _)) => {
                             return Err(self.ctx.refuse(format!(
                                 "{key:?} differs only in case from {f:?}; refused"
-                            )));
+                            )))
                         }
-                        &ANY
-                    }
+                        None => &ANY,
+                    },
                 },
                 Node::Map(c) => c,
                 _ => &ANY,
@@ -324,6 +453,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
             if let Err(e) = map.next_value_seed(Walk {
                 node: child,
                 ctx: self.ctx,
+                pos: self.pos.enter(&key),
             }) {
                 self.ctx.trail.borrow_mut().push(Seg::Key(key.into_owned()));
                 return Err(e);
