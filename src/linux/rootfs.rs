@@ -148,6 +148,13 @@ pub enum PlanError {
     NoFsType { index: usize },
     #[error("mounts[{index}].type: /proc must be a proc filesystem")]
     ProcNotProc { index: usize },
+    #[error(
+        "mounts[{index}].source: /proc may be a bind of the host's /proc only without a pid \
+         namespace of the container's own (it would show another pid namespace's processes)"
+    )]
+    ProcBindWithPidns { index: usize },
+    #[error("mounts[{index}].source: the host's /proc is not a procfs root here")]
+    ProcBindNotProcfs { index: usize },
     #[error("mounts[{index}].type: /sys must be a sysfs filesystem or a bind of the host's /sys")]
     SysNotSysfs { index: usize },
 }
@@ -273,7 +280,7 @@ pub fn plan(
         // written through them (CVE-2019-16884). rootless specs bind the host's /sys.
         let comps = path::components(&m.destination);
         if comps == ["proc"] && !matches!(&kind, Kind::Fs { fstype, .. } if fstype == "proc") {
-            return Err(PlanError::ProcNotProc { index });
+            proc_bind_allowed(spec, index, &kind)?;
         }
         if comps == ["sys"]
             && !matches!(&kind, Kind::Fs { fstype, .. } if fstype == "sysfs")
@@ -318,6 +325,36 @@ pub fn plan(
         binds_from_parent: false,
         binds_by_source: false,
     })
+}
+
+/// `/proc` as a bind of the host's `/proc` (runc's start_hello.bats "rootless with host
+/// pidns"): allowed when the container has no pid namespace entry at all, so it sees the
+/// host's processes either way, and the source is the host's procfs root. What moat
+/// reads and writes in `/proc` goes through its own procfs handle, never this mount
+/// (`linux/procfs.rs`), and the masked and read-only paths are applied on top of it as on
+/// a fresh procfs (resolved below the bind's own fd). Anything else at `/proc` is refused.
+fn proc_bind_allowed(spec: &Spec, index: usize, kind: &Kind) -> Result<(), PlanError> {
+    let Kind::Bind { source, .. } = kind else {
+        return Err(PlanError::ProcNotProc { index });
+    };
+    if source != Path::new("/proc") {
+        return Err(PlanError::ProcNotProc { index });
+    }
+    if spec.linux().namespaces.iter().any(|n| n.typ == "pid") {
+        return Err(PlanError::ProcBindWithPidns { index });
+    }
+    const PROC_SUPER_MAGIC: u64 = 0x9fa0;
+    // f_type is i64 under glibc, unsigned under musl.
+    #[allow(clippy::unnecessary_cast)]
+    let root = sys::statfs(c"/proc")
+        .ok()
+        .filter(|s| s.f_type as u64 == PROC_SUPER_MAGIC)
+        .and_then(|_| sys::stat(c"/proc").ok());
+    match root {
+        // The root of a procfs instance has inode 1.
+        Some(st) if st.st_ino == 1 => Ok(()),
+        _ => Err(PlanError::ProcBindNotProcfs { index }),
+    }
 }
 
 fn c(s: &str) -> CString {
