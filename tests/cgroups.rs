@@ -481,9 +481,9 @@ fn a_non_empty_cgroup_is_refused_under_restricted_and_shared_under_open() {
     first.wait_stopped(T);
 }
 
-/// runc's update.bats writes `linux.resources.CPU` and `"Cpus"`: a case variant of a
-/// resources field is taken as the field, as runc's decoder takes it (with a warning),
-/// at create and in `update -r`.
+/// runc's update.bats writes `linux.resources.CPU` and `"Cpus"` beside `cpu`: a case
+/// variant of a resources field is read as the field, in order with it (objects merged),
+/// as runc's decoder reads it (with a warning), at create and in `update -r`.
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn a_case_variant_of_a_resources_field_is_applied() {
@@ -493,7 +493,7 @@ fn a_case_variant_of_a_resources_field_is_applied() {
     let mut ctx = Ctx::new("cgcase");
     ctx.set(
         "/linux/resources",
-        json!({"CPU": {"Cpus": "0", "Mems": "0"}}),
+        json!({"cpu": {"shares": 512}, "CPU": {"Cpus": "0", "Mems": "0"}}),
     );
     ctx.args(&["sleep", "30"]);
     let c = ctx.create_ok("c");
@@ -505,6 +505,7 @@ fn a_case_variant_of_a_resources_field_is_applied() {
     c.start();
     let pid = c.pid();
     assert_eq!(file(pid, "cpuset", "cpuset.cpus"), "0");
+    assert_eq!(file(pid, "cpu", "cpu.shares"), "512");
     let res = ctx.dir.join("res.json");
     std::fs::write(&res, r#"{"PIDS": {"Limit": 42}}"#).unwrap();
     let out = c.moat(&["update", "-r", res.to_str().unwrap(), &c.id]).ok();
@@ -560,5 +561,47 @@ fn a_device_rule_with_an_unknown_access_letter_denies_no_less() {
         } else {
             assert_eq!(out, "opened\n", "the control: {err}");
         }
+    }
+}
+
+/// runc's delete.bats takes `ro` out of the cgroup mount to make sub-cgroups: cgroupfs is
+/// mounted as the spec says, as runc mounts it (read-only with `ro`, which moat's default
+/// spec has: the control), and `delete --force` removes the sub-cgroup with the
+/// container's.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn cgroupfs_without_ro_is_writable_and_sub_cgroups_go_at_delete() {
+    if !require_root() {
+        return;
+    }
+    if !Path::new("/sys/fs/cgroup/pids/cgroup.procs").exists() {
+        missing("cgroupfs_without_ro…: no v1 pids hierarchy here");
+        return;
+    }
+    for ro in [true, false] {
+        let mut ctx = Ctx::new(if ro { "cgro" } else { "cgrw" });
+        if !ro {
+            let m = ctx.config["mounts"]
+                .as_array_mut()
+                .expect("mounts")
+                .iter_mut()
+                .find(|m| m["type"] == "cgroup")
+                .expect("a cgroup mount");
+            m["options"]
+                .as_array_mut()
+                .expect("options")
+                .retain(|o| o != "ro");
+        }
+        ctx.without_ns("cgroup");
+        ctx.sh("mkdir /sys/fs/cgroup/pids/foo 2>/dev/null && echo made || echo refused; sleep 30");
+        let c = ctx.create_ok("c");
+        c.start();
+        let pid = c.pid();
+        assert!(wait_until(T, || !c.stdout().is_empty()));
+        let dir = v1_cgroup_dir(pid, "pids").expect("pids cgroup");
+        assert_eq!(c.stdout(), if ro { "refused\n" } else { "made\n" });
+        assert_eq!(dir.join("foo").is_dir(), !ro);
+        c.moat(&["delete", "--force", &c.id]).ok();
+        assert!(!dir.exists(), "{} left after delete", dir.display());
     }
 }

@@ -851,10 +851,12 @@ fn host_sysfs() -> std::io::Result<OwnedFd> {
 /// The container sees only its own cgroup. On a v2 host inside a cgroup namespace that is a
 /// fresh cgroup2 mount; otherwise each hierarchy's container directory is bind-mounted
 /// (under a tmpfs on v1, whose directories are made relative to the tmpfs's own fd).
-/// Always read-only unless the spec says `rw`.
+/// Read-only when the spec says `ro`, as runc mounts it (runc's and moat's default specs
+/// say so; RESTRICTED's floor adds it, `policy::mounts_floor`); writable otherwise (runc's
+/// delete.bats takes `ro` out to make sub-cgroups).
 fn mount_cgroup(mounts: &Mounts, p: &Plan, m: &MountPlan) -> Result<(OwnedFd, bool), InitFailure> {
     let what = || format!("mounts[{}] {} (cgroup)", m.index, m.destination);
-    let ro = m.opts.clr & sys::MOUNT_ATTR_RDONLY == 0;
+    let ro = m.opts.set & sys::MOUNT_ATTR_RDONLY != 0;
     let mut attrs = m.opts.clone();
     if ro {
         attrs.set |= sys::MOUNT_ATTR_RDONLY;

@@ -14,8 +14,9 @@
 //!   is refused, but inside `linux.resources` (and an update's resources document):
 //!   there it is taken as that field, with a warning ([`fold_resources`] renames it
 //!   before the typed parse), so moat applies what runc applies (runc's update.bats
-//!   writes `"CPU"`); the same field given twice that way (`cpu` and `CPU`) is still
-//!   refused. Map keys are never folded: podman sends both `Foo` and `foo`
+//!   writes `"CPU"` beside `"cpu"`): the field and its variants in one object are read in
+//!   order into the field, as Go's decoder reads them (objects merged, anything else
+//!   replaced). Map keys are never folded: podman sends both `Foo` and `foo`
 //!   annotations, and `linux.sysctl`, `linux.resources.unified` and `linux.timeOffsets`
 //!   are keyed by the kernel's case-sensitive names;
 //! - any other unknown key is left alone (runc ignores it too).
@@ -178,77 +179,167 @@ pub fn check_shape(shape: &Node, start: Pos, bytes: &[u8]) -> Result<bool, KeyEr
 }
 
 /// After [`check`] said so: the document with every case variant of a resources field
-/// renamed to the field (what Go's decoder, and so runc, reads it as), and one warning
-/// line per rename. Off the plain path: only a document with such a key comes here.
+/// read as the field (what Go's decoder, and so runc, reads), and one warning line per
+/// variant. Off the plain path: only a document with such a key comes here. The keys'
+/// order matters (a later value for a field merges into or replaces an earlier one), so
+/// the document is read in order first ([`Ordered`]).
 pub fn fold_resources<T: Checked>(bytes: &[u8]) -> Result<(Vec<u8>, Vec<String>), KeyError> {
-    fn walk(v: &mut serde_json::Value, node: &Node, pos: Pos, path: &str, out: &mut Vec<String>) {
-        let node = match node {
-            Node::Opaque(Some(inner)) => inner,
-            n => n,
-        };
-        let join = |k: &str| {
-            if path.is_empty() {
-                k.to_string()
-            } else {
-                format!("{path}.{k}")
-            }
-        };
-        match (v, node) {
-            (serde_json::Value::Object(map), Node::Struct(fields)) => {
-                if pos == Pos::Folding {
-                    let variants: Vec<(String, &str)> = map
-                        .keys()
-                        .filter(|k| !fields.iter().any(|(f, _)| f == k))
-                        .filter_map(|k| {
-                            let (f, _) = fields.iter().find(|(f, _)| go_fold_eq(k, f))?;
-                            Some((k.clone(), *f))
-                        })
-                        .collect();
-                    for (k, f) in variants {
-                        if let Some(val) = map.remove(&k) {
-                            out.push(format!(
-                                "{}: {k:?} taken as {f:?} (keys differ only in case; runc's \
-                                 decoder matches them so)",
-                                if path.is_empty() { "top level" } else { path }
-                            ));
-                            map.insert(f.to_string(), val);
-                        }
-                    }
-                }
-                for (k, val) in map.iter_mut() {
-                    let child = fields.iter().find(|(f, _)| f == k).map_or(&ANY, |(_, c)| c);
-                    walk(val, child, pos.enter(k), &join(k), out);
-                }
-            }
-            (serde_json::Value::Object(map), Node::Map(child)) => {
-                for (k, val) in map.iter_mut() {
-                    walk(val, child, pos.enter(k), &join(k), out);
-                }
-            }
-            (serde_json::Value::Array(items), Node::Seq(child)) => {
-                let pos = if pos == Pos::Folding {
-                    Pos::Folding
-                } else {
-                    Pos::Other
-                };
-                for (i, val) in items.iter_mut().enumerate() {
-                    walk(val, child, pos, &format!("{path}[{i}]"), out);
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| KeyError {
+    let doc: Ordered = serde_json::from_slice(bytes).map_err(|e| KeyError {
         field: "syntax".into(),
         message: e.to_string(),
     })?;
     let mut warnings = Vec::new();
-    walk(&mut v, T::shape(), T::START, "", &mut warnings);
+    let v = fold(doc, T::shape(), T::START, "", &mut warnings);
     let bytes = serde_json::to_vec(&v).map_err(|e| KeyError {
         field: "top level".into(),
         message: e.to_string(),
     })?;
     Ok((bytes, warnings))
+}
+
+/// A JSON value with its objects' keys in document order.
+enum Ordered {
+    Object(Vec<(String, Ordered)>),
+    Array(Vec<Ordered>),
+    Scalar(serde_json::Value),
+}
+
+impl<'de> de::Deserialize<'de> for Ordered {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Ordered, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Ordered;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(b.into()))
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(n.into()))
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(n.into()))
+            }
+            fn visit_f64<E>(self, n: f64) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(n.into()))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(s.into()))
+            }
+            fn visit_unit<E>(self) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(serde_json::Value::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Ordered, A::Error> {
+                let mut v = Vec::new();
+                while let Some(x) = seq.next_element()? {
+                    v.push(x);
+                }
+                Ok(Ordered::Array(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ordered, A::Error> {
+                let mut v = Vec::new();
+                while let Some((k, x)) = map.next_entry::<String, Ordered>()? {
+                    v.push((k, x));
+                }
+                Ok(Ordered::Object(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `doc` as a plain value, each case variant of a struct's field under [`Pos::Folding`]
+/// read as the field, in order.
+fn fold(
+    doc: Ordered,
+    node: &Node,
+    pos: Pos,
+    path: &str,
+    out: &mut Vec<String>,
+) -> serde_json::Value {
+    let node = match node {
+        Node::Opaque(Some(inner)) => inner,
+        n => n,
+    };
+    let join = |k: &str| {
+        if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    match doc {
+        Ordered::Scalar(v) => v,
+        Ordered::Array(items) => {
+            let (child, pos) = match node {
+                Node::Seq(c) => (
+                    &**c,
+                    if pos == Pos::Folding {
+                        Pos::Folding
+                    } else {
+                        Pos::Other
+                    },
+                ),
+                _ => (&ANY, Pos::Other),
+            };
+            serde_json::Value::Array(
+                items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, x)| fold(x, child, pos, &format!("{path}[{i}]"), out))
+                    .collect(),
+            )
+        }
+        Ordered::Object(entries) => {
+            let mut map = serde_json::Map::new();
+            for (k, x) in entries {
+                let (name, child) = match node {
+                    Node::Struct(fields) => match fields.iter().find(|(f, _)| *f == k) {
+                        Some((f, c)) => (f.to_string(), c),
+                        None => match fields.iter().find(|(f, _)| go_fold_eq(&k, f)) {
+                            Some((f, c)) if pos == Pos::Folding => {
+                                out.push(format!(
+                                    "{}: {k:?} taken as {f:?} (keys differ only in case; runc's \
+                                     decoder matches them so)",
+                                    if path.is_empty() { "top level" } else { path }
+                                ));
+                                (f.to_string(), c)
+                            }
+                            _ => (k.clone(), &ANY),
+                        },
+                    },
+                    Node::Map(c) => (k.clone(), &**c),
+                    _ => (k.clone(), &ANY),
+                };
+                let v = fold(x, child, pos.enter(&name), &join(&name), out);
+                let merged = match map.remove(&name) {
+                    Some(earlier) => go_merge(earlier, v),
+                    None => v,
+                };
+                map.insert(name, merged);
+            }
+            serde_json::Value::Object(map)
+        }
+    }
+}
+
+/// A later value for a field Go's decoder already filled: an object is decoded into the
+/// earlier one (its keys merged, recursively), anything else replaces it.
+fn go_merge(earlier: serde_json::Value, later: serde_json::Value) -> serde_json::Value {
+    match (earlier, later) {
+        (serde_json::Value::Object(mut a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                let v = match a.remove(&k) {
+                    Some(e) => go_merge(e, v),
+                    None => v,
+                };
+                a.insert(k, v);
+            }
+            serde_json::Value::Object(a)
+        }
+        (_, later) => later,
+    }
 }
 
 /// The JSON paths of the fields `T` keeps as opaque JSON (`linux.resources.network`);
@@ -426,16 +517,10 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
                 Node::Struct(fields) => match fields.iter().find(|(f, _)| *f == key) {
                     Some((_, c)) => c,
                     None => match fields.iter().find(|(f, _)| go_fold_eq(&key, f)) {
-                        // Taken as the field (renamed before the typed parse): the field
-                        // itself or another variant of it in the same object is a second
-                        // value for it, refused as a duplicate.
-                        Some((f, c)) if self.pos == Pos::Folding => {
-                            if !seen.insert(Cow::Borrowed(f)) {
-                                return Err(self.ctx.refuse(format!(
-                                    "{key:?} and {f:?} are the same field (keys differ only \
-                                     in case); refused"
-                                )));
-                            }
+                        // Taken as the field (renamed before the typed parse; the field
+                        // and its variants in one object are decoded in order into it, as
+                        // Go does: objects merged, anything else replaced).
+                        Some((_, c)) if self.pos == Pos::Folding => {
                             self.ctx.folds.set(true);
                             c
                         }
