@@ -148,6 +148,103 @@ fn absolute_cgroups_path_is_used_as_given() {
     assert!(!dir.exists());
 }
 
+/// runc's update.bats "cpu period in a pod cgroup with pod limit set": under a pod
+/// cgroup limited to 50% (cfs quota 50000 of 100000), a container at 500000/1000000
+/// (also 50%) updated to 3000/10000 (30%). Writing the shorter period first would leave
+/// 500000/10000 in between, which the pod's limit refuses (EINVAL); the quota goes
+/// first then, as runc does, and the update lands whole.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn cpu_quota_and_period_update_keeps_each_step_within_the_pods_limit() {
+    if !require_root() {
+        return;
+    }
+    let cpu = Path::new("/sys/fs/cgroup/cpu");
+    if !cpu.join("cpu.cfs_quota_us").exists() {
+        missing("cpu_quota_and_period_update…: no v1 cpu hierarchy with CFS bandwidth here");
+        return;
+    }
+    let pod = format!("moat-it-pod-{}", std::process::id());
+    let _cleanup = TopCgroup(pod.clone());
+    std::fs::create_dir(cpu.join(&pod)).expect("pod cgroup");
+    std::fs::write(cpu.join(&pod).join("cpu.cfs_quota_us"), "50000").expect("pod limit");
+    assert_eq!(
+        read(cpu.join(&pod).join("cpu.cfs_period_us")).trim(),
+        "100000"
+    );
+    let mut ctx = Ctx::new("cgpod");
+    ctx.set("/linux/cgroupsPath", json!(format!("/{pod}/c")));
+    let (c, pid) = running(
+        &mut ctx,
+        json!({"cpu": {"quota": 500000, "period": 1000000}}),
+    );
+    assert_eq!(file(pid, "cpu", "cpu.cfs_period_us"), "1000000");
+    let out = c.moat(&[
+        "update",
+        "--cpu-period",
+        "10000",
+        "--cpu-quota",
+        "3000",
+        &c.id,
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(file(pid, "cpu", "cpu.cfs_period_us"), "10000");
+    assert_eq!(file(pid, "cpu", "cpu.cfs_quota_us"), "3000");
+    // And back up to a longer period: quota first would be 500000/10000, period first fits.
+    let out = c.moat(&[
+        "update",
+        "--cpu-period",
+        "1000000",
+        "--cpu-quota",
+        "400000",
+        &c.id,
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(file(pid, "cpu", "cpu.cfs_quota_us"), "400000");
+    c.moat(&["delete", "--force", &c.id]).ok();
+}
+
+/// runc's cgroups.bats "exec (cgroup v1+hybrid joins correct cgroup)": an exec'd process
+/// is in every cgroup the init is in, the v2 (unified) one of a hybrid host included, as
+/// the host sees them (`/proc/<pid>/cgroup` of both, read on the host); with and without
+/// a cgroup namespace (inside one the exec'd process reads its own cgroup as `/`, the
+/// namespace's root, as the init does).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn an_exec_d_process_joins_every_cgroup_of_the_init() {
+    if !require_root() {
+        return;
+    }
+    for cgroupns in [true, false] {
+        let mut ctx = Ctx::new(if cgroupns { "cgexecns" } else { "cgexec" });
+        if !cgroupns {
+            ctx.without_ns("cgroup");
+        }
+        let (c, pid) = running(&mut ctx, json!({}));
+        let init = read(format!("/proc/{pid}/cgroup"));
+        assert!(init.contains(&c.id), "{init}");
+        let pid_file = ctx.dir.join("exec.pid");
+        let pf = pid_file.to_str().expect("utf-8");
+        c.moat(&["exec", "-d", "--pid-file", pf, &c.id, "sleep", "30"])
+            .ok();
+        let exec_pid = read(&pid_file).trim().to_string();
+        let exec = read(format!("/proc/{exec_pid}/cgroup"));
+        assert_eq!(
+            init, exec,
+            "cgroupns {cgroupns}: the exec'd process's cgroups"
+        );
+        let exec_pid: i32 = exec_pid.parse().expect("a pid");
+        assert!(kill_and_wait(exec_pid, Duration::from_secs(10)));
+        let inside = c.moat(&["exec", &c.id, "cat", "/proc/self/cgroup"]).ok();
+        let v2 = inside.stdout.lines().find(|l| l.starts_with("0::"));
+        if cgroupns {
+            assert_eq!(v2, Some("0::/"), "{}", inside.stdout);
+        } else if let Some(v2) = v2 {
+            assert!(v2.contains(&c.id), "{}", inside.stdout);
+        }
+    }
+}
+
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn relative_cgroups_path_goes_under_moat() {
@@ -382,4 +479,129 @@ fn a_non_empty_cgroup_is_refused_under_restricted_and_shared_under_open() {
     assert_eq!(first.status(), "running");
     first.kill("KILL").ok();
     first.wait_stopped(T);
+}
+
+/// runc's update.bats writes `linux.resources.CPU` and `"Cpus"` beside `cpu`: a case
+/// variant of a resources field is read as the field, in order with it (objects merged),
+/// as runc's decoder reads it (with a warning), at create and in `update -r`.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_case_variant_of_a_resources_field_is_applied() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("cgcase");
+    ctx.set(
+        "/linux/resources",
+        json!({"cpu": {"shares": 512}, "CPU": {"Cpus": "0", "Mems": "0"}}),
+    );
+    ctx.args(&["sleep", "30"]);
+    let c = ctx.create_ok("c");
+    assert!(
+        c.stderr().contains("\"CPU\" taken as \"cpu\""),
+        "{}",
+        c.stderr()
+    );
+    c.start();
+    let pid = c.pid();
+    assert_eq!(file(pid, "cpuset", "cpuset.cpus"), "0");
+    assert_eq!(file(pid, "cpu", "cpu.shares"), "512");
+    let res = ctx.dir.join("res.json");
+    std::fs::write(&res, r#"{"PIDS": {"Limit": 42}}"#).unwrap();
+    let out = c.moat(&["update", "-r", res.to_str().unwrap(), &c.id]).ok();
+    assert!(
+        out.stderr.contains("\"PIDS\" taken as \"pids\""),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(file(pid, "pids", "pids.max"), "42");
+}
+
+/// runc's update.bats "devices [minimal transition rules]" denies `/dev/kmsg` with
+/// access "rwa". A letter the kernel does not know never makes a deny rule deny less:
+/// here a deny of "a" alone (runc's emulator drops the letter, which leaves the rule
+/// denying nothing) denies every access, with a warning; the container cannot open
+/// the device that an earlier rule allowed (and can, without the deny: the control).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_device_rule_with_an_unknown_access_letter_denies_no_less() {
+    if !require_root() {
+        return;
+    }
+    for deny in [false, true] {
+        let mut ctx = Ctx::new(if deny { "cgrwa" } else { "cgrwactl" });
+        let mut rules = vec![
+            json!({"allow": false, "access": "rwm"}),
+            json!({"allow": true, "type": "c", "major": 1, "minor": 11, "access": "rw"}),
+        ];
+        if deny {
+            rules
+                .push(json!({"allow": false, "type": "c", "major": 1, "minor": 11, "access": "a"}));
+        }
+        ctx.set("/linux/resources/devices", json!(rules));
+        ctx.set(
+            "/linux/devices",
+            json!([{"path": "/dev/kmsg", "type": "c", "major": 1, "minor": 11}]),
+        );
+        // Opening /dev/kmsg for reading needs CAP_SYSLOG besides the device rule.
+        for set in ["bounding", "permitted", "effective"] {
+            ctx.push(&format!("/process/capabilities/{set}"), json!("CAP_SYSLOG"));
+        }
+        ctx.sh("(: </dev/kmsg) 2>/dev/null && echo opened || echo denied");
+        let (out, err) = run_to_end(&ctx, "c");
+        if deny {
+            assert_eq!(out, "denied\n", "{err}");
+            assert!(
+                err.contains(
+                    "access: \"a\": \"a\" is no device access (r, w, m); the rule denies \
+                     every access"
+                ),
+                "{err}"
+            );
+        } else {
+            assert_eq!(out, "opened\n", "the control: {err}");
+        }
+    }
+}
+
+/// runc's delete.bats takes `ro` out of the cgroup mount to make sub-cgroups: cgroupfs is
+/// mounted as the spec says, as runc mounts it (read-only with `ro`, which moat's default
+/// spec has: the control), and `delete --force` removes the sub-cgroup with the
+/// container's.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn cgroupfs_without_ro_is_writable_and_sub_cgroups_go_at_delete() {
+    if !require_root() {
+        return;
+    }
+    if !Path::new("/sys/fs/cgroup/pids/cgroup.procs").exists() {
+        missing("cgroupfs_without_ro…: no v1 pids hierarchy here");
+        return;
+    }
+    for ro in [true, false] {
+        let mut ctx = Ctx::new(if ro { "cgro" } else { "cgrw" });
+        if !ro {
+            let m = ctx.config["mounts"]
+                .as_array_mut()
+                .expect("mounts")
+                .iter_mut()
+                .find(|m| m["type"] == "cgroup")
+                .expect("a cgroup mount");
+            m["options"]
+                .as_array_mut()
+                .expect("options")
+                .retain(|o| o != "ro");
+        }
+        ctx.without_ns("cgroup");
+        ctx.sh("mkdir /sys/fs/cgroup/pids/foo 2>/dev/null && echo made || echo refused; sleep 30");
+        let c = ctx.create_ok("c");
+        c.start();
+        let pid = c.pid();
+        assert!(wait_until(T, || !c.stdout().is_empty()));
+        let dir = v1_cgroup_dir(pid, "pids").expect("pids cgroup");
+        assert_eq!(c.stdout(), if ro { "refused\n" } else { "made\n" });
+        assert_eq!(dir.join("foo").is_dir(), !ro);
+        c.moat(&["delete", "--force", &c.id]).ok();
+        assert!(!dir.exists(), "{} left after delete", dir.display());
+    }
 }

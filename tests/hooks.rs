@@ -375,3 +375,64 @@ fn create_container_hook_runs_in_the_container_root() {
     assert!(ctx.rootfs().join("made-by-create-container").exists());
     assert_eq!(read(log.dir.join("start-container-cwd")), "/etc\n");
 }
+
+/// `moat start` does not wait on the init without a bound either: an init that does not
+/// exec after the fifo is written (here its cgroup frozen between create and start, so
+/// it never reads it) ends start after `[runtime] sync_timeout`, exit 1, the init killed
+/// (once thawed, as a v1 freezer wants). Without the bound start waited for ever.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn start_waits_for_the_init_at_most_the_sync_timeout() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("startbound");
+    let cfg = ctx.dir.join("config.toml");
+    std::fs::write(
+        &cfg,
+        "default_policy = \"open\"\n[runtime]\nsync_timeout = 2\n",
+    )
+    .unwrap();
+    ctx.use_config(cfg.as_os_str());
+    ctx.args(&["true"]);
+    let c = ctx.create_ok("c");
+    let pid = c.pid();
+    // moat's own freezer choice is not at stake: the v1 freezer when the host has it, else
+    // the v2 cgroup's.
+    let freezer = match v1_cgroup_dir(pid, "freezer") {
+        Some(d) => (d.join("freezer.state"), "FROZEN", "THAWED"),
+        None => {
+            let (_, path) = proc_cgroups(pid)
+                .into_iter()
+                .find(|(c, _)| c.is_empty())
+                .expect("a v2 cgroup");
+            let base = if Path::new("/sys/fs/cgroup/unified").exists() {
+                "/sys/fs/cgroup/unified"
+            } else {
+                "/sys/fs/cgroup"
+            };
+            let d = Path::new(base).join(path.trim_start_matches('/'));
+            (d.join("cgroup.freeze"), "1", "0")
+        }
+    };
+    std::fs::write(&freezer.0, freezer.1).expect("freeze the init");
+    let t0 = Instant::now();
+    let out = ctx.moat(&["start", &c.id]);
+    let took = t0.elapsed();
+    let out = out.fails();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(15),
+        "start took {took:?}"
+    );
+    assert!(
+        out.stderr
+            .contains("start: no answer from the init within 2s"),
+        "{}",
+        out.stderr
+    );
+    std::fs::write(&freezer.0, freezer.2).expect("thaw the init");
+    assert!(
+        wait_exit(pid, Duration::from_secs(10)),
+        "the init that did not exec was not killed"
+    );
+}

@@ -62,6 +62,96 @@ fn tmpfs_mount_gets_its_options() {
     );
 }
 
+/// runc's mounts.bats "ro /dev mount": a read-only tmpfs at `/dev` is made read-only
+/// after its submounts (`/dev/pts`, `/dev/shm`, `/dev/mqueue`), device nodes and links,
+/// as runc does; before, mounting `/dev/pts` on it failed ("Read-only file system").
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn read_only_dev_is_made_read_only_after_its_submounts() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("rodev");
+    let dev = ctx.config["mounts"]
+        .as_array_mut()
+        .expect("mounts")
+        .iter_mut()
+        .find(|m| m["destination"] == "/dev")
+        .expect("a /dev mount in the spec");
+    dev["options"]
+        .as_array_mut()
+        .expect("/dev has options")
+        .push(json!("ro"));
+    ctx.sh(
+        "cat /proc/self/mountinfo; test -c /dev/null && echo null; test -L /dev/fd && echo fd; \
+         touch /dev/x 2>/dev/null || echo refused",
+    );
+    let (out, err) = run_to_end(&ctx, "c");
+    let (per, _) = mount_opts(&out, "/dev");
+    assert!(per.iter().any(|p| p == "ro"), "/dev not read-only: {per:?}");
+    for sub in ["/dev/pts", "/dev/shm", "/dev/mqueue"] {
+        mount_opts(&out, sub);
+    }
+    assert!(out.ends_with("null\nfd\nrefused\n"), "{out}{err}");
+}
+
+/// runc's start_hello.bats "rootless with host pidns": without a pid namespace of its own
+/// the container may have the host's `/proc` bound at `/proc` (it sees the host's
+/// processes either way); the masked and read-only paths still apply on top of the bind:
+/// `/proc/sys` stays read-only, `/proc/kcore` and `/proc/acpi` masked, `/proc/sysrq-trigger`
+/// read-only. With a pid namespace of its own it is refused before anything exists.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn host_proc_bind_without_a_pid_namespace_keeps_masks_and_read_only_paths() {
+    if !require_root() {
+        return;
+    }
+    let proc_bind = |ctx: &mut Ctx| {
+        let m = ctx.config["mounts"]
+            .as_array_mut()
+            .expect("mounts")
+            .iter_mut()
+            .find(|m| m["destination"] == "/proc")
+            .expect("a /proc mount in the spec");
+        *m = json!({"destination": "/proc", "type": "none", "source": "/proc",
+                    "options": ["rbind", "nosuid", "nodev", "noexec"]});
+    };
+    let mut ctx = Ctx::new("hostproc");
+    ctx.without_ns("pid");
+    proc_bind(&mut ctx);
+    ctx.sh("cat /proc/self/mountinfo; \
+         echo x > /proc/sys/kernel/domainname 2>/dev/null && echo sys-rw || echo sys-ro; \
+         echo h > /proc/sysrq-trigger 2>/dev/null && echo sysrq-rw || echo sysrq-ro; \
+         echo kcore=$(head -c 16 /proc/kcore 2>/dev/null | wc -c); \
+         echo acpi=$(ls /proc/acpi 2>/dev/null | wc -l); test -d /proc/1 && echo host-pids");
+    let (out, err) = run_to_end(&ctx, "c");
+    let (per, sup) = mount_opts(&out, "/proc");
+    for o in ["nosuid", "nodev", "noexec"] {
+        assert!(per.iter().any(|p| p == o), "{o} missing on /proc: {per:?}");
+    }
+    let _ = sup;
+    let tail: Vec<&str> = out.lines().rev().take(5).collect();
+    assert_eq!(
+        tail,
+        ["host-pids", "acpi=0", "kcore=0", "sysrq-ro", "sys-ro"],
+        "{out}{err}"
+    );
+    let (per, _) = mount_opts(&out, "/proc/sys");
+    assert!(per.iter().any(|p| p == "ro"), "/proc/sys: {per:?}");
+    // The host's pid namespace is the only one whose /proc this can be.
+    let mut ctx = Ctx::new("hostprocns");
+    proc_bind(&mut ctx);
+    let (c, out) = ctx.create("c");
+    let out = out.fails();
+    assert!(
+        out.stderr
+            .contains("/proc may be a bind of the host's /proc only without a pid namespace"),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&c.id);
+}
+
 /// A host directory with a file, for bind sources.
 fn host_src(ctx: &Ctx, name: &str) -> PathBuf {
     let src = ctx.dir.join(name);

@@ -50,6 +50,42 @@ fn requested_namespaces_are_new_and_the_others_are_the_hosts() {
     }
 }
 
+/// runc's delete.bats appends a cgroup namespace to a spec that lists one: a namespace
+/// listed twice alike is taken once (a warning), as runc does, and the container runs in
+/// a new one; the same type with a path and without is refused, naming the entry, before
+/// anything exists.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_namespace_listed_twice_alike_is_taken_once_and_a_conflict_refused() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("nstwice");
+    ctx.push("/linux/namespaces", json!({"type": "cgroup"}));
+    ctx.sh("readlink /proc/self/ns/cgroup");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_ne!(out.trim(), host_ns("cgroup"), "{out}{err}");
+    assert!(out.starts_with("cgroup:["), "{out}{err}");
+    assert!(
+        err.contains("namespace \"cgroup\" listed again; taken once"),
+        "{err}"
+    );
+    ctx.push(
+        "/linux/namespaces",
+        json!({"type": "cgroup", "path": "/proc/self/ns/cgroup"}),
+    );
+    let (c, out) = ctx.create("d");
+    let out = out.fails();
+    assert!(
+        out.stderr.contains(
+            "namespace \"cgroup\" listed twice, as a new one and as \"/proc/self/ns/cgroup\""
+        ),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&c.id);
+}
+
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn init_is_pid_1_in_its_pid_namespace() {
@@ -251,4 +287,128 @@ fn uptime() -> f64 {
         .unwrap()
         .parse()
         .unwrap()
+}
+
+/// A user namespace of the spec's (container 0 → host 100000), as runc's userns.bats sets.
+fn mapped_userns(ctx: &mut Ctx) {
+    ctx.push("/linux/namespaces", json!({"type": "user"}));
+    let map = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+    ctx.set("/linux/uidMappings", map.clone());
+    ctx.set("/linux/gidMappings", map);
+}
+
+/// runc's userns.bats "userns with 2 inaccessible mounts" (and "+ exec"): bind sources
+/// below 0700 directories of host root, which host uid 100000 (container root) cannot
+/// walk. moat's parent clones each source on the host and hands it over by fd (runc
+/// opens them before joining the namespace); before, the init cloned them by name inside
+/// the user namespace: "clone …: Permission denied".
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn bind_sources_closed_to_the_user_namespace_are_mounted() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("usernsclosed");
+    mapped_userns(&mut ctx);
+    for n in ["1", "2"] {
+        let closed = ctx.dir.join(format!("source-inaccessible-{n}"));
+        fs::create_dir_all(closed.join("dir")).unwrap();
+        fs::write(closed.join("dir/foo.txt"), format!("foo {n}\n")).unwrap();
+        fs::set_permissions(&closed, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        ctx.push(
+            "/mounts",
+            json!({"destination": format!("/tmp/mount-{n}"), "type": "bind",
+                   "source": closed.join("dir"), "options": ["bind"]}),
+        );
+    }
+    ctx.sh("cat /tmp/mount-1/foo.txt /tmp/mount-2/foo.txt; sleep 30");
+    let c = ctx.create_ok("c");
+    c.start();
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || c
+            .stdout()
+            .lines()
+            .count()
+            == 2),
+        "{}{}",
+        c.stdout(),
+        c.stderr()
+    );
+    assert_eq!(c.stdout(), "foo 1\nfoo 2\n");
+    let out = c.moat(&["exec", &c.id, "cat", "/tmp/mount-2/foo.txt"]).ok();
+    assert_eq!(out.stdout, "foo 2\n");
+}
+
+/// The attack on handing bind sources over by fd: a recursive bind whose source has a
+/// mount on it hiding a file. Cloned by the container's own namespace, the submount is
+/// locked (the kernel keeps a less privileged namespace from uncovering what a mount
+/// hides); container root must not be able to unmount it and read the file beneath,
+/// however the source reached the container: the spec's user namespace, and
+/// `moat.userns=auto`'s (whose binds the parent makes too). Before, a tree the parent
+/// cloned on the host carried no lock, and the file was read.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_submount_of_a_bind_stays_locked_in_a_user_namespace() {
+    if !require_root() {
+        return;
+    }
+    for auto in [false, true] {
+        submount_stays_locked(auto);
+    }
+}
+
+fn submount_stays_locked(auto: bool) {
+    let mut ctx = Ctx::new(if auto { "usernslocka" } else { "usernslock" });
+    if auto {
+        ctx.set("/annotations", json!({"moat.userns": "auto"}));
+    } else {
+        mapped_userns(&mut ctx);
+    }
+    // Container root may unmount in its own mount namespace: only a lock can stop it.
+    for set in ["bounding", "permitted", "effective"] {
+        ctx.push(
+            &format!("/process/capabilities/{set}"),
+            json!("CAP_SYS_ADMIN"),
+        );
+    }
+    let src = ctx.dir.join("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    fs::write(src.join("sub/hidden"), "hidden by the mount\n").unwrap();
+    let sub = std::ffi::CString::new(src.join("sub").to_str().unwrap()).unwrap();
+    // SAFETY: plain mount(2) and umount2(2) calls on a path of this test's own directory.
+    let rc = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            sub.as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "tmpfs over src/sub");
+    struct Unmount(std::ffi::CString);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            // SAFETY: see above.
+            unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+    let _unmount = Unmount(sub);
+    ctx.push(
+        "/mounts",
+        json!({"destination": "/tmp/src", "type": "bind", "source": src,
+               "options": ["rbind"]}),
+    );
+    ctx.sh(
+        "test -d /tmp/src/sub && echo bound; grep -c ' /tmp/src/sub ' /proc/self/mountinfo; \
+         umount /tmp/src/sub 2>&1; cat /tmp/src/sub/hidden 2>/dev/null || echo covered",
+    );
+    let (out, err) = run_to_end(&ctx, "c");
+    // The submount came with the bind (the attack has something to uncover).
+    assert!(out.starts_with("bound\n1\n"), "auto {auto}: {out}{err}");
+    assert!(
+        !out.contains("hidden by the mount"),
+        "auto {auto}: container root uncovered what a host mount hides: {out}"
+    );
+    assert!(out.ends_with("covered\n"), "auto {auto}: {out}{err}");
 }

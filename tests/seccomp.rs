@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::path::PathBuf;
+
 use support::*;
 
 /// Allow everything but `names`, which fail with `errno`.
@@ -305,4 +307,158 @@ fn syscalls_newer_than_the_profile_get_enosys() {
             && lines[1].contains("Operation not permitted"),
         "{err} (a name added to restricted.json at 306 or above belongs in SYNCFS_AND_NEWER)"
     );
+}
+
+/// A seccomp agent at `listenerPath`: takes each listener fd sent to it (runc's message:
+/// JSON, the fd by SCM_RIGHTS) and answers every notification on it: `mkdir` with success
+/// without making the directory (so a caller can tell the agent answered), anything else
+/// with "continue". Records (listener number, syscall name) for each notification.
+struct Agent {
+    path: PathBuf,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(usize, String)>>>,
+}
+
+impl Agent {
+    fn start(path: PathBuf) -> Agent {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind agent");
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for (n, conn) in listener.incoming().enumerate() {
+                let Ok(conn) = conn else { return };
+                let mut buf = [0u8; 4096];
+                let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+                let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+                let msg = nix::sys::socket::recvmsg::<()>(
+                    conn.as_raw_fd(),
+                    &mut iov,
+                    Some(&mut space),
+                    nix::sys::socket::MsgFlags::MSG_CMSG_CLOEXEC,
+                )
+                .expect("recvmsg");
+                let fd = msg.cmsgs().expect("cmsgs").find_map(|c| match c {
+                    nix::sys::socket::ControlMessageOwned::ScmRights(f) => f.first().copied(),
+                    _ => None,
+                });
+                // SAFETY: the fd the kernel just gave us, owned by nobody else.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd.expect("an fd with the message")) };
+                let log = log.clone();
+                std::thread::spawn(move || loop {
+                    let Ok(req) = libseccomp::ScmpNotifReq::receive(fd.as_raw_fd()) else {
+                        return;
+                    };
+                    let name = req.data.syscall.get_name().unwrap_or_default();
+                    let flags = libseccomp::ScmpNotifRespFlags::empty();
+                    let resp = if name == "mkdir" || name == "mkdirat" {
+                        libseccomp::ScmpNotifResp::new_val(req.id, 0, flags)
+                    } else {
+                        libseccomp::ScmpNotifResp::new_continue(req.id, flags)
+                    };
+                    log.lock().unwrap().push((n, name));
+                    if resp.respond(fd.as_raw_fd()).is_err() {
+                        return;
+                    }
+                });
+            }
+        });
+        Agent { path, seen }
+    }
+
+    fn seen(&self) -> Vec<(usize, String)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn notify_profile(agent: &Agent, names: &[&str]) -> Value {
+    json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": agent.path,
+        "listenerMetadata": "bar",
+        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+        "syscalls": [{"names": names, "action": "SCMP_ACT_NOTIFY"}]})
+}
+
+/// runc's seccomp-notify.bats "important syscalls": notifying on syscalls moat itself
+/// still makes after the filter is loaded (execve, openat, read, close), with the filter
+/// loaded early (no noNewPrivileges) and late: the listener reaches the agent the moment
+/// the filter is loaded, so the agent answers them and the container runs (without the
+/// handover in time, create waits for an answer nobody can give). The listener fd never
+/// reaches the container process.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn notify_on_the_inits_own_syscalls_is_answered_by_the_agent() {
+    if !require_root() {
+        return;
+    }
+    for nnp in [false, true] {
+        let mut ctx = Ctx::new(if nnp { "scnotnnp" } else { "scnot" });
+        let agent = Agent::start(ctx.dir.join("agent.sock"));
+        ctx.set("/process/noNewPrivileges", json!(nnp));
+        ctx.set(
+            "/linux/seccomp",
+            notify_profile(&agent, &["execve", "openat", "open", "read", "close"]),
+        );
+        ctx.sh("echo ran; ls -l /proc/self/fd/");
+        let (out, err) = run_to_end(&ctx, "c");
+        assert!(out.starts_with("ran\n"), "nnp {nnp}: {out} {err}");
+        assert!(
+            !out.contains("seccomp"),
+            "nnp {nnp}: the listener fd leaked into the container: {out}"
+        );
+        let seen = agent.seen();
+        assert!(
+            seen.iter().any(|(_, s)| s == "execve"),
+            "nnp {nnp}: the agent answered no execve: {seen:?}"
+        );
+    }
+}
+
+/// runc's seccomp-notify.bats "runc exec": an exec'd process's listener goes to the agent
+/// too (a second connection), so its notified mkdir is answered by the agent (success
+/// without a directory), with the filter loaded early and late.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn an_exec_d_process_listener_reaches_the_agent() {
+    if !require_root() {
+        return;
+    }
+    for nnp in [false, true] {
+        let mut ctx = Ctx::new(if nnp { "scnotexn" } else { "scnotex" });
+        let agent = Agent::start(ctx.dir.join("agent.sock"));
+        ctx.set("/process/noNewPrivileges", json!(nnp));
+        ctx.set(
+            "/linux/seccomp",
+            notify_profile(&agent, &["mkdir", "mkdirat"]),
+        );
+        ctx.args(&["sleep", "100"]);
+        let c = ctx.create_ok("c");
+        c.start();
+        let out = c.moat(&[
+            "exec",
+            &c.id,
+            "sh",
+            "-c",
+            "mkdir /tmp/by-agent && ! test -e /tmp/by-agent && echo answered; ls -l /proc/self/fd/",
+        ]);
+        let out = out.ok();
+        assert!(
+            out.stdout.starts_with("answered\n"),
+            "nnp {nnp}: {}",
+            out.stdout
+        );
+        assert!(!out.stdout.contains("seccomp"), "nnp {nnp}: {}", out.stdout);
+        let seen = agent.seen();
+        assert!(
+            seen.iter().any(|(n, s)| *n == 1 && s.starts_with("mkdir")),
+            "nnp {nnp}: the exec'd process's listener did not reach the agent: {seen:?}"
+        );
+        c.kill("KILL");
+    }
+}
+
+/// The agent links libseccomp, whose text export references glibc's `__fprintf_chk`
+/// (see `src/linux/seccomp.rs`): the same stub for this static musl test binary.
+#[cfg(target_env = "musl")]
+#[no_mangle]
+extern "C" fn __fprintf_chk() -> std::ffi::c_int {
+    std::process::abort()
 }

@@ -21,6 +21,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The init did not exec within `[runtime] sync_timeout` (and its startContainer
+    /// hooks' timeouts) after start; it was killed.
+    #[error("start: no answer from the init within {secs}s (it did not exec; killed)")]
+    StartTimeout { id: String, secs: u64 },
     #[error("wait for the exec of {id}")]
     StartWait {
         id: String,

@@ -138,6 +138,15 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
         console_socket: req.console_socket.clone(),
         pid_file: req.pid_file.clone(),
         sub_cgroup: req.cgroup.clone(),
+        seccomp_agent: spec
+            .linux()
+            .seccomp
+            .clone()
+            .filter(|sc| sc.listener_path.as_deref().is_some_and(|p| !p.is_empty()))
+            .map(|seccomp| exec::SeccompAgent {
+                seccomp,
+                record: rec.clone(),
+            }),
     };
     // Row 2.
     let plan = Plan::new(rec, &attrs, opts)?;

@@ -2,6 +2,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
+use std::time::Duration;
 
 use anyhow::Context as _;
 
@@ -61,20 +62,38 @@ pub fn native(dir: &ContainerDir, rec: &Record) -> Result<()> {
         path: fifo.clone(),
         source,
     };
+    let spec = dir.load_spec()?;
     f.write_all(b"0").map_err(|e| fifo_err("write", e))?;
     std::fs::remove_file(&fifo).map_err(|e| fifo_err("remove", e))?;
     // poststart hooks run once the process has started. The init holds the fifo's read
     // end (close-on-exec) through its startContainer hooks until it execs, so the last
     // reader going away (POLLERR on our write end) is that moment, or its death.
-    wait_no_readers(&f).map_err(|source| Error::StartWait {
+    let wait_err = |source| Error::StartWait {
         id: rec.id.clone(),
         source,
-    })?;
+    };
+    // The plain case answers at once; only an init that takes longer costs the config's
+    // read (for `[runtime] sync_timeout`).
+    const AT_ONCE: Duration = Duration::from_millis(100);
+    if !wait_no_readers(&f, Some(AT_ONCE)).map_err(wait_err)? {
+        let budget = start_budget(&spec, crate::policy::Config::load()?.sync_timeout);
+        if !wait_no_readers(&f, budget.map(|b| b.saturating_sub(AT_ONCE))).map_err(wait_err)? {
+            // Never a half-started container: the init that did not exec is ended (it
+            // would otherwise run later, after start has reported failure).
+            if rec.alive() {
+                let _ = crate::linux::sys::kill(rec.pid, libc::SIGKILL);
+            }
+            return Err(Error::StartTimeout {
+                id: rec.id.clone(),
+                secs: budget.unwrap_or_default().as_secs(),
+            }
+            .into());
+        }
+    }
     log::debug_with(|| format!("container {}: init {} started", rec.id, rec.pid));
     if let (Some(sock), Some(host)) = (&notify, &rec.notify_socket) {
         notify::relay(sock, host, rec.pid).context("NOTIFY_SOCKET: relay to the caller")?;
     }
-    let spec = dir.load_spec()?;
     if let Some(h) = spec.hooks.as_ref().filter(|h| !h.poststart.is_empty()) {
         let st = state_json(rec, "running", rec.pid);
         // The process is already running: a failing poststart hook is reported, not fatal.
@@ -85,14 +104,40 @@ pub fn native(dir: &ContainerDir, rec: &Record) -> Result<()> {
     Ok(())
 }
 
-fn wait_no_readers(f: &std::fs::File) -> std::io::Result<()> {
+/// How long the init may take from the fifo to its execve: `[runtime] sync_timeout` (as
+/// for each answer of the init during create) plus the startContainer hooks' own
+/// timeouts; unbounded only when one of those hooks has none (hooks keep the spec's
+/// timeout, as runc).
+fn start_budget(spec: &crate::spec::Spec, sync_timeout: u32) -> Option<Duration> {
+    let hooks = spec.hooks.as_ref().map(|h| h.start_container.as_slice());
+    let mut secs = u64::from(sync_timeout);
+    for h in hooks.unwrap_or_default() {
+        secs = secs.saturating_add(u64::try_from(h.timeout?).unwrap_or(0));
+    }
+    Some(Duration::from_secs(secs))
+}
+
+/// Waits until the fifo has no reader left (true), at most `timeout` (false then).
+fn wait_no_readers(f: &std::fs::File, timeout: Option<Duration>) -> std::io::Result<bool> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
     loop {
+        let left = match deadline {
+            None => PollTimeout::NONE,
+            Some(d) => {
+                let ms = d
+                    .saturating_duration_since(std::time::Instant::now())
+                    .as_millis();
+                PollTimeout::try_from(i32::try_from(ms).unwrap_or(i32::MAX))
+                    .unwrap_or(PollTimeout::MAX)
+            }
+        };
         // No events asked: poll returns only for POLLERR (no reader left) or POLLHUP.
         let mut fds = [PollFd::new(f.as_fd(), PollFlags::empty())];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) => return Ok(()),
+        match poll(&mut fds, left) {
+            Ok(0) => return Ok(false),
+            Ok(_) => return Ok(true),
             Err(nix::Error::EINTR) => continue,
             Err(e) => return Err(e.into()),
         }

@@ -266,12 +266,18 @@ impl Attrs {
 
     /// Applies everything up to (not including) execve, with `process.cwd` resolved inside
     /// `root` (an fd of the container's root moat holds) with `openat2(RESOLVE_IN_ROOT)` and
-    /// entered by `fchdir`, never by name. Returns the executable to run and the seccomp
-    /// listener fd, if the filter has notify rules.
+    /// entered by `fchdir`, never by name. Returns the executable to run.
+    ///
+    /// A filter with `SCMP_ACT_NOTIFY` rules gives a listener fd, which goes to
+    /// `hand_over` (to the parent, which gives it to the seccomp agent) right after the
+    /// filter is loaded: every syscall made after that may be one the agent must answer,
+    /// so none may come before the agent can have it. The fd is closed once handed over
+    /// (and is close-on-exec from the kernel), so it never reaches the container process.
     pub fn apply(
         &self,
         root: std::os::fd::BorrowedFd<'_>,
-    ) -> Result<(CString, Option<OwnedFd>), InitFailure> {
+        hand_over: &mut dyn FnMut(OwnedFd) -> Result<(), InitFailure>,
+    ) -> Result<CString, InitFailure> {
         self.apply_lsm()?;
         if let Some(s) = &self.scheduler {
             let mut attr = sys::SchedAttr {
@@ -310,11 +316,12 @@ impl Attrs {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => false,
             Err(e) => return Err(e).step(Step::Cwd, cwd),
         };
-        let mut listener = None;
         if !self.no_new_privs {
             self.mark_fds_cloexec()?;
-            listener =
-                self.install_seccomp(|| "load filter (before dropping privileges)".into())?;
+            self.install_seccomp(
+                || "load filter (before dropping privileges)".into(),
+                hand_over,
+            )?;
         }
         self.set_identity(groups_denied)?;
         if let Some(m) = self.umask {
@@ -327,9 +334,9 @@ impl Attrs {
         let exe = self.find_executable()?;
         if self.no_new_privs {
             self.mark_fds_cloexec()?;
-            listener = self.install_seccomp(|| "load filter".into())?;
+            self.install_seccomp(|| "load filter".into(), hand_over)?;
         }
-        Ok((exe, listener))
+        Ok(exe)
     }
 
     /// The fd sweep: every fd above stdio and the preserved ones marked close-on-exec.
@@ -357,14 +364,24 @@ impl Attrs {
         }
     }
 
-    fn install_seccomp(&self, what: impl Fn() -> String) -> Result<Option<OwnedFd>, InitFailure> {
+    /// Loads every filter, then hands the listener over before any other syscall (the
+    /// calls in between are the ones `seccomp::refuse_notify_before_handover` refuses to
+    /// notify on).
+    fn install_seccomp(
+        &self,
+        what: impl Fn() -> String,
+        hand_over: &mut dyn FnMut(OwnedFd) -> Result<(), InitFailure>,
+    ) -> Result<(), InitFailure> {
         let mut listener = None;
         for f in &self.seccomp {
             if let Some(fd) = seccomp::install(f).step(Step::Seccomp, &what)? {
                 listener.get_or_insert(fd);
             }
         }
-        Ok(listener)
+        match listener {
+            Some(fd) => hand_over(fd),
+            None => Ok(()),
+        }
     }
 
     fn set_identity(&self, groups_denied: bool) -> Result<(), InitFailure> {
@@ -663,7 +680,9 @@ mod tests {
         fn record_with(a: &Attrs, kernel: Fake) -> Vec<Call> {
             let ((), calls) = kernel.run(|| {
                 let root = record::fd("root");
-                let (exe, _listener) = a.apply(root.as_fd()).expect("apply under the fake");
+                let exe = a
+                    .apply(root.as_fd(), &mut |_| Ok(()))
+                    .expect("apply under the fake");
                 assert_eq!(exe.to_str(), Ok("/usr/bin/sh"));
                 let failure = a.exec(&exe);
                 assert_eq!(failure.step, Step::Exec);
@@ -895,7 +914,7 @@ mod tests {
                 .then("read", Reply::Bytes(b"deny\n".to_vec()))
                 .run(|| {
                     let root = record::fd("root");
-                    let (exe, _) = a.apply(root.as_fd()).expect("apply");
+                    let exe = a.apply(root.as_fd(), &mut |_| Ok(())).expect("apply");
                     a.exec(&exe);
                 });
             // setgroups is denied in this user namespace: moat never calls it.
@@ -923,7 +942,7 @@ mod tests {
             let a = attrs(1000, true, 0, 0);
             let (r, calls) = kernel().then("setresgid", Reply::Err(libc::EPERM)).run(|| {
                 let root = record::fd("root");
-                a.apply(root.as_fd()).map(drop)
+                a.apply(root.as_fd(), &mut |_| Ok(())).map(drop)
             });
             let e = r.expect_err("setresgid failed");
             assert_eq!(e.step, Step::User);

@@ -136,6 +136,11 @@ pub fn idmapped_tree(
 /// One line of `/proc/self/mountinfo`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MountInfo {
+    /// The mount's id and its parent's.
+    pub id: u64,
+    pub parent: u64,
+    /// The directory of its filesystem mounted there (`/` for a full mount).
+    pub root: String,
     pub mount_point: PathBuf,
     pub fstype: String,
     pub source: String,
@@ -171,6 +176,9 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountInfo> {
             let f: Vec<&str> = l.split(' ').collect();
             let sep = f.iter().position(|x| *x == "-")?;
             Some(MountInfo {
+                id: f.first()?.parse().ok()?,
+                parent: f.get(1)?.parse().ok()?,
+                root: unescape(f.get(3)?),
                 mount_point: PathBuf::from(unescape(f.get(4)?)),
                 fstype: f.get(sep + 1)?.to_string(),
                 source: unescape(f.get(sep + 2)?),

@@ -283,6 +283,11 @@ pub fn setgroups_denied() -> Result<bool, ProcError> {
     with(|p| Ok(p.read(&format!("{}/setgroups", p.task_dir()?))?.trim() == "deny"))
 }
 
+/// The caller's `mountinfo`: its mount namespace, paths as its root sees them.
+pub fn mountinfo() -> Result<String, ProcError> {
+    with(|p| p.read(&format!("{}/mountinfo", p.task_dir()?)))
+}
+
 /// The caller's `uid_map`.
 pub fn uid_map() -> Result<String, ProcError> {
     with(|p| p.read(&format!("{}/uid_map", p.task_dir()?)))

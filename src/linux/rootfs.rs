@@ -78,13 +78,31 @@ pub struct Plan {
     /// RESTRICTED: a masked or read-only path missing outside procfs and sysfs fails the
     /// create instead of being skipped (runc's way, kept under OPEN).
     pub strict_missing: bool,
+    /// A read-only tmpfs at `/dev`: mounted writable, made read-only at the end of
+    /// [`finalize`], as runc does, since moat makes its submounts (`/dev/pts`, `/dev/shm`,
+    /// `/dev/mqueue`), device nodes and links in it first.
+    pub dev_ro_last: bool,
+    /// Every bind source is opened by the (privileged) parent and sent by fd, as with
+    /// `idmap_root`: the container's user namespace may not be able to reach it (a source
+    /// under a 0700 directory; runc opens them before joining the namespace).
+    pub binds_from_parent: bool,
+    /// The parent sends the bind sources as `O_PATH` fds it opened in the init's own mount
+    /// namespace (through `/proc/<init>/root`), which the init clones itself: cloned there,
+    /// the submounts of a recursive bind keep the lock the kernel put on them when the
+    /// namespace was copied for a less privileged user namespace, so container root
+    /// cannot unmount one to uncover what it hides on the host (a tree the parent cloned
+    /// in the host's namespace carries no lock). Set for a direct create (the init is
+    /// born in its mount namespace); a staged one gets trees cloned on the host.
+    pub binds_by_source: bool,
 }
 
 impl Plan {
     /// Whether the parent makes this mount: idmapped binds, and with moat's own user
     /// namespace every bind, whose source container root may have no way to reach.
     pub fn parent_built(&self, m: &MountPlan) -> bool {
-        m.idmap.is_some() || (self.idmap_root.is_some() && matches!(m.kind, Kind::Bind { .. }))
+        m.idmap.is_some()
+            || ((self.idmap_root.is_some() || self.binds_from_parent)
+                && matches!(m.kind, Kind::Bind { .. }))
     }
 
     /// How many mount fds the parent sends the child.
@@ -130,6 +148,13 @@ pub enum PlanError {
     NoFsType { index: usize },
     #[error("mounts[{index}].type: /proc must be a proc filesystem")]
     ProcNotProc { index: usize },
+    #[error(
+        "mounts[{index}].source: /proc may be a bind of the host's /proc only without a pid \
+         namespace of the container's own (it would show another pid namespace's processes)"
+    )]
+    ProcBindWithPidns { index: usize },
+    #[error("mounts[{index}].source: the host's /proc is not a procfs root here")]
+    ProcBindNotProcfs { index: usize },
     #[error("mounts[{index}].type: /sys must be a sysfs filesystem or a bind of the host's /sys")]
     SysNotSysfs { index: usize },
 }
@@ -188,6 +213,7 @@ pub fn plan(
             _ => (libc::MS_SLAVE | libc::MS_REC, None, false),
         };
     let mut mounts = Vec::new();
+    let mut dev_ro_last = false;
     let mut dev_is_bind = false;
     for (index, m) in spec.mounts.iter().enumerate() {
         let opts = mount::parse_options(&m.options);
@@ -254,13 +280,21 @@ pub fn plan(
         // written through them (CVE-2019-16884). rootless specs bind the host's /sys.
         let comps = path::components(&m.destination);
         if comps == ["proc"] && !matches!(&kind, Kind::Fs { fstype, .. } if fstype == "proc") {
-            return Err(PlanError::ProcNotProc { index });
+            proc_bind_allowed(spec, index, &kind)?;
         }
         if comps == ["sys"]
             && !matches!(&kind, Kind::Fs { fstype, .. } if fstype == "sysfs")
             && !matches!(&kind, Kind::Bind { source, .. } if source == std::path::Path::new("/sys"))
         {
             return Err(PlanError::SysNotSysfs { index });
+        }
+        let mut opts = opts;
+        if comps == ["dev"]
+            && matches!(&kind, Kind::Fs { .. })
+            && opts.set & sys::MOUNT_ATTR_RDONLY != 0
+        {
+            opts.set &= !sys::MOUNT_ATTR_RDONLY;
+            dev_ro_last = true;
         }
         mounts.push(MountPlan {
             index,
@@ -287,7 +321,40 @@ pub fn plan(
         idmap_root: None,
         kcore: Path::new("/proc/kcore").exists(),
         strict_missing: false,
+        dev_ro_last,
+        binds_from_parent: false,
+        binds_by_source: false,
     })
+}
+
+/// `/proc` as a bind of the host's `/proc` (runc's start_hello.bats "rootless with host
+/// pidns"): allowed when the container has no pid namespace entry at all, so it sees the
+/// host's processes either way, and the source is the host's procfs root. What moat
+/// reads and writes in `/proc` goes through its own procfs handle, never this mount
+/// (`linux/procfs.rs`), and the masked and read-only paths are applied on top of it as on
+/// a fresh procfs (resolved below the bind's own fd). Anything else at `/proc` is refused.
+fn proc_bind_allowed(spec: &Spec, index: usize, kind: &Kind) -> Result<(), PlanError> {
+    let Kind::Bind { source, .. } = kind else {
+        return Err(PlanError::ProcNotProc { index });
+    };
+    if source != Path::new("/proc") {
+        return Err(PlanError::ProcNotProc { index });
+    }
+    if spec.linux().namespaces.iter().any(|n| n.typ == "pid") {
+        return Err(PlanError::ProcBindWithPidns { index });
+    }
+    const PROC_SUPER_MAGIC: u64 = 0x9fa0;
+    // f_type is i64 under glibc, unsigned under musl.
+    #[allow(clippy::unnecessary_cast)]
+    let root = sys::statfs(c"/proc")
+        .ok()
+        .filter(|s| s.f_type as u64 == PROC_SUPER_MAGIC)
+        .and_then(|_| sys::stat(c"/proc").ok());
+    match root {
+        // The root of a procfs instance has inode 1.
+        Some(st) if st.st_ino == 1 => Ok(()),
+        _ => Err(PlanError::ProcBindNotProcfs { index }),
+    }
 }
 
 fn c(s: &str) -> CString {
@@ -657,8 +724,15 @@ fn mount_one(
     let (mnt, recursive) = match &m.kind {
         Kind::Bind { source, is_dir } => {
             let target = mount_target(mounts, &m.destination, *is_dir).step(Step::Mounts, what)?;
-            let prebuilt_tree = prebuilt.is_some();
+            let prebuilt_tree = prebuilt.is_some() && !(p.binds_by_source && m.idmap.is_none());
             let tree = match prebuilt {
+                // The source, opened by the parent in this mount namespace: cloned here.
+                Some(src) if p.binds_by_source && m.idmap.is_none() => {
+                    mount::clone_tree(src.as_fd(), "", m.opts.recursive)
+                        .step(Step::Mounts, || {
+                            format!("{}: clone {}", what(), source.display())
+                        })?
+                }
                 Some(t) => t,
                 None if p.parent_built(m) => {
                     return Err(InitFailure::new(
@@ -777,10 +851,12 @@ fn host_sysfs() -> std::io::Result<OwnedFd> {
 /// The container sees only its own cgroup. On a v2 host inside a cgroup namespace that is a
 /// fresh cgroup2 mount; otherwise each hierarchy's container directory is bind-mounted
 /// (under a tmpfs on v1, whose directories are made relative to the tmpfs's own fd).
-/// Always read-only unless the spec says `rw`.
+/// Read-only when the spec says `ro`, as runc mounts it (runc's and moat's default specs
+/// say so; RESTRICTED's floor adds it, `policy::mounts_floor`); writable otherwise (runc's
+/// delete.bats takes `ro` out to make sub-cgroups).
 fn mount_cgroup(mounts: &Mounts, p: &Plan, m: &MountPlan) -> Result<(OwnedFd, bool), InitFailure> {
     let what = || format!("mounts[{}] {} (cgroup)", m.index, m.destination);
-    let ro = m.opts.clr & sys::MOUNT_ATTR_RDONLY == 0;
+    let ro = m.opts.set & sys::MOUNT_ATTR_RDONLY != 0;
     let mut attrs = m.opts.clone();
     if ro {
         attrs.set |= sys::MOUNT_ATTR_RDONLY;
@@ -843,6 +919,7 @@ pub fn pivot(mounts: &Mounts, no_pivot: bool) -> Result<(), InitFailure> {
         // tree would propagate to its peers (the host's "/").
         sys::mount(None, c"/", None, libc::MS_SLAVE, None)
             .step(Step::PivotRoot, || "make / a slave".into())?;
+        hide_revealing_mounts(root)?;
         sys::mount(Some(c"."), c"/", None, libc::MS_MOVE, None)
             .step(Step::PivotRoot, || "move rootfs to /".into())?;
         sys::chroot(c".").step(Step::PivotRoot, || "chroot".into())?;
@@ -870,6 +947,98 @@ pub fn pivot(mounts: &Mounts, no_pivot: bool) -> Result<(), InitFailure> {
     }
     // The held root is "/" now: back to it by fd, not by the name "/".
     sys::fchdir(root).step(Step::PivotRoot, || "chdir /".into())
+}
+
+/// With `--no-pivot` the host's tree stays in the container's mount namespace below the
+/// chroot, and with it the host's full procfs and sysfs mounts. The kernel lets a user
+/// namespace mount a new procfs (sysfs) only where one is already fully visible in the
+/// mount namespace (`mount_too_revealing`): those would let a process of the container
+/// that makes its own user namespace mount a bare `/proc`, without the masked and
+/// read-only paths (runc's no_pivot.bats). So every full procfs/sysfs mount outside the
+/// rootfs is detached (its propagation made a slave first, so nothing reaches the
+/// host), or covered by a tmpfs where it may not be unmounted (a mount locked by a user
+/// namespace), as runc does; then the mount table is read again and the create fails
+/// if one is still fully visible (a name on the way that no longer led to it).
+fn hide_revealing_mounts(root: BorrowedFd<'_>) -> Result<(), InitFailure> {
+    let what = || "--no-pivot: hide the host's procfs and sysfs".to_string();
+    let root_id = sys::mount_id(root).step(Step::PivotRoot, what)?;
+    for m in revealing_mounts(root_id)? {
+        let path = cpath(&m.mount_point).step(Step::PivotRoot, what)?;
+        let slave = sys::mount(None, &path, None, libc::MS_SLAVE | libc::MS_REC, None);
+        match slave {
+            // Gone with a mount detached before it (below one).
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            r => r.step(Step::PivotRoot, || {
+                format!("{}: make {} a slave", what(), m.mount_point.display())
+            })?,
+        }
+        match sys::umount2(&path, libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) {
+            Ok(()) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EPERM)) => {
+                sys::mount(Some(c"tmpfs"), &path, Some(c"tmpfs"), 0, None)
+                    .step(Step::PivotRoot, || {
+                        format!("{}: cover {}", what(), m.mount_point.display())
+                    })?;
+            }
+            Err(e) => {
+                return Err(e).step(Step::PivotRoot, || {
+                    format!("{}: detach {}", what(), m.mount_point.display())
+                })
+            }
+        }
+    }
+    if let Some(m) = revealing_mounts(root_id)?.first() {
+        return Err(InitFailure::new(
+            Step::PivotRoot,
+            format!(
+                "{}: {} ({}) is still fully visible",
+                what(),
+                m.mount_point.display(),
+                m.fstype
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The full procfs and sysfs mounts of the caller's mount namespace outside the mount
+/// `root_id` (the rootfs) and not covered by a mount on their root.
+fn revealing_mounts(root_id: u64) -> Result<Vec<crate::linux::idmap::MountInfo>, InitFailure> {
+    let text = super::procfs::mountinfo().map_err(|e| {
+        InitFailure::new(Step::PivotRoot, format!("--no-pivot: read mountinfo: {e}"))
+    })?;
+    let all = crate::linux::idmap::parse_mountinfo(&text);
+    let parent_of: std::collections::HashMap<u64, u64> =
+        all.iter().map(|m| (m.id, m.parent)).collect();
+    let in_rootfs = |mut id: u64| {
+        // The parent chain ends at the namespace's root mount (its own parent is outside).
+        for _ in 0..all.len() + 1 {
+            if id == root_id {
+                return true;
+            }
+            match parent_of.get(&id) {
+                Some(&p) if p != id => id = p,
+                _ => return false,
+            }
+        }
+        false
+    };
+    Ok(all
+        .iter()
+        .filter(|m| m.root == "/" && matches!(m.fstype.as_str(), "proc" | "sysfs"))
+        .filter(|m| !in_rootfs(m.id))
+        .filter(|m| {
+            !all.iter()
+                .any(|c| c.parent == m.id && c.mount_point == m.mount_point)
+        })
+        .cloned()
+        .collect())
+}
+
+fn cpath(p: &std::path::Path) -> std::io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 /// A masked or read-only path that does not exist is skipped, as runc does. Under
@@ -980,6 +1149,13 @@ pub fn finalize(p: &Plan, mounts: &mut Mounts) -> Result<(), InitFailure> {
             }
         }
     }
+    if p.dev_ro_last {
+        // The tmpfs moat attached at /dev (its pin), not whatever /dev names now.
+        if let Some(dev) = mounts.pins.iter().find(|x| x.dest == ["dev"]) {
+            mount::setattr(dev.fd.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0)
+                .step(Step::Mounts, || "make /dev read-only".into())?;
+        }
+    }
     if p.readonly {
         mount::setattr(mounts.root().fd(), false, sys::MOUNT_ATTR_RDONLY, 0)
             .step(Step::Rootfs, || "make / read-only".into())?;
@@ -1075,6 +1251,9 @@ mod tests {
             idmap_root: None,
             kcore: false,
             strict_missing: false,
+            dev_ro_last: false,
+            binds_from_parent: false,
+            binds_by_source: false,
         }
     }
 

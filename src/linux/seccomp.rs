@@ -526,54 +526,26 @@ fn overridden(added: &[Added<'_>]) -> Vec<String> {
     out
 }
 
-/// The syscalls moat's init makes after it loads a filter with `SCMP_ACT_NOTIFY` rules and
-/// before the parent holds the listener, which it hands to the agent: a notification
-/// then reaches nobody, and the init (and `create`) would wait forever. Notifying on them
-/// is refused when the container is planned, as runc refuses `write`, the call its init
-/// hands the listener over with. Measured with strace (create row 13 to `Ready`) and kept
-/// with the code: the init's last calls with the filter loaded late (with
-/// `noNewPrivileges`) are the closes of the held mount fds and the `sendmsg` carrying the
-/// listener; its allocator may map memory on the way; `write` as runc (moat's init does
-/// not write there, but profiles made for runc are refused alike).
-const BEFORE_HANDOVER: &[&str] = &[
-    "brk", "close", "mmap", "mremap", "munmap", "sendmsg", "write",
-];
-
-/// With the filter loaded early, before the privilege drop (no `noNewPrivileges`), the
-/// rest of `attrs::apply` runs under it too: bounding set, groups and ids, capabilities,
-/// umask, the cwd resolved and entered, the executable looked up.
-const BEFORE_HANDOVER_EARLY: &[&str] = &[
-    "capset",
-    "fchdir",
-    "fstat",
-    "fstatfs",
-    "getcwd",
-    "newfstatat",
-    "openat2",
-    "prctl",
-    "read",
-    "readlinkat",
-    "setgroups",
-    "setresgid",
-    "setresuid",
-    "stat",
-    "statx",
-    "umask",
-];
+/// The syscalls moat's init (or an exec'd process) makes after it loads a filter with
+/// `SCMP_ACT_NOTIFY` rules and before the listener has left it for the parent, which hands
+/// it to the agent at once (`attrs::Attrs::apply`): a notification then reaches nobody,
+/// and the process (and `create`) would wait forever. Notifying on them is refused when
+/// the container is planned, as runc refuses `write`, the call its init hands the
+/// listener over with. After the handover every syscall may be notified (the agent
+/// answers `execve`, `openat`, `read`, `close` of the init). Between the load and the
+/// handover: the `sendmsg` carrying the listener, whose buffers the allocator may map;
+/// `write` as runc (moat does not write there, but profiles made for runc are refused
+/// alike).
+const BEFORE_HANDOVER: &[&str] = &["brk", "mmap", "mremap", "munmap", "sendmsg", "write"];
 
 /// Refuses `SCMP_ACT_NOTIFY` on a syscall the init makes before the listener is handed
-/// over ([`BEFORE_HANDOVER`]): `early` when the filter is loaded before the privilege drop
-/// (no `noNewPrivileges`), `floor` when the deny floor is loaded after it (a `seccomp`).
+/// over ([`BEFORE_HANDOVER`]); `floor` when the deny floor is loaded after the profile (a
+/// `seccomp` call in between).
 pub fn refuse_notify_before_handover(
     seccomp: &spec::Seccomp,
-    early: bool,
     floor: bool,
 ) -> Result<(), SeccompError> {
-    let needed = |name: &str| {
-        BEFORE_HANDOVER.contains(&name)
-            || (early && BEFORE_HANDOVER_EARLY.contains(&name))
-            || (floor && name == "seccomp")
-    };
+    let needed = |name: &str| BEFORE_HANDOVER.contains(&name) || (floor && name == "seccomp");
     for (i, call) in seccomp.syscalls.iter().enumerate() {
         if call.action != "SCMP_ACT_NOTIFY" {
             continue;
@@ -1134,8 +1106,8 @@ mod tests {
 
     /// runc's seccomp-notify.bats "(SCMP_ACT_NOTIFY write)": notifying on a syscall the
     /// init makes before the agent has the listener is refused, naming the entry and the
-    /// syscall; the privilege drop's calls only when the filter is loaded before it, the
-    /// floor's `seccomp` only with the floor. Other notify rules are fine.
+    /// syscall; the floor's `seccomp` only with the floor. Other notify rules are fine,
+    /// the calls the init makes after the handover too (runc's "important syscalls").
     #[test]
     fn notify_on_a_syscall_of_the_handover_is_refused() {
         let p = |names: &[&str]| {
@@ -1146,24 +1118,22 @@ mod tests {
                 "syscalls": [ok, allow, {"names": names, "action": "SCMP_ACT_NOTIFY"}]}),
             )
         };
-        let e = refuse_notify_before_handover(&p(&["mkdirat", "write"]), false, false)
-            .expect_err("write");
+        let e = refuse_notify_before_handover(&p(&["mkdirat", "write"]), false).expect_err("write");
         assert_eq!(
             e.to_string(),
             "linux.seccomp.syscalls[2].names[1]: SCMP_ACT_NOTIFY cannot be used for the write \
              syscall: moat's init makes it after loading the filter, before the seccomp agent \
              has the listener"
         );
-        for name in ["sendmsg", "close"] {
-            refuse_notify_before_handover(&p(&[name]), false, false).expect_err(name);
+        refuse_notify_before_handover(&p(&["sendmsg"]), false).expect_err("sendmsg");
+        for after in ["execve", "openat", "read", "close", "setresuid"] {
+            refuse_notify_before_handover(&p(&[after]), false).expect(after);
         }
-        refuse_notify_before_handover(&p(&["setresuid"]), false, false).expect("late filter");
-        refuse_notify_before_handover(&p(&["setresuid"]), true, false).expect_err("early");
-        refuse_notify_before_handover(&p(&["seccomp"]), true, false).expect("no floor");
-        refuse_notify_before_handover(&p(&["seccomp"]), false, true).expect_err("floor");
-        refuse_notify_before_handover(&p(&["mkdirat", "chmod"]), true, true).expect("others");
+        refuse_notify_before_handover(&p(&["seccomp"]), false).expect("no floor");
+        refuse_notify_before_handover(&p(&["seccomp"]), true).expect_err("floor");
+        refuse_notify_before_handover(&p(&["mkdirat", "chmod"]), true).expect("others");
         // Every name is one libseccomp knows: a typo would refuse nothing.
-        for name in BEFORE_HANDOVER.iter().chain(BEFORE_HANDOVER_EARLY) {
+        for name in BEFORE_HANDOVER {
             assert!(ScmpSyscall::from_name(name).is_ok(), "{name}");
         }
     }

@@ -22,8 +22,10 @@
 //!   Hooks        runs prestart, createRuntime hooks
 //!                HooksDone ─────────────────────────────────▶ createContainer hooks, pivot_root
 //!   Pivoted                            ◀──────────────────── InitPid(pid)       (late init only)
-//!   Finalize                                                  masks, sysctl, LSM, user, caps, seccomp
-//!                                      ◀──────────────────── Ready [+ seccomp listener fd]
+//!   Finalize                                                  masks, sysctl, LSM, seccomp, user, caps
+//!                                      ◀──────────────────── Listener + fd  (right after a filter
+//!                passes it to the seccomp agent                               with notify rules loads)
+//!                                      ◀──────────────────── Ready
 //!   Ready        writes state.json and --pid-file
 //!                Created ───────────────────────────────────▶ blocks on exec.fifo until `start`
 //!   Done
@@ -202,10 +204,11 @@ pub enum Kind {
     HooksPlease,
     Ready,
     Failed,
+    Listener,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Go,
         Kind::MountFd,
         Kind::MapsWritten,
@@ -216,6 +219,7 @@ impl Kind {
         Kind::HooksPlease,
         Kind::Ready,
         Kind::Failed,
+        Kind::Listener,
     ];
 
     fn tag(self) -> u8 {
@@ -263,6 +267,8 @@ pub enum ToParent {
     UsernsReady,
     InitPid(i32),
     HooksPlease,
+    /// The seccomp listener (the fd next to it), sent the moment its filter is loaded.
+    Listener,
     Ready,
     Failed(InitFailure),
 }
@@ -273,6 +279,7 @@ impl ToParent {
             ToParent::UsernsReady => Kind::UsernsReady,
             ToParent::InitPid(_) => Kind::InitPid,
             ToParent::HooksPlease => Kind::HooksPlease,
+            ToParent::Listener => Kind::Listener,
             ToParent::Ready => Kind::Ready,
             ToParent::Failed(_) => Kind::Failed,
         }
@@ -349,6 +356,7 @@ impl Phase {
             (P::Hooks, K::HooksDone) if shape.late_init => P::Pivoted,
             (P::Hooks, K::HooksDone) => P::Finalize,
             (P::Pivoted, K::InitPid) => P::Finalize,
+            (P::Finalize, K::Listener) => P::Finalize,
             (P::Finalize, K::Ready) => P::Ready,
             (P::Ready, K::Created) => P::Done,
             _ => return None,
@@ -557,9 +565,12 @@ impl Channel {
                 let d = f.detail.as_bytes();
                 b.extend_from_slice(&d[..d.len().min(MAX_MSG - 16)]);
             }
-            ToParent::UsernsReady | ToParent::HooksPlease | ToParent::Ready => {}
+            ToParent::UsernsReady
+            | ToParent::HooksPlease
+            | ToParent::Listener
+            | ToParent::Ready => {}
         }
-        let fd = if let ToParent::Ready = m { fd } else { None };
+        let fd = if let ToParent::Listener = m { fd } else { None };
         self.send(&b, fd)
     }
 
@@ -588,6 +599,7 @@ impl Channel {
                 ToParent::InitPid(i32::from_le_bytes(b[..4].try_into().expect("4 bytes")))
             }
             Kind::HooksPlease => ToParent::HooksPlease,
+            Kind::Listener if fd.is_some() => ToParent::Listener,
             Kind::Ready => ToParent::Ready,
             Kind::Failed if b.len() >= 5 => {
                 let step = STEPS
@@ -649,10 +661,10 @@ mod tests {
         p.send_child(&ToChild::Go(b"{\"x\":1}".to_vec())).unwrap();
         assert!(matches!(c.recv_parent().unwrap(), ToChild::Go(s) if s == b"{\"x\":1}"));
         let f = std::fs::File::open("/dev/null").unwrap();
-        c.send_parent(&ToParent::Ready, Some(std::os::fd::AsFd::as_fd(&f)))
+        c.send_parent(&ToParent::Listener, Some(std::os::fd::AsFd::as_fd(&f)))
             .unwrap();
         let (m, fd) = p.recv_child().unwrap();
-        assert!(matches!(m, ToParent::Ready));
+        assert!(matches!(m, ToParent::Listener));
         assert!(fd.is_some());
         c.send_parent(
             &ToParent::Failed(InitFailure {
@@ -745,7 +757,9 @@ mod tests {
                     // (none included) where they go: in order.
                     let repeat = other == Kind::MountFd && i > 0 && seq[i - 1] == Kind::MountFd;
                     let no_mounts = k == Kind::MountFd && seq.get(i + 1) == Some(&other);
-                    if other == k || repeat || no_mounts || other == Kind::Failed {
+                    // The seccomp listener may come (any number of times) before Ready.
+                    let listener = other == Kind::Listener && k == Kind::Ready;
+                    if other == k || repeat || no_mounts || listener || other == Kind::Failed {
                         continue;
                     }
                     let q = protocol(shape);

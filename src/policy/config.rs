@@ -127,7 +127,8 @@ pub struct Config {
     /// Ids per container (`[userns] size`).
     pub userns_size: u32,
     /// `[runtime] sync_timeout`: how long create waits for each answer of the init (a
-    /// child stuck in D state, a frozen cgroup, a hook inside that never returns), in
+    /// child stuck in D state, a frozen cgroup, a hook inside that never returns), and
+    /// start for the init's execve (plus its startContainer hooks' timeouts), in
     /// seconds. Generous: TCG and 50-way load are slow.
     pub sync_timeout: u32,
     /// `[restricted] apparmor_profiles`: the AppArmor profiles a RESTRICTED container

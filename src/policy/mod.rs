@@ -506,8 +506,8 @@ fn mounts_floor(spec: &mut Spec, facts: &FloorFacts, d: &mut Decision) {
             if own_cgroupns && facts.cgroup_v2 {
                 continue;
             }
-            // moat mounts cgroupfs read-only unless the spec says rw.
-            ("cgroupfs", last == Some("rw"))
+            // cgroupfs is mounted as the spec says (writable without `ro`, as runc).
+            ("cgroupfs", last != Some("ro"))
         } else {
             continue;
         };

@@ -11,7 +11,12 @@
 //! - a key that appears twice in one object is refused, at any depth, inside maps and
 //!   inside fields moat does not model as much as in the fields it does;
 //! - a key of a struct that is not one of its fields but folds (Go's way) to one of them
-//!   is refused. Map keys are never folded: podman sends both `Foo` and `foo`
+//!   is refused, but inside `linux.resources` (and an update's resources document):
+//!   there it is taken as that field, with a warning ([`fold_resources`] renames it
+//!   before the typed parse), so moat applies what runc applies (runc's update.bats
+//!   writes `"CPU"` beside `"cpu"`): the field and its variants in one object are read in
+//!   order into the field, as Go's decoder reads them (objects merged, anything else
+//!   replaced). Map keys are never folded: podman sends both `Foo` and `foo`
 //!   annotations, and `linux.sysctl`, `linux.resources.unified` and `linux.timeOffsets`
 //!   are keyed by the kernel's case-sensitive names;
 //! - any other unknown key is left alone (runc ignores it too).
@@ -65,20 +70,47 @@ pub const OPAQUE_SHAPES: &[OpaqueShape] =
 /// A type whose JSON is checked before it is parsed; the shape is traced once.
 pub trait Checked: DeserializeOwned {
     fn shape() -> &'static Node;
+    /// Where the document starts (see [`Pos`]).
+    const START: Pos;
+}
+
+/// Where in a document case variants of a field are taken as the field (see the module
+/// doc): [`Pos::Folding`] below; the others say how far from `linux.resources` a walk is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pos {
+    /// The top of a spec: `linux` leads on.
+    Top,
+    /// `linux`: `resources` leads on.
+    Linux,
+    /// Inside `linux.resources` (or a resources document).
+    Folding,
+    /// Anywhere else.
+    Other,
+}
+
+impl Pos {
+    fn enter(self, key: &str) -> Pos {
+        match (self, key) {
+            (Pos::Top, "linux") => Pos::Linux,
+            (Pos::Linux, "resources") | (Pos::Folding, _) => Pos::Folding,
+            _ => Pos::Other,
+        }
+    }
 }
 
 macro_rules! checked {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $pos:expr),*) => {$(
         impl Checked for $t {
             fn shape() -> &'static Node {
                 static SHAPE: OnceLock<Node> = OnceLock::new();
                 SHAPE.get_or_init(trace::<$t>)
             }
+            const START: Pos = $pos;
         }
     )*};
 }
 
-checked!(super::Spec, super::Process, super::Resources);
+checked!(super::Spec => Pos::Top, super::Process => Pos::Other, super::Resources => Pos::Folding);
 
 /// A key refused: where (a path like `process.capabilities` or `mounts[2]`, `top level`
 /// for the document itself) and why.
@@ -96,21 +128,24 @@ impl fmt::Display for KeyError {
 
 /// Checks `bytes` against `T`'s shape. JSON that does not parse is reported here too,
 /// with serde_json's message: a check that stopped early would leave keys unchecked.
-pub fn check<T: Checked>(bytes: &[u8]) -> Result<(), KeyError> {
-    check_shape(T::shape(), bytes)
+/// `Ok(true)`: a case variant of a resources field is to be taken as the field
+/// ([`fold_resources`] before the typed parse).
+pub fn check<T: Checked>(bytes: &[u8]) -> Result<bool, KeyError> {
+    check_shape(T::shape(), T::START, bytes)
 }
 
-pub fn check_shape(shape: &Node, bytes: &[u8]) -> Result<(), KeyError> {
+pub fn check_shape(shape: &Node, start: Pos, bytes: &[u8]) -> Result<bool, KeyError> {
     let ctx = Ctx::default();
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let r = Walk {
         node: shape,
         ctx: &ctx,
+        pos: start,
     }
     .deserialize(&mut de)
     .and_then(|()| de.end());
     match r {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(ctx.folds.get()),
         Err(e) => {
             let mut trail = ctx.trail.into_inner();
             trail.reverse();
@@ -140,6 +175,170 @@ pub fn check_shape(shape: &Node, bytes: &[u8]) -> Result<(), KeyError> {
             let message = ctx.refused.into_inner().unwrap_or_else(|| e.to_string());
             Err(KeyError { field, message })
         }
+    }
+}
+
+/// After [`check`] said so: the document with every case variant of a resources field
+/// read as the field (what Go's decoder, and so runc, reads), and one warning line per
+/// variant. Off the plain path: only a document with such a key comes here. The keys'
+/// order matters (a later value for a field merges into or replaces an earlier one), so
+/// the document is read in order first ([`Ordered`]).
+pub fn fold_resources<T: Checked>(bytes: &[u8]) -> Result<(Vec<u8>, Vec<String>), KeyError> {
+    let doc: Ordered = serde_json::from_slice(bytes).map_err(|e| KeyError {
+        field: "syntax".into(),
+        message: e.to_string(),
+    })?;
+    let mut warnings = Vec::new();
+    let v = fold(doc, T::shape(), T::START, "", &mut warnings);
+    let bytes = serde_json::to_vec(&v).map_err(|e| KeyError {
+        field: "top level".into(),
+        message: e.to_string(),
+    })?;
+    Ok((bytes, warnings))
+}
+
+/// A JSON value with its objects' keys in document order.
+enum Ordered {
+    Object(Vec<(String, Ordered)>),
+    Array(Vec<Ordered>),
+    Scalar(serde_json::Value),
+}
+
+impl<'de> de::Deserialize<'de> for Ordered {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Ordered, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Ordered;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(b.into()))
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(n.into()))
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(n.into()))
+            }
+            fn visit_f64<E>(self, n: f64) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(n.into()))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(s.into()))
+            }
+            fn visit_unit<E>(self) -> Result<Ordered, E> {
+                Ok(Ordered::Scalar(serde_json::Value::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Ordered, A::Error> {
+                let mut v = Vec::new();
+                while let Some(x) = seq.next_element()? {
+                    v.push(x);
+                }
+                Ok(Ordered::Array(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ordered, A::Error> {
+                let mut v = Vec::new();
+                while let Some((k, x)) = map.next_entry::<String, Ordered>()? {
+                    v.push((k, x));
+                }
+                Ok(Ordered::Object(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `doc` as a plain value, each case variant of a struct's field under [`Pos::Folding`]
+/// read as the field, in order.
+fn fold(
+    doc: Ordered,
+    node: &Node,
+    pos: Pos,
+    path: &str,
+    out: &mut Vec<String>,
+) -> serde_json::Value {
+    let node = match node {
+        Node::Opaque(Some(inner)) => inner,
+        n => n,
+    };
+    let join = |k: &str| {
+        if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    match doc {
+        Ordered::Scalar(v) => v,
+        Ordered::Array(items) => {
+            let (child, pos) = match node {
+                Node::Seq(c) => (
+                    &**c,
+                    if pos == Pos::Folding {
+                        Pos::Folding
+                    } else {
+                        Pos::Other
+                    },
+                ),
+                _ => (&ANY, Pos::Other),
+            };
+            serde_json::Value::Array(
+                items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, x)| fold(x, child, pos, &format!("{path}[{i}]"), out))
+                    .collect(),
+            )
+        }
+        Ordered::Object(entries) => {
+            let mut map = serde_json::Map::new();
+            for (k, x) in entries {
+                let (name, child) = match node {
+                    Node::Struct(fields) => match fields.iter().find(|(f, _)| *f == k) {
+                        Some((f, c)) => (f.to_string(), c),
+                        None => match fields.iter().find(|(f, _)| go_fold_eq(&k, f)) {
+                            Some((f, c)) if pos == Pos::Folding => {
+                                out.push(format!(
+                                    "{}: {k:?} taken as {f:?} (keys differ only in case; runc's \
+                                     decoder matches them so)",
+                                    if path.is_empty() { "top level" } else { path }
+                                ));
+                                (f.to_string(), c)
+                            }
+                            _ => (k.clone(), &ANY),
+                        },
+                    },
+                    Node::Map(c) => (k.clone(), &**c),
+                    _ => (k.clone(), &ANY),
+                };
+                let v = fold(x, child, pos.enter(&name), &join(&name), out);
+                let merged = match map.remove(&name) {
+                    Some(earlier) => go_merge(earlier, v),
+                    None => v,
+                };
+                map.insert(name, merged);
+            }
+            serde_json::Value::Object(map)
+        }
+    }
+}
+
+/// A later value for a field Go's decoder already filled: an object is decoded into the
+/// earlier one (its keys merged, recursively), anything else replaces it.
+fn go_merge(earlier: serde_json::Value, later: serde_json::Value) -> serde_json::Value {
+    match (earlier, later) {
+        (serde_json::Value::Object(mut a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                let v = match a.remove(&k) {
+                    Some(e) => go_merge(e, v),
+                    None => v,
+                };
+                a.insert(k, v);
+            }
+            serde_json::Value::Object(a)
+        }
+        (_, later) => later,
     }
 }
 
@@ -192,6 +391,8 @@ pub fn go_fold_eq(key: &str, field: &str) -> bool {
 struct Ctx {
     /// Why the walk stopped, when it was a refusal (not a syntax error).
     refused: RefCell<Option<String>>,
+    /// A case variant of a resources field was seen (to be renamed).
+    folds: std::cell::Cell<bool>,
     /// The path to the failure, innermost first, filled while the error unwinds.
     trail: RefCell<Vec<Seg>>,
 }
@@ -211,6 +412,7 @@ impl Ctx {
 struct Walk<'s, 'c> {
     node: &'s Node,
     ctx: &'c Ctx,
+    pos: Pos,
 }
 
 impl<'de> DeserializeSeed<'de> for Walk<'_, '_> {
@@ -284,6 +486,11 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
             match seq.next_element_seed(Walk {
                 node: elem,
                 ctx: self.ctx,
+                pos: if self.pos == Pos::Folding {
+                    Pos::Folding
+                } else {
+                    Pos::Other
+                },
             }) {
                 Ok(Some(())) => i += 1,
                 Ok(None) => return Ok(()),
@@ -309,14 +516,21 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
             let child = match node {
                 Node::Struct(fields) => match fields.iter().find(|(f, _)| *f == key) {
                     Some((_, c)) => c,
-                    None => {
-                        if let Some((f, _)) = fields.iter().find(|(f, _)| go_fold_eq(&key, f)) {
+                    None => match fields.iter().find(|(f, _)| go_fold_eq(&key, f)) {
+                        // Taken as the field (renamed before the typed parse; the field
+                        // and its variants in one object are decoded in order into it, as
+                        // Go does: objects merged, anything else replaced).
+                        Some((_, c)) if self.pos == Pos::Folding => {
+                            self.ctx.folds.set(true);
+                            c
+                        }
+                        Some((f, _)) => {
                             return Err(self.ctx.refuse(format!(
                                 "{key:?} differs only in case from {f:?}; refused"
-                            )));
+                            )))
                         }
-                        &ANY
-                    }
+                        None => &ANY,
+                    },
                 },
                 Node::Map(c) => c,
                 _ => &ANY,
@@ -324,6 +538,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
             if let Err(e) = map.next_value_seed(Walk {
                 node: child,
                 ctx: self.ctx,
+                pos: self.pos.enter(&key),
             }) {
                 self.ctx.trail.borrow_mut().push(Seg::Key(key.into_owned()));
                 return Err(e);

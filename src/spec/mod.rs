@@ -527,10 +527,15 @@ pub struct JsonError {
 /// ([`keys::check`]), then the typed parse, reporting the JSON path of the field that
 /// failed.
 pub fn from_slice<T: keys::Checked>(bytes: &[u8]) -> Result<T, JsonError> {
-    keys::check::<T>(bytes).map_err(|e| JsonError {
+    let key = |e: keys::KeyError| JsonError {
         field: e.field,
         message: e.message,
-    })?;
+    };
+    if keys::check::<T>(bytes).map_err(key)? {
+        let (folded, warnings) = keys::fold_resources::<T>(bytes).map_err(key)?;
+        warnings.iter().for_each(|w| crate::log::warn(w));
+        return typed(&folded);
+    }
     typed(bytes)
 }
 
@@ -572,11 +577,19 @@ impl Spec {
 
     /// Parses the bytes of `path`, keys checked, each error naming the file.
     pub fn parse_file(bytes: &[u8], path: &Path) -> Result<Spec, LoadError> {
-        keys::check::<Spec>(bytes).map_err(|e| LoadError::Key {
+        let key = |e: keys::KeyError| LoadError::Key {
             path: path.to_path_buf(),
             field: e.field,
             message: e.message,
-        })?;
+        };
+        let folded;
+        let mut bytes = bytes;
+        if keys::check::<Spec>(bytes).map_err(key)? {
+            let (f, warnings) = keys::fold_resources::<Spec>(bytes).map_err(key)?;
+            warnings.iter().for_each(|w| crate::log::warn(w));
+            folded = f;
+            bytes = &folded;
+        }
         typed(bytes).map_err(|e| LoadError::Parse {
             path: path.to_path_buf(),
             field: e.field,

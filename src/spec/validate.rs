@@ -42,6 +42,25 @@ pub fn device_path(path: &str) -> Option<String> {
 }
 
 /// Checks the spec, and normalises what the rest of moat must see in one form only.
+/// runc takes a namespace listed twice alike (same type, same or no path) as one: an
+/// engine that appends one the spec already has (runc's delete.bats adds a cgroup
+/// namespace to a spec that lists it) keeps working. The repeats are dropped, with a
+/// warning; what is left is checked as usual.
+fn drop_repeated_namespaces(namespaces: &mut Vec<super::Namespace>) {
+    let mut kept: Vec<super::Namespace> = Vec::with_capacity(namespaces.len());
+    for (i, ns) in std::mem::take(namespaces).into_iter().enumerate() {
+        if kept.iter().any(|k| k.typ == ns.typ && k.path == ns.path) {
+            crate::log::warn(&format!(
+                "linux.namespaces[{i}]: namespace {:?} listed again; taken once, as runc does",
+                ns.typ
+            ));
+            continue;
+        }
+        kept.push(ns);
+    }
+    *namespaces = kept;
+}
+
 pub fn validate(spec: &mut Spec) -> Result<(), Invalid> {
     if let Some(linux) = spec.linux.as_mut() {
         for (i, d) in linux.devices.iter_mut().enumerate() {
@@ -55,6 +74,7 @@ pub fn validate(spec: &mut Spec) -> Result<(), Invalid> {
                 }
             }
         }
+        drop_repeated_namespaces(&mut linux.namespaces);
     }
     let spec = &*spec;
     let major = spec.oci_version.split('.').next().unwrap_or("");
@@ -116,7 +136,8 @@ pub fn validate(spec: &mut Spec) -> Result<(), Invalid> {
     let Some(linux) = &spec.linux else {
         return Ok(());
     };
-    let mut seen = Vec::new();
+    // Different paths (or a path and a new one) for one type cannot both be had: refused.
+    let mut seen: Vec<(&str, Option<&str>)> = Vec::new();
     for (i, ns) in linux.namespaces.iter().enumerate() {
         if !NAMESPACE_TYPES.contains(&ns.typ.as_str()) {
             return Err(invalid(
@@ -124,13 +145,6 @@ pub fn validate(spec: &mut Spec) -> Result<(), Invalid> {
                 format!("unknown namespace type {:?}", ns.typ),
             ));
         }
-        if seen.contains(&ns.typ.as_str()) {
-            return Err(invalid(
-                format!("linux.namespaces[{i}].type"),
-                format!("namespace {:?} listed twice", ns.typ),
-            ));
-        }
-        seen.push(ns.typ.as_str());
         if let Some(path) = &ns.path {
             if !path.starts_with('/') {
                 return Err(invalid(
@@ -139,7 +153,25 @@ pub fn validate(spec: &mut Spec) -> Result<(), Invalid> {
                 ));
             }
         }
+        let this = (ns.typ.as_str(), ns.path.as_deref());
+        match seen.iter().find(|(t, _)| *t == this.0) {
+            Some((_, first_path)) => {
+                let show =
+                    |p: Option<&str>| p.map_or("a new one".to_string(), |p| format!("{p:?}"));
+                return Err(invalid(
+                    format!("linux.namespaces[{i}]"),
+                    format!(
+                        "namespace {:?} listed twice, as {} and as {}",
+                        ns.typ,
+                        show(*first_path),
+                        show(this.1)
+                    ),
+                ));
+            }
+            None => seen.push(this),
+        }
     }
+    let seen: Vec<&str> = seen.iter().map(|(t, _)| *t).collect();
     let has_userns = seen.contains(&"user");
     if !has_userns && (!linux.uid_mappings.is_empty() || !linux.gid_mappings.is_empty()) {
         return Err(invalid(
@@ -237,12 +269,29 @@ mod tests {
     }
 
     #[test]
-    fn rejects_duplicate_namespace() {
+    fn a_repeated_namespace_is_taken_once_and_a_conflicting_one_refused() {
+        let mut s = spec(
+            r#"{"ociVersion":"1.0.2","process":{"args":["x"],"cwd":"/"},"linux":{"namespaces":
+            [{"type":"pid"},{"type":"cgroup"},{"type":"pid"},{"type":"cgroup"}]}}"#,
+        );
+        validate(&mut s).unwrap();
+        let types: Vec<&str> = s
+            .linux()
+            .namespaces
+            .iter()
+            .map(|n| n.typ.as_str())
+            .collect();
+        assert_eq!(types, ["pid", "cgroup"]);
         let e = validate(&mut spec(
-            r#"{"ociVersion":"1.0.2","linux":{"namespaces":[{"type":"pid"},{"type":"pid"}]}}"#,
+            r#"{"ociVersion":"1.0.2","linux":{"namespaces":[{"type":"network"},
+            {"type":"network","path":"/proc/1/ns/net"}]}}"#,
         ))
         .unwrap_err();
-        assert!(e.reason.contains("twice"));
+        assert_eq!(e.field, "linux.namespaces[1]");
+        assert_eq!(
+            e.reason,
+            "namespace \"network\" listed twice, as a new one and as \"/proc/1/ns/net\""
+        );
     }
 
     #[test]

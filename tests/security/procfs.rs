@@ -403,3 +403,50 @@ fn handle_works_when_joining_a_pid_namespace_in_a_user_namespace_and_for_exec() 
     let out = a.run(cmd).ok().stdout;
     check("exec", &out, "2345");
 }
+
+/// runc's no_pivot.bats: with `--no-pivot` the host's tree stays in the container's mount
+/// namespace below the chroot, with the host's full `/proc`. The kernel lets a user
+/// namespace mount a fresh procfs only where a fully visible one exists in its mount
+/// namespace, so a container process that makes its own user (and pid, mount) namespace
+/// could mount a bare `/proc` — no masked paths, a writable `/proc/sysrq-trigger` — were
+/// that one still there. moat detaches the host's full procfs/sysfs mounts before the
+/// move: the mount is refused. OPEN (RESTRICTED's seccomp refuses `unshare` anyway); the
+/// same user namespace without the mount shows the attack could run.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn no_pivot_leaves_no_fully_visible_procfs_for_a_nested_user_namespace() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("nopivot-proc");
+    // CAP_SETFCAP: `unshare -r` maps uid 0 onto itself.
+    for set in ["bounding", "permitted", "effective"] {
+        ctx.push(
+            &format!("/process/capabilities/{set}"),
+            json!("CAP_SETFCAP"),
+        );
+    }
+    ctx.sh("unshare -mrpf sh -c 'echo in-userns' 2>&1; \
+         unshare -mrpf sh -c 'mount -t proc none /proc && echo MOUNTED' 2>&1; echo done");
+    let id = ctx.id("c");
+    let b = ctx.bundle_str();
+    let c = ctx.guard(&id);
+    let created = ctx
+        .moat(&["create", "--no-pivot", "--bundle", &b, &id])
+        .ok();
+    c.start();
+    c.wait_stopped(std::time::Duration::from_secs(20));
+    let out = created.stdout_now();
+    if !out.contains("in-userns") {
+        missing(&format!(
+            "no_pivot_leaves_no_fully_visible_procfs: no user namespace inside the container \
+             here: {out}"
+        ));
+        return;
+    }
+    assert!(out.contains("done"), "{out}");
+    assert!(
+        !out.contains("MOUNTED"),
+        "a nested user namespace mounted a fresh procfs under --no-pivot: {out}"
+    );
+}

@@ -81,13 +81,18 @@ pub fn rules(spec: &[DeviceCgroup]) -> Result<Vec<Rule>, CgroupError> {
     let mut out = Vec::with_capacity(spec.len() + MKNOD_ANY.len() + DEFAULTS.len());
     out.extend(MKNOD_ANY.iter().cloned());
     for (i, d) in spec.iter().enumerate() {
-        out.push(parse(i, d)?);
+        out.extend(parse(i, d)?);
     }
     out.extend(DEFAULTS.iter().cloned());
     Ok(out)
 }
 
-fn parse(i: usize, d: &DeviceCgroup) -> Result<Rule, CgroupError> {
+/// One spec rule. An access letter that is not r, w or m (runc's update.bats writes
+/// `"rwa"`) means nothing to the kernel; runc's rule emulator drops it. moat never lets
+/// one widen what the rule allows: an allow rule keeps its known letters only (none: the
+/// rule allows nothing and is dropped), a deny rule denies every access. Either is said
+/// in a warning.
+fn parse(i: usize, d: &DeviceCgroup) -> Result<Option<Rule>, CgroupError> {
     let field = |f: &str| format!("linux.resources.devices[{i}]{f}");
     let typ = match d.typ.as_deref() {
         None | Some("a") => DevType::All,
@@ -116,29 +121,50 @@ fn parse(i: usize, d: &DeviceCgroup) -> Result<Rule, CgroupError> {
         None | Some("") => ACC_ALL,
         Some(s) => {
             let mut bits = 0;
+            let mut unknown = String::new();
             for c in s.chars() {
-                bits |= match c {
-                    'r' => ACC_READ,
-                    'w' => ACC_WRITE,
-                    'm' => ACC_MKNOD,
-                    _ => {
-                        return Err(CgroupError::Invalid {
-                            field: field(".access"),
-                            msg: format!("{s:?} may only contain r, w and m"),
-                        })
-                    }
-                };
+                match c {
+                    'r' => bits |= ACC_READ,
+                    'w' => bits |= ACC_WRITE,
+                    'm' => bits |= ACC_MKNOD,
+                    _ if !unknown.contains(c) => unknown.push(c),
+                    _ => {}
+                }
             }
-            bits
+            if unknown.is_empty() {
+                bits
+            } else if d.allow {
+                crate::log::warn(&format!(
+                    "{}: {s:?}: {unknown:?} is no device access (r, w, m); ignored, as runc \
+                     does: the rule allows {}",
+                    field(".access"),
+                    if bits == 0 {
+                        "nothing and is dropped".to_string()
+                    } else {
+                        format!("{:?}", access_str(bits))
+                    }
+                ));
+                if bits == 0 {
+                    return Ok(None);
+                }
+                bits
+            } else {
+                crate::log::warn(&format!(
+                    "{}: {s:?}: {unknown:?} is no device access (r, w, m); the rule denies \
+                     every access (\"rwm\"), never less than asked",
+                    field(".access")
+                ));
+                ACC_ALL
+            }
         }
     };
-    Ok(Rule {
+    Ok(Some(Rule {
         allow: d.allow,
         typ,
         major,
         minor,
         access,
-    })
+    }))
 }
 
 pub fn access_str(bits: u8) -> String {

@@ -79,13 +79,38 @@ fn device_rules_are_validated() {
         (dc(true, "x", 1, 1, "r"), "devices[0].type"),
         (dc(true, "c", -2, 1, "r"), "devices[0].major"),
         (dc(true, "c", 1, 1 << 40, "r"), "devices[0].minor"),
-        (dc(true, "c", 1, 1, "rx"), "devices[0].access"),
     ] {
         let e = devices::rules(&[d]).unwrap_err().to_string();
         assert!(e.starts_with(&format!("linux.resources.{field}")), "{e}");
     }
     let many = vec![DeviceCgroup::default(); devices::MAX_RULES + 1];
     assert!(devices::rules(&many).is_err());
+}
+
+/// runc's update.bats writes access "rwa": a letter the kernel does not know never widens
+/// what a rule allows: an allow rule keeps its known letters (none: dropped), a deny rule
+/// denies every access.
+#[test]
+fn unknown_access_letters_never_widen_a_rule() {
+    let rules = devices::rules(&[
+        dc(true, "c", 1, 1, "rx"),
+        dc(true, "c", 1, 2, "a"),
+        dc(false, "c", 1, 11, "rwa"),
+    ])
+    .unwrap();
+    let lines: Vec<(&str, Vec<String>)> = rules[2..4].iter().map(|r| r.v1_lines()).collect();
+    assert_eq!(
+        lines,
+        [
+            ("devices.allow", vec!["c 1:1 r".to_string()]),
+            ("devices.deny", vec!["c 1:11 rwm".to_string()]),
+        ]
+    );
+    assert_eq!(
+        rules.len(),
+        2 + 2 + 9,
+        "the allow rule of nothing is dropped"
+    );
 }
 
 /// Runs the subset of eBPF the generator emits, checking bounds as it goes.

@@ -66,6 +66,32 @@ fn set<T: ToString>(dir: &Path, file: &str, v: Option<T>, field: &str) -> Result
     }
 }
 
+/// Writes a period and the budget measured against it so that each state in between is
+/// one the kernel accepts: the period first (a budget that fits the new period may not fit
+/// the old one), unless the kernel refuses it (EINVAL: the old budget over the new, shorter
+/// period exceeds what the parent allows), then the budget first and the period after
+/// it, as runc does.
+fn set_in_order<A: ToString, B: ToString>(
+    dir: &Path,
+    period: (&str, Option<A>, &str),
+    budget: (&str, Option<B>, &str),
+) -> Result<(), CgroupError> {
+    let (pfile, pval, pfield) = period;
+    let (bfile, bval, bfield) = budget;
+    match set(dir, pfile, pval.as_ref().map(ToString::to_string), pfield) {
+        Err(CgroupError::Write { err, .. })
+            if err.raw_os_error() == Some(libc::EINVAL) && bval.is_some() =>
+        {
+            set(dir, bfile, bval, bfield)?;
+            set(dir, pfile, pval, pfield)
+        }
+        r => {
+            r?;
+            set(dir, bfile, bval, bfield)
+        }
+    }
+}
+
 fn cpuset(cg: &Cgroup, cpu: &spec::Cpu) -> Result<(), CgroupError> {
     if cpu.cpus.is_none() && cpu.mems.is_none() {
         return Ok(());
@@ -105,27 +131,26 @@ fn cpu_limits(cg: &Cgroup, cpu: &spec::Cpu) -> Result<(), CgroupError> {
     }
     let (dir, _) = cg.dir_for("cpu", "linux.resources.cpu")?;
     set(&dir, "cpu.shares", shares, "linux.resources.cpu.shares")?;
-    // The kernel checks quota against the period in force, so the period goes first.
-    set(
+    // The kernel checks each value against the others in force (quota/period against
+    // the parent's ratio, the runtime against the period and the parent's budget).
+    set_in_order(
         &dir,
-        "cpu.cfs_period_us",
-        period,
-        "linux.resources.cpu.period",
+        ("cpu.cfs_period_us", period, "linux.resources.cpu.period"),
+        ("cpu.cfs_quota_us", quota, "linux.resources.cpu.quota"),
     )?;
-    set(&dir, "cpu.cfs_quota_us", quota, "linux.resources.cpu.quota")?;
     set(&dir, "cpu.cfs_burst_us", burst, "linux.resources.cpu.burst")?;
-    // Likewise the runtime must fit the period.
-    set(
+    set_in_order(
         &dir,
-        "cpu.rt_period_us",
-        rt_period,
-        "linux.resources.cpu.realtimePeriod",
-    )?;
-    set(
-        &dir,
-        "cpu.rt_runtime_us",
-        rt_runtime,
-        "linux.resources.cpu.realtimeRuntime",
+        (
+            "cpu.rt_period_us",
+            rt_period,
+            "linux.resources.cpu.realtimePeriod",
+        ),
+        (
+            "cpu.rt_runtime_us",
+            rt_runtime,
+            "linux.resources.cpu.realtimeRuntime",
+        ),
     )?;
     set(&dir, "cpu.idle", cpu.idle, "linux.resources.cpu.idle")
 }

@@ -255,16 +255,25 @@ fn cpu(dir: &Path, c: &spec::Cpu) -> Result<(), CgroupError> {
         let w = cpu_weight(s).to_string();
         write(dir, "cpu.weight", &w, "linux.resources.cpu.shares")?;
     }
+    // quota and period are one write; the burst must stay within the quota, so a lower
+    // quota than the burst in force goes after the new burst (EINVAL first).
+    let mut burst = c.burst.map(|b| b.to_string());
+    let write_burst = |b: &String| write(dir, "cpu.max.burst", b, "linux.resources.cpu.burst");
     if let Some(max) = cpu_max(c.quota, c.period) {
-        write(dir, "cpu.max", &max, "linux.resources.cpu.quota")?;
+        match write(dir, "cpu.max", &max, "linux.resources.cpu.quota") {
+            Err(CgroupError::Write { err, .. })
+                if err.raw_os_error() == Some(libc::EINVAL) && burst.is_some() =>
+            {
+                if let Some(b) = burst.take() {
+                    write_burst(&b)?;
+                }
+                write(dir, "cpu.max", &max, "linux.resources.cpu.quota")?;
+            }
+            r => r?,
+        }
     }
-    if let Some(b) = c.burst {
-        write(
-            dir,
-            "cpu.max.burst",
-            &b.to_string(),
-            "linux.resources.cpu.burst",
-        )?;
+    if let Some(b) = &burst {
+        write_burst(b)?;
     }
     if let Some(i) = c.idle {
         write(dir, "cpu.idle", &i.to_string(), "linux.resources.cpu.idle")?;

@@ -58,9 +58,9 @@ fn init(
     killpoint::at("create", "child", "Finalize");
     finalize(plan, &mut mounts)?; // 12
     killpoint::at("create", "child", "Attrs");
-    let (exe, listener) = attributes(plan, mounts, pty)?; // 13
+    let exe = attributes(plan, ch, mounts, pty)?; // 13
     killpoint::at("create", "child", "Ready");
-    ready(ch, listener, fifo)?; // 14
+    ready(ch, fifo)?; // 14
     killpoint::at("create", "child", "Start");
     exec(plan, &state, &exe) // 15
 }
@@ -247,13 +247,15 @@ fn finalize(plan: &Plan, mounts: &mut rootfs::Mounts) -> Result<(), InitFailure>
     Ok(())
 }
 
-/// Row 13: a session, the process attributes (`attrs::apply`), the pty as stdio. Returns
-/// the executable and the seccomp listener.
+/// Row 13: a session, the process attributes (`attrs::apply`: the seccomp listener goes
+/// to the parent the moment its filter is loaded), the pty as stdio. Returns the
+/// executable.
 fn attributes(
     plan: &Plan,
+    ch: &Channel,
     mounts: rootfs::Mounts,
     pty: Option<OwnedFd>,
-) -> Result<(std::ffi::CString, Option<OwnedFd>), InitFailure> {
+) -> Result<std::ffi::CString, InitFailure> {
     if pty.is_none() {
         // A session of its own without a terminal too (with one, make_stdio does it):
         // the caller's terminal must never be the container's controlling terminal,
@@ -261,21 +263,23 @@ fn attributes(
         sys::setsid().step(Step::Console, || "setsid".into())?;
     }
     // cwd is resolved inside the held root (a spec path: in-root symlinks followed).
-    let (exe, listener) = plan.attrs.apply(mounts.root().fd())?;
+    let exe = plan.attrs.apply(mounts.root().fd(), &mut |listener| {
+        ch.send_parent(&ToParent::Listener, Some(listener.as_fd()))
+            .step(Step::Seccomp, || "send the listener to moat".into())
+    })?;
     drop(mounts);
     if let Some(peer) = &pty {
         console::make_stdio(peer)?;
     }
     drop(pty);
-    Ok((exe, listener))
+    Ok(exe)
 }
 
-/// Row 14: `Ready` (with the seccomp listener), `Created`, then blocked on `exec.fifo`.
-fn ready(ch: &Channel, listener: Option<OwnedFd>, fifo: &OwnedFd) -> Result<(), InitFailure> {
+/// Row 14: `Ready`, `Created`, then blocked on `exec.fifo`.
+fn ready(ch: &Channel, fifo: &OwnedFd) -> Result<(), InitFailure> {
     // Ready; wait to be started.
-    ch.send_parent(&ToParent::Ready, listener.as_ref().map(|l| l.as_fd()))
+    ch.send_parent(&ToParent::Ready, None)
         .step(Step::Sync, || "ready".into())?;
-    drop(listener);
     wait_parent(ch)?;
     wait_start(fifo)
 }

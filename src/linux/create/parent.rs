@@ -90,17 +90,9 @@ fn in_cgroup(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Created
     release(plan, child, &record, &parent_ch)?; // 9
 
     // Rows 9 (staged) to 14: serve the child until it is ready.
-    let (init_pid, listener) = serve(plan, child, &record, &parent_ch, &mut guard)?;
+    let init_pid = serve(plan, child, &record, &parent_ch, &mut guard)?;
     killpoint::at("create", "parent", "Ready");
-    let created = ready(
-        plan,
-        dir,
-        &mut record,
-        init_pid,
-        listener,
-        console_relay,
-        &parent_ch,
-    )?; // 14
+    let created = ready(plan, dir, &mut record, init_pid, console_relay, &parent_ch)?; // 14
     guard.0 = None;
     Ok(created)
 }
@@ -376,20 +368,22 @@ fn release(plan: &Plan, child: i32, record: &Record, parent_ch: &Channel) -> Res
         .map_err(send("sync: send go"))?;
     if !plan.idmapped_late() {
         let userns_pid = plan.ns.has_new(libc::CLONE_NEWUSER).then_some(child);
-        send_idmapped(plan, parent_ch, userns_pid)?;
+        send_idmapped(plan, parent_ch, userns_pid, child)?;
     }
     Ok(())
 }
 
 /// The child's messages up to `Ready`: row 9's id maps of a staged user namespace, the
-/// staged init's pid, row 11's hooks. Returns the init's pid and the seccomp listener.
+/// staged init's pid, row 11's hooks, row 13's seccomp listener (handed to the agent at
+/// once: the init may already wait in a syscall only the agent answers). Returns the
+/// init's pid.
 fn serve(
     plan: &Plan,
     child: i32,
     record: &Record,
     parent_ch: &Channel,
     guard: &mut KillGuard,
-) -> Result<(i32, Option<OwnedFd>), Error> {
+) -> Result<i32, Error> {
     let l = plan.spec.linux();
     let mut init_pid = child;
     loop {
@@ -413,7 +407,7 @@ fn serve(
                 parent_ch
                     .send_child(&ToChild::MapsWritten)
                     .map_err(send("sync"))?;
-                send_idmapped(plan, parent_ch, Some(child))?;
+                send_idmapped(plan, parent_ch, Some(child), child)?;
             }
             ToParent::InitPid(pid) => {
                 // The intermediate exits right after sending this; reap it.
@@ -422,7 +416,12 @@ fn serve(
                 guard.0 = Some(pid);
             }
             ToParent::HooksPlease => hooks(plan, record, init_pid, parent_ch)?,
-            ToParent::Ready => return Ok((init_pid, fd)),
+            ToParent::Listener => {
+                if let (Some(fd), Some(sc)) = (fd, l.seccomp.as_ref()) {
+                    send_listener(sc, fd, record, init_pid, init_pid, "creating")?;
+                }
+            }
+            ToParent::Ready => return Ok(init_pid),
             ToParent::Failed(f) => {
                 let _ = parent_ch.send_child(&ToChild::Created);
                 return Err(Error::Init(f));
@@ -444,14 +443,13 @@ fn hooks(plan: &Plan, record: &Record, init_pid: i32, parent_ch: &Channel) -> Re
         .map_err(send("sync"))
 }
 
-/// Row 14: the record with the init's pid and start time, the pid file, the seccomp
-/// listener; `Created` releases the init to block on the fifo.
+/// Row 14: the record with the init's pid and start time, the pid file; `Created`
+/// releases the init to block on the fifo.
 fn ready(
     plan: &Plan,
     dir: &ContainerDir,
     record: &mut Record,
     init_pid: i32,
-    listener: Option<OwnedFd>,
     console_relay: Option<UnixStream>,
     parent_ch: &Channel,
 ) -> Result<Created, Error> {
@@ -461,9 +459,6 @@ fn ready(
     record.pid = init_pid;
     record.pid_start = start;
     dir.save(record)?;
-    if let (Some(fd), Some(sc)) = (listener, plan.spec.linux().seccomp.as_ref()) {
-        send_listener(sc, fd, record)?;
-    }
     if let Some(pf) = &plan.opts.pid_file {
         state::write_pid_file(pf, init_pid)?;
     }
@@ -528,10 +523,16 @@ fn rlimit_name(res: libc::c_int) -> &'static str {
 
 /// Row 9: builds the idmapped rootfs and bind mounts (`linux/idmap.rs`) once the
 /// container's user namespace is mapped, and sends them to the child.
-fn send_idmapped(plan: &Plan, ch: &Channel, userns_pid: Option<i32>) -> Result<(), Error> {
+fn send_idmapped(
+    plan: &Plan,
+    ch: &Channel,
+    userns_pid: Option<i32>,
+    child: i32,
+) -> Result<(), Error> {
     if plan.rootfs.idmapped_count() == 0 {
         return Ok(());
     }
+    let mut init_root: Option<crate::linux::path::Root> = None;
     let container = match (userns_pid, &plan.ns.user_join) {
         (Some(pid), _) => Some(idmap::userns_of(pid).map_err(Error::UsernsOf)?),
         (None, Some(j)) => Some(
@@ -570,6 +571,27 @@ fn send_idmapped(plan: &Plan, ch: &Channel, userns_pid: Option<i32>) -> Result<(
                 })?;
             ch.send_mount(index, fd.as_fd())
                 .map_err(send("sync: send an idmapped mount"))?;
+        } else if plan.rootfs.binds_by_source {
+            // Opened in the init's mount namespace (its root is still the host's `/`
+            // there), as host root: the init clones it itself (`rootfs::Plan::
+            // binds_by_source`). Host symlinks are followed, inside that root.
+            let fail = |e| Error::CloneBind {
+                index: m.index,
+                path: source.clone(),
+                source: e,
+            };
+            if init_root.is_none() {
+                let at = format!("/proc/{child}/root");
+                init_root =
+                    Some(crate::linux::path::Root::open(std::path::Path::new(&at)).map_err(fail)?);
+            }
+            let fd = init_root
+                .as_ref()
+                .expect("opened above")
+                .open_at(source.to_str().unwrap_or_default(), libc::O_PATH)
+                .map_err(fail)?;
+            ch.send_mount(index, fd.as_fd())
+                .map_err(send("sync: send a bind mount source"))?;
         } else {
             let fd = crate::linux::mount::clone_tree(
                 crate::linux::path::cwd(),
@@ -637,8 +659,17 @@ pub fn state_json(rec: &Record, status: &str, pid: i32) -> Vec<u8> {
     .expect("state serialises")
 }
 
-/// Hands the seccomp notify fd to the agent at `listenerPath`, with runc's message format.
-fn send_listener(sc: &crate::spec::Seccomp, fd: OwnedFd, rec: &Record) -> Result<(), Error> {
+/// Hands the seccomp notify fd of `pid` (the init, or an exec'd process) to the agent at
+/// `listenerPath`, with runc's message format (the state: the container's `status`, its
+/// init's pid).
+pub fn send_listener(
+    sc: &crate::spec::Seccomp,
+    fd: OwnedFd,
+    rec: &Record,
+    init_pid: i32,
+    pid: i32,
+    status: &str,
+) -> Result<(), Error> {
     let path = sc.listener_path.as_deref().unwrap_or_default();
     let sock =
         sys::connect_unix(std::path::Path::new(path)).map_err(|source| Error::ListenerConnect {
@@ -648,11 +679,11 @@ fn send_listener(sc: &crate::spec::Seccomp, fd: OwnedFd, rec: &Record) -> Result
     let msg = serde_json::to_vec(&serde_json::json!({
         "ociVersion": crate::spec::OCI_VERSION,
         "fds": ["seccompFd"],
-        "pid": rec.pid,
+        "pid": pid,
         "metadata": sc.listener_metadata.clone().unwrap_or_default(),
         "state": {
             "ociVersion": crate::spec::OCI_VERSION,
-            "id": rec.id, "status": "creating", "pid": rec.pid,
+            "id": rec.id, "status": status, "pid": init_pid,
             "bundle": rec.bundle, "annotations": rec.annotations,
         },
     }))

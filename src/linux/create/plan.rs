@@ -290,8 +290,7 @@ impl Plan {
             list.push((k.replace('.', "/"), v.clone()));
         }
         if let Some(s) = &linux.seccomp {
-            let early = !p.no_new_privileges.unwrap_or(false);
-            seccomp::refuse_notify_before_handover(s, early, decision.seccomp_floor)?;
+            seccomp::refuse_notify_before_handover(s, decision.seccomp_floor)?;
         }
         let cache = Some(seccomp_cache.as_path());
         let mut seccomp: Vec<_> = linux
@@ -323,6 +322,13 @@ impl Plan {
         )?;
         let mut rootfs = rootfs;
         rootfs.strict_missing = decision.policy == "restricted";
+        // In a user namespace the init may not reach a bind source the caller can (a 0700
+        // directory of host root's on the way): a privileged parent clones each one on the
+        // host and hands it over by fd, as runc opens them before joining the namespace.
+        rootfs.binds_from_parent = !opts.rootless
+            && sys::geteuid() == 0
+            && (ns.has_new(libc::CLONE_NEWUSER) || ns.user_join.is_some());
+        rootfs.binds_by_source = !ns.staged && ns.has_new(libc::CLONE_NEWNS);
         let mut devs = if rootfs.default_devices {
             devices::defaults()
         } else {

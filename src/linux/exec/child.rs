@@ -94,7 +94,7 @@ fn fork_process(
     match sys::clone_fork(libc::CLONE_PARENT as u64, None)
         .step(Step::Namespaces, || "fork the exec'd process".into())?
     {
-        sys::Forked::Child => exec_process(attrs, console_sock, probe),
+        sys::Forked::Child => exec_process(attrs, ch, console_sock, probe),
         sys::Forked::Parent(pid) => {
             if ch.send_parent(&ToParent::InitPid(pid), None).is_err() {
                 // Nobody would wait for it.
@@ -108,15 +108,16 @@ fn fork_process(
 /// Rows 9–11: the exec'd process, in the container's namespaces and root from birth.
 fn exec_process(
     attrs: &Attrs,
+    ch: &sync::Channel,
     console_sock: Option<&OwnedFd>,
     probe: bool,
 ) -> Result<Never, InitFailure> {
     crate::linux::killpoint::at("exec", "process", "console");
     let root = console(attrs, console_sock)?;
     crate::linux::killpoint::at("exec", "process", "attrs");
-    let (exe, listener) = apply_attrs(attrs, root)?;
+    let exe = apply_attrs(attrs, ch, root)?;
     crate::linux::killpoint::at("exec", "process", "execve");
-    execve(attrs, &exe, listener, probe)
+    execve(attrs, &exe, probe)
 }
 
 /// Row 9: the container's root opened, and the pty made stdio (its master sent to the
@@ -140,22 +141,21 @@ fn console(attrs: &Attrs, console_sock: Option<&OwnedFd>) -> Result<Root, InitFa
     Ok(root)
 }
 
-/// Row 10: [`Attrs::apply`] inside the root; gives the executable found and the seccomp
-/// listener (kept open until the execve).
-fn apply_attrs(attrs: &Attrs, root: Root) -> Result<(CString, Option<OwnedFd>), InitFailure> {
-    let applied = attrs.apply(root.fd())?;
+/// Row 10: [`Attrs::apply`] inside the root (the seccomp listener sent to `moat exec`,
+/// which gives it to the agent, the moment its filter is loaded); gives the executable
+/// found.
+fn apply_attrs(attrs: &Attrs, ch: &sync::Channel, root: Root) -> Result<CString, InitFailure> {
+    let exe = attrs.apply(root.fd(), &mut |listener| {
+        ch.send_parent(&ToParent::Listener, Some(listener.as_fd()))
+            .step(Step::Seccomp, || "send the listener to moat".into())
+    })?;
     drop(root);
-    Ok(applied)
+    Ok(exe)
 }
 
 /// Row 11: execve ([`Attrs::exec`]); a probe tries its calls instead and
 /// exits, which closes the sync socket (read by the parent as success).
-fn execve(
-    attrs: &Attrs,
-    exe: &CString,
-    _listener: Option<OwnedFd>,
-    probe: bool,
-) -> Result<Never, InitFailure> {
+fn execve(attrs: &Attrs, exe: &CString, probe: bool) -> Result<Never, InitFailure> {
     if probe {
         sys::exit_now(super::run_probes());
     }

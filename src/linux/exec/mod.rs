@@ -19,9 +19,9 @@
 //! | 7 | join | joiner | `child::join_namespaces` | one `setns(pidfd, …)`: user, mount (root and cwd become the container's), the rest; pid and time for children |
 //! | 8 | fork | joiner | `child::fork_process` | the init's pidfd and the log file closed; fork (`CLONE_PARENT`); `ExecPid` sent; exits |
 //! | 9 | console | exec'd | `child::console` | `/` opened; the pty (master to the console socket, the peer given to the process's uid by fd) as stdio, or a session of its own |
-//! | 10 | attrs | exec'd | `child::apply_attrs` | [`Attrs::apply`]: LSM, NNP, fd sweep and seccomp, user, caps, cwd, the executable looked up |
+//! | 10 | attrs | exec'd | `child::apply_attrs` | [`Attrs::apply`]: LSM, NNP, fd sweep and seccomp (its listener sent to the parent at once), user, caps, cwd, the executable looked up |
 //! | 11 | execve | exec'd | `child::execve` | `execve` (the sync socket is close-on-exec); a probe tries its calls and exits instead |
-//! | 12 | wait | parent | `parent::wait_exec` | `ExecPid`, then EOF on the sync socket = exec'd; `Failed` = error (the exec'd process killed); the joiner reaped |
+//! | 12 | wait | parent | `parent::wait_exec` | `ExecPid` (and the seccomp listener, handed to `listenerPath` at once), then EOF on the sync socket = exec'd; `Failed` = error (the exec'd process killed); the joiner reaped |
 //! | 13 | report | parent | `parent::report` | `--pid-file`; the relayed pty master received |
 //! | 14 | forward | parent | `container::exec::forward` | detached: done; else signals forwarded until the process exits, its status returned |
 //!
@@ -126,6 +126,15 @@ pub struct ExecOpts {
     pub pid_file: Option<PathBuf>,
     /// `--cgroup`: a sub-cgroup of the container's, relative.
     pub sub_cgroup: Option<String>,
+    /// Where the exec'd process's seccomp listener goes, as the init's did.
+    pub seccomp_agent: Option<SeccompAgent>,
+}
+
+/// The saved spec's `linux.seccomp` (with a `listenerPath`) and the container's record,
+/// whose state the agent is sent with the listener.
+pub struct SeccompAgent {
+    pub seccomp: crate::spec::Seccomp,
+    pub record: Record,
 }
 
 /// What went wrong on the exec path, one variant per operation with its object. The
@@ -160,6 +169,9 @@ pub enum ExecError {
     Capability(#[from] super::capabilities::UnknownCapability),
     #[error(transparent)]
     Init(#[from] InitFailure),
+    /// The exec'd process's seccomp listener could not reach the agent.
+    #[error(transparent)]
+    Listener(Box<super::create::Error>),
     #[error(transparent)]
     Cgroup(#[from] super::cgroups::CgroupError),
     #[error(transparent)]
@@ -184,7 +196,7 @@ fn spawn(plan: Plan<'_>, probe: bool) -> Result<Started, ExecError> {
     crate::linux::killpoint::at("exec", "parent", "clone");
     let (joiner, opts) = parent::clone_joiner(plan, ch, probe)?;
     crate::linux::killpoint::at("exec", "parent", "wait");
-    let pid = parent::wait_exec(&joiner)?;
+    let pid = parent::wait_exec(&joiner, &opts)?;
     crate::linux::killpoint::at("exec", "parent", "report");
     parent::report(&opts, pid, joiner)
 }
@@ -193,6 +205,9 @@ fn spawn(plan: Plan<'_>, probe: bool) -> Result<Started, ExecError> {
 ///
 /// ```text
 ///   joiner (row 8)   ── ExecPid(pid) ──▶ parent   once, after forking the exec'd process
+///   exec'd (row 10)  ── Listener + fd ─▶ parent   once, right after its seccomp filter
+///                                                 with notify rules is loaded (the
+///                                                 parent gives it to the agent)
 ///   exec'd (9–11)    ── Failed(f) ─────▶ parent   instead of execve
 ///   joiner (5–8)     ── Failed(f) ─────▶ parent   instead of forking
 ///   execve (row 11)  ── EOF ───────────▶ parent   the last copy of the socket closed
@@ -203,6 +218,7 @@ fn spawn(plan: Plan<'_>, probe: bool) -> Result<Started, ExecError> {
 #[derive(Debug)]
 enum Message {
     ExecPid(i32),
+    Listener(OwnedFd),
     Failed(InitFailure),
 }
 
@@ -210,6 +226,10 @@ enum Message {
 #[derive(Debug, Default)]
 struct Heard {
     pid: Option<i32>,
+    /// The exec'd process's seccomp listener, until it is handed to the agent.
+    listener: Option<OwnedFd>,
+    /// The listener came (and went to the agent, or is on its way).
+    listened: bool,
     failure: Option<InitFailure>,
 }
 
@@ -218,6 +238,10 @@ impl Heard {
     fn hear(&mut self, m: Message) -> Result<(), Message> {
         match m {
             Message::ExecPid(pid) if self.pid.is_none() => self.pid = Some(pid),
+            Message::Listener(fd) if !self.listened => {
+                self.listened = true;
+                self.listener = Some(fd);
+            }
             Message::Failed(f) if self.failure.is_none() => self.failure = Some(f),
             m => return Err(m),
         }
@@ -274,6 +298,7 @@ pub fn probe(rec: &Record, attrs: &Attrs) -> Result<Vec<&'static str>, ExecError
         console_socket: None,
         pid_file: None,
         sub_cgroup: None,
+        seccomp_agent: None,
     };
     let plan = Plan::new(rec, attrs, opts)?;
     let started = spawn(plan, true)?;

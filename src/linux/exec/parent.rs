@@ -117,12 +117,18 @@ pub(super) fn clone_joiner(
 /// first. Either may write first, so the socket is read to EOF, each message checked
 /// against what came before ([`super::Heard`]). Reaps the joiner; on failure kills and
 /// reaps the exec'd process.
-pub(super) fn wait_exec(joiner: &Joiner) -> Result<i32, ExecError> {
+///
+/// The exec'd process's seccomp listener (`Listener`) goes to the agent as soon as both
+/// it and the pid have come: the process may already wait in a syscall only the agent
+/// answers, so this must not wait for EOF.
+pub(super) fn wait_exec(joiner: &Joiner, opts: &ExecOpts) -> Result<i32, ExecError> {
     let mut heard = super::Heard::default();
     let mut unexpected = false;
+    let mut agent_error = None;
     loop {
         let msg = match joiner.ch.recv_child() {
             Ok((ToParent::InitPid(pid), _)) => Message::ExecPid(pid),
+            Ok((ToParent::Listener, Some(fd))) => Message::Listener(fd),
             Ok((ToParent::Failed(f), _)) => Message::Failed(f),
             Ok(_) => {
                 unexpected = true;
@@ -134,6 +140,38 @@ pub(super) fn wait_exec(joiner: &Joiner) -> Result<i32, ExecError> {
             unexpected = true;
             break;
         }
+        // Only once the pid is known (the joiner's ExecPid may come after the listener):
+        // until then the fd stays in `heard`.
+        if let (Some(pid), true) = (heard.pid, heard.listener.is_some()) {
+            let fd = heard.listener.take().expect("checked");
+            // No agent: a probe (`verify`), whose process must not hand the container's
+            // agent anything. The listener is closed: its notified calls fail (ENOSYS),
+            // which the probe counts as denied.
+            let Some(agent) = &opts.seccomp_agent else {
+                drop(fd);
+                continue;
+            };
+            let rec = &agent.record;
+            if let Err(e) = crate::linux::create::send_listener(
+                &agent.seccomp,
+                fd,
+                rec,
+                rec.pid,
+                pid,
+                "running",
+            ) {
+                agent_error = Some(e);
+                break;
+            }
+        }
+    }
+    if let Some(e) = agent_error {
+        let _ = sys::waitpid(joiner.pid);
+        if let Some(pid) = heard.pid {
+            let _ = sys::kill(pid, libc::SIGKILL);
+            let _ = sys::waitpid(pid);
+        }
+        return Err(ExecError::Listener(Box::new(e)));
     }
     let reap = |pid: i32| {
         let _ = sys::waitpid(pid);
@@ -183,4 +221,65 @@ pub(super) fn report(opts: &ExecOpts, child: i32, joiner: Joiner) -> Result<Star
         pid: child,
         console,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The exec'd process may send its seccomp listener before the joiner's `ExecPid`
+    /// arrives: the parent keeps the fd until it knows the pid, then gives it to the
+    /// agent (before, the fd was dropped when the listener came first, and the agent never
+    /// heard of the process).
+    #[test]
+    fn a_listener_before_the_pid_still_reaches_the_agent() {
+        let dir = std::env::temp_dir().join(format!("moat-exec-agent-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("agent.sock");
+        let agent = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let record: crate::state::Record = serde_json::from_value(serde_json::json!({
+            "format": 1, "id": "c", "pid": 1, "pid_start": 0, "bundle": "/b",
+            "rootfs": "/b/rootfs", "created": "", "owner": ""}))
+        .unwrap();
+        let opts = ExecOpts {
+            console_socket: None,
+            pid_file: None,
+            sub_cgroup: None,
+            seccomp_agent: Some(super::super::SeccompAgent {
+                seccomp: crate::spec::Seccomp {
+                    listener_path: Some(path.to_str().unwrap().into()),
+                    ..Default::default()
+                },
+                record,
+            }),
+        };
+        let (parent, child) = sync::pair().unwrap();
+        let f = std::fs::File::open("/dev/null").unwrap();
+        child
+            .send_parent(&ToParent::Listener, Some(f.as_fd()))
+            .unwrap();
+        child.send_parent(&ToParent::InitPid(4242), None).unwrap();
+        drop(child);
+        // The joiner to reap: a child of ours that has exited.
+        let pid = match sys::clone_fork(0, None).unwrap() {
+            sys::Forked::Child => sys::exit_now(0),
+            sys::Forked::Parent(pid) => pid,
+        };
+        let joiner = Joiner {
+            pid,
+            ch: parent,
+            relay: None,
+        };
+        assert_eq!(wait_exec(&joiner, &opts).unwrap(), 4242);
+        // wait_exec connected and sent before it returned, if it did.
+        agent.set_nonblocking(true).unwrap();
+        let (conn, _) = agent.accept().expect("moat exec connected to the agent");
+        let mut buf = [0u8; 4096];
+        let (n, fd) = sys::recv_with_fd(conn.as_fd(), &mut buf).unwrap();
+        let msg: serde_json::Value = serde_json::from_slice(&buf[..n]).unwrap();
+        assert_eq!(msg["pid"], 4242);
+        assert!(fd.is_some(), "the listener fd came with the message");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

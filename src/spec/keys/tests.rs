@@ -151,12 +151,6 @@ fn case_variants_of_fields_are_refused() {
             "process",
         ),
         (
-            "{\"linux\":{\"resources\":{\"memory\":{\"\u{212a}ernel\":1}}}}",
-            "linux.resources.memory",
-            "\u{212a}ernel",
-            "kernel",
-        ),
-        (
             r#"{"mounts":[{"Destination":"/x"}]}"#,
             "mounts[0]",
             "Destination",
@@ -173,19 +167,6 @@ fn case_variants_of_fields_are_refused() {
             "linux.namespaces[0]",
             "Path",
             "path",
-        ),
-        // The runtime-spec shape of a field moat keeps opaque.
-        (
-            r#"{"linux":{"resources":{"network":{"ClassID":1}}}}"#,
-            "linux.resources.network",
-            "ClassID",
-            "classID",
-        ),
-        (
-            r#"{"linux":{"resources":{"network":{"priorities":[{"name":"eth0","Priority":1}]}}}}"#,
-            "linux.resources.network.priorities[0]",
-            "Priority",
-            "priority",
         ),
     ] {
         let e = refused(json);
@@ -221,8 +202,9 @@ fn other_roots_and_syntax() {
         e.to_string(),
         r#"top level: "Capabilities" differs only in case from "capabilities"; refused"#
     );
-    let e = check::<Resources>(br#"{"pids":{"limit":1,"Limit":2}}"#).unwrap_err();
-    assert_eq!(e.field, "pids");
+    // A resources document folds from its top: "Limit" is a second value for "limit".
+    let r: Resources = crate::spec::from_slice(br#"{"pids":{"limit":1,"Limit":2}}"#).unwrap();
+    assert_eq!(r.pids.unwrap().limit, 2);
     let e = check::<Spec>(br#"{"process":{"args":[1,}}"#).unwrap_err();
     assert_eq!(e.field, "process.args[1]");
     assert!(e.message.contains("line 1"), "{e}");
@@ -279,7 +261,9 @@ fn cost() {
             })
             .fold(f64::MAX, f64::min)
     };
-    let check_us = time(&|| check::<Spec>(&b).unwrap());
+    let check_us = time(&|| {
+        check::<Spec>(&b).unwrap();
+    });
     let parse_us = time(&|| {
         crate::spec::typed::<Spec>(&b).unwrap();
     });
@@ -293,5 +277,61 @@ fn cost() {
         "{} bytes: key check {check_us:.1} µs, typed parse {parse_us:.1} µs; \
          gvisor::select: Value parse (before) {value_us:.1} µs, annotation peek {peek_us:.1} µs",
         b.len()
+    );
+}
+
+/// runc's update.bats writes `"CPU"`: inside `linux.resources` (and a resources document
+/// of `update -r`) a case variant of a field is taken as the field, as Go's decoder takes
+/// it, with a warning naming it, and read in order with the field itself; outside
+/// resources a variant is still refused.
+#[test]
+fn case_variants_in_resources_are_taken_as_the_field() {
+    use crate::spec::{from_slice, Resources};
+    let json =
+        "{\"linux\":{\"resources\":{\"CPU\":{\"Cpus\":\"0\"},\"memory\":{\"\u{212a}ernel\":1},\
+                \"network\":{\"ClassID\":7,\"priorities\":[{\"name\":\"eth0\",\"Priority\":1}]},\
+                \"unified\":{\"Memory.Max\":\"1\"}}}}";
+    assert!(check::<Spec>(json.as_bytes()).unwrap(), "folding needed");
+    let (folded, warnings) = fold_resources::<Spec>(json.as_bytes()).unwrap();
+    assert_eq!(
+        warnings,
+        [
+            "linux.resources: \"CPU\" taken as \"cpu\" (keys differ only in case; runc's decoder matches them so)",
+            "linux.resources.cpu: \"Cpus\" taken as \"cpus\" (keys differ only in case; runc's decoder matches them so)",
+            "linux.resources.memory: \"\u{212a}ernel\" taken as \"kernel\" (keys differ only in case; runc's decoder matches them so)",
+            "linux.resources.network: \"ClassID\" taken as \"classID\" (keys differ only in case; runc's decoder matches them so)",
+            "linux.resources.network.priorities[0]: \"Priority\" taken as \"priority\" (keys differ only in case; runc's decoder matches them so)",
+        ]
+    );
+    let spec: Spec = serde_json::from_slice(&folded).unwrap();
+    let res = spec.linux.unwrap().resources.unwrap();
+    assert_eq!(res.cpu.unwrap().cpus.as_deref(), Some("0"));
+    assert_eq!(res.memory.unwrap().kernel, Some(1));
+    assert_eq!(res.network.unwrap()["classID"], 7);
+    // A map's keys are the kernel's: never folded.
+    assert!(res.unified.unwrap().contains_key("Memory.Max"));
+    // An update's resources document is resources from its top level.
+    let r: Resources = from_slice(br#"{"CPU":{"Cpus":"1"}}"#).unwrap();
+    assert_eq!(r.cpu.unwrap().cpus.as_deref(), Some("1"));
+    // The field and its variants are read in order into the field, as Go reads them:
+    // objects merged, anything else replaced.
+    let json = r#"{"linux":{"resources":{"cpu":{"shares":100,"cpus":"1"},"CPU":{"Cpus":"0"},
+        "pids":{"limit":5},"Pids":{"limit":7},"devices":[{"allow":true}],"Devices":[]}}}"#;
+    assert!(check::<Spec>(json.as_bytes()).unwrap());
+    let (folded, _) = fold_resources::<Spec>(json.as_bytes()).unwrap();
+    let spec: Spec = serde_json::from_slice(&folded).unwrap();
+    let res = spec.linux.unwrap().resources.unwrap();
+    let cpu = res.cpu.unwrap();
+    assert_eq!((cpu.shares, cpu.cpus.as_deref()), (Some(100), Some("0")));
+    assert_eq!(res.pids.unwrap().limit, 7);
+    assert!(res.devices.is_empty());
+    // A key given twice as written is still refused.
+    let e = refused(r#"{"linux":{"resources":{"CPU":{},"CPU":{}}}}"#);
+    assert_eq!(e.message, "duplicate key \"CPU\"; refused");
+    // Outside resources: refused as before.
+    let e = refused(r#"{"linux":{"Resources":{}}}"#);
+    assert_eq!(
+        e.message,
+        "\"Resources\" differs only in case from \"resources\"; refused"
     );
 }
