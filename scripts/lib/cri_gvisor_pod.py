@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Drive one gVisor pod (a sandbox and two containers) through containerd's CRI API.
 
-Usage: cri_gvisor_pod.py --socket SOCK --handler NAME --image REF --log-dir DIR
-                         --moat BIN --moat-root DIR [--cgroup-parent CG] [--timeout S]
+Usage: cri_gvisor_pod.py --socket SOCK --handler NAME --image REF --proto API_PROTO
+                         --log-dir DIR --moat BIN --moat-root DIR [--cgroup-parent CG]
+                         [--proto-path DIR]... [--timeout S]
 
 Used by scripts/e2e-gvisor for moat's gVisor pods: the pod sandbox container makes
 one runsc sandbox, and both app containers are created inside it (runsc's
@@ -18,8 +19,10 @@ Prints one line per check, `PASS<TAB>NAME` or `FAIL<TAB>NAME<TAB>DETAIL`, and
 `FIGURE<TAB>NAME<TAB>VALUE` lines; the caller counts them. Everything the pod made is
 removed before exit, also on error. Exit status 0 when every check passed.
 
-Self-contained (its own few lines of protobuf wire format), so that it does not depend
-on scripts/lib/cri.py's internals; field numbers from the runtime.v1 api.proto.
+The CRI messages come from the CRI API's own api.proto (the one scripts/lib/cri-setup
+takes from containerd's source package), compiled at run time into a temporary
+directory by scripts/lib/cri.py's load_cri_api (grpc_tools.protoc; its import
+gogo.proto from --proto-path, default /usr/share/gocode/src).
 """
 
 import argparse
@@ -27,74 +30,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import grpc
 
-SERVICE = "/runtime.v1.RuntimeService/"
-
-CONTAINER_RUNNING, CONTAINER_EXITED = 1, 2
-SANDBOX_READY = 0
-
-
-def _varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | 0x80 if n else b)
-        if not n:
-            return bytes(out)
-
-
-def f_int(num, value):
-    return _varint(num << 3) + _varint(value) if value else b""
-
-
-def f_bytes(num, value):
-    if isinstance(value, str):
-        value = value.encode()
-    return _varint(num << 3 | 2) + _varint(len(value)) + value
-
-
-def decode(buf):
-    fields, i = {}, 0
-
-    def varint():
-        nonlocal i
-        shift = result = 0
-        while True:
-            b = buf[i]
-            i += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-
-    while i < len(buf):
-        key = varint()
-        num, wire = key >> 3, key & 7
-        if wire == 0:
-            val = varint()
-        elif wire == 1:
-            val, i = buf[i:i + 8], i + 8
-        elif wire == 2:
-            n = varint()
-            val, i = buf[i:i + n], i + n
-        elif wire == 5:
-            val, i = buf[i:i + 4], i + 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        fields.setdefault(num, []).append(val)
-    return fields
-
-
-def first(fields, num, default=None):
-    return fields.get(num, [default])[0]
-
-
-def int32(v):
-    return v - (1 << 64) if v >= 1 << 63 else v
+from cri import load_cri_api
 
 
 class Checks:
@@ -114,48 +55,53 @@ class Checks:
 
 
 class Pod:
-    def __init__(self, a):
-        self.a = a
+    def __init__(self, a, api, api_grpc):
+        self.a, self.api = a, api
         self.channel = grpc.insecure_channel("unix://" + a.socket)
+        self.rt = api_grpc.RuntimeServiceStub(self.channel)
         self.pod_id = None
         self.ctrs = []
         uid = f"moat-e2e-gv-{os.getpid()}"
-        meta = f_bytes(1, "moat-gv-pod") + f_bytes(2, uid) + f_bytes(3, "default")
         # A kubelet's defaults: the pod's network (CNI) and ipc, a pid namespace per
-        # container (NamespaceOption.pid = CONTAINER).
-        security = f_bytes(2, f_bytes(1, f_int(2, 1)))
-        linux = (f_bytes(1, a.cgroup_parent) if a.cgroup_parent else b"") + security
-        self.config = f_bytes(1, meta) + f_bytes(3, a.log_dir) + f_bytes(8, linux)
+        # container.
+        ns = api.NamespaceOption(pid=api.NamespaceMode.Value("CONTAINER"))
+        self.config = api.PodSandboxConfig(
+            metadata=api.PodSandboxMetadata(name="moat-gv-pod", uid=uid, namespace="default"),
+            log_directory=a.log_dir,
+            linux=api.LinuxPodSandboxConfig(
+                cgroup_parent=a.cgroup_parent,
+                security_context=api.LinuxSandboxSecurityContext(namespace_options=ns)))
 
     def call(self, method, request, timeout=None):
-        rpc = self.channel.unary_unary(SERVICE + method)
-        return decode(rpc(request, timeout=timeout or self.a.timeout))
+        return getattr(self.rt, method)(request, timeout=timeout or self.a.timeout)
 
     def run(self):
-        r = self.call("RunPodSandbox", f_bytes(1, self.config) + f_bytes(2, self.a.handler))
-        self.pod_id = first(r, 1).decode()
+        r = self.call("RunPodSandbox", self.api.RunPodSandboxRequest(
+            config=self.config, runtime_handler=self.a.handler))
+        self.pod_id = r.pod_sandbox_id
         return self.pod_id
 
     def sandbox_state(self):
-        st = decode(first(self.call("PodSandboxStatus", f_bytes(1, self.pod_id)), 1, b""))
-        return first(st, 3, 0)
+        return self.call("PodSandboxStatus", self.api.PodSandboxStatusRequest(
+            pod_sandbox_id=self.pod_id)).status.state
 
     def create(self, name, argv):
-        cfg = (f_bytes(1, f_bytes(1, name)) + f_bytes(2, f_bytes(1, self.a.image))
-               + b"".join(f_bytes(3, x) for x in argv) + f_bytes(11, f"{name}.log")
-               + f_bytes(15, b""))
-        r = self.call("CreateContainer", f_bytes(1, self.pod_id) + f_bytes(2, cfg)
-                      + f_bytes(3, self.config))
-        cid = first(r, 1).decode()
-        self.ctrs.append(cid)
-        return cid
+        api = self.api
+        cfg = api.ContainerConfig(metadata=api.ContainerMetadata(name=name),
+                                  image=api.ImageSpec(image=self.a.image),
+                                  command=argv, log_path=f"{name}.log")
+        cfg.linux.SetInParent()  # present, empty: as a kubelet sends it
+        r = self.call("CreateContainer", api.CreateContainerRequest(
+            pod_sandbox_id=self.pod_id, config=cfg, sandbox_config=self.config))
+        self.ctrs.append(r.container_id)
+        return r.container_id
 
     def start(self, cid):
-        self.call("StartContainer", f_bytes(1, cid))
+        self.call("StartContainer", self.api.StartContainerRequest(container_id=cid))
 
     def status(self, cid):
-        st = decode(first(self.call("ContainerStatus", f_bytes(1, cid)), 1, b""))
-        return first(st, 3, 0), int32(first(st, 7, 0))
+        st = self.call("ContainerStatus", self.api.ContainerStatusRequest(container_id=cid)).status
+        return st.state, st.exit_code
 
     def wait_state(self, cid, want, timeout=30):
         deadline = time.monotonic() + timeout
@@ -166,9 +112,21 @@ class Pod:
             time.sleep(0.1)
 
     def exec_sync(self, cid, argv):
-        r = self.call("ExecSync", f_bytes(1, cid) + b"".join(f_bytes(2, x) for x in argv)
-                      + f_int(3, 20))
-        return (first(r, 1, b"").decode(), first(r, 2, b"").decode(), int32(first(r, 3, 0)))
+        r = self.call("ExecSync", self.api.ExecSyncRequest(container_id=cid, cmd=argv, timeout=20))
+        return r.stdout.decode(), r.stderr.decode(), r.exit_code
+
+    def stats(self, cid):
+        return self.call("ContainerStats", self.api.ContainerStatsRequest(container_id=cid)).stats
+
+    def stop(self, cid, timeout):
+        self.call("StopContainer", self.api.StopContainerRequest(container_id=cid, timeout=timeout))
+
+    def stop_sandbox(self):
+        self.call("StopPodSandbox", self.api.StopPodSandboxRequest(pod_sandbox_id=self.pod_id))
+
+    def remove_sandbox(self):
+        self.call("RemovePodSandbox", self.api.RemovePodSandboxRequest(pod_sandbox_id=self.pod_id))
+        self.pod_id = None
 
     def log(self, name):
         out = []
@@ -183,7 +141,7 @@ class Pod:
         return " ".join(out)
 
     def remove(self, cid):
-        self.call("RemoveContainer", f_bytes(1, cid))
+        self.call("RemoveContainer", self.api.RemoveContainerRequest(container_id=cid))
         self.ctrs.remove(cid)
 
     def cleanup(self):
@@ -193,11 +151,11 @@ class Pod:
             except grpc.RpcError as e:
                 print(f"# RemoveContainer {cid}: {e.details()}", file=sys.stderr)
         if self.pod_id:
-            for m in ("StopPodSandbox", "RemovePodSandbox"):
+            for m in (self.stop_sandbox, self.remove_sandbox):
                 try:
-                    self.call(m, f_bytes(1, self.pod_id))
+                    m()
                 except grpc.RpcError as e:
-                    print(f"# {m}: {e.details()}", file=sys.stderr)
+                    print(f"# {m.__name__}: {e.details()}", file=sys.stderr)
             self.pod_id = None
 
 
@@ -240,6 +198,10 @@ def rss_kb(pid):
 
 
 def scenario(a, pod, c):
+    api = pod.api
+    CONTAINER_RUNNING = api.ContainerState.Value("CONTAINER_RUNNING")
+    CONTAINER_EXITED = api.ContainerState.Value("CONTAINER_EXITED")
+    SANDBOX_READY = api.PodSandboxState.Value("SANDBOX_READY")
     t0 = time.monotonic()
     pod_id = pod.run()
     c.check("RunPodSandbox through handler " + a.handler, pod.sandbox_state() == SANDBOX_READY)
@@ -279,9 +241,7 @@ def scenario(a, pod, c):
 
     # What the runc shim reports for an app container: it reads the cgroup of the pid in
     # the pid file, the waiter's (a figure, not a check: docs/gvisor.md, "Resources").
-    stats = decode(first(pod.call("ContainerStats", f_bytes(1, long_id)), 1, b""))
-    memory = decode(first(stats, 3, b""))
-    working_set = first(decode(first(memory, 2, b"")), 1, 0)
+    working_set = pod.stats(long_id).memory.working_set_bytes.value
     c.figure("ContainerStats c1 memory working set (kB)", working_set // 1024)
     out, err, code = pod.exec_sync(long_id, ["sh", "-c",
                                              f"echo exec-out; [ \"$(uname -r)\" != \"{os.uname().release}\" ]"
@@ -308,7 +268,7 @@ def scenario(a, pod, c):
             f"state {state} out {out!r} code {code}")
     c.check("c1's output in its log", pod.log("c1") == "hi-c1", repr(pod.log("c1")))
 
-    pod.call("StopContainer", f_bytes(1, long_id) + f_int(2, 5))
+    pod.stop(long_id, 5)
     state, code = pod.status(long_id)
     # sleep as PID 1 dies of TERM under gVisor (runc: ignored, then KILL).
     c.check("StopContainer c1: exited 143", state == CONTAINER_EXITED and code == 143,
@@ -316,11 +276,10 @@ def scenario(a, pod, c):
     c.check("waiter of c1 gone", waiter <= 0 or not os.path.exists(f"/proc/{waiter}")
             or open(f"/proc/{waiter}/stat").read().split(") ")[1][0] in "ZX")
 
-    pod.call("StopPodSandbox", f_bytes(1, pod_id))
+    pod.stop_sandbox()
     c.check("StopPodSandbox: no runsc sandbox left", not sandboxes(pod_id))
     pod.remove(long_id)
-    pod.call("RemovePodSandbox", f_bytes(1, pod_id))
-    pod.pod_id = None
+    pod.remove_sandbox()
     left = [e for e in os.listdir(a.moat_root) if e != "@runsc"] if os.path.isdir(a.moat_root) else []
     runsc_left = os.listdir(os.path.join(a.moat_root, "@runsc")) if os.path.isdir(
         os.path.join(a.moat_root, "@runsc")) else []
@@ -332,18 +291,23 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for f in ("--socket", "--handler", "--image", "--log-dir", "--moat", "--moat-root"):
         ap.add_argument(f, required=True)
+    ap.add_argument("--proto", required=True, help="k8s.io/cri-api's pkg/apis/runtime/v1/api.proto")
+    ap.add_argument("--proto-path", action="append", default=None,
+                    help="where api.proto's imports are (default /usr/share/gocode/src)")
     ap.add_argument("--cgroup-parent", default="")
     ap.add_argument("--timeout", type=float, default=60)
     a = ap.parse_args()
     os.makedirs(a.log_dir, exist_ok=True)
     c = Checks()
-    pod = Pod(a)
-    try:
-        scenario(a, pod, c)
-    except grpc.RpcError as e:
-        c.check("CRI calls", False, f"{e.code().name}: {e.details()}")
-    finally:
-        pod.cleanup()
+    with tempfile.TemporaryDirectory(prefix="cri-api.") as gen:
+        api, api_grpc = load_cri_api(a.proto, a.proto_path or ["/usr/share/gocode/src"], gen)
+        pod = Pod(a, api, api_grpc)
+        try:
+            scenario(a, pod, c)
+        except grpc.RpcError as e:
+            c.check("CRI calls", False, f"{e.code().name}: {e.details()}")
+        finally:
+            pod.cleanup()
     return 1 if c.failed else 0
 
 
