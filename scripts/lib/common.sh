@@ -297,3 +297,17 @@ cached_rootfs() {
 	"$MOAT_SCRIPTS_DIR/mkrootfs" "$MOAT_CACHE/rootfs" >&2
 	printf '%s\n' "$MOAT_CACHE/rootfs"
 }
+
+# ensure_build_env: what building moat needs, for every script that builds it (scripts/test,
+# scripts/demo, scripts/bench): the C toolchain and libseccomp.a for the static link, cargo,
+# and rustup's musl target (.cargo/config.toml builds for it; a fresh rustup has only the
+# host's target, and the build then fails with "can't find crate for std").
+ensure_build_env() {
+	ensure_pkgs gcc libc6-dev pkg-config libseccomp-dev
+	command -v cargo >/dev/null || die "cargo is not installed (moat builds with the machine's Rust toolchain: https://rustup.rs)"
+	if ! rustc --print target-libdir --target x86_64-unknown-linux-musl 2>/dev/null | xargs -r ls 2>/dev/null | grep -q '^libstd-'; then
+		command -v rustup >/dev/null || die "the x86_64-unknown-linux-musl target is missing and rustup is not installed"
+		log "adding rustup's x86_64-unknown-linux-musl target"
+		rustup target add x86_64-unknown-linux-musl
+	fi
+}
