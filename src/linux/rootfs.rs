@@ -398,7 +398,10 @@ fn io_other(msg: String) -> std::io::Error {
 fn explain(e: std::io::Error) -> std::io::Error {
     match e.raw_os_error() {
         Some(libc::ELOOP) => {
-            io_other("a symlink on the way; refused (moat never follows one here)".into())
+            io_other(
+                "must be mounted on ordinary directory: a symlink on the way; refused (moat never follows one here)"
+                    .into(),
+            )
         }
         Some(libc::EXDEV) => {
             io_other("the path crosses a mount moat did not make there; refused".into())

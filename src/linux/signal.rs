@@ -104,11 +104,26 @@ pub enum ChildEnd {
     Running,
 }
 
+/// strsignal's words for the signals a failed program most often dies of (runc prints
+/// Go's, the same: "bad system call" is how a seccomp kill reads).
+fn describe(n: i32) -> Option<&'static str> {
+    Some(match n {
+        libc::SIGSYS => "bad system call",
+        libc::SIGSEGV => "segmentation fault",
+        libc::SIGABRT => "aborted",
+        libc::SIGBUS => "bus error",
+        libc::SIGILL => "illegal instruction",
+        libc::SIGFPE => "floating point exception",
+        _ => return None,
+    })
+}
+
 impl std::fmt::Display for ChildEnd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let sig = |f: &mut std::fmt::Formatter<'_>, n: i32| match name(n) {
-            Some(name) => write!(f, "signal {n} ({name})"),
-            None => write!(f, "signal {n}"),
+        let sig = |f: &mut std::fmt::Formatter<'_>, n: i32| match (name(n), describe(n)) {
+            (Some(name), Some(what)) => write!(f, "signal {n} ({name}: {what})"),
+            (Some(name), None) => write!(f, "signal {n} ({name})"),
+            _ => write!(f, "signal {n}"),
         };
         match *self {
             ChildEnd::Exited(c) => write!(f, "exited with status {c}"),
@@ -322,7 +337,7 @@ mod tests {
         };
         assert_eq!(
             core.to_string(),
-            "killed by signal 11 (SIGSEGV) (core dumped)"
+            "killed by signal 11 (SIGSEGV: segmentation fault) (core dumped)"
         );
         let rt = ChildEnd::Killed {
             signal: libc::SIGRTMIN() + 2,

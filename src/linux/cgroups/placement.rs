@@ -78,7 +78,7 @@ impl Cgroup {
                 if sub.split('/').any(|c| c == ".." || c == ".") {
                     return Err(CgroupError::invalid(
                         "--cgroup",
-                        format!("{sub:?} must stay below the container's cgroup"),
+                        format!("{sub:?} is not a sub cgroup path: it must stay below the container's cgroup"),
                     ));
                 }
                 format!("{}/{}", self.path.trim_end_matches('/'), sub)

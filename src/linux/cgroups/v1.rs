@@ -54,6 +54,28 @@ fn set_resources(cg: &Cgroup, res: &Resources, devices: bool) -> Result<(), Cgro
                 "needs cgroup v2, and this host has no writable cgroup2 mount",
             ));
         };
+        // runc's words ("invalid configuration"): a key of a controller that is bound to a
+        // v1 hierarchy here cannot reach it through the unified mount.
+        let v2_controllers: Vec<&str> = cg
+            .hierarchies
+            .iter()
+            .filter(|h| h.v2)
+            .flat_map(|h| h.controllers.iter().map(String::as_str))
+            .collect();
+        for key in u.keys() {
+            let ctrl = key.split('.').next().unwrap_or("");
+            let core = matches!(ctrl, "cgroup" | "");
+            let on_v1 = cg.hierarchies.iter().any(|h| !h.v2 && h.has(ctrl));
+            if !core && on_v1 && !v2_controllers.contains(&ctrl) {
+                return Err(CgroupError::invalid(
+                    format!("linux.resources.unified[{key:?}]"),
+                    format!(
+                        "invalid configuration: the {ctrl} controller is on cgroup v1 on this host, \
+                         and unified keys only reach cgroup v2"
+                    ),
+                ));
+            }
+        }
         v2::write_unified(&dir, u)?;
     }
     Ok(())

@@ -178,7 +178,7 @@ pub enum Error {
     PtyMaster(#[source] io::Error),
     #[error("no pty master received")]
     NoPtyMaster,
-    #[error("linux.seccomp.listenerPath: connect {path}")]
+    #[error("linux.seccomp.listenerPath: failed to connect with seccomp agent at {path}")]
     ListenerConnect { path: String, source: io::Error },
     #[error("linux.seccomp.listenerPath: send to {path}")]
     ListenerSend { path: String, source: io::Error },
