@@ -310,6 +310,9 @@ impl Plan {
         let new_keyring = opts
             .new_keyring
             .then(|| CString::new(opts.id.as_str()).unwrap_or_default());
+        // runc brings `lo` up in every network namespace it creates: 127.0.0.1 must
+        // answer whatever the policy (a joined namespace is its owner's to set up).
+        let loopback_up = ns.has_new(libc::CLONE_NEWNET);
         Ok(Plan {
             decision: serde_json::to_vec_pretty(&decision).expect("serialises"),
             policy: decision.policy,
@@ -332,7 +335,7 @@ impl Plan {
             sysctl,
             personality,
             hooks: spec.hooks.clone(),
-            loopback_up: decision.network_none,
+            loopback_up,
             dumpable_until_mapped,
             new_keyring,
             spec,
