@@ -244,7 +244,7 @@ fn attributes(
     plan: &Plan,
     mounts: rootfs::Mounts,
     pty: Option<OwnedFd>,
-) -> Result<(std::ffi::CString, Option<OwnedFd>), InitFailure> {
+) -> Result<(crate::linux::attrs::Exe, Option<OwnedFd>), InitFailure> {
     if pty.is_none() {
         // A session of its own without a terminal too (with one, make_stdio does it):
         // the caller's terminal must never be the container's controlling terminal,
@@ -272,7 +272,7 @@ fn ready(ch: &Channel, listener: Option<OwnedFd>, fifo: &OwnedFd) -> Result<(), 
 }
 
 /// Row 15: startContainer hooks, then signals and `execve` (`attrs::exec`).
-fn exec(plan: &Plan, state: &[u8], exe: &std::ffi::CStr) -> Result<Never, InitFailure> {
+fn exec(plan: &Plan, state: &[u8], exe: &crate::linux::attrs::Exe) -> Result<Never, InitFailure> {
     if let Some(h) = &plan.hooks {
         hooks::run("startContainer", &h.start_container, state)
             .map_err(|e| InitFailure::new(Step::Hooks, e.to_string()))?;

@@ -11,7 +11,6 @@
 //! the join; being non-dumpable does not stop a holder of that capability. Both are
 //! non-dumpable from row 5 to the execve (the flag is inherited with the memory at fork).
 
-use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
 
 use crate::linux::attrs::Attrs;
@@ -48,9 +47,11 @@ pub(super) fn joiner(j: Joining<'_>) -> Result<Never, InitFailure> {
 fn place(attrs: &Attrs, placement: Placement) -> Result<(), InitFailure> {
     crate::linux::create::enter_cgroup(placement)?;
     sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
-    for &(res, soft, hard) in &attrs.rlimits {
+    for (i, &(res, soft, hard)) in attrs.rlimits.iter().enumerate() {
         sys::prlimit(0, res, soft, hard).step(Step::Exec, || {
-            format!("setrlimit {res} on the exec'd process")
+            let name = crate::linux::attrs::rlimit_name(res);
+            let hint = crate::linux::attrs::rlimit_hint(res, hard);
+            format!("process.rlimits[{i}]: setrlimit {name} on the exec'd process{hint}")
         })?;
     }
     Ok(())
@@ -135,7 +136,10 @@ fn console(attrs: &Attrs, console_sock: Option<&OwnedFd>) -> Result<Root, InitFa
 
 /// Row 10: [`Attrs::apply`] inside the root; gives the executable found and the seccomp
 /// listener (kept open until the execve).
-fn apply_attrs(attrs: &Attrs, root: Root) -> Result<(CString, Option<OwnedFd>), InitFailure> {
+fn apply_attrs(
+    attrs: &Attrs,
+    root: Root,
+) -> Result<(crate::linux::attrs::Exe, Option<OwnedFd>), InitFailure> {
     let applied = attrs.apply(root.fd())?;
     drop(root);
     Ok(applied)
@@ -145,7 +149,7 @@ fn apply_attrs(attrs: &Attrs, root: Root) -> Result<(CString, Option<OwnedFd>), 
 /// exits, which closes the sync socket (read by the parent as success).
 fn execve(
     attrs: &Attrs,
-    exe: &CString,
+    exe: &crate::linux::attrs::Exe,
     _listener: Option<OwnedFd>,
     probe: bool,
 ) -> Result<Never, InitFailure> {
