@@ -292,7 +292,7 @@ pub fn prepare(
     let cfg = &sel.config.policy;
     let mut decision = crate::container::policy::decide(&mut spec, cfg, id, false)?.decision;
     super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
-    decision.warn_ignored();
+    decision.report(id, cfg);
     let runsc = find_runsc(&sel.config)?;
     let network = network_mode(&spec)?;
     let cwd = std::env::current_dir().context("getcwd")?;

@@ -26,7 +26,12 @@ pub(super) fn main(
     if ch.created() {
         // After `start` (row 15) create has returned and nobody reads the socket: the init
         // says why itself, on the container's stderr and in the create call's `--log`.
-        crate::log::error(&format!("container init: {err}"));
+        match &plan.cut {
+            Some(cut) if matches!(err.errno, libc::EPERM | libc::EACCES) => {
+                crate::log::error(&format!("container init: {err}; {cut}"));
+            }
+            _ => crate::log::error(&format!("container init: {err}")),
+        }
         sys::exit_now(1)
     }
     let _ = ch.send_parent(&ToParent::Failed(err.clone()), None);
