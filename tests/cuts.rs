@@ -224,3 +224,45 @@ fn audit_at_the_top_level_of_the_config_is_refused() {
     drop(c);
     ctx.assert_no_trace(&ctx.id("c"));
 }
+
+/// The same program through `moat exec` (`podman exec`): the exec's error names the cut.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn an_exec_of_a_program_needing_a_cut_capability_names_the_cut() {
+    if !require_root() {
+        return;
+    }
+    if !std::path::Path::new("/usr/sbin/setcap").exists() {
+        missing("setcap (libcap2-bin)");
+        return;
+    }
+    let mut ctx = Ctx::new("cut-execcmd");
+    let capped = ctx.rootfs().join("bin/capped");
+    fs::copy(ctx.rootfs().join("bin/busybox"), &capped).unwrap();
+    host(&[
+        "setcap",
+        "cap_net_raw,cap_sys_admin+ep",
+        capped.to_str().unwrap(),
+    ]);
+    ctx.restricted().args(&["sleep", "30"]);
+    let c = ctx.create_ok("c");
+    c.start().ok();
+    let out = c
+        .moat(&["exec", &c.id, "/bin/capped", "echo", "ran"])
+        .fails();
+    assert_eq!(out.code, 255, "{}", out.stderr);
+    assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("exec failed: ")
+            && out.stderr.contains("Operation not permitted")
+            && out
+                .stderr
+                .contains("; policy restricted changed container ")
+            && out.stderr.contains("process.capabilities: removed"),
+        "{}",
+        out.stderr
+    );
+    // A refusal that is no cut keeps runc's words alone.
+    let out = c.moat(&["exec", &c.id, "/bin/nonexistent"]).fails();
+    assert!(!out.stderr.contains("policy restricted"), "{}", out.stderr);
+}

@@ -183,6 +183,42 @@ impl Decision {
     }
 }
 
+/// [`Decision::summary`] of a container's recorded decision (`policy.json`), for a failure
+/// after create (`exec`); `None` when it records no change.
+pub fn recorded_summary(policy_json: &[u8], id: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(policy_json).ok()?;
+    const ACTIONS: [&str; 7] = [
+        "removed",
+        "set",
+        "added",
+        "replaced",
+        "ignored",
+        "not applied",
+        "refused",
+    ];
+    let changes: Vec<Change> = ["changes", "not_applied"]
+        .iter()
+        .flat_map(|k| v[*k].as_array().cloned().unwrap_or_default())
+        .map(|c| Change {
+            field: c["field"].as_str().unwrap_or_default().to_string(),
+            action: ACTIONS
+                .into_iter()
+                .find(|a| c["action"] == *a)
+                .unwrap_or("changed"),
+            detail: c["detail"].as_str().unwrap_or_default().to_string(),
+            reason: "",
+        })
+        .collect();
+    let items = summary_items(changes.iter());
+    (!items.is_empty()).then(|| {
+        format!(
+            "policy {} changed container {id}: {items}; every change and why: moat policy \
+             explain {id}",
+            v["policy"].as_str().unwrap_or("?")
+        )
+    })
+}
+
 /// `field: action detail` for each change, `; `-joined; the capability sets' removals
 /// (one change per set, usually the same names) merged into one item.
 fn summary_items<'a>(changes: impl Iterator<Item = &'a Change>) -> String {
