@@ -204,6 +204,36 @@ fn home_comes_from_the_containers_passwd_when_env_has_none() {
     assert_eq!(out.ok().stdout, "/tmp\n");
 }
 
+/// The container's /etc/passwd is hostile: a FIFO must not hang create (opened
+/// non-blocking, regular files only), and a symlink to a host path resolves inside the
+/// container's root (the host file is never read).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_hostile_etc_passwd_neither_hangs_create_nor_reads_the_host() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("home-fifo");
+    let passwd = ctx.rootfs().join("etc/passwd");
+    fs::remove_file(&passwd).unwrap();
+    host(&["mkfifo", passwd.to_str().unwrap()]);
+    ctx.set("/process/env", json!(["PATH=/bin"]))
+        .sh("echo $HOME");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(out, "/\n", "{err}");
+
+    let mut ctx = Ctx::new("home-link");
+    let outside = ctx.dir.join("host-passwd");
+    fs::write(&outside, "root:x:0:0:root:/leaked-from-the-host:/bin/sh\n").unwrap();
+    let passwd = ctx.rootfs().join("etc/passwd");
+    fs::remove_file(&passwd).unwrap();
+    std::os::unix::fs::symlink(&outside, &passwd).unwrap();
+    ctx.set("/process/env", json!(["PATH=/bin"]))
+        .sh("echo $HOME");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(out, "/\n", "{err}");
+}
+
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn user_uid_gid_and_additional_gids() {
