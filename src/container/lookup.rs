@@ -56,6 +56,8 @@ pub fn well_known(ctx: &Context) -> Vec<Root> {
 /// `--root` given (`explicit`) or in every well-known root. Says on stderr which root it
 /// used when it searched.
 pub fn find(ctx: &Context, explicit: bool, query: &str) -> Result<(Root, String)> {
+    // A prefix obeys the id rules too (no `-` first, no `/`): refused as an id would be.
+    state::validate_id(query)?;
     let roots = if explicit {
         vec![Root {
             path: ctx.root.clone(),

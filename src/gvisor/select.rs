@@ -292,7 +292,6 @@ pub fn prepare(
     let cfg = &sel.config.policy;
     let mut decision = crate::container::policy::decide(&mut spec, cfg, id, false)?.decision;
     super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
-    decision.report(id, cfg);
     let runsc = find_runsc(&sel.config)?;
     let network = network_mode(&spec)?;
     let cwd = std::env::current_dir().context("getcwd")?;
@@ -363,6 +362,9 @@ pub fn prepare(
         let _ = dir.remove();
         return Err(e);
     }
+    // The policy's one line once nothing moat checks can fail any more (a failed call
+    // writes its error line alone).
+    decision.report(id, cfg);
     Ok(Prepared { dir, gv, shadow })
 }
 
