@@ -135,6 +135,19 @@ pub fn warn(msg: &str) {
     eprintln!("moat: warning: {msg}");
 }
 
+/// The policy's summary of a container (`policy::Decision::report`): in the `--log` file at
+/// level warning; on stderr only without `--log` or when the config asks (`stderr`).
+pub fn warn_policy(msg: &str, stderr: bool) {
+    let has_file = {
+        let s = SINK.lock().unwrap_or_else(|e| e.into_inner());
+        s.file.is_some()
+    };
+    write("warning", msg);
+    if !has_file || stderr {
+        eprintln!("moat: warning: {msg}");
+    }
+}
+
 pub fn debug(msg: &str) {
     if DEBUG.load(Ordering::Relaxed) {
         write("debug", msg);

@@ -114,6 +114,37 @@ fn without_a_network_namespace_the_host_one_is_shared() {
     assert_eq!(out.trim(), host_ns("net"));
 }
 
+/// A service on 127.0.0.1, reached from the same container: `lo` must be up in the network
+/// namespace moat creates (runc brings it up; down, connect fails with ENETUNREACH).
+fn loopback_answers(ctx: &mut Ctx) {
+    ctx.sh("nc -l -p 7777 -e echo reached & \
+         for i in 1 2 3 4 5 6 7 8 9 10; do nc -w 1 127.0.0.1 7777 && break; sleep 0.2; done; \
+         cat /sys/class/net/lo/flags");
+    let (out, err) = run_to_end(ctx, "c");
+    assert_eq!(
+        out, "reached\n0x9\n",
+        "lo must be up (IFF_UP|IFF_LOOPBACK): {err}"
+    );
+}
+
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn loopback_is_up_in_a_new_network_namespace_under_open() {
+    if !require_root() {
+        return;
+    }
+    loopback_answers(&mut Ctx::new("lo-open"));
+}
+
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn loopback_is_up_in_a_new_network_namespace_under_restricted() {
+    if !require_root() {
+        return;
+    }
+    loopback_answers(Ctx::new("lo-restr").restricted());
+}
+
 /// `ip netns add` a namespace; deleted on drop.
 struct NetNs(String);
 

@@ -143,6 +143,99 @@ fn rlimits_are_applied() {
 
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn an_rlimit_above_moats_own_names_the_field_and_the_limit() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("rlimit-high");
+    // Above fs.nr_open's ceiling (2^30): refused even with CAP_SYS_RESOURCE.
+    ctx.set(
+        "/process/rlimits",
+        json!([{"type": "RLIMIT_NOFILE", "soft": 1073741825u64, "hard": 1073741825u64}]),
+    );
+    let (c, out) = ctx.create("c");
+    let out = out.fails();
+    assert!(
+        out.stderr
+            .contains("process.rlimits[0]: setrlimit RLIMIT_NOFILE on the container")
+            && out.stderr.contains("is above moat's own"),
+        "{}",
+        out.stderr
+    );
+    drop(c);
+    ctx.assert_no_trace(&ctx.id("c"));
+}
+
+/// runc's default: `HOME` from the container's /etc/passwd for the process's uid, `/` for
+/// a uid it does not name, the spec's own when it sets one; for the init and for exec.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn home_comes_from_the_containers_passwd_when_env_has_none() {
+    if !require_root() {
+        return;
+    }
+    for (uid, env, want) in [
+        (0, vec!["PATH=/bin"], "/root"),
+        (1000, vec!["PATH=/bin"], "/tmp"),
+        (4321, vec!["PATH=/bin"], "/"),
+        (0, vec!["PATH=/bin", "HOME=/spec"], "/spec"),
+    ] {
+        let mut ctx = Ctx::new("home");
+        ctx.set("/process/user", json!({"uid": uid, "gid": 0}));
+        ctx.set("/process/env", json!(env));
+        ctx.sh("echo $HOME");
+        let (out, err) = run_to_end(&ctx, "c");
+        assert_eq!(out, format!("{want}\n"), "uid {uid}, env {env:?}: {err}");
+    }
+    let mut ctx = Ctx::new("home-exec");
+    ctx.set("/process/env", json!(["PATH=/bin"]));
+    ctx.args(&["sleep", "30"]);
+    let c = ctx.create_ok("c");
+    c.start().ok();
+    let out = c.moat(&[
+        "exec",
+        "--user",
+        "1000:1000",
+        &c.id,
+        "sh",
+        "-c",
+        "echo $HOME",
+    ]);
+    assert_eq!(out.ok().stdout, "/tmp\n");
+}
+
+/// The container's /etc/passwd is hostile: a FIFO must not hang create (opened
+/// non-blocking, regular files only), and a symlink to a host path resolves inside the
+/// container's root (the host file is never read).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_hostile_etc_passwd_neither_hangs_create_nor_reads_the_host() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("home-fifo");
+    let passwd = ctx.rootfs().join("etc/passwd");
+    fs::remove_file(&passwd).unwrap();
+    host(&["mkfifo", passwd.to_str().unwrap()]);
+    ctx.set("/process/env", json!(["PATH=/bin"]))
+        .sh("echo $HOME");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(out, "/\n", "{err}");
+
+    let mut ctx = Ctx::new("home-link");
+    let outside = ctx.dir.join("host-passwd");
+    fs::write(&outside, "root:x:0:0:root:/leaked-from-the-host:/bin/sh\n").unwrap();
+    let passwd = ctx.rootfs().join("etc/passwd");
+    fs::remove_file(&passwd).unwrap();
+    std::os::unix::fs::symlink(&outside, &passwd).unwrap();
+    ctx.set("/process/env", json!(["PATH=/bin"]))
+        .sh("echo $HOME");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(out, "/\n", "{err}");
+}
+
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn user_uid_gid_and_additional_gids() {
     if !require_root() {
         return;
@@ -181,7 +274,7 @@ fn cwd_is_the_spec_cwd() {
 
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
-fn env_is_exactly_the_spec_env() {
+fn env_is_the_spec_env_and_home_as_runc_adds() {
     if !require_root() {
         return;
     }
@@ -194,7 +287,11 @@ fn env_is_exactly_the_spec_env() {
     let (out, _) = run_to_end(&ctx, "c");
     let mut got: Vec<&str> = out.lines().collect();
     got.sort();
-    assert_eq!(got, ["EMPTY=", "FOO=bar baz", "PATH=/bin:/usr/bin"]);
+    // HOME, which the spec does not set, from /etc/passwd (runc 1.1.5 adds it too).
+    assert_eq!(
+        got,
+        ["EMPTY=", "FOO=bar baz", "HOME=/root", "PATH=/bin:/usr/bin"]
+    );
 }
 
 #[test]

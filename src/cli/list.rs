@@ -11,6 +11,10 @@ pub struct Args {
     /// Print only the ids
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// Every well-known state root (moat's, Docker's, containerd's namespaces), with a
+    /// ROOT column (moat's own flag; runc has none)
+    #[arg(long)]
+    pub all_roots: bool,
 }
 
 impl Args {
@@ -18,6 +22,7 @@ impl Args {
         ListRequest {
             format: self.format.clone(),
             quiet: self.quiet,
+            all_roots: self.all_roots,
         }
     }
 }

@@ -14,17 +14,26 @@ pub struct Args {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum Sub {
-    /// Print what the policy would change in a bundle's config.json, and why
+    /// Print what the policy would change in a bundle's config.json, and why; with an ID,
+    /// what it changed in that container (recorded at create)
     Explain {
         #[arg(short = 'b', long, default_value = ".")]
         bundle: PathBuf,
+        /// A container's id or a unique prefix of it; without --root, searched in the state
+        /// roots of moat, podman, Docker and containerd
+        id: Option<String>,
         /// table or json
         #[arg(short = 'f', long, default_value = "table")]
         format: String,
     },
 }
 
-pub fn run(_g: &Global, a: Args) -> Result<i32> {
-    let Sub::Explain { bundle, format } = a.command;
+pub fn run(g: &Global, a: Args) -> Result<i32> {
+    let Sub::Explain { bundle, format, id } = a.command;
+    if let Some(id) = id {
+        let ctx = g.context()?;
+        let (root, id) = crate::container::lookup::find(&ctx, g.root.is_some(), &id)?;
+        return crate::report::explain::recorded(&root.path, &id, &format);
+    }
     explain(&ExplainRequest { bundle, format })
 }

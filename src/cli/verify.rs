@@ -9,6 +9,8 @@ pub struct Args {
     /// table or json
     #[arg(short = 'f', long, default_value = "table")]
     pub format: String,
+    /// The container: its id or a unique prefix of it; without --root, searched in the
+    /// state roots of moat, podman, Docker and containerd
     pub id: String,
 }
 
@@ -22,5 +24,8 @@ impl Args {
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
-    verify::verify(&g.context()?, &a.request())
+    let ctx = g.context()?;
+    let (root, id) = crate::container::lookup::find(&ctx, g.root.is_some(), &a.id)?;
+    let req = Request { id, ..a.request() };
+    verify::verify(&crate::container::lookup::at(&ctx, &root.path), &req)
 }

@@ -144,8 +144,12 @@ fn create_native(
             .filter(|s| !s.is_empty()),
     };
     let plan = Plan::new(spec, &cfg, decided, opts)?;
+    let cut = plan.cut.clone();
     crate::log::debug_with(|| format!("container {}: planned", req.id));
-    let (dir, created) = native::create(plan)?;
+    let (dir, created) = native::create(plan).map_err(|e| name_the_cut(e, cut.clone()))?;
+    if let Some(line) = &cut {
+        crate::log::warn_policy(line, cfg.warn_stderr);
+    }
     crate::log::debug_with(|| {
         let r = &created.record;
         format!(
@@ -154,6 +158,33 @@ fn create_native(
         )
     });
     Ok((dir, created))
+}
+
+/// A create the kernel refused with EPERM/EACCES, or that failed dropping capabilities or
+/// loading a filter, in a container whose spec the policy changed: the error line (the one
+/// the engine shows) ends with the policy's summary, so a cut capability or a profile that
+/// denies what the image needs is named where the failure is read.
+fn name_the_cut(e: native::Error, cut: Option<String>) -> anyhow::Error {
+    use crate::linux::sync::Step;
+    let refused = match &e {
+        native::Error::Init(f) => {
+            matches!(f.errno, libc::EPERM | libc::EACCES)
+                || matches!(f.step, Step::Capabilities | Step::Seccomp)
+        }
+        _ => false,
+    };
+    match cut {
+        Some(cut) if refused => {
+            let e = anyhow::Error::from(e);
+            let msg = e
+                .chain()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(": ");
+            anyhow::anyhow!("{msg}; {cut}")
+        }
+        _ => e.into(),
+    }
 }
 
 /// Absolute and lexically clean, like runc's filepath.Abs: `state` shows it.

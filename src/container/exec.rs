@@ -88,7 +88,37 @@ pub struct Request {
 /// status (0 when detached).
 pub fn exec(ctx: &Context, req: &Request) -> anyhow::Result<i32> {
     let Container { dir, record } = Container::open_read(ctx, &req.id)?;
-    super::engine(&record).exec(ctx, dir, &record, req)
+    super::engine(&record)
+        .exec(ctx, dir, &record, req)
+        .map_err(|e| name_the_cut(ctx, req, e))
+}
+
+/// An exec the kernel refused (EPERM/EACCES: a program needing a capability the policy
+/// cut, a denied syscall) in a container whose spec the policy changed: the error ends with
+/// the recorded summary, read only on this failure path.
+fn name_the_cut(ctx: &Context, req: &Request, e: anyhow::Error) -> anyhow::Error {
+    let refused = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<exec::ExecError>(),
+            Some(exec::ExecError::Init(f)) if matches!(f.errno, libc::EPERM | libc::EACCES)
+        )
+    });
+    let cut = refused
+        .then(|| ContainerDir::open_read(&ctx.root, &req.id).ok())
+        .flatten()
+        .and_then(|d| d.read_file(crate::state::POLICY_FILE).ok().flatten())
+        .and_then(|b| crate::policy::recorded_summary(&b, &req.id));
+    match cut {
+        Some(cut) => {
+            let msg = e
+                .chain()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(": ");
+            anyhow::anyhow!("{msg}; {cut}")
+        }
+        None => e,
+    }
 }
 
 /// The native exec: the table of `linux/exec/`, from row 1.

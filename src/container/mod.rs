@@ -16,6 +16,7 @@ mod error;
 pub mod events;
 pub mod exec;
 pub mod kill;
+pub mod lookup;
 pub mod pause;
 pub mod policy;
 pub mod ps;

@@ -34,6 +34,8 @@ pub struct ListRequest {
     pub format: String,
     /// Only the ids.
     pub quiet: bool,
+    /// Every well-known root (`lookup::well_known`), each row naming its root.
+    pub all_roots: bool,
 }
 
 pub fn list(ctx: &Context, req: &ListRequest) -> Result<i32> {
@@ -41,16 +43,35 @@ pub fn list(ctx: &Context, req: &ListRequest) -> Result<i32> {
         return Err(Error::ListFormat(req.format.clone()).into());
     }
     let mut rows = Vec::new();
-    for id in state::list_ids(&ctx.root)? {
-        // A container being deleted concurrently simply drops out of the list.
-        let Ok(mut c) = Container::open_read(ctx, &id) else {
-            continue;
+    let roots = if req.all_roots {
+        super::lookup::well_known(ctx)
+    } else {
+        vec![super::lookup::Root {
+            path: ctx.root.clone(),
+            engine: String::new(),
+        }]
+    };
+    let mut row_roots = Vec::new();
+    for root in &roots {
+        let ctx = &super::lookup::at(ctx, &root.path);
+        let ids = match state::list_ids(&ctx.root) {
+            Ok(ids) => ids,
+            // Another engine's root this caller may not read is left out of --all-roots.
+            Err(_) if req.all_roots => continue,
+            Err(e) => return Err(e.into()),
         };
-        let Ok((status, pid)) = c.engine().status(ctx, &c) else {
-            continue;
-        };
-        c.record.pid = pid;
-        rows.push((c.record, status));
+        for id in ids {
+            // A container being deleted concurrently simply drops out of the list.
+            let Ok(mut c) = Container::open_read(ctx, &id) else {
+                continue;
+            };
+            let Ok((status, pid)) = c.engine().status(ctx, &c) else {
+                continue;
+            };
+            c.record.pid = pid;
+            rows.push((c.record, status));
+            row_roots.push(root.path.display().to_string());
+        }
     }
     let mut out = std::io::stdout().lock();
     if req.quiet {
@@ -61,37 +82,48 @@ pub fn list(ctx: &Context, req: &ListRequest) -> Result<i32> {
         if rows.is_empty() {
             writeln!(out, "null").context("write to standard output")?;
         } else {
-            let list: Vec<_> = rows.iter().map(|(r, s)| r.oci_state(*s)).collect();
+            let mut list = Vec::new();
+            for ((r, s), root) in rows.iter().zip(&row_roots) {
+                let mut v = serde_json::to_value(r.oci_state(*s))?;
+                if req.all_roots {
+                    v["root"] = serde_json::Value::String(root.clone());
+                }
+                list.push(v);
+            }
             writeln!(out, "{}", serde_json::to_string(&list)?)
                 .context("write to standard output")?;
         }
     } else {
-        let mut lines = vec![[
-            "ID".to_string(),
-            "PID".into(),
-            "STATUS".into(),
-            "BUNDLE".into(),
-            "CREATED".into(),
-            "OWNER".into(),
-        ]];
-        for (r, s) in &rows {
+        let mut head: Vec<String> = ["ID", "PID", "STATUS", "BUNDLE", "CREATED", "OWNER"]
+            .map(String::from)
+            .to_vec();
+        if req.all_roots {
+            head.push("ROOT".into());
+        }
+        let mut lines = vec![head];
+        for ((r, s), root) in rows.iter().zip(&row_roots) {
             let st = r.oci_state(*s);
-            lines.push([
+            let mut l = vec![
                 r.id.clone(),
                 st.pid.to_string(),
                 s.as_str().into(),
                 r.bundle.display().to_string(),
                 r.created.clone(),
                 r.owner.clone(),
-            ]);
+            ];
+            if req.all_roots {
+                l.push(root.clone());
+            }
+            lines.push(l);
         }
-        let widths: Vec<usize> = (0..6)
+        let n = lines[0].len();
+        let widths: Vec<usize> = (0..n)
             .map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0))
             .collect();
         for l in &lines {
             let mut s = String::new();
-            for c in 0..6 {
-                if c == 5 {
+            for c in 0..n {
+                if c == n - 1 {
                     s.push_str(&l[c]);
                 } else {
                     s.push_str(&format!("{:w$}   ", l[c], w = widths[c]));

@@ -295,7 +295,6 @@ pub fn prepare(
     let cfg = &sel.config.policy;
     let mut decision = crate::container::policy::decide(&mut spec, cfg, id, false)?.decision;
     super::policy::adjust(&mut spec, &mut decision, engine_apparmor)?;
-    decision.warn_ignored();
     super::pod::restore_paths(&mut spec, sandbox_paths);
     if sandbox.is_some() {
         decision.not_applied.push(super::pod::resources_note(&spec));
@@ -379,6 +378,9 @@ pub fn prepare(
         let _ = dir.remove();
         return Err(e);
     }
+    // The policy's one line once nothing moat checks can fail any more (a failed call
+    // writes its error line alone).
+    decision.report(id, cfg);
     Ok(Prepared {
         dir,
         gv,

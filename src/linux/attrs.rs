@@ -7,7 +7,7 @@
 //! (keeping caps) → capability sets → ambient → umask → cwd (verified inside the root) →
 //! executable lookup → seccomp (late, with NNP, so the filter never sees moat's own setup).
 
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::io;
 use std::os::fd::OwnedFd;
 
@@ -17,6 +17,13 @@ use super::seccomp::{self, Filter};
 use super::sync::{InitFailure, Step, StepExt};
 use super::sys;
 use crate::spec::{ConsoleSize, Process, Scheduler};
+
+/// What `Attrs::apply` found for the execve: the executable, and the environment when
+/// moat added to it (`HOME`, as runc, when the spec's env has none).
+pub struct Exe {
+    pub path: CString,
+    pub env: Option<Vec<CString>>,
+}
 
 /// A process attribute the plan refuses. `process` is where the process came from
 /// (`process`, or the exec process file); the rest is the object refused.
@@ -96,6 +103,45 @@ pub fn cstrings(v: &[String], field: &str) -> Result<Vec<CString>, AttrError> {
             })
         })
         .collect()
+}
+
+/// `RLIMIT_NOFILE` for its number, as the spec names it.
+pub fn rlimit_name(res: libc::c_int) -> &'static str {
+    const NAMES: [&str; 16] = [
+        "RLIMIT_CPU",
+        "RLIMIT_FSIZE",
+        "RLIMIT_DATA",
+        "RLIMIT_STACK",
+        "RLIMIT_CORE",
+        "RLIMIT_RSS",
+        "RLIMIT_NPROC",
+        "RLIMIT_NOFILE",
+        "RLIMIT_MEMLOCK",
+        "RLIMIT_AS",
+        "RLIMIT_LOCKS",
+        "RLIMIT_SIGPENDING",
+        "RLIMIT_MSGQUEUE",
+        "RLIMIT_NICE",
+        "RLIMIT_RTPRIO",
+        "RLIMIT_RTTIME",
+    ];
+    NAMES
+        .into_iter()
+        .find(|n| rlimit_resource(n) == Some(res))
+        .unwrap_or("RLIMIT_?")
+}
+
+/// Why a hard limit could not be set, when moat can tell: above its own hard limit, which
+/// only `CAP_SYS_RESOURCE` raises (rootless, or an engine whose limits are lower than the
+/// spec's, as podman's default 1048576 on a host with less). Read only on the error path.
+pub fn rlimit_hint(res: libc::c_int, hard: u64) -> String {
+    match crate::linux::sys::hard_rlimit(res) {
+        Ok(own) if hard > own => format!(
+            " (hard limit {hard} is above moat's own, {own}, which only CAP_SYS_RESOURCE \
+             raises: lower the container's limit, e.g. podman --ulimit, or raise the engine's)"
+        ),
+        _ => String::new(),
+    }
 }
 
 pub fn rlimit_resource(name: &str) -> Option<libc::c_int> {
@@ -277,7 +323,7 @@ impl Attrs {
         &self,
         root: std::os::fd::BorrowedFd<'_>,
         hand_over: &mut dyn FnMut(OwnedFd) -> Result<(), InitFailure>,
-    ) -> Result<CString, InitFailure> {
+    ) -> Result<Exe, InitFailure> {
         self.apply_lsm()?;
         if let Some(s) = &self.scheduler {
             let mut attr = sys::SchedAttr {
@@ -316,6 +362,8 @@ impl Attrs {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => false,
             Err(e) => return Err(e).step(Step::Cwd, cwd),
         };
+        // Before any filter: a profile may deny the open.
+        let env = self.with_home(root);
         if !self.no_new_privs {
             self.mark_fds_cloexec()?;
             self.install_seccomp(
@@ -331,12 +379,26 @@ impl Attrs {
             super::path::Root::chdir_in(root, &self.cwd).step(Step::Cwd, cwd)?;
         }
         verify_cwd(&self.cwd)?;
-        let exe = self.find_executable()?;
+        let path = self.find_executable()?;
         if self.no_new_privs {
             self.mark_fds_cloexec()?;
             self.install_seccomp(|| "load filter".into(), hand_over)?;
         }
-        Ok(exe)
+        Ok(Exe { path, env })
+    }
+
+    /// runc's default: without `HOME` in `process.env`, the process gets the home of its
+    /// uid in the container's `/etc/passwd`, or `/`. The file is the container's (resolved
+    /// inside `root`, opened non-blocking, a regular file only, read up to 1 MiB); nothing
+    /// is read when the spec sets `HOME`, as engines do.
+    fn with_home(&self, root: std::os::fd::BorrowedFd<'_>) -> Option<Vec<CString>> {
+        if self.env.iter().any(|e| e.to_bytes().starts_with(b"HOME=")) {
+            return None;
+        }
+        let home = passwd_home(root, self.uid).unwrap_or_else(|| "/".into());
+        let mut env = self.env.clone();
+        env.push(CString::new(format!("HOME={home}")).ok()?);
+        Some(env)
     }
 
     /// The fd sweep: every fd above stdio and the preserved ones marked close-on-exec.
@@ -351,12 +413,12 @@ impl Attrs {
 
     /// Makes the preserved fds inheritable, resets signals, execs (the fd sweep was made
     /// by `apply`).
-    pub fn exec(&self, exe: &CStr) -> InitFailure {
+    pub fn exec(&self, exe: &Exe) -> InitFailure {
         for fd in 3..3 + self.preserve_fds {
             let _ = sys::clear_cloexec(sys::FdNumber(fd));
         }
         sys::reset_signals();
-        let e = sys::execve(exe, &self.args, &self.env);
+        let e = sys::execve(&exe.path, &self.args, exe.env.as_ref().unwrap_or(&self.env));
         InitFailure {
             step: Step::Exec,
             errno: e.raw_os_error().unwrap_or(0),
@@ -510,6 +572,35 @@ impl Attrs {
 
 /// A cwd reached through a leaked fd (`/proc/self/fd/N`) lies outside the root; the kernel
 /// then reports it as unreachable (CVE-2024-21626).
+/// The home directory of `uid` in the container's `/etc/passwd` (`name:pw:uid:gid:gecos:
+/// home:shell`), if the file is a readable regular file naming it.
+fn passwd_home(root: std::os::fd::BorrowedFd<'_>, uid: u32) -> Option<String> {
+    const MAX: usize = 1 << 20;
+    let fd = super::path::Root::open_in(
+        root,
+        "/etc/passwd",
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+    )
+    .ok()?;
+    let st = sys::fstat(std::os::fd::AsFd::as_fd(&fd)).ok()?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return None;
+    }
+    let mut buf = vec![0u8; MAX.min(usize::try_from(st.st_size).unwrap_or(MAX))];
+    let mut len = 0;
+    while len < buf.len() {
+        match sys::read(std::os::fd::AsFd::as_fd(&fd), &mut buf[len..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => len += n,
+        }
+    }
+    let uid = uid.to_string();
+    String::from_utf8_lossy(&buf[..len]).lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() >= 6 && f[2] == uid && !f[5].is_empty()).then(|| f[5].to_string())
+    })
+}
+
 fn verify_cwd(cwd: &str) -> Result<(), InitFailure> {
     let outside = || {
         InitFailure::new(
@@ -683,7 +774,7 @@ mod tests {
                 let exe = a
                     .apply(root.as_fd(), &mut |_| Ok(()))
                     .expect("apply under the fake");
-                assert_eq!(exe.to_str(), Ok("/usr/bin/sh"));
+                assert_eq!(exe.path.to_str(), Ok("/usr/bin/sh"));
                 let failure = a.exec(&exe);
                 assert_eq!(failure.step, Step::Exec);
             });

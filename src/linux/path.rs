@@ -80,6 +80,18 @@ impl Root {
         sys::openat2(self.fd.as_fd(), &cstr(&rel)?, &how)
     }
 
+    /// [`Root::open_at`] for a root held by a borrowed fd.
+    pub fn open_in(root: BorrowedFd<'_>, path: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
+        let rel = components(path).join("/");
+        let rel = if rel.is_empty() { ".".to_string() } else { rel };
+        let how = OpenHow {
+            flags: u64::try_from(flags | libc::O_CLOEXEC).unwrap_or(u64::MAX),
+            mode: 0,
+            resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+        };
+        sys::openat2(root, &cstr(&rel)?, &how)
+    }
+
     /// Enters `path` (a spec path, such as `process.cwd`) inside the root held by `root`:
     /// resolved with `RESOLVE_IN_ROOT`, entered with `fchdir`.
     pub fn chdir_in(root: BorrowedFd<'_>, path: &str) -> io::Result<()> {

@@ -137,6 +137,11 @@ pub struct Config {
     /// `[restricted] selinux_types`: the SELinux types a RESTRICTED container's label may
     /// carry (a trailing `*` matches any suffix); any other type is replaced.
     pub selinux_types: Vec<String>,
+    /// `[alias.NAME] default_policy = "audit"`: run as OPEN, report what RESTRICTED would
+    /// have cut (`default_policy` is `Open` then). An alias setting only.
+    pub audit: bool,
+    /// `[log] warn_stderr`: the policy's summary line also on stderr when `--log` is given.
+    pub warn_stderr: bool,
 }
 
 /// The default of `[restricted] apparmor_profiles`: moat's own profile and the engines'.
@@ -222,6 +227,8 @@ impl Default for Config {
             sync_timeout: 60,
             apparmor_profiles: APPARMOR_PROFILES.iter().map(|s| s.to_string()).collect(),
             selinux_types: SELINUX_TYPES.iter().map(|s| s.to_string()).collect(),
+            audit: false,
+            warn_stderr: false,
         }
     }
 }
@@ -424,6 +431,12 @@ impl Config {
                 reason: format!("{key}: {reason}"),
             };
             match key.strip_prefix("alias.") {
+                None if key == "default_policy" && *value == Value::Str("audit".into()) => {
+                    return Err(err(
+                        "\"audit\" is set per alias ([alias.NAME] default_policy = \"audit\"), \
+                         so that the plain runtime keeps enforcing",
+                    ))
+                }
                 None => c.set(key, value, &err)?,
                 Some(rest) => match rest.split_once('.') {
                     Some((alias, k)) => aliases
@@ -506,10 +519,12 @@ impl Config {
         };
         match key {
             "default_policy" => {
-                c.default_policy = match s(value)?.as_str() {
+                let v = s(value)?;
+                c.audit = v == "audit";
+                c.default_policy = match v.as_str() {
                     "restricted" => Mode::Restricted,
-                    "open" => Mode::Open,
-                    _ => return Err(err("expected \"restricted\" or \"open\"")),
+                    "open" | "audit" => Mode::Open,
+                    _ => return Err(err("expected \"restricted\", \"open\" or \"audit\"")),
                 }
             }
             "allow_open" => {
@@ -632,6 +647,7 @@ impl Config {
                 c.userns_size = u32::try_from(count(value)?)
                     .map_err(|_| err("expected a positive integer below 2^32"))?
             }
+            "log.warn_stderr" => c.warn_stderr = b(value)?,
             "runtime.sync_timeout" => {
                 c.sync_timeout = u32::try_from(count(value)?)
                     .ok()
@@ -699,7 +715,8 @@ force_nesting = true
         let e = cfg("pids_x = true\ndefault_policy = \"permissive\"\n").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "/etc/moat/config.toml:2: default_policy: expected \"restricted\" or \"open\""
+            "/etc/moat/config.toml:2: default_policy: expected \"restricted\", \"open\" or \
+             \"audit\""
         );
         let e = cfg("\n\nbogus = 1\n").unwrap_err();
         assert!(

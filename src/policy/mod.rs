@@ -132,6 +132,10 @@ pub struct Decision {
     /// host, as `[restricted] host_namespaces` allows.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub host_namespaces: Vec<&'static str>,
+    /// `audit` (an operator's alias): what RESTRICTED would have changed in a container
+    /// that runs as OPEN; a refusal appears as `refused`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub audit: Vec<Change>,
     /// RESTRICTED's floor was applied: false only from [`apply_unenforced`] (tests of
     /// `verify`); not recorded.
     #[serde(skip)]
@@ -139,21 +143,111 @@ pub struct Decision {
 }
 
 impl Decision {
-    /// One warning line per loosening annotation the policy ignored, and per floor control
-    /// it could not apply here: the container runs, but not as its spec (or the floor)
-    /// asked.
-    pub fn warn_ignored(&self) {
-        for c in self
-            .changes
-            .iter()
-            .filter(|c| c.action == "ignored" || c.action == "not applied")
-        {
-            crate::log::warn(&format!(
-                "{}: {}, {}: {}",
-                c.field, c.action, c.detail, c.reason
-            ));
+    /// The one line that says what the policy changed in this container's spec (which
+    /// field, what the engine asked, what runs instead) and where to see all of it, or
+    /// `None` when the spec runs as written. Under `audit`, what RESTRICTED would have cut
+    /// while the container runs as OPEN.
+    pub fn summary(&self, id: &str, cfg: &Config) -> Option<String> {
+        let from = config_name(cfg);
+        let explain = format!("every change and why: moat policy explain {id}");
+        if cfg.audit && self.policy == Mode::Open.as_str() {
+            let items = summary_items(self.audit.iter());
+            return Some(if items.is_empty() {
+                format!(
+                    "audit ({from}): container {id} runs as OPEN; RESTRICTED would change nothing"
+                )
+            } else {
+                format!(
+                    "audit ({from}): container {id} runs as OPEN; RESTRICTED would have: {items}; \
+                     {explain}"
+                )
+            });
+        }
+        let items = summary_items(self.changes.iter().chain(&self.not_applied));
+        (!items.is_empty()).then(|| {
+            format!(
+                "policy {} ({from}) changed container {id}: {items}; {explain}",
+                self.policy
+            )
+        })
+    }
+
+    /// Logs [`Decision::summary`]: at level warning in the `--log` file always; on stderr
+    /// only without `--log` (direct use) or with `[log] warn_stderr = true`, since at
+    /// create moat's stderr is the container's and engines would show the line in every
+    /// container log.
+    pub fn report(&self, id: &str, cfg: &Config) {
+        if let Some(line) = self.summary(id, cfg) {
+            crate::log::warn_policy(&line, cfg.warn_stderr);
         }
     }
+}
+
+/// [`Decision::summary`] of a container's recorded decision (`policy.json`), for a failure
+/// after create (`exec`); `None` when it records no change.
+pub fn recorded_summary(policy_json: &[u8], id: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(policy_json).ok()?;
+    const ACTIONS: [&str; 7] = [
+        "removed",
+        "set",
+        "added",
+        "replaced",
+        "ignored",
+        "not applied",
+        "refused",
+    ];
+    let changes: Vec<Change> = ["changes", "not_applied"]
+        .iter()
+        .flat_map(|k| v[*k].as_array().cloned().unwrap_or_default())
+        .map(|c| Change {
+            field: c["field"].as_str().unwrap_or_default().to_string(),
+            action: ACTIONS
+                .into_iter()
+                .find(|a| c["action"] == *a)
+                .unwrap_or("changed"),
+            detail: c["detail"].as_str().unwrap_or_default().to_string(),
+            reason: "",
+        })
+        .collect();
+    let items = summary_items(changes.iter());
+    (!items.is_empty()).then(|| {
+        format!(
+            "policy {} changed container {id}: {items}; every change and why: moat policy \
+             explain {id}",
+            v["policy"].as_str().unwrap_or("?")
+        )
+    })
+}
+
+/// `field: action detail` for each change, `; `-joined; the capability sets' removals
+/// (one change per set, usually the same names) merged into one item.
+fn summary_items<'a>(changes: impl Iterator<Item = &'a Change>) -> String {
+    let mut items: Vec<String> = Vec::new();
+    let mut caps: Vec<&str> = Vec::new();
+    let mut caps_at = None;
+    for c in changes {
+        if c.field.starts_with("process.capabilities.") && c.action == "removed" {
+            caps_at.get_or_insert(items.len());
+            for n in c.detail.split(',') {
+                if !caps.contains(&n) {
+                    caps.push(n);
+                }
+            }
+            continue;
+        }
+        let mut item = format!("{}: {} {}", c.field, c.action, c.detail);
+        if c.action == "ignored" {
+            item.push_str(" (the operator loosens with [alias.NAME])");
+        }
+        items.push(item);
+    }
+    if let Some(at) = caps_at {
+        items.insert(
+            at,
+            format!("process.capabilities: removed {}", caps.join(",")),
+        );
+    }
+    items.join("; ")
 }
 
 /// A namespace's identity: (st_dev, st_ino) of its nsfs inode.
@@ -235,6 +329,9 @@ fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
                     false
                 }
                 "open" => cfg.default_policy != Mode::Open,
+                // The operator's alone (`[alias.NAME] default_policy = "audit"`): an image
+                // asking for it would run as OPEN.
+                "audit" => true,
                 _ => return Err(bad()),
             },
             "moat.rootfs" => match v.as_str() {
@@ -345,9 +442,13 @@ fn apply_with(
         changes: sel.ignored,
         not_applied: Vec::new(),
         host_namespaces: Vec::new(),
+        audit: Vec::new(),
         enforced: enforce,
     };
     let restricted = sel.mode == Mode::Restricted && enforce;
+    if cfg.audit && sel.mode == Mode::Open {
+        d.audit = audit(spec, cfg, id, host, floor);
+    }
     if restricted {
         restrict(spec, cfg, id, floor.systemd_cgroup, &mut d)?;
         mounts_floor(spec, floor, &mut d);
@@ -367,6 +468,24 @@ fn apply_with(
         namespace_floor(spec, cfg, floor, &mut d)?;
     }
     Ok(d)
+}
+
+/// `audit`: RESTRICTED applied to a copy of the spec, for its list of changes alone (a
+/// refusal is one `refused` change); the container runs the spec as OPEN.
+fn audit(spec: &Spec, cfg: &Config, id: &str, host: &HostFacts, floor: &FloorFacts) -> Vec<Change> {
+    let mut strict = cfg.clone();
+    strict.default_policy = Mode::Restricted;
+    strict.audit = false;
+    let mut copy = spec.clone();
+    match apply(&mut copy, &strict, id, host, floor) {
+        Ok(d) => d.changes,
+        Err(e) => vec![Change {
+            field: "spec".into(),
+            action: "refused",
+            detail: e.to_string(),
+            reason: "RESTRICTED refuses this spec",
+        }],
+    }
 }
 
 /// The host namespaces a RESTRICTED container must not join, for the check on the opened

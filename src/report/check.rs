@@ -59,6 +59,32 @@ pub fn report() -> Result<i32> {
         .map_or("none (built-in defaults)".into(), |p| {
             p.display().to_string()
         });
+    let mode = if cfg.audit {
+        "AUDIT (runs as OPEN; each create logs what RESTRICTED would have cut)"
+    } else if cfg.default_policy == policy::Mode::Open {
+        "OPEN (the spec runs as written, runc semantics)"
+    } else {
+        "RESTRICTED"
+    };
+    println!("config in effect");
+    println!(
+        "  policy             {mode}, from {}{}",
+        cfg.source.as_ref().map_or(
+            "the built-in defaults (no /etc/moat/config.toml)".into(),
+            |p| p.display().to_string()
+        ),
+        cfg.alias
+            .as_ref()
+            .map_or(String::new(), |a| format!(" [alias.{a}]"))
+    );
+    println!("engines (moat registered, from their config files)");
+    for l in super::doctor::engines() {
+        println!("{l}");
+    }
+    println!("host traps");
+    for l in super::doctor::traps(aa) {
+        println!("{l}");
+    }
     println!("host");
     println!("  cgroups            {cgroups}");
     println!(
@@ -92,50 +118,62 @@ pub fn report() -> Result<i32> {
             (None, None) => "? (no argv[0])".into(),
         }
     );
-    println!(
-        "  host namespaces    {}",
-        if cfg.host_namespaces.is_empty() {
-            "refused under restricted (pid, network, ipc, uts)".into()
-        } else {
-            format!(
-                "allowed under restricted: {}",
-                cfg.host_namespaces.join(" ")
-            )
+    if cfg.default_policy == policy::Mode::Open {
+        println!(
+            "  restricted         not in effect for this name: no capability, seccomp, AppArmor, \
+             namespace or limit floor{}",
+            if cfg.audit {
+                " (reported at each create)"
+            } else {
+                ""
+            }
+        );
+    } else {
+        println!(
+            "  host namespaces    {}",
+            if cfg.host_namespaces.is_empty() {
+                "refused under restricted (pid, network, ipc, uts)".into()
+            } else {
+                format!(
+                    "allowed under restricted: {}",
+                    cfg.host_namespaces.join(" ")
+                )
+            }
+        );
+        println!(
+            "  capabilities       kept under restricted: {}",
+            if cfg.allowed_capabilities.is_empty() {
+                "none".into()
+            } else {
+                cfg.allowed_capabilities.join(" ")
+            }
+        );
+        println!("  seccomp            moat's restricted profile when the spec has none; deny floor stacked on engine profiles");
+        println!(
+            "  AppArmor           {}",
+            if aa {
+                "moat-default applied when the spec names no profile"
+            } else {
+                "not enforced on this host (no AppArmor): specs' profiles are ignored, as runc does"
+            }
+        );
+        let limit = |v: Option<i64>| v.map_or("none".to_string(), |v| v.to_string());
+        println!(
+            "  default limits     memory {} pids {} cpus {}",
+            limit(cfg.memory),
+            limit(cfg.pids),
+            cfg.cpus.map_or("none".into(), |c| c.to_string())
+        );
+        match policy::fleet_budget(&cfg) {
+            Some((path, _)) => println!(
+                "  fleet budget       {path}: memory {} pids {} cpus {}; covers containers without cgroupsPath or with a relative one{}",
+                limit(cfg.fleet_memory),
+                limit(cfg.fleet_pids),
+                cfg.fleet_cpus.map_or("none".into(), |c| c.to_string()),
+                if cfg.force_nesting { ", and (force_nesting) engine-placed ones" } else { "; engine-placed (absolute, systemd, kubelet) cgroups are not covered" }
+            ),
+            None => println!("  fleet budget       none configured ({} is created without limits)", cfg.fleet_cgroup),
         }
-    );
-    println!(
-        "  capabilities       kept under restricted: {}",
-        if cfg.allowed_capabilities.is_empty() {
-            "none".into()
-        } else {
-            cfg.allowed_capabilities.join(" ")
-        }
-    );
-    println!("  seccomp            moat's restricted profile when the spec has none; deny floor stacked on engine profiles");
-    println!(
-        "  AppArmor           {}",
-        if aa {
-            "moat-default applied when the spec names no profile"
-        } else {
-            "not enforced on this host (no AppArmor): specs' profiles are ignored, as runc does"
-        }
-    );
-    let limit = |v: Option<i64>| v.map_or("none".to_string(), |v| v.to_string());
-    println!(
-        "  default limits     memory {} pids {} cpus {}",
-        limit(cfg.memory),
-        limit(cfg.pids),
-        cfg.cpus.map_or("none".into(), |c| c.to_string())
-    );
-    match policy::fleet_budget(&cfg) {
-        Some((path, _)) => println!(
-            "  fleet budget       {path}: memory {} pids {} cpus {}; covers containers without cgroupsPath or with a relative one{}",
-            limit(cfg.fleet_memory),
-            limit(cfg.fleet_pids),
-            cfg.fleet_cpus.map_or("none".into(), |c| c.to_string()),
-            if cfg.force_nesting { ", and (force_nesting) engine-placed ones" } else { "; engine-placed (absolute, systemd, kubelet) cgroups are not covered" }
-        ),
-        None => println!("  fleet budget       none configured ({} is created without limits)", cfg.fleet_cgroup),
     }
     println!(
         "  read-only root     {}",

@@ -88,3 +88,46 @@ pub fn explain(req: &ExplainRequest) -> Result<i32> {
     }
     Ok(0)
 }
+
+/// `moat policy explain ID`: what the policy changed in a container, as recorded at create
+/// (`policy.json` in its state directory), in the bundle form's layout.
+pub fn recorded(root: &Path, id: &str, format: &str) -> Result<i32> {
+    let dir = crate::state::ContainerDir::open_read(root, id)?;
+    let bytes = dir.read_file(crate::state::POLICY_FILE)?.ok_or_else(|| {
+        anyhow::anyhow!("container {id}: no {} recorded", crate::state::POLICY_FILE)
+    })?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes)?;
+    if format == "json" {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    println!("container {id}: policy {}", s(&v["policy"]));
+    let list = |key: &str| v[key].as_array().cloned().unwrap_or_default();
+    let changes = list("changes");
+    if changes.is_empty() {
+        println!("no changes: the spec ran as written");
+    }
+    for (title, items) in [
+        ("", changes),
+        ("not applied under gVisor:", list("not_applied")),
+        ("RESTRICTED would have (audit):", list("audit")),
+    ] {
+        if items.is_empty() {
+            continue;
+        }
+        if !title.is_empty() {
+            println!("{title}");
+        }
+        for c in &items {
+            println!(
+                "{:<34} {:<8} {}",
+                s(&c["field"]),
+                s(&c["action"]),
+                s(&c["detail"])
+            );
+            println!("{:<34} {:<8} because {}", "", "", s(&c["reason"]));
+        }
+    }
+    Ok(0)
+}

@@ -5,6 +5,7 @@
 //! (`src/gvisor/` included) and belong to neither.
 
 pub mod check;
+mod doctor;
 pub mod explain;
 pub mod features;
 

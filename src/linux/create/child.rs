@@ -27,7 +27,12 @@ pub(super) fn main(
     if ch.created() {
         // After `start` (row 15) create has returned and nobody reads the socket: the init
         // says why itself, on the container's stderr and in the create call's `--log`.
-        crate::log::error(&format!("container init: {err}"));
+        match &plan.cut {
+            Some(cut) if matches!(err.errno, libc::EPERM | libc::EACCES) => {
+                crate::log::error(&format!("container init: {err}; {cut}"));
+            }
+            _ => crate::log::error(&format!("container init: {err}")),
+        }
         sys::exit_now(1)
     }
     let _ = ch.send_parent(&ToParent::Failed(err.clone()), None);
@@ -255,7 +260,7 @@ fn attributes(
     ch: &Channel,
     mounts: rootfs::Mounts,
     pty: Option<OwnedFd>,
-) -> Result<std::ffi::CString, InitFailure> {
+) -> Result<crate::linux::attrs::Exe, InitFailure> {
     if pty.is_none() {
         // A session of its own without a terminal too (with one, make_stdio does it):
         // the caller's terminal must never be the container's controlling terminal,
@@ -285,7 +290,7 @@ fn ready(ch: &Channel, fifo: &OwnedFd) -> Result<(), InitFailure> {
 }
 
 /// Row 15: startContainer hooks, then signals and `execve` (`attrs::exec`).
-fn exec(plan: &Plan, state: &[u8], exe: &std::ffi::CStr) -> Result<Never, InitFailure> {
+fn exec(plan: &Plan, state: &[u8], exe: &crate::linux::attrs::Exe) -> Result<Never, InitFailure> {
     if let Some(h) = &plan.hooks {
         hooks::run("startContainer", &h.start_container, state)
             .map_err(|e| InitFailure::new(Step::Hooks, e.to_string()))?;

@@ -125,9 +125,11 @@ pub enum Error {
     Subreaper(#[source] io::Error),
     #[error("clone")]
     Clone(#[source] io::Error),
-    #[error("setrlimit {resource} on the container")]
+    #[error("process.rlimits[{index}]: setrlimit {resource} on the container{hint}")]
     Rlimit {
+        index: usize,
         resource: &'static str,
+        hint: String,
         source: io::Error,
     },
     #[error("process.oomScoreAdj: write oom_score_adj")]

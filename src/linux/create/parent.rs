@@ -346,9 +346,11 @@ fn fork(
 /// Row 9: limits and id maps, then let the child go; the mount fds once the maps are
 /// written.
 fn release(plan: &Plan, child: i32, record: &Record, parent_ch: &Channel) -> Result<(), Error> {
-    for &(res, soft, hard) in &plan.attrs.rlimits {
+    for (index, &(res, soft, hard)) in plan.attrs.rlimits.iter().enumerate() {
         sys::prlimit(child, res, soft, hard).map_err(|source| Error::Rlimit {
-            resource: rlimit_name(res),
+            index,
+            resource: crate::linux::attrs::rlimit_name(res),
+            hint: crate::linux::attrs::rlimit_hint(res, hard),
             source,
         })?;
     }
@@ -493,32 +495,6 @@ fn ready(
 
 fn send(message: &'static str) -> impl FnOnce(io::Error) -> Error {
     move |source| Error::Send { message, source }
-}
-
-/// `RLIMIT_NOFILE` for its number, as the spec names it.
-fn rlimit_name(res: libc::c_int) -> &'static str {
-    const NAMES: [&str; 16] = [
-        "RLIMIT_CPU",
-        "RLIMIT_FSIZE",
-        "RLIMIT_DATA",
-        "RLIMIT_STACK",
-        "RLIMIT_CORE",
-        "RLIMIT_RSS",
-        "RLIMIT_NPROC",
-        "RLIMIT_NOFILE",
-        "RLIMIT_MEMLOCK",
-        "RLIMIT_AS",
-        "RLIMIT_LOCKS",
-        "RLIMIT_SIGPENDING",
-        "RLIMIT_MSGQUEUE",
-        "RLIMIT_NICE",
-        "RLIMIT_RTPRIO",
-        "RLIMIT_RTTIME",
-    ];
-    NAMES
-        .into_iter()
-        .find(|n| crate::linux::attrs::rlimit_resource(n) == Some(res))
-        .unwrap_or("RLIMIT_?")
 }
 
 /// Row 9: builds the idmapped rootfs and bind mounts (`linux/idmap.rs`) once the

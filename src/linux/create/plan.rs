@@ -123,6 +123,8 @@ pub struct Plan {
     pub(super) hooks: Option<crate::spec::Hooks>,
     pub(super) new_keyring: Option<CString>,
     pub(super) loopback_up: bool,
+    /// What the policy changed, in one line (`policy::Decision::summary`).
+    pub cut: Option<String>,
     /// An unprivileged parent writes the child's id maps, which needs the child's
     /// `/proc/<pid>` to be its own: the child stays dumpable until they are written.
     pub(super) dumpable_until_mapped: bool,
@@ -163,7 +165,10 @@ impl Plan {
             host,
             floor: facts,
         } = decided;
-        decision.warn_ignored();
+        // The policy's one line, logged once the create succeeded (a failed call writes
+        // its error line alone: podman reads the log as one object), and kept for the
+        // init: an execve the kernel refuses after `start` names the cut too.
+        let cut = decision.summary(&opts.id, cfg);
         // Only a moat that may load profiles tries (a rootless one uses moat-default only
         // where root has loaded it: `policy`).
         let apparmor_profile = host.apparmor
@@ -352,6 +357,9 @@ impl Plan {
         let new_keyring = opts
             .new_keyring
             .then(|| CString::new(opts.id.as_str()).unwrap_or_default());
+        // runc brings `lo` up in every network namespace it creates: 127.0.0.1 must
+        // answer whatever the policy (a joined namespace is its owner's to set up).
+        let loopback_up = ns.has_new(libc::CLONE_NEWNET);
         Ok(Plan {
             decision: serde_json::to_vec_pretty(&decision).expect("serialises"),
             policy: decision.policy,
@@ -374,7 +382,8 @@ impl Plan {
             sysctl,
             personality,
             hooks: spec.hooks.clone(),
-            loopback_up: decision.network_none,
+            loopback_up,
+            cut,
             dumpable_until_mapped,
             new_keyring,
             spec,

@@ -11,7 +11,6 @@
 //! the join; being non-dumpable does not stop a holder of that capability. Both are
 //! non-dumpable from row 5 to the execve (the flag is inherited with the memory at fork).
 
-use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
 
 use crate::linux::attrs::Attrs;
@@ -52,9 +51,11 @@ pub(super) fn joiner(j: Joining<'_>) -> Result<Never, InitFailure> {
 fn place(attrs: &Attrs, placement: Placement) -> Result<(), InitFailure> {
     crate::linux::create::enter_cgroup(placement)?;
     sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
-    for &(res, soft, hard) in &attrs.rlimits {
+    for (i, &(res, soft, hard)) in attrs.rlimits.iter().enumerate() {
         sys::prlimit(0, res, soft, hard).step(Step::Exec, || {
-            format!("setrlimit {res} on the exec'd process")
+            let name = crate::linux::attrs::rlimit_name(res);
+            let hint = crate::linux::attrs::rlimit_hint(res, hard);
+            format!("process.rlimits[{i}]: setrlimit {name} on the exec'd process{hint}")
         })?;
     }
     Ok(())
@@ -144,7 +145,11 @@ fn console(attrs: &Attrs, console_sock: Option<&OwnedFd>) -> Result<Root, InitFa
 /// Row 10: [`Attrs::apply`] inside the root (the seccomp listener sent to `moat exec`,
 /// which gives it to the agent, the moment its filter is loaded); gives the executable
 /// found.
-fn apply_attrs(attrs: &Attrs, ch: &sync::Channel, root: Root) -> Result<CString, InitFailure> {
+fn apply_attrs(
+    attrs: &Attrs,
+    ch: &sync::Channel,
+    root: Root,
+) -> Result<crate::linux::attrs::Exe, InitFailure> {
     let exe = attrs.apply(root.fd(), &mut |listener| {
         ch.send_parent(&ToParent::Listener, Some(listener.as_fd()))
             .step(Step::Seccomp, || "send the listener to moat".into())
@@ -155,7 +160,11 @@ fn apply_attrs(attrs: &Attrs, ch: &sync::Channel, root: Root) -> Result<CString,
 
 /// Row 11: execve ([`Attrs::exec`]); a probe tries its calls instead and
 /// exits, which closes the sync socket (read by the parent as success).
-fn execve(attrs: &Attrs, exe: &CString, probe: bool) -> Result<Never, InitFailure> {
+fn execve(
+    attrs: &Attrs,
+    exe: &crate::linux::attrs::Exe,
+    probe: bool,
+) -> Result<Never, InitFailure> {
     if probe {
         sys::exit_now(super::run_probes());
     }

@@ -239,6 +239,19 @@ pub fn prlimit(pid: libc::pid_t, resource: libc::c_int, soft: u64, hard: u64) ->
     check_int(unsafe { libc::prlimit64(pid, resource as _, &new, std::ptr::null_mut()) }).map(drop)
 }
 
+/// The hard limit of `resource` for the calling process (read only on an error path, to
+/// say why a limit could not be set).
+pub fn hard_rlimit(resource: libc::c_int) -> Result<u64> {
+    fake!("hard_rlimit", resource);
+    let mut old = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: new is NULL; old points at a valid rlimit64 the kernel fills.
+    check_int(unsafe { libc::prlimit64(0, resource as _, std::ptr::null(), &mut old) })?;
+    Ok(old.rlim_max)
+}
+
 pub fn ioprio_set(class: i32, prio: i32) -> Result<()> {
     fake!("ioprio_set", class, prio);
     const IOPRIO_WHO_PROCESS: i32 = 1;
