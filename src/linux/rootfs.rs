@@ -804,7 +804,13 @@ fn mount_cgroup(mounts: &Mounts, p: &Plan, m: &MountPlan) -> Result<(OwnedFd, bo
     let tmpfs = mount::new_fs(
         "tmpfs",
         Some("cgroup"),
-        &[("mode".into(), Some("755".into()))],
+        // A directory per hierarchy and a link per co-mounted name, capped (when the spec
+        // leaves it writable) like every tmpfs moat makes.
+        &[
+            ("mode".into(), Some("755".into())),
+            ("size".into(), Some("64k".into())),
+            ("nr_inodes".into(), Some("256".into())),
+        ],
     )
     .step(Step::Mounts, || format!("{}: tmpfs", what()))?;
     mount::attach(tmpfs.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
@@ -993,6 +999,8 @@ fn empty_tmpfs() -> std::io::Result<OwnedFd> {
         Some("tmpfs"),
         &[
             ("size".into(), Some("0".into())),
+            // Its root directory alone: nothing can ever be created in it.
+            ("nr_inodes".into(), Some("1".into())),
             ("mode".into(), Some("555".into())),
         ],
     )?;

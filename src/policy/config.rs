@@ -15,6 +15,7 @@
 //! network = "engine"              # default of moat.network: "engine" or "none"
 //! workspace = "/workspace"        # writable under a read-only root
 //! tmp_size = "64m"                # size of the private /tmp under a read-only root
+//! tmp_inodes = 65536              # inodes (files) of each of those tmpfs (nr_inodes)
 //! memory = "2g"                   # limits applied where the engine set none
 //! pids = 4096
 //! cpus = "2"
@@ -109,6 +110,9 @@ pub struct Config {
     pub network_none: bool,
     pub workspace: String,
     pub tmp_size: String,
+    /// `[restricted] tmp_inodes`: `nr_inodes` of the `/tmp` and workspace tmpfs under a
+    /// read-only root (a tmpfs's default is half the host's RAM pages: no cap at all).
+    pub tmp_inodes: u64,
     pub memory: Option<i64>,
     pub pids: Option<i64>,
     pub cpus: Option<f64>,
@@ -177,6 +181,13 @@ fn lsm_list(l: &[String], apparmor: bool) -> Result<Vec<String>, LsmListError> {
     Ok(l.to_vec())
 }
 
+/// The default of `[restricted] tmp_inodes`: 1 KiB a file on average in the default
+/// 64 MiB `/tmp`.
+pub const TMP_INODES: u64 = 65536;
+/// `nr_inodes` of the engine's `/dev` tmpfs under RESTRICTED (when the engine sets none):
+/// device nodes, pty links and sockets, with room to spare.
+pub const DEV_INODES: u64 = 16384;
+
 /// Above the ids of ordinary users and of systemd's container ranges, below 2^32 - 1.
 pub const USERNS_POOL: (u32, u32) = (1 << 31, 1 << 30);
 pub const USERNS_SIZE: u32 = 65536;
@@ -204,6 +215,7 @@ impl Default for Config {
             network_none: false,
             workspace: "/workspace".into(),
             tmp_size: "64m".into(),
+            tmp_inodes: TMP_INODES,
             memory: None,
             pids: Some(4096),
             cpus: None,
@@ -570,6 +582,7 @@ impl Config {
                 parse_size(&t).ok_or_else(|| err("expected a size such as \"64m\""))?;
                 c.tmp_size = t;
             }
+            "restricted.tmp_inodes" => c.tmp_inodes = count(value)?.unsigned_abs(),
             "restricted.memory" => c.memory = Some(size(value)?),
             "restricted.pids" => c.pids = Some(count(value)?),
             "restricted.cpus" => c.cpus = Some(cpus(value)?),
@@ -661,6 +674,7 @@ allowed_capabilities = ["CAP_NET_BIND_SERVICE", "CAP_CHOWN"]
 memory = "512m"
 pids = 100
 cpus = "1.5"
+tmp_inodes = 1000
 network = "none"
 [fleet]
 memory = 1073741824
@@ -672,6 +686,7 @@ force_nesting = true
         assert_eq!(c.allowed_capabilities.len(), 2);
         assert_eq!(c.memory, Some(512 << 20));
         assert_eq!(c.pids, Some(100));
+        assert_eq!(c.tmp_inodes, 1000);
         assert_eq!(c.cpus, Some(1.5));
         assert_eq!(c.fleet_memory, Some(1 << 30));
     }

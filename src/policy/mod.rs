@@ -665,6 +665,8 @@ fn restrict(
             );
         }
     }
+    dev_inodes(&mut spec.mounts, d);
+    let linux = spec.linux.get_or_insert_with(Default::default);
     let res = linux.resources.get_or_insert_with(Default::default);
     if let (Some(limit), None) = (cfg.memory, res.memory.as_ref().and_then(|m| m.limit)) {
         res.memory.get_or_insert_with(Default::default).limit = Some(limit);
@@ -722,6 +724,27 @@ fn restrict(
         linux.cgroups_path = Some(p);
     }
     Ok(())
+}
+
+/// RESTRICTED: the engine's `/dev` tmpfs gets an inode cap when it has none (a tmpfs's
+/// default is half the host's RAM pages), so a container cannot fill it with empty files.
+fn dev_inodes(mounts: &mut [Mount], d: &mut Decision) {
+    for m in mounts.iter_mut().filter(|m| {
+        m.typ.as_deref() == Some("tmpfs")
+            && crate::linux::path::components(&m.destination) == ["dev"]
+    }) {
+        if m.options.iter().any(|o| o.starts_with("nr_inodes=")) {
+            continue;
+        }
+        m.options.push(format!("nr_inodes={}", config::DEV_INODES));
+        change(
+            d,
+            "mounts./dev",
+            "set",
+            format!("nr_inodes={}", config::DEV_INODES),
+            "the engine's /dev tmpfs had no inode cap",
+        );
+    }
 }
 
 /// The fleet budget under the systemd driver is a slice named after `[fleet] cgroup`
@@ -1001,6 +1024,7 @@ fn readonly_rootfs(spec: &mut Spec, cfg: &Config, d: &mut Decision) {
                 "nodev".into(),
                 format!("mode={mode}"),
                 format!("size={}", cfg.tmp_size),
+                format!("nr_inodes={}", cfg.tmp_inodes),
             ],
             ..Default::default()
         });
@@ -1008,7 +1032,10 @@ fn readonly_rootfs(spec: &mut Spec, cfg: &Config, d: &mut Decision) {
             d,
             "mounts",
             "added",
-            format!("tmpfs {dest} size={}", cfg.tmp_size),
+            format!(
+                "tmpfs {dest} size={} nr_inodes={}",
+                cfg.tmp_size, cfg.tmp_inodes
+            ),
             "writable paths under a read-only root",
         );
     }
@@ -1639,6 +1666,52 @@ mod tests {
             .namespaces
             .iter()
             .any(|n| n.typ == "network" && n.path.is_none()));
+    }
+
+    fn dev_opts(s: &Spec) -> Vec<String> {
+        s.mounts
+            .iter()
+            .find(|m| m.destination == "/dev")
+            .unwrap()
+            .options
+            .clone()
+    }
+
+    #[test]
+    fn every_tmpfs_gets_an_inode_cap_an_engine_cap_is_kept() {
+        let mut s = podman_like();
+        s.annotations
+            .insert("moat.rootfs".into(), "readonly".into());
+        let cfg = Config {
+            tmp_inodes: 777,
+            ..Config::default()
+        };
+        apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert!(dev_opts(&s).contains(&"nr_inodes=16384".to_string()));
+        for dest in ["/tmp", "/workspace"] {
+            let m = s.mounts.iter().find(|m| m.destination == dest).unwrap();
+            assert!(m.options.contains(&"nr_inodes=777".to_string()), "{m:?}");
+        }
+        let mut s = podman_like();
+        let dev = s
+            .mounts
+            .iter_mut()
+            .find(|m| m.destination == "/dev")
+            .unwrap();
+        dev.options.push("nr_inodes=99".into());
+        apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+        let o = dev_opts(&s);
+        assert!(
+            o.contains(&"nr_inodes=99".to_string()) && o.len() == 5,
+            "{o:?}"
+        );
+        let open = Config {
+            default_policy: Mode::Open,
+            ..Config::default()
+        };
+        let mut s = podman_like();
+        apply(&mut s, &open, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert!(!dev_opts(&s).iter().any(|o| o.starts_with("nr_inodes")));
     }
 
     #[test]
