@@ -85,3 +85,48 @@ fn dev_and_masked_tmpfs_have_inode_caps() {
         "{out}{err}"
     );
 }
+
+/// This host's memory controller is cgroup v1 (hybrid): RESTRICTED records that it has no
+/// `memory.high` to set, without a warning line, and the limit applies as a hard one. On a
+/// cgroup v2 host the same config sets `memory.high` (tests/vm/moat: throttled, pressure,
+/// not killed, before memory.max kills).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn memory_high_on_v1_memory_is_recorded_as_absent() {
+    if !require_root() {
+        return;
+    }
+    let v2 = fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some("/sys/fs/cgroup") && l.contains(" - cgroup2 "));
+    if v2 {
+        missing(
+            "cgroup v1 memory controller (this host is pure cgroup v2; tests/vm/moat covers v2)",
+        );
+        return;
+    }
+    let mut ctx = Ctx::new("memhigh");
+    let cfg = config(&ctx, "mem.toml", "[restricted]\nmemory = \"64m\"\n");
+    ctx.use_config(cfg);
+    ctx.sh("cat /sys/fs/cgroup/memory/memory.limit_in_bytes");
+    let c = ctx.create_ok("c");
+    let create_err = c.out.as_ref().map(|o| o.stderr.clone()).unwrap_or_default();
+    let policy = fs::read_to_string(ctx.state_dir(&c.id).join("policy.json")).unwrap();
+    let spec = fs::read_to_string(ctx.state_dir(&c.id).join("config.json")).unwrap();
+    let out = c.start_and_wait();
+    let d = c.delete();
+    assert_eq!(d.code, 0, "delete: {}", d.stderr);
+    assert_eq!(out.trim(), "67108864", "the hard limit");
+    let v: serde_json::Value = serde_json::from_str(&policy).unwrap();
+    let note = v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["field"] == "linux.resources.unified.memory.high")
+        .unwrap_or_else(|| panic!("no memory.high note in {policy}"));
+    assert_eq!(note["action"], "absent", "{note}");
+    assert!(v.get("memory_high").is_none(), "{policy}");
+    assert!(!spec.contains("memory.high"), "{spec}");
+    assert!(!create_err.contains("memory.high"), "{create_err}");
+}

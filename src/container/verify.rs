@@ -81,6 +81,7 @@ pub fn native(c: &Container) -> Result<Verdict> {
                 changes: Vec::new(),
                 not_applied: Vec::new(),
                 host_namespaces: Vec::new(),
+                memory_high: v["memory_high"].as_f64(),
                 enforced: true,
             })
         });

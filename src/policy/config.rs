@@ -17,6 +17,7 @@
 //! tmp_size = "64m"                # size of the private /tmp under a read-only root
 //! tmp_inodes = 65536              # inodes (files) of each of those tmpfs (nr_inodes)
 //! memory = "2g"                   # limits applied where the engine set none
+//! memory_high = 0.9               # memory.high at this share of the memory limit (0: off)
 //! pids = 4096
 //! cpus = "2"
 //! apparmor_profiles = ["moat-default", "docker-default", "containers-default-*", "cri-containerd.apparmor.d"]
@@ -62,6 +63,8 @@ use std::path::{Path, PathBuf};
 pub enum Value {
     Str(String),
     Int(i64),
+    /// A number with a decimal point (`memory_high = 0.9`).
+    Float(f64),
     Bool(bool),
     List(Vec<String>),
 }
@@ -114,6 +117,10 @@ pub struct Config {
     /// read-only root (a tmpfs's default is half the host's RAM pages: no cap at all).
     pub tmp_inodes: u64,
     pub memory: Option<i64>,
+    /// `[restricted] memory_high`: where a RESTRICTED container has a memory limit, the
+    /// kernel throttles and reclaims from this share of it (cgroup v2 `memory.high`), so
+    /// the sandbox slows down, and shows pressure, before it is OOM-killed. 0: off.
+    pub memory_high: f64,
     pub pids: Option<i64>,
     pub cpus: Option<f64>,
     pub fleet_cgroup: String,
@@ -217,6 +224,7 @@ impl Default for Config {
             tmp_size: "64m".into(),
             tmp_inodes: TMP_INODES,
             memory: None,
+            memory_high: 0.9,
             pids: Some(4096),
             cpus: None,
             fleet_cgroup: "/moat".into(),
@@ -296,7 +304,16 @@ fn parse_value(raw: &str) -> Result<Value, ValueError> {
         "false" => return Ok(Value::Bool(false)),
         _ => {}
     }
-    raw.replace('_', "")
+    let digits = raw.replace('_', "");
+    if digits.contains('.') {
+        return digits
+            .parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite())
+            .map(Value::Float)
+            .ok_or_else(|| ValueError::Unparsable(raw.to_string()));
+    }
+    digits
         .parse::<i64>()
         .map(Value::Int)
         .map_err(|_| ValueError::Unparsable(raw.to_string()))
@@ -584,6 +601,17 @@ impl Config {
             }
             "restricted.tmp_inodes" => c.tmp_inodes = count(value)?.unsigned_abs(),
             "restricted.memory" => c.memory = Some(size(value)?),
+            "restricted.memory_high" => {
+                c.memory_high = match value {
+                    Value::Int(0) => 0.0,
+                    Value::Float(f) if (0.0..1.0).contains(f) => *f,
+                    _ => {
+                        return Err(err(
+                            "expected a share of the memory limit such as 0.9 (0: off)",
+                        ))
+                    }
+                }
+            }
             "restricted.pids" => c.pids = Some(count(value)?),
             "restricted.cpus" => c.cpus = Some(cpus(value)?),
             "restricted.apparmor_profiles" | "restricted.selinux_types" => {
@@ -675,6 +703,7 @@ memory = "512m"
 pids = 100
 cpus = "1.5"
 tmp_inodes = 1000
+memory_high = 0.75
 network = "none"
 [fleet]
 memory = 1073741824
@@ -687,6 +716,15 @@ force_nesting = true
         assert_eq!(c.memory, Some(512 << 20));
         assert_eq!(c.pids, Some(100));
         assert_eq!(c.tmp_inodes, 1000);
+        assert_eq!(c.memory_high, 0.75);
+        assert_eq!(
+            cfg("[restricted]\nmemory_high = 0\n").unwrap().memory_high,
+            0.0
+        );
+        for bad in ["1.0", "1", "-0.5", "\"0.9\"", "0.9.1"] {
+            let e = cfg(&format!("[restricted]\nmemory_high = {bad}\n")).unwrap_err();
+            assert!(e.to_string().contains(":2:"), "{bad}: {e}");
+        }
         assert_eq!(c.cpus, Some(1.5));
         assert_eq!(c.fleet_memory, Some(1 << 30));
     }

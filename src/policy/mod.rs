@@ -96,8 +96,10 @@ pub enum PolicyError {
 pub struct Change {
     /// The spec field, as a JSON path.
     pub field: String,
-    /// What happened: `removed`, `set`, `added`, `replaced`; `ignored` (a loosening
-    /// annotation), `not applied` (a floor control this host or caller cannot apply).
+    /// What happened: `removed`, `set`, `added`, `replaced`, `kept`; `ignored` (a loosening
+    /// annotation), `not applied` (a floor control this host or caller cannot apply: a
+    /// warning line), `absent` (a control this host has no means for, recorded without a
+    /// warning: `memory.high` on cgroup v1).
     pub action: &'static str,
     pub detail: String,
     pub reason: &'static str,
@@ -132,6 +134,10 @@ pub struct Decision {
     /// host, as `[restricted] host_namespaces` allows.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub host_namespaces: Vec<&'static str>,
+    /// The share of the memory limit moat set `memory.high` at (`[restricted]
+    /// memory_high`), so that `update` moves it with the limit; `None` when moat set none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_high: Option<f64>,
     /// RESTRICTED's floor was applied: false only from [`apply_unenforced`] (tests of
     /// `verify`); not recorded.
     #[serde(skip)]
@@ -345,11 +351,13 @@ fn apply_with(
         changes: sel.ignored,
         not_applied: Vec::new(),
         host_namespaces: Vec::new(),
+        memory_high: None,
         enforced: enforce,
     };
     let restricted = sel.mode == Mode::Restricted && enforce;
     if restricted {
         restrict(spec, cfg, id, floor.systemd_cgroup, &mut d)?;
+        memory_high(spec, cfg, floor.cgroup_v2, &mut d);
         mounts_floor(spec, floor, &mut d);
         restrict_lsm(spec, cfg, host, &mut d)?;
     }
@@ -724,6 +732,77 @@ fn restrict(
         linux.cgroups_path = Some(p);
     }
     Ok(())
+}
+
+/// Why moat sets `memory.high`.
+const MEMORY_HIGH: &str = "restricted.memory_high: throttle and reclaim before the memory \
+     limit's OOM kill";
+
+/// RESTRICTED: below a memory limit (the engine's or the config's) the kernel throttles
+/// and reclaims from `memory_high` of it (`linux.resources.unified["memory.high"]`, which
+/// the cgroupfs driver writes and the systemd driver sends as `MemoryHigh`), so a leaking
+/// sandbox slows down and shows memory pressure before it is killed. An engine's own
+/// `memory.high` (Kubernetes MemoryQoS) is kept. cgroup v1 has no such file: the decision
+/// says so, and the limit stays a hard one.
+fn memory_high(spec: &mut Spec, cfg: &Config, cgroup_v2: bool, d: &mut Decision) {
+    if cfg.memory_high <= 0.0 {
+        return;
+    }
+    let Some(res) = spec.linux.as_mut().and_then(|l| l.resources.as_mut()) else {
+        return;
+    };
+    let unified = res.unified.get_or_insert_with(Default::default);
+    // unified is written last, so its memory.max wins over memory.limit.
+    let limit = match unified.get("memory.max") {
+        Some(v) => v.trim().parse().ok(),
+        None => res.memory.as_ref().and_then(|m| m.limit),
+    }
+    .filter(|l: &i64| *l > 0);
+    let Some(limit) = limit else {
+        return;
+    };
+    if unified.contains_key("memory.high") {
+        change(
+            d,
+            "linux.resources.unified.memory.high",
+            "kept",
+            "the engine's memory.high",
+            "the engine chose its own throttle",
+        );
+        return;
+    }
+    if !cgroup_v2 {
+        if unified.is_empty() {
+            res.unified = None;
+        }
+        change(
+            d,
+            "linux.resources.unified.memory.high",
+            "absent",
+            "the memory controller is cgroup v1 here, which has no memory.high: the limit \
+             is a hard one (OOM kill, no throttle)",
+            MEMORY_HIGH,
+        );
+        return;
+    }
+    let high = high_of(limit, cfg.memory_high);
+    unified.insert("memory.high".into(), high.to_string());
+    d.memory_high = Some(cfg.memory_high);
+    change(
+        d,
+        "linux.resources.unified.memory.high",
+        "set",
+        format!("{high} ({} of the limit {limit})", cfg.memory_high),
+        MEMORY_HIGH,
+    );
+}
+
+/// `share` of `limit` bytes, whole pages: what `memory.high` is written as.
+#[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+pub fn high_of(limit: i64, share: f64) -> i64 {
+    // The config admits shares in (0, 1); the cast saturates and is below `limit`.
+    let bytes = (limit as f64 * share) as i64;
+    bytes - bytes % 4096
 }
 
 /// RESTRICTED: the engine's `/dev` tmpfs gets an inode cap when it has none (a tmpfs's
@@ -1666,6 +1745,112 @@ mod tests {
             .namespaces
             .iter()
             .any(|n| n.typ == "network" && n.path.is_none()));
+    }
+
+    fn with_memory(limit: Option<i64>, unified: &[(&str, &str)]) -> Spec {
+        let mut s = podman_like();
+        let res = s
+            .linux
+            .as_mut()
+            .unwrap()
+            .resources
+            .get_or_insert_with(Default::default);
+        res.memory = limit.map(|l| spec::Memory {
+            limit: Some(l),
+            ..Default::default()
+        });
+        if !unified.is_empty() {
+            res.unified = Some(
+                unified
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            );
+        }
+        s
+    }
+
+    fn high(s: &Spec) -> Option<String> {
+        s.linux()
+            .resources
+            .as_ref()?
+            .unified
+            .as_ref()?
+            .get("memory.high")
+            .cloned()
+    }
+
+    #[test]
+    fn memory_high_throttles_below_every_limit_on_v2_only() {
+        let v2 = FloorFacts {
+            cgroup_v2: true,
+            ..facts()
+        };
+        let run = |s: &mut Spec, cfg: &Config, f: &FloorFacts| {
+            apply(s, cfg, "c1", &HostFacts::default(), f).unwrap()
+        };
+        let cfg = Config::default();
+        // The engine's limit: 0.9 of it, whole pages.
+        let mut s = with_memory(Some(100 << 20), &[]);
+        let d = run(&mut s, &cfg, &v2);
+        assert_eq!(high(&s).as_deref(), Some("94371840"));
+        assert_eq!(d.memory_high, Some(0.9));
+        // The config's limit.
+        let mut s = with_memory(None, &[]);
+        let lim = Config {
+            memory: Some(1 << 30),
+            ..Config::default()
+        };
+        run(&mut s, &lim, &v2);
+        assert_eq!(high(&s), Some(high_of(1 << 30, 0.9).to_string()));
+        // unified memory.max wins over memory.limit, as when the files are written.
+        let mut s = with_memory(Some(1 << 30), &[("memory.max", "10485760")]);
+        run(&mut s, &cfg, &v2);
+        assert_eq!(high(&s).as_deref(), Some("9437184"));
+        // The engine's own memory.high is never overwritten.
+        let mut s = with_memory(Some(1 << 30), &[("memory.high", "12345")]);
+        let d = run(&mut s, &cfg, &v2);
+        assert_eq!(high(&s).as_deref(), Some("12345"));
+        assert!(d.memory_high.is_none());
+        assert!(d
+            .changes
+            .iter()
+            .any(|c| c.action == "kept" && c.detail.contains("memory.high")));
+        // No limit, unlimited, 0 (off), OPEN: nothing.
+        for (limit, cfg) in [
+            (None, Config::default()),
+            (Some(-1), Config::default()),
+            (
+                Some(1 << 30),
+                Config {
+                    memory_high: 0.0,
+                    ..Config::default()
+                },
+            ),
+            (
+                Some(1 << 30),
+                Config {
+                    default_policy: Mode::Open,
+                    ..Config::default()
+                },
+            ),
+        ] {
+            let mut s = with_memory(limit, &[]);
+            let d = run(&mut s, &cfg, &v2);
+            assert!(high(&s).is_none() && d.memory_high.is_none(), "{limit:?}");
+        }
+        // v1 (and hybrid) memory: recorded as absent, no warning line, no unified key
+        // (which the v1 driver would refuse).
+        let mut s = with_memory(Some(1 << 30), &[]);
+        let d = run(&mut s, &cfg, &facts());
+        assert!(s.linux().resources.as_ref().unwrap().unified.is_none());
+        let c = d
+            .changes
+            .iter()
+            .find(|c| c.field == "linux.resources.unified.memory.high")
+            .unwrap();
+        assert_eq!(c.action, "absent");
+        assert!(c.detail.contains("cgroup v1"), "{}", c.detail);
     }
 
     fn dev_opts(s: &Spec) -> Vec<String> {
