@@ -70,6 +70,18 @@ pub fn native(c: &Container) -> Result<Verdict> {
                     "open"
                 },
                 readonly_rootfs: v["readonly_rootfs"].as_bool()?,
+                rootfs: match v["rootfs"].as_str() {
+                    Some("ephemeral") => "ephemeral",
+                    Some("readonly") => "readonly",
+                    _ if v["readonly_rootfs"] == true => "readonly",
+                    _ => "writable",
+                },
+                bounded_root: serde_json::from_value::<(u64, u64)>(serde_json::json!([
+                    v["bounded_root"]["size"],
+                    v["bounded_root"]["inodes"]
+                ]))
+                .ok()
+                .map(|(size, inodes)| policy::BoundedRoot { size, inodes }),
                 network_none: v["network_none"].as_bool()?,
                 seccomp_floor: v["seccomp_floor"].as_bool()?,
                 userns: if v["userns"] == "auto" {

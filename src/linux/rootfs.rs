@@ -73,6 +73,9 @@ pub struct Plan {
     /// `moat.userns=auto`: the host id of container root; the parent builds an idmapped
     /// rootfs that replaces the self-bind.
     pub idmap_root: Option<u32>,
+    /// `moat.rootfs=ephemeral`: the parent builds a bounded overlay (`idmap::ephemeral`)
+    /// that replaces the self-bind.
+    pub ephemeral: Option<super::idmap::Ephemeral>,
     /// The kernel has `/proc/kcore` (a host fact, read by the parent): `/dev/core` links to it.
     pub kcore: bool,
     /// RESTRICTED: a masked or read-only path missing outside procfs and sysfs fails the
@@ -89,7 +92,7 @@ impl Plan {
 
     /// How many mount fds the parent sends the child.
     pub fn idmapped_count(&self) -> usize {
-        self.idmap_root.is_some() as usize
+        (self.idmap_root.is_some() || self.ephemeral.is_some()) as usize
             + self.mounts.iter().filter(|m| self.parent_built(m)).count()
     }
 }
@@ -285,6 +288,7 @@ pub fn plan(
         readonly_paths: l.readonly_paths.clone(),
         no_pivot,
         idmap_root: None,
+        ephemeral: None,
         kcore: Path::new("/proc/kcore").exists(),
         strict_missing: false,
     })
@@ -1081,6 +1085,7 @@ mod tests {
             readonly_paths: vec!["/proc/sys".into()],
             no_pivot: false,
             idmap_root: None,
+            ephemeral: None,
             kcore: false,
             strict_missing: false,
         }

@@ -11,7 +11,10 @@
 //! [restricted]
 //! allowed_capabilities = []       # kept when the engine asks for them
 //! host_namespaces = []            # host namespaces allowed: "pid", "network", "ipc", "uts"
-//! readonly_rootfs = false         # default of moat.rootfs (true = readonly)
+//! rootfs = "writable"             # default of moat.rootfs: "writable", "ephemeral", "readonly"
+//!                                 # (readonly_rootfs = true|false: the older spelling)
+//! rootfs_size = "512m"            # bytes and inodes of an ephemeral root's writes
+//! rootfs_inodes = 262144
 //! network = "engine"              # default of moat.network: "engine" or "none"
 //! workspace = "/workspace"        # writable under a read-only root
 //! tmp_size = "64m"                # size of the private /tmp under a read-only root
@@ -110,6 +113,12 @@ pub struct Config {
     pub host_namespaces: Vec<String>,
     pub allowed_capabilities: Vec<String>,
     pub readonly_rootfs: bool,
+    /// `[restricted] rootfs = "ephemeral"` (unless `readonly_rootfs`): the default root is
+    /// writable, bounded, and throw-away (see `policy::ephemeral_rootfs`).
+    pub ephemeral_rootfs: bool,
+    /// `[restricted] rootfs_size`, `rootfs_inodes`: the caps of an ephemeral root.
+    pub rootfs_size: u64,
+    pub rootfs_inodes: u64,
     pub network_none: bool,
     pub workspace: String,
     pub tmp_size: String,
@@ -188,6 +197,10 @@ fn lsm_list(l: &[String], apparmor: bool) -> Result<Vec<String>, LsmListError> {
     Ok(l.to_vec())
 }
 
+/// The defaults of `[restricted] rootfs_size` and `rootfs_inodes`.
+pub const ROOTFS_SIZE: u64 = 512 << 20;
+pub const ROOTFS_INODES: u64 = 262144;
+
 /// The default of `[restricted] tmp_inodes`: 1 KiB a file on average in the default
 /// 64 MiB `/tmp`.
 pub const TMP_INODES: u64 = 65536;
@@ -219,6 +232,9 @@ impl Default for Config {
             host_namespaces: Vec::new(),
             allowed_capabilities: Vec::new(),
             readonly_rootfs: false,
+            ephemeral_rootfs: false,
+            rootfs_size: ROOTFS_SIZE,
+            rootfs_inodes: ROOTFS_INODES,
             network_none: false,
             workspace: "/workspace".into(),
             tmp_size: "64m".into(),
@@ -579,7 +595,20 @@ impl Config {
                 }
                 _ => return Err(err("expected an array of namespace types")),
             },
-            "restricted.readonly_rootfs" => c.readonly_rootfs = b(value)?,
+            "restricted.readonly_rootfs" => {
+                c.readonly_rootfs = b(value)?;
+                c.ephemeral_rootfs = false;
+            }
+            "restricted.rootfs" => {
+                (c.readonly_rootfs, c.ephemeral_rootfs) = match s(value)?.as_str() {
+                    "writable" => (false, false),
+                    "ephemeral" => (false, true),
+                    "readonly" => (true, false),
+                    _ => return Err(err("expected \"writable\", \"ephemeral\" or \"readonly\"")),
+                }
+            }
+            "restricted.rootfs_size" => c.rootfs_size = size(value)?.unsigned_abs(),
+            "restricted.rootfs_inodes" => c.rootfs_inodes = count(value)?.unsigned_abs(),
             "restricted.network" => {
                 c.network_none = match s(value)?.as_str() {
                     "none" => true,

@@ -26,9 +26,10 @@ pub const APPARMOR_PROFILE: &str = include_str!("../../apparmor/moat-default");
 pub use crate::spec::default::{MASKED_PATHS, READONLY_PATHS};
 
 /// moat's annotation keys; any other `moat.*` key is an error.
-pub const ANNOTATIONS: [&str; 5] = [
+pub const ANNOTATIONS: [&str; 6] = [
     "moat.policy",
     "moat.rootfs",
+    "moat.rootfs.size",
     "moat.network",
     "moat.runtime",
     "moat.userns",
@@ -89,6 +90,13 @@ pub enum PolicyError {
     SelinuxLabel(String),
     #[error("restricted.selinux_types: no type without `*` to give a label")]
     SelinuxNoType,
+    #[error(
+        "moat.rootfs=ephemeral: the root's {size} bytes plus tmp_size {tmp} do not fit below \
+         linux.resources.memory.limit {limit} (the root's tmpfs is charged to the container's \
+         memory cgroup: it would be OOM-killed before it saw ENOSPC); lower [restricted] \
+         rootfs_size or moat.rootfs.size, or raise the memory limit"
+    )]
+    EphemeralMemory { size: u64, tmp: u64, limit: i64 },
 }
 
 /// One change the policy made to the engine's spec.
@@ -113,10 +121,51 @@ pub struct Decided {
     pub floor: FloorFacts,
 }
 
+/// `moat.rootfs`, in the order an annotation may move it (only up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Rootfs {
+    Writable,
+    /// Writable, bounded in bytes and inodes, off the engine's storage, lost at delete.
+    Ephemeral,
+    Readonly,
+}
+
+impl Rootfs {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rootfs::Writable => "writable",
+            Rootfs::Ephemeral => "ephemeral",
+            Rootfs::Readonly => "readonly",
+        }
+    }
+
+    fn of(cfg: &Config) -> Rootfs {
+        match (cfg.readonly_rootfs, cfg.ephemeral_rootfs) {
+            (true, _) => Rootfs::Readonly,
+            (false, true) => Rootfs::Ephemeral,
+            (false, false) => Rootfs::Writable,
+        }
+    }
+}
+
+/// The caps of an ephemeral root (`moat.rootfs=ephemeral`): its tmpfs's `size=` and
+/// `nr_inodes=`.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct BoundedRoot {
+    pub size: u64,
+    pub inodes: u64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Decision {
     pub policy: &'static str,
     pub readonly_rootfs: bool,
+    /// `moat.rootfs` as selected: `writable`, `ephemeral`, `readonly`.
+    pub rootfs: &'static str,
+    /// An ephemeral root's caps, when the container gets one (not when the spec's root is
+    /// read-only anyway).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bounded_root: Option<BoundedRoot>,
     pub network_none: bool,
     /// Stack `FLOOR_PROFILE` on top of the spec's own seccomp profile.
     pub seccomp_floor: bool,
@@ -205,7 +254,9 @@ pub struct FloorFacts {
 /// moat is invoked by (`[alias.NAME]` in the config).
 struct Selection {
     mode: Mode,
-    readonly_rootfs: bool,
+    rootfs: Rootfs,
+    /// `moat.rootfs.size`, at most `[restricted] rootfs_size`.
+    rootfs_size: u64,
     network_none: bool,
     userns_auto: bool,
     ignored: Vec<Change>,
@@ -219,7 +270,8 @@ pub const IGNORED_ANNOTATION: &str = "annotations may only tighten; the operator
 fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
     let mut sel = Selection {
         mode: cfg.default_policy,
-        readonly_rootfs: cfg.readonly_rootfs,
+        rootfs: Rootfs::of(cfg),
+        rootfs_size: cfg.rootfs_size,
         network_none: cfg.network_none,
         userns_auto: cfg.userns_auto,
         ignored: Vec::new(),
@@ -243,14 +295,24 @@ fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
                 "open" => cfg.default_policy != Mode::Open,
                 _ => return Err(bad()),
             },
-            "moat.rootfs" => match v.as_str() {
-                "readonly" => {
-                    sel.readonly_rootfs = true;
-                    false
+            "moat.rootfs" => {
+                let want = match v.as_str() {
+                    "readonly" => Rootfs::Readonly,
+                    "ephemeral" => Rootfs::Ephemeral,
+                    "writable" => Rootfs::Writable,
+                    _ => return Err(bad()),
+                };
+                sel.rootfs = sel.rootfs.max(want);
+                want < Rootfs::of(cfg)
+            }
+            "moat.rootfs.size" => {
+                let n = config::parse_size(v).ok_or_else(bad)?.unsigned_abs();
+                let loosens = n > cfg.rootfs_size;
+                if !loosens {
+                    sel.rootfs_size = sel.rootfs_size.min(n);
                 }
-                "writable" => cfg.readonly_rootfs,
-                _ => return Err(bad()),
-            },
+                loosens
+            }
             "moat.network" => match v.as_str() {
                 "none" => {
                     sel.network_none = true;
@@ -343,7 +405,9 @@ fn apply_with(
     let sel = select(spec, cfg)?;
     let mut d = Decision {
         policy: sel.mode.as_str(),
-        readonly_rootfs: sel.readonly_rootfs,
+        readonly_rootfs: sel.rootfs == Rootfs::Readonly,
+        rootfs: sel.rootfs.as_str(),
+        bounded_root: None,
         network_none: sel.network_none,
         seccomp_floor: false,
         userns: if sel.userns_auto { "auto" } else { "engine" },
@@ -361,8 +425,10 @@ fn apply_with(
         mounts_floor(spec, floor, &mut d);
         restrict_lsm(spec, cfg, host, &mut d)?;
     }
-    if sel.readonly_rootfs {
-        readonly_rootfs(spec, cfg, &mut d);
+    match sel.rootfs {
+        Rootfs::Readonly => readonly_rootfs(spec, cfg, &mut d),
+        Rootfs::Ephemeral => ephemeral_rootfs(spec, cfg, sel.rootfs_size, &mut d)?,
+        Rootfs::Writable => {}
     }
     if sel.network_none {
         network_none(spec, &mut d);
@@ -1118,6 +1184,62 @@ fn readonly_rootfs(spec: &mut Spec, cfg: &Config, d: &mut Decision) {
             "writable paths under a read-only root",
         );
     }
+}
+
+/// `moat.rootfs=ephemeral`: a writable root whose writes go to a tmpfs of `size` bytes and
+/// `[restricted] rootfs_inodes` inodes over the engine's layers, never to the engine's
+/// storage (`linux::idmap::ephemeral` builds it at create). tmpfs pages are charged to the
+/// container's memory cgroup, so the cap plus `tmp_size` must fit below its memory limit,
+/// or the sandbox would be OOM-killed before it saw ENOSPC: such a create is refused. A
+/// root the spec makes read-only needs no writable layer.
+fn ephemeral_rootfs(
+    spec: &mut Spec,
+    cfg: &Config,
+    size: u64,
+    d: &mut Decision,
+) -> Result<(), PolicyError> {
+    if spec.root.as_ref().is_some_and(|r| r.readonly) {
+        change(
+            d,
+            "root.readonly",
+            "kept",
+            "true: the root is read-only, no writable layer to bound",
+            "moat.rootfs=ephemeral",
+        );
+        return Ok(());
+    }
+    let res = spec.linux.as_ref().and_then(|l| l.resources.as_ref());
+    let limit = res
+        .and_then(|r| r.unified.as_ref())
+        .and_then(|u| u.get("memory.max"))
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .or_else(|| res.and_then(|r| r.memory.as_ref()).and_then(|m| m.limit))
+        .filter(|l| *l > 0);
+    let tmp = config::parse_size(&cfg.tmp_size)
+        .unwrap_or(0)
+        .unsigned_abs();
+    if let Some(limit) = limit {
+        if size.saturating_add(tmp) > limit.unsigned_abs() {
+            return Err(PolicyError::EphemeralMemory { size, tmp, limit });
+        }
+    }
+    let b = BoundedRoot {
+        size,
+        inodes: cfg.rootfs_inodes,
+    };
+    d.bounded_root = Some(b);
+    change(
+        d,
+        "root.path",
+        "set",
+        format!(
+            "ephemeral: the engine's layers read-only below a tmpfs of {} bytes and {} \
+             inodes that takes every write",
+            b.size, b.inodes
+        ),
+        "moat.rootfs=ephemeral: writes bounded, kept off the engine's storage, lost at delete",
+    );
+    Ok(())
 }
 
 /// `moat.userns=auto`: a new user namespace whose root is a host range from the pool. An

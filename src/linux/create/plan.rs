@@ -156,6 +156,9 @@ impl Plan {
         } else {
             None
         };
+        if decision.bounded_root.is_some() && opts.rootless {
+            return Err(Error::EphemeralRootless);
+        }
         // The state directory does not exist yet; the socket's mount is planned for it.
         let dir = opts.root.join(&opts.id);
         let (notify, notify_source) = match &opts.notify_socket {
@@ -287,6 +290,13 @@ impl Plan {
         )?;
         let mut rootfs = rootfs;
         rootfs.strict_missing = decision.policy == "restricted";
+        rootfs.ephemeral = decision
+            .bounded_root
+            .map(|b| crate::linux::idmap::Ephemeral {
+                size: b.size,
+                inodes: b.inodes,
+                at: opts.root.join(&opts.id),
+            });
         let mut devs = if rootfs.default_devices {
             devices::defaults()
         } else {
