@@ -229,3 +229,104 @@ fn ephemeral_root_stops_at_its_caps_and_never_touches_the_engines_rootfs() {
     assert_eq!(host_rootfs_tmpfs(), mounts_before);
     assert!(!ctx.state_dir(&a.id).exists());
 }
+
+/// An engine's overlay rootfs (podman's and containerd's shape: image layers, an upper
+/// layer the engine already wrote to, `volatile`): under `moat.rootfs=ephemeral` the
+/// container sees the engine's files, its writes and copy-ups go to moat's tmpfs, and the
+/// engine's upper layer does not change (a second container with `moat.userns=auto`, over
+/// idmapped layers, likewise). A cap that does not fit below the memory limit is refused
+/// and leaves nothing.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn ephemeral_root_over_an_engine_overlay_leaves_its_upper_layer_alone() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("eph-ovl");
+    let (upper, work, merged) = (
+        ctx.dir.join("upper"),
+        ctx.dir.join("work"),
+        ctx.dir.join("merged"),
+    );
+    for d in [&upper, &work, &merged] {
+        fs::create_dir(d).unwrap();
+    }
+    fs::create_dir(upper.join("etc")).unwrap();
+    fs::write(upper.join("etc/engine-wrote"), "before start\n").unwrap();
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={},volatile",
+        ctx.rootfs().display(),
+        upper.display(),
+        work.display()
+    );
+    host(&[
+        "mount",
+        "-t",
+        "overlay",
+        "overlay",
+        "-o",
+        &opts,
+        merged.to_str().unwrap(),
+    ]);
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _m = Unmount(merged.clone());
+    let cfg = config(
+        &ctx,
+        "eph.toml",
+        "default_policy = \"open\"\n[restricted]\nrootfs = \"ephemeral\"\nrootfs_size = \"4m\"\n",
+    );
+    ctx.use_config(&cfg);
+    ctx.set("/root", json!({"path": merged, "readonly": false})).sh(
+        "cat /etc/engine-wrote; echo hi > /etc/new; echo changed >> /etc/passwd && echo copied-up; \
+         rm /etc/engine-wrote && echo removed; \
+         dd if=/dev/zero of=/fill bs=1M count=10 2>&1 | grep -o 'No space left on device'; id -u",
+    );
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(
+        out, "before start\ncopied-up\nremoved\nNo space left on device\n0\n",
+        "{err}"
+    );
+    let entries = |d: &std::path::Path| {
+        let mut v: Vec<String> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(entries(&upper), ["etc"], "the engine's upper layer grew");
+    assert_eq!(entries(&upper.join("etc")), ["engine-wrote"]);
+    assert!(!fs::read_to_string(merged.join("etc/passwd"))
+        .unwrap()
+        .ends_with("changed\n"));
+    // With moat.userns=auto: the layers idmapped, container root owns its writes.
+    if fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .starts_with("6.")
+    {
+        ctx.set("/annotations", json!({"moat.userns": "auto"}))
+            .sh("id -u; stat -c '%u' /etc/passwd; echo hi > /etc/new && stat -c '%u' /etc/new");
+        let (out, err) = run_to_end(&ctx, "u");
+        assert_eq!(out, "0\n0\n0\n", "{err}");
+        assert_eq!(entries(&upper.join("etc")), ["engine-wrote"]);
+    } else {
+        missing("a kernel that idmaps the test directories (moat.userns=auto part)");
+    }
+    // A cap above the memory limit: refused, nothing left.
+    ctx.set("/annotations", json!({}));
+    ctx.set("/linux/resources/memory", json!({"limit": 4 << 20}));
+    let (c, out) = ctx.create("m");
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr
+            .contains("moat.rootfs=ephemeral: the root's 4194304 bytes plus tmp_size"),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&c.id);
+}

@@ -113,9 +113,12 @@ pub struct Config {
     pub host_namespaces: Vec<String>,
     pub allowed_capabilities: Vec<String>,
     pub readonly_rootfs: bool,
-    /// `[restricted] rootfs = "ephemeral"` (unless `readonly_rootfs`): the default root is
-    /// writable, bounded, and throw-away (see `policy::ephemeral_rootfs`).
+    /// `[restricted] rootfs = "ephemeral"`: the default root is writable, bounded, and
+    /// throw-away (see `policy::ephemeral_rootfs`). With both `rootfs` and the older
+    /// `readonly_rootfs` set, the stricter applies (`policy::Rootfs::of`).
     pub ephemeral_rootfs: bool,
+    /// `[restricted] rootfs = "readonly"`.
+    pub rootfs_readonly: bool,
     /// `[restricted] rootfs_size`, `rootfs_inodes`: the caps of an ephemeral root.
     pub rootfs_size: u64,
     pub rootfs_inodes: u64,
@@ -233,6 +236,7 @@ impl Default for Config {
             allowed_capabilities: Vec::new(),
             readonly_rootfs: false,
             ephemeral_rootfs: false,
+            rootfs_readonly: false,
             rootfs_size: ROOTFS_SIZE,
             rootfs_inodes: ROOTFS_INODES,
             network_none: false,
@@ -595,12 +599,9 @@ impl Config {
                 }
                 _ => return Err(err("expected an array of namespace types")),
             },
-            "restricted.readonly_rootfs" => {
-                c.readonly_rootfs = b(value)?;
-                c.ephemeral_rootfs = false;
-            }
+            "restricted.readonly_rootfs" => c.readonly_rootfs = b(value)?,
             "restricted.rootfs" => {
-                (c.readonly_rootfs, c.ephemeral_rootfs) = match s(value)?.as_str() {
+                (c.rootfs_readonly, c.ephemeral_rootfs) = match s(value)?.as_str() {
                     "writable" => (false, false),
                     "ephemeral" => (false, true),
                     "readonly" => (true, false),
@@ -733,6 +734,9 @@ pids = 100
 cpus = "1.5"
 tmp_inodes = 1000
 memory_high = 0.75
+rootfs = "ephemeral"
+rootfs_size = "256m"
+rootfs_inodes = 5000
 network = "none"
 [fleet]
 memory = 1073741824
@@ -746,6 +750,14 @@ force_nesting = true
         assert_eq!(c.pids, Some(100));
         assert_eq!(c.tmp_inodes, 1000);
         assert_eq!(c.memory_high, 0.75);
+        assert!(c.ephemeral_rootfs && !c.readonly_rootfs);
+        assert_eq!((c.rootfs_size, c.rootfs_inodes), (256 << 20, 5000));
+        let alias = cfg("[restricted]\nrootfs = \"ephemeral\"\nreadonly_rootfs = true\n").unwrap();
+        assert!(
+            alias.readonly_rootfs && alias.ephemeral_rootfs,
+            "the stricter applies"
+        );
+        assert!(cfg("[restricted]\nrootfs = \"tmpfs\"\n").is_err());
         assert_eq!(
             cfg("[restricted]\nmemory_high = 0\n").unwrap().memory_high,
             0.0

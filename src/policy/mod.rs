@@ -139,8 +139,11 @@ impl Rootfs {
         }
     }
 
-    fn of(cfg: &Config) -> Rootfs {
-        match (cfg.readonly_rootfs, cfg.ephemeral_rootfs) {
+    pub fn of(cfg: &Config) -> Rootfs {
+        match (
+            cfg.readonly_rootfs || cfg.rootfs_readonly,
+            cfg.ephemeral_rootfs,
+        ) {
             (true, _) => Rootfs::Readonly,
             (false, true) => Rootfs::Ephemeral,
             (false, false) => Rootfs::Writable,
@@ -1973,6 +1976,75 @@ mod tests {
             .unwrap();
         assert_eq!(c.action, "absent");
         assert!(c.detail.contains("cgroup v1"), "{}", c.detail);
+    }
+
+    #[test]
+    fn rootfs_annotations_only_move_toward_readonly_and_size_only_down() {
+        let run = |cfg: &Config, ann: &[(&str, &str)]| {
+            let mut s = podman_like();
+            s.root.as_mut().unwrap().readonly = false;
+            for (k, v) in ann {
+                s.annotations.insert(k.to_string(), v.to_string());
+            }
+            let d = apply(&mut s, cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+            let ignored = d.changes.iter().filter(|c| c.action == "ignored").count();
+            (d, ignored)
+        };
+        let writable = Config::default();
+        let eph = Config {
+            ephemeral_rootfs: true,
+            rootfs_size: 1 << 30,
+            ..Config::default()
+        };
+        let ro = Config {
+            readonly_rootfs: true,
+            ..Config::default()
+        };
+        let (d, n) = run(&writable, &[("moat.rootfs", "ephemeral")]);
+        assert_eq!((d.rootfs, n), ("ephemeral", 0));
+        assert_eq!(d.bounded_root.unwrap().size, config::ROOTFS_SIZE);
+        let (d, n) = run(&eph, &[("moat.rootfs", "writable")]);
+        assert_eq!((d.rootfs, n), ("ephemeral", 1));
+        let (d, n) = run(&ro, &[("moat.rootfs", "ephemeral")]);
+        assert_eq!((d.rootfs, n, d.readonly_rootfs), ("readonly", 1, true));
+        assert!(d.bounded_root.is_none());
+        let (d, n) = run(&eph, &[("moat.rootfs", "readonly")]);
+        assert_eq!((d.rootfs, n), ("readonly", 0));
+        let (d, n) = run(&eph, &[("moat.rootfs.size", "64m")]);
+        assert_eq!((d.bounded_root.unwrap().size, n), (64 << 20, 0));
+        let (d, n) = run(&eph, &[("moat.rootfs.size", "2g")]);
+        assert_eq!((d.bounded_root.unwrap().size, n), (1 << 30, 1));
+        let mut s = podman_like();
+        s.annotations
+            .insert("moat.rootfs.size".into(), "lots".into());
+        assert!(apply(&mut s, &eph, "c1", &HostFacts::default(), &facts()).is_err());
+        // A read-only spec root needs no bounded layer.
+        let mut s = podman_like();
+        s.root.as_mut().unwrap().readonly = true;
+        let d = apply(&mut s, &eph, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert!(d.bounded_root.is_none() && d.rootfs == "ephemeral");
+    }
+
+    #[test]
+    fn ephemeral_root_must_fit_below_the_memory_limit() {
+        let cfg = Config {
+            ephemeral_rootfs: true,
+            rootfs_size: 512 << 20,
+            ..Config::default()
+        };
+        let mut s = with_memory(Some(512 << 20), &[]);
+        s.root.as_mut().unwrap().readonly = false;
+        let e = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "moat.rootfs=ephemeral: the root's 536870912 bytes plus tmp_size 67108864 do not \
+             fit below linux.resources.memory.limit 536870912 (the root's tmpfs is charged to \
+             the container's memory cgroup: it would be OOM-killed before it saw ENOSPC); \
+             lower [restricted] rootfs_size or moat.rootfs.size, or raise the memory limit"
+        );
+        let mut s = with_memory(Some(1 << 30), &[]);
+        s.root.as_mut().unwrap().readonly = false;
+        assert!(apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).is_ok());
     }
 
     fn dev_opts(s: &Spec) -> Vec<String> {
