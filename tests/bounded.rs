@@ -330,3 +330,88 @@ fn ephemeral_root_over_an_engine_overlay_leaves_its_upper_layer_alone() {
     );
     ctx.assert_no_trace(&c.id);
 }
+
+/// `moat events --stats`: PSI (runc 1.2's `psi` under cpu, memory and blkio) from the
+/// container's cgroup v2 directory (on this hybrid host, its cgroup in
+/// `/sys/fs/cgroup/unified`), limit hits, and the bounded root's bytes and inodes used and
+/// allowed under `data.moat`, each checked against the kernel's files.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn events_stats_report_pressure_limit_hits_and_the_bounded_root() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("evstats");
+    let cfg = config(
+        &ctx,
+        "ev.toml",
+        "[restricted]\nrootfs = \"ephemeral\"\nrootfs_size = \"8m\"\nrootfs_inodes = 2000\nmemory = \"128m\"\npids = 20\n",
+    );
+    ctx.use_config(cfg);
+    ctx.set("/root/readonly", json!(false));
+    ctx.sh(
+        "dd if=/dev/zero of=/fill bs=1M count=3 2>/dev/null; i=0; while [ $i -lt 100 ]; do \
+         true > /f$i; i=$((i+1)); done; \
+         sh -c 'for i in $(seq 30); do sleep 1 & done' 2>/dev/null; sleep 2; echo ready; \
+         exec sleep 100",
+    );
+    let c = ctx.create_ok("c");
+    assert_eq!(c.start().code, 0);
+    let t0 = std::time::Instant::now();
+    while !c.stdout().contains("ready") && t0.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = c.moat(&["events", "--stats", &c.id]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let d = &v["data"];
+    let root = &d["moat"]["filesystems"]["/"];
+    assert_eq!(root["bytes_allowed"], 8 << 20, "{d}");
+    assert_eq!(root["inodes_allowed"], 2000, "{d}");
+    let used = root["bytes_used"].as_u64().unwrap();
+    assert!((3 << 20..=4 << 20).contains(&used), "{used}");
+    let inodes = root["inodes_used"].as_u64().unwrap();
+    assert!((100..=110).contains(&inodes), "{inodes}");
+    // pids.max 20 against 30 short sleeps: forks refused, counted.
+    let pids_events =
+        fs::read_to_string(format!("/sys/fs/cgroup/pids/moat/{}/pids.events", c.id)).unwrap();
+    let hits: u64 = pids_events
+        .trim()
+        .strip_prefix("max ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(hits > 0, "{pids_events}");
+    assert_eq!(d["moat"]["pids_max_hits"], hits, "{d}");
+    let oom = &d["moat"]["memory_events"]["oom_kill"];
+    assert_eq!(oom, 0, "{d}");
+    let unified = std::path::PathBuf::from(format!("/sys/fs/cgroup/unified/moat/{}", c.id));
+    if unified.join("memory.pressure").exists() {
+        for (key, file) in [
+            ("cpu", "cpu.pressure"),
+            ("memory", "memory.pressure"),
+            ("blkio", "io.pressure"),
+        ] {
+            let psi = &d[key]["psi"];
+            let text = fs::read_to_string(unified.join(file)).unwrap();
+            let total_now: u64 = text
+                .lines()
+                .next()
+                .and_then(|l| l.rsplit("total=").next())
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap();
+            let reported = psi["some"]["total"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{key}: {d}"));
+            assert!(reported <= total_now, "{key}: {reported} > {total_now}");
+            assert!(
+                psi["full"]["avg10"].is_number() && psi["some"]["avg300"].is_number(),
+                "{psi}"
+            );
+        }
+    } else {
+        missing("PSI in the container's cgroup v2 directory (kernel without CONFIG_PSI, or psi=0)");
+    }
+    assert_eq!(c.kill("KILL").code, 0);
+    c.wait_stopped(std::time::Duration::from_secs(20));
+}
