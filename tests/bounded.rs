@@ -415,3 +415,97 @@ fn events_stats_report_pressure_limit_hits_and_the_bounded_root() {
     assert_eq!(c.kill("KILL").code, 0);
     c.wait_stopped(std::time::Duration::from_secs(20));
 }
+
+/// The engine's storage on a dedicated loop filesystem (ext4, 64 MiB) holding an overlay
+/// rootfs as podman lays it out: a container on an ephemeral root that writes 20 MiB gets
+/// ENOSPC at its 8 MiB cap and the filesystem's free space does not move; the same
+/// container on a writable root (the control) takes the 20 MiB from it.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn engine_storage_free_space_does_not_move_under_an_ephemeral_root() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("eph-disk");
+    let img = ctx.dir.join("disk.img");
+    let disk = ctx.dir.join("disk");
+    fs::create_dir(&disk).unwrap();
+    fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
+    let mkfs = std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&img)
+        .status();
+    if !mkfs.is_ok_and(|s| s.success()) {
+        missing("mkfs.ext4 (e2fsprogs) for the loop filesystem");
+        return;
+    }
+    host(&[
+        "mount",
+        "-o",
+        "loop",
+        img.to_str().unwrap(),
+        disk.to_str().unwrap(),
+    ]);
+    struct Unmount(Vec<std::path::PathBuf>);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            for p in &self.0 {
+                let _ = std::process::Command::new("umount").arg(p).status();
+            }
+        }
+    }
+    let (upper, work, merged) = (disk.join("upper"), disk.join("work"), disk.join("merged"));
+    for d in [&upper, &work, &merged] {
+        fs::create_dir(d).unwrap();
+    }
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        ctx.rootfs().display(),
+        upper.display(),
+        work.display()
+    );
+    host(&[
+        "mount",
+        "-t",
+        "overlay",
+        "overlay",
+        "-o",
+        &opts,
+        merged.to_str().unwrap(),
+    ]);
+    let _m = Unmount(vec![merged.clone(), disk.clone()]);
+    let free = || {
+        let s = nix::sys::statvfs::statvfs(&disk).unwrap();
+        s.blocks_available() * s.fragment_size()
+    };
+    ctx.set("/root", json!({"path": merged, "readonly": false}))
+        .sh(
+            "dd if=/dev/zero of=/fill bs=1M count=20 2>&1 | grep -o 'No space left on device'; \
+         du -k /fill | cut -f1",
+        );
+    let eph = config(
+        &ctx,
+        "eph.toml",
+        "default_policy = \"open\"\n[restricted]\nrootfs = \"ephemeral\"\nrootfs_size = \"8m\"\n",
+    );
+    ctx.use_config(&eph);
+    let before = free();
+    let (out, err) = run_to_end(&ctx, "e");
+    let after = free();
+    assert_eq!(out, "No space left on device\n8192\n", "{err}");
+    let moved = before.abs_diff(after);
+    assert!(moved < 1 << 20, "free space moved by {moved} bytes");
+    eprintln!("ephemeral: 8192 KiB written, the loop filesystem's free space moved {moved} bytes");
+    // The control: a writable root writes to the engine's storage.
+    let open = config(&ctx, "open.toml", "default_policy = \"open\"\n");
+    ctx.use_config(&open);
+    let before = free();
+    let (out, err) = run_to_end(&ctx, "w");
+    let after = free();
+    assert_eq!(out, "20480\n", "{err}");
+    let taken = before.saturating_sub(after);
+    assert!(taken >= 20 << 20, "writable root took only {taken} bytes");
+    eprintln!(
+        "writable (control): 20480 KiB written, {taken} bytes taken from the loop filesystem"
+    );
+}
