@@ -412,6 +412,17 @@ fn events_stats_report_pressure_limit_hits_and_the_bounded_root() {
     } else {
         missing("PSI in the container's cgroup v2 directory (kernel without CONFIG_PSI, or psi=0)");
     }
+    // `moat verify` shows the cap in force.
+    let v = c.moat(&["verify", &c.id]);
+    let line = v
+        .stdout
+        .lines()
+        .find(|l| l.contains("bounded root"))
+        .unwrap_or_else(|| panic!("{}{}", v.stdout, v.stderr));
+    assert!(
+        line.starts_with("ok") && line.contains("8388608 bytes, 2000 inodes"),
+        "{line}"
+    );
     assert_eq!(c.kill("KILL").code, 0);
     c.wait_stopped(std::time::Duration::from_secs(20));
 }

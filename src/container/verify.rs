@@ -194,6 +194,32 @@ pub fn native(c: &Container) -> Result<Verdict> {
                 root_ro,
             );
         }
+        if let Some(b) = d.bounded_root {
+            // The root's statfs is its upper layer's: moat's tmpfs and its caps.
+            let root = std::ffi::CString::new(format!("/proc/{pid}/root")).unwrap_or_default();
+            let got = crate::linux::sys::openat(
+                crate::linux::path::cwd(),
+                &root,
+                libc::O_PATH | libc::O_DIRECTORY,
+                0,
+            )
+            .and_then(|fd| crate::linux::sys::fstatvfs(std::os::fd::AsFd::as_fd(&fd)))
+            .map(|st| crate::linux::cgroups::stats::fs_use(&st));
+            let want = (b.size.div_ceil(4096) * 4096, b.inodes);
+            let (actual, ok) = match got {
+                Ok(u) => (
+                    format!("{} bytes, {} inodes", u.bytes_allowed, u.inodes_allowed),
+                    (u.bytes_allowed, u.inodes_allowed) == want,
+                ),
+                Err(e) => (format!("statfs: {e}"), false),
+            };
+            add(
+                "bounded root",
+                format!("{} bytes, {} inodes", want.0, want.1),
+                actual,
+                ok,
+            );
+        }
         if d.network_none {
             let dev = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).unwrap_or_default();
             let ifaces: Vec<&str> = dev
