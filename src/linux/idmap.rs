@@ -23,6 +23,10 @@
 //! "upperdir is in-use"; only one of the two should be written to), with a work directory
 //! of its own beside the engine's (`<workdir>-moat`, left for the engine to remove with
 //! the layer).
+//!
+//! The same helper builds the bounded root of `moat.rootfs=ephemeral` ([`ephemeral`]): the
+//! engine's layers, its upper layer included, as lower layers, and an upper and work
+//! directory on a capped tmpfs of moat's, with or without idmapped layers.
 
 use std::ffi::CString;
 use std::io::{self, Read};
