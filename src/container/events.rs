@@ -51,9 +51,11 @@ pub fn native(c: &Container, req: &Request) -> Result<()> {
         return Err(Error::EventsNoCgroup { id: req.id.clone() }.into());
     };
     let interval = req.interval;
+    let capped = capped_filesystems(c);
+    let capped = &capped;
     let mut out = std::io::stdout().lock();
     if req.stats {
-        emit_stats(&mut out, rec, &cg)?;
+        emit_stats(&mut out, rec, &cg, capped)?;
         return Ok(());
     }
     let mut ooms = cg.oom_kills().unwrap_or(0);
@@ -61,7 +63,7 @@ pub fn native(c: &Container, req: &Request) -> Result<()> {
         if !rec.alive() {
             return Ok(());
         }
-        match emit_stats(&mut out, rec, &cg) {
+        match emit_stats(&mut out, rec, &cg, capped) {
             Ok(()) => {}
             // The container went away while being read.
             Err(_) if !rec.alive() => return Ok(()),
@@ -83,9 +85,66 @@ pub fn native(c: &Container, req: &Request) -> Result<()> {
     }
 }
 
-fn emit_stats(out: &mut impl Write, rec: &Record, cg: &Cgroup) -> Result<()> {
+/// The container's filesystems moat capped, from its decision (`policy.json`): `/` of an
+/// ephemeral root, and each tmpfs the policy added (`/tmp`, the workspace).
+fn capped_filesystems(c: &Container) -> Vec<String> {
+    let Some(v) = c
+        .dir
+        .read_file(crate::state::POLICY_FILE)
+        .ok()
+        .flatten()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if v["bounded_root"].is_object() {
+        out.push("/".to_string());
+    }
+    for ch in v["changes"].as_array().into_iter().flatten() {
+        if ch["field"] == "mounts" && ch["action"] == "added" {
+            if let Some(dest) = ch["detail"]
+                .as_str()
+                .and_then(|d| d.strip_prefix("tmpfs "))
+                .and_then(|d| d.split(' ').next())
+            {
+                out.push(dest.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Bytes and inodes of `dest` in the container, looked up below its root without
+/// following a symlink (the container owns every name on the way).
+fn fs_use(pid: i32, dest: &str) -> Option<stats::FsUse> {
+    use crate::linux::{path, sys};
+    let root = std::ffi::CString::new(format!("/proc/{pid}/root")).ok()?;
+    let root = sys::openat(path::cwd(), &root, libc::O_PATH | libc::O_DIRECTORY, 0).ok()?;
+    let comps = path::components(dest);
+    let st = if comps.is_empty() {
+        sys::fstatvfs(std::os::fd::AsFd::as_fd(&root))
+    } else {
+        let fd = path::open_beneath(
+            std::os::fd::AsFd::as_fd(&root),
+            &comps,
+            libc::O_PATH | libc::O_DIRECTORY,
+            false,
+        )
+        .ok()?;
+        sys::fstatvfs(std::os::fd::AsFd::as_fd(&fd))
+    };
+    st.ok().map(|st| stats::fs_use(&st))
+}
+
+fn emit_stats(out: &mut impl Write, rec: &Record, cg: &Cgroup, capped: &[String]) -> Result<()> {
     let mut s = cg.stats()?;
     s.network_interfaces = stats::network_interfaces(rec.pid);
+    for dest in capped {
+        if let Some(u) = fs_use(rec.pid, dest) {
+            s.moat.filesystems.insert(dest.clone(), u);
+        }
+    }
     emit(out, "stats", &rec.id, Some(&s))
 }
 

@@ -37,6 +37,7 @@ pub fn native(c: &Container, res: &Resources) -> Result<()> {
         }
         .into());
     };
+    let res = &with_memory_high(c, res);
     cg.update(res)?;
     let mut spec = c.dir.load_spec().context("cannot record the update")?;
     let linux = spec.linux.get_or_insert_with(Default::default);
@@ -46,6 +47,41 @@ pub fn native(c: &Container, res: &Resources) -> Result<()> {
         .merge(res);
     c.dir.save_spec(&spec).context("cannot record the update")?;
     Ok(())
+}
+
+/// A new memory limit moves the `memory.high` moat set at create with it (the share
+/// `policy.json` records), unless the update sets `memory.high` itself; unlimited memory
+/// lifts it too.
+fn with_memory_high(c: &Container, res: &Resources) -> Resources {
+    let mut res = res.clone();
+    let Some(limit) = res.memory.as_ref().and_then(|m| m.limit) else {
+        return res;
+    };
+    if res
+        .unified
+        .as_ref()
+        .is_some_and(|u| u.contains_key("memory.high"))
+    {
+        return res;
+    }
+    let share = c
+        .dir
+        .read_file(crate::state::POLICY_FILE)
+        .ok()
+        .flatten()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["memory_high"].as_f64());
+    if let Some(share) = share {
+        let high = if limit > 0 {
+            crate::policy::high_of(limit, share).to_string()
+        } else {
+            "max".to_string()
+        };
+        res.unified
+            .get_or_insert_with(Default::default)
+            .insert("memory.high".into(), high);
+    }
+    res
 }
 
 /// Reads a `linux.resources` object from a file or stdin ('-'), naming the field and

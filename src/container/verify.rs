@@ -70,6 +70,18 @@ pub fn native(c: &Container) -> Result<Verdict> {
                     "open"
                 },
                 readonly_rootfs: v["readonly_rootfs"].as_bool()?,
+                rootfs: match v["rootfs"].as_str() {
+                    Some("ephemeral") => "ephemeral",
+                    Some("readonly") => "readonly",
+                    _ if v["readonly_rootfs"] == true => "readonly",
+                    _ => "writable",
+                },
+                bounded_root: serde_json::from_value::<(u64, u64)>(serde_json::json!([
+                    v["bounded_root"]["size"],
+                    v["bounded_root"]["inodes"]
+                ]))
+                .ok()
+                .map(|(size, inodes)| policy::BoundedRoot { size, inodes }),
                 network_none: v["network_none"].as_bool()?,
                 seccomp_floor: v["seccomp_floor"].as_bool()?,
                 userns: if v["userns"] == "auto" {
@@ -82,6 +94,7 @@ pub fn native(c: &Container) -> Result<Verdict> {
                 not_applied: Vec::new(),
                 host_namespaces: Vec::new(),
                 audit: Vec::new(),
+                memory_high: v["memory_high"].as_f64(),
                 enforced: true,
             })
         });
@@ -180,6 +193,32 @@ pub fn native(c: &Container) -> Result<Verdict> {
                 "ro".into(),
                 if root_ro { "ro" } else { "rw" }.into(),
                 root_ro,
+            );
+        }
+        if let Some(b) = d.bounded_root {
+            // The root's statfs is its upper layer's: moat's tmpfs and its caps.
+            let root = std::ffi::CString::new(format!("/proc/{pid}/root")).unwrap_or_default();
+            let got = crate::linux::sys::openat(
+                crate::linux::path::cwd(),
+                &root,
+                libc::O_PATH | libc::O_DIRECTORY,
+                0,
+            )
+            .and_then(|fd| crate::linux::sys::fstatvfs(std::os::fd::AsFd::as_fd(&fd)))
+            .map(|st| crate::linux::cgroups::stats::fs_use(&st));
+            let want = (b.size.div_ceil(4096) * 4096, b.inodes);
+            let (actual, ok) = match got {
+                Ok(u) => (
+                    format!("{} bytes, {} inodes", u.bytes_allowed, u.inodes_allowed),
+                    (u.bytes_allowed, u.inodes_allowed) == want,
+                ),
+                Err(e) => (format!("statfs: {e}"), false),
+            };
+            add(
+                "bounded root",
+                format!("{} bytes, {} inodes", want.0, want.1),
+                actual,
+                ok,
             );
         }
         if d.network_none {

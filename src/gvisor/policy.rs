@@ -70,6 +70,15 @@ pub fn adjust(
              not by the host kernel the floor protects",
         ));
     }
+    if d.bounded_root.take().is_some() {
+        d.changes.retain(|c| c.field != "root.path");
+        d.not_applied.push(note(
+            "root.path",
+            "moat.rootfs=ephemeral",
+            "the bounded root is an overlay moat builds for native containers; runsc gets the \
+             engine's rootfs as given (moat.rootfs=readonly applies)",
+        ));
+    }
     d.not_applied.extend(ignored(spec));
     // This container runs under gVisor: a `moat.runtime=native` annotation asked to leave
     // it, and annotations only tighten (`gvisor::select::decide`).

@@ -23,6 +23,10 @@
 //! "upperdir is in-use"; only one of the two should be written to), with a work directory
 //! of its own beside the engine's (`<workdir>-moat`, left for the engine to remove with
 //! the layer).
+//!
+//! The same helper builds the bounded root of `moat.rootfs=ephemeral` ([`ephemeral`]): the
+//! engine's layers, its upper layer included, as lower layers, and an upper and work
+//! directory on a capped tmpfs of moat's, with or without idmapped layers.
 
 use std::ffi::CString;
 use std::io::{self, Read};
@@ -330,7 +334,16 @@ fn overlay(
     }
     // `volatile` is the engine's choice for its own mount; this one stays durable.
     opts.extend(o.other.iter().filter(|(k, _)| k != "volatile").cloned());
+    run_helper(&layers, &opts, root_host, &what)
+}
 
+/// Forks the overlay helper ([`overlay_helper`]) and receives the overlay it made.
+fn run_helper(
+    layers: &[(PathBuf, OwnedFd)],
+    opts: &[(String, Option<String>)],
+    root_host: u32,
+    what: &str,
+) -> Result<OwnedFd, IdmapError> {
     let (ours, theirs) = super::sync::pair().map_err(err("socketpair"))?;
     let (rd, wr) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| err("pipe")(e.into()))?;
@@ -338,7 +351,7 @@ fn overlay(
         sys::Forked::Child => {
             drop(ours);
             drop(rd);
-            let r = overlay_helper(&layers, &opts, root_host).and_then(|fd| {
+            let r = overlay_helper(layers, opts, root_host).and_then(|fd| {
                 theirs
                     .send_mount(0, fd.as_fd())
                     .map_err(|e| ("send".into(), e))
@@ -363,7 +376,7 @@ fn overlay(
                 Ok((_, fd)) => Ok(fd),
                 Err(e) => Err(IdmapError {
                     what: format!(
-                        "{what}: create the idmapped overlay: {}",
+                        "{what}: create the overlay: {}",
                         if msg.is_empty() {
                             "helper died".to_string()
                         } else {
@@ -422,6 +435,108 @@ fn overlay_helper(
         "create (see the kernel log for overlayfs's reason)".into(),
     ))?;
     sys::fsmount(fs.as_fd(), 0).map_err(at("fsmount".into()))
+}
+
+/// The caps of a bounded writable root (`moat.rootfs=ephemeral`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ephemeral {
+    /// Bytes and inodes of the tmpfs that holds the container's writes.
+    pub size: u64,
+    pub inodes: u64,
+    /// A directory of moat's own (the container's state directory) where the helper, in
+    /// its private mount namespace, attaches the tmpfs so that overlayfs can take it.
+    pub at: PathBuf,
+}
+
+/// A bounded writable root: the engine's overlay rebuilt with the engine's layers, its
+/// upper layer included, all as lower layers, and a new upper and work directory on a
+/// tmpfs capped at `e.size` bytes and `e.inodes` inodes (a plain directory rootfs is the
+/// one lower layer). The container's writes fill the tmpfs (ENOSPC at the cap) and never
+/// reach the engine's storage; tmpfs pages are charged to the memory cgroup of whoever
+/// writes them, the container. With `moat.userns=auto` (`userns`: the container's user
+/// namespace and container root's host id) the lower layers are idmapped as in
+/// [`rootfs`], and the upper directories belong to container root. Nothing stays on the
+/// host: the tmpfs lives as long as the container's mounts.
+pub fn ephemeral(
+    rootfs: &Path,
+    e: &Ephemeral,
+    userns: Option<(BorrowedFd<'_>, u32)>,
+) -> Result<OwnedFd, IdmapError> {
+    let canon =
+        std::fs::canonicalize(rootfs).map_err(err(format!("root.path {}", rootfs.display())))?;
+    let what = format!("root.path: moat.rootfs=ephemeral over {}", canon.display());
+    let engine = mount_of(&canon).filter(|m| m.mount_point == canon && m.fstype == "overlay");
+    let (lower, other) = match &engine {
+        Some(m) => {
+            let o =
+                overlay_opts(&m.super_opts).map_err(|x| err(format!("{what}: {x}"))(einval()))?;
+            // The engine's upper layer (what it wrote before start: `podman cp`, config
+            // files) is read-only below ours, above its image layers.
+            let lower: Vec<PathBuf> = o.upper.iter().chain(&o.lower).cloned().collect();
+            // The engine's choices for its own mount: `volatile` (for its work dir) and
+            // `index` (which would claim the engine's upper layer, in use, as ours) are not
+            // passed on.
+            let other = o
+                .other
+                .into_iter()
+                .filter(|(k, _)| k != "volatile" && k != "index")
+                .collect();
+            (lower, other)
+        }
+        None => (vec![canon.clone()], Vec::new()),
+    };
+    let root_host = userns.map_or(0, |(_, h)| h);
+    let tmpfs = mount::new_fs(
+        "tmpfs",
+        Some("moat-rootfs"),
+        &[
+            ("size".into(), Some(e.size.to_string())),
+            ("nr_inodes".into(), Some(e.inodes.to_string())),
+            ("mode".into(), Some("755".into())),
+        ],
+    )
+    .map_err(err(format!("{what}: the upper tmpfs")))?;
+    for d in [c"upper", c"work"] {
+        sys::mkdirat(tmpfs.as_fd(), d, 0o755).map_err(err(format!("{what}: mkdir {d:?}")))?;
+    }
+    if root_host != 0 {
+        for d in [c"upper", c"work", c"."] {
+            let fd = sys::openat(tmpfs.as_fd(), d, libc::O_PATH | libc::O_DIRECTORY, 0)
+                .and_then(|fd| sys::fchownat_empty(fd.as_fd(), root_host, root_host))
+                .map_err(err(format!("{what}: chown {d:?}")));
+            fd?;
+        }
+    }
+    let mut layers: Vec<(PathBuf, OwnedFd)> = Vec::new();
+    if let Some((ns, _)) = userns {
+        for l in &lower {
+            let fd = idmapped_tree(l, false, false, ns)
+                .map_err(|x| err(format!("{what}: layer {}", x.what))(x.source))?;
+            layers.push((l.clone(), fd));
+        }
+    }
+    // After the lower layers: `at` is no layer (moat's state directory).
+    layers.push((e.at.clone(), tmpfs));
+    let plain = |p: &Path| -> Result<String, IdmapError> {
+        let s = p.to_str().unwrap_or_default();
+        if s.is_empty() || s.contains([',', ':', '\\']) {
+            return Err(err(format!(
+                "{what}: layer path {} has characters overlay options cannot carry",
+                p.display()
+            ))(einval()));
+        }
+        Ok(s.to_string())
+    };
+    let lower: Vec<String> = lower.iter().map(|l| plain(l)).collect::<Result<_, _>>()?;
+    let at = plain(&e.at)?;
+    let mut opts: Vec<(String, Option<String>)> = vec![
+        ("lowerdir".into(), Some(lower.join(":"))),
+        ("upperdir".into(), Some(format!("{at}/upper"))),
+        ("workdir".into(), Some(format!("{at}/work"))),
+        ("index".into(), Some("off".into())),
+    ];
+    opts.extend(other);
+    run_helper(&layers, &opts, root_host, &what)
 }
 
 fn einval() -> io::Error {

@@ -73,6 +73,9 @@ pub struct Plan {
     /// `moat.userns=auto`: the host id of container root; the parent builds an idmapped
     /// rootfs that replaces the self-bind.
     pub idmap_root: Option<u32>,
+    /// `moat.rootfs=ephemeral`: the parent builds a bounded overlay (`idmap::ephemeral`)
+    /// that replaces the self-bind.
+    pub ephemeral: Option<super::idmap::Ephemeral>,
     /// The kernel has `/proc/kcore` (a host fact, read by the parent): `/dev/core` links to it.
     pub kcore: bool,
     /// RESTRICTED: a masked or read-only path missing outside procfs and sysfs fails the
@@ -107,7 +110,7 @@ impl Plan {
 
     /// How many mount fds the parent sends the child.
     pub fn idmapped_count(&self) -> usize {
-        self.idmap_root.is_some() as usize
+        (self.idmap_root.is_some() || self.ephemeral.is_some()) as usize
             + self.mounts.iter().filter(|m| self.parent_built(m)).count()
     }
 }
@@ -319,6 +322,7 @@ pub fn plan(
         readonly_paths: l.readonly_paths.clone(),
         no_pivot,
         idmap_root: None,
+        ephemeral: None,
         kcore: Path::new("/proc/kcore").exists(),
         strict_missing: false,
         dev_ro_last,
@@ -883,7 +887,13 @@ fn mount_cgroup(mounts: &Mounts, p: &Plan, m: &MountPlan) -> Result<(OwnedFd, bo
     let tmpfs = mount::new_fs(
         "tmpfs",
         Some("cgroup"),
-        &[("mode".into(), Some("755".into()))],
+        // A directory per hierarchy and a link per co-mounted name, capped (when the spec
+        // leaves it writable) like every tmpfs moat makes.
+        &[
+            ("mode".into(), Some("755".into())),
+            ("size".into(), Some("64k".into())),
+            ("nr_inodes".into(), Some("256".into())),
+        ],
     )
     .step(Step::Mounts, || format!("{}: tmpfs", what()))?;
     mount::attach(tmpfs.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
@@ -1172,6 +1182,8 @@ fn empty_tmpfs() -> std::io::Result<OwnedFd> {
         Some("tmpfs"),
         &[
             ("size".into(), Some("0".into())),
+            // Its root directory alone: nothing can ever be created in it.
+            ("nr_inodes".into(), Some("1".into())),
             ("mode".into(), Some("555".into())),
         ],
     )?;
@@ -1252,6 +1264,7 @@ mod tests {
             readonly_paths: vec!["/proc/sys".into()],
             no_pivot: false,
             idmap_root: None,
+            ephemeral: None,
             kcore: false,
             strict_missing: false,
             dev_ro_last: false,

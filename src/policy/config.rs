@@ -11,11 +11,16 @@
 //! [restricted]
 //! allowed_capabilities = []       # kept when the engine asks for them
 //! host_namespaces = []            # host namespaces allowed: "pid", "network", "ipc", "uts"
-//! readonly_rootfs = false         # default of moat.rootfs (true = readonly)
+//! rootfs = "writable"             # default of moat.rootfs: "writable", "ephemeral", "readonly"
+//!                                 # (readonly_rootfs = true|false: the older spelling)
+//! rootfs_size = "512m"            # bytes and inodes of an ephemeral root's writes
+//! rootfs_inodes = 262144
 //! network = "engine"              # default of moat.network: "engine" or "none"
 //! workspace = "/workspace"        # writable under a read-only root
 //! tmp_size = "64m"                # size of the private /tmp under a read-only root
+//! tmp_inodes = 65536              # inodes (files) of each of those tmpfs (nr_inodes)
 //! memory = "2g"                   # limits applied where the engine set none
+//! memory_high = 0.9               # memory.high at this share of the memory limit (0: off)
 //! pids = 4096
 //! cpus = "2"
 //! apparmor_profiles = ["moat-default", "docker-default", "containers-default-*", "cri-containerd.apparmor.d"]
@@ -61,6 +66,8 @@ use std::path::{Path, PathBuf};
 pub enum Value {
     Str(String),
     Int(i64),
+    /// A number with a decimal point (`memory_high = 0.9`).
+    Float(f64),
     Bool(bool),
     List(Vec<String>),
 }
@@ -106,10 +113,26 @@ pub struct Config {
     pub host_namespaces: Vec<String>,
     pub allowed_capabilities: Vec<String>,
     pub readonly_rootfs: bool,
+    /// `[restricted] rootfs = "ephemeral"`: the default root is writable, bounded, and
+    /// throw-away (see `policy::ephemeral_rootfs`). With both `rootfs` and the older
+    /// `readonly_rootfs` set, the stricter applies (`policy::Rootfs::of`).
+    pub ephemeral_rootfs: bool,
+    /// `[restricted] rootfs = "readonly"`.
+    pub rootfs_readonly: bool,
+    /// `[restricted] rootfs_size`, `rootfs_inodes`: the caps of an ephemeral root.
+    pub rootfs_size: u64,
+    pub rootfs_inodes: u64,
     pub network_none: bool,
     pub workspace: String,
     pub tmp_size: String,
+    /// `[restricted] tmp_inodes`: `nr_inodes` of the `/tmp` and workspace tmpfs under a
+    /// read-only root (a tmpfs's default is half the host's RAM pages: no cap at all).
+    pub tmp_inodes: u64,
     pub memory: Option<i64>,
+    /// `[restricted] memory_high`: where a RESTRICTED container has a memory limit, the
+    /// kernel throttles and reclaims from this share of it (cgroup v2 `memory.high`), so
+    /// the sandbox slows down, and shows pressure, before it is OOM-killed. 0: off.
+    pub memory_high: f64,
     pub pids: Option<i64>,
     pub cpus: Option<f64>,
     pub fleet_cgroup: String,
@@ -183,6 +206,17 @@ fn lsm_list(l: &[String], apparmor: bool) -> Result<Vec<String>, LsmListError> {
     Ok(l.to_vec())
 }
 
+/// The defaults of `[restricted] rootfs_size` and `rootfs_inodes`.
+pub const ROOTFS_SIZE: u64 = 512 << 20;
+pub const ROOTFS_INODES: u64 = 262144;
+
+/// The default of `[restricted] tmp_inodes`: 1 KiB a file on average in the default
+/// 64 MiB `/tmp`.
+pub const TMP_INODES: u64 = 65536;
+/// `nr_inodes` of the engine's `/dev` tmpfs under RESTRICTED (when the engine sets none):
+/// device nodes, pty links and sockets, with room to spare.
+pub const DEV_INODES: u64 = 16384;
+
 /// Above the ids of ordinary users and of systemd's container ranges, below 2^32 - 1.
 pub const USERNS_POOL: (u32, u32) = (1 << 31, 1 << 30);
 pub const USERNS_SIZE: u32 = 65536;
@@ -207,10 +241,16 @@ impl Default for Config {
             host_namespaces: Vec::new(),
             allowed_capabilities: Vec::new(),
             readonly_rootfs: false,
+            ephemeral_rootfs: false,
+            rootfs_readonly: false,
+            rootfs_size: ROOTFS_SIZE,
+            rootfs_inodes: ROOTFS_INODES,
             network_none: false,
             workspace: "/workspace".into(),
             tmp_size: "64m".into(),
+            tmp_inodes: TMP_INODES,
             memory: None,
+            memory_high: 0.9,
             pids: Some(4096),
             cpus: None,
             fleet_cgroup: "/moat".into(),
@@ -292,7 +332,16 @@ fn parse_value(raw: &str) -> Result<Value, ValueError> {
         "false" => return Ok(Value::Bool(false)),
         _ => {}
     }
-    raw.replace('_', "")
+    let digits = raw.replace('_', "");
+    if digits.contains('.') {
+        return digits
+            .parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite())
+            .map(Value::Float)
+            .ok_or_else(|| ValueError::Unparsable(raw.to_string()));
+    }
+    digits
         .parse::<i64>()
         .map(Value::Int)
         .map_err(|_| ValueError::Unparsable(raw.to_string()))
@@ -567,6 +616,16 @@ impl Config {
                 _ => return Err(err("expected an array of namespace types")),
             },
             "restricted.readonly_rootfs" => c.readonly_rootfs = b(value)?,
+            "restricted.rootfs" => {
+                (c.rootfs_readonly, c.ephemeral_rootfs) = match s(value)?.as_str() {
+                    "writable" => (false, false),
+                    "ephemeral" => (false, true),
+                    "readonly" => (true, false),
+                    _ => return Err(err("expected \"writable\", \"ephemeral\" or \"readonly\"")),
+                }
+            }
+            "restricted.rootfs_size" => c.rootfs_size = size(value)?.unsigned_abs(),
+            "restricted.rootfs_inodes" => c.rootfs_inodes = count(value)?.unsigned_abs(),
             "restricted.network" => {
                 c.network_none = match s(value)?.as_str() {
                     "none" => true,
@@ -586,7 +645,19 @@ impl Config {
                 parse_size(&t).ok_or_else(|| err("expected a size such as \"64m\""))?;
                 c.tmp_size = t;
             }
+            "restricted.tmp_inodes" => c.tmp_inodes = count(value)?.unsigned_abs(),
             "restricted.memory" => c.memory = Some(size(value)?),
+            "restricted.memory_high" => {
+                c.memory_high = match value {
+                    Value::Int(0) => 0.0,
+                    Value::Float(f) if (0.0..1.0).contains(f) => *f,
+                    _ => {
+                        return Err(err(
+                            "expected a share of the memory limit such as 0.9 (0: off)",
+                        ))
+                    }
+                }
+            }
             "restricted.pids" => c.pids = Some(count(value)?),
             "restricted.cpus" => c.cpus = Some(cpus(value)?),
             "restricted.apparmor_profiles" | "restricted.selinux_types" => {
@@ -678,6 +749,11 @@ allowed_capabilities = ["CAP_NET_BIND_SERVICE", "CAP_CHOWN"]
 memory = "512m"
 pids = 100
 cpus = "1.5"
+tmp_inodes = 1000
+memory_high = 0.75
+rootfs = "ephemeral"
+rootfs_size = "256m"
+rootfs_inodes = 5000
 network = "none"
 [fleet]
 memory = 1073741824
@@ -689,6 +765,24 @@ force_nesting = true
         assert_eq!(c.allowed_capabilities.len(), 2);
         assert_eq!(c.memory, Some(512 << 20));
         assert_eq!(c.pids, Some(100));
+        assert_eq!(c.tmp_inodes, 1000);
+        assert_eq!(c.memory_high, 0.75);
+        assert!(c.ephemeral_rootfs && !c.readonly_rootfs);
+        assert_eq!((c.rootfs_size, c.rootfs_inodes), (256 << 20, 5000));
+        let alias = cfg("[restricted]\nrootfs = \"ephemeral\"\nreadonly_rootfs = true\n").unwrap();
+        assert!(
+            alias.readonly_rootfs && alias.ephemeral_rootfs,
+            "the stricter applies"
+        );
+        assert!(cfg("[restricted]\nrootfs = \"tmpfs\"\n").is_err());
+        assert_eq!(
+            cfg("[restricted]\nmemory_high = 0\n").unwrap().memory_high,
+            0.0
+        );
+        for bad in ["1.0", "1", "-0.5", "\"0.9\"", "0.9.1"] {
+            let e = cfg(&format!("[restricted]\nmemory_high = {bad}\n")).unwrap_err();
+            assert!(e.to_string().contains(":2:"), "{bad}: {e}");
+        }
         assert_eq!(c.cpus, Some(1.5));
         assert_eq!(c.fleet_memory, Some(1 << 30));
     }

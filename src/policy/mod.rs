@@ -26,9 +26,10 @@ pub const APPARMOR_PROFILE: &str = include_str!("../../apparmor/moat-default");
 pub use crate::spec::default::{MASKED_PATHS, READONLY_PATHS};
 
 /// moat's annotation keys; any other `moat.*` key is an error.
-pub const ANNOTATIONS: [&str; 5] = [
+pub const ANNOTATIONS: [&str; 6] = [
     "moat.policy",
     "moat.rootfs",
+    "moat.rootfs.size",
     "moat.network",
     "moat.runtime",
     "moat.userns",
@@ -89,6 +90,13 @@ pub enum PolicyError {
     SelinuxLabel(String),
     #[error("restricted.selinux_types: no type without `*` to give a label")]
     SelinuxNoType,
+    #[error(
+        "moat.rootfs=ephemeral: the root's {size} bytes plus tmp_size {tmp} do not fit below \
+         linux.resources.memory.limit {limit} (the root's tmpfs is charged to the container's \
+         memory cgroup: it would be OOM-killed before it saw ENOSPC); lower [restricted] \
+         rootfs_size or moat.rootfs.size, or raise the memory limit"
+    )]
+    EphemeralMemory { size: u64, tmp: u64, limit: i64 },
 }
 
 /// One change the policy made to the engine's spec.
@@ -96,8 +104,10 @@ pub enum PolicyError {
 pub struct Change {
     /// The spec field, as a JSON path.
     pub field: String,
-    /// What happened: `removed`, `set`, `added`, `replaced`; `ignored` (a loosening
-    /// annotation), `not applied` (a floor control this host or caller cannot apply).
+    /// What happened: `removed`, `set`, `added`, `replaced`, `kept`; `ignored` (a loosening
+    /// annotation), `not applied` (a floor control this host or caller cannot apply: a
+    /// warning line), `absent` (a control this host has no means for, recorded without a
+    /// warning: `memory.high` on cgroup v1).
     pub action: &'static str,
     pub detail: String,
     pub reason: &'static str,
@@ -111,10 +121,54 @@ pub struct Decided {
     pub floor: FloorFacts,
 }
 
+/// `moat.rootfs`, in the order an annotation may move it (only up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Rootfs {
+    Writable,
+    /// Writable, bounded in bytes and inodes, off the engine's storage, lost at delete.
+    Ephemeral,
+    Readonly,
+}
+
+impl Rootfs {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rootfs::Writable => "writable",
+            Rootfs::Ephemeral => "ephemeral",
+            Rootfs::Readonly => "readonly",
+        }
+    }
+
+    pub fn of(cfg: &Config) -> Rootfs {
+        match (
+            cfg.readonly_rootfs || cfg.rootfs_readonly,
+            cfg.ephemeral_rootfs,
+        ) {
+            (true, _) => Rootfs::Readonly,
+            (false, true) => Rootfs::Ephemeral,
+            (false, false) => Rootfs::Writable,
+        }
+    }
+}
+
+/// The caps of an ephemeral root (`moat.rootfs=ephemeral`): its tmpfs's `size=` and
+/// `nr_inodes=`.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct BoundedRoot {
+    pub size: u64,
+    pub inodes: u64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Decision {
     pub policy: &'static str,
     pub readonly_rootfs: bool,
+    /// `moat.rootfs` as selected: `writable`, `ephemeral`, `readonly`.
+    pub rootfs: &'static str,
+    /// An ephemeral root's caps, when the container gets one (not when the spec's root is
+    /// read-only anyway).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bounded_root: Option<BoundedRoot>,
     pub network_none: bool,
     /// Stack `FLOOR_PROFILE` on top of the spec's own seccomp profile.
     pub seccomp_floor: bool,
@@ -136,6 +190,10 @@ pub struct Decision {
     /// that runs as OPEN; a refusal appears as `refused`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub audit: Vec<Change>,
+    /// The share of the memory limit moat set `memory.high` at (`[restricted]
+    /// memory_high`), so that `update` moves it with the limit; `None` when moat set none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_high: Option<f64>,
     /// RESTRICTED's floor was applied: false only from [`apply_unenforced`] (tests of
     /// `verify`); not recorded.
     #[serde(skip)]
@@ -293,7 +351,9 @@ pub struct FloorFacts {
 /// moat is invoked by (`[alias.NAME]` in the config).
 struct Selection {
     mode: Mode,
-    readonly_rootfs: bool,
+    rootfs: Rootfs,
+    /// `moat.rootfs.size`, at most `[restricted] rootfs_size`.
+    rootfs_size: u64,
     network_none: bool,
     userns_auto: bool,
     ignored: Vec<Change>,
@@ -307,7 +367,8 @@ pub const IGNORED_ANNOTATION: &str = "annotations may only tighten; the operator
 fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
     let mut sel = Selection {
         mode: cfg.default_policy,
-        readonly_rootfs: cfg.readonly_rootfs,
+        rootfs: Rootfs::of(cfg),
+        rootfs_size: cfg.rootfs_size,
         network_none: cfg.network_none,
         userns_auto: cfg.userns_auto,
         ignored: Vec::new(),
@@ -334,14 +395,24 @@ fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
                 "audit" => true,
                 _ => return Err(bad()),
             },
-            "moat.rootfs" => match v.as_str() {
-                "readonly" => {
-                    sel.readonly_rootfs = true;
-                    false
+            "moat.rootfs" => {
+                let want = match v.as_str() {
+                    "readonly" => Rootfs::Readonly,
+                    "ephemeral" => Rootfs::Ephemeral,
+                    "writable" => Rootfs::Writable,
+                    _ => return Err(bad()),
+                };
+                sel.rootfs = sel.rootfs.max(want);
+                want < Rootfs::of(cfg)
+            }
+            "moat.rootfs.size" => {
+                let n = config::parse_size(v).ok_or_else(bad)?.unsigned_abs();
+                let loosens = n > cfg.rootfs_size;
+                if !loosens {
+                    sel.rootfs_size = sel.rootfs_size.min(n);
                 }
-                "writable" => cfg.readonly_rootfs,
-                _ => return Err(bad()),
-            },
+                loosens
+            }
             "moat.network" => match v.as_str() {
                 "none" => {
                     sel.network_none = true;
@@ -434,7 +505,9 @@ fn apply_with(
     let sel = select(spec, cfg)?;
     let mut d = Decision {
         policy: sel.mode.as_str(),
-        readonly_rootfs: sel.readonly_rootfs,
+        readonly_rootfs: sel.rootfs == Rootfs::Readonly,
+        rootfs: sel.rootfs.as_str(),
+        bounded_root: None,
         network_none: sel.network_none,
         seccomp_floor: false,
         userns: if sel.userns_auto { "auto" } else { "engine" },
@@ -443,6 +516,7 @@ fn apply_with(
         not_applied: Vec::new(),
         host_namespaces: Vec::new(),
         audit: Vec::new(),
+        memory_high: None,
         enforced: enforce,
     };
     let restricted = sel.mode == Mode::Restricted && enforce;
@@ -451,11 +525,14 @@ fn apply_with(
     }
     if restricted {
         restrict(spec, cfg, id, floor.systemd_cgroup, &mut d)?;
+        memory_high(spec, cfg, floor.cgroup_v2, &mut d);
         mounts_floor(spec, floor, &mut d);
         restrict_lsm(spec, cfg, host, &mut d)?;
     }
-    if sel.readonly_rootfs {
-        readonly_rootfs(spec, cfg, &mut d);
+    match sel.rootfs {
+        Rootfs::Readonly => readonly_rootfs(spec, cfg, &mut d),
+        Rootfs::Ephemeral => ephemeral_rootfs(spec, cfg, sel.rootfs_size, &mut d)?,
+        Rootfs::Writable => {}
     }
     if sel.network_none {
         network_none(spec, &mut d);
@@ -784,6 +861,8 @@ fn restrict(
             );
         }
     }
+    dev_inodes(&mut spec.mounts, d);
+    let linux = spec.linux.get_or_insert_with(Default::default);
     let res = linux.resources.get_or_insert_with(Default::default);
     if let (Some(limit), None) = (cfg.memory, res.memory.as_ref().and_then(|m| m.limit)) {
         res.memory.get_or_insert_with(Default::default).limit = Some(limit);
@@ -841,6 +920,98 @@ fn restrict(
         linux.cgroups_path = Some(p);
     }
     Ok(())
+}
+
+/// Why moat sets `memory.high`.
+const MEMORY_HIGH: &str = "restricted.memory_high: throttle and reclaim before the memory \
+     limit's OOM kill";
+
+/// RESTRICTED: below a memory limit (the engine's or the config's) the kernel throttles
+/// and reclaims from `memory_high` of it (`linux.resources.unified["memory.high"]`, which
+/// the cgroupfs driver writes and the systemd driver sends as `MemoryHigh`), so a leaking
+/// sandbox slows down and shows memory pressure before it is killed. An engine's own
+/// `memory.high` (Kubernetes MemoryQoS) is kept. cgroup v1 has no such file: the decision
+/// says so, and the limit stays a hard one.
+fn memory_high(spec: &mut Spec, cfg: &Config, cgroup_v2: bool, d: &mut Decision) {
+    if cfg.memory_high <= 0.0 {
+        return;
+    }
+    let Some(res) = spec.linux.as_mut().and_then(|l| l.resources.as_mut()) else {
+        return;
+    };
+    let unified = res.unified.get_or_insert_with(Default::default);
+    // unified is written last, so its memory.max wins over memory.limit.
+    let limit = match unified.get("memory.max") {
+        Some(v) => v.trim().parse().ok(),
+        None => res.memory.as_ref().and_then(|m| m.limit),
+    }
+    .filter(|l: &i64| *l > 0);
+    let Some(limit) = limit else {
+        return;
+    };
+    if unified.contains_key("memory.high") {
+        change(
+            d,
+            "linux.resources.unified.memory.high",
+            "kept",
+            "the engine's memory.high",
+            "the engine chose its own throttle",
+        );
+        return;
+    }
+    if !cgroup_v2 {
+        if unified.is_empty() {
+            res.unified = None;
+        }
+        change(
+            d,
+            "linux.resources.unified.memory.high",
+            "absent",
+            "the memory controller is cgroup v1 here, which has no memory.high: the limit \
+             is a hard one (OOM kill, no throttle)",
+            MEMORY_HIGH,
+        );
+        return;
+    }
+    let high = high_of(limit, cfg.memory_high);
+    unified.insert("memory.high".into(), high.to_string());
+    d.memory_high = Some(cfg.memory_high);
+    change(
+        d,
+        "linux.resources.unified.memory.high",
+        "set",
+        format!("{high} ({} of the limit {limit})", cfg.memory_high),
+        MEMORY_HIGH,
+    );
+}
+
+/// `share` of `limit` bytes, whole pages: what `memory.high` is written as.
+#[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+pub fn high_of(limit: i64, share: f64) -> i64 {
+    // The config admits shares in (0, 1); the cast saturates and is below `limit`.
+    let bytes = (limit as f64 * share) as i64;
+    bytes - bytes % 4096
+}
+
+/// RESTRICTED: the engine's `/dev` tmpfs gets an inode cap when it has none (a tmpfs's
+/// default is half the host's RAM pages), so a container cannot fill it with empty files.
+fn dev_inodes(mounts: &mut [Mount], d: &mut Decision) {
+    for m in mounts.iter_mut().filter(|m| {
+        m.typ.as_deref() == Some("tmpfs")
+            && crate::linux::path::components(&m.destination) == ["dev"]
+    }) {
+        if m.options.iter().any(|o| o.starts_with("nr_inodes=")) {
+            continue;
+        }
+        m.options.push(format!("nr_inodes={}", config::DEV_INODES));
+        change(
+            d,
+            "mounts./dev",
+            "set",
+            format!("nr_inodes={}", config::DEV_INODES),
+            "the engine's /dev tmpfs had no inode cap",
+        );
+    }
 }
 
 /// The fleet budget under the systemd driver is a slice named after `[fleet] cgroup`
@@ -1120,6 +1291,7 @@ fn readonly_rootfs(spec: &mut Spec, cfg: &Config, d: &mut Decision) {
                 "nodev".into(),
                 format!("mode={mode}"),
                 format!("size={}", cfg.tmp_size),
+                format!("nr_inodes={}", cfg.tmp_inodes),
             ],
             ..Default::default()
         });
@@ -1127,10 +1299,69 @@ fn readonly_rootfs(spec: &mut Spec, cfg: &Config, d: &mut Decision) {
             d,
             "mounts",
             "added",
-            format!("tmpfs {dest} size={}", cfg.tmp_size),
+            format!(
+                "tmpfs {dest} size={} nr_inodes={}",
+                cfg.tmp_size, cfg.tmp_inodes
+            ),
             "writable paths under a read-only root",
         );
     }
+}
+
+/// `moat.rootfs=ephemeral`: a writable root whose writes go to a tmpfs of `size` bytes and
+/// `[restricted] rootfs_inodes` inodes over the engine's layers, never to the engine's
+/// storage (`linux::idmap::ephemeral` builds it at create). tmpfs pages are charged to the
+/// container's memory cgroup, so the cap plus `tmp_size` must fit below its memory limit,
+/// or the sandbox would be OOM-killed before it saw ENOSPC: such a create is refused. A
+/// root the spec makes read-only needs no writable layer.
+fn ephemeral_rootfs(
+    spec: &mut Spec,
+    cfg: &Config,
+    size: u64,
+    d: &mut Decision,
+) -> Result<(), PolicyError> {
+    if spec.root.as_ref().is_some_and(|r| r.readonly) {
+        change(
+            d,
+            "root.readonly",
+            "kept",
+            "true: the root is read-only, no writable layer to bound",
+            "moat.rootfs=ephemeral",
+        );
+        return Ok(());
+    }
+    let res = spec.linux.as_ref().and_then(|l| l.resources.as_ref());
+    let limit = res
+        .and_then(|r| r.unified.as_ref())
+        .and_then(|u| u.get("memory.max"))
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .or_else(|| res.and_then(|r| r.memory.as_ref()).and_then(|m| m.limit))
+        .filter(|l| *l > 0);
+    let tmp = config::parse_size(&cfg.tmp_size)
+        .unwrap_or(0)
+        .unsigned_abs();
+    if let Some(limit) = limit {
+        if size.saturating_add(tmp) > limit.unsigned_abs() {
+            return Err(PolicyError::EphemeralMemory { size, tmp, limit });
+        }
+    }
+    let b = BoundedRoot {
+        size,
+        inodes: cfg.rootfs_inodes,
+    };
+    d.bounded_root = Some(b);
+    change(
+        d,
+        "root.path",
+        "set",
+        format!(
+            "ephemeral: the engine's layers read-only below a tmpfs of {} bytes and {} \
+             inodes that takes every write",
+            b.size, b.inodes
+        ),
+        "moat.rootfs=ephemeral: writes bounded, kept off the engine's storage, lost at delete",
+    );
+    Ok(())
 }
 
 /// `moat.userns=auto`: a new user namespace whose root is a host range from the pool. An
@@ -1758,6 +1989,227 @@ mod tests {
             .namespaces
             .iter()
             .any(|n| n.typ == "network" && n.path.is_none()));
+    }
+
+    fn with_memory(limit: Option<i64>, unified: &[(&str, &str)]) -> Spec {
+        let mut s = podman_like();
+        let res = s
+            .linux
+            .as_mut()
+            .unwrap()
+            .resources
+            .get_or_insert_with(Default::default);
+        res.memory = limit.map(|l| spec::Memory {
+            limit: Some(l),
+            ..Default::default()
+        });
+        if !unified.is_empty() {
+            res.unified = Some(
+                unified
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            );
+        }
+        s
+    }
+
+    fn high(s: &Spec) -> Option<String> {
+        s.linux()
+            .resources
+            .as_ref()?
+            .unified
+            .as_ref()?
+            .get("memory.high")
+            .cloned()
+    }
+
+    #[test]
+    fn memory_high_throttles_below_every_limit_on_v2_only() {
+        let v2 = FloorFacts {
+            cgroup_v2: true,
+            ..facts()
+        };
+        let run = |s: &mut Spec, cfg: &Config, f: &FloorFacts| {
+            apply(s, cfg, "c1", &HostFacts::default(), f).unwrap()
+        };
+        let cfg = Config::default();
+        // The engine's limit: 0.9 of it, whole pages.
+        let mut s = with_memory(Some(100 << 20), &[]);
+        let d = run(&mut s, &cfg, &v2);
+        assert_eq!(high(&s).as_deref(), Some("94371840"));
+        assert_eq!(d.memory_high, Some(0.9));
+        // The config's limit.
+        let mut s = with_memory(None, &[]);
+        let lim = Config {
+            memory: Some(1 << 30),
+            ..Config::default()
+        };
+        run(&mut s, &lim, &v2);
+        assert_eq!(high(&s), Some(high_of(1 << 30, 0.9).to_string()));
+        // unified memory.max wins over memory.limit, as when the files are written.
+        let mut s = with_memory(Some(1 << 30), &[("memory.max", "10485760")]);
+        run(&mut s, &cfg, &v2);
+        assert_eq!(high(&s).as_deref(), Some("9437184"));
+        // The engine's own memory.high is never overwritten.
+        let mut s = with_memory(Some(1 << 30), &[("memory.high", "12345")]);
+        let d = run(&mut s, &cfg, &v2);
+        assert_eq!(high(&s).as_deref(), Some("12345"));
+        assert!(d.memory_high.is_none());
+        assert!(d
+            .changes
+            .iter()
+            .any(|c| c.action == "kept" && c.detail.contains("memory.high")));
+        // No limit, unlimited, 0 (off), OPEN: nothing.
+        for (limit, cfg) in [
+            (None, Config::default()),
+            (Some(-1), Config::default()),
+            (
+                Some(1 << 30),
+                Config {
+                    memory_high: 0.0,
+                    ..Config::default()
+                },
+            ),
+            (
+                Some(1 << 30),
+                Config {
+                    default_policy: Mode::Open,
+                    ..Config::default()
+                },
+            ),
+        ] {
+            let mut s = with_memory(limit, &[]);
+            let d = run(&mut s, &cfg, &v2);
+            assert!(high(&s).is_none() && d.memory_high.is_none(), "{limit:?}");
+        }
+        // v1 (and hybrid) memory: recorded as absent, no warning line, no unified key
+        // (which the v1 driver would refuse).
+        let mut s = with_memory(Some(1 << 30), &[]);
+        let d = run(&mut s, &cfg, &facts());
+        assert!(s.linux().resources.as_ref().unwrap().unified.is_none());
+        let c = d
+            .changes
+            .iter()
+            .find(|c| c.field == "linux.resources.unified.memory.high")
+            .unwrap();
+        assert_eq!(c.action, "absent");
+        assert!(c.detail.contains("cgroup v1"), "{}", c.detail);
+    }
+
+    #[test]
+    fn rootfs_annotations_only_move_toward_readonly_and_size_only_down() {
+        let run = |cfg: &Config, ann: &[(&str, &str)]| {
+            let mut s = podman_like();
+            s.root.as_mut().unwrap().readonly = false;
+            for (k, v) in ann {
+                s.annotations.insert(k.to_string(), v.to_string());
+            }
+            let d = apply(&mut s, cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+            let ignored = d.changes.iter().filter(|c| c.action == "ignored").count();
+            (d, ignored)
+        };
+        let writable = Config::default();
+        let eph = Config {
+            ephemeral_rootfs: true,
+            rootfs_size: 1 << 30,
+            ..Config::default()
+        };
+        let ro = Config {
+            readonly_rootfs: true,
+            ..Config::default()
+        };
+        let (d, n) = run(&writable, &[("moat.rootfs", "ephemeral")]);
+        assert_eq!((d.rootfs, n), ("ephemeral", 0));
+        assert_eq!(d.bounded_root.unwrap().size, config::ROOTFS_SIZE);
+        let (d, n) = run(&eph, &[("moat.rootfs", "writable")]);
+        assert_eq!((d.rootfs, n), ("ephemeral", 1));
+        let (d, n) = run(&ro, &[("moat.rootfs", "ephemeral")]);
+        assert_eq!((d.rootfs, n, d.readonly_rootfs), ("readonly", 1, true));
+        assert!(d.bounded_root.is_none());
+        let (d, n) = run(&eph, &[("moat.rootfs", "readonly")]);
+        assert_eq!((d.rootfs, n), ("readonly", 0));
+        let (d, n) = run(&eph, &[("moat.rootfs.size", "64m")]);
+        assert_eq!((d.bounded_root.unwrap().size, n), (64 << 20, 0));
+        let (d, n) = run(&eph, &[("moat.rootfs.size", "2g")]);
+        assert_eq!((d.bounded_root.unwrap().size, n), (1 << 30, 1));
+        let mut s = podman_like();
+        s.annotations
+            .insert("moat.rootfs.size".into(), "lots".into());
+        assert!(apply(&mut s, &eph, "c1", &HostFacts::default(), &facts()).is_err());
+        // A read-only spec root needs no bounded layer.
+        let mut s = podman_like();
+        s.root.as_mut().unwrap().readonly = true;
+        let d = apply(&mut s, &eph, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert!(d.bounded_root.is_none() && d.rootfs == "ephemeral");
+    }
+
+    #[test]
+    fn ephemeral_root_must_fit_below_the_memory_limit() {
+        let cfg = Config {
+            ephemeral_rootfs: true,
+            rootfs_size: 512 << 20,
+            ..Config::default()
+        };
+        let mut s = with_memory(Some(512 << 20), &[]);
+        s.root.as_mut().unwrap().readonly = false;
+        let e = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "moat.rootfs=ephemeral: the root's 536870912 bytes plus tmp_size 67108864 do not \
+             fit below linux.resources.memory.limit 536870912 (the root's tmpfs is charged to \
+             the container's memory cgroup: it would be OOM-killed before it saw ENOSPC); \
+             lower [restricted] rootfs_size or moat.rootfs.size, or raise the memory limit"
+        );
+        let mut s = with_memory(Some(1 << 30), &[]);
+        s.root.as_mut().unwrap().readonly = false;
+        assert!(apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).is_ok());
+    }
+
+    fn dev_opts(s: &Spec) -> Vec<String> {
+        s.mounts
+            .iter()
+            .find(|m| m.destination == "/dev")
+            .unwrap()
+            .options
+            .clone()
+    }
+
+    #[test]
+    fn every_tmpfs_gets_an_inode_cap_an_engine_cap_is_kept() {
+        let mut s = podman_like();
+        s.annotations
+            .insert("moat.rootfs".into(), "readonly".into());
+        let cfg = Config {
+            tmp_inodes: 777,
+            ..Config::default()
+        };
+        apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert!(dev_opts(&s).contains(&"nr_inodes=16384".to_string()));
+        for dest in ["/tmp", "/workspace"] {
+            let m = s.mounts.iter().find(|m| m.destination == dest).unwrap();
+            assert!(m.options.contains(&"nr_inodes=777".to_string()), "{m:?}");
+        }
+        let mut s = podman_like();
+        let dev = s
+            .mounts
+            .iter_mut()
+            .find(|m| m.destination == "/dev")
+            .unwrap();
+        dev.options.push("nr_inodes=99".into());
+        apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+        let o = dev_opts(&s);
+        assert!(
+            o.contains(&"nr_inodes=99".to_string()) && o.len() == 5,
+            "{o:?}"
+        );
+        let open = Config {
+            default_policy: Mode::Open,
+            ..Config::default()
+        };
+        let mut s = podman_like();
+        apply(&mut s, &open, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert!(!dev_opts(&s).iter().any(|o| o.starts_with("nr_inodes")));
     }
 
     #[test]

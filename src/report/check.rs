@@ -176,11 +176,16 @@ pub fn report() -> Result<i32> {
         }
     }
     println!(
-        "  read-only root     {}",
-        if cfg.readonly_rootfs {
-            "default on"
-        } else {
-            "off unless moat.rootfs=readonly"
+        "  root               {}",
+        match crate::policy::Rootfs::of(&cfg) {
+            crate::policy::Rootfs::Readonly => "read-only by default".to_string(),
+            crate::policy::Rootfs::Ephemeral => format!(
+                "ephemeral by default ({} bytes, {} inodes; moat.rootfs=readonly tightens)",
+                cfg.rootfs_size, cfg.rootfs_inodes
+            ),
+            crate::policy::Rootfs::Writable => {
+                "writable unless moat.rootfs=ephemeral or readonly".to_string()
+            }
         }
     );
     println!(

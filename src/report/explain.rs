@@ -48,6 +48,8 @@ pub fn explain(req: &ExplainRequest) -> Result<i32> {
         "read-only root: {}   network: {}",
         if decision.readonly_rootfs {
             "yes"
+        } else if decision.bounded_root.is_some() {
+            "no, ephemeral (writes capped, off the engine's storage)"
         } else {
             "as the engine set it"
         },

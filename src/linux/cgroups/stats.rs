@@ -31,12 +31,84 @@ pub struct Stats {
     pub hugetlb: BTreeMap<String, Hugetlb>,
     pub intel_rdt: IntelRdt,
     pub network_interfaces: Option<Vec<NetworkInterface>>,
+    /// moat's own figures (not in runc's shape): limit hits and the capped filesystems.
+    pub moat: Moat,
+}
+
+/// One line of a pressure file (`some` or `full`), as runc 1.2 reports it: the shares of
+/// wall time stalled over 10, 60 and 300 seconds (percent), and the total stall (µs).
+#[derive(Debug, Default, Clone, Serialize, PartialEq)]
+pub struct PsiData {
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
+    pub total: u64,
+}
+
+/// A cgroup v2 `cpu.pressure`, `memory.pressure` or `io.pressure`.
+#[derive(Debug, Default, Clone, Serialize, PartialEq)]
+pub struct Psi {
+    pub some: PsiData,
+    pub full: PsiData,
+}
+
+/// moat's figures for an operator to watch: how often the container hit its limits, and
+/// what it uses of each filesystem moat capped.
+#[derive(Debug, Default, Serialize, PartialEq)]
+pub struct Moat {
+    /// `memory.events` (v2: low, high, max, oom, oom_kill, …); on v1 memory only
+    /// `oom_kill` (from `memory.oom_control`) and `max` (the limit's failcnt).
+    pub memory_events: BTreeMap<String, u64>,
+    /// Forks refused at `pids.max` (`pids.events` max).
+    pub pids_max_hits: u64,
+    /// By mount point in the container: `/` of an ephemeral root, the `/tmp` and workspace
+    /// tmpfs of a read-only one.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub filesystems: BTreeMap<String, FsUse>,
+}
+
+/// Bytes and inodes used and allowed on one filesystem (statfs).
+#[derive(Debug, Default, Clone, Serialize, PartialEq)]
+pub struct FsUse {
+    pub bytes_used: u64,
+    pub bytes_allowed: u64,
+    pub inodes_used: u64,
+    pub inodes_allowed: u64,
+}
+
+/// A pressure file's text; `None` when it has no `some` line.
+pub fn psi(text: &str) -> Option<Psi> {
+    let mut p = Psi::default();
+    let mut seen = false;
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let d = match f.next() {
+            Some("some") => {
+                seen = true;
+                &mut p.some
+            }
+            Some("full") => &mut p.full,
+            _ => continue,
+        };
+        for kv in f {
+            match kv.split_once('=') {
+                Some(("avg10", v)) => d.avg10 = v.parse().unwrap_or(0.0),
+                Some(("avg60", v)) => d.avg60 = v.parse().unwrap_or(0.0),
+                Some(("avg300", v)) => d.avg300 = v.parse().unwrap_or(0.0),
+                Some(("total", v)) => d.total = v.parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+    }
+    seen.then_some(p)
 }
 
 #[derive(Debug, Default, Serialize, PartialEq)]
 pub struct Cpu {
     pub usage: CpuUsage,
     pub throttling: Throttling,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<Psi>,
 }
 
 /// Nanoseconds.
@@ -105,6 +177,8 @@ pub struct Memory {
     pub kernel_tcp: MemoryEntry,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub raw: BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<Psi>,
 }
 
 #[derive(Debug, Default, Serialize, PartialEq)]
@@ -147,6 +221,8 @@ pub struct Blkio {
     pub io_time_recursive: Vec<BlkioEntry>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sectors_recursive: Vec<BlkioEntry>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<Psi>,
 }
 
 #[derive(Debug, Default, Serialize, PartialEq)]
@@ -189,6 +265,9 @@ pub struct Sources {
     pub pids: Option<(PathBuf, bool)>,
     pub blkio: Option<(PathBuf, bool)>,
     pub hugetlb: Option<(PathBuf, bool)>,
+    /// The container's cgroup v2 directory, for the pressure files: on hybrid hosts its
+    /// cgroup in `/sys/fs/cgroup/unified`, which has them without any controller.
+    pub psi: Option<PathBuf>,
 }
 
 impl Sources {
@@ -203,6 +282,7 @@ impl Sources {
             pids: s.clone(),
             blkio: s.clone(),
             hugetlb: s,
+            psi: Some(dir.to_path_buf()),
         }
     }
 }
@@ -238,7 +318,42 @@ pub fn read(src: &Sources) -> Stats {
     if let Some((dir, v2)) = &src.hugetlb {
         s.hugetlb = hugetlb(dir, *v2);
     }
+    if let Some(dir) = &src.psi {
+        let p = |f: &str| text(dir, f).as_deref().and_then(psi);
+        s.cpu.psi = p("cpu.pressure");
+        s.memory.psi = p("memory.pressure");
+        s.blkio.psi = p("io.pressure");
+    }
+    if let Some((dir, v2)) = &src.memory {
+        s.moat.memory_events = if *v2 {
+            kv_file(dir, "memory.events")
+        } else {
+            let mut m = BTreeMap::new();
+            m.insert("max".into(), s.memory.usage.failcnt);
+            if let Some(n) = oom_kills(dir, false) {
+                m.insert("oom_kill".into(), n);
+            }
+            m
+        };
+    }
+    if let Some((dir, _)) = &src.pids {
+        s.moat.pids_max_hits = kv_file(dir, "pids.events").get("max").copied().unwrap_or(0);
+    }
     s
+}
+
+/// Bytes and inodes of the filesystem an fd is on.
+pub fn fs_use(st: &libc::statvfs) -> FsUse {
+    let frsize = st.f_frsize.max(1);
+    FsUse {
+        bytes_used: st
+            .f_blocks
+            .saturating_sub(st.f_bfree)
+            .saturating_mul(frsize),
+        bytes_allowed: st.f_blocks.saturating_mul(frsize),
+        inodes_used: st.f_files.saturating_sub(st.f_ffree),
+        inodes_allowed: st.f_files,
+    }
 }
 
 fn text(dir: &Path, file: &str) -> Option<String> {
@@ -400,6 +515,7 @@ fn memory_v1(dir: &Path) -> Memory {
         kernel: memory_entry_v1(dir, "kmem"),
         kernel_tcp: memory_entry_v1(dir, "kmem.tcp"),
         raw,
+        psi: None,
     }
 }
 
@@ -437,6 +553,7 @@ fn memory_v2(dir: &Path) -> Memory {
         kernel: MemoryEntry::default(),
         kernel_tcp: MemoryEntry::default(),
         raw,
+        psi: None,
     }
 }
 
@@ -484,6 +601,7 @@ fn blkio_v1(dir: &Path) -> Blkio {
             io_merged_recursive: read("blkio.io_merged_recursive"),
             io_time_recursive: read("blkio.time_recursive"),
             sectors_recursive: read("blkio.sectors_recursive"),
+            psi: None,
         };
     }
     let bfq = read("blkio.bfq.io_service_bytes_recursive");
@@ -641,6 +759,7 @@ impl Cgroup {
             pids: find("pids"),
             blkio: find("blkio"),
             hugetlb: find("hugetlb"),
+            psi: self.v2_dir().filter(|d| d.join("cgroup.procs").exists()),
         }
     }
 
@@ -770,7 +889,37 @@ mod tests {
             pids: v1("pids"),
             blkio: v1("blkio"),
             hugetlb: Some((d("unified"), true)),
+            psi: None,
         }
+    }
+
+    #[test]
+    fn pressure_lines_as_runc_reports_them() {
+        let p = psi("some avg10=1.50 avg60=0.25 avg300=0.00 total=7534299\n\
+                     full avg10=0.75 avg60=0.10 avg300=0.00 total=123\n")
+        .unwrap();
+        assert_eq!(
+            p.some,
+            PsiData {
+                avg10: 1.5,
+                avg60: 0.25,
+                avg300: 0.0,
+                total: 7534299
+            }
+        );
+        assert_eq!(p.full.total, 123);
+        // cpu.pressure before 5.13 has no full line: zeros, as runc prints them.
+        assert_eq!(
+            psi("some avg10=0.00 avg60=0.00 avg300=0.00 total=5\n")
+                .unwrap()
+                .full
+                .total,
+            0
+        );
+        assert!(psi("").is_none());
+        let j = serde_json::to_value(&p).unwrap();
+        assert_eq!(j["some"]["avg10"], 1.5);
+        assert_eq!(j["full"]["total"], 123);
     }
 
     #[test]

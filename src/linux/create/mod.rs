@@ -91,6 +91,11 @@ pub enum Error {
          host-wide pool); a rootless container is already in its user's namespace"
     )]
     UsernsRootless,
+    #[error(
+        "moat.rootfs=ephemeral: needs a rootful moat (the bounded root is an overlay moat \
+         builds on the host); use moat.rootfs=readonly for a rootless container"
+    )]
+    EphemeralRootless,
     #[error("linux.namespaces: an idmapped rootfs needs a user namespace")]
     IdmapNoUserns,
     #[error(transparent)]

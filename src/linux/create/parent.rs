@@ -523,7 +523,18 @@ fn send_idmapped(
         what: e.what,
         source: e.source,
     };
-    if let Some(host) = plan.rootfs.idmap_root {
+    if let Some(e) = &plan.rootfs.ephemeral {
+        let userns = match plan.rootfs.idmap_root {
+            Some(host) => Some((
+                container.as_ref().ok_or(Error::IdmapNoUserns)?.as_fd(),
+                host,
+            )),
+            None => None,
+        };
+        let fd = idmap::ephemeral(&plan.rootfs.rootfs, e, userns).map_err(failed)?;
+        ch.send_mount(idmap::ROOTFS, fd.as_fd())
+            .map_err(send("sync: send the bounded rootfs"))?;
+    } else if let Some(host) = plan.rootfs.idmap_root {
         let ns = container.as_ref().ok_or(Error::IdmapNoUserns)?;
         let fd = idmap::rootfs(&plan.rootfs.rootfs, ns.as_fd(), host).map_err(failed)?;
         ch.send_mount(idmap::ROOTFS, fd.as_fd())

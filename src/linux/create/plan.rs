@@ -183,6 +183,9 @@ impl Plan {
         } else {
             None
         };
+        if decision.bounded_root.is_some() && opts.rootless {
+            return Err(Error::EphemeralRootless);
+        }
         // The state directory does not exist yet; the socket's mount is planned for it.
         let dir = opts.root.join(&opts.id);
         let (notify, notify_source) = match &opts.notify_socket {
@@ -334,6 +337,13 @@ impl Plan {
             && sys::geteuid() == 0
             && (ns.has_new(libc::CLONE_NEWUSER) || ns.user_join.is_some());
         rootfs.binds_by_source = !ns.staged && ns.has_new(libc::CLONE_NEWNS);
+        rootfs.ephemeral = decision
+            .bounded_root
+            .map(|b| crate::linux::idmap::Ephemeral {
+                size: b.size,
+                inodes: b.inodes,
+                at: opts.root.join(&opts.id),
+            });
         let mut devs = if rootfs.default_devices {
             devices::defaults()
         } else {

@@ -1,0 +1,522 @@
+//! What a sandbox can exhaust is bounded: inodes of every tmpfs moat mounts, memory with a
+//! throttle (`memory.high`) before the hard limit, and the bytes and inodes of a bounded
+//! (ephemeral) writable root.
+
+mod support;
+
+use std::fs;
+
+use support::*;
+
+/// Writes `text` as a moat config in the test's dir and returns its path.
+fn config(ctx: &Ctx, name: &str, text: &str) -> String {
+    let p = ctx.dir.join(name);
+    fs::write(&p, text).expect("write config");
+    p.to_str().expect("utf-8").to_string()
+}
+
+/// The super options of `mountpoint` in a mountinfo text.
+fn super_opts(mountinfo: &str, mountpoint: &str) -> Vec<String> {
+    let line = mountinfo
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(mountpoint))
+        .unwrap_or_else(|| panic!("{mountpoint} not in mountinfo:\n{mountinfo}"));
+    let (_, post) = line.split_once(" - ").expect("mountinfo separator");
+    post.split(' ')
+        .nth(2)
+        .unwrap()
+        .split(',')
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn tmpfs_under_a_read_only_root_stops_at_its_inode_cap() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("inodes");
+    let cfg = config(
+        &ctx,
+        "inodes.toml",
+        "[restricted]\nreadonly_rootfs = true\ntmp_inodes = 500\n",
+    );
+    ctx.use_config(cfg);
+    // Each file written until the cap refuses one (a redirection of a regular builtin: no fork a file, and a failure does not end the shell).
+    ctx.sh(
+        "i=0; while true > /tmp/f$i 2>/dev/null; do i=$((i+1)); done; echo tmp=$i; \
+         true > /tmp/one-more || true; \
+         i=0; while true > /workspace/f$i 2>/dev/null; do i=$((i+1)); done; echo ws=$i; \
+         rm /tmp/f0 && true > /tmp/again && echo freed; \
+         cat /proc/self/mountinfo",
+    );
+    let (out, err) = run_to_end(&ctx, "c");
+    // The root directory is one of the 500 inodes.
+    assert!(out.contains("tmp=499\n"), "{out}{err}");
+    assert!(out.contains("ws=499\n"), "{out}{err}");
+    assert!(out.contains("freed\n"), "{out}{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    for m in ["/tmp", "/workspace"] {
+        let sup = super_opts(&out, m);
+        assert!(sup.iter().any(|o| o == "nr_inodes=500"), "{m}: {sup:?}");
+    }
+}
+
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn dev_and_masked_tmpfs_have_inode_caps() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("devinodes");
+    ctx.restricted();
+    ctx.sh("cat /proc/self/mountinfo; true > /proc/acpi/x; echo masked=$?");
+    let (out, err) = run_to_end(&ctx, "c");
+    let dev = super_opts(&out, "/dev");
+    assert!(dev.iter().any(|o| o == "nr_inodes=16384"), "/dev: {dev:?}");
+    let masked = super_opts(&out, "/proc/acpi");
+    assert!(
+        masked.iter().any(|o| o == "nr_inodes=1"),
+        "/proc/acpi: {masked:?}"
+    );
+    assert!(
+        out.contains("masked=1\n") || out.contains("masked=2\n"),
+        "{out}{err}"
+    );
+}
+
+/// This host's memory controller is cgroup v1 (hybrid): RESTRICTED records that it has no
+/// `memory.high` to set, without a warning line, and the limit applies as a hard one. On a
+/// cgroup v2 host the same config sets `memory.high` (tests/vm/moat: throttled, pressure,
+/// not killed, before memory.max kills).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn memory_high_on_v1_memory_is_recorded_as_absent() {
+    if !require_root() {
+        return;
+    }
+    let v2 = fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some("/sys/fs/cgroup") && l.contains(" - cgroup2 "));
+    if v2 {
+        missing(
+            "cgroup v1 memory controller (this host is pure cgroup v2; tests/vm/moat covers v2)",
+        );
+        return;
+    }
+    let mut ctx = Ctx::new("memhigh");
+    let cfg = config(&ctx, "mem.toml", "[restricted]\nmemory = \"64m\"\n");
+    ctx.use_config(cfg);
+    ctx.sh("cat /sys/fs/cgroup/memory/memory.limit_in_bytes");
+    let c = ctx.create_ok("c");
+    let create_err = c.out.as_ref().map(|o| o.stderr.clone()).unwrap_or_default();
+    let policy = fs::read_to_string(ctx.state_dir(&c.id).join("policy.json")).unwrap();
+    let spec = fs::read_to_string(ctx.state_dir(&c.id).join("config.json")).unwrap();
+    let out = c.start_and_wait();
+    let d = c.delete();
+    assert_eq!(d.code, 0, "delete: {}", d.stderr);
+    assert_eq!(out.trim(), "67108864", "the hard limit");
+    let v: serde_json::Value = serde_json::from_str(&policy).unwrap();
+    let note = v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["field"] == "linux.resources.unified.memory.high")
+        .unwrap_or_else(|| panic!("no memory.high note in {policy}"));
+    assert_eq!(note["action"], "absent", "{note}");
+    assert!(v.get("memory_high").is_none(), "{policy}");
+    assert!(!spec.contains("memory.high"), "{spec}");
+    assert!(!create_err.contains("memory.high"), "{create_err}");
+}
+
+/// Host mounts of moat's bounded-root tmpfs (its source is `moat-rootfs`).
+fn host_rootfs_tmpfs() -> usize {
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(" - tmpfs moat-rootfs "))
+        .count()
+}
+
+/// Bytes used under `dir` on the host (files only), to see that the bundle does not grow.
+fn bytes_under(dir: &std::path::Path) -> u64 {
+    let mut n = 0;
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        let m = e.metadata().unwrap();
+        if m.is_dir() {
+            n += bytes_under(&e.path());
+        } else {
+            n += m.len();
+        }
+    }
+    n
+}
+
+/// `moat.rootfs=ephemeral`: a writable root whose writes stop at ENOSPC at its byte and
+/// inode caps, on a tmpfs of moat's, while the rootfs the engine gave (here a directory;
+/// an engine's overlay keeps its upper layer the same way) does not grow; another
+/// container keeps working meanwhile; nothing stays mounted after delete.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn ephemeral_root_stops_at_its_caps_and_never_touches_the_engines_rootfs() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("ephemeral");
+    let cfg = config(
+        &ctx,
+        "eph.toml",
+        "[restricted]\nrootfs = \"ephemeral\"\nrootfs_size = \"8m\"\nrootfs_inodes = 2000\n",
+    );
+    ctx.use_config(cfg);
+    ctx.set("/root/readonly", json!(false));
+    let before = bytes_under(&ctx.rootfs());
+    let mounts_before = host_rootfs_tmpfs();
+    ctx.sh(
+        "dd if=/dev/zero of=/fill bs=1M count=20 2>&1 | grep -o 'No space left on device'; \
+         echo kib=$(du -k /fill | cut -f1); \
+         i=0; while true > /f$i 2>/dev/null; do i=$((i+1)); done; echo files=$i; \
+         echo changed > /etc/hostname 2>&1 || echo hostname-refused; \
+         grep ' / / ' /proc/self/mountinfo; echo full > /dev/shm/a-full; sleep 100",
+    );
+    let a = ctx.create_ok("a");
+    assert_eq!(a.start().code, 0);
+    let t0 = std::time::Instant::now();
+    while !a.stdout().contains("overlay") && t0.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = a.stdout();
+    assert!(
+        out.contains("No space left on device"),
+        "{out}{}",
+        a.stderr()
+    );
+    let kib: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("kib="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!((7000..=8192).contains(&kib), "{kib} KiB written: {out}");
+    let files: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("files="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!((1950..2000).contains(&files), "{files} files: {out}");
+    assert!(out.contains(" - overlay "), "{out}");
+    eprintln!("ephemeral fill: {kib} KiB of the 8 MiB cap, {files} files of 2000 inodes");
+    // A full sandbox does not stop another: a second container, same config, writes.
+    ctx.sh("echo ok > /written && cat /written && test ! -e /fill && echo clean");
+    let (b_out, b_err) = run_to_end(&ctx, "b");
+    assert_eq!(b_out, "ok\nclean\n", "{b_err}");
+    assert_eq!(
+        bytes_under(&ctx.rootfs()),
+        before,
+        "the engine's rootfs grew"
+    );
+    assert!(!ctx.rootfs().join("fill").exists() && !ctx.rootfs().join("f0").exists());
+    assert_eq!(
+        host_rootfs_tmpfs(),
+        mounts_before,
+        "tmpfs visible on the host"
+    );
+    assert_eq!(a.kill("KILL").code, 0);
+    a.wait_stopped(std::time::Duration::from_secs(20));
+    let d = a.delete();
+    assert_eq!(d.code, 0, "{}", d.stderr);
+    assert_eq!(host_rootfs_tmpfs(), mounts_before);
+    assert!(!ctx.state_dir(&a.id).exists());
+}
+
+/// An engine's overlay rootfs (podman's and containerd's shape: image layers, an upper
+/// layer the engine already wrote to, `volatile`): under `moat.rootfs=ephemeral` the
+/// container sees the engine's files, its writes and copy-ups go to moat's tmpfs, and the
+/// engine's upper layer does not change (a second container with `moat.userns=auto`, over
+/// idmapped layers, likewise). A cap that does not fit below the memory limit is refused
+/// and leaves nothing.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn ephemeral_root_over_an_engine_overlay_leaves_its_upper_layer_alone() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("eph-ovl");
+    let (upper, work, merged) = (
+        ctx.dir.join("upper"),
+        ctx.dir.join("work"),
+        ctx.dir.join("merged"),
+    );
+    for d in [&upper, &work, &merged] {
+        fs::create_dir(d).unwrap();
+    }
+    fs::create_dir(upper.join("etc")).unwrap();
+    fs::write(upper.join("etc/engine-wrote"), "before start\n").unwrap();
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={},volatile",
+        ctx.rootfs().display(),
+        upper.display(),
+        work.display()
+    );
+    host(&[
+        "mount",
+        "-t",
+        "overlay",
+        "overlay",
+        "-o",
+        &opts,
+        merged.to_str().unwrap(),
+    ]);
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _m = Unmount(merged.clone());
+    let cfg = config(
+        &ctx,
+        "eph.toml",
+        "default_policy = \"open\"\n[restricted]\nrootfs = \"ephemeral\"\nrootfs_size = \"4m\"\n",
+    );
+    ctx.use_config(&cfg);
+    ctx.set("/root", json!({"path": merged, "readonly": false})).sh(
+        "cat /etc/engine-wrote; echo hi > /etc/new; echo changed >> /etc/passwd && echo copied-up; \
+         rm /etc/engine-wrote && echo removed; \
+         dd if=/dev/zero of=/fill bs=1M count=10 2>&1 | grep -o 'No space left on device'; id -u",
+    );
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(
+        out, "before start\ncopied-up\nremoved\nNo space left on device\n0\n",
+        "{err}"
+    );
+    let entries = |d: &std::path::Path| {
+        let mut v: Vec<String> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(entries(&upper), ["etc"], "the engine's upper layer grew");
+    assert_eq!(entries(&upper.join("etc")), ["engine-wrote"]);
+    assert!(!fs::read_to_string(merged.join("etc/passwd"))
+        .unwrap()
+        .ends_with("changed\n"));
+    // With moat.userns=auto: the layers idmapped, container root owns its writes.
+    if fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .starts_with("6.")
+    {
+        ctx.set("/annotations", json!({"moat.userns": "auto"}))
+            .sh("id -u; stat -c '%u' /etc/passwd; echo hi > /etc/new && stat -c '%u' /etc/new");
+        let (out, err) = run_to_end(&ctx, "u");
+        assert_eq!(out, "0\n0\n0\n", "{err}");
+        assert_eq!(entries(&upper.join("etc")), ["engine-wrote"]);
+    } else {
+        missing("a kernel that idmaps the test directories (moat.userns=auto part)");
+    }
+    // A cap above the memory limit: refused, nothing left.
+    ctx.set("/annotations", json!({}));
+    ctx.set("/linux/resources/memory", json!({"limit": 4 << 20}));
+    let (c, out) = ctx.create("m");
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr
+            .contains("moat.rootfs=ephemeral: the root's 4194304 bytes plus tmp_size"),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&c.id);
+}
+
+/// `moat events --stats`: PSI (runc 1.2's `psi` under cpu, memory and blkio) from the
+/// container's cgroup v2 directory (on this hybrid host, its cgroup in
+/// `/sys/fs/cgroup/unified`), limit hits, and the bounded root's bytes and inodes used and
+/// allowed under `data.moat`, each checked against the kernel's files.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn events_stats_report_pressure_limit_hits_and_the_bounded_root() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("evstats");
+    let cfg = config(
+        &ctx,
+        "ev.toml",
+        "[restricted]\nrootfs = \"ephemeral\"\nrootfs_size = \"8m\"\nrootfs_inodes = 2000\nmemory = \"128m\"\npids = 20\n",
+    );
+    ctx.use_config(cfg);
+    ctx.set("/root/readonly", json!(false));
+    ctx.sh(
+        "dd if=/dev/zero of=/fill bs=1M count=3 2>/dev/null; i=0; while [ $i -lt 100 ]; do \
+         true > /f$i; i=$((i+1)); done; \
+         sh -c 'for i in $(seq 30); do sleep 1 & done' 2>/dev/null; sleep 2; echo ready; \
+         exec sleep 100",
+    );
+    let c = ctx.create_ok("c");
+    assert_eq!(c.start().code, 0);
+    let t0 = std::time::Instant::now();
+    while !c.stdout().contains("ready") && t0.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = c.moat(&["events", "--stats", &c.id]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let d = &v["data"];
+    let root = &d["moat"]["filesystems"]["/"];
+    assert_eq!(root["bytes_allowed"], 8 << 20, "{d}");
+    assert_eq!(root["inodes_allowed"], 2000, "{d}");
+    let used = root["bytes_used"].as_u64().unwrap();
+    assert!((3 << 20..=4 << 20).contains(&used), "{used}");
+    let inodes = root["inodes_used"].as_u64().unwrap();
+    assert!((100..=110).contains(&inodes), "{inodes}");
+    // pids.max 20 against 30 short sleeps: forks refused, counted.
+    let pids_events =
+        fs::read_to_string(format!("/sys/fs/cgroup/pids/moat/{}/pids.events", c.id)).unwrap();
+    let hits: u64 = pids_events
+        .trim()
+        .strip_prefix("max ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(hits > 0, "{pids_events}");
+    assert_eq!(d["moat"]["pids_max_hits"], hits, "{d}");
+    let oom = &d["moat"]["memory_events"]["oom_kill"];
+    assert_eq!(oom, 0, "{d}");
+    let unified = std::path::PathBuf::from(format!("/sys/fs/cgroup/unified/moat/{}", c.id));
+    if unified.join("memory.pressure").exists() {
+        for (key, file) in [
+            ("cpu", "cpu.pressure"),
+            ("memory", "memory.pressure"),
+            ("blkio", "io.pressure"),
+        ] {
+            let psi = &d[key]["psi"];
+            let text = fs::read_to_string(unified.join(file)).unwrap();
+            let total_now: u64 = text
+                .lines()
+                .next()
+                .and_then(|l| l.rsplit("total=").next())
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap();
+            let reported = psi["some"]["total"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{key}: {d}"));
+            assert!(reported <= total_now, "{key}: {reported} > {total_now}");
+            assert!(
+                psi["full"]["avg10"].is_number() && psi["some"]["avg300"].is_number(),
+                "{psi}"
+            );
+        }
+    } else {
+        missing("PSI in the container's cgroup v2 directory (kernel without CONFIG_PSI, or psi=0)");
+    }
+    // `moat verify` shows the cap in force.
+    let v = c.moat(&["verify", &c.id]);
+    let line = v
+        .stdout
+        .lines()
+        .find(|l| l.contains("bounded root"))
+        .unwrap_or_else(|| panic!("{}{}", v.stdout, v.stderr));
+    assert!(
+        line.starts_with("ok") && line.contains("8388608 bytes, 2000 inodes"),
+        "{line}"
+    );
+    assert_eq!(c.kill("KILL").code, 0);
+    c.wait_stopped(std::time::Duration::from_secs(20));
+}
+
+/// The engine's storage on a dedicated loop filesystem (ext4, 64 MiB) holding an overlay
+/// rootfs as podman lays it out: a container on an ephemeral root that writes 20 MiB gets
+/// ENOSPC at its 8 MiB cap and the filesystem's free space does not move; the same
+/// container on a writable root (the control) takes the 20 MiB from it.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn engine_storage_free_space_does_not_move_under_an_ephemeral_root() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("eph-disk");
+    let img = ctx.dir.join("disk.img");
+    let disk = ctx.dir.join("disk");
+    fs::create_dir(&disk).unwrap();
+    fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
+    let mkfs = std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&img)
+        .status();
+    if !mkfs.is_ok_and(|s| s.success()) {
+        missing("mkfs.ext4 (e2fsprogs) for the loop filesystem");
+        return;
+    }
+    host(&[
+        "mount",
+        "-o",
+        "loop",
+        img.to_str().unwrap(),
+        disk.to_str().unwrap(),
+    ]);
+    struct Unmount(Vec<std::path::PathBuf>);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            for p in &self.0 {
+                let _ = std::process::Command::new("umount").arg(p).status();
+            }
+        }
+    }
+    let (upper, work, merged) = (disk.join("upper"), disk.join("work"), disk.join("merged"));
+    for d in [&upper, &work, &merged] {
+        fs::create_dir(d).unwrap();
+    }
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        ctx.rootfs().display(),
+        upper.display(),
+        work.display()
+    );
+    host(&[
+        "mount",
+        "-t",
+        "overlay",
+        "overlay",
+        "-o",
+        &opts,
+        merged.to_str().unwrap(),
+    ]);
+    let _m = Unmount(vec![merged.clone(), disk.clone()]);
+    let free = || {
+        let s = nix::sys::statvfs::statvfs(&disk).unwrap();
+        s.blocks_available() * s.fragment_size()
+    };
+    ctx.set("/root", json!({"path": merged, "readonly": false}))
+        .sh(
+            "dd if=/dev/zero of=/fill bs=1M count=20 2>&1 | grep -o 'No space left on device'; \
+         du -k /fill | cut -f1",
+        );
+    let eph = config(
+        &ctx,
+        "eph.toml",
+        "default_policy = \"open\"\n[restricted]\nrootfs = \"ephemeral\"\nrootfs_size = \"8m\"\n",
+    );
+    ctx.use_config(&eph);
+    let before = free();
+    let (out, err) = run_to_end(&ctx, "e");
+    let after = free();
+    assert_eq!(out, "No space left on device\n8192\n", "{err}");
+    let moved = before.abs_diff(after);
+    assert!(moved < 1 << 20, "free space moved by {moved} bytes");
+    eprintln!("ephemeral: 8192 KiB written, the loop filesystem's free space moved {moved} bytes");
+    // The control: a writable root writes to the engine's storage.
+    let open = config(&ctx, "open.toml", "default_policy = \"open\"\n");
+    ctx.use_config(&open);
+    let before = free();
+    let (out, err) = run_to_end(&ctx, "w");
+    let after = free();
+    assert_eq!(out, "20480\n", "{err}");
+    let taken = before.saturating_sub(after);
+    assert!(taken >= 20 << 20, "writable root took only {taken} bytes");
+    eprintln!(
+        "writable (control): 20480 KiB written, {taken} bytes taken from the loop filesystem"
+    );
+}
