@@ -284,6 +284,10 @@ fn summary_items<'a>(changes: impl Iterator<Item = &'a Change>) -> String {
     let mut caps: Vec<&str> = Vec::new();
     let mut caps_at = None;
     for c in changes {
+        // A documented absence (memory.high on v1) is no cut: policy explain shows it.
+        if c.action == "absent" {
+            continue;
+        }
         if c.field.starts_with("process.capabilities.") && c.action == "removed" {
             caps_at.get_or_insert(items.len());
             for n in c.detail.split(',') {
