@@ -48,9 +48,9 @@ pub struct Args {
     /// Pass N additional fds (from 3 up)
     #[arg(long = "preserve-fds", default_value_t = 0)]
     pub preserve_fds: u32,
-    /// Sub-cgroup of the container to run in
+    /// Sub-cgroup of the container to run in: `[controller[,controller]:]path`, repeatable
     #[arg(long)]
-    pub cgroup: Option<String>,
+    pub cgroup: Vec<String>,
     /// Allow exec into a paused container
     #[arg(long = "ignore-paused")]
     pub ignore_paused: bool,

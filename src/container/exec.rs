@@ -79,8 +79,8 @@ pub struct Request {
     /// Capabilities added (never beyond the container's bounding set under RESTRICTED).
     pub cap: Vec<String>,
     pub preserve_fds: u32,
-    /// A sub-cgroup of the container's to run in.
-    pub cgroup: Option<String>,
+    /// Sub-cgroups of the container's to run in (runc's `[controllers:]path`).
+    pub cgroup: Vec<String>,
     pub ignore_paused: bool,
 }
 

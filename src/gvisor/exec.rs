@@ -60,7 +60,7 @@ pub fn exec(
     if let Some(sock) = a.console_socket.as_ref().filter(|_| a.tty && !a.detach) {
         return Err(Refused::ForegroundConsoleSocket(sock.clone()).into());
     }
-    if a.cgroup.is_some() {
+    if !a.cgroup.is_empty() {
         crate::log::warn("--cgroup ignored: a gVisor container has one host cgroup, its sandbox's");
     }
     let shadow: Value = select::shadow_config(dir)?;

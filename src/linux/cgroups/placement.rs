@@ -68,26 +68,81 @@ impl Placement {
 }
 
 impl Cgroup {
-    /// Opens what a child needs to place itself in this cgroup, or in its sub-cgroup
-    /// `sub` (`exec --cgroup`, relative, must exist).
-    pub fn placement(&self, sub: Option<&str>) -> Result<Placement, CgroupError> {
-        let path = match sub {
-            None => self.path.clone(),
-            Some(sub) => {
-                let sub = sub.trim_start_matches('/');
-                if sub.split('/').any(|c| c == ".." || c == ".") {
-                    return Err(CgroupError::invalid(
-                        "--cgroup",
-                        format!("{sub:?} is not a sub cgroup path: it must stay below the container's cgroup"),
-                    ));
+    /// Opens what a child needs to place itself in this cgroup, or in sub-cgroups of it:
+    /// `exec --cgroup`, runc's `[controller[,controller…]:]path` (relative, must exist),
+    /// given any number of times; an entry naming controllers applies to their
+    /// hierarchies, one without to the rest (cgroup v2 takes only that one).
+    pub fn placement(&self, subs: &[String]) -> Result<Placement, CgroupError> {
+        let field = if subs.is_empty() { "pid" } else { "--cgroup" };
+        let mut all: Option<&str> = None;
+        let mut by_controller: Vec<(&str, &str)> = Vec::new();
+        for entry in subs {
+            let (ctrls, sub) = match entry.split_once(':') {
+                Some((c, p)) if !self.unified => (Some(c), p),
+                _ => (None, entry.as_str()),
+            };
+            let sub = sub.trim_start_matches('/');
+            if sub.split('/').any(|c| c == ".." || c == ".") {
+                // runc's words, unquoted as runc prints them (quoted if it holds a
+                // control character, which a log line must not carry raw).
+                let shown = if sub.chars().any(char::is_control) {
+                    format!("{sub:?}")
+                } else {
+                    sub.to_string()
+                };
+                return Err(CgroupError::invalid(
+                    field,
+                    format!(
+                        "{shown} is not a sub cgroup path (it must stay below the container's cgroup)"
+                    ),
+                ));
+            }
+            match ctrls {
+                None => all = Some(sub),
+                Some(list) => {
+                    for c in list.split(',') {
+                        if !self
+                            .hierarchies
+                            .iter()
+                            .chain(&self.skipped)
+                            .any(|h| h.has(c))
+                        {
+                            return Err(CgroupError::invalid(
+                                field,
+                                format!("unknown controller {c:?} in {entry:?}"),
+                            ));
+                        }
+                        by_controller.push((c, sub));
+                    }
                 }
+            }
+        }
+        let below = |sub: &str| {
+            if sub.is_empty() {
+                self.path.clone()
+            } else {
                 format!("{}/{}", self.path.trim_end_matches('/'), sub)
             }
         };
-        let field = if sub.is_some() { "--cgroup" } else { "pid" };
         let mut placement = Placement::none();
         for h in &self.hierarchies {
+            let sub = by_controller
+                .iter()
+                .find(|(c, _)| !h.v2 && h.has(c))
+                .map(|(_, s)| *s)
+                .or(all);
+            let path = sub.map_or_else(|| self.path.clone(), below);
             let dir = h.dir(&path);
+            // runc's words for a sub-cgroup that does not exist (clients grep them).
+            if sub.is_some() && !dir.is_dir() {
+                return Err(CgroupError::invalid(
+                    field,
+                    format!(
+                        "adding pid to cgroups: {}/cgroup.procs: no such file or directory",
+                        dir.display()
+                    ),
+                ));
+            }
             if h.v2 {
                 let fd = sys::openat(
                     sys::at_fdcwd(),

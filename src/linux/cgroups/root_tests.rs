@@ -334,8 +334,8 @@ fn child_places_itself() {
     for h in &cg.hierarchies {
         guard.dirs.push(h.dir(&cg.path));
     }
-    assert!(cg.placement(Some("../escape")).is_err());
-    let e = cg.placement(Some("missing")).unwrap_err().to_string();
+    assert!(cg.placement(&["../escape".into()]).is_err());
+    let e = cg.placement(&["missing".into()]).unwrap_err().to_string();
     assert!(e.contains("missing"), "{e}");
     for h in &cg.hierarchies {
         fs::create_dir(h.dir(&cg.path).join("sub")).unwrap();
@@ -347,10 +347,10 @@ fn child_places_itself() {
         }
     }
     for (sub, want) in [
-        (None, cg.path.clone()),
-        (Some("sub"), format!("{}/sub", cg.path)),
+        (Vec::new(), cg.path.clone()),
+        (vec!["sub".to_string()], format!("{}/sub", cg.path)),
     ] {
-        let placement = cg.placement(sub).unwrap();
+        let placement = cg.placement(&sub).unwrap();
         let (r, w) = nix::unistd::pipe().unwrap();
         let (placed_r, placed_w) = nix::unistd::pipe().unwrap();
         // The child only makes syscalls: no allocation after a raw clone in a threaded test.

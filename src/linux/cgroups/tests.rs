@@ -267,7 +267,7 @@ fn v2_create_enables_controllers_top_down() {
     );
     // The leaf never gets controllers enabled (no internal processes).
     assert!(!read(&root.join("moat/ct"), "cgroup.controllers").contains('+'));
-    let placement = cg.placement(None).unwrap();
+    let placement = cg.placement(&[]).unwrap();
     let fd = placement.clone_into().expect("O_PATH fd of the v2 dir");
     let link = fs::read_link(format!(
         "/proc/self/fd/{}",
@@ -432,7 +432,7 @@ fn v2_rootless_without_cgroup() {
         "linux.resources.pids: cannot use the pids controller at /sys/fs/cgroup/moat/x: \
          the hierarchy is not writable by this user (rootless?)"
     );
-    assert!(cg.placement(None).unwrap().clone_into().is_none());
+    assert!(cg.placement(&[]).unwrap().clone_into().is_none());
     assert!(cg.pids().unwrap().is_empty());
 }
 

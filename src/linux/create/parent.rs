@@ -322,7 +322,7 @@ fn fork(
     // and its RCU grace period (see cgroups/placement.rs).
     // (The systemd driver's scope does not exist yet: systemd moves the child in.)
     let placement = match cgroup.systemd {
-        None => cgroup.placement(None)?,
+        None => cgroup.placement(&[])?,
         Some(_) => crate::linux::cgroups::Placement::none(),
     };
     let forked = sys::clone_fork(direct_flags, placement.clone_into()).map_err(Error::Clone)?;

@@ -125,7 +125,7 @@ pub struct ExecOpts {
     pub console_socket: Option<PathBuf>,
     pub pid_file: Option<PathBuf>,
     /// `--cgroup`: a sub-cgroup of the container's, relative.
-    pub sub_cgroup: Option<String>,
+    pub sub_cgroup: Vec<String>,
     /// Where the exec'd process's seccomp listener goes, as the init's did.
     pub seccomp_agent: Option<SeccompAgent>,
 }
@@ -297,7 +297,7 @@ pub fn probe(rec: &Record, attrs: &Attrs) -> Result<Vec<&'static str>, ExecError
     let opts = ExecOpts {
         console_socket: None,
         pid_file: None,
-        sub_cgroup: None,
+        sub_cgroup: Vec::new(),
         seccomp_agent: None,
     };
     let plan = Plan::new(rec, attrs, opts)?;

@@ -245,7 +245,7 @@ mod tests {
         let opts = ExecOpts {
             console_socket: None,
             pid_file: None,
-            sub_cgroup: None,
+            sub_cgroup: Vec::new(),
             seccomp_agent: Some(super::super::SeccompAgent {
                 seccomp: crate::spec::Seccomp {
                     listener_path: Some(path.to_str().unwrap().into()),

@@ -95,7 +95,7 @@ impl<'a> Plan<'a> {
         // The joiner enters the cgroup by itself (see cgroups/placement.rs); the exec'd
         // process, its child, inherits it.
         let placement = match &rec.cgroup {
-            Some(cg) => cg.placement(opts.sub_cgroup.as_deref())?,
+            Some(cg) => cg.placement(&opts.sub_cgroup)?,
             None => Placement::none(),
         };
         Ok(Plan {
