@@ -245,6 +245,76 @@ fn an_exec_d_process_joins_every_cgroup_of_the_init() {
     }
 }
 
+/// runc's `exec --cgroup [controller[,controller]:]path`, given twice: each named
+/// controller's hierarchy gets its sub-cgroup, the others the container's own; `..`, a
+/// missing sub-cgroup and an unknown controller are refused in runc's words.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn exec_cgroup_takes_runcs_controller_path_form() {
+    if !require_root() {
+        return;
+    }
+    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        missing("a cgroup v1 host: exec --cgroup controller:path is v1 only");
+        return;
+    }
+    let mut ctx = Ctx::new("cgsub");
+    let (c, pid) = running(&mut ctx, json!({}));
+    let pids_dir = v1_cgroup_dir(pid, "pids").unwrap();
+    let mem_dir = v1_cgroup_dir(pid, "memory").unwrap();
+    for d in [&pids_dir, &mem_dir] {
+        std::fs::create_dir(d.join("sub")).unwrap();
+    }
+    let refused = |args: &[&str], want: &str| {
+        let mut a = vec!["exec"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&[&c.id, "true"]);
+        let out = c.moat(&a).fails();
+        assert!(out.stderr.contains(want), "{args:?}: {}", out.stderr);
+    };
+    refused(&["--cgroup", ".."], ".. is not a sub cgroup path");
+    refused(
+        &["--cgroup", "nosuch"],
+        "/nosuch/cgroup.procs: no such file or directory",
+    );
+    refused(
+        &["--cgroup", "pids:nosuch"],
+        "/nosuch/cgroup.procs: no such file or directory",
+    );
+    refused(&["--cgroup", "whaaat:/"], "unknown controller");
+    let pid_file = ctx.dir.join("sub.pid");
+    let pf = pid_file.to_str().expect("utf-8");
+    c.moat(&[
+        "exec",
+        "-d",
+        "--pid-file",
+        pf,
+        "--cgroup",
+        "pids:sub",
+        "--cgroup",
+        "memory:/sub",
+        &c.id,
+        "sleep",
+        "30",
+    ])
+    .ok();
+    let exec_pid: i32 = read(&pid_file).trim().parse().expect("a pid");
+    assert_eq!(
+        v1_cgroup_dir(exec_pid, "pids").unwrap(),
+        pids_dir.join("sub")
+    );
+    assert_eq!(
+        v1_cgroup_dir(exec_pid, "memory").unwrap(),
+        mem_dir.join("sub")
+    );
+    assert_eq!(
+        v1_cgroup_dir(exec_pid, "freezer").unwrap(),
+        v1_cgroup_dir(pid, "freezer").unwrap(),
+        "a hierarchy no entry names: the container's own cgroup"
+    );
+    assert!(kill_and_wait(exec_pid, Duration::from_secs(10)));
+}
+
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn relative_cgroups_path_goes_under_moat() {
