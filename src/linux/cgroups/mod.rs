@@ -34,9 +34,9 @@ use serde::{Deserialize, Serialize};
 use crate::spec;
 
 use files::{collect_pids, create_in, read_file, remove_tree, write_file};
-pub use layout::{resolve_path, Layout};
+pub use layout::{parse_mountinfo, resolve_path, Layout};
 pub use placement::Placement;
-pub use rootless::NoCgroup;
+pub use rootless::{rootless_path, NoCgroup};
 
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
