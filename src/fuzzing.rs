@@ -144,8 +144,8 @@ pub fn state_json(bytes: &[u8]) {
 }
 
 /// Ids (`moat create ID`), `exec -u uid[:gid]` and signal names (`moat kill ID SIG`). moat
-/// resolves no user names (`exec -u` is numeric: container/exec.rs), so there is no
-/// `/etc/passwd` lookup to fuzz; what parses must mean what it says.
+/// resolves no user names (`exec -u` is numeric: container/exec.rs); the one `/etc/passwd`
+/// lookup is [`passwd`]'s. What parses must mean what it says.
 pub fn ids(bytes: &[u8]) {
     let Ok(s) = std::str::from_utf8(bytes) else {
         return;
@@ -164,6 +164,25 @@ pub fn ids(bytes: &[u8]) {
         );
     }
     let _ = crate::linux::signal::parse(s);
+}
+
+/// An image's `/etc/passwd`, as exec and create read it for `$HOME` (the process's uid is
+/// the first line, the file the rest): what is found is one field of one line.
+pub fn passwd(bytes: &[u8]) {
+    let (first, text) = match bytes.iter().position(|&b| b == b'\n') {
+        Some(i) => (&bytes[..i], &bytes[i + 1..]),
+        None => (bytes, &[][..]),
+    };
+    let uid = std::str::from_utf8(first)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    if let Some(home) = crate::linux::attrs::home_in_passwd(text, uid) {
+        assert!(
+            !home.is_empty() && !home.contains([':', '\n']),
+            "home {home:?}"
+        );
+    }
 }
 
 /// `linux.cgroupsPath` in every form: cgroupfs (`resolve_path`), rootless (below the
@@ -208,7 +227,8 @@ mod tests {
     #[test]
     fn seeds_and_crashes_replay() {
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 8] = [
+        let targets: [Target; 9] = [
+            ("passwd", super::passwd),
             ("config_json", super::config_json),
             ("exec_process", super::exec_process),
             ("seccomp", super::seccomp),
@@ -233,5 +253,17 @@ mod tests {
             }
         }
         assert!(ran >= 8, "only {ran} inputs under {}", fuzz.display());
+    }
+
+    /// fuzz/crashes/mountinfo/crash-176e…: an octal escape above a byte (`\777`) in a
+    /// mount point overflowed the cgroup layout's decoder. It is not an escape: the path
+    /// keeps it as written, and a real escape still decodes.
+    #[test]
+    fn mountinfo_escape_above_a_byte_is_literal() {
+        let text = "40 31 0:37 / /sys/fs/cgroup/a\\777b rw - cgroup cgroup rw,pids\n\
+                    41 31 0:38 / /sys/fs/cgroup/c\\040d rw - cgroup cgroup rw,cpu\n";
+        let h = crate::linux::cgroups::parse_mountinfo(text);
+        let mounts: Vec<_> = h.iter().map(|h| h.mount.to_str().unwrap()).collect();
+        assert_eq!(mounts, ["/sys/fs/cgroup/a\\777b", "/sys/fs/cgroup/c d"]);
     }
 }
