@@ -18,6 +18,9 @@ mod report;
 mod spec;
 mod state;
 
+/// Built for the fuzz targets (`cargo fuzz` sets `--cfg fuzzing`) and the unit tests that
+/// replay their inputs; the runtime never contains it.
+#[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzzing;
 

@@ -34,9 +34,12 @@ use serde::{Deserialize, Serialize};
 use crate::spec;
 
 use files::{collect_pids, create_in, read_file, remove_tree, write_file};
-pub use layout::{parse_mountinfo, resolve_path, Layout};
+pub use layout::{resolve_path, Layout};
 pub use placement::Placement;
-pub use rootless::{rootless_path, NoCgroup};
+pub use rootless::NoCgroup;
+// For the fuzz targets (src/fuzzing.rs).
+#[cfg(any(fuzzing, test))]
+pub use {layout::parse_mountinfo, rootless::rootless_path};
 
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
