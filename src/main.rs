@@ -1,20 +1,13 @@
-//! moat: a hardened, runc-compatible OCI runtime.
+//! moat: a hardened, runc-compatible OCI runtime. The runtime is the library
+//! (`src/lib.rs`); this binary is its C entry point and its allocator.
 #![deny(unsafe_code)]
-// Every `unsafe` block (in `linux/sys/`, and the C entry point below) says why it is sound
+// The one `unsafe` block (the C entry point below) says why it is sound
 // (`clippy::undocumented_unsafe_blocks`, denied in Cargo.toml's `[lints]`).
-// moat's entry point is the C `main` below, not Rust's `fn main` (unit tests keep the
+// moat's entry point is the C `main` below, not Rust's `fn main` (the test build keeps the
 // test harness's).
 #![cfg_attr(not(test), no_main)]
 
-mod cli;
-mod container;
-mod gvisor;
-mod linux;
-mod log;
-mod policy;
-mod report;
-mod spec;
-mod state;
+use moat::entry;
 
 /// musl's own allocator (mallocng) trades speed for hardening of a long-lived heap; a
 /// create, which parses and writes JSON, took ~300 µs longer with it than with glibc's.
@@ -29,14 +22,14 @@ static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 /// guard page makes glibc read `/proc/self/maps`: ~75 µs of every moat call on the
 /// reference host, for a diagnostic that `panic = "abort"` does not need (an overflow
 /// still ends in SIGSEGV at the kernel's guard gap). The rest of what it did is
-/// [`linux::sys::process_init`]; arguments and environment still come through std, which
+/// [`entry::process_init`]; arguments and environment still come through std, which
 /// reads them from libc's init arrays. `std::process::exit` flushes stdout.
 #[allow(unsafe_code)] // `no_mangle`: this symbol is the one libc calls.
 #[cfg_attr(not(test), no_mangle)]
 extern "C" fn main(argc: std::ffi::c_int, argv: *const *const std::ffi::c_char) -> std::ffi::c_int {
     // SAFETY: libc calls main with argc valid argument strings.
-    unsafe { linux::sys::process_init(argc, argv) };
+    unsafe { entry::process_init(argc, argv) };
     // Before anything is opened: which fds the caller passed, and LISTEN_* (container/startup.rs).
-    container::startup::capture();
-    std::process::exit(cli::main())
+    entry::capture();
+    std::process::exit(entry::main())
 }

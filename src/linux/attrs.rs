@@ -594,8 +594,14 @@ fn passwd_home(root: std::os::fd::BorrowedFd<'_>, uid: u32) -> Option<String> {
             Ok(n) => len += n,
         }
     }
+    home_in_passwd(&buf[..len], uid)
+}
+
+/// The home directory of `uid` in the text of a `/etc/passwd` (the image's: fuzzed,
+/// `fuzz/fuzz_targets/passwd.rs`).
+pub(crate) fn home_in_passwd(passwd: &[u8], uid: u32) -> Option<String> {
     let uid = uid.to_string();
-    String::from_utf8_lossy(&buf[..len]).lines().find_map(|l| {
+    String::from_utf8_lossy(passwd).lines().find_map(|l| {
         let f: Vec<&str> = l.split(':').collect();
         (f.len() >= 6 && f[2] == uid && !f[5].is_empty()).then(|| f[5].to_string())
     })

@@ -11,7 +11,7 @@ use super::sync::{InitFailure, Step, StepExt};
 use super::sys;
 use crate::spec::ConsoleSize;
 
-const DEVPTS_SUPER_MAGIC: i64 = 0x1cd1;
+const DEVPTS_SUPER_MAGIC: u64 = 0x1cd1;
 
 /// Opens `/dev/pts/ptmx` below the root without following any symlink (`moat exec`, in a
 /// running container), checks it really is a devpts ptmx (a host device would fail here),
@@ -43,7 +43,10 @@ fn pty_from(master: OwnedFd) -> Result<(OwnedFd, OwnedFd), InitFailure> {
     let what = || "/dev/pts/ptmx".to_string();
     let fs = sys::fstatfs(master.as_fd()).step(Step::Console, what)?;
     let st = sys::fstat(master.as_fd()).step(Step::Console, what)?;
-    if fs.f_type != DEVPTS_SUPER_MAGIC as u64 || st.st_rdev != libc::makedev(5, 2) {
+    // f_type is i64 under glibc (the fuzz targets' build), unsigned under musl.
+    #[allow(clippy::unnecessary_cast)]
+    let f_type = fs.f_type as u64;
+    if f_type != DEVPTS_SUPER_MAGIC || st.st_rdev != libc::makedev(5, 2) {
         return Err(InitFailure::new(
             Step::Console,
             "/dev/pts/ptmx is not a devpts ptmx (is /dev/pts mounted?)",

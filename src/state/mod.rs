@@ -377,7 +377,7 @@ impl ContainerDir {
 
 /// Parses a `state.json`: its format first, then the record, migrated to
 /// [`FORMAT_VERSION`] when older. A current record is parsed once, straight into [`Record`].
-fn parse_record(bytes: &[u8]) -> Result<Record, RecordError> {
+pub(crate) fn parse_record(bytes: &[u8]) -> Result<Record, RecordError> {
     #[derive(Deserialize)]
     struct Format {
         format: u32,

@@ -51,15 +51,18 @@ fn v2_hierarchy(mount: PathBuf) -> Hierarchy {
     }
 }
 
-/// Decodes the octal escapes (`\040` for space) mountinfo uses in paths.
+/// Decodes the octal escapes (`\040` for space) mountinfo uses in paths. The kernel
+/// escapes a byte, `\000` to `\377`; anything above is not an escape (it overflowed a
+/// byte: a debug build panicked, a release build decoded another path; found by
+/// fuzz/fuzz_targets/mountinfo.rs).
 fn unescape(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let oct = b
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        let oct = b.get(i + 1..i + 4).filter(|d| {
+            (b'0'..=b'3').contains(&d[0]) && d[1..].iter().all(|c| (b'0'..=b'7').contains(c))
+        });
         match oct {
             Some(d) if b[i] == b'\\' => {
                 out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));

@@ -37,6 +37,9 @@ use files::{collect_pids, create_in, read_file, remove_tree, write_file};
 pub use layout::{resolve_path, Layout};
 pub use placement::Placement;
 pub use rootless::NoCgroup;
+// For the fuzz targets (src/fuzzing.rs).
+#[cfg(any(fuzzing, test))]
+pub use {layout::parse_mountinfo, rootless::rootless_path};
 
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
