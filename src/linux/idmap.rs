@@ -316,16 +316,7 @@ fn overlay(
         layers.push((l.clone(), fd));
     }
     let mut opts: Vec<(String, Option<String>)> = Vec::new();
-    let plain = |p: &Path| -> Result<String, IdmapError> {
-        let s = p.to_str().unwrap_or_default();
-        if s.is_empty() || s.contains([',', ':', '\\']) {
-            return Err(err(format!(
-                "{what}: layer path {} has characters overlay options cannot carry",
-                p.display()
-            ))(einval()));
-        }
-        Ok(s.to_string())
-    };
+    let plain = |p: &Path| overlay_path(&what, p);
     let lower: Vec<String> = o.lower.iter().map(|l| plain(l)).collect::<Result<_, _>>()?;
     opts.push(("lowerdir".into(), Some(lower.join(":"))));
     if let Some((up, work)) = &upper {
@@ -517,16 +508,7 @@ pub fn ephemeral(
     }
     // After the lower layers: `at` is no layer (moat's state directory).
     layers.push((e.at.clone(), tmpfs));
-    let plain = |p: &Path| -> Result<String, IdmapError> {
-        let s = p.to_str().unwrap_or_default();
-        if s.is_empty() || s.contains([',', ':', '\\']) {
-            return Err(err(format!(
-                "{what}: layer path {} has characters overlay options cannot carry",
-                p.display()
-            ))(einval()));
-        }
-        Ok(s.to_string())
-    };
+    let plain = |p: &Path| overlay_path(&what, p);
     let lower: Vec<String> = lower.iter().map(|l| plain(l)).collect::<Result<_, _>>()?;
     let at = plain(&e.at)?;
     let mut opts: Vec<(String, Option<String>)> = vec![
@@ -537,6 +519,19 @@ pub fn ephemeral(
     ];
     opts.extend(other);
     run_helper(&layers, &opts, root_host, &what)
+}
+
+/// A layer path as overlay's mount options carry it: options are split at `,` and
+/// `lowerdir` at `:`, and `\\` escapes; a path holding one is refused.
+fn overlay_path(what: &str, p: &Path) -> Result<String, IdmapError> {
+    let s = p.to_str().unwrap_or_default();
+    if s.is_empty() || s.contains([',', ':', '\\']) {
+        return Err(err(format!(
+            "{what}: layer path {} has characters overlay options cannot carry",
+            p.display()
+        ))(einval()));
+    }
+    Ok(s.to_string())
 }
 
 fn einval() -> io::Error {
