@@ -82,14 +82,22 @@ pub fn list(ctx: &Context, req: &ListRequest) -> Result<i32> {
         if rows.is_empty() {
             writeln!(out, "null").context("write to standard output")?;
         } else {
-            let mut list = Vec::new();
-            for ((r, s), root) in rows.iter().zip(&row_roots) {
-                let mut v = serde_json::to_value(r.oci_state(*s))?;
-                if req.all_roots {
-                    v["root"] = serde_json::Value::String(root.clone());
-                }
-                list.push(v);
+            // runc's field order (clients match the line), `root` after it.
+            #[derive(serde::Serialize)]
+            struct Row<'a> {
+                #[serde(flatten)]
+                state: crate::state::OciState<'a>,
+                #[serde(skip_serializing_if = "Option::is_none")]
+                root: Option<&'a str>,
             }
+            let list: Vec<Row<'_>> = rows
+                .iter()
+                .zip(&row_roots)
+                .map(|((r, s), root)| Row {
+                    state: r.oci_state(*s),
+                    root: req.all_roots.then_some(root.as_str()),
+                })
+                .collect();
             writeln!(out, "{}", serde_json::to_string(&list)?)
                 .context("write to standard output")?;
         }
