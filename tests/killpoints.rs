@@ -2,7 +2,8 @@
 //! child side), start, exec (parent, joiner, exec'd process) and delete, through the
 //! debug-only `MOAT_TEST_KILL_AT=<op>:<side>:<step>` (src/linux/killpoint.rs). After each:
 //! `moat delete --force` (what an engine does next) leaves nothing the leak auditor
-//! finds (state dir, cgroup in any hierarchy, process, mount, userns pool range), and the
+//! finds (state dir, cgroup in any hierarchy, process, mount, userns pool range, rootfs
+//! budget share), and the
 //! same id can be created again; for exec and start, the container lives on and the next
 //! exec works.
 
@@ -16,6 +17,7 @@ const CREATE: &[(&str, &str)] = &[
     ("parent", "Profile"),
     ("parent", "StateDir"),
     ("parent", "Ids"),
+    ("parent", "Ids.budget"),
     ("parent", "Cgroup"),
     ("parent", "Record"),
     ("parent", "Channels"),
@@ -51,14 +53,41 @@ fn clean_after_kill(ctx: &Ctx, id: &str, what: &str) {
     );
 }
 
-fn create_then_kill_each(userns_auto: bool) {
+/// What create is asked for on top of the plain container.
+#[derive(PartialEq)]
+enum Mode {
+    Plain,
+    UsernsAuto,
+    /// A bounded root under `[fleet] rootfs_budget` (a share of the host's ledger).
+    Budget,
+}
+
+fn create_then_kill_each(mode: Mode) {
     if !require_root() {
         return;
     }
-    let mut ctx = Ctx::new(if userns_auto { "kp-userns" } else { "kp" });
+    let mut ctx = Ctx::new(match mode {
+        Mode::Plain => "kp",
+        Mode::UsernsAuto => "kp-userns",
+        Mode::Budget => "kp-budget",
+    });
     ctx.args(&["sleep", "30"]);
-    if userns_auto {
-        ctx.set("/annotations", json!({"moat.userns": "auto"}));
+    match mode {
+        Mode::Plain => {}
+        Mode::UsernsAuto => {
+            ctx.set("/annotations", json!({"moat.userns": "auto"}));
+        }
+        Mode::Budget => {
+            let cfg = ctx.dir.join("budget.toml");
+            std::fs::write(
+                &cfg,
+                "default_policy = \"open\"\n[restricted]\nrootfs = \"ephemeral\"\n\
+                 rootfs_size = \"8m\"\n[fleet]\nrootfs_budget = \"1g\"\n",
+            )
+            .unwrap();
+            ctx.use_config(cfg);
+            ctx.set("/root/readonly", json!(false));
+        }
     }
     let b = ctx.bundle_str();
     for (side, step) in CREATE {
@@ -86,18 +115,41 @@ fn create_then_kill_each(userns_auto: bool) {
         );
         clean_after_kill(&ctx, &id, &format!("{point}, then a whole create"));
     }
+    if mode == Mode::Budget {
+        // delete killed at each step: the share is given back by the next delete --force
+        // (also once the state directory is already gone).
+        for point in [
+            "delete:parent:stop",
+            "delete:parent:destroy",
+            "delete:parent:cgroup",
+            "delete:parent:state",
+            "delete:parent:release",
+        ] {
+            let id = ctx.id(&point.replace(':', "-"));
+            let made = ctx.moat(&["create", "--bundle", &b, &id]);
+            assert_eq!(made.code, 0, "{point}: {}", made.stderr.trim());
+            let _ = kill_at(&ctx, &["delete", "--force", &id], point);
+            clean_after_kill(&ctx, &id, point);
+        }
+    }
 }
 
 #[test]
 #[ignore = "needs root: real containers"]
 fn create_killed_at_every_step_leaves_nothing() {
-    create_then_kill_each(false);
+    create_then_kill_each(Mode::Plain);
 }
 
 #[test]
 #[ignore = "needs root: real containers"]
 fn create_with_userns_auto_killed_at_every_step_leaves_nothing() {
-    create_then_kill_each(true);
+    create_then_kill_each(Mode::UsernsAuto);
+}
+
+#[test]
+#[ignore = "needs root: real containers"]
+fn create_and_delete_of_a_bounded_root_under_a_budget_killed_at_every_step_leave_nothing() {
+    create_then_kill_each(Mode::Budget);
 }
 
 #[test]

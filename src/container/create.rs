@@ -64,7 +64,7 @@ pub fn run(ctx: &Context, req: &RunRequest) -> Result<i32> {
     let rec = created.record;
     if let Err(e) = super::start::native(&dir, &rec) {
         let _ = super::delete::force_delete(dir, &rec);
-        super::delete::release_userns(ctx, &rec.id);
+        super::delete::release_host_wide(ctx, &rec.id);
         return Err(e);
     }
     if req.detach {
@@ -95,7 +95,7 @@ pub fn run(ctx: &Context, req: &RunRequest) -> Result<i32> {
                     .is_ok_and(|r| r.pid == rec.pid && r.pid_start == rec.pid_start)
                 {
                     super::delete::force_delete(dir, &rec)?;
-                    super::delete::release_userns(ctx, &rec.id);
+                    super::delete::release_host_wide(ctx, &rec.id);
                 }
             }
             Err(StateError::NotExist) => {}

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{Context, Error, Result};
 use crate::linux::{create::state_json, hooks, signal, sys};
 use crate::log;
-use crate::state::{idpool, ContainerDir, Record, StateError, Status};
+use crate::state::{budget, idpool, ContainerDir, Record, StateError, Status};
 
 /// runc's `delete` flags.
 #[derive(Debug, Clone)]
@@ -19,7 +19,12 @@ pub struct Request {
 pub fn delete(ctx: &Context, req: &Request) -> Result<i32> {
     let dir = match ContainerDir::open(&ctx.root, &req.id) {
         Ok(d) => d,
-        Err(StateError::NotExist) if req.force => return Ok(0),
+        // Nothing of it left but maybe its host-wide shares (a delete killed after
+        // removing the directory): given back here, not only at the next allocation.
+        Err(StateError::NotExist) if req.force => {
+            release_host_wide(ctx, &req.id);
+            return Ok(0);
+        }
         Err(e) => return Err(e.into()),
     };
     let rec = match dir.load() {
@@ -34,7 +39,7 @@ pub fn delete(ctx: &Context, req: &Request) -> Result<i32> {
                 cg.remove_empty();
             }
             dir.remove()?;
-            release_userns(ctx, &req.id);
+            release_host_wide(ctx, &req.id);
             return Ok(0);
         }
         Err(e) => return Err(e.into()),
@@ -61,18 +66,19 @@ pub fn native(ctx: &Context, dir: ContainerDir, rec: &Record, force: bool) -> Re
     crate::linux::killpoint::at("delete", "parent", "destroy");
     destroy(dir, rec)?;
     crate::linux::killpoint::at("delete", "parent", "release");
-    release_userns(ctx, &rec.id);
+    release_host_wide(ctx, &rec.id);
     Ok(())
 }
 
-/// Gives back whatever range the container holds in the host's userns pool (a missing
-/// pool is fine).
-pub fn release_userns(ctx: &Context, id: &str) {
+/// Gives back whatever the container holds host-wide: its range in the userns pool and
+/// its bounded root's share of the rootfs budget (a missing pool or ledger is fine).
+pub fn release_host_wide(ctx: &Context, id: &str) {
     // A rootless moat never allocates, and may not even open the host-wide pool.
     if ctx.rootless() {
         return;
     }
     idpool::release_or_warn(&ctx.root, id);
+    budget::release_or_warn(&ctx.root, id);
 }
 
 /// SIGKILL everything in the container and wait for the init to be gone.

@@ -291,6 +291,88 @@ pub fn native(c: &Container) -> Result<Verdict> {
             root_host(&read_map("uid_map")) == Some(r.start as u64),
         );
     }
+    if let Some(t) = dir
+        .read_file(state::BUDGET_FILE)?
+        .and_then(|b| serde_json::from_slice::<state::budget::Taken>(&b).ok())
+    {
+        let root = state::idpool::pool_root(dir.path.parent().unwrap_or(std::path::Path::new("/")));
+        let held: u64 = state::budget::Ledger::default()
+            .shares()
+            .iter()
+            .filter(|s| s.root == root && s.id == rec.id)
+            .map(|s| s.bytes)
+            .sum();
+        add(
+            "rootfs budget",
+            format!(
+                "{} bytes held in {} (of [fleet] rootfs_budget {})",
+                t.bytes,
+                state::budget::LEDGER_DIR,
+                t.budget
+            ),
+            format!("{held} bytes held"),
+            held == t.bytes,
+        );
+    }
+    // Every tmpfs of the spec with an inode cap (the policy's `/tmp` and workspace, its
+    // `/dev`, the engine's own): the cap as the kernel reports the mount's super options.
+    let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+    for m in &spec.mounts {
+        let Some(want) = m
+            .options
+            .iter()
+            .find_map(|o| o.strip_prefix("nr_inodes="))
+            .filter(|_| m.typ.as_deref() == Some("tmpfs"))
+        else {
+            continue;
+        };
+        let got = tmpfs_inodes(&mountinfo, &m.destination);
+        add(
+            &format!("tmpfs {} inodes", m.destination),
+            format!("nr_inodes={want}"),
+            got.clone().unwrap_or_else(|| "not mounted".into()),
+            got.as_deref() == Some(&format!("nr_inodes={want}")),
+        );
+    }
+    // memory.high: set on cgroup v2 by the policy or the engine; v1 memory has none.
+    let unified_high = spec
+        .linux()
+        .resources
+        .as_ref()
+        .and_then(|r| r.unified.as_ref())
+        .and_then(|u| u.get("memory.high"))
+        .cloned();
+    let absent = dir
+        .read_file(state::POLICY_FILE)?
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| {
+            v["changes"].as_array().into_iter().flatten().any(|c| {
+                c["field"] == "linux.resources.unified.memory.high" && c["action"] == "absent"
+            })
+        });
+    if let Some(want) = unified_high {
+        let got = rec
+            .cgroup
+            .as_ref()
+            .and_then(|c| c.read_memory_high())
+            .unwrap_or_else(|| "unreadable".into());
+        add(
+            "memory.high",
+            want.trim().to_string(),
+            got.clone(),
+            got == want.trim(),
+        );
+    } else if absent {
+        add(
+            "memory.high",
+            "absent: cgroup v1 memory has no memory.high (recorded by the policy)".into(),
+            match rec.cgroup.as_ref().and_then(|c| c.read_memory_high()) {
+                Some(v) => format!("memory.high {v}"),
+                None => "no memory.high file".into(),
+            },
+            true,
+        );
+    }
     if restricted {
         if let Some(want) = cfg.pids.or_else(|| {
             spec.linux()
@@ -449,4 +531,27 @@ fn report(
         println!("{} checks, {} failed", checks.len(), failed);
     }
     Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// The `nr_inodes=` super option of the mount at `target` in a mountinfo text (the last
+/// mount there: the one the container sees).
+fn tmpfs_inodes(mountinfo: &str, target: &str) -> Option<String> {
+    let line = mountinfo
+        .lines()
+        .rfind(|l| l.split(' ').nth(4) == Some(target))?;
+    let (_, post) = line.split_once(" - ")?;
+    let mut f = post.split(' ');
+    if f.next()? != "tmpfs" {
+        return Some(format!(
+            "not a tmpfs ({})",
+            post.split(' ').next().unwrap_or("")
+        ));
+    }
+    let sup = f.nth(1)?;
+    Some(
+        sup.split(',')
+            .find(|o| o.starts_with("nr_inodes="))
+            .unwrap_or("no nr_inodes (uncapped)")
+            .to_string(),
+    )
 }

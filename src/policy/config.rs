@@ -31,6 +31,7 @@
 //! memory = "16g"
 //! pids = 32768
 //! cpus = "2"
+//! rootfs_budget = "8g"            # the bounded roots' caps, summed over the host's live containers
 //! force_nesting = false           # also nest engine-placed (absolute) cgroups under it
 //!
 //! [gvisor]
@@ -139,6 +140,9 @@ pub struct Config {
     pub fleet_memory: Option<i64>,
     pub fleet_pids: Option<i64>,
     pub fleet_cpus: Option<f64>,
+    /// `[fleet] rootfs_budget`: the bytes the bounded roots of all live containers on the
+    /// host may take together (`state::budget`); `None`: no budget.
+    pub rootfs_budget: Option<u64>,
     pub force_nesting: bool,
     pub runtime_gvisor: bool,
     pub runsc_path: Option<String>,
@@ -257,6 +261,7 @@ impl Default for Config {
             fleet_memory: None,
             fleet_pids: None,
             fleet_cpus: None,
+            rootfs_budget: None,
             force_nesting: false,
             runtime_gvisor: false,
             runsc_path: None,
@@ -682,6 +687,7 @@ impl Config {
             "fleet.memory" => c.fleet_memory = Some(size(value)?),
             "fleet.pids" => c.fleet_pids = Some(count(value)?),
             "fleet.cpus" => c.fleet_cpus = Some(cpus(value)?),
+            "fleet.rootfs_budget" => c.rootfs_budget = Some(size(value)?.unsigned_abs()),
             "fleet.force_nesting" => c.force_nesting = b(value)?,
             "gvisor.runtime" => {
                 c.runtime_gvisor = match s(value)?.as_str() {
@@ -757,6 +763,7 @@ rootfs_inodes = 5000
 network = "none"
 [fleet]
 memory = 1073741824
+rootfs_budget = "4g"
 force_nesting = true
 "#)
         .unwrap();
@@ -785,6 +792,17 @@ force_nesting = true
         }
         assert_eq!(c.cpus, Some(1.5));
         assert_eq!(c.fleet_memory, Some(1 << 30));
+        assert_eq!(c.rootfs_budget, Some(4 << 30));
+        assert_eq!(cfg("").unwrap().rootfs_budget, None);
+        for bad in ["0", "\"lots\"", "true"] {
+            let e = cfg(&format!("[fleet]\nrootfs_budget = {bad}\n")).unwrap_err();
+            assert!(
+                e.to_string().contains(":2: fleet.rootfs_budget"),
+                "{bad}: {e}"
+            );
+        }
+        let e = cfg("[alias.moat-open.fleet]\nrootfs_budget = \"1g\"\n").unwrap_err();
+        assert!(e.to_string().contains("host-wide"), "{e}");
     }
 
     #[test]

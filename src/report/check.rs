@@ -188,6 +188,15 @@ pub fn report() -> Result<i32> {
             }
         }
     );
+    if let Some(b) = cfg.rootfs_budget {
+        let shares = crate::state::budget::Ledger::default().shares();
+        println!(
+            "  rootfs budget      {} for the bounded roots of all live containers on the host ({} share(s) on record in {})",
+            crate::state::budget::human(b),
+            shares.len(),
+            crate::state::budget::LEDGER_DIR
+        );
+    }
     println!(
         "  network            {}",
         if cfg.network_none {

@@ -5,6 +5,7 @@
 //! | `state.json`  | the [`Record`]: what `state` prints plus what later calls need           |
 //! | `config.json` | the effective spec that ran (what exec, delete's poststop hooks use)    |
 //! | `exec.fifo`   | present while the container is *created*; `start` opens and removes it  |
+//! | `rootfs-budget.json` | the bounded root's share of `[fleet] rootfs_budget` (`budget.rs`) |
 //!
 //! Every command that changes a container holds an exclusive `flock` on the directory.
 //! Status is never stored: it is read from the live process, identified by pid *and* its
@@ -20,6 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod backend;
+pub mod budget;
 pub mod idpool;
 
 pub use backend::{Backend, Gvisor, PodRole};
@@ -57,6 +59,8 @@ pub fn seccomp_file(i: usize) -> String {
 pub const POLICY_FILE: &str = "policy.json";
 /// The host id range taken from the userns pool (`moat.userns=auto`), as [`idpool::IdRange`].
 pub const USERNS_FILE: &str = "userns.json";
+/// The bounded root's share of `[fleet] rootfs_budget`, as [`budget::Taken`].
+pub const BUDGET_FILE: &str = "rootfs-budget.json";
 /// The cgroup a create is about to make, written before it makes it: a create killed
 /// before its first record leaves only this to say which directories are its own.
 pub const CGROUP_PLANNED_FILE: &str = "cgroup.planned.json";

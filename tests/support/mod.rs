@@ -696,7 +696,8 @@ impl Ctx {
     /// The leak auditor, scoped to this test's root, id and cgroup subtree: what is still
     /// there of `id` — its state dir, its cgroup in any hierarchy (`/moat/<id>`, below
     /// the fleet budget's `/moat` too), a process in such a cgroup, a mount under this
-    /// test's directory, a range of the userns pool held for it.
+    /// test's directory, a range of the userns pool or a share of the rootfs budget held
+    /// for it.
     pub fn traces(&self, id: &str) -> Vec<String> {
         let mut left = Vec::new();
         if self.state_dir(id).exists() {
@@ -752,6 +753,19 @@ impl Ctx {
                 };
                 if v["id"] == id && Path::new(v["root"].as_str().unwrap_or("")) == root {
                     left.push(format!("userns pool allocation {}", e.path().display()));
+                }
+            }
+        }
+        // The host-wide rootfs budget (`/run/moat-rootfs/<n>`: {"bytes","root","id"}).
+        if let Ok(rd) = fs::read_dir("/run/moat-rootfs") {
+            for e in rd.flatten() {
+                let Ok(v) =
+                    serde_json::from_slice::<Value>(&fs::read(e.path()).unwrap_or_default())
+                else {
+                    continue;
+                };
+                if v["id"] == id && Path::new(v["root"].as_str().unwrap_or("")) == root {
+                    left.push(format!("rootfs budget share {}", e.path().display()));
                 }
             }
         }

@@ -539,6 +539,16 @@ impl Cgroup {
 
 impl Cgroup {
     /// `pids.max` as the kernel reports it (for `verify`).
+    /// `memory.high` of the container's cgroup v2 directory (`None` without one: cgroup v1
+    /// memory has no such file).
+    pub fn read_memory_high(&self) -> Option<String> {
+        self.hierarchies
+            .iter()
+            .filter(|h| h.v2 && (h.has("memory") || self.unified))
+            .find_map(|h| std::fs::read_to_string(h.dir(&self.path).join("memory.high")).ok())
+            .map(|s| s.trim().to_string())
+    }
+
     pub fn read_pids_max(&self) -> Option<String> {
         self.hierarchies
             .iter()

@@ -5,7 +5,7 @@
 //! | 1 | the host facts read and the policy applied on them (`container::policy::decide`: AppArmor on and its loaded profiles, SELinux on, the host's namespace ids), then `Plan::new`: the cgroup layout, rootless, the kernel's mount API read, every spec field turned into a plan (mount options, capability masks, rlimits, sysctls checked against the namespaces, seccomp compiled to BPF (with a denying default, ENOSYS for native syscalls newer than the profile, as runc; `SCMP_ACT_NOTIFY` refused as the default and on the syscalls the init makes before the listener reaches the parent: `seccomp::BEFORE_HANDOVER`), namespace paths opened, the notify mount and the cgroup path planned). A bad spec fails here, before anything exists | — |
 //! | 2 | moat's AppArmor profile loaded, when the spec runs under it and the host has not loaded it | — |
 //! | 3 | state dir created exclusively (a second create of the id fails here); with `NOTIFY_SOCKET`, the container's socket bound in it | — |
-//! | 4 | `moat.userns=auto`: a range taken from the host pool (flock on `/run/moat-userns/lock`), recorded in the state dir and written into the plan (`linux.uidMappings`/`gidMappings`, the idmapped rootfs) | — |
+//! | 4 | `moat.userns=auto`: a range taken from the host pool (flock on `/run/moat-userns/lock`), recorded in the state dir and written into the plan (`linux.uidMappings`/`gidMappings`, the idmapped rootfs); a bounded root under `[fleet] rootfs_budget`: its cap taken from the host's ledger (flock on `/run/moat-rootfs/lock`; refused when the live containers' caps plus this one exceed the budget), recorded in the state dir | — |
 //! | 5 | the fleet cgroup with its limits, then the container's cgroup created (rootless: a delegated v2 subtree, or none; the systemd driver's scope only planned) | — |
 //! | 6 | preliminary record, `config.json`, the compiled seccomp programs and `policy.json` written, so an interrupted create can be deleted; `linux.resources` applied | — |
 //! | 7 | `exec.fifo`, the sync socketpair, the console socket connection | — |
@@ -32,7 +32,8 @@
 //! Parent and child talk over `linux/sync.rs`, whose phase machine refuses a message out
 //! of order on both sides. Every wait in the child is a read on the sync socket, so a
 //! parent killed mid-create makes the child exit on EOF; `delete --force` then removes the
-//! state directory and the cgroup, and gives the userns range back to the pool.
+//! state directory and the cgroup, and gives the userns range back to the pool and the
+//! bounded root's share back to the budget.
 
 mod child;
 #[cfg(test)]
@@ -106,6 +107,8 @@ pub enum Error {
     Notify(#[source] io::Error),
     #[error("moat.userns=auto: allocate host ids")]
     UsernsAllocate(#[source] state::idpool::PoolError),
+    #[error("moat.rootfs=ephemeral: take the root's cap from the host's budget")]
+    RootfsBudget(#[source] state::budget::BudgetError),
     #[error(transparent)]
     Cgroup(#[from] cgroups::CgroupError),
     #[error(transparent)]
@@ -240,7 +243,7 @@ steps! {
     Plan = 1: "the host facts read and the policy applied on them (`container::policy::decide`: AppArmor on and its loaded profiles, SELinux on, the host's namespace ids), then `Plan::new`: the cgroup layout, rootless, the kernel's mount API read, every spec field turned into a plan (mount options, capability masks, rlimits, sysctls checked against the namespaces, seccomp compiled to BPF (with a denying default, ENOSYS for native syscalls newer than the profile, as runc; `SCMP_ACT_NOTIFY` refused as the default and on the syscalls the init makes before the listener reaches the parent: `seccomp::BEFORE_HANDOVER`), namespace paths opened, the notify mount and the cgroup path planned). A bad spec fails here, before anything exists" | "—",
     Profile = 2: "moat's AppArmor profile loaded, when the spec runs under it and the host has not loaded it" | "—",
     StateDir = 3: "state dir created exclusively (a second create of the id fails here); with `NOTIFY_SOCKET`, the container's socket bound in it" | "—",
-    Ids = 4: "`moat.userns=auto`: a range taken from the host pool (flock on `/run/moat-userns/lock`), recorded in the state dir and written into the plan (`linux.uidMappings`/`gidMappings`, the idmapped rootfs)" | "—",
+    Ids = 4: "`moat.userns=auto`: a range taken from the host pool (flock on `/run/moat-userns/lock`), recorded in the state dir and written into the plan (`linux.uidMappings`/`gidMappings`, the idmapped rootfs); a bounded root under `[fleet] rootfs_budget`: its cap taken from the host's ledger (flock on `/run/moat-rootfs/lock`; refused when the live containers' caps plus this one exceed the budget), recorded in the state dir" | "—",
     Cgroup = 5: "the fleet cgroup with its limits, then the container's cgroup created (rootless: a delegated v2 subtree, or none; the systemd driver's scope only planned)" | "—",
     Record = 6: "preliminary record, `config.json`, the compiled seccomp programs and `policy.json` written, so an interrupted create can be deleted; `linux.resources` applied" | "—",
     Channels = 7: "`exec.fifo`, the sync socketpair, the console socket connection" | "—",

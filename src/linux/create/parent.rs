@@ -15,7 +15,7 @@ use crate::linux::killpoint;
 use crate::linux::sync::{self, Channel, ToChild, ToParent};
 use crate::linux::{apparmor, hooks, idmap, namespaces, notify, rootfs, sys};
 use crate::state::idpool::pool_root;
-use crate::state::{self, idpool, ContainerDir, Record};
+use crate::state::{self, budget, idpool, ContainerDir, Record};
 
 /// The result of a successful create.
 pub struct Created {
@@ -57,6 +57,16 @@ fn with_state_dir(plan: &mut Plan, dir: &ContainerDir) -> Result<Created, Error>
 }
 
 fn with_ids(plan: &mut Plan, dir: &ContainerDir) -> Result<Created, Error> {
+    killpoint::at("create", "parent", "Ids.budget");
+    let share = budget(plan, dir)?; // 4
+    let created = with_shares(plan, dir);
+    if created.is_err() && share {
+        release_budget(plan);
+    }
+    created
+}
+
+fn with_shares(plan: &mut Plan, dir: &ContainerDir) -> Result<Created, Error> {
     // Before anything is made: a create killed between the cgroup and the record would
     // otherwise leave directories no delete knows of.
     if let Some(planned) = plan.cgroup.planned() {
@@ -151,6 +161,33 @@ fn ids(plan: &mut Plan, dir: &ContainerDir) -> Result<bool, Error> {
 /// Gives back the range row 4 took.
 fn release_ids(plan: &Plan) {
     idpool::release_or_warn(&plan.opts.root, &plan.opts.id);
+}
+
+/// Row 4: a bounded root under `[fleet] rootfs_budget`: its cap taken from the host's
+/// ledger, refused when the live containers' caps and this one would exceed the budget;
+/// recorded in the state directory. Returns whether a share was taken.
+fn budget(plan: &Plan, dir: &ContainerDir) -> Result<bool, Error> {
+    let Some((budget, bytes)) = plan.rootfs_budget else {
+        return Ok(false);
+    };
+    budget::Ledger::default()
+        .take(budget, bytes, &pool_root(&plan.opts.root), &plan.opts.id)
+        .map_err(Error::RootfsBudget)?;
+    let taken = budget::Taken { bytes, budget };
+    let saved = dir.save_file(
+        state::BUDGET_FILE,
+        &serde_json::to_vec(&taken).expect("serialises"),
+    );
+    if let Err(e) = saved {
+        release_budget(plan);
+        return Err(e.into());
+    }
+    Ok(true)
+}
+
+/// Gives back the share row 4 took.
+fn release_budget(plan: &Plan) {
+    budget::release_or_warn(&plan.opts.root, &plan.opts.id);
 }
 
 /// Row 5: the fleet cgroup with its limits, the container's cgroup. Rootless: no cgroup

@@ -101,6 +101,9 @@ pub struct Plan {
     pub(super) notify: Option<notify::Plan>,
     /// `moat.userns=auto`: the pool and the size of the range to take (row 4).
     pub(super) userns_pool: Option<(IdRange, u32)>,
+    /// A bounded root under `[fleet] rootfs_budget`: (the budget, the root's cap) for
+    /// row 4's ledger.
+    pub(super) rootfs_budget: Option<(u64, u64)>,
     /// The fleet budget: its path in the container's layout and its limits.
     pub(super) fleet: Option<(Layout, String, crate::spec::Resources)>,
     /// The fleet budget under the systemd driver: its slice and its limits.
@@ -186,6 +189,7 @@ impl Plan {
         if decision.bounded_root.is_some() && opts.rootless {
             return Err(Error::EphemeralRootless);
         }
+        let rootfs_budget = cfg.rootfs_budget.zip(decision.bounded_root.map(|b| b.size));
         // The state directory does not exist yet; the socket's mount is planned for it.
         let dir = opts.root.join(&opts.id);
         let (notify, notify_source) = match &opts.notify_socket {
@@ -378,6 +382,7 @@ impl Plan {
             host,
             notify,
             userns_pool,
+            rootfs_budget,
             fleet,
             fleet_slice,
             cgroup,
