@@ -723,3 +723,205 @@ fn verify_shows_each_cap_in_force() {
     assert_eq!(root["actual"], "8388608 bytes, 2000 inodes", "{root}");
     assert_eq!(root["ok"], true, "{root}");
 }
+
+/// A number from a `key value` cgroup file.
+fn kv(path: &str, key: &str) -> u64 {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{key} not in {path}: {text}"))
+}
+
+fn one(path: &str) -> u64 {
+    let t = fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    t.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{path}: {t:?}: {e}"))
+}
+
+/// `moat events` streaming, as runc: an `{"type":"oom","id":ID}` line when the kernel
+/// OOM-kills in the container's cgroup, and moat's own limit hits (`pids.max`,
+/// `memory.max`, with the kernel's count) while it runs; then every counter of `events
+/// --stats` against the kernel's files (this host's v1 memory and pids hierarchies, the
+/// container's cgroup v2 directory for PSI, statfs of the capped `/tmp` and workspace).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn events_stream_oom_and_limit_hits_and_stats_match_the_kernel() {
+    if !require_root() {
+        return;
+    }
+    if !std::path::Path::new("/sys/fs/cgroup/memory/memory.oom_control").exists() {
+        missing("a cgroup v1 memory hierarchy (this test reads v1 files; tests/vm covers v2)");
+        return;
+    }
+    let mut ctx = Ctx::new("evstream");
+    let cfg = config(
+        &ctx,
+        "ev.toml",
+        "[restricted]\nreadonly_rootfs = true\ntmp_inodes = 500\nmemory = \"32m\"\npids = 20\n",
+    );
+    ctx.use_config(cfg);
+    ctx.sh(
+        "sleep 2; sh -c 'for i in $(seq 30); do sleep 1 & done' 2>/dev/null; sleep 2; \
+         i=0; while [ $i -lt 50 ]; do echo x > /tmp/f$i; i=$((i+1)); done; \
+         dd if=/dev/zero of=/workspace/w bs=1k count=300 2>/dev/null; \
+         tail /dev/zero; echo ready; exec sleep 100",
+    );
+    let c = ctx.create_ok("c");
+    let stream = ctx.moat_bg(&["events", "--interval", "1s", &c.id]);
+    assert_eq!(c.start().code, 0);
+    let t0 = std::time::Instant::now();
+    while !c.stdout().contains("ready") && t0.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        c.stdout().contains("ready"),
+        "{}{} {:?}",
+        c.stdout(),
+        c.stderr(),
+        fs::read_to_string(format!(
+            "/sys/fs/cgroup/memory/moat/{}/memory.oom_control",
+            c.id
+        ))
+    );
+    // Past the stream's next look (every 100 ms) and one stats line.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+
+    let (mem, pids, unified) = (
+        format!("/sys/fs/cgroup/memory/moat/{}", c.id),
+        format!("/sys/fs/cgroup/pids/moat/{}", c.id),
+        format!("/sys/fs/cgroup/unified/moat/{}", c.id),
+    );
+    let psi_before: Vec<(u64, u64)> = ["cpu", "memory", "io"]
+        .iter()
+        .map(|f| psi_totals(&format!("{unified}/{f}.pressure")))
+        .collect();
+    let out = ctx.moat(&["events", "--stats", &c.id]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let d = &v["data"];
+    // The kernel's files, read now (the container sleeps: nothing moves).
+    assert_eq!(
+        d["moat"]["memory_events"]["oom_kill"],
+        kv(&format!("{mem}/memory.oom_control"), "oom_kill"),
+        "{d}"
+    );
+    assert!(
+        d["moat"]["memory_events"]["oom_kill"].as_u64() >= Some(1),
+        "{d}"
+    );
+    assert_eq!(
+        d["moat"]["memory_events"]["max"],
+        one(&format!("{mem}/memory.failcnt")),
+        "{d}"
+    );
+    assert_eq!(
+        d["memory"]["usage"]["failcnt"],
+        one(&format!("{mem}/memory.failcnt"))
+    );
+    assert_eq!(
+        d["memory"]["usage"]["limit"],
+        one(&format!("{mem}/memory.limit_in_bytes"))
+    );
+    assert_eq!(d["memory"]["usage"]["limit"], 32 << 20);
+    let hits = kv(&format!("{pids}/pids.events"), "max");
+    assert!(hits > 0, "no fork refused at pids.max");
+    assert_eq!(d["moat"]["pids_max_hits"], hits, "{d}");
+    assert_eq!(d["pids"]["current"], one(&format!("{pids}/pids.current")));
+    assert_eq!(d["pids"]["limit"], 20);
+    for (i, (key, file)) in [("cpu", "cpu"), ("memory", "memory"), ("blkio", "io")]
+        .iter()
+        .enumerate()
+    {
+        let after = psi_totals(&format!("{unified}/{file}.pressure"));
+        let psi = &d[key]["psi"];
+        for (half, before, after) in [
+            ("some", psi_before[i].0, after.0),
+            ("full", psi_before[i].1, after.1),
+        ] {
+            let got = psi[half]["total"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{key}: {d}"));
+            assert!(
+                (before..=after).contains(&got),
+                "{key}.{half}: {before} ≤ {got} ≤ {after}"
+            );
+            for avg in ["avg10", "avg60", "avg300"] {
+                let a = psi[half][avg].as_f64().unwrap();
+                assert!((0.0..=100.0).contains(&a), "{key}.{half}.{avg} {a}");
+            }
+        }
+    }
+    let pid = serde_json::from_str::<Value>(&ctx.moat(&["state", &c.id]).ok().stdout).unwrap()
+        ["pid"]
+        .as_i64()
+        .unwrap();
+    for dest in ["/tmp", "/workspace"] {
+        let st = nix::sys::statvfs::statvfs(format!("/proc/{pid}/root{dest}").as_str()).unwrap();
+        let fs = &d["moat"]["filesystems"][dest];
+        let f = st.fragment_size();
+        assert_eq!(fs["bytes_allowed"], st.blocks() * f, "{dest}: {fs}");
+        assert_eq!(
+            fs["bytes_used"],
+            (st.blocks() - st.blocks_free()) * f,
+            "{dest}: {fs}"
+        );
+        assert_eq!(fs["inodes_allowed"], 500, "{dest}: {fs}");
+        assert_eq!(
+            fs["inodes_used"],
+            st.files() - st.files_free(),
+            "{dest}: {fs}"
+        );
+    }
+    assert!(
+        d["moat"]["filesystems"]["/tmp"]["inodes_used"].as_u64() >= Some(51),
+        "{d}"
+    );
+    assert!(d["moat"]["filesystems"]["/workspace"]["bytes_used"].as_u64() >= Some(300 << 10));
+
+    // The stream: ends when the container does.
+    assert_eq!(c.kill("KILL").code, 0);
+    let s = stream.wait(std::time::Duration::from_secs(30));
+    assert_eq!(s.code, 0, "{}", s.stderr);
+    let lines: Vec<Value> = s
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let of = |t: &str| lines.iter().filter(|l| l["type"] == t).collect::<Vec<_>>();
+    assert!(!of("stats").is_empty(), "{}", s.stdout);
+    let oom = of("oom");
+    assert!(!oom.is_empty(), "no oom line: {}", s.stdout);
+    // runc's line, byte for byte.
+    let want = format!(r#"{{"type":"oom","id":"{}"}}"#, c.id);
+    assert!(s.stdout.lines().any(|l| l == want), "{}", s.stdout);
+    let pids_hits = of("pids.max");
+    assert!(!pids_hits.is_empty(), "no pids.max line: {}", s.stdout);
+    assert!(pids_hits.last().unwrap()["data"]["hits"].as_u64() <= Some(hits));
+    assert!(
+        !of("memory.max").is_empty(),
+        "no memory.max line: {}",
+        s.stdout
+    );
+    eprintln!(
+        "events stream: {} lines ({} stats, {} oom, {} pids.max, {} memory.max); pids.max hits {hits}",
+        lines.len(),
+        of("stats").len(),
+        oom.len(),
+        pids_hits.len(),
+        of("memory.max").len()
+    );
+}
+
+/// (some total, full total) of a PSI file.
+fn psi_totals(path: &str) -> (u64, u64) {
+    let t = fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let total = |half: &str| {
+        t.lines()
+            .find(|l| l.starts_with(half))
+            .and_then(|l| l.rsplit("total=").next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{path}: {t}"))
+    };
+    (total("some"), total("full"))
+}

@@ -1,6 +1,8 @@
 //! `events [--stats] [--interval 5s] <id>`: the container's resource usage as runc's
 //! event JSON, one object per line: once with `--stats`, else every interval until the
-//! container stops, with an `oom` event whenever the kernel OOM-kills in its cgroup.
+//! container stops, with an `oom` event whenever the kernel OOM-kills in its cgroup (as
+//! runc), and moat's own `pids.max`, `memory.high`, `memory.max` events when a limit was
+//! hit since the last look (every 100 ms), each with the kernel's count.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -59,6 +61,7 @@ pub fn native(c: &Container, req: &Request) -> Result<()> {
         return Ok(());
     }
     let mut ooms = cg.oom_kills().unwrap_or(0);
+    let mut hits = cg.limit_hits();
     loop {
         if !rec.alive() {
             return Ok(());
@@ -78,6 +81,14 @@ pub fn native(c: &Container, req: &Request) -> Result<()> {
                     emit(&mut out, "oom", &rec.id, None)?;
                 }
             }
+            // moat's own: a limit hit since the last look, with the kernel's count.
+            let now = cg.limit_hits();
+            for (typ, n) in &now {
+                if hits.get(typ).is_some_and(|before| n > before) {
+                    emit_hit(&mut out, typ, &rec.id, *n)?;
+                }
+            }
+            hits = now;
             if !rec.alive() {
                 return Ok(());
             }
@@ -150,6 +161,29 @@ fn emit_stats(out: &mut impl Write, rec: &Record, cg: &Cgroup, capped: &[String]
 
 fn emit(out: &mut impl Write, typ: &'static str, id: &str, data: Option<&Stats>) -> Result<()> {
     let ev = Event { typ, id, data };
+    writeln!(out, "{}", serde_json::to_string(&ev)?).context("write to standard output")?;
+    out.flush().context("write to standard output")?;
+    Ok(())
+}
+
+/// A limit hit: `{"type":"pids.max","id":ID,"data":{"hits":N}}`, N the kernel's count.
+fn emit_hit(out: &mut impl Write, typ: &'static str, id: &str, hits: u64) -> Result<()> {
+    #[derive(Serialize)]
+    struct Hits {
+        hits: u64,
+    }
+    #[derive(Serialize)]
+    struct Hit<'a> {
+        #[serde(rename = "type")]
+        typ: &'static str,
+        id: &'a str,
+        data: Hits,
+    }
+    let ev = Hit {
+        typ,
+        id,
+        data: Hits { hits },
+    };
     writeln!(out, "{}", serde_json::to_string(&ev)?).context("write to standard output")?;
     out.flush().context("write to standard output")?;
     Ok(())

@@ -782,6 +782,40 @@ impl Cgroup {
         let (dir, v2) = self.stat_sources().memory?;
         oom_kills(&dir, v2)
     }
+
+    /// The kernel's counters of limit hits, by the event type `events` streams for each:
+    /// `pids.max` (forks refused, `pids.events`), `memory.high` and `memory.max` (v2
+    /// `memory.events`; v1 has no `memory.high`, its `memory.max` is the limit's
+    /// `memory.failcnt`). A counter this host lacks is absent.
+    pub fn limit_hits(&self) -> BTreeMap<&'static str, u64> {
+        let src = self.stat_sources();
+        let mut out = BTreeMap::new();
+        if let Some((dir, _)) = &src.pids {
+            if let Some(n) = kv_file(dir, "pids.events").get("max") {
+                out.insert("pids.max", *n);
+            }
+        }
+        match &src.memory {
+            Some((dir, true)) => {
+                let ev = kv_file(dir, "memory.events");
+                for (k, name) in [("high", "memory.high"), ("max", "memory.max")] {
+                    if let Some(n) = ev.get(k) {
+                        out.insert(name, *n);
+                    }
+                }
+            }
+            Some((dir, false)) => {
+                if let Some(n) = std::fs::read_to_string(dir.join("memory.failcnt"))
+                    .ok()
+                    .and_then(|t| t.trim().parse().ok())
+                {
+                    out.insert("memory.max", n);
+                }
+            }
+            None => {}
+        }
+        out
+    }
 }
 
 #[cfg(test)]
