@@ -506,7 +506,10 @@ fn engine_storage_free_space_does_not_move_under_an_ephemeral_root() {
     assert_eq!(out, "No space left on device\n8192\n", "{err}");
     let moved = before.abs_diff(after);
     assert!(moved < 1 << 20, "free space moved by {moved} bytes");
-    eprintln!("ephemeral: 8192 KiB written, the loop filesystem's free space moved {moved} bytes");
+    eprintln!(
+        "ephemeral: 8192 KiB written, the loop filesystem's free space {before} -> {after} bytes \
+         (moved {moved})"
+    );
     // The control: a writable root writes to the engine's storage.
     let open = config(&ctx, "open.toml", "default_policy = \"open\"\n");
     ctx.use_config(&open);
@@ -517,7 +520,8 @@ fn engine_storage_free_space_does_not_move_under_an_ephemeral_root() {
     let taken = before.saturating_sub(after);
     assert!(taken >= 20 << 20, "writable root took only {taken} bytes");
     eprintln!(
-        "writable (control): 20480 KiB written, {taken} bytes taken from the loop filesystem"
+        "writable (control): 20480 KiB written, the loop filesystem's free space {before} -> \
+         {after} bytes ({taken} taken)"
     );
 }
 

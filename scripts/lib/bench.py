@@ -98,6 +98,9 @@ class Runtime:
                 self.effective_spec = json.load(f)
         # Extra environment (the no-op runsc variant points MOAT_CONFIG at /bin/true).
         self.env = dict(os.environ, **spec["env"]) if spec.get("env") else None
+        # A bundle of its own (moat's bounded-root variants: a writable root), else the job's.
+        self.bundle = spec.get("bundle")
+        self.sleep_bundle = spec.get("sleep_bundle")
         self.cur_root = None
         os.makedirs(self.root, exist_ok=True)
         self.wrapper_shell = job["crun_hybrid"]
@@ -348,7 +351,7 @@ class Bench:
         pidf = os.path.join(self.work, f"{cid}.pid")
         created = False
         try:
-            t_create = rt.call("create", "--bundle", self.bundle, "--pid-file", pidf, cid)
+            t_create = rt.call("create", "--bundle", rt.bundle or self.bundle, "--pid-file", pidf, cid)
             created = True
             pid = read_pid(pidf)
             t_start = rt.call("start", cid)
@@ -372,7 +375,7 @@ class Bench:
     def run(self, rt, it):
         cid = self.cid(rt, "r")
         try:
-            t = rt.call("run", "--bundle", self.bundle, cid)
+            t = rt.call("run", "--bundle", rt.bundle or self.bundle, cid)
         finally:
             reap_orphans()
         self.record(it, "run_ms", rt, t / 1e6)
@@ -395,7 +398,7 @@ class Bench:
         pidf = os.path.join(self.work, f"{cid}.pid")
         created = False
         try:
-            kb = self.timed_maxrss_kb(rt, rt.cmd("create", "--bundle", self.bundle, "--pid-file", pidf, cid))
+            kb = self.timed_maxrss_kb(rt, rt.cmd("create", "--bundle", rt.bundle or self.bundle, "--pid-file", pidf, cid))
             created = True
             pid = read_pid(pidf)
             rt.call("start", cid)
@@ -417,7 +420,7 @@ class Bench:
 
     def exec_setup(self, rt):
         cid = self.cid(rt, "x")
-        rt.call("create", "--bundle", self.sleep_bundle, cid)
+        rt.call("create", "--bundle", rt.sleep_bundle or self.sleep_bundle, cid)
         self.exec_ids[rt.name] = cid
         rt.call("start", cid)
 
@@ -453,7 +456,7 @@ class Bench:
 
         t0 = time.perf_counter_ns()
         try:
-            t_create = phase([rt.cmd("create", "--bundle", self.bundle, "--pid-file", pf, c)
+            t_create = phase([rt.cmd("create", "--bundle", rt.bundle or self.bundle, "--pid-file", pf, c)
                               for c, pf in zip(ids, pidfs)])
             live = list(ids)
             pids = [read_pid(pf) for pf in pidfs]
