@@ -677,8 +677,12 @@ fn verify_shows_each_cap_in_force() {
             .lines()
             .any(|l| l.split(' ').nth(4) == Some("/sys/fs/cgroup") && l.contains(" - cgroup2 "));
     if v2_memory {
-        // 0.9 of 64 MiB, as the policy writes it.
-        assert_eq!(high["actual"], "60397977", "{high}");
+        // The kernel's file against the value the policy wrote into the spec.
+        let spec: Value =
+            serde_json::from_slice(&fs::read(ctx.state_dir(&c.id).join("config.json")).unwrap())
+                .unwrap();
+        let want = &spec["linux"]["resources"]["unified"]["memory.high"];
+        assert_eq!(&high["actual"], want, "{high}");
     } else {
         assert!(
             high["expected"].as_str().unwrap().starts_with("absent"),
