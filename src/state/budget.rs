@@ -300,6 +300,24 @@ mod tests {
     }
 
     #[test]
+    fn take_waits_for_the_ledgers_lock() {
+        let base = tmp("c");
+        let root = base.join("root");
+        fs::create_dir_all(root.join("a")).unwrap();
+        let dir = base.join("ledger");
+        let held = Ledger::at(&dir).lock().unwrap();
+        let (d, r) = (dir.clone(), root.clone());
+        let t = std::thread::spawn(move || Ledger::at(d).take(100, 10, &r, "a"));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(!t.is_finished(), "take did not wait for the lock");
+        assert!(Ledger::at(&dir).shares().is_empty());
+        drop(held);
+        t.join().unwrap().unwrap();
+        assert_eq!(Ledger::at(&dir).shares().len(), 1);
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
     fn sizes_read_as_the_config_writes_them() {
         assert_eq!(human(512 << 20), "512m");
         assert_eq!(human(3 << 30), "3g");
