@@ -83,6 +83,7 @@ pub fn native(c: &Container) -> Result<Verdict> {
                 .ok()
                 .map(|(size, inodes)| policy::BoundedRoot { size, inodes }),
                 network_none: v["network_none"].as_bool()?,
+                egress: policy::egress::Egress::from_json(&v["egress"]),
                 seccomp_floor: v["seccomp_floor"].as_bool()?,
                 userns: if v["userns"] == "auto" {
                     "auto"
