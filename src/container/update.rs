@@ -48,7 +48,10 @@ pub fn native_egress(c: &Container, text: &str) -> Result<()> {
         return Err(Error::NotRunning.into());
     }
     let cfg = crate::policy::Config::load()?;
-    let policy_json = c.dir.read_file(crate::state::POLICY_FILE)?.unwrap_or_default();
+    let policy_json = c
+        .dir
+        .read_file(crate::state::POLICY_FILE)?
+        .unwrap_or_default();
     let mut recorded: serde_json::Value =
         serde_json::from_slice(&policy_json).unwrap_or(serde_json::Value::Null);
     let restricted = recorded["policy"] == "restricted";
@@ -90,7 +93,10 @@ pub fn native_egress(c: &Container, text: &str) -> Result<()> {
         anyhow::bail!(
             "--egress: {} names domains, which need moat's DNS forwarder; it starts at create \
              when the container's list names one: create the container with such a list",
-            new.allow.as_ref().map(|l| l.to_string()).unwrap_or_default()
+            new.allow
+                .as_ref()
+                .map(|l| l.to_string())
+                .unwrap_or_default()
         );
     }
     let Some(dir) = c.record.cgroup.as_ref().and_then(|cg| cg.v2_dir()) else {

@@ -470,10 +470,17 @@ fn egress_in_force(rec: &state::Record, pid: i32, e: &policy::egress::Egress) ->
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix("0::").map(str::to_string));
-    let cg_path = rec.cgroup.as_ref().map(|c| c.path.clone()).unwrap_or_default();
+    let cg_path = rec
+        .cgroup
+        .as_ref()
+        .map(|c| c.path.clone())
+        .unwrap_or_default();
     if v2.as_deref().is_some_and(|p| !p.starts_with(&cg_path)) {
         return (
-            format!("the init is in cgroup {}, not {cg_path}", v2.unwrap_or_default()),
+            format!(
+                "the init is in cgroup {}, not {cg_path}",
+                v2.unwrap_or_default()
+            ),
             false,
         );
     }

@@ -366,6 +366,7 @@ mod tests {
             ns_paths: vec![("/proc/1/ns/net".into(), Ok((4, 1)))],
             cgroup_v2: false,
             systemd_cgroup: false,
+            ..Default::default()
         };
         let allowed = Config {
             host_namespaces: vec!["network".into()],

@@ -189,6 +189,14 @@ impl Plan {
         if decision.bounded_root.is_some() && opts.rootless {
             return Err(Error::EphemeralRootless);
         }
+        if decision.egress.as_ref().is_some_and(|e| e.has_names()) {
+            return Err(crate::linux::egress::EgressError::Invalid(
+                "domain names in a list need moat's DNS forwarder, which this build does not \
+                 have; list addresses"
+                    .into(),
+            )
+            .into());
+        }
         // The state directory does not exist yet; the socket's mount is planned for it.
         let dir = opts.root.join(&opts.id);
         let (notify, notify_source) = match &opts.notify_socket {
