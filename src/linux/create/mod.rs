@@ -111,6 +111,9 @@ pub enum Error {
     RootfsBudget(#[source] state::budget::BudgetError),
     #[error(transparent)]
     Cgroup(#[from] cgroups::CgroupError),
+    /// The egress policy could not be attached to the container's cgroup.
+    #[error(transparent)]
+    Egress(#[from] crate::linux::egress::EgressError),
     #[error(transparent)]
     Seccomp(#[from] seccomp::SeccompError),
     #[error(transparent)]
