@@ -264,7 +264,7 @@ fn the_metadata_block_alone_verifies_and_a_live_update_turns_it_into_a_list() {
     assert!(
         v.stdout
             .lines()
-            .any(|l| l.starts_with("ok") && l.contains("egress") && l.contains("2 programs")),
+            .any(|l| l.starts_with("ok") && l.contains("egress") && l.contains("4 programs")),
         "{}",
         v.stdout
     );
@@ -315,7 +315,7 @@ fn the_metadata_block_alone_verifies_and_a_live_update_turns_it_into_a_list() {
     assert!(
         v.stdout
             .lines()
-            .any(|l| l.starts_with("ok") && l.contains("2 programs")),
+            .any(|l| l.starts_with("ok") && l.contains("4 programs")),
         "{}",
         v.stdout
     );

@@ -5,7 +5,7 @@
 //! refused `connect`/`sendmsg` fails at once with `EPERM`.
 //!
 //! Two forms. Without a list (RESTRICTED's default: the metadata endpoints refused), the
-//! fixed programs on `connect4`/`connect6`, the addresses as immediates: no map, two loads.
+//! fixed programs on the same four hooks, the addresses as immediates: no map.
 //! With a list, the policy's trie ([`Egress::entries`]) in one of two LPM tries, a
 //! selector saying which is in force, a counters array, and a program on each of the four
 //! hooks; `update` fills the other trie and flips the selector: one array write, so every

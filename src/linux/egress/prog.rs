@@ -9,7 +9,7 @@
 //! writing an array element does not.
 //!
 //! Without a list (the default: only the metadata endpoints refused), [`fixed_program`]:
-//! `connect4`/`connect6` only, the refused addresses as immediates, no map at all.
+//! the refused addresses as immediates, no map at all.
 //! Loopback is allowed without a lookup, except port 53 (DNS goes to moat's forwarder
 //! only, which has its own trie entry).
 //!
@@ -327,20 +327,20 @@ pub fn program(hook: Hook, maps: MapFds) -> Vec<Insn> {
     assemble(o)
 }
 
-/// The two hooks of the fixed program (no list: TCP and connected UDP to the refused
-/// addresses; the metadata endpoints speak HTTP).
-pub const FIXED_HOOKS: [Hook; 2] = [Hook::Connect4, Hook::Connect6];
+/// The hooks of the fixed program (no list): connections and datagrams alike.
+pub const FIXED_HOOKS: [Hook; 4] = Hook::ALL;
 
 /// The fixed program's name for `hook`.
 pub fn fixed_name(hook: Hook) -> &'static str {
-    if hook.v4() {
-        "moat_md_c4"
-    } else {
-        "moat_md_c6"
+    match hook {
+        Hook::Connect4 => "moat_md_c4",
+        Hook::Connect6 => "moat_md_c6",
+        Hook::Sendmsg4 => "moat_md_s4",
+        Hook::Sendmsg6 => "moat_md_s6",
     }
 }
 
-/// The program of `hook` (connect4 or connect6) refusing `deny`, each address with the
+/// The program of `hook` refusing `deny`, each address with the
 /// ports left open to it (DNS to a resolver there), everything else allowed.
 pub fn fixed_program(hook: Hook, deny: &[(std::net::Ipv6Addr, Vec<u16>)]) -> Vec<Insn> {
     let mut o = vec![

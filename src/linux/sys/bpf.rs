@@ -224,7 +224,8 @@ pub fn prog_load(
     name: &str,
     log: Option<&mut [u8]>,
 ) -> Result<OwnedFd> {
-    prog_load_for(prog_type, 0, insns, license, name, log)
+    fake!("prog_load", prog_type, insns.len(), name);
+    load(prog_type, 0, insns, license, name, log)
 }
 
 /// [`prog_load`] for a program type that needs its attach type at load
@@ -237,7 +238,18 @@ pub fn prog_load_for(
     name: &str,
     log: Option<&mut [u8]>,
 ) -> Result<OwnedFd> {
-    fake!("prog_load", prog_type, insns.len(), name);
+    fake!("prog_load_for", prog_type, expected_attach_type, name);
+    load(prog_type, expected_attach_type, insns, license, name, log)
+}
+
+fn load(
+    prog_type: u32,
+    expected_attach_type: u32,
+    insns: &[Insn],
+    license: &CStr,
+    name: &str,
+    log: Option<&mut [u8]>,
+) -> Result<OwnedFd> {
     let mut attr = ProgLoadAttr {
         prog_type,
         insn_cnt: u32::try_from(insns.len())
@@ -356,14 +368,7 @@ pub fn map_create(
     inner: Option<BorrowedFd<'_>>,
     name: &str,
 ) -> Result<OwnedFd> {
-    fake!(
-        "map_create",
-        map_type,
-        key_size,
-        value_size,
-        max_entries,
-        name
-    );
+    fake!("map_create", map_type, max_entries, name);
     let mut attr = MapCreateAttr {
         map_type,
         key_size,
