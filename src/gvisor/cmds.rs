@@ -164,6 +164,7 @@ fn forget(gv: &Gvisor, id: &str) {
 /// `runsc create` for a prepared container; a failure leaves nothing behind, as runc.
 fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<i32> {
     let sandbox = pod::app_sandbox(&p.gv).map(str::to_string);
+    crate::linux::killpoint::at("create", "parent", "gvisor.Prepared");
     // An app container's pid file holds its waiter's pid, not the sandbox's (super::pod).
     let code = Runsc::new(&p.gv, g, "create")
         .opt("bundle", &p.shadow)
@@ -174,6 +175,7 @@ fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<
         )
         .args([&a.id])
         .wait()?;
+    crate::linux::killpoint::at("create", "parent", "gvisor.Runsc");
     drop(p.sandbox);
     if code != 0 {
         drop(p.dir);
@@ -294,6 +296,7 @@ pub fn run(g: &Context, a: &create_req::RunRequest, sel: Selection) -> Result<i3
 }
 
 pub fn start(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
+    crate::linux::killpoint::at("start", "parent", "gvisor.Start");
     if pod::app_sandbox(gv).is_none() {
         return Runsc::new(gv, g, "start").args([&rec.id]).wait();
     }
@@ -441,10 +444,12 @@ pub fn delete(
         // container's cgroup, which holds the waiter.
         pod::end_waiter(rec)?;
     }
+    crate::linux::killpoint::at("delete", "parent", "gvisor.runsc");
     let out = Runsc::quiet(gv, g, "delete")
         .flag("force", force)
         .args([&rec.id])
         .output()?;
+    crate::linux::killpoint::at("delete", "parent", "gvisor.state");
     if out.code == 0 || (force && out.not_exist()) {
         if out.code != 0 {
             forget(gv, &rec.id);

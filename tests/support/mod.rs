@@ -741,6 +741,69 @@ impl Ctx {
                 left.push(format!("mount {mnt}"));
             }
         }
+        // A process rooted in this container's rootfs though outside its cgroup (a
+        // half-made init, an exec'd process that escaped the cgroup): it would hold the
+        // container's namespaces (its netns among them) alive.
+        let rootfs = fs::canonicalize(self.bundle.join("rootfs")).unwrap_or_default();
+        if let Ok(rd) = fs::read_dir("/proc") {
+            for e in rd.flatten() {
+                let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                    continue;
+                };
+                let cmdline = fs::read(e.path().join("cmdline")).unwrap_or_default();
+                let mentions = |b: &[u8]| cmdline.windows(b.len()).any(|w| w == b);
+                let in_rootfs = fs::read_link(e.path().join("root"))
+                    .is_ok_and(|r| !rootfs.as_os_str().is_empty() && r.starts_with(&rootfs));
+                // runsc's sandbox and gofer name the test's root (`<root>/@runsc`) and the id.
+                let runsc = cmdline.starts_with(b"runsc")
+                    && mentions(self.root.as_os_str().as_encoded_bytes())
+                    && mentions(id.as_bytes());
+                if (in_rootfs || runsc)
+                    && !is_gone(pid)
+                    && !left
+                        .iter()
+                        .any(|l| l.starts_with(&format!("process {pid} ")))
+                {
+                    left.push(format!(
+                        "process {pid} of {id} ({})",
+                        if runsc {
+                            "runsc"
+                        } else {
+                            "rooted in its rootfs"
+                        }
+                    ));
+                }
+            }
+        }
+        // A namespace kept by a bind mount (nsfs) of this test's, or one named after the id
+        // (`ip netns`' /run/netns/<id>).
+        let dir = format!("{}/", self.dir.display());
+        for l in fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+        {
+            let mnt = l.split(' ').nth(4).unwrap_or("");
+            let fstype = l
+                .split(" - ")
+                .nth(1)
+                .and_then(|t| t.split(' ').next())
+                .unwrap_or("");
+            if fstype == "nsfs" && (mnt.starts_with(&dir) || mnt.ends_with(&format!("/{id}"))) {
+                left.push(format!("namespace mount {mnt}"));
+            }
+        }
+        // Fifos and temporary files of the id next to its state dir (`.<id>…`, `<id>.tmp`),
+        // and runsc's own files for it under `<root>/@runsc`.
+        for d in [self.root.clone(), self.root.join("@runsc")] {
+            if let Ok(rd) = fs::read_dir(&d) {
+                for e in rd.flatten() {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    if n != id && n.contains(id) {
+                        left.push(format!("file {}", e.path().display()));
+                    }
+                }
+            }
+        }
         // The host-wide userns pool (`/run/moat-userns/<start>`: {"start","size","root","id"}).
         let root = fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone());
         if let Ok(rd) = fs::read_dir("/run/moat-userns") {
