@@ -694,7 +694,7 @@ impl Ctx {
     }
 
     /// The leak auditor, scoped to this test's root, id and cgroup subtree: what is still
-    /// there of `id` — its state dir, its cgroup in any hierarchy (`/moat/<id>`, below
+    /// there of `id` — its state dir, its cgroup in any hierarchy (`/moat/<id>` or `/<id>`, below
     /// the fleet budget's `/moat` too), a process in such a cgroup, a mount under this
     /// test's directory, a range of the userns pool held for it.
     pub fn traces(&self, id: &str) -> Vec<String> {
@@ -707,10 +707,15 @@ impl Ctx {
         if let Ok(rd) = fs::read_dir("/sys/fs/cgroup") {
             hierarchies.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
         }
+        // `/<id>` too: where runsc puts a gVisor sandbox whose spec names no cgroupsPath
+        // (moat's OPEN policy places none).
+        let top = format!("/{id}");
         for h in hierarchies {
-            let cg = h.join(cg_suffix.trim_start_matches('/'));
-            if cg.is_dir() {
-                left.push(format!("cgroup {}", cg.display()));
+            for p in [&cg_suffix, &top] {
+                let cg = h.join(p.trim_start_matches('/'));
+                if cg.is_dir() {
+                    left.push(format!("cgroup {}", cg.display()));
+                }
             }
         }
         if let Ok(rd) = fs::read_dir("/proc") {
@@ -721,7 +726,10 @@ impl Ctx {
                 let cgs = fs::read_to_string(e.path().join("cgroup")).unwrap_or_default();
                 let ours = cgs.lines().any(|l| {
                     let p = l.splitn(3, ':').nth(2).unwrap_or("");
-                    p == cg_suffix || p.starts_with(&format!("{cg_suffix}/"))
+                    p == cg_suffix
+                        || p.starts_with(&format!("{cg_suffix}/"))
+                        || p == top
+                        || p.starts_with(&format!("{top}/"))
                 });
                 if ours && !is_gone(pid) {
                     left.push(format!("process {pid} in {cg_suffix}"));
