@@ -8,6 +8,19 @@
 // Every `unsafe` block (in `linux/sys/`) says why it is sound
 // (`clippy::undocumented_unsafe_blocks`, denied in Cargo.toml's `[lints]`).
 
+/// moat's own output (`state`, `list`, `ps`, `spec`, …): std's `println!` panics when stdout
+/// fails (its reader gone: EPIPE); this one ends the call with a one-line error and status 1.
+/// Unit tests keep std's, which the test harness captures.
+#[cfg(not(test))]
+macro_rules! println {
+    () => {
+        $crate::log::write_stdout(format_args!("\n"))
+    };
+    ($($t:tt)*) => {
+        $crate::log::write_stdout(format_args!("{}\n", format_args!($($t)*)))
+    };
+}
+
 mod cli;
 mod container;
 mod gvisor;

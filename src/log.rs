@@ -124,6 +124,18 @@ fn write(level: &str, msg: &str) {
 }
 
 /// A failure: one line on stderr, one object in the log.
+/// Writes moat's output to stdout (the `println!` of `src/lib.rs`); a stdout that fails
+/// ends the call: `write stdout: <why>` on stderr, status 1.
+#[cfg_attr(test, allow(dead_code))] // unit tests keep std's println!
+pub fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+        error(&format!("write stdout: {e}"));
+        std::process::exit(1);
+    }
+}
+
 pub fn error(msg: &str) {
     write("error", msg);
     eprintln!("moat: {msg}");

@@ -4,7 +4,7 @@ mod support;
 
 use std::path::Path;
 use std::sync::Barrier;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::*;
 
@@ -105,5 +105,110 @@ fn two_creates_of_one_id_race_and_exactly_one_wins() {
         guard.moat(&["delete", "--force", &id]).ok();
         assert!(wait_until(Duration::from_secs(20), || is_gone(pid)));
         ctx.assert_no_trace(&id);
+    }
+}
+
+/// 50 lifecycles at once, each id also hit by concurrent `kill`, `delete -f`, `exec` and
+/// `state` from other threads: every call ends (none hangs past its timeout), none panics,
+/// and at the end nothing of any id is left.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn fifty_lifecycles_with_concurrent_kill_delete_exec_and_state() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("race");
+    ctx.set("/root/readonly", json!(true));
+    ctx.args(&["sleep", "30"]);
+    ctx.write_config();
+    let ctx = &ctx;
+    let b = ctx.bundle_str();
+    let b = &b;
+    let ids: Vec<String> = (0..N).map(|i| ctx.id(&format!("r{i}"))).collect();
+    let panics = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for (i, id) in ids.iter().enumerate() {
+            let panics = &panics;
+            s.spawn(move || {
+                let check = |o: Out| {
+                    if o.stderr.contains("panicked") {
+                        panics.lock().unwrap().push(o.stderr);
+                    }
+                };
+                check(ctx.moat(&["create", "--bundle", b, id]));
+                check(ctx.moat(&["start", id]));
+                check(ctx.moat(&["exec", id, "true"]));
+                check(ctx.moat(&["kill", id, "KILL"]));
+                check(ctx.moat(&["delete", "--force", id]));
+            });
+            let other = &ids[(i + 1) % N];
+            s.spawn(move || {
+                let check = |o: Out| {
+                    if o.stderr.contains("panicked") {
+                        panics.lock().unwrap().push(o.stderr);
+                    }
+                };
+                check(ctx.moat(&["state", other]));
+                check(ctx.moat(&["exec", other, "true"]));
+                check(ctx.moat(&["kill", other, "TERM"]));
+                check(ctx.moat(&["delete", "-f", other]));
+                check(ctx.moat(&["state", other]));
+            });
+        }
+    });
+    assert!(
+        panics.lock().unwrap().is_empty(),
+        "{:?}",
+        panics.lock().unwrap()
+    );
+    for id in &ids {
+        let _ = ctx.moat(&["delete", "--force", id]);
+    }
+    reap();
+    for id in &ids {
+        ctx.assert_no_trace(id);
+    }
+}
+
+/// `delete` racing a container that is exiting: its init exits on its own while `delete`
+/// (plain, then forced) runs; either way the container goes and nothing is left.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn delete_racing_an_exiting_container() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("exiting");
+    for i in 0u64..10 {
+        // Exits after 0.1-1 s: delete meets it running, exiting, or gone.
+        ctx.sh(&format!("sleep 0.{}", i % 9 + 1));
+        let id = ctx.id(&format!("e{i}"));
+        let b = ctx.bundle_str();
+        ctx.moat(&["create", "--bundle", &b, &id]).ok();
+        ctx.moat(&["start", &id]).ok();
+        if i % 2 == 1 {
+            // Forced, at about the moment of the exit.
+            std::thread::sleep(Duration::from_millis(100 * (i % 9 + 1)));
+            ctx.moat(&["delete", "--force", &id]).ok();
+        } else {
+            // Plain delete until the exit makes it legal.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let o = ctx.moat(&["delete", &id]);
+                assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+                if o.code == 0 {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "delete never succeeded: {}",
+                    o.stderr
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        reap();
+        ctx.assert_no_trace(&id);
+        ctx.moat(&["state", &id]).fails();
     }
 }

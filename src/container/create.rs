@@ -62,11 +62,13 @@ pub fn run(ctx: &Context, req: &RunRequest) -> Result<i32> {
     }
     let (dir, created) = create_native(ctx, &req.create, !req.detach)?;
     let rec = created.record;
+    crate::linux::killpoint::at("run", "parent", "Created");
     if let Err(e) = super::start::native(&dir, &rec) {
         let _ = super::delete::force_delete(dir, &rec);
         super::delete::release_host_wide(ctx, &rec.id);
         return Err(e);
     }
+    crate::linux::killpoint::at("run", "parent", "Started");
     if req.detach {
         return Ok(0);
     }
@@ -86,6 +88,7 @@ pub fn run(ctx: &Context, req: &RunRequest) -> Result<i32> {
             rec.id, rec.pid
         )
     });
+    crate::linux::killpoint::at("run", "parent", "Exited");
     if !req.keep {
         match ContainerDir::open(&root, &rec.id) {
             // Unless someone else deleted it meanwhile (and maybe reused the id).

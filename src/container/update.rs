@@ -141,7 +141,9 @@ pub fn native(c: &Container, res: &Resources) -> Result<()> {
         .into());
     };
     let res = &with_memory_high(c, res);
+    crate::linux::killpoint::at("update", "parent", "cgroup");
     cg.update(res)?;
+    crate::linux::killpoint::at("update", "parent", "record");
     let mut spec = c.dir.load_spec().context("cannot record the update")?;
     let linux = spec.linux.get_or_insert_with(Default::default);
     linux

@@ -164,6 +164,7 @@ fn forget(gv: &Gvisor, id: &str) {
 /// `runsc create` for a prepared container; a failure leaves nothing behind, as runc.
 fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<i32> {
     let sandbox = pod::app_sandbox(&p.gv).map(str::to_string);
+    crate::linux::killpoint::at("create", "parent", "gvisor.Prepared");
     // An app container's pid file holds its waiter's pid, not the sandbox's (super::pod).
     let code = Runsc::new(&p.gv, g, "create")
         .opt("bundle", &p.shadow)
@@ -174,6 +175,7 @@ fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<
         )
         .args([&a.id])
         .wait()?;
+    crate::linux::killpoint::at("create", "parent", "gvisor.Runsc");
     drop(p.sandbox);
     if code != 0 {
         drop(p.dir);
@@ -215,13 +217,19 @@ fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<
 /// The sandbox's host cgroup, for when runsc's delete gave up on an unreaped sandbox
 /// after removing its state but not the cgroup: records made before this version hold
 /// it; otherwise it is `linux.cgroupsPath` of the effective spec (where runsc made it),
-/// in the hierarchies where it exists. Nothing for a relative or systemd path.
+/// in the hierarchies where it exists (runsc's `/<id>` when the spec names none). Nothing
+/// for a relative or systemd path.
 fn leftover_cgroup(dir: &ContainerDir, rec: &Record) -> Option<crate::linux::cgroups::Cgroup> {
     if let Some(cg) = &rec.cgroup {
         return Some(cg.clone());
     }
     let spec = select::shadow_config(dir).ok()?;
-    let path = spec.pointer("/linux/cgroupsPath")?.as_str()?;
+    // Without one, runsc makes the sandbox's cgroup at `/<id>` (seen with 20221219).
+    let default = format!("/{}", rec.id);
+    let path = match spec.pointer("/linux/cgroupsPath") {
+        Some(p) => p.as_str()?,
+        None => &default,
+    };
     if !path.starts_with('/') || path.contains(':') || path.trim_matches('/').is_empty() {
         return None;
     }
@@ -238,6 +246,19 @@ fn leftover_cgroup(dir: &ContainerDir, rec: &Record) -> Option<crate::linux::cgr
         skipped: Vec::new(),
         systemd: None,
     })
+}
+
+/// runsc makes the sandbox's cgroup in every mounted v1 hierarchy, moat's layout lists only
+/// those it manages (not `net_cls`, `perf_event`, …): the directory goes from each, where it
+/// is empty (`rmdir` refuses one that is not).
+fn remove_empty_everywhere(path: &str) {
+    let root = std::path::Path::new(crate::linux::cgroups::CGROUP_ROOT);
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return;
+    };
+    for h in rd.flatten() {
+        let _ = std::fs::remove_dir(h.path().join(path.trim_start_matches('/')));
+    }
 }
 
 pub fn create(g: &Context, a: &create_req::Request, sel: Selection) -> Result<i32> {
@@ -294,6 +315,7 @@ pub fn run(g: &Context, a: &create_req::RunRequest, sel: Selection) -> Result<i3
 }
 
 pub fn start(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
+    crate::linux::killpoint::at("start", "parent", "gvisor.Start");
     if pod::app_sandbox(gv).is_none() {
         return Runsc::new(gv, g, "start").args([&rec.id]).wait();
     }
@@ -441,13 +463,24 @@ pub fn delete(
         // container's cgroup, which holds the waiter.
         pod::end_waiter(rec)?;
     }
+    crate::linux::killpoint::at("delete", "parent", "gvisor.runsc");
     let out = Runsc::quiet(gv, g, "delete")
         .flag("force", force)
         .args([&rec.id])
         .output()?;
+    crate::linux::killpoint::at("delete", "parent", "gvisor.state");
     if out.code == 0 || (force && out.not_exist()) {
         if out.code != 0 {
             forget(gv, &rec.id);
+            // A delete that ended (killed, or runsc giving up on an unreaped sandbox)
+            // between runsc's delete and the state dir's removal left the sandbox's cgroup:
+            // removed here where it is empty (runsc knows no container: nothing of it runs).
+            if !app {
+                if let Some(cg) = leftover_cgroup(&dir, rec) {
+                    cg.remove_empty();
+                    remove_empty_everywhere(&cg.path);
+                }
+            }
         }
         if app {
             pod::kill_waiter(rec, libc::SIGKILL)?;
@@ -466,6 +499,7 @@ pub fn delete(
             if let Err(e) = cg.remove() {
                 crate::log::warn(&format!("remove the sandbox's cgroup: {e}"));
             }
+            remove_empty_everywhere(&cg.path);
         }
         dir.remove()?;
         return Ok(0);

@@ -694,7 +694,7 @@ impl Ctx {
     }
 
     /// The leak auditor, scoped to this test's root, id and cgroup subtree: what is still
-    /// there of `id` — its state dir, its cgroup in any hierarchy (`/moat/<id>`, below
+    /// there of `id` — its state dir, its cgroup in any hierarchy (`/moat/<id>` or `/<id>`, below
     /// the fleet budget's `/moat` too), a process in such a cgroup, a mount under this
     /// test's directory, a range of the userns pool or a share of the rootfs budget held
     /// for it.
@@ -708,10 +708,15 @@ impl Ctx {
         if let Ok(rd) = fs::read_dir("/sys/fs/cgroup") {
             hierarchies.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
         }
+        // `/<id>` too: where runsc puts a gVisor sandbox whose spec names no cgroupsPath
+        // (moat's OPEN policy places none).
+        let top = format!("/{id}");
         for h in hierarchies {
-            let cg = h.join(cg_suffix.trim_start_matches('/'));
-            if cg.is_dir() {
-                left.push(format!("cgroup {}", cg.display()));
+            for p in [&cg_suffix, &top] {
+                let cg = h.join(p.trim_start_matches('/'));
+                if cg.is_dir() {
+                    left.push(format!("cgroup {}", cg.display()));
+                }
             }
         }
         if let Ok(rd) = fs::read_dir("/proc") {
@@ -722,7 +727,10 @@ impl Ctx {
                 let cgs = fs::read_to_string(e.path().join("cgroup")).unwrap_or_default();
                 let ours = cgs.lines().any(|l| {
                     let p = l.splitn(3, ':').nth(2).unwrap_or("");
-                    p == cg_suffix || p.starts_with(&format!("{cg_suffix}/"))
+                    p == cg_suffix
+                        || p.starts_with(&format!("{cg_suffix}/"))
+                        || p == top
+                        || p.starts_with(&format!("{top}/"))
                 });
                 if ours && !is_gone(pid) {
                     left.push(format!("process {pid} in {cg_suffix}"));
@@ -740,6 +748,69 @@ impl Ctx {
             let mnt = l.split(' ').nth(4).unwrap_or("");
             if mnt.starts_with(&state) || mnt.starts_with(&below_rootfs) {
                 left.push(format!("mount {mnt}"));
+            }
+        }
+        // A process rooted in this container's rootfs though outside its cgroup (a
+        // half-made init, an exec'd process that escaped the cgroup): it would hold the
+        // container's namespaces (its netns among them) alive.
+        let rootfs = fs::canonicalize(self.bundle.join("rootfs")).unwrap_or_default();
+        if let Ok(rd) = fs::read_dir("/proc") {
+            for e in rd.flatten() {
+                let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                    continue;
+                };
+                let cmdline = fs::read(e.path().join("cmdline")).unwrap_or_default();
+                let mentions = |b: &[u8]| cmdline.windows(b.len()).any(|w| w == b);
+                let in_rootfs = fs::read_link(e.path().join("root"))
+                    .is_ok_and(|r| !rootfs.as_os_str().is_empty() && r.starts_with(&rootfs));
+                // runsc's sandbox and gofer name the test's root (`<root>/@runsc`) and the id.
+                let runsc = cmdline.starts_with(b"runsc")
+                    && mentions(self.root.as_os_str().as_encoded_bytes())
+                    && mentions(id.as_bytes());
+                if (in_rootfs || runsc)
+                    && !is_gone(pid)
+                    && !left
+                        .iter()
+                        .any(|l| l.starts_with(&format!("process {pid} ")))
+                {
+                    left.push(format!(
+                        "process {pid} of {id} ({})",
+                        if runsc {
+                            "runsc"
+                        } else {
+                            "rooted in its rootfs"
+                        }
+                    ));
+                }
+            }
+        }
+        // A namespace kept by a bind mount (nsfs) of this test's, or one named after the id
+        // (`ip netns`' /run/netns/<id>).
+        let dir = format!("{}/", self.dir.display());
+        for l in fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+        {
+            let mnt = l.split(' ').nth(4).unwrap_or("");
+            let fstype = l
+                .split(" - ")
+                .nth(1)
+                .and_then(|t| t.split(' ').next())
+                .unwrap_or("");
+            if fstype == "nsfs" && (mnt.starts_with(&dir) || mnt.ends_with(&format!("/{id}"))) {
+                left.push(format!("namespace mount {mnt}"));
+            }
+        }
+        // Fifos and temporary files of the id next to its state dir (`.<id>…`, `<id>.tmp`),
+        // and runsc's own files for it under `<root>/@runsc`.
+        for d in [self.root.clone(), self.root.join("@runsc")] {
+            if let Ok(rd) = fs::read_dir(&d) {
+                for e in rd.flatten() {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    if n != id && n.contains(id) {
+                        left.push(format!("file {}", e.path().display()));
+                    }
+                }
             }
         }
         // The host-wide userns pool (`/run/moat-userns/<start>`: {"start","size","root","id"}).

@@ -75,11 +75,46 @@ pub fn send_msg(sock: BorrowedFd<'_>, data: &[u8], fd: Option<BorrowedFd<'_>>) -
     }
 }
 
+/// How long a connect to, and each send on, a socket the caller named may block: a
+/// listener that never accepts (its backlog full) or never reads must not hang create or
+/// exec (issue 16).
+pub const UNIX_SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A stream socket connected to the Unix socket at `path` (a console socket, a seccomp
-/// agent's `listenerPath`).
+/// agent's `listenerPath`), close-on-exec. The connect and every later send on it give up
+/// after [`UNIX_SEND_TIMEOUT`] (`SO_SNDTIMEO`, which a Unix stream connect honours): a
+/// `TimedOut` error.
 pub fn connect_unix(path: &std::path::Path) -> Result<OwnedFd> {
+    use nix::sys::socket::{
+        connect, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, UnixAddr,
+    };
     fake!("connect_unix", path.display().to_string());
-    std::os::unix::net::UnixStream::connect(path).map(OwnedFd::from)
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(io::Error::from)?;
+    let secs = i64::try_from(UNIX_SEND_TIMEOUT.as_secs()).unwrap_or(i64::MAX);
+    let tv = nix::sys::time::TimeVal::new(secs, 0);
+    setsockopt(&fd, sockopt::SendTimeout, &tv).map_err(io::Error::from)?;
+    let addr = UnixAddr::new(path).map_err(io::Error::from)?;
+    loop {
+        match connect(fd.as_raw_fd(), &addr) {
+            Err(nix::Error::EINTR) => continue,
+            Err(nix::Error::EAGAIN) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "nobody accepted the connection within {} s",
+                        UNIX_SEND_TIMEOUT.as_secs()
+                    ),
+                ))
+            }
+            r => return r.map(|()| fd).map_err(io::Error::from),
+        }
+    }
 }
 
 /// A connected pair of Unix stream sockets, close-on-exec (a console relay).
