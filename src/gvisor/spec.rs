@@ -43,11 +43,38 @@ pub const PASS_THROUGH: &[PassThrough] = &[PassThrough {
     retype: retype::<spec::NetworkResources>,
 }];
 
+/// System calls whose kernel name (libseccomp's, the one profiles use) runsc 20221219's
+/// x86_64 table spells differently: its OCI seccomp converter looks each name up in that
+/// table and drops the ones it lacks (`OCI seccomp: ignoring syscall "pselect6"`), so a
+/// rule naming only the kernel's name does nothing under gVisor. podman's and Docker's
+/// profiles allow `pselect6`; without its other name the sentry gave syscall 270 the
+/// profile's default action, and `make -j` died with `pselect jobs pipe: Operation not
+/// permitted`. Found by comparing every x86_64 number's name in libseccomp with `runsc
+/// help syscalls` (the rest differ only in syscalls runsc lacks: `openat2` and newer).
+pub const RUNSC_SYSCALL_NAMES: &[(&str, &str)] = &[("pselect6", "pselect"), ("_sysctl", "sysctl")];
+
+/// Adds runsc's name of a system call to every rule that names it the kernel's way
+/// ([`RUNSC_SYSCALL_NAMES`]): same number, action and arguments, so an allow and a deny
+/// both mean under gVisor what they mean natively.
+fn add_runsc_syscall_names(seccomp: &mut spec::Seccomp) {
+    for rule in &mut seccomp.syscalls {
+        for (kernel, runsc) in RUNSC_SYSCALL_NAMES {
+            if rule.names.iter().any(|n| n == kernel) && !rule.names.iter().any(|n| n == runsc) {
+                rule.names.push((*runsc).to_string());
+            }
+        }
+    }
+}
+
 /// runsc's config.json for `spec` (the policy already applied): `root.path` and relative
 /// bind-mount sources made absolute against the caller's bundle (runsc would resolve them
-/// against the shadow bundle).
+/// against the shadow bundle), and the seccomp rules given runsc's names of the system
+/// calls it spells differently.
 pub fn config_json(spec: &Spec, bundle: &Path, rootfs: &Path) -> Result<Vec<u8>> {
     let mut s = spec.clone();
+    if let Some(sc) = s.linux.as_mut().and_then(|l| l.seccomp.as_mut()) {
+        add_runsc_syscall_names(sc);
+    }
     if let Some(root) = s.root.as_mut() {
         root.path = rootfs.to_path_buf();
     }
@@ -173,6 +200,37 @@ mod tests {
         // What runsc reads is what moat reads back.
         let again = Spec::parse(&out).unwrap();
         assert_eq!(serde_json::to_value(&again).unwrap(), v);
+    }
+
+    #[test]
+    fn seccomp_rules_get_runscs_syscall_names() {
+        let s = Spec::parse(
+            br#"{"linux":{"seccomp":{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[
+                {"names":["read","pselect6"],"action":"SCMP_ACT_ALLOW"},
+                {"names":["_sysctl"],"action":"SCMP_ACT_ERRNO","args":[{"index":0,"value":1,"op":"SCMP_CMP_EQ"}]},
+                {"names":["pselect6","pselect"],"action":"SCMP_ACT_ALLOW"},
+                {"names":["write"],"action":"SCMP_ACT_ALLOW"}]}}}"#,
+        )
+        .unwrap();
+        let out = config_json(&s, Path::new("/b"), Path::new("/b/r")).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        let rules = &v["linux"]["seccomp"]["syscalls"];
+        assert_eq!(
+            rules[0]["names"],
+            serde_json::json!(["read", "pselect6", "pselect"])
+        );
+        assert_eq!(rules[1]["names"], serde_json::json!(["_sysctl", "sysctl"]));
+        assert_eq!(rules[1]["args"][0]["value"], 1);
+        assert_eq!(
+            rules[2]["names"],
+            serde_json::json!(["pselect6", "pselect"])
+        );
+        assert_eq!(rules[3]["names"], serde_json::json!(["write"]));
+        // The engine's spec itself is unchanged (policy.json and verify read moat's view).
+        assert_eq!(
+            s.linux().seccomp.as_ref().unwrap().syscalls[0].names.len(),
+            2
+        );
     }
 
     #[test]
