@@ -362,10 +362,10 @@ impl TryFrom<String> for AliasName {
         if s.is_empty()
             || !s
                 .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         {
             return Err(format!(
-                "invalid alias name {s:?}: the basename of a program (letters, digits, -, _, .)"
+                "invalid alias name {s:?}: the basename of a program (letters, digits, -, _)"
             ));
         }
         Ok(AliasName(s))
