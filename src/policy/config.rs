@@ -689,4 +689,32 @@ platform = "kvm"
             assert!(!e.contains('\n'), "{text:?}: one line: {e}");
         }
     }
+
+    /// The package's /etc/moat/config.toml (packaging/config.toml): as shipped, the
+    /// built-in defaults; with every example line uncommented, a file moat accepts.
+    #[test]
+    fn packaged_config() {
+        let text = include_str!("../../packaging/config.toml");
+        let shipped = cfg(text).unwrap();
+        assert_eq!(
+            shipped,
+            Config {
+                source: shipped.source.clone(),
+                ..Config::default()
+            }
+        );
+        let examples: String = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .filter(|l| {
+                l.starts_with('[')
+                    || l.split_once(" = ")
+                        .is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(examples.contains("[alias.moat-open]"), "{examples}");
+        let all = cfg(&examples).unwrap_or_else(|e| panic!("{e}\n{examples}"));
+        assert_eq!(all.memory, Some(2 << 30));
+    }
 }
