@@ -27,8 +27,9 @@ fn main() -> std::io::Result<()> {
     };
     render(cmd.clone(), "moat")?;
     for sub in cmd.get_subcommands() {
-        let name = format!("moat-{}", sub.get_name());
-        render(sub.clone().name(name.clone()), &name)?;
+        // clap takes a 'static name without its `string` feature; a one-shot generator.
+        let name: &'static str = Box::leak(format!("moat-{}", sub.get_name()).into_boxed_str());
+        render(sub.clone().name(name), name)?;
     }
     for shell in [
         clap_complete::Shell::Bash,
