@@ -39,7 +39,7 @@ pub mod fuzzing;
 
 /// What `src/main.rs` calls, in this order.
 pub mod entry {
-    pub use crate::cli::main;
+    pub use crate::cli::{command, main};
     pub use crate::container::startup::capture;
     pub use crate::linux::sys::process_init;
 }

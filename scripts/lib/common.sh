@@ -311,3 +311,43 @@ ensure_build_env() {
 		rustup target add x86_64-unknown-linux-musl
 	fi
 }
+
+# doc_snippet NAME: the code block of docs/integrations.md whose fence reads
+# ```LANG snippet=NAME, exactly as printed (fails if there is none), so the e2e scripts
+# use what a reader pastes.
+doc_snippet() {
+	awk -v want="snippet=$1" '
+		!on && /^```/ { n = split($0, w, " "); for (i = 2; i <= n; i++) if (w[i] == want) { on = 1; found = 1; next } }
+		on && /^```/ { exit }
+		on { print }
+		END { exit !found }' "$MOAT_SCRIPTS_DIR/../docs/integrations.md"
+}
+
+# doc_ns MOAT CMD...: CMD in a private mount namespace where moat is installed as
+# docs/integrations.md says: /usr/local/bin and /etc/moat become overlays of themselves
+# whose writes go to a temp dir (MOAT and the moat-dbus beside it copied in, whatever CMD
+# writes there), so the host keeps none of it (an /etc/moat it lacked is made for the mount
+# point and removed after, as is the temp dir).
+doc_ns() {
+	local bin=$1 made= rc=0 tmp
+	shift
+	[[ -e /etc/moat ]] || { mkdir /etc/moat && made=1; }
+	tmp=$(mktemp -d /tmp/moat-doc-ns.XXXXXX)
+	unshare --mount --propagation private -- bash -c '
+		set -e
+		tmp=$1 bin=$2
+		shift 2
+		mount -t tmpfs -o mode=0700 moat-doc "$tmp"
+		for d in /usr/local/bin /etc/moat; do
+			n=${d//\//_}
+			mkdir -p "$tmp/$n.up" "$tmp/$n.work"
+			chmod 0755 "$tmp/$n.up"
+			mount -t overlay -o "lowerdir=$d,upperdir=$tmp/$n.up,workdir=$tmp/$n.work" moat-doc "$d"
+		done
+		install -m 0755 "$bin" /usr/local/bin/moat
+		if [[ -x $(dirname "$bin")/moat-dbus ]]; then install -m 0755 "$(dirname "$bin")/moat-dbus" /usr/local/bin/; fi
+		exec "$@"' doc-ns "$tmp" "$bin" "$@" || rc=$?
+	rmdir "$tmp"
+	[[ -z $made ]] || rmdir /etc/moat
+	return "$rc"
+}

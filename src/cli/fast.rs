@@ -265,4 +265,82 @@ mod tests {
             assert!(!same(line), "{line:?} should go to clap");
         }
     }
+
+    /// The flags the fast parser knows: `(subcommand, flag, takes a value)`, read from its
+    /// own match arms ("" for the global flags), so a flag added there is seen here.
+    fn fast_flags() -> Vec<(&'static str, &'static str, bool)> {
+        let src = include_str!("fast.rs");
+        let body = &src[..src.find("#[cfg(test)]").unwrap()];
+        let mut out = Vec::new();
+        let mut in_global = false;
+        for line in body.lines() {
+            if line.starts_with("fn global") {
+                in_global = true;
+            } else if line.starts_with('}') {
+                in_global = false;
+            }
+            let sub = match line.trim_start().strip_prefix("(\"") {
+                Some(rest) => &rest[..rest.find('"').unwrap()],
+                None if in_global => "",
+                None => continue,
+            };
+            let flag_only = line.contains("Some(true)");
+            // Each byte-string literal b"…", scanned left to right.
+            let mut rest = line;
+            while let Some(i) = rest.find("b\"") {
+                let lit = &rest[i + 2..];
+                let end = lit.find('"').unwrap();
+                if lit[..end].starts_with('-') {
+                    out.push((sub, &lit[..end], !flag_only));
+                }
+                rest = &lit[end + 1..];
+            }
+        }
+        out
+    }
+
+    /// Every flag the fast parser accepts is in clap's tree (the one the man page and the
+    /// completions are generated from, src/bin/moat-gen.rs), global or of the same
+    /// subcommand, with the same arity; and a call using it parses alike in both. So the
+    /// page is true of both parsers.
+    #[test]
+    fn every_fast_flag_is_in_the_clap_tree() {
+        let root = crate::cli::command();
+        let flags = fast_flags();
+        assert!(flags.len() >= 15, "{flags:?}");
+        for (sub, flag, takes_value) in flags {
+            let cmd = if sub.is_empty() {
+                &root
+            } else {
+                root.find_subcommand(sub)
+                    .unwrap_or_else(|| panic!("{sub}: not a clap subcommand"))
+            };
+            let arg = cmd
+                .get_arguments()
+                .find(|a| match flag.strip_prefix("--") {
+                    Some(long) => a.get_long() == Some(long),
+                    None => a.get_short() == flag.chars().nth(1),
+                })
+                .unwrap_or_else(|| {
+                    panic!("{sub} {flag}: the fast parser takes it, clap has no such flag")
+                });
+            assert_eq!(
+                arg.get_action().takes_values(),
+                takes_value,
+                "{sub} {flag}: arity differs"
+            );
+            let value = match (takes_value, flag) {
+                (false, _) => String::new(),
+                (true, "--preserve-fds") => " 2".into(),
+                (true, "--log-format") => " json".into(),
+                (true, "--rootless") => " true".into(),
+                (true, _) => " /x".into(),
+            };
+            let line = match sub {
+                "" => format!("{flag}{value} state c1"),
+                s => format!("{s} {flag}{value} c1"),
+            };
+            assert!(same(&line), "{line:?} should take the fast path");
+        }
+    }
 }

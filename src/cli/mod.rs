@@ -192,6 +192,13 @@ fn light_root() -> clap::Command {
     Global::augment_args(clap::Command::new("moat").disable_version_flag(true))
 }
 
+/// The whole clap tree, for the man page and completions (`src/bin/moat-gen.rs`): what
+/// clap parses, which the fast parser's tests keep a superset of what it parses.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command()
+}
+
 pub fn main() -> i32 {
     let cli = match parse() {
         Ok(c) => c,
@@ -207,10 +214,7 @@ pub fn main() -> i32 {
     };
     if cli.global.version {
         println!("moat version {VERSION}");
-        println!(
-            "commit: {}",
-            option_env!("MOAT_COMMIT").unwrap_or("unknown")
-        );
+        println!("commit: {}", env!("MOAT_COMMIT"));
         println!("spec: {}", crate::spec::OCI_VERSION);
         return 0;
     }

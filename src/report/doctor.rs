@@ -1,10 +1,9 @@
 //! `moat check` as a doctor: which engines on this host have moat registered and how (read
 //! from their own config files), and the host traps moat can see, each with what to do.
 //!
-//! The engine files are TOML (podman, containerd, CRI-O) and JSON (Docker). They are only
-//! reported on, never trusted, so a line scanner for the TOML ones is enough here: table
-//! headers and `key = value` lines, one-line values, comments dropped (multi-line arrays
-//! give their first string). It reads nothing moat acts on.
+//! The engine files are TOML (podman, containerd, CRI-O), read with the `toml` crate as the
+//! engines read them (a file that does not parse is said to be broken), and JSON (Docker).
+//! They are only reported on, never trusted: moat acts on nothing read here.
 
 use std::path::{Path, PathBuf};
 
@@ -20,69 +19,54 @@ fn read_under(root: &Path, path: &str) -> Option<(PathBuf, String)> {
     std::fs::read_to_string(&p).ok().map(|t| (p, t))
 }
 
-/// `(table, key, value)` of each `key = value` line; strings unquoted, arrays as their
-/// first string.
-fn toml_lines(text: &str) -> Vec<(String, String, String)> {
+/// `(table path, key, value)` of each value of a TOML file, read with the `toml` crate:
+/// strings as they are, arrays as their first string, other scalars as TOML writes them;
+/// or the one-line parse error with its line.
+fn toml_entries(text: &str) -> Result<Vec<(Vec<String>, String, String)>, String> {
+    fn walk(t: &toml::Table, path: &mut Vec<String>, out: &mut Vec<(Vec<String>, String, String)>) {
+        for (k, v) in t {
+            let leaf = match v {
+                toml::Value::Table(sub) => {
+                    path.push(k.clone());
+                    walk(sub, path, out);
+                    path.pop();
+                    continue;
+                }
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Array(a) => a
+                    .iter()
+                    .find_map(|x| x.as_str())
+                    .unwrap_or_default()
+                    .to_string(),
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                toml::Value::Datetime(d) => d.to_string(),
+            };
+            out.push((path.clone(), k.clone(), leaf));
+        }
+    }
+    let table: toml::Table = toml::from_str(text).map_err(|e| {
+        let line = e.span().map_or(0, |s| {
+            text.as_bytes()[..s.start.min(text.len())]
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count()
+                + 1
+        });
+        format!("line {line}: {}", e.message().trim().replace('\n', "; "))
+    })?;
     let mut out = Vec::new();
-    let mut table = String::new();
-    let mut pending: Option<(String, String)> = None;
-    for raw in text.lines() {
-        let line = strip_comment(raw).trim();
-        if let Some((t, k)) = pending.take() {
-            // Inside a multi-line array: its first string is the value.
-            match first_string(line) {
-                Some(v) => out.push((t, k, v)),
-                None if !line.contains(']') => pending = Some((t, k)),
-                None => {}
-            }
-            continue;
-        }
-        if line.starts_with('[') && !line.contains('=') {
-            table = line
-                .trim_matches(|c| c == '[' || c == ']')
-                .trim()
-                .to_string();
-            continue;
-        }
-        let Some((k, v)) = line.split_once('=') else {
-            continue;
-        };
-        let (k, v) = (k.trim().trim_matches('"').to_string(), v.trim());
-        if v.starts_with('[') {
-            match first_string(v) {
-                Some(s) => out.push((table.clone(), k, s)),
-                None if !v.contains(']') => pending = Some((table.clone(), k)),
-                None => out.push((table.clone(), k, String::new())),
-            }
-        } else {
-            out.push((
-                table.clone(),
-                k,
-                v.trim_matches(|c| c == '"' || c == '\'').to_string(),
-            ));
-        }
-    }
-    out
+    walk(&table, &mut Vec::new(), &mut out);
+    Ok(out)
 }
 
-fn strip_comment(line: &str) -> &str {
-    let mut quote = None;
-    for (i, c) in line.char_indices() {
-        match (c, quote) {
-            ('"' | '\'', None) => quote = Some(c),
-            (q, Some(open)) if q == open => quote = None,
-            ('#', None) => return &line[..i],
-            _ => {}
-        }
-    }
-    line
-}
-
-fn first_string(s: &str) -> Option<String> {
-    let start = s.find(['"', '\''])?;
-    let q = s[start..].chars().next()?;
-    let rest = &s[start + 1..];
-    rest.find(q).map(|end| rest[..end].to_string())
+/// A file the engine reads that is not TOML: said once, as a finding.
+fn not_toml(p: &Path, e: &str, engine: &str) -> String {
+    format!(
+        "{}: not TOML ({e}): {engine} cannot read it either",
+        p.display()
+    )
 }
 
 /// A runtime entry that runs moat: its name or its binary says so.
@@ -143,14 +127,18 @@ pub fn engines() -> Vec<String> {
             continue;
         };
         files.push(p.display().to_string());
-        for (t, k, v) in toml_lines(&text) {
-            if t == "engine.runtimes" && is_moat(&k, &v) {
+        let entries = toml_entries(&text).unwrap_or_else(|e| {
+            found.push(not_toml(&p, &e, "podman"));
+            Vec::new()
+        });
+        for (t, k, v) in entries {
+            if t == ["engine", "runtimes"] && is_moat(&k, &v) {
                 found.push(format!(
                     "{}: [engine.runtimes] {k} = {v:?}: podman --runtime {k}",
                     p.display()
                 ));
             }
-            if t == "engine" && k == "runtime" && v.contains("moat") {
+            if t == ["engine"] && k == "runtime" && v.contains("moat") {
                 found.push(format!(
                     "{}: [engine] runtime = {v:?}: every podman container runs moat",
                     p.display()
@@ -214,16 +202,23 @@ pub fn engines() -> Vec<String> {
     let mut found = Vec::new();
     if let Some((p, text)) = read_under(&root, "/etc/containerd/config.toml") {
         files.push(p.display().to_string());
-        for (t, k, v) in toml_lines(&text) {
-            let runtime = t.split(".runtimes.").nth(1).map(|r| {
-                r.split('.')
-                    .next()
-                    .unwrap_or(r)
-                    .trim_matches('"')
-                    .to_string()
-            });
+        let entries = toml_entries(&text).unwrap_or_else(|e| {
+            found.push(not_toml(&p, &e, "containerd"));
+            Vec::new()
+        });
+        let mut cri = false;
+        for (t, k, v) in &entries {
+            // plugins.<cri plugin>.….runtimes.<NAME>[.options]
+            cri |= t.len() >= 2
+                && t[0] == "plugins"
+                && (t[1] == "io.containerd.grpc.v1.cri"
+                    || t[1].starts_with("io.containerd.cri.v1"));
+            let runtime = t
+                .iter()
+                .position(|c| c == "runtimes")
+                .and_then(|i| t.get(i + 1));
             match (runtime, k.as_str()) {
-                (Some(r), "BinaryName") if is_moat(&r, &v) => found.push(format!(
+                (Some(r), "BinaryName") if is_moat(r, v) => found.push(format!(
                     "{}: runtime {r}, BinaryName = {v:?}: a RuntimeClass with handler: {r}",
                     p.display()
                 )),
@@ -236,7 +231,7 @@ pub fn engines() -> Vec<String> {
                 _ => {}
             }
         }
-        if !text.contains("io.containerd.grpc.v1.cri") && !text.contains("io.containerd.cri.v1") {
+        if !cri && !entries.is_empty() {
             found.push(format!(
                 "{}: no CRI plugin table: a kubelet cannot use this containerd (ctr --runc-binary still works)",
                 p.display()
@@ -269,9 +264,16 @@ pub fn engines() -> Vec<String> {
             continue;
         };
         files.push(p.display().to_string());
-        for (t, k, v) in toml_lines(&text) {
-            if let Some(r) = t.strip_prefix("crio.runtime.runtimes.") {
-                if k == "runtime_path" && is_moat(r, &v) {
+        let entries = toml_entries(&text).unwrap_or_else(|e| {
+            found.push(not_toml(&p, &e, "CRI-O"));
+            Vec::new()
+        });
+        for (t, k, v) in entries {
+            if let [a, b, c, r] = t.as_slice() {
+                if [a, b, c] == ["crio", "runtime", "runtimes"]
+                    && k == "runtime_path"
+                    && is_moat(r, &v)
+                {
                     found.push(format!(
                         "{}: runtime {r}, runtime_path = {v:?}",
                         p.display()
@@ -387,37 +389,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scans_engine_tables() {
+    fn reads_engine_tables_as_toml() {
         let text = "version = 2 # comment\n\
             [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.moat.options]\n\
             BinaryName = \"/usr/local/bin/moat\"\n\
             [engine.runtimes]\n\
             moat = [\n  \"/usr/local/bin/moat\",\n]\n\
-            runc = [\"/usr/bin/runc\"] # '#'\n";
-        let l = toml_lines(text);
-        assert_eq!(
-            l[1],
-            (
-                "plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.moat.options".into(),
-                "BinaryName".into(),
-                "/usr/local/bin/moat".into()
-            )
-        );
-        assert_eq!(
-            l[2],
-            (
-                "engine.runtimes".into(),
-                "moat".into(),
-                "/usr/local/bin/moat".into()
-            )
-        );
-        assert_eq!(
-            l[3],
-            (
-                "engine.runtimes".into(),
-                "runc".into(),
-                "/usr/bin/runc".into()
-            )
-        );
+            runc = ['/usr/bin/runc'] # '#'\n";
+        let l = toml_entries(text).unwrap();
+        let path = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(l.contains(&(
+            path(&[
+                "plugins",
+                "io.containerd.grpc.v1.cri",
+                "containerd",
+                "runtimes",
+                "moat",
+                "options"
+            ]),
+            "BinaryName".into(),
+            "/usr/local/bin/moat".into()
+        )));
+        assert!(l.contains(&(
+            path(&["engine", "runtimes"]),
+            "moat".into(),
+            "/usr/local/bin/moat".into()
+        )));
+        assert!(l.contains(&(
+            path(&["engine", "runtimes"]),
+            "runc".into(),
+            "/usr/bin/runc".into()
+        )));
+        let e = toml_entries("[engine]\nruntime = moat\n").unwrap_err();
+        assert!(e.starts_with("line 2: "), "{e}");
     }
 }
