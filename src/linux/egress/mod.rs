@@ -11,6 +11,7 @@
 //! (the kernel drops them with it); moat finds them again by name through the cgroup
 //! ([`Installed::find`]).
 
+pub mod forwarder;
 pub mod prog;
 
 use std::fs::File;
