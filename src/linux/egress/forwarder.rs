@@ -50,6 +50,8 @@ pub const BINARY: &str = "moat-dns";
 pub const RESOLV_FILE: &str = "resolv.conf";
 /// The running forwarder: [`Recorded`].
 pub const RECORD_FILE: &str = "dns.json";
+/// The forwarder's control socket (root only, 0600): [`reconfigure`].
+pub const CONTROL_FILE: &str = "dns.sock";
 /// An answer's address stays admitted at least this long (a TTL of 0 would let the
 /// entry go before the client connects) …
 pub const TTL_FLOOR: u32 = 5;
@@ -225,6 +227,39 @@ pub fn stop(dir: &Path) {
     }
 }
 
+/// `moat update --egress`: hands the running forwarder of the container whose state
+/// directory is `dir` its new policy and the new trie, before that trie is swapped in:
+/// the forwarder re-admits its live answers that the new policy still allows into it (and
+/// its own address), and from then on admits there. Nothing to do without a forwarder.
+pub fn reconfigure(
+    dir: &Path,
+    egress: &Egress,
+    trie: std::os::fd::BorrowedFd<'_>,
+) -> Result<(), ForwarderError> {
+    let Some(r) = Recorded::load(dir).filter(Recorded::alive) else {
+        return Ok(());
+    };
+    let path = dir.join(CONTROL_FILE);
+    let s = std::os::unix::net::UnixStream::connect(&path)
+        .map_err(io_err(format!("connect to {}", path.display())))?;
+    let msg = serde_json::to_vec(egress).expect("serialises");
+    sys::send_with_fd(s.as_fd(), &msg, trie).map_err(io_err("send the new policy"))?;
+    if !sys::poll_readable_within(s.as_fd(), START_TIMEOUT).map_err(io_err("wait for it"))? {
+        return Err(ForwarderError::Failed(format!(
+            "pid {}: no answer to the new policy within {}s",
+            r.pid,
+            START_TIMEOUT.as_secs()
+        )));
+    }
+    let mut buf = [0u8; 1024];
+    let (n, _) = sys::recv_with_fd(s.as_fd(), &mut buf).map_err(io_err("read its answer"))?;
+    match std::str::from_utf8(&buf[..n]) {
+        Ok("ok") => Ok(()),
+        Ok(other) => Err(ForwarderError::Failed(other.to_string())),
+        Err(_) => Err(ForwarderError::Failed("a garbled answer".into())),
+    }
+}
+
 /// The forwarder create started, killed when dropped unless [`Running::keep`] was called.
 pub struct Running {
     pidfd: Option<OwnedFd>,
@@ -252,6 +287,8 @@ impl Drop for Running {
 struct Config {
     id: String,
     egress: serde_json::Value,
+    /// The state directory, where the control socket goes.
+    state: PathBuf,
 }
 
 /// Starts the forwarder for the container whose init is `init_pid` (ready, so its network
@@ -322,6 +359,7 @@ pub fn start(
     let cfg = serde_json::to_vec(&Config {
         id: id.to_string(),
         egress: serde_json::to_value(egress).expect("serialises"),
+        state: dir.to_path_buf(),
     })
     .expect("serialises");
     let send = |data: &[u8], fd: std::os::fd::BorrowedFd<'_>| {
@@ -395,6 +433,8 @@ struct Forwarder {
     addr: Ipv4Addr,
     udp: UdpSocket,
     tcp: TcpListener,
+    /// `moat update --egress` ([`reconfigure`]).
+    control: std::os::unix::net::UnixListener,
     trie: OwnedFd,
     stats: OwnedFd,
     init: OwnedFd,
@@ -426,6 +466,18 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
         .map_err(|e| format!("join the container's network namespace: {e}"))?;
     drop(netns);
     let (addr, udp, tcp) = bind(&cfg.id)?;
+    let control = {
+        use std::os::unix::fs::PermissionsExt;
+        let path = cfg.state.join(CONTROL_FILE);
+        let _ = std::fs::remove_file(&path);
+        let l = std::os::unix::net::UnixListener::bind(&path)
+            .map_err(|e| format!("bind {}: {e}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("chmod {}: {e}", path.display()))?;
+        l.set_nonblocking(true)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        l
+    };
     let statics = egress.entries(Some(IpAddr::V4(addr)))?;
     let dns = [Range {
         lo: 53,
@@ -441,6 +493,7 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
         addr,
         udp,
         tcp,
+        control,
         trie,
         stats,
         init,
@@ -549,11 +602,12 @@ impl Forwarder {
             let ms = wait.map_or(-1, |d| {
                 i32::try_from(d.as_millis().saturating_add(1)).unwrap_or(i32::MAX)
             });
-            let (udp, tcp, init) = {
+            let (udp, tcp, init, control) = {
                 let mut fds = [
                     PollFd::new(self.udp.as_fd(), PollFlags::POLLIN),
                     PollFd::new(self.tcp.as_fd(), PollFlags::POLLIN),
                     PollFd::new(self.init.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(self.control.as_fd(), PollFlags::POLLIN),
                 ];
                 match poll(
                     &mut fds,
@@ -564,7 +618,7 @@ impl Forwarder {
                     Err(_) => return,
                 }
                 let r = |f: &PollFd<'_>| f.revents().is_some_and(|e| !e.is_empty());
-                (r(&fds[0]), r(&fds[1]), r(&fds[2]))
+                (r(&fds[0]), r(&fds[1]), r(&fds[2]), r(&fds[3]))
             };
             if init {
                 // The container's init exited: so does its forwarder.
@@ -576,7 +630,58 @@ impl Forwarder {
             if tcp {
                 self.one_tcp();
             }
+            if control {
+                self.one_control();
+            }
         }
+    }
+
+    /// A new policy and trie from `moat update --egress` ([`reconfigure`]).
+    fn one_control(&mut self) {
+        let Ok((s, _)) = self.control.accept() else {
+            return;
+        };
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
+        let reply = match self.reconfigured(s.as_fd()) {
+            Ok(()) => "ok".to_string(),
+            Err(e) => e,
+        };
+        let _ = sys::send_msg(s.as_fd(), reply.as_bytes(), None);
+    }
+
+    fn reconfigured(&mut self, s: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
+        let (msg, trie) = recv_fd(s, "the new policy")?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&msg).map_err(|e| format!("the new policy: {e}"))?;
+        let egress = Egress::from_json(&v).ok_or("the new policy does not parse")?;
+        let statics = egress.entries(Some(IpAddr::V4(self.addr)))?;
+        let dns = [Range {
+            lo: 53,
+            hi: 53,
+            protos: TCP | UDP,
+        }];
+        admit(trie.as_fd(), IpAddr::V4(self.addr), &dns)
+            .map_err(|e| format!("admit {} into the new trie: {e}", self.addr))?;
+        for (ip, holds) in self.held.iter_mut() {
+            holds.retain(
+                |name, (_, ranges)| match egress.admitted(name, *ip, &statics) {
+                    Some(r) => {
+                        *ranges = r;
+                        true
+                    }
+                    None => false,
+                },
+            );
+            if !holds.is_empty() {
+                let _ = admit(trie.as_fd(), *ip, &union(holds));
+            }
+        }
+        self.held.retain(|_, h| !h.is_empty());
+        self.egress = egress;
+        self.statics = statics;
+        self.trie = trie;
+        Ok(())
     }
 
     /// Revokes what expired; returns how long until the next expiry.
