@@ -416,3 +416,38 @@ fn a_killed_create_or_a_delete_leaves_no_forwarder() {
     }
     ctx.assert_no_trace(&c.id);
 }
+
+#[test]
+#[ignore = "needs root: real containers, a network namespace, dnsmasq"]
+fn update_egress_hands_the_forwarder_the_new_list_and_trie() {
+    if !require_root() {
+        return;
+    }
+    let Some(world) = World::new("upd") else {
+        return;
+    };
+    let ctx = ctx_in(&world, "dns-upd", "allowed.test:80,rot.test:80");
+    let c = ctx.create_ok("u");
+    ctx.moat(&["start", &c.id]).ok();
+    let a = lookup(&ctx, &c.id, "allowed.test");
+    assert!(a.contains(&format!("Address: {ALLOWED}")), "{a}");
+    let r = lookup(&ctx, &c.id, "rot.test");
+    assert!(r.contains(&format!("Address: {ROT_OLD}")), "{r}");
+    ctx.moat(&["update", "--egress", "allowed.test:80", &c.id])
+        .ok();
+    // The live answer of a name the new list keeps is in the new trie, without a lookup;
+    // the dropped name's address is gone with the old trie, and its lookups are refused.
+    assert_eq!(connect(&ctx, &c.id, ALLOWED), "reached");
+    assert_eq!(connect(&ctx, &c.id, ROT_OLD), "refused");
+    let r = lookup(&ctx, &c.id, "rot.test");
+    assert!(r.contains("REFUSED"), "after update: {r}");
+    // And it admits into the new trie from then on.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(connect(&ctx, &c.id, ALLOWED), "refused", "expired");
+    let a = lookup(&ctx, &c.id, "allowed.test");
+    assert!(a.contains(&format!("Address: {ALLOWED}")), "{a}");
+    assert_eq!(connect(&ctx, &c.id, ALLOWED), "reached");
+    ctx.moat(&["delete", "--force", &c.id]).ok();
+    assert!(forwarders_in(world.inode()).is_empty());
+    ctx.assert_no_trace(&c.id);
+}

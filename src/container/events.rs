@@ -159,6 +159,7 @@ fn emit_stats(
             s.moat.filesystems.insert(dest.clone(), u);
         }
     }
+    s.moat.egress = egress_counters(cg);
     emit(out, "stats", &rec.id, Some(&s))
 }
 
@@ -166,7 +167,7 @@ fn emit_stats(
 fn forwarder_gone(d: &crate::linux::egress::forwarder::Recorded) -> String {
     format!(
         "moat: the DNS forwarder of the egress names (pid {}, {}) exited: the container's \
-         name lookups fail until it is recreated",
+         name lookups now fail (closed: nothing else answers them)",
         d.pid, d.addr
     )
 }
@@ -177,6 +178,20 @@ fn emit_error(out: &mut impl Write, id: &str, message: &str) -> Result<()> {
     writeln!(out, "{ev}").context("write to standard output")?;
     out.flush().context("write to standard output")?;
     Ok(())
+}
+
+/// The egress programs' counters on the container's cgroup, if it has them.
+fn egress_counters(cg: &Cgroup) -> Option<stats::EgressCounters> {
+    use crate::linux::egress::{Installed, STATS_REFUSED_NAMES};
+    let inst = Installed::find(&cg.v2_dir()?).ok()??;
+    let n = inst.counters().ok()?;
+    Some(stats::EgressCounters {
+        connect4_refused: n[0],
+        connect6_refused: n[1],
+        sendmsg4_refused: n[2],
+        sendmsg6_refused: n[3],
+        names_refused: n[STATS_REFUSED_NAMES as usize],
+    })
 }
 
 fn emit(out: &mut impl Write, typ: &'static str, id: &str, data: Option<&Stats>) -> Result<()> {

@@ -295,7 +295,7 @@ pub fn floor_facts(spec: &Spec) -> crate::policy::FloorFacts {
 /// Whether this caller can attach cgroup BPF programs to a container's cgroup v2: root of
 /// the host's user namespace (not rootless, not uid 0 of podman's user namespace), and a
 /// cgroup2 mount at `/sys/fs/cgroup` or, on a hybrid host, `/sys/fs/cgroup/unified`.
-fn bpf_cgroup() -> bool {
+pub fn bpf_cgroup() -> bool {
     // f_type is i64 under glibc, unsigned under musl.
     #[allow(clippy::unnecessary_cast)]
     let v2 = |p: &std::ffi::CStr| {

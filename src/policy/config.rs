@@ -795,6 +795,51 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_documented_config_parses_and_means_what_it_says() {
+        let doc = include_str!("../../docs/configuration.md");
+        let block = doc
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|b| b.split("```").next())
+            .expect("docs/configuration.md holds a toml block");
+        let c = super::Config::from_str(block, std::path::Path::new("docs/configuration.md"))
+            .expect("the documented config parses");
+        assert_eq!(c.egress_allow, None);
+        assert!(c.egress_deny_metadata);
+        assert_eq!(c.egress_metadata.len(), 4);
+        assert_eq!(c.egress_resolvers, None);
+    }
+
+    #[test]
+    fn egress_keys_parse_and_refuse_mistakes() {
+        let p = std::path::Path::new("t.toml");
+        let c = super::Config::from_str(
+            "[egress]\nallow = [\"10.0.0.0/8:443\", \"*.example.com\"]\nresolvers = [\"10.0.0.2\", \"[fd00::1]:5353\"]\ndeny_metadata = false\n",
+            p,
+        )
+        .unwrap();
+        assert_eq!(
+            c.egress_allow.unwrap().to_string(),
+            "10.0.0.0/8:443,*.example.com"
+        );
+        assert!(!c.egress_deny_metadata);
+        assert_eq!(c.egress_resolvers.unwrap().len(), 2);
+        let none = super::Config::from_str("[egress]\nallow = [\"none\"]\n", p).unwrap();
+        assert_eq!(none.egress_allow.unwrap().0.len(), 0);
+        for (bad, word) in [
+            ("[egress]\nallow = [\"10.0.0.1/8\"]\n", "host bits"),
+            ("[egress]\nallow = \"10.0.0.0/8\"\n", "array of rules"),
+            ("[egress]\nmetadata = [\"x\"]\n", "not an IP address"),
+            ("[egress]\nresolvers = [\"1.2.3.4:0\"]\n", "IP[:port]"),
+            ("[egress]\nbogus = true\n", "egress.bogus"),
+        ] {
+            let e = super::Config::from_str(bad, p).unwrap_err().to_string();
+            assert!(e.contains(word), "{bad}: {e}");
+            assert!(e.contains("t.toml:"), "{bad}: {e}");
+        }
+    }
+
     use super::*;
 
     fn cfg(text: &str) -> Result<Config, ConfigError> {

@@ -925,13 +925,13 @@ mod tests {
     #[test]
     fn deny_beats_a_wider_allow_and_the_forwarder_gets_dns() {
         let e = egress(
-            Some("0.0.0.0/0,*.example.com:443"),
+            Some("10.0.0.0/8,*.example.com:443"),
             &METADATA,
             &["10.0.0.2"],
         );
         let t = e.entries(Some(ip("127.77.0.1"))).unwrap();
         assert!(!allows(&t, ip("169.254.169.254"), TCP, 80));
-        assert!(allows(&t, ip("169.254.169.253"), TCP, 80));
+        assert!(allows(&t, ip("10.0.0.2"), UDP, 53));
         assert!(allows(&t, ip("127.77.0.1"), UDP, 53));
         assert!(!allows(&t, ip("127.0.0.11"), UDP, 53));
         // The forwarder admits resolved addresses of allowed names only.
@@ -948,9 +948,15 @@ mod tests {
         );
         assert_eq!(e.admitted("a.example.com", ip("169.254.169.254"), &t), None);
         assert_eq!(e.admitted("b.other.org", ip("192.0.2.1"), &t), None);
-        // An IPv4 answer inside 0.0.0.0/0 keeps what the block gives.
-        let r = e.admitted("a.example.com", ip("192.0.2.1"), &t).unwrap();
-        assert!(r.contains(&EVERYTHING) || r.iter().any(|x| x.protos & ICMP != 0));
+        // An answer inside an address rule keeps what the block gives too.
+        let r = e.admitted("a.example.com", ip("10.1.1.1"), &t).unwrap();
+        assert!(r.iter().any(|x| x.protos & ICMP != 0), "{r:?}");
+        assert!(r.iter().any(|x| x.lo == 1 && x.hi == 65535), "{r:?}");
+        // Deny beats an allow that covers it.
+        let wide = egress(Some("0.0.0.0/0"), &METADATA, &[]);
+        let t = wide.entries(None).unwrap();
+        assert!(!allows(&t, ip("169.254.169.254"), TCP, 80));
+        assert!(allows(&t, ip("169.254.169.253"), TCP, 80));
     }
 
     #[test]

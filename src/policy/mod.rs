@@ -1693,7 +1693,113 @@ mod tests {
             ],
             cgroup_v2: false,
             systemd_cgroup: false,
+            bpf_cgroup: true,
+            resolvers: vec!["10.88.0.1:53".parse().unwrap()],
         }
+    }
+
+    #[test]
+    fn egress_metadata_is_refused_by_default_and_a_list_only_narrows() {
+        let cfg = Config::default();
+        let mut s = podman_like();
+        let d = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+        let e = d.egress.expect("RESTRICTED refuses the metadata endpoints");
+        assert_eq!(e.allow, None);
+        assert!(e.deny.contains(&"::ffff:169.254.169.254".parse().unwrap()));
+        assert_eq!(e.resolvers, vec!["10.88.0.1:53".parse().unwrap()]);
+        // No cut in the summary for the block alone.
+        assert!(!d.changes.iter().any(|c| c.field == "egress"));
+        // OPEN: nothing, unless the annotation asks.
+        let open = Config {
+            default_policy: Mode::Open,
+            ..Config::default()
+        };
+        let mut s = podman_like();
+        let d = apply(&mut s, &open, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert!(d.egress.is_none());
+        let mut s = podman_like();
+        s.annotations.insert("moat.egress".into(), "none".into());
+        let d = apply(&mut s, &open, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert_eq!(d.egress.unwrap().allow.unwrap().0.len(), 0);
+        // Under a configured list, an annotation narrows or is refused, naming the rule.
+        let listed = Config {
+            egress_allow: Some(egress::parse_list("10.0.0.0/8,*.corp.example:443").unwrap()),
+            ..Config::default()
+        };
+        let mut s = podman_like();
+        let d = apply(&mut s, &listed, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert!(d
+            .changes
+            .iter()
+            .any(|c| c.field == "egress" && c.action == "set"));
+        let mut s = podman_like();
+        s.annotations.insert(
+            "moat.egress".into(),
+            "tcp/10.1.0.0/16:22,git.corp.example:443".into(),
+        );
+        let d = apply(&mut s, &listed, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert_eq!(
+            d.egress.unwrap().allow.unwrap().to_string(),
+            "tcp/10.1.0.0/16:22,git.corp.example:443"
+        );
+        for widening in ["11.0.0.1", "git.corp.example", "0.0.0.0/0:443"] {
+            let mut s = podman_like();
+            s.annotations
+                .insert("moat.egress".into(), format!("10.1.1.1,{widening}"));
+            let e = apply(&mut s, &listed, "c1", &HostFacts::default(), &facts())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("outside what"), "{e}");
+            assert!(
+                e.contains(&egress::parse_rule(widening).unwrap().to_string()),
+                "{e}"
+            );
+        }
+        let mut s = podman_like();
+        s.annotations
+            .insert("moat.egress".into(), "10.0.0.1/8".into());
+        let e = apply(&mut s, &listed, "c1", &HostFacts::default(), &facts()).unwrap_err();
+        assert!(e.to_string().contains("host bits"), "{e}");
+        // moat.network=none: no network, nothing to police.
+        let mut s = podman_like();
+        s.annotations.insert("moat.network".into(), "none".into());
+        let d = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert!(d.egress.is_none());
+    }
+
+    #[test]
+    fn egress_without_cgroup_bpf_refuses_a_list_and_records_the_block_absent() {
+        let no_bpf = FloorFacts {
+            bpf_cgroup: false,
+            ..facts()
+        };
+        let mut s = podman_like();
+        let d = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &no_bpf,
+        )
+        .unwrap();
+        assert!(d.egress.is_none());
+        assert!(d
+            .changes
+            .iter()
+            .any(|c| c.field == "egress" && c.action == "absent"));
+        let mut s = podman_like();
+        s.annotations
+            .insert("moat.egress".into(), "10.0.0.1".into());
+        let e = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &no_bpf,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("cannot attach cgroup BPF"), "{e}");
     }
 
     fn restricted_caps(s: &Spec) -> Vec<String> {

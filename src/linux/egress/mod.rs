@@ -301,7 +301,19 @@ impl Installed {
     /// Replaces the rules: a new trie with `entries` swapped into the outer slot in one
     /// write.
     pub fn replace(&self, entries: &[Entry]) -> io::Result<()> {
+        self.replace_prepared(entries, |_| Ok(()))
+    }
+
+    /// [`Installed::replace`], with `prepare` run on the new trie before it is swapped in
+    /// (the DNS forwarder fills it with its live answers: `forwarder::reconfigure`); its
+    /// failure leaves the rules in force as they were.
+    pub fn replace_prepared(
+        &self,
+        entries: &[Entry],
+        prepare: impl FnOnce(BorrowedFd<'_>) -> io::Result<()>,
+    ) -> io::Result<()> {
         let t = filled_trie(entries)?;
+        prepare(t.as_fd())?;
         bpf::map_update(self.outer.as_fd(), &0u32.to_ne_bytes(), &fd_word(t.as_fd()))
     }
 
@@ -337,12 +349,16 @@ fn maps_of(ids: &[u32]) -> Option<(OwnedFd, OwnedFd)> {
 
 /// Admits `addr` (a /128 entry) with `ranges` into the trie in force: the forwarder, for
 /// an allowed name's answer.
+// The DNS forwarder's (it admits the answers of allowed names).
+#[allow(dead_code)]
 pub fn admit(trie: BorrowedFd<'_>, addr: IpAddr, ranges: &[Range]) -> io::Result<()> {
     let key = key_bytes(crate::policy::egress::key_addr(addr), 128);
     bpf::map_update(trie, &key, &value_bytes(ranges))
 }
 
 /// Removes `addr`'s /128 entry, or puts back `statics`' own entry for it.
+// The DNS forwarder's (it admits the answers of allowed names).
+#[allow(dead_code)]
 pub fn revoke(trie: BorrowedFd<'_>, addr: IpAddr, statics: &[Entry]) -> io::Result<()> {
     let k = crate::policy::egress::key_addr(addr);
     match statics.iter().find(|e| e.addr == k && e.len == 128) {
@@ -352,6 +368,8 @@ pub fn revoke(trie: BorrowedFd<'_>, addr: IpAddr, statics: &[Entry]) -> io::Resu
 }
 
 /// Bumps a stats slot from user space (the forwarder is its slot's only writer).
+// The DNS forwarder's (it admits the answers of allowed names).
+#[allow(dead_code)]
 pub fn count(stats: BorrowedFd<'_>, slot: u32) -> io::Result<()> {
     let k = slot.to_ne_bytes();
     let mut v = [0u8; 8];
