@@ -800,7 +800,8 @@ impl Forwarder {
         let mut h = self.random.build_hasher();
         h.write_u64(self.seq);
         let v = h.finish();
-        [v as u8, (v >> 8) as u8]
+        let b = v.to_le_bytes();
+        [b[0], b[1]]
     }
 
     /// The first upstream's answer to `query`, over UDP or TCP as the client asked.

@@ -300,13 +300,9 @@ impl Installed {
 
     /// Replaces the rules: a new trie with `entries` swapped into the outer slot in one
     /// write.
-    pub fn replace(&self, entries: &[Entry]) -> io::Result<()> {
-        self.replace_prepared(entries, |_| Ok(()))
-    }
-
-    /// [`Installed::replace`], with `prepare` run on the new trie before it is swapped in
-    /// (the DNS forwarder fills it with its live answers: `forwarder::reconfigure`); its
-    /// failure leaves the rules in force as they were.
+    /// `prepare` runs on the new trie before it is swapped in (the DNS forwarder fills it
+    /// with its live answers: `forwarder::reconfigure`); its failure leaves the rules in
+    /// force as they were.
     pub fn replace_prepared(
         &self,
         entries: &[Entry],
