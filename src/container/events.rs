@@ -184,7 +184,7 @@ fn emit_error(out: &mut impl Write, id: &str, message: &str) -> Result<()> {
 fn egress_counters(cg: &Cgroup) -> Option<stats::EgressCounters> {
     use crate::linux::egress::{Installed, STATS_REFUSED_NAMES};
     let inst = Installed::find(&cg.v2_dir()?).ok()??;
-    let n = inst.counters().ok()?;
+    let n = inst.counters().ok()??;
     Some(stats::EgressCounters {
         connect4_refused: n[0],
         connect6_refused: n[1],

@@ -319,7 +319,12 @@ pub fn start(
         .ok_or_else(|| {
             ForwarderError::Failed(format!("no egress programs on {}", cgroup_v2.display()))
         })?;
-    let trie = installed.trie().map_err(io_err("open the trie in force"))?;
+    let maps = installed.list.as_ref().ok_or_else(|| {
+        ForwarderError::Failed(format!(
+            "no list maps on {} (the fixed form has no trie)",
+            cgroup_v2.display()
+        ))
+    })?;
     let init = sys::pidfd_open(init_pid)
         .map_err(io_err(format!("pidfd_open of the init (pid {init_pid})")))?;
     let (ours, theirs) = sys::socketpair_seqpacket().map_err(io_err("socketpair"))?;
@@ -366,8 +371,10 @@ pub fn start(
         sys::send_with_fd(ours.as_fd(), data, fd).map_err(io_err("send its configuration"))
     };
     send(&cfg, netns.as_fd())?;
-    send(b"trie", trie.as_fd())?;
-    send(b"stats", installed.stats.as_fd())?;
+    send(b"selector", maps.selector.as_fd())?;
+    send(b"trie0", maps.tries[0].as_fd())?;
+    send(b"trie1", maps.tries[1].as_fd())?;
+    send(b"stats", maps.stats.as_fd())?;
     send(b"init", init.as_fd())?;
     if !sys::poll_readable_within(ours.as_fd(), START_TIMEOUT).map_err(io_err("wait for it"))? {
         return Err(ForwarderError::Failed(format!(
@@ -435,7 +442,10 @@ struct Forwarder {
     tcp: TcpListener,
     /// `moat update --egress` ([`reconfigure`]).
     control: std::os::unix::net::UnixListener,
-    trie: OwnedFd,
+    /// The list form's two tries and the selector saying which is in force (`update`
+    /// flips it): admissions go to the selected one.
+    selector: OwnedFd,
+    tries: [OwnedFd; 2],
     stats: OwnedFd,
     init: OwnedFd,
     /// Per admitted address, the answers holding it: name → (until, ranges).
@@ -457,7 +467,9 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
     let (cfg, netns) = recv_fd(ctl, "the configuration")?;
     let cfg: Config = serde_json::from_slice(&cfg).map_err(|e| format!("configuration: {e}"))?;
     let egress = Egress::from_json(&cfg.egress).ok_or("configuration: no egress policy")?;
-    let (_, trie) = recv_fd(ctl, "the trie")?;
+    let (_, selector) = recv_fd(ctl, "the selector")?;
+    let (_, trie0) = recv_fd(ctl, "the first trie")?;
+    let (_, trie1) = recv_fd(ctl, "the second trie")?;
     let (_, stats) = recv_fd(ctl, "the stats map")?;
     let (_, init) = recv_fd(ctl, "the init's pidfd")?;
     // Not dumpable: no process of the same uid may ptrace it or open its fds.
@@ -484,8 +496,11 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
         hi: 53,
         protos: TCP | UDP,
     }];
-    admit(trie.as_fd(), IpAddr::V4(addr), &dns)
-        .map_err(|e| format!("admit {addr} into the trie: {e}"))?;
+    // Into both: the entry is static, whichever trie is in force.
+    for t in [&trie0, &trie1] {
+        admit(t.as_fd(), IpAddr::V4(addr), &dns)
+            .map_err(|e| format!("admit {addr} into the trie: {e}"))?;
+    }
     drop_privileges()?;
     Ok(Forwarder {
         egress,
@@ -494,7 +509,8 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
         udp,
         tcp,
         control,
-        trie,
+        selector,
+        tries: [trie0, trie1],
         stats,
         init,
         held: HashMap::new(),
@@ -680,7 +696,8 @@ impl Forwarder {
         self.held.retain(|_, h| !h.is_empty());
         self.egress = egress;
         self.statics = statics;
-        self.trie = trie;
+        // `trie` is one of the two it holds: the selector says when it is in force.
+        drop(trie);
         Ok(())
     }
 
@@ -695,11 +712,11 @@ impl Forwarder {
             holds.retain(|_, (until, _)| *until > now);
             if holds.is_empty() {
                 self.held.remove(&a);
-                let _ = revoke(self.trie.as_fd(), a, &self.statics);
+                let _ = revoke(current(&self.selector, &self.tries), a, &self.statics);
                 continue;
             }
             if holds.len() != before {
-                let _ = admit(self.trie.as_fd(), a, &union(holds));
+                let _ = admit(current(&self.selector, &self.tries), a, &union(holds));
             }
             for (until, _) in holds.values() {
                 next = Some(next.map_or(*until, |n| n.min(*until)));
@@ -789,7 +806,7 @@ impl Forwarder {
             let e = holds.entry(name.to_string()).or_insert((until, Vec::new()));
             e.0 = e.0.max(until);
             e.1 = ranges;
-            let _ = admit(self.trie.as_fd(), ip, &union(holds));
+            let _ = admit(current(&self.selector, &self.tries), ip, &union(holds));
         }
     }
 
@@ -822,6 +839,15 @@ impl Forwarder {
         }
         None
     }
+}
+
+/// The trie in force: the one the selector's slot 0 names (0 or 1).
+fn current<'a>(selector: &OwnedFd, tries: &'a [OwnedFd; 2]) -> std::os::fd::BorrowedFd<'a> {
+    let mut v = [0u8; 4];
+    let one = crate::linux::sys::bpf::map_lookup(selector.as_fd(), &0u32.to_ne_bytes(), &mut v)
+        .unwrap_or(false)
+        && u32::from_ne_bytes(v) == 1;
+    tries[usize::from(one)].as_fd()
 }
 
 fn forward_udp(up: SocketAddr, msg: &[u8]) -> Option<Vec<u8>> {
