@@ -292,11 +292,7 @@ pub fn install(dir: &Path, egress: &Egress, forwarder: Option<IpAddr>) -> Result
 /// Replaces the rules on a running container's cgroup: a flip of the selector when both
 /// the old and the new policy are lists, else the new programs attached before the old
 /// ones are detached (in between both must allow: never more than either allows).
-pub fn replace(dir: &Path, egress: &Egress, forwarder: Option<IpAddr>) -> Result<(), EgressError> {
-    replace_with(dir, egress, forwarder, |_| Ok(()))
-}
-
-/// [`replace`], with `prepare` run on the trie about to be selected, once it holds the new
+/// `prepare` runs on the trie about to be selected, once it holds the new
 /// static entries and before the flip (the DNS forwarder re-admits its live answers there:
 /// `forwarder::reconfigure`); its failure leaves the old rules in force.
 pub fn replace_with(
