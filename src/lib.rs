@@ -42,4 +42,9 @@ pub mod entry {
     pub use crate::cli::{command, main};
     pub use crate::container::startup::capture;
     pub use crate::linux::sys::process_init;
+
+    /// `moat-dns` (src/bin/moat-dns.rs): the per-container DNS forwarder of egress names.
+    pub fn dns_forwarder() -> i32 {
+        crate::linux::egress::forwarder::main()
+    }
 }

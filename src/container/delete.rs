@@ -134,6 +134,8 @@ pub fn destroy(dir: ContainerDir, rec: &Record) -> Result<()> {
             }
         }
     }
+    // The DNS forwarder exits with the init; a delete does not wait for that.
+    crate::linux::egress::forwarder::stop(&dir.file(""));
     crate::linux::killpoint::at("delete", "parent", "state");
     dir.remove()?;
     Ok(())

@@ -55,18 +55,21 @@ pub fn native(c: &Container, req: &Request) -> Result<()> {
     let interval = req.interval;
     let capped = capped_filesystems(c);
     let capped = &capped;
+    let fwd = crate::linux::egress::forwarder::Recorded::load(&c.dir.file(""));
     let mut out = std::io::stdout().lock();
     if req.stats {
-        emit_stats(&mut out, rec, &cg, capped)?;
+        emit_stats(&mut out, rec, &cg, capped, fwd.as_ref())?;
         return Ok(());
     }
     let mut ooms = cg.oom_kills().unwrap_or(0);
     let mut hits = cg.limit_hits();
+    // The egress names' DNS forwarder: reported once when it is gone while the init runs.
+    let mut dns = fwd.clone();
     loop {
         if !rec.alive() {
             return Ok(());
         }
-        match emit_stats(&mut out, rec, &cg, capped) {
+        match emit_stats(&mut out, rec, &cg, capped, fwd.as_ref()) {
             Ok(()) => {}
             // The container went away while being read.
             Err(_) if !rec.alive() => return Ok(()),
@@ -89,6 +92,10 @@ pub fn native(c: &Container, req: &Request) -> Result<()> {
                 }
             }
             hits = now;
+            if dns.as_ref().is_some_and(|d| !d.alive()) && rec.alive() {
+                let d = dns.take().expect("checked");
+                emit_error(&mut out, &rec.id, &forwarder_gone(&d))?;
+            }
             if !rec.alive() {
                 return Ok(());
             }
@@ -148,9 +155,16 @@ fn fs_use(pid: i32, dest: &str) -> Option<stats::FsUse> {
     st.ok().map(|st| stats::fs_use(&st))
 }
 
-fn emit_stats(out: &mut impl Write, rec: &Record, cg: &Cgroup, capped: &[String]) -> Result<()> {
+fn emit_stats(
+    out: &mut impl Write,
+    rec: &Record,
+    cg: &Cgroup,
+    capped: &[String],
+    fwd: Option<&crate::linux::egress::forwarder::Recorded>,
+) -> Result<()> {
     let mut s = cg.stats()?;
     s.network_interfaces = stats::network_interfaces(rec.pid);
+    s.moat.dns_forwarder = fwd.map(|d| if d.alive() { "running" } else { "exited" });
     for dest in capped {
         if let Some(u) = fs_use(rec.pid, dest) {
             s.moat.filesystems.insert(dest.clone(), u);
@@ -158,6 +172,23 @@ fn emit_stats(out: &mut impl Write, rec: &Record, cg: &Cgroup, capped: &[String]
     }
     s.moat.egress = egress_counters(cg);
     emit(out, "stats", &rec.id, Some(&s))
+}
+
+/// What `events` says of a DNS forwarder that is gone.
+fn forwarder_gone(d: &crate::linux::egress::forwarder::Recorded) -> String {
+    format!(
+        "moat: the DNS forwarder of the egress names (pid {}, {}) exited: the container's \
+         name lookups now fail (closed: nothing else answers them)",
+        d.pid, d.addr
+    )
+}
+
+/// runc's error event shape: `{"type":"error","id":…,"data":{"message":…}}`.
+fn emit_error(out: &mut impl Write, id: &str, message: &str) -> Result<()> {
+    let ev = serde_json::json!({"type": "error", "id": id, "data": {"message": message}});
+    writeln!(out, "{ev}").context("write to standard output")?;
+    out.flush().context("write to standard output")?;
+    Ok(())
 }
 
 /// The egress programs' counters on the container's cgroup, if it has them.

@@ -38,8 +38,9 @@ pub fn update(ctx: &Context, req: &Request) -> Result<i32> {
 /// `update --egress LIST`: the container's egress policy replaced in one map write (the
 /// programs see the old rules or the new ones, never a mix), recorded in `policy.json`.
 /// The list may only narrow the config's `[egress] allow` (RESTRICTED); "" returns to the
-/// config's default. Addresses admitted from names are dropped with the old rules (the
-/// forwarder admits them again on the next lookup); names need the forwarder, which is
+/// config's default. The DNS forwarder gets the new list and trie before the swap and
+/// re-admits there the live answers the new list still allows (the others are dropped
+/// with the old rules); names need the forwarder, which is
 /// started at create.
 pub fn native_egress(c: &Container, text: &str) -> Result<()> {
     use crate::linux::egress::{self as enforce, Installed};
@@ -121,7 +122,12 @@ pub fn native_egress(c: &Container, text: &str) -> Result<()> {
             .map(std::net::IpAddr::V4),
         None => None,
     };
-    enforce::replace(&dir, &new, forwarder)?;
+    // The DNS forwarder gets the new list and the trie about to be selected first (it
+    // cannot open maps itself), and re-admits there the answers the new list still allows.
+    let state = c.dir.file("");
+    enforce::replace_with(&dir, &new, forwarder, |t| {
+        crate::linux::egress::forwarder::reconfigure(&state, &new, t).map_err(std::io::Error::other)
+    })?;
     recorded["egress"] = serde_json::to_value(&new).expect("serialises");
     let bytes = serde_json::to_vec_pretty(&recorded).expect("serialises");
     c.dir

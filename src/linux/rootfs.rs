@@ -168,7 +168,7 @@ pub fn plan(
     no_pivot: bool,
     cgroup_mounts: Vec<CgroupMount>,
     new_cgroupns: bool,
-    made_later: Option<&(PathBuf, bool)>,
+    made_later: &[(PathBuf, bool)],
 ) -> Result<Plan, PlanError> {
     // Every lookup and mount in the rootfs goes by fd; there is no fallback by name.
     if let Some(call) = sys::missing_mount_api() {
@@ -249,9 +249,9 @@ pub fn plan(
             } else {
                 bundle.join(src)
             };
-            // A source moat itself makes once the plan is done (the notify socket in the
-            // state directory) cannot be looked up yet.
-            let is_dir = match made_later.filter(|(p, _)| *p == source) {
+            // A source moat itself makes once the plan is done (the notify socket, the
+            // DNS forwarder's resolv.conf in the state directory) cannot be looked up yet.
+            let is_dir = match made_later.iter().find(|(p, _)| *p == source) {
                 Some((_, is_dir)) => *is_dir,
                 None => std::fs::metadata(&source)
                     .map_err(|err| PlanError::BindSource {

@@ -65,6 +65,10 @@ pub struct Moat {
     /// tmpfs of a read-only one.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub filesystems: BTreeMap<String, FsUse>,
+    /// The egress names' DNS forwarder: `running` or `exited` (its lookups fail closed);
+    /// absent for a container without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_forwarder: Option<&'static str>,
     /// The egress policy's refusals, counted by its programs in the kernel (absent
     /// without a policy).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -114,6 +114,9 @@ pub enum Error {
     /// The egress policy could not be attached to the container's cgroup.
     #[error(transparent)]
     Egress(#[from] crate::linux::egress::EgressError),
+    /// The DNS forwarder of the egress policy's names could not be started.
+    #[error(transparent)]
+    Dns(#[from] crate::linux::egress::forwarder::ForwarderError),
     #[error(transparent)]
     Seccomp(#[from] seccomp::SeccompError),
     #[error(transparent)]

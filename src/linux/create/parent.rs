@@ -104,9 +104,14 @@ fn in_cgroup(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Created
 
     // Rows 9 (staged) to 14: serve the child until it is ready.
     let init_pid = serve(plan, child, &record, &parent_ch, &mut guard)?;
+    killpoint::at("create", "parent", "Dns");
+    let dns = dns(plan, dir, cgroup, init_pid)?; // 14: before the record names the init
     killpoint::at("create", "parent", "Ready");
     let created = ready(plan, dir, &mut record, init_pid, console_relay, &parent_ch)?; // 14
     guard.0 = None;
+    if let Some(d) = dns {
+        d.keep();
+    }
     Ok(created)
 }
 
@@ -256,6 +261,16 @@ fn record(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Record, Er
         dir.save_file(&state::seccomp_file(i), &f.to_bytes())?;
     }
     dir.save_file(state::POLICY_FILE, &plan.decision)?;
+    if let Some(d) = &plan.dns {
+        // The container's resolv.conf, bound in row 10; rewritten in place in row 14 if
+        // the forwarder had to take another address.
+        crate::linux::egress::forwarder::write_resolv(d, d.first).map_err(|err| {
+            crate::linux::egress::forwarder::ForwarderError::Io {
+                what: format!("write {}", d.resolv.display()),
+                err,
+            }
+        })?;
+    }
     // The systemd driver's cgroup exists only from row 8 on.
     if let (Some(res), None) = (resources(plan), &cgroup.systemd) {
         cgroup.apply(&res)?;
@@ -278,6 +293,32 @@ fn egress(plan: &Plan, cgroup: &Cgroup) -> Result<(), Error> {
     })?;
     crate::linux::egress::install(&dir, e, None)?;
     Ok(())
+}
+
+/// Row 14: the DNS forwarder of the egress list's names, in the ready init's network
+/// namespace (`linux/egress/forwarder.rs`). Killed again if create fails after this; a
+/// create killed outright leaves it to exit with the init (it polls the init's pidfd).
+fn dns(
+    plan: &Plan,
+    dir: &ContainerDir,
+    cgroup: &Cgroup,
+    init_pid: i32,
+) -> Result<Option<crate::linux::egress::forwarder::Running>, Error> {
+    let (Some(p), Some(e)) = (&plan.dns, &plan.egress) else {
+        return Ok(None);
+    };
+    let v2 = cgroup.v2_dir().ok_or_else(|| {
+        crate::linux::egress::EgressError::NoCgroup(format!("cgroup {}", cgroup.path))
+    })?;
+    let state = dir.file("");
+    Ok(Some(crate::linux::egress::forwarder::start(
+        p,
+        &state,
+        &plan.opts.id,
+        e,
+        &v2,
+        init_pid,
+    )?))
 }
 
 /// `linux.resources` as the cgroup gets them: the devices the spec asks moat to create

@@ -94,6 +94,9 @@ pub struct Plan {
     /// The egress policy attached to the container's cgroup in row 6 (8 under the systemd
     /// driver), before the init runs anything.
     pub(super) egress: Option<crate::policy::egress::Egress>,
+    /// The egress list has names: the container's resolv.conf (written in row 6) and the
+    /// DNS forwarder started once the init is ready (row 14).
+    pub(super) dns: Option<crate::linux::egress::forwarder::Plan>,
     pub(super) policy: &'static str,
     /// How long the parent waits for each answer of the child (`[runtime] sync_timeout`).
     pub(super) sync_timeout: std::time::Duration,
@@ -193,14 +196,6 @@ impl Plan {
             return Err(Error::EphemeralRootless);
         }
         let rootfs_budget = cfg.rootfs_budget.zip(decision.bounded_root.map(|b| b.size));
-        if decision.egress.as_ref().is_some_and(|e| e.has_names()) {
-            return Err(crate::linux::egress::EgressError::Invalid(
-                "domain names in a list need moat's DNS forwarder, which this build does not \
-                 have; list addresses"
-                    .into(),
-            )
-            .into());
-        }
         // The state directory does not exist yet; the socket's mount is planned for it.
         let dir = opts.root.join(&opts.id);
         let (notify, notify_source) = match &opts.notify_socket {
@@ -210,6 +205,24 @@ impl Plan {
             }
             None => (None, None),
         };
+        // Names in the egress list: the container's resolv.conf names its DNS forwarder.
+        let (dns, dns_source) = match &decision.egress {
+            Some(e) if e.has_names() => {
+                if e.resolvers.is_empty() {
+                    return Err(crate::linux::egress::forwarder::ForwarderError::Failed(
+                        "the list has names but there is no resolver to ask: the spec binds no \
+                         /etc/resolv.conf with a nameserver, and [egress] resolvers is unset"
+                            .into(),
+                    )
+                    .into());
+                }
+                let (p, source) = crate::linux::egress::forwarder::plan(&mut spec, &dir, &opts.id);
+                (Some(p), Some(source))
+            }
+            _ => (None, None),
+        };
+        let made_later: Vec<(PathBuf, bool)> =
+            notify_source.into_iter().chain(dns_source).collect();
         let cgroups_path = spec.linux().cgroups_path.clone();
         let (cgroup, planned) = if opts.systemd_cgroup {
             let user = opts.rootless.then(crate::linux::rootless::host_uid);
@@ -341,7 +354,7 @@ impl Plan {
             opts.no_pivot,
             planned.mount_sources(),
             ns.has_new(libc::CLONE_NEWCGROUP),
-            notify_source.as_ref(),
+            &made_later,
         )?;
         let mut rootfs = rootfs;
         rootfs.strict_missing = decision.policy == "restricted";
@@ -388,6 +401,7 @@ impl Plan {
         Ok(Plan {
             decision: serde_json::to_vec_pretty(&decision).expect("serialises"),
             egress: decision.egress.clone(),
+            dns,
             policy: decision.policy,
             sync_timeout: std::time::Duration::from_secs(cfg.sync_timeout.into()),
             apparmor_profile,

@@ -13,6 +13,7 @@
 //! programs before it detaches the old (in between, both must allow). The programs and
 //! maps live as long as the cgroup; moat finds them again by name ([`Installed::find`]).
 
+pub mod forwarder;
 pub mod prog;
 
 use std::fs::File;
@@ -291,14 +292,22 @@ pub fn install(dir: &Path, egress: &Egress, forwarder: Option<IpAddr>) -> Result
 /// Replaces the rules on a running container's cgroup: a flip of the selector when both
 /// the old and the new policy are lists, else the new programs attached before the old
 /// ones are detached (in between both must allow: never more than either allows).
-pub fn replace(dir: &Path, egress: &Egress, forwarder: Option<IpAddr>) -> Result<(), EgressError> {
+/// `prepare` runs on the trie about to be selected, once it holds the new
+/// static entries and before the flip (the DNS forwarder re-admits its live answers there:
+/// `forwarder::reconfigure`); its failure leaves the old rules in force.
+pub fn replace_with(
+    dir: &Path,
+    egress: &Egress,
+    forwarder: Option<IpAddr>,
+    prepare: impl FnOnce(BorrowedFd<'_>) -> io::Result<()>,
+) -> Result<(), EgressError> {
     let cg = open_dir(dir)?;
     let old = Installed::find(dir)?;
     if let (Some(inst), Some(_)) = (&old, &egress.allow) {
         if let Some(l) = &inst.list {
             let entries = egress.entries(forwarder).map_err(EgressError::Invalid)?;
             return l
-                .flip(&entries)
+                .flip(&entries, prepare)
                 .map_err(io_err("swap the allow maps of", dir));
         }
     }
@@ -509,11 +518,16 @@ impl ListMaps {
     }
 
     /// The other trie emptied and filled with `entries`, then selected.
-    fn flip(&self, entries: &[Entry]) -> io::Result<()> {
+    fn flip(
+        &self,
+        entries: &[Entry],
+        prepare: impl FnOnce(BorrowedFd<'_>) -> io::Result<()>,
+    ) -> io::Result<()> {
         let next = 1 - self.selected()?;
         let t = self.tries[next].as_fd();
         clear(t)?;
         fill(t, entries)?;
+        prepare(t)?;
         let v = u32::try_from(next).expect("0 or 1").to_ne_bytes();
         bpf::map_update(self.selector.as_fd(), &0u32.to_ne_bytes(), &v)
     }

@@ -1,0 +1,996 @@
+//! The per-container DNS forwarder (docs/security.md, "Egress: names"): how names in an
+//! egress list work with addresses that rotate (CDNs).
+//!
+//! When a container's list has names, `moat create` starts `moat-dns`
+//! (src/bin/moat-dns.rs, next to moat's own binary) once the init is ready. It is a child
+//! of `moat create` on the host — never in the container's cgroup (so the container's
+//! programs do not bind it), mount, pid or user namespace — that joins the container's
+//! network namespace only, so resolvers reachable only from there (Docker's 127.0.0.11,
+//! slirp4netns's 10.0.2.3) still work. It binds UDP and TCP port 53 on a loopback address
+//! of its own in 127.128.0.0/9 (from a hash of the id; the next one on `EADDRINUSE`: the
+//! containers of a pod share the namespace and each has its forwarder), admits that
+//! address with DNS only into the container's trie, then gives up every privilege
+//! (uid/gid 65534, no capabilities, no_new_privs, not dumpable) and serves:
+//!
+//! - a name no rule allows ([`Egress::name_allowed`]) is answered `REFUSED` and counted
+//!   in the stats slot [`STATS_REFUSED_NAMES`];
+//! - an allowed one goes to the upstreams ([`Egress::resolvers`]) in turn; the answer goes
+//!   back unchanged but for TTLs above [`TTL_CEILING`], and each A/AAAA record for the
+//!   queried name (or a name its CNAME chain in the answer leads to) is admitted into the
+//!   trie with what [`Egress::admitted`] gives it, for the record's TTL clamped to
+//!   [`TTL_FLOOR`]..[`TTL_CEILING`], and revoked when the last answer holding it expires.
+//!
+//! The container's `/etc/resolv.conf` is a file in the state directory naming only the
+//! forwarder (planned in row 1: [`plan`]); the programs let DNS to loopback reach only
+//! the forwarder's /128, so when it dies the container's lookups fail closed. It exits
+//! when the container's init does (it polls the init's pidfd); `delete` kills it by
+//! pidfd, checked against the pid and start time recorded in [`RECORD_FILE`].
+//!
+//! It talks to `moat create` over a `SOCK_SEQPACKET` pair on its stdin: the configuration
+//! (JSON) with the network namespace's fd, then the trie, the stats map and the init's
+//! pidfd, one fd per packet; it answers `ok ADDRESS` or `error TEXT`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::{admit, count, revoke, Installed, STATS_REFUSED_NAMES};
+use crate::linux::sys;
+use crate::policy::egress::{Egress, Entry, Range, RANGES, TCP, UDP};
+use crate::spec::{Mount, Spec};
+
+/// The forwarder's program, installed next to moat's binary.
+pub const BINARY: &str = "moat-dns";
+/// The container's `/etc/resolv.conf`, in its state directory.
+pub const RESOLV_FILE: &str = "resolv.conf";
+/// The running forwarder: [`Recorded`].
+pub const RECORD_FILE: &str = "dns.json";
+/// The forwarder's control socket (root only, 0600): [`reconfigure`].
+pub const CONTROL_FILE: &str = "dns.sock";
+/// An answer's address stays admitted at least this long (a TTL of 0 would let the
+/// entry go before the client connects) …
+pub const TTL_FLOOR: u32 = 5;
+/// … and at most this long; TTLs above it are lowered to it in the answer, so no client
+/// caches an address longer than the trie holds it.
+pub const TTL_CEILING: u32 = 3600;
+/// Each upstream gets this long to answer.
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
+/// A TCP client gets this long to send its query.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Addresses tried in 127.128.0.0/9 before giving up.
+const ATTEMPTS: u32 = 16;
+/// How long create waits for the forwarder to be serving.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// The uid and gid the forwarder serves as (nobody).
+const NOBODY: u32 = 65534;
+
+/// Why the forwarder could not be started (create fails, and is rolled back).
+#[derive(Debug, thiserror::Error)]
+pub enum ForwarderError {
+    #[error("egress names: DNS forwarder: {what}: {}", super::errno(.err))]
+    Io { what: String, err: io::Error },
+    #[error("egress names: DNS forwarder: {0}")]
+    Failed(String),
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> ForwarderError {
+    let what = what.into();
+    move |err| ForwarderError::Io { what, err }
+}
+
+/// Row 1's part: the container's resolv.conf, a file in the state directory that names
+/// the forwarder, bound at `/etc/resolv.conf` in place of the engine's.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The file in the state directory.
+    pub resolv: PathBuf,
+    /// The engine's `search`, `domain` and `options` lines, kept.
+    pub engine_lines: String,
+    /// The forwarder's first choice of address; `start` rewrites the file in place when
+    /// it had to take another.
+    pub first: Ipv4Addr,
+}
+
+/// The spec's bind at `/etc/resolv.conf` (the engine's), the last one if several.
+fn resolv_mount(spec: &mut Spec) -> Option<&mut Mount> {
+    spec.mounts.iter_mut().rev().find(|m| {
+        m.destination.trim_end_matches('/') == "/etc/resolv.conf"
+            && (m.typ.as_deref() == Some("bind")
+                || m.options.iter().any(|o| o == "bind" || o == "rbind"))
+    })
+}
+
+/// Plans the container's resolv.conf (row 1): the spec's `/etc/resolv.conf` bind gets
+/// `dir`'s file as its source, or a read-only bind of it is added. The engine's file is
+/// read from its host-side source, never from the rootfs. Returns the plan and the
+/// source made later (for the rootfs plan, which cannot look it up yet).
+pub fn plan(spec: &mut Spec, dir: &Path, id: &str) -> (Plan, (PathBuf, bool)) {
+    let resolv = dir.join(RESOLV_FILE);
+    let source = resolv.display().to_string();
+    let mut engine = String::new();
+    match resolv_mount(spec) {
+        Some(m) => {
+            if let Some(src) = m.source.as_deref() {
+                if let Ok(f) = std::fs::File::open(src) {
+                    let _ = f.take(64 * 1024).read_to_string(&mut engine);
+                }
+            }
+            m.source = Some(source);
+        }
+        None => spec.mounts.push(Mount {
+            destination: "/etc/resolv.conf".into(),
+            typ: Some("bind".into()),
+            source: Some(source),
+            options: ["bind", "ro", "nosuid", "nodev", "noexec"]
+                .map(String::from)
+                .to_vec(),
+            ..Default::default()
+        }),
+    }
+    let engine_lines = engine
+        .lines()
+        .filter(|l| {
+            let w = l.split_whitespace().next().unwrap_or("");
+            matches!(w, "search" | "domain" | "options")
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    (
+        Plan {
+            resolv: resolv.clone(),
+            engine_lines,
+            first: address(id, 0),
+        },
+        (resolv, false),
+    )
+}
+
+/// The container's resolv.conf naming the forwarder at `addr`.
+pub fn resolv_text(addr: Ipv4Addr, engine_lines: &str) -> String {
+    format!(
+        "# moat: the container's DNS forwarder (egress names)\nnameserver {addr}\n{engine_lines}"
+    )
+}
+
+/// Writes (or rewrites in place: the container's bind holds the inode) the resolv.conf.
+pub fn write_resolv(plan: &Plan, addr: Ipv4Addr) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&plan.resolv)?;
+    f.write_all(resolv_text(addr, &plan.engine_lines).as_bytes())
+}
+
+/// The `attempt`th address for container `id` in 127.128.0.0/9 (FNV-1a of the id; the
+/// host part never 0 or 255, which some resolvers treat oddly).
+pub fn address(id: &str, attempt: u32) -> Ipv4Addr {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in id.bytes().chain(attempt.to_le_bytes()) {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    let [_, a, b, c] = h.to_be_bytes();
+    let c = c.clamp(1, 254);
+    Ipv4Addr::new(127, 128 | (a & 0x7f), b, c)
+}
+
+/// The running forwarder, as `delete`, `events` and `update` find it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Recorded {
+    pub pid: i32,
+    /// `/proc/<pid>/stat` starttime: a recycled pid is never taken for it.
+    pub start: u64,
+    pub addr: Ipv4Addr,
+}
+
+impl Recorded {
+    /// The forwarder recorded in the state directory `dir`, if any.
+    pub fn load(dir: &Path) -> Option<Recorded> {
+        let b = std::fs::read(dir.join(RECORD_FILE)).ok()?;
+        serde_json::from_slice(&b).ok()
+    }
+
+    /// Still this forwarder, and not a zombie.
+    pub fn alive(&self) -> bool {
+        crate::state::process_start_time(self.pid)
+            .is_some_and(|(state, start)| start == self.start && state != 'Z' && state != 'X')
+    }
+
+    /// Kills the forwarder (by pidfd, only if the pid is still this forwarder) and waits
+    /// a little for it to be gone.
+    pub fn kill(&self) {
+        let Ok(pidfd) = sys::pidfd_open(self.pid) else {
+            return;
+        };
+        // The pidfd now pins this pid: check it is still the forwarder.
+        if !self.alive() {
+            return;
+        }
+        let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+        let _ = sys::poll_readable_within(pidfd.as_fd(), Duration::from_secs(2));
+    }
+}
+
+/// Stops the forwarder recorded in the state directory `dir` (delete, delete --force).
+pub fn stop(dir: &Path) {
+    if let Some(r) = Recorded::load(dir) {
+        r.kill();
+    }
+}
+
+/// `moat update --egress`: hands the running forwarder of the container whose state
+/// directory is `dir` its new policy and the new trie, before that trie is swapped in:
+/// the forwarder re-admits its live answers that the new policy still allows into it (and
+/// its own address), and from then on admits there. Nothing to do without a forwarder.
+pub fn reconfigure(
+    dir: &Path,
+    egress: &Egress,
+    trie: std::os::fd::BorrowedFd<'_>,
+) -> Result<(), ForwarderError> {
+    let Some(r) = Recorded::load(dir).filter(Recorded::alive) else {
+        return Ok(());
+    };
+    let path = dir.join(CONTROL_FILE);
+    let s = std::os::unix::net::UnixStream::connect(&path)
+        .map_err(io_err(format!("connect to {}", path.display())))?;
+    let msg = serde_json::to_vec(egress).expect("serialises");
+    sys::send_with_fd(s.as_fd(), &msg, trie).map_err(io_err("send the new policy"))?;
+    if !sys::poll_readable_within(s.as_fd(), START_TIMEOUT).map_err(io_err("wait for it"))? {
+        return Err(ForwarderError::Failed(format!(
+            "pid {}: no answer to the new policy within {}s",
+            r.pid,
+            START_TIMEOUT.as_secs()
+        )));
+    }
+    let mut buf = [0u8; 1024];
+    let (n, _) = sys::recv_with_fd(s.as_fd(), &mut buf).map_err(io_err("read its answer"))?;
+    match std::str::from_utf8(&buf[..n]) {
+        Ok("ok") => Ok(()),
+        Ok(other) => Err(ForwarderError::Failed(other.to_string())),
+        Err(_) => Err(ForwarderError::Failed("a garbled answer".into())),
+    }
+}
+
+/// The forwarder create started, killed when dropped unless [`Running::keep`] was called.
+pub struct Running {
+    pidfd: Option<OwnedFd>,
+    pub recorded: Recorded,
+}
+
+impl Running {
+    /// Create succeeded: the forwarder lives as long as the container's init.
+    pub fn keep(mut self) {
+        self.pidfd = None;
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(p) = self.pidfd.take() {
+            let _ = sys::pidfd_send_signal(p.as_fd(), libc::SIGKILL);
+            let _ = sys::poll_readable_within(p.as_fd(), Duration::from_secs(2));
+        }
+    }
+}
+
+/// What create sends the forwarder first.
+#[derive(Serialize, Deserialize)]
+struct Config {
+    id: String,
+    egress: serde_json::Value,
+    /// The state directory, where the control socket goes.
+    state: PathBuf,
+}
+
+/// Starts the forwarder for the container whose init is `init_pid` (ready, so its network
+/// namespace is final), its programs on the cgroup v2 directory `cgroup_v2`; writes the
+/// resolv.conf and the record in the state directory `dir`.
+pub fn start(
+    plan: &Plan,
+    dir: &Path,
+    id: &str,
+    egress: &Egress,
+    cgroup_v2: &Path,
+    init_pid: i32,
+) -> Result<Running, ForwarderError> {
+    let exe = crate::linux::exeseal::original_path()
+        .ok_or_else(|| ForwarderError::Failed("cannot tell where moat's binary is".into()))?
+        .with_file_name(BINARY);
+    let netns = sys::openat(
+        crate::linux::path::cwd(),
+        &std::ffi::CString::new(format!("/proc/{init_pid}/ns/net")).expect("no NUL"),
+        libc::O_RDONLY | libc::O_CLOEXEC,
+        0,
+    )
+    .map_err(io_err(format!(
+        "open the network namespace of the init (pid {init_pid})"
+    )))?;
+    let installed = Installed::find(cgroup_v2)
+        .map_err(|e| ForwarderError::Failed(e.to_string()))?
+        .ok_or_else(|| {
+            ForwarderError::Failed(format!("no egress programs on {}", cgroup_v2.display()))
+        })?;
+    let maps = installed.list.as_ref().ok_or_else(|| {
+        ForwarderError::Failed(format!(
+            "no list maps on {} (the fixed form has no trie)",
+            cgroup_v2.display()
+        ))
+    })?;
+    let init = sys::pidfd_open(init_pid)
+        .map_err(io_err(format!("pidfd_open of the init (pid {init_pid})")))?;
+    let (ours, theirs) = sys::socketpair_seqpacket().map_err(io_err("socketpair"))?;
+    let devnull = sys::openat(
+        crate::linux::path::cwd(),
+        c"/dev/null",
+        libc::O_RDWR | libc::O_CLOEXEC,
+        0,
+    )
+    .map_err(io_err("open /dev/null"))?;
+    let path = std::ffi::CString::new(exe.as_os_str().as_encoded_bytes())
+        .map_err(|_| ForwarderError::Failed("moat's path holds a NUL".into()))?;
+    let argv = [
+        std::ffi::CString::new(BINARY).expect("no NUL"),
+        std::ffi::CString::new(id).unwrap_or_default(),
+    ];
+    let (pid, pidfd) = sys::spawn(
+        &path,
+        &argv,
+        &[],
+        [
+            Some(theirs.as_fd()),
+            Some(theirs.as_fd()),
+            Some(devnull.as_fd()),
+        ],
+    )
+    .map_err(io_err(format!("run {}", exe.display())))?;
+    drop(theirs);
+    let mut running = Running {
+        pidfd: Some(pidfd),
+        recorded: Recorded {
+            pid,
+            start: 0,
+            addr: plan.first,
+        },
+    };
+    let cfg = serde_json::to_vec(&Config {
+        id: id.to_string(),
+        egress: serde_json::to_value(egress).expect("serialises"),
+        state: dir.to_path_buf(),
+    })
+    .expect("serialises");
+    let send = |data: &[u8], fd: std::os::fd::BorrowedFd<'_>| {
+        sys::send_with_fd(ours.as_fd(), data, fd).map_err(io_err("send its configuration"))
+    };
+    send(&cfg, netns.as_fd())?;
+    send(b"selector", maps.selector.as_fd())?;
+    send(b"trie0", maps.tries[0].as_fd())?;
+    send(b"trie1", maps.tries[1].as_fd())?;
+    send(b"stats", maps.stats.as_fd())?;
+    send(b"init", init.as_fd())?;
+    if !sys::poll_readable_within(ours.as_fd(), START_TIMEOUT).map_err(io_err("wait for it"))? {
+        return Err(ForwarderError::Failed(format!(
+            "no answer within {}s",
+            START_TIMEOUT.as_secs()
+        )));
+    }
+    let mut buf = [0u8; 1024];
+    let (n, _) = sys::recv_with_fd(ours.as_fd(), &mut buf).map_err(io_err("read its answer"))?;
+    let reply = String::from_utf8_lossy(&buf[..n]).to_string();
+    let addr: Ipv4Addr = match reply.strip_prefix("ok ") {
+        Some(a) => a
+            .parse()
+            .map_err(|_| ForwarderError::Failed(format!("bad answer {reply:?}")))?,
+        None => {
+            let why = reply.strip_prefix("error ").unwrap_or(&reply);
+            return Err(ForwarderError::Failed(if why.is_empty() {
+                format!("{} exited before serving", exe.display())
+            } else {
+                why.to_string()
+            }));
+        }
+    };
+    write_resolv(plan, addr).map_err(io_err(format!("write {}", plan.resolv.display())))?;
+    let start = crate::state::process_start_time(pid)
+        .map(|(_, s)| s)
+        .ok_or_else(|| ForwarderError::Failed("exited right after starting".into()))?;
+    running.recorded = Recorded { pid, start, addr };
+    let json = serde_json::to_vec(&running.recorded).expect("serialises");
+    let rec = dir.join(RECORD_FILE);
+    std::fs::write(&rec, json).map_err(io_err(format!("write {}", rec.display())))?;
+    Ok(running)
+}
+
+// ---- The forwarder itself (moat-dns) ----
+
+/// `moat-dns`'s main: set up from create's packets, answer `ok`/`error`, serve until the
+/// init exits. Returns the exit status.
+pub fn main() -> i32 {
+    let ctl = io::stdin();
+    let ctl = ctl.as_fd();
+    match setup(ctl) {
+        Ok(mut f) => {
+            let _ = sys::send_msg(ctl, format!("ok {}", f.addr).as_bytes(), None);
+            // create's end closes when it exits; nothing more comes this way.
+            sys::close_raw(ctl);
+            sys::close_raw(io::stdout().as_fd());
+            f.serve();
+            0
+        }
+        Err(e) => {
+            let _ = sys::send_msg(ctl, format!("error {e}").as_bytes(), None);
+            1
+        }
+    }
+}
+
+/// The forwarder's state.
+struct Forwarder {
+    egress: Egress,
+    /// The static entries (with the forwarder's own): what a revoked address goes back to.
+    statics: Vec<Entry>,
+    addr: Ipv4Addr,
+    udp: UdpSocket,
+    tcp: TcpListener,
+    /// `moat update --egress` ([`reconfigure`]).
+    control: std::os::unix::net::UnixListener,
+    /// The list form's two tries and the selector saying which is in force (`update`
+    /// flips it): admissions go to the selected one.
+    selector: OwnedFd,
+    tries: [OwnedFd; 2],
+    stats: OwnedFd,
+    init: OwnedFd,
+    /// Per admitted address, the answers holding it: name → (until, ranges).
+    held: HashMap<IpAddr, HashMap<String, (Instant, Vec<Range>)>>,
+    /// For upstream query ids.
+    seq: u64,
+    random: std::collections::hash_map::RandomState,
+}
+
+fn recv_fd(ctl: std::os::fd::BorrowedFd<'_>, what: &str) -> Result<(Vec<u8>, OwnedFd), String> {
+    // A list of 256 rules is ~15 KiB of JSON.
+    let mut buf = vec![0u8; 64 * 1024];
+    let (n, fd) = sys::recv_with_fd(ctl, &mut buf).map_err(|e| format!("receive {what}: {e}"))?;
+    buf.truncate(n);
+    Ok((buf, fd.ok_or_else(|| format!("no descriptor with {what}"))?))
+}
+
+fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
+    let (cfg, netns) = recv_fd(ctl, "the configuration")?;
+    let cfg: Config = serde_json::from_slice(&cfg).map_err(|e| format!("configuration: {e}"))?;
+    let egress = Egress::from_json(&cfg.egress).ok_or("configuration: no egress policy")?;
+    let (_, selector) = recv_fd(ctl, "the selector")?;
+    let (_, trie0) = recv_fd(ctl, "the first trie")?;
+    let (_, trie1) = recv_fd(ctl, "the second trie")?;
+    let (_, stats) = recv_fd(ctl, "the stats map")?;
+    let (_, init) = recv_fd(ctl, "the init's pidfd")?;
+    // Not dumpable: no process of the same uid may ptrace it or open its fds.
+    sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
+    sys::setns(netns.as_fd(), libc::CLONE_NEWNET)
+        .map_err(|e| format!("join the container's network namespace: {e}"))?;
+    drop(netns);
+    let (addr, udp, tcp) = bind(&cfg.id)?;
+    let control = {
+        use std::os::unix::fs::PermissionsExt;
+        let path = cfg.state.join(CONTROL_FILE);
+        let _ = std::fs::remove_file(&path);
+        let l = std::os::unix::net::UnixListener::bind(&path)
+            .map_err(|e| format!("bind {}: {e}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("chmod {}: {e}", path.display()))?;
+        l.set_nonblocking(true)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        l
+    };
+    let statics = egress.entries(Some(IpAddr::V4(addr)))?;
+    let dns = [Range {
+        lo: 53,
+        hi: 53,
+        protos: TCP | UDP,
+    }];
+    // Into both: the entry is static, whichever trie is in force.
+    for t in [&trie0, &trie1] {
+        admit(t.as_fd(), IpAddr::V4(addr), &dns)
+            .map_err(|e| format!("admit {addr} into the trie: {e}"))?;
+    }
+    drop_privileges()?;
+    Ok(Forwarder {
+        egress,
+        statics,
+        addr,
+        udp,
+        tcp,
+        control,
+        selector,
+        tries: [trie0, trie1],
+        stats,
+        init,
+        held: HashMap::new(),
+        seq: 0,
+        random: Default::default(),
+    })
+}
+
+/// UDP and TCP port 53 on the first free address of the id's sequence.
+fn bind(id: &str) -> Result<(Ipv4Addr, UdpSocket, TcpListener), String> {
+    for attempt in 0..ATTEMPTS {
+        let a = address(id, attempt);
+        let udp = match UdpSocket::bind((a, 53)) {
+            Ok(s) => s,
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
+            Err(e) => return Err(format!("bind udp {a}:53: {e}")),
+        };
+        let tcp = match TcpListener::bind((a, 53)) {
+            Ok(s) => s,
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
+            Err(e) => return Err(format!("bind tcp {a}:53: {e}")),
+        };
+        tcp.set_nonblocking(true)
+            .map_err(|e| format!("tcp {a}:53: {e}"))?;
+        return Ok((a, udp, tcp));
+    }
+    Err(format!(
+        "no free loopback address for port 53 after {ATTEMPTS} tries"
+    ))
+}
+
+/// nobody, no capabilities (setresuid from 0 clears them), no_new_privs.
+fn drop_privileges() -> Result<(), String> {
+    sys::setgroups(&[]).map_err(|e| format!("setgroups: {e}"))?;
+    sys::setresgid(NOBODY).map_err(|e| format!("setresgid: {e}"))?;
+    sys::setresuid(NOBODY).map_err(|e| format!("setresuid: {e}"))?;
+    sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(|e| format!("no_new_privs: {e}"))?;
+    Ok(())
+}
+
+/// The queried name as the policy compares it: lower case, no trailing dot.
+fn norm(name: &str) -> String {
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// A reply to `query` with `rcode` and nothing else.
+fn reply_with(query: &simple_dns::Packet<'_>, rcode: simple_dns::RCODE) -> Option<Vec<u8>> {
+    let mut r = simple_dns::Packet::new_reply(query.id());
+    r.questions = query.questions.clone();
+    if query.has_flags(simple_dns::PacketFlag::RECURSION_DESIRED) {
+        r.set_flags(simple_dns::PacketFlag::RECURSION_DESIRED);
+    }
+    r.set_flags(simple_dns::PacketFlag::RECURSION_AVAILABLE);
+    *r.rcode_mut() = rcode;
+    r.build_bytes_vec().ok()
+}
+
+/// The addresses an answer gives `qname`, with their TTLs: A/AAAA records of `qname` or
+/// of a name its CNAME chain (inside this answer) leads to.
+pub fn addresses(qname: &str, answers: &[simple_dns::ResourceRecord<'_>]) -> Vec<(IpAddr, u32)> {
+    use simple_dns::rdata::RData;
+    let mut chain: BTreeSet<String> = BTreeSet::from([norm(qname)]);
+    // Each pass follows one more link; a chain is at most as long as the answer.
+    for _ in 0..answers.len() {
+        let before = chain.len();
+        for rr in answers {
+            if let RData::CNAME(c) = &rr.rdata {
+                if chain.contains(&norm(&rr.name.to_string())) {
+                    chain.insert(norm(&c.0.to_string()));
+                }
+            }
+        }
+        if chain.len() == before {
+            break;
+        }
+    }
+    answers
+        .iter()
+        .filter(|rr| chain.contains(&norm(&rr.name.to_string())))
+        .filter_map(|rr| match &rr.rdata {
+            RData::A(a) => Some((IpAddr::V4(Ipv4Addr::from(a.address)), rr.ttl)),
+            RData::AAAA(a) => Some((IpAddr::V6(std::net::Ipv6Addr::from(a.address)), rr.ttl)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The ranges of every answer holding an address, at most [`RANGES`].
+fn union(holds: &HashMap<String, (Instant, Vec<Range>)>) -> Vec<Range> {
+    let mut v: Vec<Range> = holds
+        .values()
+        .flat_map(|(_, r)| r.iter().copied())
+        .collect();
+    v.sort();
+    v.dedup();
+    v.truncate(RANGES);
+    v
+}
+
+impl Forwarder {
+    fn serve(&mut self) {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        loop {
+            let wait = self.expire();
+            let ms = wait.map_or(-1, |d| {
+                i32::try_from(d.as_millis().saturating_add(1)).unwrap_or(i32::MAX)
+            });
+            let (udp, tcp, init, control) = {
+                let mut fds = [
+                    PollFd::new(self.udp.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(self.tcp.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(self.init.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(self.control.as_fd(), PollFlags::POLLIN),
+                ];
+                match poll(
+                    &mut fds,
+                    PollTimeout::try_from(ms).unwrap_or(PollTimeout::NONE),
+                ) {
+                    Ok(_) => {}
+                    Err(nix::Error::EINTR) => continue,
+                    Err(_) => return,
+                }
+                let r = |f: &PollFd<'_>| f.revents().is_some_and(|e| !e.is_empty());
+                (r(&fds[0]), r(&fds[1]), r(&fds[2]), r(&fds[3]))
+            };
+            if init {
+                // The container's init exited: so does its forwarder.
+                return;
+            }
+            if udp {
+                self.one_udp();
+            }
+            if tcp {
+                self.one_tcp();
+            }
+            if control {
+                self.one_control();
+            }
+        }
+    }
+
+    /// A new policy and trie from `moat update --egress` ([`reconfigure`]).
+    fn one_control(&mut self) {
+        let Ok((s, _)) = self.control.accept() else {
+            return;
+        };
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
+        let reply = match self.reconfigured(s.as_fd()) {
+            Ok(()) => "ok".to_string(),
+            Err(e) => e,
+        };
+        let _ = sys::send_msg(s.as_fd(), reply.as_bytes(), None);
+    }
+
+    fn reconfigured(&mut self, s: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
+        let (msg, trie) = recv_fd(s, "the new policy")?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&msg).map_err(|e| format!("the new policy: {e}"))?;
+        let egress = Egress::from_json(&v).ok_or("the new policy does not parse")?;
+        let statics = egress.entries(Some(IpAddr::V4(self.addr)))?;
+        let dns = [Range {
+            lo: 53,
+            hi: 53,
+            protos: TCP | UDP,
+        }];
+        admit(trie.as_fd(), IpAddr::V4(self.addr), &dns)
+            .map_err(|e| format!("admit {} into the new trie: {e}", self.addr))?;
+        for (ip, holds) in self.held.iter_mut() {
+            holds.retain(
+                |name, (_, ranges)| match egress.admitted(name, *ip, &statics) {
+                    Some(r) => {
+                        *ranges = r;
+                        true
+                    }
+                    None => false,
+                },
+            );
+            if !holds.is_empty() {
+                let _ = admit(trie.as_fd(), *ip, &union(holds));
+            }
+        }
+        self.held.retain(|_, h| !h.is_empty());
+        self.egress = egress;
+        self.statics = statics;
+        // `trie` is one of the two it holds: the selector says when it is in force.
+        drop(trie);
+        Ok(())
+    }
+
+    /// Revokes what expired; returns how long until the next expiry.
+    fn expire(&mut self) -> Option<Duration> {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        let addrs: Vec<IpAddr> = self.held.keys().copied().collect();
+        for a in addrs {
+            let holds = self.held.get_mut(&a).expect("listed");
+            let before = holds.len();
+            holds.retain(|_, (until, _)| *until > now);
+            if holds.is_empty() {
+                self.held.remove(&a);
+                let _ = revoke(current(&self.selector, &self.tries), a, &self.statics);
+                continue;
+            }
+            if holds.len() != before {
+                let _ = admit(current(&self.selector, &self.tries), a, &union(holds));
+            }
+            for (until, _) in holds.values() {
+                next = Some(next.map_or(*until, |n| n.min(*until)));
+            }
+        }
+        next.map(|n| n.saturating_duration_since(now))
+    }
+
+    fn one_udp(&mut self) {
+        let mut buf = [0u8; 4096];
+        let Ok((n, from)) = self.udp.recv_from(&mut buf) else {
+            return;
+        };
+        if let Some(reply) = self.answer(&buf[..n], false) {
+            let _ = self.udp.send_to(&reply, from);
+        }
+    }
+
+    fn one_tcp(&mut self) {
+        let Ok((mut s, _)) = self.tcp.accept() else {
+            return;
+        };
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
+        let _ = s.set_write_timeout(Some(CLIENT_TIMEOUT));
+        let Some(query) = read_framed(&mut s) else {
+            return;
+        };
+        if let Some(reply) = self.answer(&query, true) {
+            let _ = write_framed(&mut s, &reply);
+        }
+    }
+
+    /// The reply to one query (`None`: nothing to say, e.g. not DNS).
+    fn answer(&mut self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
+        let q = simple_dns::Packet::parse(query).ok()?;
+        if q.has_flags(simple_dns::PacketFlag::RESPONSE) {
+            return None;
+        }
+        let [question] = q.questions.as_slice() else {
+            return reply_with(&q, simple_dns::RCODE::Refused);
+        };
+        let name = norm(&question.qname.to_string());
+        if !self.egress.name_allowed(&name) {
+            let _ = count(self.stats.as_fd(), STATS_REFUSED_NAMES);
+            return reply_with(&q, simple_dns::RCODE::Refused);
+        }
+        let Some(raw) = self.forward(query, tcp) else {
+            return reply_with(&q, simple_dns::RCODE::ServerFailure);
+        };
+        let Ok(mut r) = simple_dns::Packet::parse(&raw) else {
+            return reply_with(&q, simple_dns::RCODE::ServerFailure);
+        };
+        let same_question = r.questions.len() == 1
+            && norm(&r.questions[0].qname.to_string()) == name
+            && r.questions[0].qtype == question.qtype;
+        if !same_question {
+            return reply_with(&q, simple_dns::RCODE::ServerFailure);
+        }
+        self.admit_answer(&name, &r.answers);
+        let mut out = if r.answers.iter().any(|a| a.ttl > TTL_CEILING) {
+            for a in &mut r.answers {
+                a.ttl = a.ttl.min(TTL_CEILING);
+            }
+            r.build_bytes_vec_compressed().ok()?
+        } else {
+            raw
+        };
+        // The client's id back in place of the upstream one.
+        out[..2].copy_from_slice(&query[..2]);
+        Some(out)
+    }
+
+    fn admit_answer(&mut self, name: &str, answers: &[simple_dns::ResourceRecord<'_>]) {
+        let now = Instant::now();
+        for (ip, ttl) in addresses(name, answers) {
+            // Loopback is reachable anyway but for DNS, which stays the forwarder's.
+            if ip.is_loopback() || ip.to_canonical().is_loopback() {
+                continue;
+            }
+            let Some(ranges) = self.egress.admitted(name, ip, &self.statics) else {
+                continue;
+            };
+            let ttl = ttl.clamp(TTL_FLOOR, TTL_CEILING);
+            let until = now + Duration::from_secs(ttl.into());
+            let holds = self.held.entry(ip).or_default();
+            let e = holds.entry(name.to_string()).or_insert((until, Vec::new()));
+            e.0 = e.0.max(until);
+            e.1 = ranges;
+            let _ = admit(current(&self.selector, &self.tries), ip, &union(holds));
+        }
+    }
+
+    /// A fresh query id for the upstream (the client's is not trusted to be random).
+    fn next_id(&mut self) -> [u8; 2] {
+        use std::hash::{BuildHasher, Hasher};
+        self.seq += 1;
+        let mut h = self.random.build_hasher();
+        h.write_u64(self.seq);
+        let v = h.finish();
+        let b = v.to_le_bytes();
+        [b[0], b[1]]
+    }
+
+    /// The first upstream's answer to `query`, over UDP or TCP as the client asked.
+    fn forward(&mut self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
+        let mut msg = query.to_vec();
+        let ups = self.egress.resolvers.clone();
+        for up in ups {
+            let id = self.next_id();
+            msg[..2].copy_from_slice(&id);
+            let got = if tcp {
+                forward_tcp(up, &msg)
+            } else {
+                forward_udp(up, &msg)
+            };
+            if let Some(r) = got.filter(|r| r.len() >= 12 && r[..2] == id) {
+                return Some(r);
+            }
+        }
+        None
+    }
+}
+
+/// The trie in force: the one the selector's slot 0 names (0 or 1).
+fn current<'a>(selector: &OwnedFd, tries: &'a [OwnedFd; 2]) -> std::os::fd::BorrowedFd<'a> {
+    let mut v = [0u8; 4];
+    let one = crate::linux::sys::bpf::map_lookup(selector.as_fd(), &0u32.to_ne_bytes(), &mut v)
+        .unwrap_or(false)
+        && u32::from_ne_bytes(v) == 1;
+    tries[usize::from(one)].as_fd()
+}
+
+fn forward_udp(up: SocketAddr, msg: &[u8]) -> Option<Vec<u8>> {
+    let local: SocketAddr = match up {
+        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let s = UdpSocket::bind(local).ok()?;
+    s.connect(up).ok()?;
+    s.set_read_timeout(Some(UPSTREAM_TIMEOUT)).ok()?;
+    s.send(msg).ok()?;
+    let deadline = Instant::now() + UPSTREAM_TIMEOUT;
+    // EDNS answers over UDP stay far below this (1232 bytes is the usual size asked);
+    // a larger one comes truncated and the client retries over TCP.
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let n = s.recv(&mut buf).ok()?;
+        if n >= 2 && buf[..2] == msg[..2] {
+            buf.truncate(n);
+            return Some(buf);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+    }
+}
+
+fn forward_tcp(up: SocketAddr, msg: &[u8]) -> Option<Vec<u8>> {
+    let mut s = TcpStream::connect_timeout(&up, UPSTREAM_TIMEOUT).ok()?;
+    s.set_read_timeout(Some(UPSTREAM_TIMEOUT)).ok()?;
+    s.set_write_timeout(Some(UPSTREAM_TIMEOUT)).ok()?;
+    write_framed(&mut s, msg).ok()?;
+    read_framed(&mut s)
+}
+
+/// One DNS-over-TCP message: a two-byte length, then the message.
+fn read_framed(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut len = [0u8; 2];
+    s.read_exact(&mut len).ok()?;
+    let mut m = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    s.read_exact(&mut m).ok()?;
+    Some(m)
+}
+
+fn write_framed(s: &mut TcpStream, m: &[u8]) -> io::Result<()> {
+    let len = u16::try_from(m.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+    let mut out = len.to_be_bytes().to_vec();
+    out.extend_from_slice(m);
+    s.write_all(&out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_stay_in_their_block_and_differ_per_attempt() {
+        let a = address("c1", 0);
+        assert_eq!(a.octets()[0], 127);
+        assert!(a.octets()[1] >= 128);
+        assert!((1..=254).contains(&a.octets()[3]));
+        assert_ne!(address("c1", 0), address("c1", 1));
+        assert_ne!(address("c1", 0), address("c2", 0));
+        assert_eq!(address("c1", 3), address("c1", 3));
+    }
+
+    #[test]
+    fn cname_chains_inside_the_answer_count_for_the_queried_name() {
+        use simple_dns::rdata::{RData, A, CNAME};
+        use simple_dns::{Name, ResourceRecord, CLASS};
+        let rr = |n: &'static str, d: RData<'static>, ttl| {
+            ResourceRecord::new(Name::new_unchecked(n), CLASS::IN, ttl, d)
+        };
+        let answers = vec![
+            rr(
+                "www.example.com",
+                RData::CNAME(CNAME(Name::new_unchecked("edge.cdn.net"))),
+                300,
+            ),
+            rr(
+                "edge.cdn.net",
+                RData::CNAME(CNAME(Name::new_unchecked("e1.cdn.net"))),
+                60,
+            ),
+            rr(
+                "e1.cdn.net",
+                RData::A(A {
+                    address: 0x0a000001,
+                }),
+                20,
+            ),
+            // Not on the chain: an answer may not smuggle other names' addresses in.
+            rr(
+                "other.org",
+                RData::A(A {
+                    address: 0x0a000002,
+                }),
+                20,
+            ),
+        ];
+        let got = addresses("WWW.example.com.", &answers);
+        assert_eq!(got, vec![("10.0.0.1".parse().unwrap(), 20)]);
+        assert!(addresses("other.example.com", &answers).is_empty());
+    }
+
+    #[test]
+    fn resolv_conf_keeps_the_engines_search_and_options() {
+        let dir = std::env::temp_dir().join(format!("moat-dns-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let engine = dir.join("engine-resolv");
+        std::fs::write(
+            &engine,
+            "nameserver 10.0.0.2\nsearch a.svc b.svc\noptions ndots:5\n",
+        )
+        .unwrap();
+        let mut spec = Spec::default();
+        spec.mounts.push(Mount {
+            destination: "/etc/resolv.conf".into(),
+            typ: Some("bind".into()),
+            source: Some(engine.display().to_string()),
+            options: vec!["rbind".into(), "ro".into()],
+            ..Default::default()
+        });
+        let (p, made) = plan(&mut spec, &dir, "c1");
+        assert_eq!(made.0, dir.join(RESOLV_FILE));
+        assert_eq!(spec.mounts.len(), 1);
+        assert_eq!(
+            spec.mounts[0].source.as_deref(),
+            Some(dir.join(RESOLV_FILE).to_str().unwrap())
+        );
+        let text = resolv_text(p.first, &p.engine_lines);
+        assert!(
+            text.contains(&format!("nameserver {}\n", p.first)),
+            "{text}"
+        );
+        assert!(!text.contains("10.0.0.2"), "{text}");
+        assert!(text.contains("search a.svc b.svc\n"), "{text}");
+        assert!(text.contains("options ndots:5\n"), "{text}");
+        // No engine file: a read-only bind is added.
+        let mut bare = Spec::default();
+        let _ = plan(&mut bare, &dir, "c1");
+        assert_eq!(bare.mounts.len(), 1);
+        assert!(bare.mounts[0].options.iter().any(|o| o == "ro"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,453 @@
+//! Egress names through the per-container DNS forwarder (issue 15, item 3; docs/security.md,
+//! "Egress: names"), against a private world: a network namespace the test makes, with
+//! only `lo` (no link to anything else), addresses 10.77.0.0/24 on it and Debian's
+//! `dnsmasq` on 10.77.0.53 answering test names with a 2 s TTL. The container joins that
+//! namespace by path; nothing here can reach outside it.
+//!
+//! A connect to an address of the world with no listener tells allowed from refused
+//! without servers: `Connection refused` (the kernel's RST: the policy let it through)
+//! against `Operation not permitted` (the egress program refused it).
+
+mod support;
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::*;
+
+const DNS: &str = "10.77.0.53";
+const ALLOWED: &str = "10.77.0.10";
+const REFUSED: &str = "10.77.0.11";
+const ROT_OLD: &str = "10.77.0.12";
+const ROT_NEW: &str = "10.77.0.13";
+
+/// The private world: a network namespace with a DNS server.
+struct World {
+    ns: String,
+    dir: PathBuf,
+    dnsmasq: Child,
+}
+
+impl World {
+    fn new(tag: &str) -> Option<World> {
+        for tool in ["ip", "dnsmasq"] {
+            if Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .stdout(Stdio::null())
+                .status()
+                .map(|s| !s.success())
+                .unwrap_or(true)
+            {
+                missing(tool);
+                return None;
+            }
+        }
+        let ns = format!("moat-dns-{}-{tag}", std::process::id());
+        let dir = tmp_base().join(&ns);
+        fs::create_dir_all(&dir).unwrap();
+        host(&["ip", "netns", "add", &ns]);
+        host(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
+        for a in [DNS, ALLOWED, REFUSED, ROT_OLD, ROT_NEW] {
+            host(&[
+                "ip",
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{a}/32"),
+                "dev",
+                "lo",
+            ]);
+        }
+        fs::write(dir.join("hosts"), format!("{ROT_OLD} rot.test\n")).unwrap();
+        let dnsmasq = Command::new("ip")
+            .args(["netns", "exec", &ns, "dnsmasq", "--keep-in-foreground"])
+            .args([
+                "--no-resolv",
+                "--no-hosts",
+                "--bind-interfaces",
+                "--user=root",
+            ])
+            .arg(format!("--listen-address={DNS}"))
+            .arg(format!("--addn-hosts={}", dir.join("hosts").display()))
+            .arg(format!("--pid-file={}", dir.join("dnsmasq.pid").display()))
+            .args(["--local-ttl=2", "--neg-ttl=2"])
+            .arg(format!("--address=/allowed.test/{ALLOWED}"))
+            .arg(format!("--address=/refused.test/{REFUSED}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run dnsmasq");
+        let w = World { ns, dir, dnsmasq };
+        let t = Instant::now();
+        while !w.dir.join("dnsmasq.pid").exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "dnsmasq did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(w)
+    }
+
+    fn path(&self) -> String {
+        format!("/run/netns/{}", self.ns)
+    }
+
+    /// rot.test answers `addr` from now on (dnsmasq rereads its hosts file on SIGHUP).
+    fn rotate(&self, addr: &str) {
+        fs::write(self.dir.join("hosts"), format!("{addr} rot.test\n")).unwrap();
+        let pid = fs::read_to_string(self.dir.join("dnsmasq.pid")).unwrap();
+        host(&["kill", "-HUP", pid.trim()]);
+    }
+
+    /// The network namespace's inode.
+    fn inode(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(self.path()).unwrap().ino()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Ok(pid) = fs::read_to_string(self.dir.join("dnsmasq.pid")) {
+            let _ = Command::new("kill").arg(pid.trim()).status();
+        }
+        let _ = self.dnsmasq.kill();
+        let _ = self.dnsmasq.wait();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Every moat-dns process in the network namespace `inode`, whoever started it.
+fn forwarders_in(inode: u64) -> Vec<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let exe = fs::read_link(e.path().join("exe")).unwrap_or_default();
+        let net = fs::metadata(e.path().join("ns/net")).map(|m| m.ino());
+        if exe.file_name().is_some_and(|n| n == "moat-dns")
+            && net.is_ok_and(|i| i == inode)
+            && !is_gone(pid)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// A container in the world's namespace with `list`, RESTRICTED, the world's DNS server
+/// as `[egress] resolvers`.
+fn ctx_in(world: &World, tag: &str, list: &str) -> Ctx {
+    let mut ctx = Ctx::new(tag);
+    ctx.args(&["sleep", "120"]);
+    ctx.set("/annotations", json!({ "moat.egress": list }));
+    let ns: Vec<Value> = ctx.config["linux"]["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            if n["type"] == "network" {
+                json!({"type": "network", "path": world.path()})
+            } else {
+                n.clone()
+            }
+        })
+        .collect();
+    ctx.set("/linux/namespaces", Value::Array(ns));
+    let cfg = ctx.dir.join("moat.toml");
+    fs::write(&cfg, format!("[egress]\nresolvers = [\"{DNS}\"]\n")).unwrap();
+    ctx.use_config(cfg.into_os_string());
+    ctx
+}
+
+/// `sh -c script` in the container: its stdout and stderr together.
+fn sh(ctx: &Ctx, id: &str, script: &str) -> String {
+    let out = ctx.moat(&["exec", id, "sh", "-c", &format!("{script} 2>&1")]);
+    format!("{}{}", out.stdout, out.stderr)
+}
+
+/// How a TCP connect from the container to `addr:80` ends.
+fn connect(ctx: &Ctx, id: &str, addr: &str) -> &'static str {
+    let out = sh(ctx, id, &format!("nc -w 2 {addr} 80 </dev/null"));
+    if out.contains("Connection refused") {
+        "reached"
+    } else if out.contains("Operation not permitted") {
+        "refused"
+    } else {
+        panic!("connect to {addr}: neither reached nor refused: {out}")
+    }
+}
+
+fn lookup(ctx: &Ctx, id: &str, name: &str) -> String {
+    sh(ctx, id, &format!("nslookup -type=a {name}"))
+}
+
+fn forwarder(ctx: &Ctx, id: &str) -> Value {
+    let b = fs::read(ctx.state_dir(id).join("dns.json")).expect("dns.json recorded");
+    serde_json::from_slice(&b).unwrap()
+}
+
+fn status_field(pid: i64, field: &str) -> String {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(&format!("{field}:"))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+#[ignore = "needs root: real containers, a network namespace, dnsmasq"]
+fn allowed_names_resolve_and_connect_others_are_refused_and_answers_rotate() {
+    if !require_root() {
+        return;
+    }
+    let Some(world) = World::new("names") else {
+        return;
+    };
+    let ctx = ctx_in(&world, "dns-names", "allowed.test:80,rot.test:80");
+    let c = ctx.create_ok("n");
+    ctx.moat(&["start", &c.id]).ok();
+    let f = forwarder(&ctx, &c.id);
+    let addr = f["addr"].as_str().unwrap().to_string();
+    let pid = f["pid"].as_i64().unwrap();
+
+    // The container's resolver is the forwarder, and only it.
+    let resolv = sh(&ctx, &c.id, "cat /etc/resolv.conf");
+    assert!(
+        resolv.contains(&format!("nameserver {addr}")),
+        "resolv.conf: {resolv}"
+    );
+    assert!(
+        !resolv.contains(DNS),
+        "resolv.conf names the upstream: {resolv}"
+    );
+
+    // Before any lookup, the allowed name's address is not reachable: names are
+    // admitted by answers, not resolved once at create.
+    assert_eq!(connect(&ctx, &c.id, ALLOWED), "refused");
+    let a = lookup(&ctx, &c.id, "allowed.test");
+    assert!(a.contains(&format!("Address: {ALLOWED}")), "{a}");
+    assert_eq!(connect(&ctx, &c.id, ALLOWED), "reached");
+    // Only the rule's port.
+    let other_port = sh(&ctx, &c.id, &format!("nc -w 2 {ALLOWED} 81 </dev/null"));
+    assert!(
+        other_port.contains("Operation not permitted"),
+        "{other_port}"
+    );
+
+    // A name no rule allows: REFUSED, and its address (known to the attacker) refused.
+    let r = lookup(&ctx, &c.id, "refused.test");
+    assert!(r.contains("REFUSED"), "{r}");
+    assert!(!r.contains(REFUSED), "{r}");
+    assert_eq!(connect(&ctx, &c.id, REFUSED), "refused");
+    // DNS around the forwarder: straight to the upstream, and to another loopback :53.
+    let direct = sh(&ctx, &c.id, &format!("nslookup -type=a allowed.test {DNS}"));
+    assert!(
+        direct.contains("Operation not permitted") && !direct.contains("Address: 10.77"),
+        "direct DNS to the upstream: {direct}"
+    );
+    let lo = sh(&ctx, &c.id, "nslookup -type=a allowed.test 127.0.0.1");
+    assert!(!lo.contains("Address: 10.77"), "DNS to 127.0.0.1: {lo}");
+
+    // The TTL (2 s, held at least 5 s) ends the old address once the answer changes.
+    let old = lookup(&ctx, &c.id, "rot.test");
+    assert!(old.contains(&format!("Address: {ROT_OLD}")), "{old}");
+    assert_eq!(connect(&ctx, &c.id, ROT_OLD), "reached");
+    world.rotate(ROT_NEW);
+    std::thread::sleep(Duration::from_secs(7));
+    let new = lookup(&ctx, &c.id, "rot.test");
+    assert!(new.contains(&format!("Address: {ROT_NEW}")), "{new}");
+    assert_eq!(connect(&ctx, &c.id, ROT_NEW), "reached");
+    assert_eq!(connect(&ctx, &c.id, ROT_OLD), "refused", "expired answer");
+
+    // The forwarder: in the container's network namespace, on the host otherwise, not
+    // in its cgroup, without privileges.
+    let init = c.state()["pid"].as_i64().unwrap();
+    let ns = |p: i64, n: &str| fs::read_link(format!("/proc/{p}/ns/{n}")).unwrap();
+    assert_eq!(ns(pid, "net"), ns(init, "net"));
+    for n in ["mnt", "pid", "user"] {
+        assert_eq!(
+            ns(pid, n),
+            fs::read_link(format!("/proc/self/ns/{n}")).unwrap(),
+            "{n}"
+        );
+    }
+    let cg = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(
+        !cg.contains(&c.id),
+        "the forwarder is in the container's cgroup: {cg}"
+    );
+    assert_eq!(status_field(pid, "Uid"), "65534\t65534\t65534\t65534");
+    assert_eq!(status_field(pid, "CapEff"), "0000000000000000");
+    assert_eq!(status_field(pid, "CapPrm"), "0000000000000000");
+    assert_eq!(status_field(pid, "NoNewPrivs"), "1");
+    let rollup = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
+    let pss: u64 = rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    eprintln!("moat-dns PSS: {pss} kB");
+    if !cfg!(debug_assertions) {
+        assert!(pss <= 1024, "forwarder PSS {pss} kB > 1 MiB");
+    }
+    let stats = ctx.moat(&["events", "--stats", &c.id]).ok();
+    let v: Value = serde_json::from_str(stats.stdout.trim()).unwrap();
+    assert_eq!(v["data"]["moat"]["dns_forwarder"], "running", "{v}");
+
+    // delete ends it.
+    ctx.moat(&["delete", "--force", &c.id]).ok();
+    assert!(
+        forwarders_in(world.inode()).is_empty(),
+        "forwarder left after delete"
+    );
+    ctx.assert_no_trace(&c.id);
+}
+
+#[test]
+#[ignore = "needs root: real containers, a network namespace, dnsmasq"]
+fn a_dead_forwarder_fails_closed_and_events_reports_it() {
+    if !require_root() {
+        return;
+    }
+    let Some(world) = World::new("dead") else {
+        return;
+    };
+    let ctx = ctx_in(&world, "dns-dead", "allowed.test:80");
+    let c = ctx.create_ok("d");
+    ctx.moat(&["start", &c.id]).ok();
+    let ok = lookup(&ctx, &c.id, "allowed.test");
+    assert!(ok.contains(&format!("Address: {ALLOWED}")), "{ok}");
+    let events = ctx.moat_bg(&["events", "--interval", "1s", &c.id]);
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = forwarder(&ctx, &c.id)["pid"].as_i64().unwrap();
+    host(&["kill", "-KILL", &pid.to_string()]);
+    let t = Instant::now();
+    while !is_gone(i32::try_from(pid).unwrap()) {
+        assert!(t.elapsed() < Duration::from_secs(5), "forwarder not dead");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Nothing else answers: the lookup fails, closed.
+    let after = lookup(&ctx, &c.id, "allowed.test");
+    assert!(!after.contains("Address: 10.77"), "{after}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let reported = events.stdout_now();
+    assert!(
+        reported
+            .lines()
+            .any(|l| l.contains("\"type\":\"error\"") && l.contains("DNS forwarder")),
+        "events: {reported}"
+    );
+    let stats = ctx.moat(&["events", "--stats", &c.id]).ok();
+    assert!(
+        stats.stdout.contains("\"dns_forwarder\":\"exited\""),
+        "{}",
+        stats.stdout
+    );
+    ctx.moat(&["delete", "--force", &c.id]).ok();
+    let _ = events.wait(CALL_TIMEOUT);
+    ctx.assert_no_trace(&c.id);
+}
+
+#[test]
+#[ignore = "needs root: real containers, a network namespace, dnsmasq"]
+fn a_killed_create_or_a_delete_leaves_no_forwarder() {
+    if !require_root() {
+        return;
+    }
+    let Some(world) = World::new("kill") else {
+        return;
+    };
+    let ctx = ctx_in(&world, "dns-kill", "allowed.test:80");
+    let b = ctx.bundle_str();
+    ctx.write_config();
+    // create killed right before and right after the forwarder starts (debug builds).
+    if cfg!(debug_assertions) {
+        for point in ["create:parent:Dns", "create:parent:Ready"] {
+            let id = ctx.id(&point.replace(':', "-").to_lowercase());
+            let mut cmd = ctx.cmd();
+            cmd.env("MOAT_TEST_KILL_AT", point)
+                .args(["create", "--bundle", &b, &id]);
+            let out = ctx.run(cmd);
+            assert_ne!(out.code, 0, "{point}: create went through");
+            ctx.moat(&["delete", "--force", &id]).ok();
+            reap();
+            let t = Instant::now();
+            while !forwarders_in(world.inode()).is_empty() {
+                assert!(
+                    t.elapsed() < Duration::from_secs(5),
+                    "{point}: forwarder left: {:?}",
+                    forwarders_in(world.inode())
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            ctx.assert_no_trace(&id);
+        }
+    }
+    // delete without --force, after the init exited by itself.
+    let c = ctx.create_ok("k");
+    ctx.moat(&["start", &c.id]).ok();
+    assert_eq!(forwarders_in(world.inode()).len(), 1);
+    ctx.moat(&["kill", &c.id, "KILL"]).ok();
+    let t = Instant::now();
+    while c.status() != "stopped" {
+        assert!(t.elapsed() < Duration::from_secs(10), "init did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ctx.moat(&["delete", &c.id]).ok();
+    let t = Instant::now();
+    while !forwarders_in(world.inode()).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "forwarder left after delete"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ctx.assert_no_trace(&c.id);
+}
+
+#[test]
+#[ignore = "needs root: real containers, a network namespace, dnsmasq"]
+fn update_egress_hands_the_forwarder_the_new_list_and_trie() {
+    if !require_root() {
+        return;
+    }
+    let Some(world) = World::new("upd") else {
+        return;
+    };
+    let ctx = ctx_in(&world, "dns-upd", "allowed.test:80,rot.test:80");
+    let c = ctx.create_ok("u");
+    ctx.moat(&["start", &c.id]).ok();
+    let a = lookup(&ctx, &c.id, "allowed.test");
+    assert!(a.contains(&format!("Address: {ALLOWED}")), "{a}");
+    let r = lookup(&ctx, &c.id, "rot.test");
+    assert!(r.contains(&format!("Address: {ROT_OLD}")), "{r}");
+    ctx.moat(&["update", "--egress", "allowed.test:80", &c.id])
+        .ok();
+    // The live answer of a name the new list keeps is in the new trie, without a lookup;
+    // the dropped name's address is gone with the old trie, and its lookups are refused.
+    assert_eq!(connect(&ctx, &c.id, ALLOWED), "reached");
+    assert_eq!(connect(&ctx, &c.id, ROT_OLD), "refused");
+    let r = lookup(&ctx, &c.id, "rot.test");
+    assert!(r.contains("REFUSED"), "after update: {r}");
+    // And it admits into the new trie from then on.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(connect(&ctx, &c.id, ALLOWED), "refused", "expired");
+    let a = lookup(&ctx, &c.id, "allowed.test");
+    assert!(a.contains(&format!("Address: {ALLOWED}")), "{a}");
+    assert_eq!(connect(&ctx, &c.id, ALLOWED), "reached");
+    ctx.moat(&["delete", "--force", &c.id]).ok();
+    assert!(forwarders_in(world.inode()).is_empty());
+    ctx.assert_no_trace(&c.id);
+}
