@@ -66,6 +66,10 @@ pub struct Args {
     /// Intel RDT/MBA memory bandwidth schema (not supported)
     #[arg(long = "mem-bw-schema")]
     pub mem_bw_schema: Option<String>,
+    /// moat: replace the egress policy (a moat.egress list, within the config's
+    /// [egress] allow; "" returns to the config's default), atomically
+    #[arg(long)]
+    pub egress: Option<String>,
     pub id: String,
 }
 
@@ -87,6 +91,7 @@ impl Args {
         Ok(Request {
             id: self.id.clone(),
             resources,
+            egress: self.egress.clone(),
         })
     }
 }
@@ -98,6 +103,7 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
 fn has_flags(a: &Args) -> bool {
     let probe = Args {
         id: a.id.clone(),
+        egress: a.egress.clone(),
         ..Default::default()
     };
     from_flags(a) != from_flags(&probe)

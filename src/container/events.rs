@@ -145,7 +145,22 @@ fn emit_stats(out: &mut impl Write, rec: &Record, cg: &Cgroup, capped: &[String]
             s.moat.filesystems.insert(dest.clone(), u);
         }
     }
+    s.moat.egress = egress_counters(cg);
     emit(out, "stats", &rec.id, Some(&s))
+}
+
+/// The egress programs' counters on the container's cgroup, if it has them.
+fn egress_counters(cg: &Cgroup) -> Option<stats::EgressCounters> {
+    use crate::linux::egress::{Installed, STATS_REFUSED_NAMES};
+    let inst = Installed::find(&cg.v2_dir()?).ok()??;
+    let n = inst.counters().ok()?;
+    Some(stats::EgressCounters {
+        connect4_refused: n[0],
+        connect6_refused: n[1],
+        sendmsg4_refused: n[2],
+        sendmsg6_refused: n[3],
+        names_refused: n[STATS_REFUSED_NAMES as usize],
+    })
 }
 
 fn emit(out: &mut impl Write, typ: &'static str, id: &str, data: Option<&Stats>) -> Result<()> {

@@ -147,6 +147,8 @@ pub trait Engine {
     fn events(&self, ctx: &Context, c: &Container, req: &events::Request) -> Result<i32>;
     /// `update`: the resources (devices already cleared) to the running container.
     fn update(&self, ctx: &Context, c: &Container, res: Resources) -> Result<i32>;
+    /// `update --egress LIST`: the container's egress policy replaced.
+    fn update_egress(&self, ctx: &Context, c: &Container, list: &str) -> Result<()>;
     /// `delete`: takes the directory, which is gone afterwards.
     fn delete(&self, ctx: &Context, dir: ContainerDir, rec: &Record, force: bool) -> Result<i32>;
     /// `verify`: what the kernel (or the sandbox) gave the container, check by check.
@@ -193,6 +195,9 @@ impl Engine for Native {
     }
     fn update(&self, _: &Context, c: &Container, res: Resources) -> Result<i32> {
         update::native(c, &res).map(|()| 0)
+    }
+    fn update_egress(&self, _: &Context, c: &Container, list: &str) -> Result<()> {
+        update::native_egress(c, list)
     }
     fn delete(&self, ctx: &Context, dir: ContainerDir, rec: &Record, force: bool) -> Result<i32> {
         delete::native(ctx, dir, rec, force).map(|()| 0)

@@ -16,15 +16,124 @@ use crate::state::Status;
 pub struct Request {
     pub id: String,
     pub resources: Resources,
+    /// `--egress LIST`: the new egress list ("" = the config's default).
+    pub egress: Option<String>,
 }
 
 pub fn update(ctx: &Context, req: &Request) -> Result<i32> {
     let mut res = req.resources.clone();
     normalize(&mut res);
     let c = Container::open(ctx, &req.id)?;
+    if let Some(list) = &req.egress {
+        c.engine().update_egress(ctx, &c, list)?;
+        if res == Resources::default() {
+            return Ok(0);
+        }
+    }
     // As runc: update never rewrites device rules.
     res.devices.clear();
     c.engine().update(ctx, &c, res)
+}
+
+/// `update --egress LIST`: the container's egress policy replaced in one map write (the
+/// programs see the old rules or the new ones, never a mix), recorded in `policy.json`.
+/// The list may only narrow the config's `[egress] allow` (RESTRICTED); "" returns to the
+/// config's default. Addresses admitted from names are dropped with the old rules (the
+/// forwarder admits them again on the next lookup); names need the forwarder, which is
+/// started at create.
+pub fn native_egress(c: &Container, text: &str) -> Result<()> {
+    use crate::linux::egress::{self as enforce, Installed};
+    use crate::policy::egress::{self, Egress};
+    if c.record.status(&c.dir) == Status::Stopped {
+        return Err(Error::NotRunning.into());
+    }
+    let cfg = crate::policy::Config::load()?;
+    let policy_json = c
+        .dir
+        .read_file(crate::state::POLICY_FILE)?
+        .unwrap_or_default();
+    let mut recorded: serde_json::Value =
+        serde_json::from_slice(&policy_json).unwrap_or(serde_json::Value::Null);
+    let restricted = recorded["policy"] == "restricted";
+    let old = Egress::from_json(&recorded["egress"]);
+    let configured = if restricted {
+        cfg.egress_allow.clone()
+    } else {
+        None
+    };
+    let allow = if text.trim().is_empty() {
+        configured
+    } else {
+        let list = egress::parse_list(text).map_err(|e| anyhow::anyhow!("--egress: {e}"))?;
+        if let Some(r) = egress::widening(&list, configured.as_ref()).first() {
+            anyhow::bail!(
+                "--egress: rule {r} is outside what the config allows ([egress] allow = \"{}\"); \
+                 update may only narrow it",
+                configured.map(|l| l.to_string()).unwrap_or_default()
+            );
+        }
+        Some(list)
+    };
+    let new = Egress {
+        allow,
+        deny: match &old {
+            Some(o) => o.deny.clone(),
+            None if restricted && cfg.egress_deny_metadata => {
+                egress::deny_addrs(&cfg.egress_metadata)
+            }
+            None => Vec::new(),
+        },
+        resolvers: old
+            .as_ref()
+            .map(|o| o.resolvers.clone())
+            .or_else(|| cfg.egress_resolvers.clone())
+            .unwrap_or_default(),
+    };
+    if new.has_names() && !old.as_ref().is_some_and(Egress::has_names) {
+        anyhow::bail!(
+            "--egress: {} names domains, which need moat's DNS forwarder; it starts at create \
+             when the container's list names one: create the container with such a list",
+            new.allow
+                .as_ref()
+                .map(|l| l.to_string())
+                .unwrap_or_default()
+        );
+    }
+    let Some(dir) = c.record.cgroup.as_ref().and_then(|cg| cg.v2_dir()) else {
+        return Err(enforce::EgressError::NoCgroup(format!("container {}", c.record.id)).into());
+    };
+    match Installed::find(&dir)? {
+        Some(inst) => {
+            // The forwarder's own entry (a loopback /128 the old rules did not make) stays.
+            let old_static = old
+                .as_ref()
+                .and_then(|o| o.entries(None).ok())
+                .unwrap_or_default();
+            let forwarder = inst
+                .entries()
+                .map_err(|e| anyhow::anyhow!("egress policy: cannot read the rules in force: {e}"))?
+                .into_iter()
+                .find(|e| {
+                    e.len == 128
+                        && e.addr.to_ipv4_mapped().is_some_and(|v| v.is_loopback())
+                        && !old_static.iter().any(|s| s.addr == e.addr && s.len == 128)
+                })
+                .and_then(|e| e.addr.to_ipv4_mapped())
+                .map(std::net::IpAddr::V4);
+            let entries = new
+                .entries(forwarder)
+                .map_err(|e| anyhow::anyhow!("--egress: {e}"))?;
+            inst.replace(&entries)
+                .map_err(|e| anyhow::anyhow!("egress policy: cannot swap the rules: {e}"))?;
+        }
+        None => enforce::install(&dir, &new, None)?,
+    }
+    recorded["egress"] = serde_json::to_value(&new).expect("serialises");
+    let bytes = serde_json::to_vec_pretty(&recorded).expect("serialises");
+    c.dir
+        .save_file(crate::state::POLICY_FILE, &bytes)
+        .context("cannot record the egress update")?;
+    Ok(())
 }
 
 pub fn native(c: &Container, res: &Resources) -> Result<()> {

@@ -83,6 +83,7 @@ pub fn native(c: &Container) -> Result<Verdict> {
                 .ok()
                 .map(|(size, inodes)| policy::BoundedRoot { size, inodes }),
                 network_none: v["network_none"].as_bool()?,
+                egress: policy::egress::Egress::from_json(&v["egress"]),
                 seccomp_floor: v["seccomp_floor"].as_bool()?,
                 userns: if v["userns"] == "auto" {
                     "auto"
@@ -230,6 +231,10 @@ pub fn native(c: &Container) -> Result<Verdict> {
                 .map(str::trim)
                 .collect();
             add("network", "lo".into(), ifaces.join(","), ifaces == ["lo"]);
+        }
+        if let Some(e) = &d.egress {
+            let (actual, ok) = egress_in_force(rec, pid, e);
+            add("egress", e.describe(), actual, ok);
         }
     }
     // The id mapping: container root must not be host root when a user namespace is in use
@@ -449,4 +454,83 @@ fn report(
         println!("{} checks, {} failed", checks.len(), failed);
     }
     Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// The egress rules in force, read back from the kernel: moat's programs on every hook of
+/// the container's cgroup v2 (the init's own v2 cgroup), and a trie holding every entry
+/// of the recorded policy with the same ranges, plus only /128 entries the forwarder
+/// admitted (when the policy names domains).
+fn egress_in_force(rec: &state::Record, pid: i32, e: &policy::egress::Egress) -> (String, bool) {
+    use crate::linux::egress::{prog::Hook, Installed};
+    let Some(dir) = rec.cgroup.as_ref().and_then(|c| c.v2_dir()) else {
+        return ("no cgroup v2 directory".into(), false);
+    };
+    // The init must be where the programs are (it cannot leave, but a record could lie).
+    let v2 = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("0::").map(str::to_string));
+    let cg_path = rec
+        .cgroup
+        .as_ref()
+        .map(|c| c.path.clone())
+        .unwrap_or_default();
+    if v2.as_deref().is_some_and(|p| !p.starts_with(&cg_path)) {
+        return (
+            format!(
+                "the init is in cgroup {}, not {cg_path}",
+                v2.unwrap_or_default()
+            ),
+            false,
+        );
+    }
+    let inst = match Installed::find(&dir) {
+        Ok(Some(i)) => i,
+        Ok(None) => return ("no egress programs on the cgroup".into(), false),
+        Err(err) => return (err.to_string(), false),
+    };
+    let missing: Vec<&str> = Hook::ALL
+        .iter()
+        .filter(|h| !inst.hooks.contains(h))
+        .map(|h| h.name())
+        .collect();
+    if !missing.is_empty() {
+        return (format!("programs missing: {}", missing.join(", ")), false);
+    }
+    let got = match inst.entries() {
+        Ok(g) => g,
+        Err(err) => return (format!("cannot read the rules in force: {err}"), false),
+    };
+    let want = e.entries(None).unwrap_or_default();
+    let absent: Vec<String> = want
+        .iter()
+        .filter(|w| !got.contains(w))
+        .map(|w| format!("{}/{}", w.addr, w.len))
+        .collect();
+    let extra: Vec<String> = got
+        .iter()
+        .filter(|g| !want.iter().any(|w| w.addr == g.addr && w.len == g.len))
+        .filter(|g| !(g.len == 128 && e.has_names()))
+        .map(|g| format!("{}/{}", g.addr, g.len))
+        .collect();
+    let admitted = got.len() - (want.len() - absent.len()) - extra.len();
+    if absent.is_empty() && extra.is_empty() {
+        (
+            format!(
+                "{} rules in force on {} hooks ({admitted} admitted from names)",
+                want.len(),
+                inst.hooks.len()
+            ),
+            true,
+        )
+    } else {
+        (
+            format!(
+                "rules in force differ: missing [{}], not in the policy [{}]",
+                absent.join(", "),
+                extra.join(", ")
+            ),
+            false,
+        )
+    }
 }

@@ -81,6 +81,13 @@ impl Engine for Gvisor {
     fn update(&self, ctx: &Context, c: &Container, res: Resources) -> Result<i32> {
         extra::update(ctx, &c.record, self, res)
     }
+    fn update_egress(&self, _: &Context, c: &Container, _: &str) -> Result<()> {
+        anyhow::bail!(
+            "--egress: container {} runs under gVisor, where moat does not enforce egress \
+             lists yet",
+            c.record.id
+        )
+    }
     fn delete(&self, ctx: &Context, dir: ContainerDir, rec: &Record, force: bool) -> Result<i32> {
         cmds::delete(ctx, dir, rec, self, force)
     }

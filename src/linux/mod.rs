@@ -10,6 +10,7 @@ pub mod cgroups;
 pub mod console;
 pub mod create;
 pub mod devices;
+pub mod egress;
 pub mod exec;
 pub mod exeseal;
 pub mod hooks;

@@ -287,7 +287,48 @@ pub fn floor_facts(spec: &Spec) -> crate::policy::FloorFacts {
         cgroup_v2: sys::statfs(c"/sys/fs/cgroup")
             .is_ok_and(|s| s.f_type as u64 == libc::CGROUP2_SUPER_MAGIC as u64),
         systemd_cgroup: false,
+        bpf_cgroup: bpf_cgroup(),
+        resolvers: engine_resolvers(spec),
     }
+}
+
+/// Whether this caller can attach cgroup BPF programs to a container's cgroup v2: root of
+/// the host's user namespace (not rootless, not uid 0 of podman's user namespace), and a
+/// cgroup2 mount at `/sys/fs/cgroup` or, on a hybrid host, `/sys/fs/cgroup/unified`.
+pub fn bpf_cgroup() -> bool {
+    // f_type is i64 under glibc, unsigned under musl.
+    #[allow(clippy::unnecessary_cast)]
+    let v2 = |p: &std::ffi::CStr| {
+        sys::statfs(p).is_ok_and(|s| s.f_type as u64 == libc::CGROUP2_SUPER_MAGIC as u64)
+    };
+    sys::geteuid() == 0
+        && !super::rootless::in_user_namespace()
+        && (v2(c"/sys/fs/cgroup") || v2(c"/sys/fs/cgroup/unified"))
+}
+
+/// The nameservers of the engine's resolv.conf: the host-side source of the spec's bind
+/// mount at `/etc/resolv.conf` (podman's, Docker's, the CRI's file), never the rootfs's
+/// own `/etc/resolv.conf`, which the image controls. Empty without such a mount.
+fn engine_resolvers(spec: &Spec) -> Vec<std::net::SocketAddr> {
+    use std::io::Read;
+    let Some(m) = spec.mounts.iter().rev().find(|m| {
+        m.destination.trim_end_matches('/') == "/etc/resolv.conf"
+            && (m.typ.as_deref() == Some("bind")
+                || m.options.iter().any(|o| o == "bind" || o == "rbind"))
+    }) else {
+        return Vec::new();
+    };
+    let Some(src) = m.source.as_deref() else {
+        return Vec::new();
+    };
+    let mut text = String::new();
+    match std::fs::File::open(src) {
+        Ok(f) => {
+            let _ = f.take(64 * 1024).read_to_string(&mut text);
+        }
+        Err(_) => return Vec::new(),
+    }
+    crate::policy::egress::resolv_conf_nameservers(&text)
 }
 
 /// Which namespace a sysctl key lives in; `None` for host-global keys.

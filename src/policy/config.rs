@@ -46,6 +46,12 @@
 //! [runtime]
 //! sync_timeout = 60               # seconds create waits for each answer of the init
 //!
+//! [egress]                        # where a RESTRICTED container may connect and send
+//! allow = []                      # default list (moat.egress narrows it); [] = anywhere
+//! deny_metadata = true            # refuse the cloud metadata endpoints, whatever allow says
+//! metadata = ["169.254.169.254", "fd00:ec2::254", "169.254.170.2", "100.100.100.200"]
+//! # resolvers = ["10.0.0.2"]       # the forwarder's upstreams; unset: the engine's resolv.conf
+//!
 //! [alias.moat-open]               # when invoked as moat-open (a symlink to moat)
 //! default_policy = "open"
 //! [alias.moat-open.restricted]    # [alias.NAME.TABLE]: keys of [TABLE]
@@ -165,6 +171,17 @@ pub struct Config {
     pub audit: bool,
     /// `[log] warn_stderr`: the policy's summary line also on stderr when `--log` is given.
     pub warn_stderr: bool,
+    /// `[egress] allow`: the default list of a RESTRICTED container (`None`: every
+    /// destination); `moat.egress` may only narrow it.
+    pub egress_allow: Option<super::egress::List>,
+    /// `[egress] deny_metadata`: refuse `egress_metadata` under RESTRICTED, with or
+    /// without a list, whatever `allow` says.
+    pub egress_deny_metadata: bool,
+    /// `[egress] metadata`: exact addresses (default [`super::egress::METADATA`]).
+    pub egress_metadata: Vec<std::net::IpAddr>,
+    /// `[egress] resolvers`: where the forwarder sends queries, and the resolvers DNS
+    /// stays open to at a metadata address; `None`: the engine's resolv.conf.
+    pub egress_resolvers: Option<Vec<std::net::SocketAddr>>,
 }
 
 /// The default of `[restricted] apparmor_profiles`: moat's own profile and the engines'.
@@ -269,6 +286,13 @@ impl Default for Config {
             selinux_types: SELINUX_TYPES.iter().map(|s| s.to_string()).collect(),
             audit: false,
             warn_stderr: false,
+            egress_allow: None,
+            egress_deny_metadata: true,
+            egress_metadata: super::egress::METADATA
+                .iter()
+                .map(|a| a.parse().expect("the default metadata addresses parse"))
+                .collect(),
+            egress_resolvers: None,
         }
     }
 }
@@ -719,6 +743,44 @@ impl Config {
                     .map_err(|_| err("expected a positive integer below 2^32"))?
             }
             "log.warn_stderr" => c.warn_stderr = b(value)?,
+            "egress.allow" => {
+                let Value::List(l) = value else {
+                    return Err(err("expected an array of rules, e.g. [\"10.0.0.0/8:443\", \"*.example.com\"] ([] = every destination, [\"none\"] = loopback only)"));
+                };
+                c.egress_allow = match l.as_slice() {
+                    [] => None,
+                    _ => Some(
+                        super::egress::parse_list(&l.join(",")).map_err(|e| err(&e.to_string()))?,
+                    ),
+                };
+            }
+            "egress.deny_metadata" => c.egress_deny_metadata = b(value)?,
+            "egress.metadata" => {
+                let Value::List(l) = value else {
+                    return Err(err("expected an array of addresses"));
+                };
+                c.egress_metadata = l
+                    .iter()
+                    .map(|a| {
+                        a.parse()
+                            .map_err(|_| err(&format!("{a:?} is not an IP address")))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "egress.resolvers" => {
+                let Value::List(l) = value else {
+                    return Err(err("expected an array of \"IP[:port]\""));
+                };
+                c.egress_resolvers = Some(
+                    l.iter()
+                        .map(|a| {
+                            super::egress::parse_resolver(a).ok_or_else(|| {
+                                err(&format!("{a:?} is not IP[:port] or [IPv6]:port"))
+                            })
+                        })
+                        .collect::<Result<_, _>>()?,
+                );
+            }
             "runtime.sync_timeout" => {
                 c.sync_timeout = u32::try_from(count(value)?)
                     .ok()
@@ -733,6 +795,51 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_documented_config_parses_and_means_what_it_says() {
+        let doc = include_str!("../../docs/configuration.md");
+        let block = doc
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|b| b.split("```").next())
+            .expect("docs/configuration.md holds a toml block");
+        let c = super::Config::from_str(block, std::path::Path::new("docs/configuration.md"))
+            .expect("the documented config parses");
+        assert_eq!(c.egress_allow, None);
+        assert!(c.egress_deny_metadata);
+        assert_eq!(c.egress_metadata.len(), 4);
+        assert_eq!(c.egress_resolvers, None);
+    }
+
+    #[test]
+    fn egress_keys_parse_and_refuse_mistakes() {
+        let p = std::path::Path::new("t.toml");
+        let c = super::Config::from_str(
+            "[egress]\nallow = [\"10.0.0.0/8:443\", \"*.example.com\"]\nresolvers = [\"10.0.0.2\", \"[fd00::1]:5353\"]\ndeny_metadata = false\n",
+            p,
+        )
+        .unwrap();
+        assert_eq!(
+            c.egress_allow.unwrap().to_string(),
+            "10.0.0.0/8:443,*.example.com"
+        );
+        assert!(!c.egress_deny_metadata);
+        assert_eq!(c.egress_resolvers.unwrap().len(), 2);
+        let none = super::Config::from_str("[egress]\nallow = [\"none\"]\n", p).unwrap();
+        assert_eq!(none.egress_allow.unwrap().0.len(), 0);
+        for (bad, word) in [
+            ("[egress]\nallow = [\"10.0.0.1/8\"]\n", "host bits"),
+            ("[egress]\nallow = \"10.0.0.0/8\"\n", "array of rules"),
+            ("[egress]\nmetadata = [\"x\"]\n", "not an IP address"),
+            ("[egress]\nresolvers = [\"1.2.3.4:0\"]\n", "IP[:port]"),
+            ("[egress]\nbogus = true\n", "egress.bogus"),
+        ] {
+            let e = super::Config::from_str(bad, p).unwrap_err().to_string();
+            assert!(e.contains(word), "{bad}: {e}");
+            assert!(e.contains("t.toml:"), "{bad}: {e}");
+        }
+    }
+
     use super::*;
 
     fn cfg(text: &str) -> Result<Config, ConfigError> {

@@ -7,6 +7,7 @@
 //! it, `verify` compares the kernel's view of a container with it.
 
 pub mod config;
+pub mod egress;
 
 use serde::Serialize;
 
@@ -26,8 +27,9 @@ pub const APPARMOR_PROFILE: &str = include_str!("../../apparmor/moat-default");
 pub use crate::spec::default::{MASKED_PATHS, READONLY_PATHS};
 
 /// moat's annotation keys; any other `moat.*` key is an error.
-pub const ANNOTATIONS: [&str; 6] = [
+pub const ANNOTATIONS: [&str; 7] = [
     "moat.policy",
+    "moat.egress",
     "moat.rootfs",
     "moat.rootfs.size",
     "moat.network",
@@ -67,6 +69,24 @@ pub enum PolicyError {
          [restricted] host_namespaces = [\"{typ}\"])"
     )]
     HostNamespace { field: String, typ: &'static str },
+    #[error("annotation moat.egress: {0}")]
+    Egress(#[from] egress::ParseError),
+    #[error(
+        "annotation moat.egress: rule {rule} is outside what {config} allows ([egress] allow = \"{allowed}\"); \
+         an annotation may only narrow it"
+    )]
+    EgressWidens {
+        rule: String,
+        config: String,
+        allowed: String,
+    },
+    #[error(
+        "egress policy {rules}: this host or caller cannot attach cgroup BPF programs (rootless, \
+         or no cgroup v2 hierarchy), and moat does not run a container with a list it cannot enforce"
+    )]
+    EgressUnenforceable { rules: String },
+    #[error("egress policy: {0}")]
+    EgressInvalid(String),
     #[error("process.capabilities.{set}[{index}]: unknown capability {name:?}")]
     UnknownCapability {
         set: &'static str,
@@ -194,6 +214,10 @@ pub struct Decision {
     /// memory_high`), so that `update` moves it with the limit; `None` when moat set none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_high: Option<f64>,
+    /// The egress policy in force (`moat.egress`, `[egress]`): `linux::egress` attaches it
+    /// to the container's cgroup; `None`: every destination.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<egress::Egress>,
     /// RESTRICTED's floor was applied: false only from [`apply_unenforced`] (tests of
     /// `verify`); not recorded.
     #[serde(skip)]
@@ -347,6 +371,12 @@ pub struct FloorFacts {
     /// The call's cgroup driver is systemd (`--systemd-cgroup`): `linux.cgroupsPath` is
     /// `slice:prefix:name`, and the fleet budget is a slice.
     pub systemd_cgroup: bool,
+    /// The caller can attach cgroup BPF programs to the container's cgroup v2 (root of the
+    /// host's user namespace, a v2 hierarchy mounted): the egress policy can be enforced.
+    pub bpf_cgroup: bool,
+    /// The nameservers of the engine's resolv.conf (the host-side source of the spec's
+    /// `/etc/resolv.conf` bind, never the rootfs's file), for `[egress] resolvers`.
+    pub resolvers: Vec<std::net::SocketAddr>,
 }
 
 /// The controls a container gets: config defaults, then annotations, which may only
@@ -360,6 +390,8 @@ struct Selection {
     rootfs_size: u64,
     network_none: bool,
     userns_auto: bool,
+    /// `moat.egress`, parsed (checked against the config's list in `egress_policy`).
+    egress: Option<egress::List>,
     ignored: Vec<Change>,
 }
 
@@ -375,6 +407,7 @@ fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
         rootfs_size: cfg.rootfs_size,
         network_none: cfg.network_none,
         userns_auto: cfg.userns_auto,
+        egress: None,
         ignored: Vec::new(),
     };
     for (k, v) in &spec.annotations {
@@ -425,6 +458,11 @@ fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError> {
                 "engine" => cfg.network_none,
                 _ => return Err(bad()),
             },
+            // Refused, not ignored, when it widens: checked in `egress_policy`.
+            "moat.egress" => {
+                sel.egress = Some(egress::parse_list(v)?);
+                false
+            }
             "moat.userns" => match v.as_str() {
                 "auto" => {
                     sel.userns_auto = true;
@@ -506,7 +544,8 @@ fn apply_with(
     floor: &FloorFacts,
     enforce: bool,
 ) -> Result<Decision, PolicyError> {
-    let sel = select(spec, cfg)?;
+    let mut sel = select(spec, cfg)?;
+    let wanted_egress = sel.egress.take();
     let mut d = Decision {
         policy: sel.mode.as_str(),
         readonly_rootfs: sel.rootfs == Rootfs::Readonly,
@@ -521,6 +560,7 @@ fn apply_with(
         host_namespaces: Vec::new(),
         audit: Vec::new(),
         memory_high: None,
+        egress: None,
         enforced: enforce,
     };
     let restricted = sel.mode == Mode::Restricted && enforce;
@@ -548,8 +588,90 @@ fn apply_with(
     if restricted {
         namespace_floor(spec, cfg, floor, &mut d)?;
     }
+    if !sel.network_none {
+        egress_policy(wanted_egress, cfg, restricted, floor, &mut d)?;
+    }
     Ok(d)
 }
+
+/// The egress policy: the annotation's list (which may only narrow the config's `allow`),
+/// else the config's under RESTRICTED; the metadata endpoints refused under RESTRICTED
+/// (`deny_metadata`), whatever the list says. OPEN takes only what the annotation asks.
+fn egress_policy(
+    wanted: Option<egress::List>,
+    cfg: &Config,
+    restricted: bool,
+    floor: &FloorFacts,
+    d: &mut Decision,
+) -> Result<(), PolicyError> {
+    let configured = if restricted {
+        cfg.egress_allow.clone()
+    } else {
+        None
+    };
+    let from_annotation = wanted.is_some();
+    let allow = match wanted {
+        Some(list) => {
+            if let Some(r) = egress::widening(&list, configured.as_ref()).first() {
+                return Err(PolicyError::EgressWidens {
+                    rule: r.to_string(),
+                    config: config_name(cfg),
+                    allowed: configured.map(|c| c.to_string()).unwrap_or_default(),
+                });
+            }
+            Some(list)
+        }
+        None => configured,
+    };
+    let deny = if restricted && cfg.egress_deny_metadata {
+        egress::deny_addrs(&cfg.egress_metadata)
+    } else {
+        Vec::new()
+    };
+    if allow.is_none() && deny.is_empty() {
+        return Ok(());
+    }
+    let e = egress::Egress {
+        allow,
+        deny,
+        resolvers: cfg
+            .egress_resolvers
+            .clone()
+            .unwrap_or_else(|| floor.resolvers.clone()),
+    };
+    // Checked here, so a list that cannot be a trie fails at create, before anything.
+    e.entries(None).map_err(PolicyError::EgressInvalid)?;
+    if !floor.bpf_cgroup {
+        if let Some(l) = &e.allow {
+            return Err(PolicyError::EgressUnenforceable {
+                rules: l.to_string(),
+            });
+        }
+        change(
+            d,
+            "egress",
+            "absent",
+            "the metadata endpoints stay reachable: no cgroup BPF for this caller",
+            EGRESS_ABSENT,
+        );
+        return Ok(());
+    }
+    if let (Some(l), false) = (&e.allow, from_annotation) {
+        change(
+            d,
+            "egress",
+            "set",
+            format!("only {l} (and loopback)"),
+            "[egress] allow: new outbound connections and datagrams go only where the operator allows",
+        );
+    }
+    d.egress = Some(e);
+    Ok(())
+}
+
+/// Why the metadata block is absent for a rootless caller.
+const EGRESS_ABSENT: &str = "rootless: the caller cannot attach cgroup BPF programs; \
+     the engine's network (slirp4netns, pasta) decides what is reachable";
 
 /// `audit`: RESTRICTED applied to a copy of the spec, for its list of changes alone (a
 /// refusal is one `refused` change); the container runs the spec as OPEN.
@@ -1571,7 +1693,113 @@ mod tests {
             ],
             cgroup_v2: false,
             systemd_cgroup: false,
+            bpf_cgroup: true,
+            resolvers: vec!["10.88.0.1:53".parse().unwrap()],
         }
+    }
+
+    #[test]
+    fn egress_metadata_is_refused_by_default_and_a_list_only_narrows() {
+        let cfg = Config::default();
+        let mut s = podman_like();
+        let d = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+        let e = d.egress.expect("RESTRICTED refuses the metadata endpoints");
+        assert_eq!(e.allow, None);
+        assert!(e.deny.contains(&"::ffff:169.254.169.254".parse().unwrap()));
+        assert_eq!(e.resolvers, vec!["10.88.0.1:53".parse().unwrap()]);
+        // No cut in the summary for the block alone.
+        assert!(!d.changes.iter().any(|c| c.field == "egress"));
+        // OPEN: nothing, unless the annotation asks.
+        let open = Config {
+            default_policy: Mode::Open,
+            ..Config::default()
+        };
+        let mut s = podman_like();
+        let d = apply(&mut s, &open, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert!(d.egress.is_none());
+        let mut s = podman_like();
+        s.annotations.insert("moat.egress".into(), "none".into());
+        let d = apply(&mut s, &open, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert_eq!(d.egress.unwrap().allow.unwrap().0.len(), 0);
+        // Under a configured list, an annotation narrows or is refused, naming the rule.
+        let listed = Config {
+            egress_allow: Some(egress::parse_list("10.0.0.0/8,*.corp.example:443").unwrap()),
+            ..Config::default()
+        };
+        let mut s = podman_like();
+        let d = apply(&mut s, &listed, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert!(d
+            .changes
+            .iter()
+            .any(|c| c.field == "egress" && c.action == "set"));
+        let mut s = podman_like();
+        s.annotations.insert(
+            "moat.egress".into(),
+            "tcp/10.1.0.0/16:22,git.corp.example:443".into(),
+        );
+        let d = apply(&mut s, &listed, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert_eq!(
+            d.egress.unwrap().allow.unwrap().to_string(),
+            "tcp/10.1.0.0/16:22,git.corp.example:443"
+        );
+        for widening in ["11.0.0.1", "git.corp.example", "0.0.0.0/0:443"] {
+            let mut s = podman_like();
+            s.annotations
+                .insert("moat.egress".into(), format!("10.1.1.1,{widening}"));
+            let e = apply(&mut s, &listed, "c1", &HostFacts::default(), &facts())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("outside what"), "{e}");
+            assert!(
+                e.contains(&egress::parse_rule(widening).unwrap().to_string()),
+                "{e}"
+            );
+        }
+        let mut s = podman_like();
+        s.annotations
+            .insert("moat.egress".into(), "10.0.0.1/8".into());
+        let e = apply(&mut s, &listed, "c1", &HostFacts::default(), &facts()).unwrap_err();
+        assert!(e.to_string().contains("host bits"), "{e}");
+        // moat.network=none: no network, nothing to police.
+        let mut s = podman_like();
+        s.annotations.insert("moat.network".into(), "none".into());
+        let d = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+        assert!(d.egress.is_none());
+    }
+
+    #[test]
+    fn egress_without_cgroup_bpf_refuses_a_list_and_records_the_block_absent() {
+        let no_bpf = FloorFacts {
+            bpf_cgroup: false,
+            ..facts()
+        };
+        let mut s = podman_like();
+        let d = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &no_bpf,
+        )
+        .unwrap();
+        assert!(d.egress.is_none());
+        assert!(d
+            .changes
+            .iter()
+            .any(|c| c.field == "egress" && c.action == "absent"));
+        let mut s = podman_like();
+        s.annotations
+            .insert("moat.egress".into(), "10.0.0.1".into());
+        let e = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &no_bpf,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("cannot attach cgroup BPF"), "{e}");
     }
 
     fn restricted_caps(s: &Spec) -> Vec<String> {

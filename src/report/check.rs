@@ -101,6 +101,26 @@ pub fn report() -> Result<i32> {
     );
     println!("  user namespaces    max_user_namespaces={userns}");
     println!("  runsc (gVisor)     {runsc}");
+    println!(
+        "  egress             {}",
+        if crate::linux::namespaces::bpf_cgroup() {
+            format!(
+                "enforced by cgroup BPF on each container's cgroup v2; RESTRICTED default: {}{}",
+                cfg.egress_allow
+                    .as_ref()
+                    .map_or("every destination".into(), |l| format!("only {l}")),
+                if cfg.egress_deny_metadata {
+                    ", metadata endpoints refused"
+                } else {
+                    ", metadata endpoints reachable (deny_metadata = false)"
+                }
+            )
+        } else {
+            "cannot be enforced by this caller (rootless, or no cgroup v2 hierarchy): a \
+             container with a list is refused"
+                .into()
+        }
+    );
     println!("moat");
     println!("  config             {source}");
     println!(

@@ -126,6 +126,17 @@ pub fn features() -> Features {
     );
     annotations.insert("org.opencontainers.runc.checkpoint.enabled", "false".into());
     annotations.insert("io.github.moat.version", VERSION.into());
+    // moat.egress and [egress]: whether this caller on this host can attach the egress
+    // programs (cgroup BPF on the container's cgroup v2).
+    annotations.insert(
+        "io.github.moat.egress",
+        if namespaces::bpf_cgroup() {
+            "cgroup-bpf"
+        } else {
+            "unavailable"
+        }
+        .into(),
+    );
     if let Some(commit) = option_env!("MOAT_COMMIT") {
         annotations.insert("io.github.moat.commit", commit.into());
     }

@@ -399,7 +399,7 @@ impl Cgroup {
     }
 
     /// The v2 directory on a hybrid or pure v2 host, if moat could create it.
-    fn v2_dir(&self) -> Option<PathBuf> {
+    pub fn v2_dir(&self) -> Option<PathBuf> {
         self.hierarchies
             .iter()
             .find(|h| h.v2)

@@ -65,6 +65,21 @@ pub struct Moat {
     /// tmpfs of a read-only one.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub filesystems: BTreeMap<String, FsUse>,
+    /// The egress policy's refusals, counted by its programs in the kernel (absent
+    /// without a policy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressCounters>,
+}
+
+/// What the egress programs refused: new connections (TCP, connected UDP, ping sockets)
+/// and unconnected datagrams, by family; and the names the forwarder refused.
+#[derive(Debug, Default, Clone, Serialize, PartialEq)]
+pub struct EgressCounters {
+    pub connect4_refused: u64,
+    pub connect6_refused: u64,
+    pub sendmsg4_refused: u64,
+    pub sendmsg6_refused: u64,
+    pub names_refused: u64,
 }
 
 /// Bytes and inodes used and allowed on one filesystem (statfs).

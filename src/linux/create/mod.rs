@@ -108,6 +108,9 @@ pub enum Error {
     UsernsAllocate(#[source] state::idpool::PoolError),
     #[error(transparent)]
     Cgroup(#[from] cgroups::CgroupError),
+    /// The egress policy could not be attached to the container's cgroup.
+    #[error(transparent)]
+    Egress(#[from] crate::linux::egress::EgressError),
     #[error(transparent)]
     Seccomp(#[from] seccomp::SeccompError),
     #[error(transparent)]

@@ -86,6 +86,9 @@ fn in_cgroup(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Created
         resources(plan).as_ref(),
         plan.fleet_slice.as_ref().map(|(s, r)| (s.as_str(), r)),
     )?; // 8: the systemd driver's scope
+    if cgroup.systemd.is_some() {
+        egress(plan, cgroup)?;
+    }
     killpoint::at("create", "parent", "Release");
     release(plan, child, &record, &parent_ch)?; // 9
 
@@ -220,7 +223,24 @@ fn record(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Record, Er
     if let (Some(res), None) = (resources(plan), &cgroup.systemd) {
         cgroup.apply(&res)?;
     }
+    if cgroup.systemd.is_none() {
+        egress(plan, cgroup)?;
+    }
     Ok(record)
+}
+
+/// Rows 6/8: the egress policy attached to the container's cgroup v2, before the init
+/// runs anything (the programs bind every process placed in the cgroup later: the init's
+/// children, every `exec`).
+fn egress(plan: &Plan, cgroup: &Cgroup) -> Result<(), Error> {
+    let Some(e) = &plan.egress else {
+        return Ok(());
+    };
+    let dir = cgroup.v2_dir().ok_or_else(|| {
+        crate::linux::egress::EgressError::NoCgroup(format!("cgroup {}", cgroup.path))
+    })?;
+    crate::linux::egress::install(&dir, e, None)?;
+    Ok(())
 }
 
 /// `linux.resources` as the cgroup gets them: the devices the spec asks moat to create

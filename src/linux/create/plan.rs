@@ -91,6 +91,9 @@ pub struct Plan {
     pub(super) spec: Spec,
     /// The policy's decision as `policy.json` holds it.
     pub(super) decision: Vec<u8>,
+    /// The egress policy attached to the container's cgroup in row 6 (8 under the systemd
+    /// driver), before the init runs anything.
+    pub(super) egress: Option<crate::policy::egress::Egress>,
     pub(super) policy: &'static str,
     /// How long the parent waits for each answer of the child (`[runtime] sync_timeout`).
     pub(super) sync_timeout: std::time::Duration,
@@ -185,6 +188,14 @@ impl Plan {
         };
         if decision.bounded_root.is_some() && opts.rootless {
             return Err(Error::EphemeralRootless);
+        }
+        if decision.egress.as_ref().is_some_and(|e| e.has_names()) {
+            return Err(crate::linux::egress::EgressError::Invalid(
+                "domain names in a list need moat's DNS forwarder, which this build does not \
+                 have; list addresses"
+                    .into(),
+            )
+            .into());
         }
         // The state directory does not exist yet; the socket's mount is planned for it.
         let dir = opts.root.join(&opts.id);
@@ -372,6 +383,7 @@ impl Plan {
         let loopback_up = ns.has_new(libc::CLONE_NEWNET);
         Ok(Plan {
             decision: serde_json::to_vec_pretty(&decision).expect("serialises"),
+            egress: decision.egress.clone(),
             policy: decision.policy,
             sync_timeout: std::time::Duration::from_secs(cfg.sync_timeout.into()),
             apparmor_profile,

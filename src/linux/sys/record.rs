@@ -732,6 +732,20 @@ impl Faked for super::Result<super::bpf::ProgInfo> {
             id: 0,
             prog_type: 0,
             name: String::new(),
+            map_ids: Vec::new(),
+        })
+    }
+}
+
+impl Faked for super::Result<super::bpf::MapInfo> {
+    fn faked(r: Reply) -> Self {
+        ok(r, |_| super::bpf::MapInfo {
+            id: 0,
+            map_type: 0,
+            key_size: 0,
+            value_size: 0,
+            max_entries: 0,
+            name: String::new(),
         })
     }
 }

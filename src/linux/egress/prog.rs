@@ -1,0 +1,343 @@
+//! The egress programs (`BPF_PROG_TYPE_CGROUP_SOCK_ADDR`), one per hook: `connect4`,
+//! `connect6` (TCP, connected UDP, ping sockets) and `sendmsg4`, `sendmsg6` (unconnected
+//! UDP). Each computes the destination's trie key (IPv4 as `::ffff:a.b.c.d`), looks it up
+//! in the container's current allow trie (slot 0 of the outer array), and allows when one
+//! of the matched prefix's ranges holds the protocol and port; otherwise it counts the
+//! refusal (stats slot of the hook) and returns 0, which the kernel turns into `EPERM`.
+//! Loopback is allowed without a lookup, except port 53 (DNS goes to moat's forwarder
+//! only, which has its own trie entry).
+//!
+//! The programs are the same for every container; only the map fds differ. Registers:
+//! r6 ctx, r7 destination port (host order; 0 for ICMP), r8 the protocol's bit.
+
+use crate::linux::sys::bpf::{Insn, BPF_PSEUDO_MAP_FD};
+
+/// A range's protocol bits (`Range::protos`).
+pub const TCP: u8 = 1;
+pub const UDP: u8 = 2;
+pub const ICMP: u8 = 4;
+/// Ranges per trie value.
+pub const RANGES: usize = 8;
+/// Bytes of one range: lo u16, hi u16, protos u8, 3 bytes of padding.
+pub const RANGE_SIZE: usize = 8;
+
+/// The hooks, in the order of their stats slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    Connect4,
+    Connect6,
+    Sendmsg4,
+    Sendmsg6,
+}
+
+impl Hook {
+    pub const ALL: [Hook; 4] = [
+        Hook::Connect4,
+        Hook::Connect6,
+        Hook::Sendmsg4,
+        Hook::Sendmsg6,
+    ];
+
+    pub fn slot(self) -> u32 {
+        match self {
+            Hook::Connect4 => 0,
+            Hook::Connect6 => 1,
+            Hook::Sendmsg4 => 2,
+            Hook::Sendmsg6 => 3,
+        }
+    }
+
+    pub fn v4(self) -> bool {
+        matches!(self, Hook::Connect4 | Hook::Sendmsg4)
+    }
+
+    /// The program's name: how moat finds its own programs on a cgroup.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hook::Connect4 => "moat_eg_c4",
+            Hook::Connect6 => "moat_eg_c6",
+            Hook::Sendmsg4 => "moat_eg_s4",
+            Hook::Sendmsg6 => "moat_eg_s6",
+        }
+    }
+
+    pub fn attach_type(self) -> u32 {
+        use crate::linux::sys::bpf;
+        match self {
+            Hook::Connect4 => bpf::BPF_CGROUP_INET4_CONNECT,
+            Hook::Connect6 => bpf::BPF_CGROUP_INET6_CONNECT,
+            Hook::Sendmsg4 => bpf::BPF_CGROUP_UDP4_SENDMSG,
+            Hook::Sendmsg6 => bpf::BPF_CGROUP_UDP6_SENDMSG,
+        }
+    }
+}
+
+// struct bpf_sock_addr
+const USER_IP4: i16 = 4;
+const USER_IP6: i16 = 8;
+const USER_PORT: i16 = 24;
+const PROTOCOL: i16 = 36;
+
+// Stack: the trie key at fp-24 (prefixlen u32, then 16 address bytes), the outer index
+// at fp-28, the stats index at fp-32.
+const KEY: i16 = -24;
+const OUTER_IDX: i16 = -28;
+const STATS_IDX: i16 = -32;
+
+const LDX_W: u8 = 0x61;
+const LDX_H: u8 = 0x69;
+const LDX_B: u8 = 0x71;
+const ST_W: u8 = 0x62;
+const STX_W: u8 = 0x63;
+const ATOMIC_DW: u8 = 0xdb;
+const LD_IMM64: u8 = 0x18;
+const MOV_K: u8 = 0xb7;
+const MOV_X: u8 = 0xbf;
+const ADD_K: u8 = 0x07;
+const AND_K: u8 = 0x57;
+const AND_X: u8 = 0x5f;
+const TO_BE: u8 = 0xdc;
+const JA: u8 = 0x05;
+const JEQ_K: u8 = 0x15;
+const JNE_K: u8 = 0x55;
+const JGT_X: u8 = 0x2d;
+const JLT_X: u8 = 0xad;
+const JMP32_JNE_K: u8 = 0x56;
+const CALL: u8 = 0x85;
+const EXIT: u8 = 0x95;
+const MAP_LOOKUP_ELEM: i32 = 1;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum L {
+    Addr,
+    Key,
+    Range(usize),
+    Allow,
+    Deny,
+    DenyRet,
+    Tcp,
+    Udp,
+    Icmp,
+    NotLoop,
+}
+
+enum Op {
+    I(Insn),
+    J {
+        code: u8,
+        reg: u8,
+        src: u8,
+        imm: i32,
+        to: L,
+    },
+    Mark(L),
+}
+
+fn i(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Op {
+    Op::I(Insn {
+        code,
+        regs: dst | (src << 4),
+        off,
+        imm,
+    })
+}
+
+fn jk(code: u8, reg: u8, imm: i32, to: L) -> Op {
+    Op::J {
+        code,
+        reg,
+        src: 0,
+        imm,
+        to,
+    }
+}
+
+fn jx(code: u8, reg: u8, src: u8, to: L) -> Op {
+    Op::J {
+        code,
+        reg,
+        src,
+        imm: 0,
+        to,
+    }
+}
+
+/// `ld_imm64 reg, map` (two instructions).
+fn ld_map(ops: &mut Vec<Op>, reg: u8, map_fd: i32) {
+    ops.push(i(LD_IMM64, reg, BPF_PSEUDO_MAP_FD, 0, map_fd));
+    ops.push(i(0, 0, 0, 0, 0));
+}
+
+/// A 32-bit word as an immediate (its bits, as the instruction holds them).
+fn word(bytes: [u8; 4]) -> i32 {
+    i32::from_le_bytes(bytes)
+}
+
+/// The program of `hook` over the maps `outer` (ARRAY_OF_MAPS, one slot: the allow trie)
+/// and `stats` (ARRAY of u64 refusal counters).
+pub fn program(hook: Hook, outer: i32, stats: i32) -> Vec<Insn> {
+    let mut o = vec![
+        i(MOV_X, 6, 1, 0, 0),
+        i(LDX_W, 7, 6, USER_PORT, 0),
+        i(TO_BE, 7, 0, 0, 16),
+        i(LDX_W, 8, 6, PROTOCOL, 0),
+        jk(JEQ_K, 8, libc::IPPROTO_TCP, L::Tcp),
+        jk(JEQ_K, 8, libc::IPPROTO_UDP, L::Udp),
+        jk(JEQ_K, 8, libc::IPPROTO_UDPLITE, L::Udp),
+        jk(JEQ_K, 8, libc::IPPROTO_ICMP, L::Icmp),
+        jk(JEQ_K, 8, libc::IPPROTO_ICMPV6, L::Icmp),
+        // Any other protocol (SCTP, …): refused under a list.
+        jk(JA, 0, 0, L::Deny),
+        Op::Mark(L::Tcp),
+        i(MOV_K, 8, 0, 0, i32::from(TCP)),
+        jk(JA, 0, 0, L::Addr),
+        Op::Mark(L::Udp),
+        i(MOV_K, 8, 0, 0, i32::from(UDP)),
+        jk(JA, 0, 0, L::Addr),
+        Op::Mark(L::Icmp),
+        // A ping socket's "port" is its echo id: ICMP ranges are 0-65535.
+        i(MOV_K, 8, 0, 0, i32::from(ICMP)),
+        i(MOV_K, 7, 0, 0, 0),
+        Op::Mark(L::Addr),
+        i(ST_W, 10, 0, KEY, 128),
+    ];
+    if hook.v4() {
+        o.extend([
+            i(LDX_W, 2, 6, USER_IP4, 0),
+            i(ST_W, 10, 0, KEY + 4, 0),
+            i(ST_W, 10, 0, KEY + 8, 0),
+            i(ST_W, 10, 0, KEY + 12, word([0, 0, 0xff, 0xff])),
+            i(STX_W, 10, 2, KEY + 16, 0),
+            // 127.0.0.0/8: the first address byte.
+            i(MOV_X, 3, 2, 0, 0),
+            i(AND_K, 3, 0, 0, 0xff),
+            jk(JNE_K, 3, 127, L::Key),
+            jk(JNE_K, 7, 53, L::Allow),
+            jk(JA, 0, 0, L::Key),
+        ]);
+    } else {
+        o.extend([
+            i(LDX_W, 2, 6, USER_IP6, 0),
+            i(LDX_W, 3, 6, USER_IP6 + 4, 0),
+            i(LDX_W, 4, 6, USER_IP6 + 8, 0),
+            i(LDX_W, 5, 6, USER_IP6 + 12, 0),
+            i(STX_W, 10, 2, KEY + 4, 0),
+            i(STX_W, 10, 3, KEY + 8, 0),
+            i(STX_W, 10, 4, KEY + 12, 0),
+            i(STX_W, 10, 5, KEY + 16, 0),
+            // ::1, and ::ffff:127.0.0.0/104.
+            jk(JMP32_JNE_K, 2, 0, L::Key),
+            jk(JMP32_JNE_K, 3, 0, L::Key),
+            jk(JMP32_JNE_K, 4, 0, L::NotLoop),
+            jk(JMP32_JNE_K, 5, word([0, 0, 0, 1]), L::Key),
+            jk(JNE_K, 7, 53, L::Allow),
+            jk(JA, 0, 0, L::Key),
+            Op::Mark(L::NotLoop),
+            jk(JMP32_JNE_K, 4, word([0, 0, 0xff, 0xff]), L::Key),
+            i(AND_K, 5, 0, 0, 0xff),
+            jk(JNE_K, 5, 127, L::Key),
+            jk(JNE_K, 7, 53, L::Allow),
+        ]);
+    }
+    o.push(Op::Mark(L::Key));
+    o.push(i(ST_W, 10, 0, OUTER_IDX, 0));
+    ld_map(&mut o, 1, outer);
+    o.extend([
+        i(MOV_X, 2, 10, 0, 0),
+        i(ADD_K, 2, 0, 0, i32::from(OUTER_IDX)),
+        i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
+        jk(JEQ_K, 0, 0, L::Deny),
+        i(MOV_X, 1, 0, 0, 0),
+        i(MOV_X, 2, 10, 0, 0),
+        i(ADD_K, 2, 0, 0, i32::from(KEY)),
+        i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
+        jk(JEQ_K, 0, 0, L::Deny),
+    ]);
+    for r in 0..RANGES {
+        let base = i16::try_from(r * RANGE_SIZE).expect("small offsets");
+        let next = if r + 1 < RANGES {
+            L::Range(r + 1)
+        } else {
+            L::Deny
+        };
+        o.extend([
+            Op::Mark(L::Range(r)),
+            i(LDX_B, 1, 0, base + 4, 0),
+            i(AND_X, 1, 8, 0, 0),
+            jk(JEQ_K, 1, 0, next),
+            i(LDX_H, 1, 0, base, 0),
+            jx(JLT_X, 7, 1, next),
+            i(LDX_H, 1, 0, base + 2, 0),
+            jx(JGT_X, 7, 1, next),
+            jk(JA, 0, 0, L::Allow),
+        ]);
+    }
+    o.extend([
+        Op::Mark(L::Allow),
+        i(MOV_K, 0, 0, 0, 1),
+        i(EXIT, 0, 0, 0, 0),
+        Op::Mark(L::Deny),
+        i(
+            ST_W,
+            10,
+            0,
+            STATS_IDX,
+            i32::try_from(hook.slot()).expect("slot"),
+        ),
+    ]);
+    ld_map(&mut o, 1, stats);
+    o.extend([
+        i(MOV_X, 2, 10, 0, 0),
+        i(ADD_K, 2, 0, 0, i32::from(STATS_IDX)),
+        i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
+        jk(JEQ_K, 0, 0, L::DenyRet),
+        i(MOV_K, 1, 0, 0, 1),
+        i(ATOMIC_DW, 0, 1, 0, 0),
+        Op::Mark(L::DenyRet),
+        i(MOV_K, 0, 0, 0, 0),
+        i(EXIT, 0, 0, 0, 0),
+    ]);
+    assemble(o)
+}
+
+fn assemble(ops: Vec<Op>) -> Vec<Insn> {
+    let mut at = Vec::new();
+    let mut pc = 0usize;
+    for op in &ops {
+        match op {
+            Op::Mark(l) => at.push((*l, pc)),
+            _ => pc += 1,
+        }
+    }
+    let find = |l: L| {
+        at.iter()
+            .find(|(x, _)| *x == l)
+            .map(|&(_, p)| p)
+            .expect("jump to a label that was never placed")
+    };
+    let mut out = Vec::with_capacity(pc);
+    for op in ops {
+        match op {
+            Op::I(insn) => out.push(insn),
+            Op::J {
+                code,
+                reg,
+                src,
+                imm,
+                to,
+            } => {
+                #[allow(clippy::cast_possible_wrap)] // a few hundred instructions
+                let off = find(to) as i64 - out.len() as i64 - 1;
+                let off = i16::try_from(off).expect("BPF jump offset fits in i16");
+                out.push(Insn {
+                    code,
+                    regs: reg | (src << 4),
+                    off,
+                    imm,
+                });
+            }
+            Op::Mark(_) => {}
+        }
+    }
+    out
+}

@@ -1,0 +1,249 @@
+//! The egress policy's programs against the real kernel: a container in a network
+//! namespace this test makes, whose `lo` carries the "remote" addresses (so nothing leaves
+//! the namespace, and no server is needed: "Connection refused" means the SYN reached its
+//! destination, "Operation not permitted" means moat's program refused the connect).
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::json;
+use support::*;
+
+/// A network namespace of this test's, removed on drop.
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Netns {
+        let name = format!("moat-eg-{}-{tag}", std::process::id());
+        let ip = |args: &[&str]| {
+            let st = Command::new("ip").args(args).status().expect("ip");
+            assert!(st.success(), "ip {args:?}");
+        };
+        let _ = Command::new("ip")
+            .args(["netns", "del", &name])
+            .stderr(std::process::Stdio::null())
+            .status();
+        ip(&["netns", "add", &name]);
+        let ns = Netns(name);
+        ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
+        for a in ["10.77.0.1/32", "10.77.0.2/32", "169.254.169.254/32"] {
+            ip(&["-n", &ns.0, "addr", "add", a, "dev", "lo"]);
+        }
+        ip(&["-n", &ns.0, "-6", "addr", "add", "fd77::1/128", "dev", "lo"]);
+        ns
+    }
+
+    fn path(&self) -> String {
+        format!("/run/netns/{}", self.0)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// A shell line probing `dst port`: prints `dst:port reached` (the destination answered,
+/// with a refusal: nothing listens) or `dst:port EPERM` (the policy refused it) or
+/// `dst:port other: …`.
+fn probe(targets: &[(&str, u16)]) -> String {
+    targets
+        .iter()
+        .map(|(d, p)| {
+            format!(
+                "r=$(nc -w 2 {d} {p} </dev/null 2>&1); case \"$r\" in \
+                 *'not permitted'*) echo '{d}:{p} EPERM';; \
+                 *'refused'*) echo '{d}:{p} reached';; \
+                 *) echo \"{d}:{p} other: $r\";; esac"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn in_netns(ctx: &mut Ctx, ns: &Netns) {
+    let path = ns.path();
+    let nss = ctx.config["linux"]["namespaces"].as_array_mut().unwrap();
+    nss.retain(|n| n["type"] != "network");
+    nss.push(json!({"type": "network", "path": path}));
+}
+
+fn lines(s: &str) -> Vec<&str> {
+    s.lines().filter(|l| l.contains(':')).collect()
+}
+
+#[test]
+fn a_list_allows_its_rules_only_for_the_init_every_exec_and_after_an_update() {
+    if !require_root() {
+        return;
+    }
+    let ns = Netns::new("list");
+    let mut ctx = Ctx::new("eg-list");
+    ctx.restricted();
+    in_netns(&mut ctx, &ns);
+    let targets = [
+        ("10.77.0.1", 80),
+        ("10.77.0.1", 81),
+        ("10.77.0.2", 80),
+        ("169.254.169.254", 80),
+        ("127.0.0.1", 9),
+    ];
+    ctx.set("/annotations", json!({"moat.egress": "tcp/10.77.0.1:80"}));
+    ctx.sh(&format!("{}; sleep 60", probe(&targets)));
+    let c = ctx.create_ok("c");
+    c.start().ok();
+    let want = [
+        "10.77.0.1:80 reached",
+        "10.77.0.1:81 EPERM",
+        "10.77.0.2:80 EPERM",
+        "169.254.169.254:80 EPERM",
+        "127.0.0.1:9 reached",
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while lines(&c.stdout()).len() < want.len() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(lines(&c.stdout()), want, "init");
+    // An exec'd process is bound by the same programs.
+    let out = c.moat(&["exec", &c.id, "sh", "-c", &probe(&targets)]).ok();
+    assert_eq!(lines(&out.stdout), want, "exec");
+    // verify reads the rules back from the kernel.
+    let v = c.moat(&["verify", &c.id]).ok();
+    assert!(
+        v.stdout
+            .lines()
+            .any(|l| l.starts_with("ok") && l.contains("egress")),
+        "{}",
+        v.stdout
+    );
+    // A live update: the other address now, the first one refused.
+    c.moat(&["update", "--egress", "tcp/10.77.0.2:80", &c.id])
+        .ok();
+    let out = c
+        .moat(&["exec", &c.id, "sh", "-c", &probe(&targets[..3])])
+        .ok();
+    assert_eq!(
+        lines(&out.stdout),
+        [
+            "10.77.0.1:80 EPERM",
+            "10.77.0.1:81 EPERM",
+            "10.77.0.2:80 reached"
+        ],
+        "after update"
+    );
+    // The counters saw the refusals (init 3, exec 3, after the update 2).
+    let ev = c.moat(&["events", "--stats", &c.id]).ok();
+    let v: serde_json::Value = serde_json::from_str(ev.stdout.trim()).expect("stats json");
+    assert_eq!(v["data"]["moat"]["egress"]["connect4_refused"], 8, "{v}");
+    // Names need the forwarder, which a container created without names lacks.
+    let e = c
+        .moat(&["update", "--egress", "*.example.com", &c.id])
+        .fails();
+    assert!(e.stderr.contains("forwarder"), "{}", e.stderr);
+    let id = c.id.clone();
+    drop(c);
+    ctx.assert_no_trace(&id);
+}
+
+#[test]
+fn restricted_refuses_the_metadata_endpoints_with_no_list_and_nothing_else() {
+    if !require_root() {
+        return;
+    }
+    let ns = Netns::new("meta");
+    let mut ctx = Ctx::new("eg-meta");
+    ctx.restricted();
+    in_netns(&mut ctx, &ns);
+    ctx.sh(&probe(&[
+        ("10.77.0.2", 80),
+        ("169.254.169.254", 80),
+        ("100.100.100.200", 80),
+        ("fd77::1", 80),
+        ("fd00:ec2::254", 80),
+        ("64:ff9b::a9fe:a9fe", 80),
+        ("::ffff:169.254.169.254", 80),
+    ]));
+    let (out, _) = run_to_end(&ctx, "c");
+    assert_eq!(
+        lines(&out),
+        [
+            "10.77.0.2:80 reached",
+            "169.254.169.254:80 EPERM",
+            "100.100.100.200:80 EPERM",
+            "fd77::1:80 reached",
+            "fd00:ec2::254:80 EPERM",
+            "64:ff9b::a9fe:a9fe:80 EPERM",
+            "::ffff:169.254.169.254:80 EPERM",
+        ]
+    );
+}
+
+#[test]
+fn two_containers_of_one_namespace_keep_their_own_lists() {
+    if !require_root() {
+        return;
+    }
+    let ns = Netns::new("pod");
+    let mut a = Ctx::new("eg-pod-a");
+    let mut b = Ctx::new("eg-pod-b");
+    let targets = [("10.77.0.1", 80), ("10.77.0.2", 80)];
+    for (ctx, allow) in [(&mut a, "10.77.0.1"), (&mut b, "10.77.0.2")] {
+        ctx.restricted();
+        in_netns(ctx, &ns);
+        ctx.set("/annotations", json!({ "moat.egress": allow }));
+        ctx.sh(&probe(&targets));
+    }
+    let (out_a, _) = run_to_end(&a, "c");
+    let (out_b, _) = run_to_end(&b, "c");
+    assert_eq!(
+        lines(&out_a),
+        ["10.77.0.1:80 reached", "10.77.0.2:80 EPERM"]
+    );
+    assert_eq!(
+        lines(&out_b),
+        ["10.77.0.1:80 EPERM", "10.77.0.2:80 reached"]
+    );
+}
+
+#[test]
+fn an_annotation_that_widens_the_configured_list_is_refused_and_leaves_nothing() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("eg-widen");
+    let cfg = ctx.dir.join("moat.toml");
+    std::fs::write(&cfg, "[egress]\nallow = [\"10.77.0.0/24:80\"]\n").unwrap();
+    ctx.use_config(&cfg);
+    for (list, named) in [
+        ("10.77.0.1:80,10.78.0.1", "10.78.0.1"),
+        ("10.77.0.0/16:80", "10.77.0.0/16:80"),
+        ("10.77.0.1", "10.77.0.1"),
+    ] {
+        ctx.set("/annotations", json!({ "moat.egress": list }));
+        let id = ctx.id("w");
+        let out = ctx
+            .moat(&["create", "--bundle", &ctx.bundle_str(), &id])
+            .fails();
+        assert!(
+            out.stderr.contains(&format!("rule {named} is outside")),
+            "{list}: {}",
+            out.stderr
+        );
+        ctx.assert_no_trace(&id);
+    }
+    ctx.set(
+        "/annotations",
+        json!({"moat.egress": "udp/10.77.0.0/24:80"}),
+    );
+    let c = ctx.create_ok("ok");
+    let e = ctx
+        .moat(&["update", "--egress", "10.77.0.9:443", &c.id])
+        .fails();
+    assert!(
+        e.stderr.contains("rule 10.77.0.9:443 is outside"),
+        "{}",
+        e.stderr
+    );
+}
