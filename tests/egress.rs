@@ -91,15 +91,15 @@ fn run_probes(ctx: &mut Ctx, name: &str, targets: &[(&str, &str, u16)]) -> Vec<P
 
 /// `moat exec ID sh -c SCRIPT` (stdout).
 #[track_caller]
-fn exec(c: &Container, script: &str) -> String {
-    let o = c.moat(&["exec", &c.id, "sh", "-c", script]);
+fn exec(ctx: &Ctx, c: &Container, script: &str) -> String {
+    let o = ctx.moat(&["exec", &c.id, "sh", "-c", script]);
     assert!(o.code == 0 || !o.stdout.is_empty(), "exec: {}", o.stderr);
     o.stdout
 }
 
 #[track_caller]
-fn exec_probes(c: &Container, targets: &[(&str, &str, u16)]) -> Vec<Probe> {
-    let out = exec(c, &probe_script(targets));
+fn exec_probes(ctx: &Ctx, c: &Container, targets: &[(&str, &str, u16)]) -> Vec<Probe> {
+    let out = exec(ctx, c, &probe_script(targets));
     let p = probes(&out);
     assert_eq!(p.len(), targets.len(), "netprobe lines: {out}");
     p
@@ -381,6 +381,7 @@ fn ttl_rotation_reaches_the_new_address() {
     egress(&mut ctx, "rot.test:7000");
     let c = sleeper(&mut ctx, "rot");
     let before = exec(
+        &ctx,
         &c,
         &format!(
             "netprobe dns rot.test; {}",
@@ -394,6 +395,7 @@ fn ttl_rotation_reaches_the_new_address() {
     env.world.dns("rot.test", &[SUB]);
     std::thread::sleep(Duration::from_millis(2500));
     let after = exec(
+        &ctx,
         &c,
         &format!(
             "netprobe dns rot.test; {}",
@@ -417,6 +419,7 @@ fn exec_bound_by_the_same_rules() {
     egress(&mut ctx, &format!("{A}:7000"));
     let c = sleeper(&mut ctx, "exec");
     let p = exec_probes(
+        &ctx,
         &c,
         &[
             ("tcp", A, 7000),
@@ -444,8 +447,8 @@ fn pod_containers_keep_their_own_lists() {
     let k1 = sleeper(&mut c1, "one");
     let k2 = sleeper(&mut c2, "two");
     let t = [("tcp", A, 7000), ("tcp", B, 7000)];
-    let p1 = exec_probes(&k1, &t);
-    let p2 = exec_probes(&k2, &t);
+    let p1 = exec_probes(&c1, &k1, &t);
+    let p2 = exec_probes(&c2, &k2, &t);
     assert_reached(&p1[0], A, 7000);
     assert_refused(&p1[1]);
     assert_refused(&p2[0]);
@@ -460,15 +463,16 @@ fn interface_added_after_create_still_policed() {
     let Some(env) = env() else { return };
     let ns = env.world.netns("c");
     let mut ctx = ctx_in(&env, "iface", &ns, "");
-    egress(&mut ctx, &format!("{A}:7000,{FAR}:7000"));
+    egress(&mut ctx, &format!("tcp/{A}:7000,tcp/{FAR}:7000"));
     let c = sleeper(&mut ctx, "iface");
     let ifname = env.world.link("c", "198.19.0.0/16");
-    let route = exec(&c, &format!("ip route get {FAR} 2>&1 || true"));
+    let route = exec(&ctx, &c, &format!("ip route get {FAR} 2>&1 || true"));
     assert!(
         route.contains(&ifname),
         "198.19/16 should leave by the new {ifname}: {route}"
     );
     let p = exec_probes(
+        &ctx,
         &c,
         &[("tcp", FAR, 7000), ("tcp", FAR, 7001), ("udp", FAR, 7000)],
     );
@@ -494,18 +498,18 @@ fn update_egress_live() {
         ("tcp", A, 7001),
         ("tcp", FAR, 7000),
     ];
-    let p = exec_probes(&c, &t);
+    let p = exec_probes(&ctx, &c, &t);
     assert_reached(&p[0], A, 7000);
     assert_refused(&p[1]);
 
-    let u = c.moat(&["update", "--egress", &format!("{B}:7000"), &c.id]);
+    let u = ctx.moat(&["update", "--egress", &format!("{B}:7000"), &c.id]);
     assert_eq!(u.code, 0, "update --egress: {}", u.stderr);
-    let p = exec_probes(&c, &t);
+    let p = exec_probes(&ctx, &c, &t);
     assert_refused(&p[0]);
     assert_reached(&p[1], B, 7000);
 
     let wide = format!("{FAR}:7000");
-    let u = c.moat(&["update", "--egress", &wide, &c.id]);
+    let u = ctx.moat(&["update", "--egress", &wide, &c.id]);
     assert_eq!(
         u.code, 1,
         "a rule outside [egress] allow: {} {}",
@@ -516,17 +520,17 @@ fn update_egress_live() {
         "the error should name {wide}: {}",
         u.stderr
     );
-    let p = exec_probes(&c, &t);
+    let p = exec_probes(&ctx, &c, &t);
     assert_reached(&p[1], B, 7000);
     assert_refused(&p[3]);
 
-    let u = c.moat(&["update", "--egress", "", &c.id]);
+    let u = ctx.moat(&["update", "--egress", "", &c.id]);
     assert_eq!(u.code, 0, "update --egress \"\": {}", u.stderr);
-    let p = exec_probes(&c, &t);
+    let p = exec_probes(&ctx, &c, &t);
     assert_reached(&p[0], A, 7000);
     assert_reached(&p[2], A, 7001);
     assert_refused(&p[3]);
-    let v = c.moat(&["verify", &c.id]);
+    let v = ctx.moat(&["verify", &c.id]);
     assert_eq!(v.code, 0, "verify after update: {} {}", v.stdout, v.stderr);
 }
 
@@ -635,7 +639,7 @@ fn nothing_left_after_delete() {
         "one forwarder in the container's netns, outside its cgroup: {fwd:?}"
     );
     assert!(v2_cgroup(&c.id).exists(), "no v2 cgroup for the programs");
-    let d = c.moat(&["delete", "--force", &c.id]);
+    let d = ctx.moat(&["delete", "--force", &c.id]);
     assert_eq!(d.code, 0, "{}", d.stderr);
     assert!(
         wait_until(Duration::from_secs(5), || is_gone(fwd[0])),
@@ -715,6 +719,7 @@ fn forwarder_crash_fails_closed_and_is_reported() {
         "forwarder did not die"
     );
     let out = exec(
+        &ctx,
         &c,
         &format!(
             "netprobe dns b.test; netprobe dns b.test a {DNS}; {}",
@@ -735,7 +740,7 @@ fn forwarder_crash_fails_closed_and_is_reported() {
     );
     assert_refused(&probes(&out)[0]);
     std::thread::sleep(Duration::from_millis(500));
-    let _ = c.moat(&["kill", &c.id, "KILL"]);
+    let _ = ctx.moat(&["kill", &c.id, "KILL"]);
     let ev = events.wait(Duration::from_secs(10));
     assert!(
         ev.stdout.to_lowercase().contains("forwarder"),
@@ -743,7 +748,7 @@ fn forwarder_crash_fails_closed_and_is_reported() {
         ev.stdout,
         ev.stderr
     );
-    let d = c.moat(&["delete", "--force", &c.id]);
+    let d = ctx.moat(&["delete", "--force", &c.id]);
     assert_eq!(d.code, 0, "{}", d.stderr);
     ctx.assert_no_trace(&c.id);
 }
@@ -757,11 +762,15 @@ fn stats_count_refusals_and_verify_passes() {
     let mut ctx = ctx_in(&env, "stats", &ns, "");
     egress(&mut ctx, &format!("{A}:7000"));
     let c = sleeper(&mut ctx, "stats");
-    let p = exec_probes(&c, &[("tcp", B, 7000), ("tcp", B, 7001), ("udp", B, 7000)]);
+    let p = exec_probes(
+        &ctx,
+        &c,
+        &[("tcp", B, 7000), ("tcp", B, 7001), ("udp", B, 7000)],
+    );
     for q in &p {
         assert_refused(q);
     }
-    let s = c.moat(&["events", "--stats", &c.id]);
+    let s = ctx.moat(&["events", "--stats", &c.id]);
     assert_eq!(s.code, 0, "events --stats: {}", s.stderr);
     let v: Value = serde_json::from_str(s.stdout.trim()).expect("events --stats json");
     let mut found = Vec::new();
@@ -783,6 +792,6 @@ fn stats_count_refusals_and_verify_passes() {
         "three refusals, counters {found:?} in {}",
         s.stdout
     );
-    let vr = c.moat(&["verify", &c.id]);
+    let vr = ctx.moat(&["verify", &c.id]);
     assert_eq!(vr.code, 0, "verify: {} {}", vr.stdout, vr.stderr);
 }
