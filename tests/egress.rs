@@ -795,3 +795,50 @@ fn stats_count_refusals_and_verify_passes() {
     let vr = ctx.moat(&["verify", &c.id]);
     assert_eq!(vr.code, 0, "verify: {} {}", vr.stdout, vr.stderr);
 }
+
+/// An address list (no forwarder): after delete the cgroup carrying the programs is gone
+/// and the leak auditor finds nothing; the same after a create killed once the programs
+/// are attached (create:parent:Release follows the attach on the cgroupfs driver).
+#[test]
+#[ignore]
+fn nothing_left_of_an_address_list() {
+    let Some(env) = env() else { return };
+    let ns = env.world.netns("c");
+    let mut ctx = ctx_in(&env, "leak-addr", &ns, "");
+    egress(&mut ctx, &format!("{A}:7000"));
+    let c = sleeper(&mut ctx, "leak");
+    assert!(v2_cgroup(&c.id).exists(), "no v2 cgroup for the programs");
+    // The programs are there while it runs: the refusal proves it.
+    assert_refused(&exec_probes(&ctx, &c, &[("tcp", B, 7000)])[0]);
+    let d = ctx.moat(&["delete", "--force", &c.id]);
+    assert_eq!(d.code, 0, "{}", d.stderr);
+    assert!(
+        !v2_cgroup(&c.id).exists(),
+        "the v2 cgroup (and its programs) outlived delete"
+    );
+    ctx.assert_no_trace(&c.id);
+
+    ctx.args(&["sleep", "300"]);
+    ctx.write_config();
+    let id = ctx.id("k");
+    let mut cmd = ctx.cmd();
+    cmd.env("MOAT_TEST_KILL_AT", "create:parent:Release").args([
+        "create",
+        "--bundle",
+        &ctx.bundle_str(),
+        &id,
+    ]);
+    let o = ctx.run(cmd);
+    assert_ne!(o.code, 0, "the kill point did not fire");
+    assert!(
+        !o.stderr.contains("egress"),
+        "create refused the policy instead of being killed: {}",
+        o.stderr
+    );
+    let _ = ctx.moat(&["delete", "--force", &id]);
+    assert!(
+        !v2_cgroup(&id).exists(),
+        "the v2 cgroup outlived the killed create"
+    );
+    ctx.assert_no_trace(&id);
+}
