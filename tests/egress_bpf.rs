@@ -247,3 +247,76 @@ fn an_annotation_that_widens_the_configured_list_is_refused_and_leaves_nothing()
         e.stderr
     );
 }
+
+#[test]
+fn the_metadata_block_alone_verifies_and_a_live_update_turns_it_into_a_list() {
+    if !require_root() {
+        return;
+    }
+    let ns = Netns::new("fixed");
+    let mut ctx = Ctx::new("eg-fixed");
+    ctx.restricted();
+    in_netns(&mut ctx, &ns);
+    ctx.args(&["sleep", "60"]);
+    let c = ctx.create_ok("c");
+    c.start().ok();
+    let v = c.moat(&["verify", &c.id]).ok();
+    assert!(
+        v.stdout
+            .lines()
+            .any(|l| l.starts_with("ok") && l.contains("egress") && l.contains("2 programs")),
+        "{}",
+        v.stdout
+    );
+    let targets = [
+        ("10.77.0.1", 80),
+        ("10.77.0.2", 80),
+        ("169.254.169.254", 80),
+    ];
+    let out = c.moat(&["exec", &c.id, "sh", "-c", &probe(&targets)]).ok();
+    assert_eq!(
+        lines(&out.stdout),
+        [
+            "10.77.0.1:80 reached",
+            "10.77.0.2:80 reached",
+            "169.254.169.254:80 EPERM"
+        ]
+    );
+    ctx.moat(&["update", "--egress", "10.77.0.2", &c.id]).ok();
+    let out = c.moat(&["exec", &c.id, "sh", "-c", &probe(&targets)]).ok();
+    assert_eq!(
+        lines(&out.stdout),
+        [
+            "10.77.0.1:80 EPERM",
+            "10.77.0.2:80 reached",
+            "169.254.169.254:80 EPERM"
+        ]
+    );
+    let v = c.moat(&["verify", &c.id]).ok();
+    assert!(
+        v.stdout
+            .lines()
+            .any(|l| l.starts_with("ok") && l.contains("4 hooks")),
+        "{}",
+        v.stdout
+    );
+    // Back to the config's default: the fixed form again, the list's programs gone.
+    ctx.moat(&["update", "--egress", "", &c.id]).ok();
+    let out = c.moat(&["exec", &c.id, "sh", "-c", &probe(&targets)]).ok();
+    assert_eq!(
+        lines(&out.stdout),
+        [
+            "10.77.0.1:80 reached",
+            "10.77.0.2:80 reached",
+            "169.254.169.254:80 EPERM"
+        ]
+    );
+    let v = c.moat(&["verify", &c.id]).ok();
+    assert!(
+        v.stdout
+            .lines()
+            .any(|l| l.starts_with("ok") && l.contains("2 programs")),
+        "{}",
+        v.stdout
+    );
+}

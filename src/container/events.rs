@@ -153,7 +153,7 @@ fn emit_stats(out: &mut impl Write, rec: &Record, cg: &Cgroup, capped: &[String]
 fn egress_counters(cg: &Cgroup) -> Option<stats::EgressCounters> {
     use crate::linux::egress::{Installed, STATS_REFUSED_NAMES};
     let inst = Installed::find(&cg.v2_dir()?).ok()??;
-    let n = inst.counters().ok()?;
+    let n = inst.counters().ok()??;
     Some(stats::EgressCounters {
         connect4_refused: n[0],
         connect6_refused: n[1],

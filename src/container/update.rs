@@ -102,32 +102,26 @@ pub fn native_egress(c: &Container, text: &str) -> Result<()> {
     let Some(dir) = c.record.cgroup.as_ref().and_then(|cg| cg.v2_dir()) else {
         return Err(enforce::EgressError::NoCgroup(format!("container {}", c.record.id)).into());
     };
-    match Installed::find(&dir)? {
-        Some(inst) => {
-            // The forwarder's own entry (a loopback /128 the old rules did not make) stays.
-            let old_static = old
-                .as_ref()
-                .and_then(|o| o.entries(None).ok())
-                .unwrap_or_default();
-            let forwarder = inst
-                .entries()
-                .map_err(|e| anyhow::anyhow!("egress policy: cannot read the rules in force: {e}"))?
-                .into_iter()
-                .find(|e| {
-                    e.len == 128
-                        && e.addr.to_ipv4_mapped().is_some_and(|v| v.is_loopback())
-                        && !old_static.iter().any(|s| s.addr == e.addr && s.len == 128)
-                })
-                .and_then(|e| e.addr.to_ipv4_mapped())
-                .map(std::net::IpAddr::V4);
-            let entries = new
-                .entries(forwarder)
-                .map_err(|e| anyhow::anyhow!("--egress: {e}"))?;
-            inst.replace(&entries)
-                .map_err(|e| anyhow::anyhow!("egress policy: cannot swap the rules: {e}"))?;
-        }
-        None => enforce::install(&dir, &new, None)?,
-    }
+    // The forwarder's own entry (a loopback /128 the old rules did not make) stays.
+    let old_static = old
+        .as_ref()
+        .and_then(|o| o.entries(None).ok())
+        .unwrap_or_default();
+    let forwarder = match Installed::find(&dir)? {
+        Some(inst) => inst
+            .entries()
+            .map_err(|e| anyhow::anyhow!("egress policy: cannot read the rules in force: {e}"))?
+            .into_iter()
+            .find(|e| {
+                e.len == 128
+                    && e.addr.to_ipv4_mapped().is_some_and(|v| v.is_loopback())
+                    && !old_static.iter().any(|s| s.addr == e.addr && s.len == 128)
+            })
+            .and_then(|e| e.addr.to_ipv4_mapped())
+            .map(std::net::IpAddr::V4),
+        None => None,
+    };
+    enforce::replace(&dir, &new, forwarder)?;
     recorded["egress"] = serde_json::to_value(&new).expect("serialises");
     let bytes = serde_json::to_vec_pretty(&recorded).expect("serialises");
     c.dir

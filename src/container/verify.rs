@@ -489,6 +489,19 @@ fn egress_in_force(rec: &state::Record, pid: i32, e: &policy::egress::Egress) ->
         Ok(None) => return ("no egress programs on the cgroup".into(), false),
         Err(err) => return (err.to_string(), false),
     };
+    let programs = match inst.check_programs(&dir, e) {
+        Ok(n) => n,
+        Err(why) => return (why, false),
+    };
+    if e.allow.is_none() {
+        return (
+            format!(
+                "{programs} programs refusing {} addresses in force",
+                e.deny.len()
+            ),
+            inst.fixed.len() == programs,
+        );
+    }
     let missing: Vec<&str> = Hook::ALL
         .iter()
         .filter(|h| !inst.hooks.contains(h))

@@ -1,15 +1,17 @@
-//! Egress enforcement on the container's cgroup v2 (docs/security.md, "Egress"): the
-//! policy's trie ([`Egress::entries`]) in an LPM-trie map, held in slot 0 of a one-slot
-//! `ARRAY_OF_MAPS`, and one program per socket hook ([`prog`]) attached to the cgroup with
-//! `BPF_F_ALLOW_MULTI` before the init exists, so every process of the container — the
-//! init, its children, every `exec` — is bound whatever network namespace it is in and
-//! whatever interface is added to it later. A refused `connect`/`sendmsg` fails at once
-//! with `EPERM` and is counted in the stats map.
+//! Egress enforcement on the container's cgroup v2 (docs/security.md, "Egress"): programs
+//! ([`prog`]) attached to the cgroup with `BPF_F_ALLOW_MULTI` before the init exists, so
+//! every process of the container — the init, its children, every `exec` — is bound
+//! whatever network namespace it is in and whatever interface is added to it later. A
+//! refused `connect`/`sendmsg` fails at once with `EPERM`.
 //!
-//! `update` swaps the trie in the outer slot: one map write, so every hook sees the old
-//! rules or the new ones, never a mix. The programs and maps live as long as the cgroup
-//! (the kernel drops them with it); moat finds them again by name through the cgroup
-//! ([`Installed::find`]).
+//! Two forms. Without a list (RESTRICTED's default: the metadata endpoints refused), the
+//! fixed programs on `connect4`/`connect6`, the addresses as immediates: no map, two loads.
+//! With a list, the policy's trie ([`Egress::entries`]) in one of two LPM tries, a
+//! selector saying which is in force, a counters array, and a program on each of the four
+//! hooks; `update` fills the other trie and flips the selector: one array write, so every
+//! hook sees the old rules or the new ones, never a mix. A change of form attaches the new
+//! programs before it detaches the old (in between, both must allow). The programs and
+//! maps live as long as the cgroup; moat finds them again by name ([`Installed::find`]).
 
 pub mod prog;
 
@@ -26,13 +28,14 @@ use prog::Hook;
 /// Entries one trie holds: the policy's (at most 256 rules) and the forwarder's answers.
 pub const TRIE_ENTRIES: u32 = 16384;
 const KEY_SIZE: u32 = 20;
+#[allow(clippy::cast_possible_truncation)] // 64
 const VALUE_SIZE: u32 = (RANGES * prog::RANGE_SIZE) as u32;
 /// Stats slots: one per hook (refusals), then the forwarder's refused queries.
 pub const STATS_SLOTS: u32 = 8;
 pub const STATS_REFUSED_NAMES: u32 = 4;
 
-const OUTER_NAME: &str = "moat_eg_outer";
-const TRIE_NAME: &str = "moat_eg_allow";
+const SELECTOR_NAME: &str = "moat_eg_sel";
+const TRIE_NAMES: [&str; 2] = ["moat_eg_allow0", "moat_eg_allow1"];
 const STATS_NAME: &str = "moat_eg_stats";
 
 /// Why the egress policy could not be put in force (or read back).
@@ -96,7 +99,7 @@ fn ranges_of(v: &[u8]) -> Vec<Range> {
         .collect()
 }
 
-fn new_trie() -> io::Result<OwnedFd> {
+fn new_trie(name: &str) -> io::Result<OwnedFd> {
     bpf::map_create(
         bpf::BPF_MAP_TYPE_LPM_TRIE,
         KEY_SIZE,
@@ -104,35 +107,42 @@ fn new_trie() -> io::Result<OwnedFd> {
         TRIE_ENTRIES,
         bpf::BPF_F_NO_PREALLOC,
         None,
-        TRIE_NAME,
+        name,
     )
 }
 
-/// A trie filled with `entries`.
-fn filled_trie(entries: &[Entry]) -> io::Result<OwnedFd> {
-    let t = new_trie()?;
+/// Writes `entries` into `trie`.
+fn fill(trie: BorrowedFd<'_>, entries: &[Entry]) -> io::Result<()> {
     for e in entries {
-        bpf::map_update(
-            t.as_fd(),
-            &key_bytes(e.addr, e.len),
-            &value_bytes(&e.ranges),
-        )?;
+        bpf::map_update(trie, &key_bytes(e.addr, e.len), &value_bytes(&e.ranges))?;
     }
-    Ok(t)
+    Ok(())
 }
 
-fn fd_word(fd: BorrowedFd<'_>) -> [u8; 4] {
-    u32::try_from(fd.as_raw_fd())
-        .expect("descriptors are not negative")
-        .to_ne_bytes()
+/// Empties `trie`.
+fn clear(trie: BorrowedFd<'_>) -> io::Result<()> {
+    let mut key = [0u8; KEY_SIZE as usize];
+    while bpf::map_next_key(trie, None, &mut key)? {
+        bpf::map_delete(trie, &key)?;
+    }
+    Ok(())
 }
 
-/// The maps of a container's programs, as found on (or installed in) its cgroup.
-pub struct Installed {
-    pub outer: OwnedFd,
+/// A container's list maps, as found on (or installed in) its cgroup.
+pub struct ListMaps {
+    pub selector: OwnedFd,
+    pub tries: [OwnedFd; 2],
     pub stats: OwnedFd,
+}
+
+/// What moat has attached to a container's cgroup.
+pub struct Installed {
+    /// The list form's maps; `None`: the fixed form (no list).
+    pub list: Option<ListMaps>,
     /// The hooks moat's programs are attached to.
     pub hooks: Vec<Hook>,
+    /// The fixed programs' hooks.
+    pub fixed: Vec<Hook>,
 }
 
 fn open_dir(dir: &Path) -> Result<File, EgressError> {
@@ -143,15 +153,13 @@ fn open_dir(dir: &Path) -> Result<File, EgressError> {
     })
 }
 
-/// Loads one hook's program over the maps.
-fn load(hook: Hook, outer: BorrowedFd<'_>, stats: BorrowedFd<'_>) -> Result<OwnedFd, EgressError> {
-    let as_imm = |fd: BorrowedFd<'_>| fd.as_raw_fd();
-    let insns = prog::program(hook, as_imm(outer), as_imm(stats));
+/// Loads `insns` for `hook` (named `name`), with the verifier's log on refusal.
+fn load(hook: Hook, name: &'static str, insns: &[bpf::Insn]) -> Result<OwnedFd, EgressError> {
     let t = bpf::BPF_PROG_TYPE_CGROUP_SOCK_ADDR;
     let at = hook.attach_type();
-    bpf::prog_load_for(t, at, &insns, c"Apache-2.0", hook.name(), None).map_err(|err| {
+    bpf::prog_load_for(t, at, insns, c"Apache-2.0", name, None).map_err(|err| {
         let mut buf = vec![0u8; 64 * 1024];
-        let _ = bpf::prog_load_for(t, at, &insns, c"Apache-2.0", hook.name(), Some(&mut buf));
+        let _ = bpf::prog_load_for(t, at, insns, c"Apache-2.0", name, Some(&mut buf));
         let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
         let text = String::from_utf8_lossy(&buf[..end]);
         let tail: Vec<&str> = text.lines().rev().take(3).collect();
@@ -164,35 +172,65 @@ fn load(hook: Hook, outer: BorrowedFd<'_>, stats: BorrowedFd<'_>) -> Result<Owne
             )
         };
         EgressError::Load {
-            hook: hook.name(),
+            hook: name,
             err,
             log,
         }
     })
 }
 
-/// Puts `egress` in force on the cgroup v2 directory `dir` before any process is in it:
-/// the maps, then each hook's program attached. On failure what was attached is detached
-/// again (nothing is left on the cgroup).
-pub fn install(dir: &Path, egress: &Egress, forwarder: Option<IpAddr>) -> Result<(), EgressError> {
+/// Each refused address with the ports left open to it (DNS to a resolver there).
+fn deny_with_open(egress: &Egress) -> Vec<(Ipv6Addr, Vec<u16>)> {
+    egress
+        .deny
+        .iter()
+        .map(|d| {
+            let open = egress
+                .resolvers
+                .iter()
+                .filter(|r| crate::policy::egress::key_addr(r.ip()) == *d)
+                .map(|r| r.port())
+                .collect();
+            (*d, open)
+        })
+        .collect()
+}
+
+fn io_err(op: &'static str, dir: &Path) -> impl FnOnce(io::Error) -> EgressError {
+    let dir = dir.to_path_buf();
+    move |err| EgressError::Io { op, dir, err }
+}
+
+/// Loads the programs `egress` needs (the list maps created and filled first); returns
+/// them by hook and name, not attached.
+fn programs(
+    dir: &Path,
+    egress: &Egress,
+    forwarder: Option<IpAddr>,
+) -> Result<Vec<(Hook, &'static str, OwnedFd)>, EgressError> {
+    let mut out = Vec::new();
+    if egress.allow.is_none() {
+        let deny = deny_with_open(egress);
+        for hook in prog::FIXED_HOOKS {
+            let name = prog::fixed_name(hook);
+            out.push((
+                hook,
+                name,
+                load(hook, name, &prog::fixed_program(hook, &deny))?,
+            ));
+        }
+        return Ok(out);
+    }
     let entries = egress.entries(forwarder).map_err(EgressError::Invalid)?;
-    let io_err = |op: &'static str| {
-        let dir = dir.to_path_buf();
-        move |err| EgressError::Io { op, dir, err }
+    let tries = [new_trie(TRIE_NAMES[0]), new_trie(TRIE_NAMES[1])];
+    let [Ok(t0), Ok(t1)] = tries else {
+        let e = tries.into_iter().find_map(Result::err).expect("one failed");
+        return Err(io_err("create the allow maps for", dir)(e));
     };
-    let trie = filled_trie(&entries).map_err(io_err("create the allow map for"))?;
-    let outer = bpf::map_create(
-        bpf::BPF_MAP_TYPE_ARRAY_OF_MAPS,
-        4,
-        4,
-        1,
-        0,
-        Some(trie.as_fd()),
-        OUTER_NAME,
-    )
-    .map_err(io_err("create the outer map for"))?;
-    bpf::map_update(outer.as_fd(), &0u32.to_ne_bytes(), &fd_word(trie.as_fd()))
-        .map_err(io_err("fill the outer map for"))?;
+    fill(t0.as_fd(), &entries).map_err(io_err("fill the allow map for", dir))?;
+    // Zero-filled: slot 0 selects trie 0 without a write.
+    let selector = bpf::map_create(bpf::BPF_MAP_TYPE_ARRAY, 4, 4, 1, 0, None, SELECTOR_NAME)
+        .map_err(io_err("create the selector for", dir))?;
     let stats = bpf::map_create(
         bpf::BPF_MAP_TYPE_ARRAY,
         4,
@@ -202,29 +240,129 @@ pub fn install(dir: &Path, egress: &Egress, forwarder: Option<IpAddr>) -> Result
         None,
         STATS_NAME,
     )
-    .map_err(io_err("create the counters for"))?;
-    let cg = open_dir(dir)?;
-    let mut attached: Vec<(Hook, OwnedFd)> = Vec::new();
-    let result = (|| {
-        for hook in Hook::ALL {
-            let p = load(hook, outer.as_fd(), stats.as_fd())?;
-            bpf::prog_attach(
-                cg.as_fd(),
-                p.as_fd(),
-                hook.attach_type(),
-                bpf::BPF_F_ALLOW_MULTI,
-            )
-            .map_err(io_err("attach the egress program to"))?;
-            attached.push((hook, p));
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        for (hook, p) in &attached {
-            let _ = bpf::prog_detach(cg.as_fd(), p.as_fd(), hook.attach_type());
+    .map_err(io_err("create the counters for", dir))?;
+    let raw = |f: &OwnedFd| f.as_raw_fd();
+    let maps = prog::MapFds {
+        selector: raw(&selector),
+        tries: [raw(&t0), raw(&t1)],
+        stats: raw(&stats),
+    };
+    for hook in Hook::ALL {
+        out.push((
+            hook,
+            hook.name(),
+            load(hook, hook.name(), &prog::program(hook, maps))?,
+        ));
+    }
+    // The programs hold the maps from here on.
+    Ok(out)
+}
+
+/// Attaches `progs` to `cg`; on failure detaches what it attached.
+fn attach_all(
+    cg: &File,
+    dir: &Path,
+    progs: &[(Hook, &'static str, OwnedFd)],
+) -> Result<(), EgressError> {
+    for (n, (hook, _, p)) in progs.iter().enumerate() {
+        if let Err(e) = bpf::prog_attach(
+            cg.as_fd(),
+            p.as_fd(),
+            hook.attach_type(),
+            bpf::BPF_F_ALLOW_MULTI,
+        ) {
+            for (hook, _, p) in &progs[..n] {
+                let _ = bpf::prog_detach(cg.as_fd(), p.as_fd(), hook.attach_type());
+            }
+            return Err(io_err("attach the egress program to", dir)(e));
         }
     }
-    result
+    Ok(())
+}
+
+/// Puts `egress` in force on the cgroup v2 directory `dir` before any process is in it.
+/// On failure nothing is left on the cgroup.
+pub fn install(dir: &Path, egress: &Egress, forwarder: Option<IpAddr>) -> Result<(), EgressError> {
+    let progs = programs(dir, egress, forwarder)?;
+    let cg = open_dir(dir)?;
+    attach_all(&cg, dir, &progs)
+}
+
+/// Replaces the rules on a running container's cgroup: a flip of the selector when both
+/// the old and the new policy are lists, else the new programs attached before the old
+/// ones are detached (in between both must allow: never more than either allows).
+pub fn replace(dir: &Path, egress: &Egress, forwarder: Option<IpAddr>) -> Result<(), EgressError> {
+    let cg = open_dir(dir)?;
+    let old = Installed::find(dir)?;
+    if let (Some(inst), Some(_)) = (&old, &egress.allow) {
+        if let Some(l) = &inst.list {
+            let entries = egress.entries(forwarder).map_err(EgressError::Invalid)?;
+            return l
+                .flip(&entries)
+                .map_err(io_err("swap the allow maps of", dir));
+        }
+    }
+    let progs = programs(dir, egress, forwarder)?;
+    attach_all(&cg, dir, &progs)?;
+    for (hook, name) in ours_on(&cg, dir)? {
+        if progs.iter().any(|(h, n, _)| *h == hook && *n == name) {
+            continue;
+        }
+        detach_named(&cg, dir, hook, name, &progs)?;
+    }
+    Ok(())
+}
+
+/// moat's egress programs attached to `cg`: (hook, name) pairs.
+fn ours_on(cg: &File, dir: &Path) -> Result<Vec<(Hook, &'static str)>, EgressError> {
+    let mut out = Vec::new();
+    for hook in Hook::ALL {
+        let ids = bpf::prog_query(cg.as_fd(), hook.attach_type())
+            .map_err(io_err("list the programs of", dir))?;
+        for id in ids {
+            let Ok(p) = bpf::prog_get_fd_by_id(id) else {
+                continue;
+            };
+            let Ok(info) = bpf::prog_info(p.as_fd()) else {
+                continue;
+            };
+            if info.name == hook.name() {
+                out.push((hook, hook.name()));
+            } else if prog::FIXED_HOOKS.contains(&hook) && info.name == prog::fixed_name(hook) {
+                out.push((hook, prog::fixed_name(hook)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Detaches every program named `name` on `hook` except those in `keep`.
+fn detach_named(
+    cg: &File,
+    dir: &Path,
+    hook: Hook,
+    name: &str,
+    keep: &[(Hook, &'static str, OwnedFd)],
+) -> Result<(), EgressError> {
+    let keep_ids: Vec<u32> = keep
+        .iter()
+        .filter_map(|(_, _, p)| bpf::prog_info(p.as_fd()).ok().map(|i| i.id))
+        .collect();
+    let ids = bpf::prog_query(cg.as_fd(), hook.attach_type())
+        .map_err(io_err("list the programs of", dir))?;
+    for id in ids {
+        if keep_ids.contains(&id) {
+            continue;
+        }
+        let Ok(p) = bpf::prog_get_fd_by_id(id) else {
+            continue;
+        };
+        if bpf::prog_info(p.as_fd()).is_ok_and(|i| i.name == name) {
+            bpf::prog_detach(cg.as_fd(), p.as_fd(), hook.attach_type())
+                .map_err(io_err("detach the old egress program from", dir))?;
+        }
+    }
+    Ok(())
 }
 
 impl Installed {
@@ -232,15 +370,14 @@ impl Installed {
     /// attached. Needs `CAP_SYS_ADMIN` (opening a program by id).
     pub fn find(dir: &Path) -> Result<Option<Installed>, EgressError> {
         let cg = open_dir(dir)?;
-        let io_err = |op: &'static str| {
-            let dir = dir.to_path_buf();
-            move |err| EgressError::Io { op, dir, err }
+        let mut inst = Installed {
+            list: None,
+            hooks: Vec::new(),
+            fixed: Vec::new(),
         };
-        let mut hooks = Vec::new();
-        let mut maps: Option<(OwnedFd, OwnedFd)> = None;
         for hook in Hook::ALL {
             let ids = bpf::prog_query(cg.as_fd(), hook.attach_type())
-                .map_err(io_err("list the programs of"))?;
+                .map_err(io_err("list the programs of", dir))?;
             for id in ids {
                 let Ok(p) = bpf::prog_get_fd_by_id(id) else {
                     continue;
@@ -248,40 +385,38 @@ impl Installed {
                 let Ok(info) = bpf::prog_info(p.as_fd()) else {
                     continue;
                 };
-                if info.name != hook.name() {
-                    continue;
-                }
-                hooks.push(hook);
-                if maps.is_none() {
-                    maps = maps_of(&info.map_ids);
+                if info.name == hook.name() {
+                    inst.hooks.push(hook);
+                    if inst.list.is_none() {
+                        inst.list = maps_of(&info.map_ids);
+                    }
+                } else if prog::FIXED_HOOKS.contains(&hook) && info.name == prog::fixed_name(hook) {
+                    inst.fixed.push(hook);
                 }
             }
         }
-        Ok(maps.map(|(outer, stats)| Installed {
-            outer,
-            stats,
-            hooks,
-        }))
+        Ok((!inst.hooks.is_empty() || !inst.fixed.is_empty()).then_some(inst))
     }
 
-    /// The trie in force now.
-    pub fn trie(&self) -> io::Result<OwnedFd> {
-        let mut id = [0u8; 4];
-        if !bpf::map_lookup(self.outer.as_fd(), &0u32.to_ne_bytes(), &mut id)? {
-            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+    /// The trie in force now (`None`: the fixed form).
+    pub fn trie(&self) -> io::Result<Option<BorrowedFd<'_>>> {
+        match &self.list {
+            None => Ok(None),
+            Some(l) => Ok(Some(l.tries[l.selected()?].as_fd())),
         }
-        bpf::map_get_fd_by_id(u32::from_ne_bytes(id))
     }
 
-    /// Every entry of the trie in force.
+    /// Every entry of the trie in force (none in the fixed form).
     pub fn entries(&self) -> io::Result<Vec<Entry>> {
-        let t = self.trie()?;
+        let Some(t) = self.trie()? else {
+            return Ok(Vec::new());
+        };
         let mut out = Vec::new();
         let mut key = [0u8; KEY_SIZE as usize];
         let mut prev: Option<[u8; KEY_SIZE as usize]> = None;
-        while bpf::map_next_key(t.as_fd(), prev.as_ref().map(|k| &k[..]), &mut key)? {
+        while bpf::map_next_key(t, prev.as_ref().map(|k| &k[..]), &mut key)? {
             let mut v = [0u8; VALUE_SIZE as usize];
-            if bpf::map_lookup(t.as_fd(), &key, &mut v)? {
+            if bpf::map_lookup(t, &key, &mut v)? {
                 let len = u32::from_ne_bytes([key[0], key[1], key[2], key[3]]);
                 let mut a = [0u8; 16];
                 a.copy_from_slice(&key[4..]);
@@ -293,45 +428,117 @@ impl Installed {
             }
             prev = Some(key);
         }
-        out.sort_by(|a, b| (a.addr, a.len).cmp(&(b.addr, b.len)));
+        out.sort_by_key(|e| (e.addr, e.len));
         Ok(out)
     }
 
-    /// Replaces the rules: a new trie with `entries` swapped into the outer slot in one
-    /// write.
-    pub fn replace(&self, entries: &[Entry]) -> io::Result<()> {
-        let t = filled_trie(entries)?;
-        bpf::map_update(self.outer.as_fd(), &0u32.to_ne_bytes(), &fd_word(t.as_fd()))
-    }
-
-    /// Counters: refusals per hook (`Hook::slot`), and the forwarder's refused queries.
-    pub fn counters(&self) -> io::Result<[u64; STATS_SLOTS as usize]> {
+    /// Counters: refusals per hook (`Hook::slot`), and the forwarder's refused queries;
+    /// `None` in the fixed form, which counts nothing.
+    pub fn counters(&self) -> io::Result<Option<[u64; STATS_SLOTS as usize]>> {
+        let Some(l) = &self.list else {
+            return Ok(None);
+        };
         let mut out = [0u64; STATS_SLOTS as usize];
         for (i, slot) in out.iter_mut().enumerate() {
             let mut v = [0u8; 8];
             let k = u32::try_from(i).expect("few slots").to_ne_bytes();
-            if bpf::map_lookup(self.stats.as_fd(), &k, &mut v)? {
+            if bpf::map_lookup(l.stats.as_fd(), &k, &mut v)? {
                 *slot = u64::from_ne_bytes(v);
             }
         }
-        Ok(out)
+        Ok(Some(out))
     }
 }
 
-/// The outer and stats maps among a program's maps.
-fn maps_of(ids: &[u32]) -> Option<(OwnedFd, OwnedFd)> {
-    let (mut outer, mut stats) = (None, None);
+impl Installed {
+    /// Whether the programs attached are exactly those `egress` loads (same kernel tag:
+    /// the hash of their instructions, map fds left out), each hook of its form present;
+    /// `Err` says what differs.
+    pub fn check_programs(&self, dir: &Path, egress: &Egress) -> Result<usize, String> {
+        let cg = open_dir(dir).map_err(|e| e.to_string())?;
+        let want: Vec<(Hook, &'static str, Vec<bpf::Insn>)> = match (&egress.allow, &self.list) {
+            (None, _) => {
+                let deny = deny_with_open(egress);
+                prog::FIXED_HOOKS
+                    .iter()
+                    .map(|h| (*h, prog::fixed_name(*h), prog::fixed_program(*h, &deny)))
+                    .collect()
+            }
+            (Some(_), Some(l)) => {
+                let raw = |f: &OwnedFd| f.as_raw_fd();
+                let maps = prog::MapFds {
+                    selector: raw(&l.selector),
+                    tries: [raw(&l.tries[0]), raw(&l.tries[1])],
+                    stats: raw(&l.stats),
+                };
+                Hook::ALL
+                    .iter()
+                    .map(|h| (*h, h.name(), prog::program(*h, maps)))
+                    .collect()
+            }
+            (Some(_), None) => return Err("a list's programs are not attached".into()),
+        };
+        for (hook, name, insns) in &want {
+            let fresh = load(*hook, name, insns).map_err(|e| e.to_string())?;
+            let tag = bpf::prog_info(fresh.as_fd())
+                .map_err(|e| e.to_string())?
+                .tag;
+            let ids = bpf::prog_query(cg.as_fd(), hook.attach_type()).map_err(|e| e.to_string())?;
+            let attached = ids.into_iter().any(|id| {
+                bpf::prog_get_fd_by_id(id)
+                    .ok()
+                    .and_then(|p| bpf::prog_info(p.as_fd()).ok())
+                    .is_some_and(|i| i.name == *name && i.tag == tag)
+            });
+            if !attached {
+                return Err(format!(
+                    "{name} on its hook is not the program the policy loads"
+                ));
+            }
+        }
+        Ok(want.len())
+    }
+}
+
+impl ListMaps {
+    /// Which trie the selector names.
+    pub fn selected(&self) -> io::Result<usize> {
+        let mut v = [0u8; 4];
+        bpf::map_lookup(self.selector.as_fd(), &0u32.to_ne_bytes(), &mut v)?;
+        Ok(usize::from(u32::from_ne_bytes(v) == 1))
+    }
+
+    /// The other trie emptied and filled with `entries`, then selected.
+    fn flip(&self, entries: &[Entry]) -> io::Result<()> {
+        let next = 1 - self.selected()?;
+        let t = self.tries[next].as_fd();
+        clear(t)?;
+        fill(t, entries)?;
+        let v = u32::try_from(next).expect("0 or 1").to_ne_bytes();
+        bpf::map_update(self.selector.as_fd(), &0u32.to_ne_bytes(), &v)
+    }
+}
+
+/// The list maps among a program's maps.
+fn maps_of(ids: &[u32]) -> Option<ListMaps> {
+    let (mut sel, mut t0, mut t1, mut stats) = (None, None, None, None);
     for id in ids {
         let Ok(m) = bpf::map_get_fd_by_id(*id) else {
             continue;
         };
         match bpf::map_info(m.as_fd()).map(|i| i.name) {
-            Ok(n) if n == OUTER_NAME => outer = Some(m),
+            Ok(n) if n == SELECTOR_NAME => sel = Some(m),
+            Ok(n) if n == TRIE_NAMES[0] => t0 = Some(m),
+            Ok(n) if n == TRIE_NAMES[1] => t1 = Some(m),
             Ok(n) if n == STATS_NAME => stats = Some(m),
             _ => {}
         }
     }
-    Some((outer?, stats?))
+    Some(ListMaps {
+        selector: sel?,
+        tries: [t0?, t1?],
+        stats: stats?,
+    })
 }
 
 /// Admits `addr` (a /128 entry) with `ranges` into the trie in force: the forwarder, for

@@ -1,9 +1,15 @@
 //! The egress programs (`BPF_PROG_TYPE_CGROUP_SOCK_ADDR`), one per hook: `connect4`,
 //! `connect6` (TCP, connected UDP, ping sockets) and `sendmsg4`, `sendmsg6` (unconnected
 //! UDP). Each computes the destination's trie key (IPv4 as `::ffff:a.b.c.d`), looks it up
-//! in the container's current allow trie (slot 0 of the outer array), and allows when one
-//! of the matched prefix's ranges holds the protocol and port; otherwise it counts the
-//! refusal (stats slot of the hook) and returns 0, which the kernel turns into `EPERM`.
+//! in the container's current allow trie (of two: the selector's slot 0 says which), and
+//! allows when one of the matched prefix's ranges holds the protocol and port; otherwise it
+//! counts the refusal (stats slot of the hook) and returns 0, which the kernel turns into
+//! `EPERM`. Two tries and a selector rather than a map of maps: replacing an element of
+//! a map of maps waits for an RCU grace period (16 ms measured here, in every create),
+//! writing an array element does not.
+//!
+//! Without a list (the default: only the metadata endpoints refused), [`fixed_program`]:
+//! `connect4`/`connect6` only, the refused addresses as immediates, no map at all.
 //! Loopback is allowed without a lookup, except port 53 (DNS goes to moat's forwarder
 //! only, which has its own trie entry).
 //!
@@ -78,10 +84,10 @@ const USER_IP6: i16 = 8;
 const USER_PORT: i16 = 24;
 const PROTOCOL: i16 = 36;
 
-// Stack: the trie key at fp-24 (prefixlen u32, then 16 address bytes), the outer index
+// Stack: the trie key at fp-24 (prefixlen u32, then 16 address bytes), the selector index
 // at fp-28, the stats index at fp-32.
 const KEY: i16 = -24;
-const OUTER_IDX: i16 = -28;
+const SEL_IDX: i16 = -28;
 const STATS_IDX: i16 = -32;
 
 const LDX_W: u8 = 0x61;
@@ -119,6 +125,9 @@ enum L {
     Udp,
     Icmp,
     NotLoop,
+    Trie1,
+    Lookup,
+    Next(usize),
 }
 
 enum Op {
@@ -173,9 +182,19 @@ fn word(bytes: [u8; 4]) -> i32 {
     i32::from_le_bytes(bytes)
 }
 
-/// The program of `hook` over the maps `outer` (ARRAY_OF_MAPS, one slot: the allow trie)
-/// and `stats` (ARRAY of u64 refusal counters).
-pub fn program(hook: Hook, outer: i32, stats: i32) -> Vec<Insn> {
+/// The map fds a list program is loaded over.
+#[derive(Debug, Clone, Copy)]
+pub struct MapFds {
+    /// ARRAY of one u32: which trie is in force (0 or 1).
+    pub selector: i32,
+    /// The two LPM tries.
+    pub tries: [i32; 2],
+    /// ARRAY of u64 refusal counters.
+    pub stats: i32,
+}
+
+/// The list program of `hook` over `maps`.
+pub fn program(hook: Hook, maps: MapFds) -> Vec<Insn> {
     let mut o = vec![
         i(MOV_X, 6, 1, 0, 0),
         i(LDX_W, 7, 6, USER_PORT, 0),
@@ -240,14 +259,22 @@ pub fn program(hook: Hook, outer: i32, stats: i32) -> Vec<Insn> {
         ]);
     }
     o.push(Op::Mark(L::Key));
-    o.push(i(ST_W, 10, 0, OUTER_IDX, 0));
-    ld_map(&mut o, 1, outer);
+    o.push(i(ST_W, 10, 0, SEL_IDX, 0));
+    ld_map(&mut o, 1, maps.selector);
     o.extend([
         i(MOV_X, 2, 10, 0, 0),
-        i(ADD_K, 2, 0, 0, i32::from(OUTER_IDX)),
+        i(ADD_K, 2, 0, 0, i32::from(SEL_IDX)),
         i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
         jk(JEQ_K, 0, 0, L::Deny),
-        i(MOV_X, 1, 0, 0, 0),
+        i(LDX_W, 1, 0, 0, 0),
+        jk(JEQ_K, 1, 1, L::Trie1),
+    ]);
+    ld_map(&mut o, 1, maps.tries[0]);
+    o.push(jk(JA, 0, 0, L::Lookup));
+    o.push(Op::Mark(L::Trie1));
+    ld_map(&mut o, 1, maps.tries[1]);
+    o.push(Op::Mark(L::Lookup));
+    o.extend([
         i(MOV_X, 2, 10, 0, 0),
         i(ADD_K, 2, 0, 0, i32::from(KEY)),
         i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
@@ -285,7 +312,7 @@ pub fn program(hook: Hook, outer: i32, stats: i32) -> Vec<Insn> {
             i32::try_from(hook.slot()).expect("slot"),
         ),
     ]);
-    ld_map(&mut o, 1, stats);
+    ld_map(&mut o, 1, maps.stats);
     o.extend([
         i(MOV_X, 2, 10, 0, 0),
         i(ADD_K, 2, 0, 0, i32::from(STATS_IDX)),
@@ -297,6 +324,67 @@ pub fn program(hook: Hook, outer: i32, stats: i32) -> Vec<Insn> {
         i(MOV_K, 0, 0, 0, 0),
         i(EXIT, 0, 0, 0, 0),
     ]);
+    assemble(o)
+}
+
+/// The two hooks of the fixed program (no list: TCP and connected UDP to the refused
+/// addresses; the metadata endpoints speak HTTP).
+pub const FIXED_HOOKS: [Hook; 2] = [Hook::Connect4, Hook::Connect6];
+
+/// The fixed program's name for `hook`.
+pub fn fixed_name(hook: Hook) -> &'static str {
+    if hook.v4() {
+        "moat_md_c4"
+    } else {
+        "moat_md_c6"
+    }
+}
+
+/// The program of `hook` (connect4 or connect6) refusing `deny`, each address with the
+/// ports left open to it (DNS to a resolver there), everything else allowed.
+pub fn fixed_program(hook: Hook, deny: &[(std::net::Ipv6Addr, Vec<u16>)]) -> Vec<Insn> {
+    let mut o = vec![
+        i(MOV_X, 6, 1, 0, 0),
+        i(LDX_W, 7, 6, USER_PORT, 0),
+        i(TO_BE, 7, 0, 0, 16),
+    ];
+    if hook.v4() {
+        o.push(i(LDX_W, 2, 6, USER_IP4, 0));
+    } else {
+        for (r, off) in [(2u8, 0i16), (3, 4), (4, 8), (5, 12)] {
+            o.push(i(LDX_W, r, 6, USER_IP6 + off, 0));
+        }
+    }
+    let mut n = 0;
+    for (addr, open) in deny {
+        let b = addr.octets();
+        let w = |k: usize| word([b[4 * k], b[4 * k + 1], b[4 * k + 2], b[4 * k + 3]]);
+        let next = L::Next(n);
+        if hook.v4() {
+            let Some(v4) = addr.to_ipv4_mapped() else {
+                continue;
+            };
+            o.push(jk(JMP32_JNE_K, 2, word(v4.octets()), next));
+        } else {
+            for (k, r) in [2u8, 3, 4, 5].into_iter().enumerate() {
+                o.push(jk(JMP32_JNE_K, r, w(k), next));
+            }
+        }
+        for p in open {
+            o.push(jk(JEQ_K, 7, i32::from(*p), L::Allow));
+        }
+        o.push(jk(JA, 0, 0, L::Deny));
+        o.push(Op::Mark(next));
+        n += 1;
+    }
+    o.extend([
+        Op::Mark(L::Allow),
+        i(MOV_K, 0, 0, 0, 1),
+        i(EXIT, 0, 0, 0, 0),
+    ]);
+    if n > 0 {
+        o.extend([Op::Mark(L::Deny), i(MOV_K, 0, 0, 0, 0), i(EXIT, 0, 0, 0, 0)]);
+    }
     assemble(o)
 }
 

@@ -24,7 +24,6 @@ pub const BPF_CGROUP_UDP6_SENDMSG: u32 = 15;
 
 pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub const BPF_MAP_TYPE_LPM_TRIE: u32 = 11;
-pub const BPF_MAP_TYPE_ARRAY_OF_MAPS: u32 = 12;
 /// Required of an LPM trie: its nodes are allocated as entries arrive.
 pub const BPF_F_NO_PREALLOC: u32 = 1;
 /// `ld_imm64`'s source register when its immediate is a map fd the kernel replaces with
@@ -169,6 +168,8 @@ pub struct ProgInfo {
     pub id: u32,
     pub prog_type: u32,
     pub name: String,
+    /// The kernel's hash of the program's instructions (map fds left out).
+    pub tag: [u8; 8],
     /// The maps the program uses (at most 8 are listed).
     pub map_ids: Vec<u32>,
 }
@@ -340,6 +341,7 @@ pub fn prog_info(prog: BorrowedFd<'_>) -> Result<ProgInfo> {
         id: info.id,
         prog_type: info.prog_type,
         name: unname16(&info.name),
+        tag: info.tag,
         map_ids: map_ids[..n].to_vec(),
     })
 }

@@ -732,6 +732,7 @@ impl Faked for super::Result<super::bpf::ProgInfo> {
             id: 0,
             prog_type: 0,
             name: String::new(),
+            tag: [0; 8],
             map_ids: Vec::new(),
         })
     }
