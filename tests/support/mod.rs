@@ -32,6 +32,9 @@ use std::time::{Duration, Instant};
 
 pub use serde_json::{json, Value};
 
+/// The egress tests' private network world (scripts/lib/networld).
+pub mod world;
+
 pub const MOAT: &str = env!("CARGO_BIN_EXE_moat");
 
 /// How long any single moat call may take before the test fails (and the call is killed).

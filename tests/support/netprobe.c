@@ -1,0 +1,268 @@
+/*
+ * netprobe: the egress tests' in-container client (tests/egress.rs, scripts/e2e-egress).
+ * Built statically at test time and copied into a container's rootfs; busybox's nc has no
+ * UDP, no timing and no errno. One line per probe, times measured inside the container:
+ *
+ *   netprobe tcp ADDR PORT    connect (2 s timeout), send "probe", read the answer:
+ *                             "tcp ADDR PORT ok MS ANSWER" | "tcp ADDR PORT err ERRNO MS"
+ *   netprobe udp ADDR PORT    sendto on an unconnected socket (the sendmsg hooks), 1 s for
+ *                             the answer: "udp ADDR PORT ok MS ANSWER" | "... err ERRNO MS"
+ *   netprobe udpc ADDR PORT   the same on a connected socket (the connect hooks)
+ *   netprobe dns NAME [a|aaaa [SERVER]]
+ *                             an A (AAAA) query to SERVER or the first nameserver of
+ *                             /etc/resolv.conf:
+ *                             "dns NAME RCODE ttl=T addrs=A,B" | "dns NAME err ERRNO MS"
+ *
+ * ERRNO is the symbolic name (EPERM, ECONNREFUSED, ...) or TIMEOUT. ADDR may be IPv4 or IPv6.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct timespec t0;
+static double ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0.tv_sec) * 1e3 + (t.tv_nsec - t0.tv_nsec) / 1e6;
+}
+
+static const char *ename(int e)
+{
+	switch (e) {
+	case EPERM: return "EPERM";
+	case EACCES: return "EACCES";
+	case ECONNREFUSED: return "ECONNREFUSED";
+	case ENETUNREACH: return "ENETUNREACH";
+	case EHOSTUNREACH: return "EHOSTUNREACH";
+	case ETIMEDOUT: return "ETIMEDOUT";
+	case ECONNRESET: return "ECONNRESET";
+	case EADDRNOTAVAIL: return "EADDRNOTAVAIL";
+	case EAFNOSUPPORT: return "EAFNOSUPPORT";
+	case EINVAL: return "EINVAL";
+	case 0: return "TIMEOUT";
+	default: {
+		static char b[16];
+		snprintf(b, sizeof b, "E%d", e);
+		return b;
+	}
+	}
+}
+
+static socklen_t addr_of(const char *a, int port, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof *ss);
+	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+	if (inet_pton(AF_INET, a, &s4->sin_addr) == 1) {
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons(port);
+		return sizeof *s4;
+	}
+	if (inet_pton(AF_INET6, a, &s6->sin6_addr) == 1) {
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons(port);
+		return sizeof *s6;
+	}
+	fprintf(stderr, "netprobe: bad address %s\n", a);
+	exit(2);
+}
+
+/* Waits for fd to become readable (or writable): 0 on time, else the errno (0: timeout). */
+static int wait_fd(int fd, short ev, int timeout_ms)
+{
+	struct pollfd p = { .fd = fd, .events = ev };
+	int r = poll(&p, 1, timeout_ms);
+	return r > 0 ? -1 : (r == 0 ? 0 : errno);
+}
+
+static void answer_line(char *buf, ssize_t n)
+{
+	buf[n < 0 ? 0 : n] = 0;
+	char *nl = strchr(buf, '\n');
+	if (nl)
+		*nl = 0;
+}
+
+static int tcp(const char *a, int port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = addr_of(a, port, &ss);
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	if (connect(fd, (struct sockaddr *)&ss, len) < 0) {
+		int e = errno;
+		if (e != EINPROGRESS) {
+			printf("tcp %s %d err %s %.3f\n", a, port, ename(e), ms());
+			return 1;
+		}
+		int w = wait_fd(fd, POLLOUT, 2000);
+		if (w != -1) {
+			printf("tcp %s %d err %s %.3f\n", a, port, ename(w), ms());
+			return 1;
+		}
+		socklen_t el = sizeof e;
+		getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el);
+		if (e) {
+			printf("tcp %s %d err %s %.3f\n", a, port, ename(e), ms());
+			return 1;
+		}
+	}
+	double t = ms();
+	if (write(fd, "probe\n", 6) != 6 || wait_fd(fd, POLLIN, 2000) != -1) {
+		printf("tcp %s %d err NOANSWER %.3f\n", a, port, ms());
+		return 1;
+	}
+	char buf[512];
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	answer_line(buf, n);
+	printf("tcp %s %d ok %.3f %s\n", a, port, t, buf);
+	return 0;
+}
+
+static int udp(const char *a, int port, int connected)
+{
+	const char *kind = connected ? "udpc" : "udp";
+	struct sockaddr_storage ss;
+	socklen_t len = addr_of(a, port, &ss);
+	int fd = socket(ss.ss_family, SOCK_DGRAM, 0);
+	ssize_t r;
+	if (connected) {
+		if (connect(fd, (struct sockaddr *)&ss, len) < 0) {
+			printf("%s %s %d err %s %.3f\n", kind, a, port, ename(errno), ms());
+			return 1;
+		}
+		r = send(fd, "probe", 5, 0);
+	} else {
+		r = sendto(fd, "probe", 5, 0, (struct sockaddr *)&ss, len);
+	}
+	if (r < 0) {
+		printf("%s %s %d err %s %.3f\n", kind, a, port, ename(errno), ms());
+		return 1;
+	}
+	double t = ms();
+	int w = wait_fd(fd, POLLIN, 1000);
+	if (w != -1) {
+		printf("%s %s %d err %s %.3f\n", kind, a, port, ename(w), ms());
+		return 1;
+	}
+	char buf[512];
+	r = recv(fd, buf, sizeof buf - 1, 0);
+	if (r < 0) {
+		printf("%s %s %d err %s %.3f\n", kind, a, port, ename(errno), ms());
+		return 1;
+	}
+	answer_line(buf, r);
+	printf("%s %s %d ok %.3f %s\n", kind, a, port, t, buf);
+	return 0;
+}
+
+static const char *rcode_name(int r)
+{
+	static const char *n[] = { "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED" };
+	return r >= 0 && r < 6 ? n[r] : "RCODE?";
+}
+
+static int dns(const char *name, int aaaa, const char *server)
+{
+	char ns[64] = "";
+	if (server)
+		snprintf(ns, sizeof ns, "%s", server);
+	FILE *f = fopen("/etc/resolv.conf", "r");
+	char line[256];
+	while (!*ns && f && fgets(line, sizeof line, f))
+		if (sscanf(line, "nameserver %63s", ns) == 1)
+			break;
+	if (f)
+		fclose(f);
+	if (!*ns) {
+		printf("dns %s err NONAMESERVER %.3f\n", name, ms());
+		return 1;
+	}
+	unsigned char q[512], *p = q;
+	unsigned short id = (unsigned short)getpid();
+	*p++ = id >> 8; *p++ = id & 0xff;
+	*p++ = 1; *p++ = 0; /* RD */
+	*p++ = 0; *p++ = 1; /* QDCOUNT */
+	memset(p, 0, 6); p += 6;
+	const char *s = name;
+	while (*s) {
+		const char *dot = strchr(s, '.');
+		size_t l = dot ? (size_t)(dot - s) : strlen(s);
+		if (l == 0 || l > 63 || p + l + 6 > q + sizeof q)
+			break;
+		*p++ = (unsigned char)l;
+		memcpy(p, s, l);
+		p += l;
+		s += l + (dot ? 1 : 0);
+	}
+	*p++ = 0;
+	*p++ = 0; *p++ = aaaa ? 28 : 1;
+	*p++ = 0; *p++ = 1;
+	struct sockaddr_storage ss;
+	socklen_t len = addr_of(ns, 53, &ss);
+	int fd = socket(ss.ss_family, SOCK_DGRAM, 0);
+	if (sendto(fd, q, p - q, 0, (struct sockaddr *)&ss, len) < 0) {
+		printf("dns %s err %s %.3f\n", name, ename(errno), ms());
+		return 1;
+	}
+	int w = wait_fd(fd, POLLIN, 2000);
+	if (w != -1) {
+		printf("dns %s err %s %.3f\n", name, ename(w), ms());
+		return 1;
+	}
+	unsigned char r[1500];
+	ssize_t n = recv(fd, r, sizeof r, 0);
+	if (n < 12) {
+		printf("dns %s err %s %.3f\n", name, n < 0 ? ename(errno) : "SHORT", ms());
+		return 1;
+	}
+	int rcode = r[3] & 0xf, an = r[6] << 8 | r[7];
+	unsigned char *e = r + n, *c = r + 12;
+	/* Skip the question. */
+	while (c < e && *c) c += *c + 1;
+	c += 5;
+	char addrs[1024] = "";
+	long ttl = -1;
+	for (int i = 0; i < an && c < e; i++) {
+		if ((*c & 0xc0) == 0xc0) c += 2;
+		else { while (c < e && *c) c += *c + 1; c++; }
+		if (c + 10 > e) break;
+		int type = c[0] << 8 | c[1];
+		long t = (long)c[4] << 24 | c[5] << 16 | c[6] << 8 | c[7];
+		int rl = c[8] << 8 | c[9];
+		c += 10;
+		if (c + rl > e) break;
+		char a[64] = "";
+		if (type == 1 && rl == 4) inet_ntop(AF_INET, c, a, sizeof a);
+		if (type == 28 && rl == 16) inet_ntop(AF_INET6, c, a, sizeof a);
+		if (*a) {
+			if (*addrs) strcat(addrs, ",");
+			strncat(addrs, a, sizeof addrs - strlen(addrs) - 1);
+			if (ttl < 0 || t < ttl) ttl = t;
+		}
+		c += rl;
+	}
+	printf("dns %s %s ttl=%ld addrs=%s\n", name, rcode_name(rcode), ttl, addrs);
+	return rcode != 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (argc >= 4 && !strcmp(argv[1], "tcp")) return tcp(argv[2], atoi(argv[3]));
+	if (argc >= 4 && !strcmp(argv[1], "udp")) return udp(argv[2], atoi(argv[3]), 0);
+	if (argc >= 4 && !strcmp(argv[1], "udpc")) return udp(argv[2], atoi(argv[3]), 1);
+	if (argc >= 3 && !strcmp(argv[1], "dns")) return dns(argv[2], argc > 3 && !strcmp(argv[3], "aaaa"), argc > 4 ? argv[4] : NULL);
+	fprintf(stderr, "usage: netprobe tcp|udp|udpc ADDR PORT | dns NAME [a|aaaa [SERVER]]\n");
+	return 2;
+}
