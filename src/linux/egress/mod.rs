@@ -322,23 +322,46 @@ pub fn replace_with(
     Ok(())
 }
 
+/// Every program attached directly to `cg` on `hook`, opened, with what the kernel says of
+/// it (one gone meanwhile is skipped).
+fn attached(
+    cg: &File,
+    dir: &Path,
+    hook: Hook,
+) -> Result<Vec<(OwnedFd, bpf::ProgInfo)>, EgressError> {
+    let ids = bpf::prog_query(cg.as_fd(), hook.attach_type())
+        .map_err(io_err("list the programs of", dir))?;
+    Ok(ids
+        .into_iter()
+        .filter_map(|id| {
+            let p = bpf::prog_get_fd_by_id(id).ok()?;
+            let info = bpf::prog_info(p.as_fd()).ok()?;
+            Some((p, info))
+        })
+        .collect())
+}
+
+/// Whether a program named `name` on `hook` is moat's list (`Some(false)`) or fixed
+/// (`Some(true)`) egress program.
+fn form_of(hook: Hook, name: &str) -> Option<bool> {
+    if name == hook.name() {
+        Some(false)
+    } else if prog::FIXED_HOOKS.contains(&hook) && name == prog::fixed_name(hook) {
+        Some(true)
+    } else {
+        None
+    }
+}
+
 /// moat's egress programs attached to `cg`: (hook, name) pairs.
 fn ours_on(cg: &File, dir: &Path) -> Result<Vec<(Hook, &'static str)>, EgressError> {
     let mut out = Vec::new();
     for hook in Hook::ALL {
-        let ids = bpf::prog_query(cg.as_fd(), hook.attach_type())
-            .map_err(io_err("list the programs of", dir))?;
-        for id in ids {
-            let Ok(p) = bpf::prog_get_fd_by_id(id) else {
-                continue;
-            };
-            let Ok(info) = bpf::prog_info(p.as_fd()) else {
-                continue;
-            };
-            if info.name == hook.name() {
-                out.push((hook, hook.name()));
-            } else if prog::FIXED_HOOKS.contains(&hook) && info.name == prog::fixed_name(hook) {
-                out.push((hook, prog::fixed_name(hook)));
+        for (_, info) in attached(cg, dir, hook)? {
+            match form_of(hook, &info.name) {
+                Some(false) => out.push((hook, hook.name())),
+                Some(true) => out.push((hook, prog::fixed_name(hook))),
+                None => {}
             }
         }
     }
@@ -357,16 +380,8 @@ fn detach_named(
         .iter()
         .filter_map(|(_, _, p)| bpf::prog_info(p.as_fd()).ok().map(|i| i.id))
         .collect();
-    let ids = bpf::prog_query(cg.as_fd(), hook.attach_type())
-        .map_err(io_err("list the programs of", dir))?;
-    for id in ids {
-        if keep_ids.contains(&id) {
-            continue;
-        }
-        let Ok(p) = bpf::prog_get_fd_by_id(id) else {
-            continue;
-        };
-        if bpf::prog_info(p.as_fd()).is_ok_and(|i| i.name == name) {
+    for (p, info) in attached(cg, dir, hook)? {
+        if info.name == name && !keep_ids.contains(&info.id) {
             bpf::prog_detach(cg.as_fd(), p.as_fd(), hook.attach_type())
                 .map_err(io_err("detach the old egress program from", dir))?;
         }
@@ -385,22 +400,16 @@ impl Installed {
             fixed: Vec::new(),
         };
         for hook in Hook::ALL {
-            let ids = bpf::prog_query(cg.as_fd(), hook.attach_type())
-                .map_err(io_err("list the programs of", dir))?;
-            for id in ids {
-                let Ok(p) = bpf::prog_get_fd_by_id(id) else {
-                    continue;
-                };
-                let Ok(info) = bpf::prog_info(p.as_fd()) else {
-                    continue;
-                };
-                if info.name == hook.name() {
-                    inst.hooks.push(hook);
-                    if inst.list.is_none() {
-                        inst.list = maps_of(&info.map_ids);
+            for (_, info) in attached(&cg, dir, hook)? {
+                match form_of(hook, &info.name) {
+                    Some(false) => {
+                        inst.hooks.push(hook);
+                        if inst.list.is_none() {
+                            inst.list = maps_of(&info.map_ids);
+                        }
                     }
-                } else if prog::FIXED_HOOKS.contains(&hook) && info.name == prog::fixed_name(hook) {
-                    inst.fixed.push(hook);
+                    Some(true) => inst.fixed.push(hook),
+                    None => {}
                 }
             }
         }
