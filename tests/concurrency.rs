@@ -212,3 +212,80 @@ fn delete_racing_an_exiting_container() {
         ctx.moat(&["state", &id]).fails();
     }
 }
+
+/// `delete --force` while an `exec`'s joiner sits in the container's cgroup but not yet
+/// in its pid namespace (held there by a debug stall point): the init's death does not
+/// take the joiner, so a delete that went ahead could not remove the cgroup and would
+/// leave it behind with no state directory naming it. exec holds the state lock (shared)
+/// until its process is in the pid namespace; delete, locking exclusively, waits.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn delete_waits_for_an_exec_entering_the_container() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("execdel");
+    ctx.args(&["sleep", "30"]);
+    ctx.write_config();
+    let c = ctx.create_ok("c");
+    c.start();
+    let procs = Path::new("/sys/fs/cgroup/pids/moat")
+        .join(&c.id)
+        .join("cgroup.procs");
+    let mut exec = ctx.cmd();
+    exec.env("MOAT_TEST_STALL_AT", "exec:joiner:join")
+        .args(["exec", &c.id, "true"]);
+    let exec = spawn_bg(exec, &ctx.io);
+    // The joiner is in the cgroup (init + joiner) and stalled before it joins.
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(&procs).is_ok_and(|s| s.lines().count() >= 2)
+        }),
+        "the exec's joiner never entered {}",
+        procs.display()
+    );
+    let del = ctx.moat(&["delete", "--force", &c.id]);
+    assert_eq!(del.code, 0, "delete --force: {}", del.stderr);
+    let ex = exec.wait(Duration::from_secs(20));
+    assert!(!ex.stderr.contains("panicked"), "{}", ex.stderr);
+    reap();
+    ctx.assert_no_trace(&c.id);
+}
+
+/// `delete --force` in the window between a create's mkdir of the state directory and its
+/// flock (held open by a debug stall point): delete finds a directory without a record —
+/// what a killed create leaves — and removes it. The create, whose lock is then on a
+/// removed directory, makes it again instead of going on in (or failing on) a directory
+/// nobody can find.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn create_outlives_a_delete_between_its_mkdir_and_its_lock() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("mkdirdel");
+    ctx.args(&["sleep", "30"]);
+    ctx.write_config();
+    let id = ctx.id("c");
+    let b = ctx.bundle_str();
+    let mut create = ctx.cmd();
+    create
+        .env("MOAT_TEST_STALL_AT", "create:parent:StateDir.lock")
+        .args(["create", "--bundle", &b, &id]);
+    let create = spawn_bg(create, &ctx.io);
+    let state_dir = ctx.root.join(&id);
+    assert!(
+        wait_until(Duration::from_secs(10), || state_dir.is_dir()),
+        "create never made {}",
+        state_dir.display()
+    );
+    let del = ctx.moat(&["delete", "--force", &id]);
+    assert_eq!(del.code, 0, "delete --force: {}", del.stderr);
+    let cr = create.wait(Duration::from_secs(30));
+    assert_eq!(cr.code, 0, "create after the racing delete: {}", cr.stderr);
+    let st: Value = serde_json::from_str(&ctx.moat(&["state", &id]).ok().stdout).unwrap();
+    assert_eq!(st["status"], "created");
+    ctx.moat(&["delete", "--force", &id]).ok();
+    reap();
+    ctx.assert_no_trace(&id);
+}

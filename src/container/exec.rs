@@ -125,7 +125,10 @@ fn name_the_cut(ctx: &Context, req: &Request, e: anyhow::Error) -> anyhow::Error
 pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<i32> {
     // exec never passes socket-activation fds (runc neither): LISTEN_* are ignored.
     let inherited = super::before_fork(req.preserve_fds, false)?;
-    // Row 1.
+    // Row 1, under the state lock (shared: execs run side by side) held until the exec'd
+    // process is in the container's pid namespace (`Plan::hold`). A container deleted
+    // while this waited is gone.
+    dir.lock_shared()?;
     let facts = Facts::read(&dir, rec, req.ignore_paused)?;
     // `--process` may name an fd the caller passed (`-p <(…)`): read before the sweep.
     let process_file = req.process.as_deref().map(read_process).transpose()?;
@@ -135,6 +138,7 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
         bounding,
         filters,
         host,
+        paused,
     } = facts;
     let bounding = (rec.policy != "open").then_some(bounding);
     let mut process = build_process(req, process_file, spec.process(), bounding)?;
@@ -180,9 +184,17 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
     };
     // Row 2.
     let plan = Plan::new(rec, &attrs, opts)?;
-    // Everything is read: the state directory's fd (a host directory) must not even be
-    // open in the process that joins the container.
-    drop(dir);
+    // Everything is read; the directory's fd stays open only as the lock, which the
+    // joiner closes before it joins anything. A paused container's exec'd process
+    // freezes on entering the cgroup and would hold the lock until `resume`, which needs
+    // it: that exec goes unlocked (a `delete --force` thaws, kills the init and waits
+    // for the cgroup to empty).
+    let plan = if paused {
+        drop(dir);
+        plan
+    } else {
+        plan.hold(dir.into_lock())
+    };
     let set = signal::forwarded_set();
     if !req.detach {
         set.thread_block().map_err(Error::BlockSignals)?;

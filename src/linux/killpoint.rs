@@ -4,18 +4,16 @@
 //! `delete`, `run` or `update` (the gVisor path's points are create's, start's and delete's
 //! with a `gvisor.` step), `side` the process (`parent`, `child`; exec's `joiner` and `process`), and
 //! `step` a row of that operation's documented sequence (create's `Step` names, exec's
-//! table). Release builds contain none of it.
+//! table). `MOAT_TEST_STALL_AT=<op>:<side>:<step>` instead sleeps two seconds there, for
+//! the tests that race another command into that window (tests/concurrency.rs). Release
+//! builds contain none of it.
 
 /// Dies as if SIGKILLed when `MOAT_TEST_KILL_AT` names this point (debug builds only).
 #[inline]
 pub fn at(op: &str, side: &str, step: &str) {
     #[cfg(debug_assertions)]
     {
-        let Some(v) = std::env::var_os("MOAT_TEST_KILL_AT") else {
-            return;
-        };
-        let mut it = v.to_str().unwrap_or("").splitn(3, ':');
-        if (it.next(), it.next(), it.next()) == (Some(op), Some(side), Some(step)) {
+        if named("MOAT_TEST_KILL_AT", op, side, step) {
             let _ = super::sys::kill(std::process::id().try_into().unwrap_or(0), libc::SIGKILL);
             // The init of its own pid namespace ignores a SIGKILL it sends itself: it
             // ends the same way, with no unwinding and no destructor run.
@@ -24,4 +22,28 @@ pub fn at(op: &str, side: &str, step: &str) {
     }
     #[cfg(not(debug_assertions))]
     let _ = (op, side, step);
+}
+
+/// Sleeps two seconds when `MOAT_TEST_STALL_AT` names this point (debug builds only): the
+/// window a racing command is aimed at, held open.
+#[inline]
+pub fn stall(op: &str, side: &str, step: &str) {
+    #[cfg(debug_assertions)]
+    {
+        if named("MOAT_TEST_STALL_AT", op, side, step) {
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = (op, side, step);
+}
+
+/// Whether the variable `var` is `<op>:<side>:<step>`.
+#[cfg(debug_assertions)]
+fn named(var: &str, op: &str, side: &str, step: &str) -> bool {
+    let Some(v) = std::env::var_os(var) else {
+        return false;
+    };
+    let mut it = v.to_str().unwrap_or("").splitn(3, ':');
+    (it.next(), it.next(), it.next()) == (Some(op), Some(side), Some(step))
 }

@@ -241,14 +241,24 @@ impl ContainerDir {
             .create(root)
             .map_err(io_err("cannot create state root", root))?;
         let path = root.join(id);
-        match fs::DirBuilder::new().mode(0o711).create(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                return Err(StateError::Exists(id.to_string()))
+        // Between the mkdir and the flock, a `delete --force` may lock the directory
+        // first, find no record (what a killed create leaves) and remove it: the lock is
+        // then on a removed directory, and the id is free again.
+        for _ in 0..3 {
+            match fs::DirBuilder::new().mode(0o711).create(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    return Err(StateError::Exists(id.to_string()))
+                }
+                Err(e) => return Err(io_err("cannot create state directory", &path)(e)),
             }
-            Err(e) => return Err(io_err("cannot create state directory", &path)(e)),
+            crate::linux::killpoint::stall("create", "parent", "StateDir.lock");
+            match Self::lock(path.clone(), true) {
+                Err(StateError::NotExist) => continue,
+                r => return r,
+            }
         }
-        Self::lock(path, true)
+        Err(StateError::Exists(id.to_string()))
     }
 
     /// Opens and locks an existing container directory.
@@ -286,11 +296,40 @@ impl ContainerDir {
                 }
             })?;
         let lock: OwnedFd = dir.into();
+        let dir = ContainerDir { path, lock };
         if exclusive {
-            crate::linux::sys::flock_exclusive(lock.as_fd())
-                .map_err(io_err("cannot lock", &path))?;
+            crate::linux::sys::flock_exclusive(dir.lock.as_fd())
+                .map_err(io_err("cannot lock", &dir.path))?;
+            dir.still_linked()?;
         }
-        Ok(ContainerDir { path, lock })
+        Ok(dir)
+    }
+
+    /// Takes the shared lock on a directory opened with [`ContainerDir::open_read`]:
+    /// `exec` holds it while its process enters the container, so no command that locks
+    /// exclusively (`delete` above all) runs between the cgroup placement and the pid
+    /// namespace. [`StateError::NotExist`] if the container was deleted while waiting.
+    pub fn lock_shared(&self) -> Result<(), StateError> {
+        crate::linux::sys::flock_shared(self.lock.as_fd())
+            .map_err(io_err("cannot lock", &self.path))?;
+        self.still_linked()
+    }
+
+    /// A lock granted on a directory removed while the caller waited (a `delete` held it)
+    /// is a lock on nothing: the container is gone, even if its id was created again.
+    fn still_linked(&self) -> Result<(), StateError> {
+        let st = crate::linux::sys::fstat(self.lock.as_fd())
+            .map_err(io_err("cannot stat state directory", &self.path))?;
+        if st.st_nlink == 0 {
+            return Err(StateError::NotExist);
+        }
+        Ok(())
+    }
+
+    /// The directory's fd, which holds its lock: what `exec` keeps while its process is
+    /// placed, after it has read everything it needs from the directory.
+    pub fn into_lock(self) -> OwnedFd {
+        self.lock
     }
 
     pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {

@@ -417,10 +417,11 @@ impl Cgroup {
     }
 
     /// Removes the cgroup (and any sub-cgroups the container made) in every hierarchy.
-    /// Shared parents such as `/moat` stay. EBUSY is retried for up to ~50ms, the time
-    /// exiting processes take to leave.
+    /// Shared parents such as `/moat` stay. EBUSY is retried for up to half a second, the
+    /// time exiting processes take to leave on a loaded host (a killed init's last
+    /// children, an exec's joiner failing to join a dead pid namespace).
     pub fn remove(&self) -> Result<(), CgroupError> {
-        let deadline = Instant::now() + Duration::from_millis(50);
+        let deadline = Instant::now() + Duration::from_millis(500);
         let mut first = None;
         // The scope goes first (systemd removes its cgroup); what is left (sub-cgroups
         // the container made) is removed below.

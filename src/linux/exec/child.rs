@@ -40,6 +40,7 @@ pub(super) fn joiner(j: Joining<'_>) -> Result<Never, InitFailure> {
     crate::linux::killpoint::at("exec", "joiner", "procfs");
     own_procfs()?;
     crate::linux::killpoint::at("exec", "joiner", "join");
+    crate::linux::killpoint::stall("exec", "joiner", "join");
     join_namespaces(j.pidfd, j.flags)?;
     crate::linux::killpoint::at("exec", "joiner", "fork");
     fork_process(j.pidfd, j.ch, j.attrs, j.console_sock, j.probe)

@@ -54,6 +54,8 @@ pub(super) struct Joiner {
     pid: i32,
     ch: sync::Channel,
     relay: Option<UnixStream>,
+    /// [`Plan::hold`]'s lock, released with the joiner (after row 13).
+    _hold: Option<OwnedFd>,
 }
 
 /// Row 4: clones the joiner (into the v2 cgroup), which runs rows 5–8 (`child.rs`) and
@@ -69,6 +71,7 @@ pub(super) fn clone_joiner(
         flags,
         placement,
         opts,
+        hold,
     } = plan;
     let Channels {
         parent: parent_ch,
@@ -78,6 +81,9 @@ pub(super) fn clone_joiner(
     } = ch;
     let joiner = match sys::clone_fork(0, placement.clone_into()).map_err(ExecError::Clone)? {
         sys::Forked::Child => {
+            // A host directory's fd: not even the joiner keeps it (the parent holds the
+            // lock through its own copy).
+            drop(hold);
             drop(parent_ch);
             drop(relay);
             let joining = Joining {
@@ -107,6 +113,7 @@ pub(super) fn clone_joiner(
             pid: joiner,
             ch: parent_ch,
             relay,
+            _hold: hold,
         },
         opts,
     ))

@@ -29,6 +29,9 @@ pub struct Facts {
     /// Read on the host, before joining anything: the exec'd process's LSM labels follow
     /// these.
     pub host: HostFacts,
+    /// The container is paused (`--ignore-paused`): the exec'd process freezes as it
+    /// enters the cgroup, so the state lock must not be held for it ([`Plan::hold`]).
+    pub paused: bool,
 }
 
 impl Facts {
@@ -36,7 +39,8 @@ impl Facts {
     /// `ignore_paused`), then the spec (and its bounding set), the seccomp programs and
     /// the host facts read.
     pub fn read(dir: &ContainerDir, rec: &Record, ignore_paused: bool) -> Result<Facts, ExecError> {
-        match rec.status(dir) {
+        let status = rec.status(dir);
+        match status {
             Status::Stopped => return Err(ExecError::Stopped { id: rec.id.clone() }),
             Status::Paused if !ignore_paused => {
                 return Err(ExecError::Paused { id: rec.id.clone() })
@@ -66,6 +70,7 @@ impl Facts {
             bounding,
             filters,
             host: HostFacts::probe(),
+            paused: status == Status::Paused,
         })
     }
 }
@@ -80,6 +85,9 @@ pub struct Plan<'a> {
     /// The cgroup the exec'd process enters (the container's, or `--cgroup` below it).
     pub(super) placement: Placement,
     pub(super) opts: ExecOpts,
+    /// The container's state directory, locked shared, until the exec'd process is in
+    /// the container's pid namespace ([`Plan::hold`]).
+    pub(super) hold: Option<OwnedFd>,
 }
 
 impl<'a> Plan<'a> {
@@ -104,7 +112,19 @@ impl<'a> Plan<'a> {
             flags,
             placement,
             opts,
+            hold: None,
         })
+    }
+
+    /// Keeps `lock` (the state directory's fd, flocked shared) until the exec'd process
+    /// has been forked into the container's pid namespace. Between the joiner's cgroup
+    /// placement and that fork, the joiner is in the container's cgroup but not in its pid
+    /// namespace: a `delete` then would kill the init (and with it the pid namespace) but
+    /// not the joiner, and could not remove the cgroup it still holds. `delete` locks
+    /// exclusively, so it waits for this. The joiner closes its copy first thing.
+    pub fn hold(mut self, lock: OwnedFd) -> Plan<'a> {
+        self.hold = Some(lock);
+        self
     }
 }
 

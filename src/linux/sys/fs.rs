@@ -161,6 +161,13 @@ pub fn flock_exclusive(fd: BorrowedFd<'_>) -> Result<()> {
     retry(|| check_int(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX) }).map(drop))
 }
 
+/// `flock(LOCK_SH)`: many holders at once, none while an exclusive holder has it.
+pub fn flock_shared(fd: BorrowedFd<'_>) -> Result<()> {
+    fake!("flock_shared", fd);
+    // SAFETY: plain syscall on a valid fd.
+    retry(|| check_int(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_SH) }).map(drop))
+}
+
 pub fn fchdir(fd: BorrowedFd<'_>) -> Result<()> {
     fake!("fchdir", fd);
     // SAFETY: plain syscall.
