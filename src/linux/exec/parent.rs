@@ -277,6 +277,7 @@ mod tests {
             pid,
             ch: parent,
             relay: None,
+            _hold: None,
         };
         assert_eq!(wait_exec(&joiner, &opts).unwrap(), 4242);
         // wait_exec connected and sent before it returned, if it did.
