@@ -340,9 +340,7 @@ fn gvisor_killed_at_every_step() {
         "create:parent:gvisor.Runsc",
         "start:parent:gvisor.Start",
         "delete:parent:gvisor.runsc",
-        // Not yet: `delete:parent:gvisor.state` (killed after `runsc delete`, before the
-        // state dir goes) leaves the sandbox's cgroup in every v1 hierarchy after the next
-        // `delete --force` (open, docs/reliability.md).
+        "delete:parent:gvisor.state",
     ]
     .iter()
     .enumerate()

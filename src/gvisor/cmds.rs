@@ -472,14 +472,15 @@ pub fn delete(
     if out.code == 0 || (force && out.not_exist()) {
         if out.code != 0 {
             forget(gv, &rec.id);
-            // A delete that ended (killed, or runsc giving up on an unreaped sandbox)
-            // between runsc's delete and the state dir's removal left the sandbox's cgroup:
-            // removed here where it is empty (runsc knows no container: nothing of it runs).
-            if !app {
-                if let Some(cg) = leftover_cgroup(&dir, rec) {
-                    cg.remove_empty();
-                    remove_empty_everywhere(&cg.path);
-                }
+        }
+        // A delete that ended (killed, or runsc giving up on an unreaped sandbox) between
+        // runsc's delete and the state dir's removal left the sandbox's cgroup, and
+        // `runsc delete --force` of a container it no longer knows succeeds without
+        // touching it: removed here where it is empty (nothing of the sandbox runs).
+        if !app {
+            if let Some(cg) = leftover_cgroup(&dir, rec) {
+                cg.remove_empty();
+                remove_empty_everywhere(&cg.path);
             }
         }
         if app {
