@@ -4,6 +4,7 @@
 Usage: cri.py --socket SOCK --handler NAME --image REF --proto API_PROTO
               --cgroup-driver cgroupfs|systemd --cgroup-parent BASE
               [--runtime-root DIR] [--proto-path DIR]... [--log-dir DIR] [--timeout S]
+              [--expect-status KEY:VALUE]...
 
 The CRI messages come from the CRI API's own api.proto (k8s.io/cri-api
 pkg/apis/runtime/v1, as vendored in the containerd source package the daemon was
@@ -23,7 +24,8 @@ with _>.slice for systemd (BASE a slice, e.g. kubepods-besteffort.slice).
 Steps: RunPodSandbox; two containers created in the sandbox and started;
 their network, IPC and UTS namespaces are the sandbox's (same inodes as the
 pause process, passed by path in the runtime spec); ExecSync (stdout, stderr,
-exit code); ContainerStats (non-zero cpu and memory); UpdateContainerResources
+exit code); with --expect-status, lines of an exec'd process's
+/proc/self/status (the policy the runtime applied); ContainerStats (non-zero cpu and memory); UpdateContainerResources
 (memory and cpu limits, read back from the cgroup files); a container restart
 (stop, remove, create again with the same name and attempt+1); StopPodSandbox,
 RemovePodSandbox; and then nothing left: no process, no runtime state under
@@ -371,6 +373,18 @@ class Pod:
                 raise Fail(f"stdout={r.stdout!r} stderr={r.stderr!r} exit_code={r.exit_code}")
         self.check("ExecSync: stdout, stderr and exit code 5", exec_sync)
 
+        if self.a.expect_status:
+            def status_lines():
+                r = self.exec_sync(self.ctrs["app"], ["cat", "/proc/self/status"])
+                have = {l.split(":", 1)[0]: l.split(":", 1)[1].strip()
+                        for l in r.stdout.decode(errors="replace").splitlines() if ":" in l}
+                for want in self.a.expect_status:
+                    key, val = want.split(":", 1)
+                    if have.get(key) != val:
+                        raise Fail(f"{key} is {have.get(key)!r}, not {val!r}")
+            self.check("the app's /proc/self/status: " + ", ".join(self.a.expect_status),
+                       status_lines)
+
         def stats():
             r = self.call("ContainerStats", api.ContainerStatsRequest(
                 container_id=self.ctrs["app"]))
@@ -518,6 +532,8 @@ def main():
     ap.add_argument("--runtime-root", default="")
     ap.add_argument("--log-dir", default="")
     ap.add_argument("--timeout", type=float, default=60)
+    ap.add_argument("--expect-status", action="append", default=[], metavar="KEY:VALUE",
+                    help="a line an exec'd process's /proc/self/status must hold (e.g. NoNewPrivs:1)")
     a = ap.parse_args()
     a.proto_path = a.proto_path or ["/usr/share/gocode/src"]
 
