@@ -148,16 +148,25 @@ pub fn warn(msg: &str) {
 }
 
 /// The policy's summary of a container (`policy::Decision::report`): in the `--log` file at
-/// level warning; on stderr only without `--log` or when the config asks (`stderr`).
+/// level warning; on stderr only without `--log` (and not under conmon) or when the config
+/// asks (`stderr`).
 pub fn warn_policy(msg: &str, stderr: bool) {
     let has_file = {
         let s = SINK.lock().unwrap_or_else(|e| e.into_inner());
         s.file.is_some()
     };
     write("warning", msg);
-    if !has_file || stderr {
+    if stderr || (!has_file && !parent_is_conmon()) {
         eprintln!("moat: warning: {msg}");
     }
+}
+
+/// Whether moat was called by conmon, podman's (and CRI-O's) container monitor, which passes
+/// no `--log` to `create` (podman 4.3): moat's stderr is then the container's, and the line
+/// would land in every `podman logs`. Read only when there is a line to place.
+fn parent_is_conmon() -> bool {
+    let ppid = std::os::unix::process::parent_id();
+    std::fs::read(format!("/proc/{ppid}/comm")).is_ok_and(|c| c.trim_ascii_end() == b"conmon")
 }
 
 pub fn debug(msg: &str) {
