@@ -639,6 +639,7 @@ fn nothing_left_after_delete() {
         "one forwarder in the container's netns, outside its cgroup: {fwd:?}"
     );
     assert!(v2_cgroup(&c.id).exists(), "no v2 cgroup for the programs");
+    let progs = attached_moat_progs(&c.id);
     let d = ctx.moat(&["delete", "--force", &c.id]);
     assert_eq!(d.code, 0, "{}", d.stderr);
     assert!(
@@ -650,7 +651,28 @@ fn nothing_left_after_delete() {
         !v2_cgroup(&c.id).exists(),
         "the v2 cgroup (and its programs) outlived delete"
     );
+    assert_progs_freed(progs.as_deref(), "delete");
     ctx.assert_no_trace(&c.id);
+}
+
+/// The egress programs attached to the container's v2 cgroup (`None` without bpftool,
+/// said loudly); at least one, all named `moat_*`.
+fn attached_moat_progs(id: &str) -> Option<Vec<(u64, String)>> {
+    let progs = bpf_progs_attached(&v2_cgroup(id))?;
+    assert!(
+        !progs.is_empty() && progs.iter().all(|(_, n)| n.starts_with("moat_")),
+        "{id}: egress programs attached: {progs:?}"
+    );
+    Some(progs)
+}
+
+/// Every program of `progs` freed by the kernel: not only detached with the cgroup, but
+/// held by nothing (no pin, no fd in a process moat left).
+fn assert_progs_freed(progs: Option<&[(u64, String)]>, after: &str) {
+    if let Some(p) = progs {
+        let left = bpf_progs_left(p, Duration::from_secs(5));
+        assert!(left.is_empty(), "BPF programs outlived {after}: {left:?}");
+    }
 }
 
 /// A create killed mid-way, then `delete --force`: nothing left (tests/killpoints.rs).
@@ -680,7 +702,12 @@ fn nothing_left_after_a_killed_create() {
             "{point}: create refused the policy instead of being killed: {}",
             o.stderr
         );
+        // Past row 6 the programs are attached: the kill must not leave them.
+        let progs = (point != "create:parent:Cgroup")
+            .then(|| attached_moat_progs(&id))
+            .flatten();
         let _ = ctx.moat(&["delete", "--force", &id]);
+        assert_progs_freed(progs.as_deref(), point);
         assert!(
             wait_until(Duration::from_secs(5), || outside_processes_in(ino, &id)
                 .is_empty()),
@@ -810,12 +837,14 @@ fn nothing_left_of_an_address_list() {
     assert!(v2_cgroup(&c.id).exists(), "no v2 cgroup for the programs");
     // The programs are there while it runs: the refusal proves it.
     assert_refused(&exec_probes(&ctx, &c, &[("tcp", B, 7000)])[0]);
+    let progs = attached_moat_progs(&c.id);
     let d = ctx.moat(&["delete", "--force", &c.id]);
     assert_eq!(d.code, 0, "{}", d.stderr);
     assert!(
         !v2_cgroup(&c.id).exists(),
         "the v2 cgroup (and its programs) outlived delete"
     );
+    assert_progs_freed(progs.as_deref(), "delete");
     ctx.assert_no_trace(&c.id);
 
     ctx.args(&["sleep", "300"]);
@@ -835,10 +864,12 @@ fn nothing_left_of_an_address_list() {
         "create refused the policy instead of being killed: {}",
         o.stderr
     );
+    let progs = attached_moat_progs(&id);
     let _ = ctx.moat(&["delete", "--force", &id]);
     assert!(
         !v2_cgroup(&id).exists(),
         "the v2 cgroup outlived the killed create"
     );
+    assert_progs_freed(progs.as_deref(), "delete --force of a killed create");
     ctx.assert_no_trace(&id);
 }

@@ -1028,6 +1028,55 @@ pub fn read(p: impl AsRef<Path>) -> String {
     s
 }
 
+/// The BPF programs attached to the cgroup v2 directory `dir`, as (id, name), read by
+/// `bpftool` (the tests hold no `unsafe`); `None`, said loudly, without bpftool.
+pub fn bpf_progs_attached(dir: &Path) -> Option<Vec<(u64, String)>> {
+    let out = match Command::new("bpftool")
+        .args(["-j", "cgroup", "show"])
+        .arg(dir)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            missing(&format!("bpftool ({e}): the BPF programs' leak check"));
+            return None;
+        }
+    };
+    assert!(
+        out.status.success(),
+        "bpftool cgroup show {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Array(Vec::new()));
+    Some(
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some((p["id"].as_u64()?, p["name"].as_str()?.to_string())))
+            .collect(),
+    )
+}
+
+/// Whether the kernel still holds BPF program `id` (attached, pinned or open anywhere).
+pub fn bpf_prog_exists(id: u64) -> bool {
+    Command::new("bpftool")
+        .args(["prog", "show", "id", &id.to_string()])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The programs of `progs` the kernel has not freed within `timeout` (a removed cgroup's
+/// programs are released by a kernel worker, a moment after the rmdir).
+pub fn bpf_progs_left(progs: &[(u64, String)], timeout: Duration) -> Vec<(u64, String)> {
+    let mut left = progs.to_vec();
+    wait_until(timeout, || {
+        left.retain(|(id, _)| bpf_prog_exists(*id));
+        left.is_empty()
+    });
+    left
+}
+
 /// Polls `f` every 10 ms until it is true; false after `timeout`.
 pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
