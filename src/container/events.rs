@@ -58,7 +58,7 @@ pub fn native(c: &Container, req: &Request) -> Result<()> {
     let fwd = crate::linux::egress::forwarder::Recorded::load(&c.dir.file(""));
     let mut out = std::io::stdout().lock();
     if req.stats {
-        emit_stats(&mut out, rec, &cg, capped, fwd.as_ref())?;
+        emit_stats(&mut out, rec, &cg, capped, fwd.as_ref(), true)?;
         return Ok(());
     }
     let mut ooms = cg.oom_kills().unwrap_or(0);
@@ -69,7 +69,7 @@ pub fn native(c: &Container, req: &Request) -> Result<()> {
         if !rec.alive() {
             return Ok(());
         }
-        match emit_stats(&mut out, rec, &cg, capped, fwd.as_ref()) {
+        match emit_stats(&mut out, rec, &cg, capped, fwd.as_ref(), false) {
             Ok(()) => {}
             // The container went away while being read.
             Err(_) if !rec.alive() => return Ok(()),
@@ -155,14 +155,21 @@ fn fs_use(pid: i32, dest: &str) -> Option<stats::FsUse> {
     st.ok().map(|st| stats::fs_use(&st))
 }
 
+/// One `stats` event. `snapshot` (`--stats`) keeps the memory event counters; the stream
+/// leaves them out, since it reports each hit as an event of its own, and runc's consumers
+/// (its own `events oom` test among them) take any "oom" in the stream for the OOM event.
 fn emit_stats(
     out: &mut impl Write,
     rec: &Record,
     cg: &Cgroup,
     capped: &[String],
     fwd: Option<&crate::linux::egress::forwarder::Recorded>,
+    snapshot: bool,
 ) -> Result<()> {
     let mut s = cg.stats()?;
+    if !snapshot {
+        s.moat.memory_events.clear();
+    }
     s.network_interfaces = stats::network_interfaces(rec.pid);
     s.moat.dns_forwarder = fwd.map(|d| if d.alive() { "running" } else { "exited" });
     for dest in capped {

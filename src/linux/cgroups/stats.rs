@@ -57,7 +57,9 @@ pub struct Psi {
 #[derive(Debug, Default, Serialize, PartialEq)]
 pub struct Moat {
     /// `memory.events` (v2: low, high, max, oom, oom_kill, …); on v1 memory only
-    /// `oom_kill` (from `memory.oom_control`) and `max` (the limit's failcnt).
+    /// `oom_kill` (from `memory.oom_control`) and `max` (the limit's failcnt). `--stats`
+    /// only: the stream reports each hit as an event of its own (`oom`, `memory.max`, …).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub memory_events: BTreeMap<String, u64>,
     /// Forks refused at `pids.max` (`pids.events` max).
     pub pids_max_hits: u64,
