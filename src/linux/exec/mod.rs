@@ -194,9 +194,9 @@ fn spawn(plan: Plan<'_>, probe: bool) -> Result<Started, ExecError> {
     crate::linux::killpoint::at("exec", "parent", "channels");
     let ch = parent::channels(plan.attrs, &plan.opts, probe)?;
     crate::linux::killpoint::at("exec", "parent", "clone");
-    let (joiner, opts) = parent::clone_joiner(plan, ch, probe)?;
+    let (mut joiner, opts) = parent::clone_joiner(plan, ch, probe)?;
     crate::linux::killpoint::at("exec", "parent", "wait");
-    let pid = parent::wait_exec(&joiner, &opts)?;
+    let pid = parent::wait_exec(&mut joiner, &opts)?;
     crate::linux::killpoint::at("exec", "parent", "report");
     parent::report(&opts, pid, joiner)
 }

@@ -54,8 +54,12 @@ pub(super) struct Joiner {
     pid: i32,
     ch: sync::Channel,
     relay: Option<UnixStream>,
-    /// [`Plan::hold`]'s lock, released with the joiner (after row 13).
-    _hold: Option<OwnedFd>,
+    /// [`Plan::hold`]'s lock, released once the joiner, having forked the exec'd process
+    /// into the pid namespace, is reaped (row 12): not held while the exec'd process runs
+    /// up to its execve, which a seccomp agent may hold up for as long as it likes.
+    hold: Option<OwnedFd>,
+    /// The joiner was reaped (at its `ExecPid`).
+    reaped: bool,
 }
 
 /// Row 4: clones the joiner (into the v2 cgroup), which runs rows 5–8 (`child.rs`) and
@@ -113,7 +117,8 @@ pub(super) fn clone_joiner(
             pid: joiner,
             ch: parent_ch,
             relay,
-            _hold: hold,
+            hold,
+            reaped: false,
         },
         opts,
     ))
@@ -128,7 +133,7 @@ pub(super) fn clone_joiner(
 /// The exec'd process's seccomp listener (`Listener`) goes to the agent as soon as both
 /// it and the pid have come: the process may already wait in a syscall only the agent
 /// answers, so this must not wait for EOF.
-pub(super) fn wait_exec(joiner: &Joiner, opts: &ExecOpts) -> Result<i32, ExecError> {
+pub(super) fn wait_exec(joiner: &mut Joiner, opts: &ExecOpts) -> Result<i32, ExecError> {
     let mut heard = super::Heard::default();
     let mut unexpected = false;
     let mut agent_error = None;
@@ -143,9 +148,18 @@ pub(super) fn wait_exec(joiner: &Joiner, opts: &ExecOpts) -> Result<i32, ExecErr
             }
             Err(_) => break,
         };
+        let exec_pid = matches!(msg, Message::ExecPid(_));
         if heard.hear(msg).is_err() {
             unexpected = true;
             break;
+        }
+        // The exec'd process is in the pid namespace and the joiner exits right after
+        // saying so: once it is reaped, nothing of this exec is outside the namespace, and
+        // the state lock goes (`Plan::hold`).
+        if exec_pid {
+            let _ = sys::waitpid(joiner.pid);
+            joiner.reaped = true;
+            joiner.hold = None;
         }
         // Only once the pid is known (the joiner's ExecPid may come after the listener):
         // until then the fd stays in `heard`.
@@ -172,8 +186,13 @@ pub(super) fn wait_exec(joiner: &Joiner, opts: &ExecOpts) -> Result<i32, ExecErr
             }
         }
     }
+    let reap_joiner = |j: &Joiner| {
+        if !j.reaped {
+            let _ = sys::waitpid(j.pid);
+        }
+    };
     if let Some(e) = agent_error {
-        let _ = sys::waitpid(joiner.pid);
+        reap_joiner(joiner);
         if let Some(pid) = heard.pid {
             let _ = sys::kill(pid, libc::SIGKILL);
             let _ = sys::waitpid(pid);
@@ -183,7 +202,7 @@ pub(super) fn wait_exec(joiner: &Joiner, opts: &ExecOpts) -> Result<i32, ExecErr
     let reap = |pid: i32| {
         let _ = sys::waitpid(pid);
     };
-    reap(joiner.pid);
+    reap_joiner(joiner);
     let child = heard.pid;
     let kill = |pid: Option<i32>, e: ExecError| {
         if let Some(pid) = pid {
@@ -273,13 +292,14 @@ mod tests {
             sys::Forked::Child => sys::exit_now(0),
             sys::Forked::Parent(pid) => pid,
         };
-        let joiner = Joiner {
+        let mut joiner = Joiner {
             pid,
             ch: parent,
             relay: None,
-            _hold: None,
+            hold: None,
+            reaped: false,
         };
-        assert_eq!(wait_exec(&joiner, &opts).unwrap(), 4242);
+        assert_eq!(wait_exec(&mut joiner, &opts).unwrap(), 4242);
         // wait_exec connected and sent before it returned, if it did.
         agent.set_nonblocking(true).unwrap();
         let (conn, _) = agent.accept().expect("moat exec connected to the agent");
