@@ -120,6 +120,13 @@ rmdir_cgroup() {
 		left=0
 		for h in /sys/fs/cgroup /sys/fs/cgroup/*/; do
 			[[ -d ${h%/}/$rel ]] || continue
+			# A plain tmpfs standing for a hierarchy this host does not mount (hugetlb,
+			# net_cls, … here): podman writes conmon's `tasks` file there, which no rmdir
+			# removes. Not a cgroup: removed as files.
+			if [[ $(stat -f -c %T "$h") == tmpfs ]]; then
+				rm -r --one-file-system -- "${h%/}/$rel" 2>/dev/null || true
+				continue
+			fi
 			find "${h%/}/$rel" -depth -type d -exec rmdir {} + 2>/dev/null || true
 			[[ -d ${h%/}/$rel ]] && left=1
 		done
