@@ -213,6 +213,14 @@ fn delete_racing_an_exiting_container() {
     }
 }
 
+/// `moat ARGS…` in the background, held two seconds at the debug stall point `point`
+/// (`MOAT_TEST_STALL_AT`, src/linux/killpoint.rs).
+fn stalled_at(ctx: &Ctx, point: &str, args: &[&str]) -> Running {
+    let mut c = ctx.cmd();
+    c.env("MOAT_TEST_STALL_AT", point).args(args);
+    spawn_bg(c, &ctx.io)
+}
+
 /// `delete --force` while an `exec`'s joiner sits in the container's cgroup but not yet
 /// in its pid namespace (held there by a debug stall point): the init's death does not
 /// take the joiner, so a delete that went ahead could not remove the cgroup and would
@@ -232,10 +240,7 @@ fn delete_waits_for_an_exec_entering_the_container() {
     let procs = Path::new("/sys/fs/cgroup/pids/moat")
         .join(&c.id)
         .join("cgroup.procs");
-    let mut exec = ctx.cmd();
-    exec.env("MOAT_TEST_STALL_AT", "exec:joiner:join")
-        .args(["exec", &c.id, "true"]);
-    let exec = spawn_bg(exec, &ctx.io);
+    let exec = stalled_at(&ctx, "exec:joiner:join", &["exec", &c.id, "true"]);
     // The joiner is in the cgroup (init + joiner) and stalled before it joins.
     assert!(
         wait_until(Duration::from_secs(10), || {
@@ -268,11 +273,11 @@ fn create_outlives_a_delete_between_its_mkdir_and_its_lock() {
     ctx.write_config();
     let id = ctx.id("c");
     let b = ctx.bundle_str();
-    let mut create = ctx.cmd();
-    create
-        .env("MOAT_TEST_STALL_AT", "create:parent:StateDir.lock")
-        .args(["create", "--bundle", &b, &id]);
-    let create = spawn_bg(create, &ctx.io);
+    let create = stalled_at(
+        &ctx,
+        "create:parent:StateDir.lock",
+        &["create", "--bundle", &b, &id],
+    );
     let state_dir = ctx.root.join(&id);
     assert!(
         wait_until(Duration::from_secs(10), || state_dir.is_dir()),

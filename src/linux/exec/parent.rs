@@ -58,8 +58,6 @@ pub(super) struct Joiner {
     /// into the pid namespace, is reaped (row 12): not held while the exec'd process runs
     /// up to its execve, which a seccomp agent may hold up for as long as it likes.
     hold: Option<OwnedFd>,
-    /// The joiner was reaped (at its `ExecPid`).
-    reaped: bool,
 }
 
 /// Row 4: clones the joiner (into the v2 cgroup), which runs rows 5–8 (`child.rs`) and
@@ -118,7 +116,6 @@ pub(super) fn clone_joiner(
             ch: parent_ch,
             relay,
             hold,
-            reaped: false,
         },
         opts,
     ))
@@ -155,10 +152,9 @@ pub(super) fn wait_exec(joiner: &mut Joiner, opts: &ExecOpts) -> Result<i32, Exe
         }
         // The exec'd process is in the pid namespace and the joiner exits right after
         // saying so: once it is reaped, nothing of this exec is outside the namespace, and
-        // the state lock goes (`Plan::hold`).
+        // the state lock goes (`Plan::hold`). A heard pid means the joiner is reaped.
         if exec_pid {
             let _ = sys::waitpid(joiner.pid);
-            joiner.reaped = true;
             joiner.hold = None;
         }
         // Only once the pid is known (the joiner's ExecPid may come after the listener):
@@ -187,7 +183,7 @@ pub(super) fn wait_exec(joiner: &mut Joiner, opts: &ExecOpts) -> Result<i32, Exe
         }
     }
     let reap_joiner = |j: &Joiner| {
-        if !j.reaped {
+        if heard.pid.is_none() {
             let _ = sys::waitpid(j.pid);
         }
     };
@@ -297,7 +293,6 @@ mod tests {
             ch: parent,
             relay: None,
             hold: None,
-            reaped: false,
         };
         assert_eq!(wait_exec(&mut joiner, &opts).unwrap(), 4242);
         // wait_exec connected and sent before it returned, if it did.
