@@ -873,3 +873,284 @@ fn nothing_left_of_an_address_list() {
     assert_progs_freed(progs.as_deref(), "delete --force of a killed create");
     ctx.assert_no_trace(&id);
 }
+
+// ---- Under gVisor (runsc --network=host in the world's namespace) ----
+
+/// `ctx`'s container handed to runsc; false after a loud skip without runsc.
+fn gvisor(ctx: &mut Ctx) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("runsc").is_file()));
+    if !found {
+        missing("runsc not installed: gVisor egress tests");
+        return false;
+    }
+    ctx.set("/annotations/moat.runtime", json!("gvisor"));
+    true
+}
+
+/// The sentry serves the container's sockets with host sockets: born in the cgroup moat
+/// attached the programs to, each is bound by the list (allowed reached, other port,
+/// address and family refused at once), the metadata endpoints refused though listed, and
+/// an `exec`'d process (served by the same sentry) bound alike.
+#[test]
+#[ignore]
+fn gvisor_address_rules_enforced() {
+    let Some(env) = env() else { return };
+    let ns = env.world.netns("g");
+    let mut ctx = ctx_in(&env, "gaddr", &ns, "");
+    if !gvisor(&mut ctx) {
+        return;
+    }
+    egress(
+        &mut ctx,
+        &format!("tcp/{A}:7000,udp/{A}:7000,[{V6_A}]:7000,{METADATA}"),
+    );
+    let t = [
+        ("tcp", A, 7000),
+        ("tcp", A, 7001),
+        ("tcp", B, 7000),
+        ("udp", A, 7000),
+        ("udp", B, 7001),
+        ("tcp", V6_A, 7000),
+        ("tcp", V6_B, 7000),
+        ("tcp", METADATA, 80),
+    ];
+    let c = sleeper(&mut ctx, "gaddr");
+    let v2 = v2_cgroup(&c.id);
+    let sandbox: i32 = fs::read_to_string(v2.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .next()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("no process in {}", v2.display()));
+    assert!(
+        proc_cgroups(sandbox)
+            .iter()
+            .any(|(k, p)| k.is_empty() && *p == format!("/moat/{}", c.id)),
+        "the sandbox should be in the programs' cgroup: {:?}",
+        proc_cgroups(sandbox)
+    );
+    let p = exec_probes(&ctx, &c, &t);
+    assert_reached(&p[0], A, 7000);
+    assert_refused(&p[1]);
+    assert_refused(&p[2]);
+    assert_reached(&p[3], A, 7000);
+    assert_refused(&p[4]);
+    assert_reached(&p[5], V6_A, 7000);
+    assert_refused(&p[6]);
+    assert_refused(&p[7]);
+    let progs = attached_moat_progs_at(&v2);
+    let d = ctx.moat(&["delete", "--force", &c.id]);
+    assert_eq!(d.code, 0, "{}", d.stderr);
+    assert!(!v2.exists(), "the programs' cgroup outlived delete");
+    assert_progs_freed(progs.as_deref(), "delete");
+    ctx.assert_no_trace(&c.id);
+}
+
+/// RESTRICTED with no list under gVisor: the metadata endpoints refused, the rest reached.
+#[test]
+#[ignore]
+fn gvisor_metadata_refused_without_a_list() {
+    let Some(env) = env() else { return };
+    let ns = env.world.netns("g");
+    let mut ctx = ctx_in(&env, "gmeta", &ns, "");
+    if !gvisor(&mut ctx) {
+        return;
+    }
+    let t = [
+        ("tcp", METADATA, 80),
+        ("tcp", METADATA_ECS, 80),
+        ("tcp", A, 7001),
+        ("udp", B, 7001),
+    ];
+    let p = run_probes(&mut ctx, "gmeta", &t);
+    assert_refused(&p[0]);
+    assert_refused(&p[1]);
+    assert_reached(&p[2], A, 7001);
+    assert_reached(&p[3], B, 7001);
+}
+
+/// Names under gVisor: the forwarder in the sandbox's namespace answers allowed names and
+/// admits their addresses; other names are REFUSED, other addresses refused.
+#[test]
+#[ignore]
+fn gvisor_names_through_the_forwarder() {
+    let Some(env) = env() else { return };
+    let ns = env.world.netns("g");
+    let mut ctx = ctx_in(&env, "gnames", &ns, "");
+    if !gvisor(&mut ctx) {
+        return;
+    }
+    egress(&mut ctx, "a.test:7000");
+    ctx.sh(&format!(
+        "netprobe dns a.test; netprobe dns b.test; {}",
+        probe_script(&[("tcp", A, 7000), ("tcp", A, 7001), ("tcp", B, 7000)])
+    ));
+    let (out, err) = run_to_end(&ctx, "gnames");
+    let dns: Vec<&str> = out.lines().filter(|l| l.starts_with("dns ")).collect();
+    assert_eq!(dns.len(), 2, "{out} {err}");
+    assert!(dns[0].starts_with("dns a.test NOERROR"), "{}", dns[0]);
+    assert!(dns[1].starts_with("dns b.test REFUSED"), "{}", dns[1]);
+    let p = probes(&out);
+    assert_reached(&p[0], A, 7000);
+    assert_refused(&p[1]);
+    assert_refused(&p[2]);
+}
+
+/// `update --egress` on a running gVisor sandbox swaps its rules; `verify` reads them back.
+#[test]
+#[ignore]
+fn gvisor_update_egress_live() {
+    let Some(env) = env() else { return };
+    let ns = env.world.netns("g");
+    let mut ctx = ctx_in(&env, "gupd", &ns, "");
+    if !gvisor(&mut ctx) {
+        return;
+    }
+    egress(&mut ctx, &format!("{A}:7000"));
+    let c = sleeper(&mut ctx, "gupd");
+    let t = [("tcp", A, 7000), ("tcp", B, 7000)];
+    let p = exec_probes(&ctx, &c, &t);
+    assert_reached(&p[0], A, 7000);
+    assert_refused(&p[1]);
+    let u = ctx.moat(&["update", "--egress", &format!("{B}:7000"), &c.id]);
+    assert_eq!(u.code, 0, "update --egress: {}", u.stderr);
+    let p = exec_probes(&ctx, &c, &t);
+    assert_refused(&p[0]);
+    assert_reached(&p[1], B, 7000);
+    let v = ctx.moat(&["verify", &c.id]);
+    assert_eq!(v.code, 0, "verify after update: {} {}", v.stdout, v.stderr);
+    assert!(
+        v.stdout.contains("egress"),
+        "verify should read the sandbox's egress rules back: {}",
+        v.stdout
+    );
+}
+
+/// A list under gVisor where the sandbox's cgroup is not moat's to attach to (the spec's
+/// cgroupsPath relative, which OPEN leaves to runsc): refused, naming why, leaving nothing.
+#[test]
+#[ignore]
+fn gvisor_unpoliceable_list_is_refused() {
+    let Some(env) = env() else { return };
+    let ns = env.world.netns("g");
+    let mut ctx = ctx_in(&env, "grel", &ns, "default_policy = \"open\"\n");
+    if !gvisor(&mut ctx) {
+        return;
+    }
+    egress(&mut ctx, &format!("{A}:7000"));
+    ctx.set("/linux/cgroupsPath", json!("relative/grel"));
+    let (c, o) = ctx.create("grel");
+    assert_ne!(o.code, 0, "created unpoliced: {}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("not enforceable for this gVisor container"),
+        "{}",
+        o.stderr
+    );
+    ctx.assert_no_trace(&c.id);
+}
+
+fn attached_moat_progs_at(dir: &Path) -> Option<Vec<(u64, String)>> {
+    let progs = bpf_progs_attached(dir)?;
+    assert!(
+        !progs.is_empty() && progs.iter().all(|(_, n)| n.starts_with("moat_")),
+        "{}: egress programs attached: {progs:?}",
+        dir.display()
+    );
+    Some(progs)
+}
+
+/// A gVisor create killed mid-way (programs attached, runsc not yet run; runsc run; the
+/// forwarder up), then `delete --force`: no cgroup, program, forwarder or state is left.
+#[test]
+#[ignore]
+fn gvisor_nothing_left_after_a_killed_create() {
+    let Some(env) = env() else { return };
+    let ns = env.world.netns("g");
+    let ino = ns_ino(&ns);
+    for point in [
+        "create:parent:gvisor.egress",
+        "create:parent:gvisor.Prepared",
+        "create:parent:gvisor.Runsc",
+    ] {
+        let mut ctx = ctx_in(&env, "gkill", &ns, "");
+        if !gvisor(&mut ctx) {
+            return;
+        }
+        egress(&mut ctx, "a.test:7000");
+        ctx.args(&["sleep", "300"]);
+        ctx.write_config();
+        let id = ctx.id("k");
+        let mut cmd = ctx.cmd();
+        cmd.env("MOAT_TEST_KILL_AT", point)
+            .args(["create", "--bundle", &ctx.bundle_str(), &id]);
+        let o = ctx.run(cmd);
+        assert_ne!(o.code, 0, "{point}: the kill point did not fire");
+        let progs = attached_moat_progs(&id);
+        let _ = ctx.moat(&["delete", "--force", &id]);
+        assert_progs_freed(progs.as_deref(), point);
+        assert!(
+            wait_until(Duration::from_secs(5), || outside_processes_in(ino, &id)
+                .is_empty()),
+            "{point}: a forwarder outlived the killed create: {:?}",
+            outside_processes_in(ino, &id)
+        );
+        assert!(
+            wait_until(Duration::from_secs(5), || ctx.traces(&id).is_empty()),
+            "{point}: left behind: {:?}",
+            ctx.traces(&id)
+        );
+        // The same id again, whole: its forwarder comes up.
+        let again = ctx.create_ok("k");
+        assert_eq!(
+            outside_processes_in(ino, &again.id).len(),
+            1,
+            "{point}: no forwarder after the kill"
+        );
+    }
+}
+
+/// A gVisor pod is one sentry: an app container asking for a list other than its pod
+/// sandbox's is refused, naming the sandbox's, rather than run under rules it did not ask
+/// for; nothing of it is left, and the sandbox runs on.
+#[test]
+#[ignore]
+fn gvisor_pod_app_with_another_list_is_refused() {
+    let Some(env) = env() else { return };
+    let ns = env.world.netns("g");
+    let mut sb = ctx_in(&env, "gpod", &ns, "");
+    if !gvisor(&mut sb) {
+        return;
+    }
+    egress(&mut sb, &format!("{A}:7000"));
+    let sb_id = sb.id("sb");
+    sb.set(
+        "/annotations/io.kubernetes.cri.container-type",
+        json!("sandbox"),
+    );
+    sb.set("/annotations/io.kubernetes.cri.sandbox-id", json!(sb_id));
+    sb.args(&["sleep", "300"]);
+    let sandbox = sb.create_ok("sb");
+    assert_eq!(sandbox.id, sb_id);
+    let mut app = ctx_in(&env, "gpod", &ns, "");
+    assert!(gvisor(&mut app));
+    app.root = sb.root.clone();
+    egress(&mut app, &format!("{B}:7000"));
+    app.set(
+        "/annotations/io.kubernetes.cri.container-type",
+        json!("container"),
+    );
+    app.set(
+        "/annotations/io.kubernetes.cri.sandbox-id",
+        json!(sandbox.id),
+    );
+    let (c, o) = app.create("app");
+    assert_ne!(o.code, 0, "joined with its own list: {}", o.stderr);
+    assert!(
+        o.stderr.contains("shares its pod sandbox's sentry") && o.stderr.contains(A),
+        "{}",
+        o.stderr
+    );
+    app.assert_no_trace(&c.id);
+}

@@ -43,11 +43,17 @@ pub fn update(ctx: &Context, req: &Request) -> Result<i32> {
 /// with the old rules); names need the forwarder, which is
 /// started at create.
 pub fn native_egress(c: &Container, text: &str) -> Result<()> {
-    use crate::linux::egress::{self as enforce, Installed};
-    use crate::policy::egress::{self, Egress};
     if c.record.status(&c.dir) == Status::Stopped {
         return Err(Error::NotRunning.into());
     }
+    replace_egress(c, text)
+}
+
+/// [`native_egress`] once the container is known to run: also a gVisor sandbox's, whose
+/// programs are on the cgroup its record holds (`gvisor::egress`).
+pub fn replace_egress(c: &Container, text: &str) -> Result<()> {
+    use crate::linux::egress::{self as enforce, Installed};
+    use crate::policy::egress::{self, Egress};
     let cfg = crate::policy::Config::load()?;
     let policy_json = c
         .dir

@@ -565,7 +565,11 @@ fn tmpfs_inodes(mountinfo: &str, target: &str) -> Option<String> {
 /// the container's cgroup v2 (the init's own v2 cgroup), and a trie holding every entry
 /// of the recorded policy with the same ranges, plus only /128 entries the forwarder
 /// admitted (when the policy names domains).
-fn egress_in_force(rec: &state::Record, pid: i32, e: &policy::egress::Egress) -> (String, bool) {
+pub(crate) fn egress_in_force(
+    rec: &state::Record,
+    pid: i32,
+    e: &policy::egress::Egress,
+) -> (String, bool) {
     use crate::linux::egress::{prog::Hook, Installed};
     let Some(dir) = rec.cgroup.as_ref().and_then(|c| c.v2_dir()) else {
         return ("no cgroup v2 directory".into(), false);

@@ -136,11 +136,11 @@ pub fn state(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
 /// Removes runsc's container (if any) and the state directory; errors are ignored (this
 /// undoes a create that failed).
 fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
-    if let Some(rec) = ContainerDir::open(root, id)
+    let rec = ContainerDir::open(root, id)
         .ok()
-        .and_then(|d| d.load().ok())
-    {
-        let _ = pod::end_waiter(&rec);
+        .and_then(|d| d.load().ok());
+    if let Some(rec) = &rec {
+        let _ = pod::end_waiter(rec);
     }
     let _ = Runsc::quiet(gv, g, "delete")
         .flag("force", true)
@@ -148,7 +148,12 @@ fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
         .output();
     forget(gv, id);
     if let Ok(dir) = ContainerDir::open(root, id) {
+        crate::linux::egress::forwarder::stop(&dir.file(""));
         let _ = dir.remove();
+    }
+    // The egress programs' cgroup (super::egress), empty once the sandbox is gone.
+    if let Some(cg) = rec.and_then(|r| r.cgroup) {
+        let _ = cg.remove();
     }
 }
 
@@ -167,6 +172,7 @@ fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<
     crate::linux::killpoint::at("create", "parent", "gvisor.Prepared");
     // An app container's pid file holds its waiter's pid, not the sandbox's (super::pod).
     let code = Runsc::new(&p.gv, g, "create")
+        .in_cgroup(p.egress.as_ref().map(|(i, _)| i.procs.as_fd()))
         .opt("bundle", &p.shadow)
         .opt_some("console-socket", a.console_socket.as_ref())
         .opt_some(
@@ -181,6 +187,13 @@ fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<
         drop(p.dir);
         discard(g, &p.gv, &g.root.clone(), &a.id);
         return Ok(code);
+    }
+    if let Some((inst, plan)) = &p.egress {
+        if let Err(e) = super::egress::start_forwarder(g, &p.gv, &p.dir, &a.id, inst, plan) {
+            drop(p.dir);
+            discard(g, &p.gv, &g.root.clone(), &a.id);
+            return Err(e);
+        }
     }
     if let Some(sandbox) = sandbox {
         let mut forked = 0;
@@ -477,7 +490,15 @@ pub fn delete(
         // runsc's delete and the state dir's removal left the sandbox's cgroup, and
         // `runsc delete --force` of a container it no longer knows succeeds without
         // touching it: removed here where it is empty (nothing of the sandbox runs).
+        crate::linux::egress::forwarder::stop(&dir.file(""));
         if !app {
+            // The egress programs' cgroup (super::egress) goes with its programs; it is
+            // empty once runsc's delete has ended the sandbox.
+            if let Some(cg) = &rec.cgroup {
+                if let Err(e) = cg.remove() {
+                    crate::log::warn(&format!("remove the sandbox's cgroup: {e}"));
+                }
+            }
             if let Some(cg) = leftover_cgroup(&dir, rec) {
                 cg.remove_empty();
                 remove_empty_everywhere(&cg.path);
@@ -496,6 +517,7 @@ pub fn delete(
     // state but not its cgroup: the container is gone all the same.
     if matches!(runsc_state(g, gv, &rec.id), Ok(None)) {
         forget(gv, &rec.id);
+        crate::linux::egress::forwarder::stop(&dir.file(""));
         if let Some(cg) = leftover_cgroup(&dir, rec) {
             if let Err(e) = cg.remove() {
                 crate::log::warn(&format!("remove the sandbox's cgroup: {e}"));

@@ -25,6 +25,7 @@
 
 mod cmds;
 pub mod config;
+mod egress;
 mod exec;
 mod extra;
 mod pod;
@@ -81,12 +82,26 @@ impl Engine for Gvisor {
     fn update(&self, ctx: &Context, c: &Container, res: Resources) -> Result<i32> {
         extra::update(ctx, &c.record, self, res)
     }
-    fn update_egress(&self, _: &Context, c: &Container, _: &str) -> Result<()> {
-        anyhow::bail!(
-            "--egress: container {} runs under gVisor, where moat does not enforce egress \
-             lists yet",
-            c.record.id
-        )
+    fn update_egress(&self, ctx: &Context, c: &Container, list: &str) -> Result<()> {
+        if pod::app_sandbox(self).is_some() {
+            anyhow::bail!(
+                "--egress: container {} is in a gVisor pod, whose containers share the pod \
+                 sandbox's sentry and its policy: update the pod sandbox",
+                c.record.id
+            );
+        }
+        if c.record.cgroup.is_none() {
+            anyhow::bail!(
+                "--egress: gVisor container {} was created without egress programs (no \
+                 policy, --network=none, or a sandbox cgroup moat does not own): nothing to \
+                 replace",
+                c.record.id
+            );
+        }
+        if cmds::status(ctx, &c.record, self)?.0 == Status::Stopped {
+            return Err(container::Error::NotRunning.into());
+        }
+        container::update::replace_egress(c, list)
     }
     fn delete(&self, ctx: &Context, dir: ContainerDir, rec: &Record, force: bool) -> Result<i32> {
         cmds::delete(ctx, dir, rec, self, force)

@@ -49,29 +49,8 @@ pub fn adjust(
     if d.policy == "restricted" {
         strip_runsc_annotations(spec, d);
     }
-    if let Some(e) = d.egress.take() {
-        // A new, empty namespace is runsc's --network=none: nothing to police.
-        let own_empty_net = spec
-            .linux()
-            .namespaces
-            .iter()
-            .any(|n| n.typ == "network" && n.path.as_deref().unwrap_or("").is_empty());
-        if let (Some(l), false) = (&e.allow, own_empty_net) {
-            anyhow::bail!(
-                "egress policy {l}: not yet enforced for gVisor containers (the sentry's host \
-                 sockets are not in a cgroup moat attaches to); refused rather than run \
-                 unpoliced — run it natively, or without moat.egress / [egress] allow"
-            );
-        }
-        if !own_empty_net {
-            d.not_applied.push(note(
-                "egress",
-                "the metadata endpoints are not refused",
-                "the sentry's host sockets are not in a cgroup moat attaches its egress \
-                 programs to",
-            ));
-        }
-    }
+    // The egress policy stays in `d.egress`: `super::egress::plan` decides what of it the
+    // sandbox gets.
     if let Some(i) = d
         .changes
         .iter()

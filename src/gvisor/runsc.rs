@@ -32,6 +32,8 @@ pub struct Runsc<'a> {
     argv: Vec<OsString>,
     /// `--log` as passed to runsc.
     log: Option<std::path::PathBuf>,
+    /// A cgroup v2 `cgroup.procs` (open for writing) runsc is started in.
+    cgroup_procs: Option<BorrowedFd<'a>>,
 }
 
 /// What a captured runsc call printed and how it ended.
@@ -121,6 +123,7 @@ impl<'a> Runsc<'a> {
             gv,
             argv,
             log: g.log.clone(),
+            cgroup_procs: None,
         }
     }
 
@@ -148,6 +151,13 @@ impl<'a> Runsc<'a> {
             ),
             None => Ok(()),
         }
+    }
+
+    /// Starts runsc in the cgroup v2 directory whose `cgroup.procs` is `procs`: the
+    /// sandbox it creates is born there (`super::egress`).
+    pub fn in_cgroup(mut self, procs: Option<BorrowedFd<'a>>) -> Self {
+        self.cgroup_procs = procs;
+        self
     }
 
     /// Appends `--name=value`.
@@ -213,7 +223,7 @@ impl<'a> Runsc<'a> {
     /// Starts runsc with `stdio` in place of moat's 0-2 where given.
     fn spawn(&self, stdio: [Option<BorrowedFd<'_>>; 3]) -> Result<(i32, OwnedFd)> {
         let (path, argv, envp) = self.exec_args();
-        sys::spawn(&path, &argv, &envp, stdio)
+        sys::spawn_in_cgroup(&path, &argv, &envp, stdio, self.cgroup_procs)
             .with_context(|| format!("execute {}", self.gv.runsc.display()))
     }
 

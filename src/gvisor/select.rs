@@ -260,6 +260,8 @@ pub struct Prepared {
     /// For an app container of a gVisor pod: its pod sandbox's state directory, locked
     /// until runsc has added the container (`super::pod::join`).
     pub sandbox: Option<ContainerDir>,
+    /// The egress programs' cgroup, and the plan they came from (`super::egress`).
+    pub egress: Option<(super::egress::Installed, super::egress::Planned)>,
 }
 
 pub fn prepare(
@@ -301,6 +303,15 @@ pub fn prepare(
     }
     let runsc = find_runsc(&sel.config)?;
     let network = network_mode(&spec)?;
+    let egress = super::egress::plan(
+        &mut spec,
+        &mut decision,
+        network,
+        g.systemd_cgroup,
+        &g.root.join(id),
+        id,
+        sandbox.as_ref().map(|j| &j.dir),
+    )?;
     let cwd = std::env::current_dir().context("getcwd")?;
     let bundle = cwd.join(bundle);
     let rootfs = spec.rootfs(&bundle);
@@ -331,6 +342,7 @@ pub fn prepare(
     // The state directory is the shadow bundle: runsc reads `config.json` from it, as
     // `verify` reads a native container's effective spec.
     let shadow = dir.path.clone();
+    let mut installed: Option<super::egress::Installed> = None;
     let made = (|| -> Result<()> {
         match std::fs::DirBuilder::new().mode(0o700).create(&gv.root) {
             Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
@@ -346,6 +358,7 @@ pub fn prepare(
                 .and_then(|(layout, path)| Cgroup::ensure_fleet(layout, path, &res))
                 .with_context(|| format!("fleet cgroup {path}"))?;
         }
+        let egress_cgroup = egress.as_ref().map(super::egress::cgroup).transpose()?;
         // Written in place: nothing reads them before the record (saved atomically, last)
         // exists, and a create that fails removes the directory.
         dir.write_new(state::SPEC_FILE, &runsc_config)?;
@@ -363,7 +376,7 @@ pub fn prepare(
             created: crate::log::now_rfc3339(true),
             owner: String::new(),
             annotations: spec.annotations.clone(),
-            cgroup: None,
+            cgroup: egress_cgroup.clone(),
             systemd_cgroup: g.systemd_cgroup,
             rootless: false,
             own_pidns: true,
@@ -372,9 +385,22 @@ pub fn prepare(
             backend: super::Backend::Gvisor(gv.clone()),
         };
         dir.save(&rec)?;
+        // The egress programs on a cgroup v2 directory runsc create is started in: after
+        // the record that names it, so that a create killed here leaves delete the path.
+        if let (Some(p), Some(cg)) = (&egress, &egress_cgroup) {
+            installed = Some(super::egress::install(p, cg)?);
+            crate::linux::killpoint::at("create", "parent", "gvisor.egress");
+            if let Some(d) = &p.dns {
+                crate::linux::egress::forwarder::write_resolv(d, d.first)
+                    .with_context(|| format!("write {}", d.resolv.display()))?;
+            }
+        }
         Ok(())
     })();
     if let Err(e) = made {
+        if let Some(i) = &installed {
+            i.remove();
+        }
         let _ = dir.remove();
         return Err(e);
     }
@@ -386,6 +412,10 @@ pub fn prepare(
         gv,
         shadow,
         sandbox,
+        egress: installed.map(|i| {
+            let p = egress.expect("installed from a plan");
+            (i, p)
+        }),
     })
 }
 

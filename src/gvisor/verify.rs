@@ -284,5 +284,17 @@ fn checks(g: &Context, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result
             add("inside: Seccomp", want.into(), got.clone(), got == want);
         }
     }
+    // The egress rules on the sandbox's cgroup (super::egress), read back from the kernel:
+    // a pod's app container is checked through its sandbox.
+    if super::pod::app_sandbox(gv).is_none() {
+        let recorded = crate::state::ContainerDir::open_read(&g.root, &rec.id)?
+            .read_file(state::POLICY_FILE)?
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| policy::egress::Egress::from_json(&v["egress"]));
+        if let Some(e) = recorded {
+            let (actual, ok) = crate::container::verify::egress_in_force(rec, pid, &e);
+            add("egress", e.describe(), actual, ok);
+        }
+    }
     Ok(out)
 }

@@ -92,7 +92,7 @@ pub use process::{
 pub use seccomp::syscall_numbers;
 pub use seccomp::{seccomp_flags_known, seccomp_set_filter, syscall_ints};
 pub use signal::{kill, pidfd_send_signal, reset_signals};
-pub use spawn::spawn;
+pub use spawn::{spawn, spawn_in_cgroup};
 pub use startup::{args, process_init};
 pub use tty::{get_winsize, pty_peer, set_pty_owner, set_winsize, unlockpt};
 

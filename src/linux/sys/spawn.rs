@@ -14,6 +14,9 @@ struct SpawnArgs {
     envp: *const *const libc::c_char,
     /// Descriptors to become the child's 0, 1 and 2; -1 keeps moat's.
     stdio: [RawFd; 3],
+    /// A cgroup's `cgroup.procs`, open for writing, that the child moves itself into
+    /// before it executes; -1 for none.
+    cgroup_procs: RawFd,
     /// Written by the child, in moat's memory, when it cannot execute.
     errno: libc::c_int,
 }
@@ -39,6 +42,10 @@ extern "C" fn spawn_child(arg: *mut libc::c_void) -> libc::c_int {
                 a.errno = *libc::__errno_location();
                 libc::_exit(127);
             }
+        }
+        if a.cgroup_procs >= 0 && libc::write(a.cgroup_procs, b"0".as_ptr().cast(), 1) != 1 {
+            a.errno = *libc::__errno_location();
+            libc::_exit(127);
         }
         // moat ignores SIGPIPE, and an ignored signal stays ignored across execve; the
         // mask (everything, blocked by the parent for this window) is emptied, as std's
@@ -66,6 +73,18 @@ pub fn spawn(
     envp: &[CString],
     stdio: [Option<BorrowedFd<'_>>; 3],
 ) -> Result<(libc::pid_t, OwnedFd)> {
+    spawn_in_cgroup(path, argv, envp, stdio, None)
+}
+
+/// As [`spawn`], the child first moving itself into the cgroup whose `cgroup.procs` is
+/// `cgroup_procs` (open for writing), so that it and everything it starts are born there.
+pub fn spawn_in_cgroup(
+    path: &CStr,
+    argv: &[CString],
+    envp: &[CString],
+    stdio: [Option<BorrowedFd<'_>>; 3],
+    cgroup_procs: Option<BorrowedFd<'_>>,
+) -> Result<(libc::pid_t, OwnedFd)> {
     not_faked!("spawn");
     const STACK: usize = 32 * 1024;
     let mut a: Vec<*const libc::c_char> = argv.iter().map(|s| s.as_ptr()).collect();
@@ -77,6 +96,7 @@ pub fn spawn(
         argv: a.as_ptr(),
         envp: e.as_ptr(),
         stdio: stdio.map(|f| f.map_or(-1, |f| f.as_raw_fd())),
+        cgroup_procs: cgroup_procs.map_or(-1, |f| f.as_raw_fd()),
         errno: 0,
     };
     let mut stack: Vec<u8> = Vec::with_capacity(STACK);
