@@ -451,3 +451,41 @@ fn update_egress_hands_the_forwarder_the_new_list_and_trie() {
     assert!(forwarders_in(world.inode()).is_empty());
     ctx.assert_no_trace(&c.id);
 }
+
+/// The forwarder's control socket is in the state directory, which under an engine's root
+/// can be longer than `sun_path` (108 bytes) alone: containerd's
+/// `<Root>/k8s.io/<64 hex digits>`. Create and `update --egress` must still work.
+#[test]
+#[ignore = "needs root: real containers, a network namespace, dnsmasq"]
+fn a_state_directory_longer_than_sun_path_still_gets_its_forwarder() {
+    if !require_root() {
+        return;
+    }
+    let Some(world) = World::new("long") else {
+        return;
+    };
+    let mut ctx = ctx_in(&world, "dns-long", "allowed.test:80,rot.test:80");
+    ctx.root = ctx
+        .dir
+        .join(format!("state-{}", "r".repeat(48)))
+        .join("k8s.io");
+    let c = ctx.create_ok(&"0123456789abcdef".repeat(3));
+    let sock = ctx.state_dir(&c.id).join("dns.sock");
+    assert!(
+        sock.as_os_str().len() > 108,
+        "the test's state directory is too short to say anything: {}",
+        sock.display()
+    );
+    ctx.moat(&["start", &c.id]).ok();
+    let a = lookup(&ctx, &c.id, "allowed.test");
+    assert!(a.contains(&format!("Address: {ALLOWED}")), "{a}");
+    assert_eq!(connect(&ctx, &c.id, ALLOWED), "reached");
+    // update reaches the forwarder over that socket.
+    ctx.moat(&["update", "--egress", "rot.test:80", &c.id]).ok();
+    assert_eq!(connect(&ctx, &c.id, ALLOWED), "refused");
+    let r = lookup(&ctx, &c.id, "allowed.test");
+    assert!(r.contains("REFUSED"), "after update: {r}");
+    ctx.moat(&["delete", "--force", &c.id]).ok();
+    assert!(forwarders_in(world.inode()).is_empty());
+    ctx.assert_no_trace(&c.id);
+}

@@ -240,7 +240,8 @@ pub fn reconfigure(
         return Ok(());
     };
     let path = dir.join(CONTROL_FILE);
-    let s = std::os::unix::net::UnixStream::connect(&path)
+    let (_dir, short) = control_path(dir).map_err(io_err(format!("open {}", dir.display())))?;
+    let s = std::os::unix::net::UnixStream::connect(&short)
         .map_err(io_err(format!("connect to {}", path.display())))?;
     let msg = serde_json::to_vec(egress).expect("serialises");
     sys::send_with_fd(s.as_fd(), &msg, trie).map_err(io_err("send the new policy"))?;
@@ -258,6 +259,24 @@ pub fn reconfigure(
         Ok(other) => Err(ForwarderError::Failed(other.to_string())),
         Err(_) => Err(ForwarderError::Failed("a garbled answer".into())),
     }
+}
+
+/// The control socket in the state directory `dir`, named through an `O_PATH` fd of `dir`
+/// (returned: the name is good while it is open): `sun_path` holds 108 bytes, and a state
+/// directory under an engine's root (containerd's `<Root>/k8s.io/<64 hex digits>`) may
+/// alone be longer than that.
+fn control_path(dir: &Path) -> io::Result<(OwnedFd, PathBuf)> {
+    use std::os::fd::AsRawFd;
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let fd = sys::openat(
+        crate::linux::path::cwd(),
+        &c,
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        0,
+    )?;
+    let short = PathBuf::from(format!("/proc/self/fd/{}/{CONTROL_FILE}", fd.as_raw_fd()));
+    Ok((fd, short))
 }
 
 /// The forwarder create started, killed when dropped unless [`Running::keep`] was called.
@@ -481,10 +500,12 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
     let control = {
         use std::os::unix::fs::PermissionsExt;
         let path = cfg.state.join(CONTROL_FILE);
-        let _ = std::fs::remove_file(&path);
-        let l = std::os::unix::net::UnixListener::bind(&path)
+        let (_dir, short) =
+            control_path(&cfg.state).map_err(|e| format!("open {}: {e}", cfg.state.display()))?;
+        let _ = std::fs::remove_file(&short);
+        let l = std::os::unix::net::UnixListener::bind(&short)
             .map_err(|e| format!("bind {}: {e}", path.display()))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        std::fs::set_permissions(&short, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| format!("chmod {}: {e}", path.display()))?;
         l.set_nonblocking(true)
             .map_err(|e| format!("{}: {e}", path.display()))?;

@@ -73,6 +73,7 @@ pub fn spawn(
     envp: &[CString],
     stdio: [Option<BorrowedFd<'_>>; 3],
 ) -> Result<(libc::pid_t, OwnedFd)> {
+    not_faked!("spawn");
     spawn_in_cgroup(path, argv, envp, stdio, None)
 }
 
@@ -85,7 +86,7 @@ pub fn spawn_in_cgroup(
     stdio: [Option<BorrowedFd<'_>>; 3],
     cgroup_procs: Option<BorrowedFd<'_>>,
 ) -> Result<(libc::pid_t, OwnedFd)> {
-    not_faked!("spawn");
+    not_faked!("spawn_in_cgroup");
     const STACK: usize = 32 * 1024;
     let mut a: Vec<*const libc::c_char> = argv.iter().map(|s| s.as_ptr()).collect();
     a.push(std::ptr::null());
