@@ -1113,17 +1113,19 @@ fn gvisor_nothing_left_after_a_killed_create() {
 
 /// A gVisor pod is one sentry: an app container asking for a list other than its pod
 /// sandbox's is refused, naming the sandbox's, rather than run under rules it did not ask
-/// for; nothing of it is left, and the sandbox runs on.
+/// for; nothing of it is left. One without a list runs under the sandbox's rules, its
+/// names through the sandbox's forwarder.
 #[test]
 #[ignore]
-fn gvisor_pod_app_with_another_list_is_refused() {
+fn gvisor_pod_apps_share_the_sandbox_policy() {
     let Some(env) = env() else { return };
     let ns = env.world.netns("g");
     let mut sb = ctx_in(&env, "gpod", &ns, "");
     if !gvisor(&mut sb) {
         return;
     }
-    egress(&mut sb, &format!("{A}:7000"));
+    let sb_list = "a.test:7000".to_string();
+    egress(&mut sb, &sb_list);
     let sb_id = sb.id("sb");
     sb.set(
         "/annotations/io.kubernetes.cri.container-type",
@@ -1133,6 +1135,7 @@ fn gvisor_pod_app_with_another_list_is_refused() {
     sb.args(&["sleep", "300"]);
     let sandbox = sb.create_ok("sb");
     assert_eq!(sandbox.id, sb_id);
+    sandbox.start().ok();
     let mut app = ctx_in(&env, "gpod", &ns, "");
     assert!(gvisor(&mut app));
     app.root = sb.root.clone();
@@ -1148,9 +1151,41 @@ fn gvisor_pod_app_with_another_list_is_refused() {
     let (c, o) = app.create("app");
     assert_ne!(o.code, 0, "joined with its own list: {}", o.stderr);
     assert!(
-        o.stderr.contains("shares its pod sandbox's sentry") && o.stderr.contains(A),
+        o.stderr.contains("shares its pod sandbox's sentry") && o.stderr.contains(&sb_list),
         "{}",
         o.stderr
     );
     app.assert_no_trace(&c.id);
+    // Without a list of its own, an app container runs under the sandbox's rules, its
+    // lookups through the sandbox's forwarder.
+    let mut app = ctx_in(&env, "gpod", &ns, "");
+    assert!(gvisor(&mut app));
+    app.root = sb.root.clone();
+    app.set(
+        "/annotations/io.kubernetes.cri.container-type",
+        json!("container"),
+    );
+    app.set(
+        "/annotations/io.kubernetes.cri.sandbox-id",
+        json!(sandbox.id),
+    );
+    app.args(&["sleep", "300"]);
+    let c = app.create_ok("app2");
+    let st = app.moat(&["start", &c.id]);
+    assert_eq!(st.code, 0, "start: {} {}", st.stderr, c.stderr());
+    let out = exec(
+        &app,
+        &c,
+        &format!(
+            "netprobe dns a.test; netprobe dns b.test; {}",
+            probe_script(&[("tcp", A, 7000), ("tcp", A, 7001), ("tcp", B, 7000)])
+        ),
+    );
+    assert!(out.contains("dns a.test NOERROR"), "{out}");
+    assert!(out.contains("dns b.test REFUSED"), "{out}");
+    let p = probes(&out);
+    assert_eq!(p.len(), 3, "{out}");
+    assert_reached(&p[0], A, 7000);
+    assert_refused(&p[1]);
+    assert_refused(&p[2]);
 }

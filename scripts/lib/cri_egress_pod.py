@@ -6,7 +6,7 @@ Usage: cri_egress_pod.py --socket SOCK --handler NAME --image REF --proto API_PR
                          --world TAG --networld PATH --netprobe PATH --dns ADDR
                          --pod-list LIST --side-list LIST
                          --baseline SCRIPT --app SCRIPT --side-before SCRIPT --side SCRIPT
-                         [--proto-path DIR]... [--timeout S]
+                         [--proto-path DIR]... [--timeout S] [--side-refused TEXT]
 
 The pod as a kubelet makes it: RunPodSandbox with the pod annotation moat.egress=POD-LIST
 (the handler's pod_annotations pass it to every container of the pod, the sandbox's too) and
@@ -14,7 +14,8 @@ DNS servers [ADDR]; its network namespace (CNI: scripts/lib/cni-podnet, a veth l
 nowhere) then joins the private world as TAG-cri (`networld adopt`: the world's guard in it
 first, then the link), before any container exists. Then two containers: `app` with the
 pod's list, `side` with a container annotation moat.egress=SIDE-LIST (container_annotations:
-it replaces the pod's for that container). Each gets netprobe (tests/support/netprobe.c)
+it replaces the pod's for that container; with --side-refused, a gVisor pod's handler, its
+create must fail with TEXT instead: the pod is one sentry). Each gets netprobe (tests/support/netprobe.c)
 bound read-only at /bin/netprobe.
 
 Prints, for the caller to judge with the same checks as its other parts:
@@ -184,6 +185,20 @@ def scenario(a, pod, c, seen):
     running = api.ContainerState.Value("CONTAINER_RUNNING")
     for name, ann, want in (("app", {}, a.pod_list),
                             ("side", {"moat.egress": a.side_list}, a.side_list)):
+        if name == "side" and a.side_refused:
+            # A gVisor pod is one sentry: a container's own list other than the pod's is
+            # refused at create, naming the pod's.
+            try:
+                pod.create_start(name, ann)
+                c.check("side (its own list, in a gVisor pod) refused at CreateContainer", False,
+                        "created")
+            except grpc.RpcError as e:
+                c.check("side (its own list, in a gVisor pod) refused at CreateContainer, naming "
+                        "the pod sandbox's list",
+                        a.side_refused in e.details() and a.pod_list.split("/")[-1] in e.details(),
+                        e.details())
+            pod.ctrs.pop(name, None)
+            break
         cid, state, cinfo = pod.create_start(name, ann)
         seen["ids"].append(cid)
         seen["pids"].append(cinfo["pid"])
@@ -193,6 +208,8 @@ def scenario(a, pod, c, seen):
                 state == running and got == want, f"state {state}, moat.egress {got!r}")
 
     c.probe("app", pod.exec_sync(pod.ctrs["app"], a.app))
+    if a.side_refused:
+        return
     c.probe("side-before", pod.exec_sync(pod.ctrs["side"], a.side_before))
     c.probe("side", pod.exec_sync(pod.ctrs["side"], a.side))
     fw = forwarder_of(a, pod.ctrs["side"])
@@ -237,6 +254,8 @@ def main():
     ap.add_argument("--proto-path", action="append", default=None,
                     help="where api.proto's imports are (default /usr/share/gocode/src)")
     ap.add_argument("--timeout", type=float, default=60)
+    ap.add_argument("--side-refused", default="",
+                    help="side's CreateContainer must fail with this text (a gVisor pod)")
     a = ap.parse_args()
     os.makedirs(a.log_dir, exist_ok=True)
     c = Checks()

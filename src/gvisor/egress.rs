@@ -90,7 +90,12 @@ pub fn plan(
     }
     if let Some(sb) = pod_sandbox {
         let theirs = sandbox_egress(sb)?;
-        if e.allow.is_some() && theirs.as_ref() != Some(&e) {
+        // The rules in force are the allow list and the refused addresses (the resolvers
+        // are the sandbox forwarder's).
+        let same = theirs
+            .as_ref()
+            .is_some_and(|t| t.allow == e.allow && t.deny == e.deny);
+        if e.allow.is_some() && !same {
             bail!(
                 "egress policy {}: a container of a gVisor pod shares its pod sandbox's \
                  sentry, whose policy is {}; give the pod sandbox the list",
@@ -101,7 +106,11 @@ pub fn plan(
                 describe(theirs.as_ref())
             );
         }
-        // Whatever the container asked for, the sandbox's programs are the ones in force.
+        // Whatever the container asked for, the sandbox's programs are the ones in force;
+        // with names, its lookups go to the sandbox's forwarder (DNS elsewhere is refused).
+        if theirs.as_ref().is_some_and(Egress::has_names) {
+            forwarder::plan(spec, &sb.file(""), id);
+        }
         d.egress = theirs;
         if d.egress.is_none() {
             not_applied(d, "the pod sandbox's sentry runs without an egress policy");
