@@ -939,6 +939,15 @@ fn gvisor_address_rules_enforced() {
     assert_reached(&p[5], V6_A, 7000);
     assert_refused(&p[6]);
     assert_refused(&p[7]);
+    // The refusals counted in the kernel, in runsc's stats line.
+    let ev = ctx.moat(&["events", "--stats", &c.id]);
+    assert_eq!(ev.code, 0, "events --stats: {}", ev.stderr);
+    let v: serde_json::Value = serde_json::from_str(ev.stdout.trim()).expect("one JSON line");
+    let n = &v["data"]["moat"]["egress"];
+    assert!(
+        n["connect4_refused"].as_u64() >= Some(3) && n["connect6_refused"].as_u64() >= Some(1),
+        "refusals not counted: {v}"
+    );
     let progs = attached_moat_progs_at(&v2);
     let d = ctx.moat(&["delete", "--force", &c.id]);
     assert_eq!(d.code, 0, "{}", d.stderr);

@@ -199,7 +199,7 @@ fn emit_error(out: &mut impl Write, id: &str, message: &str) -> Result<()> {
 }
 
 /// The egress programs' counters on the container's cgroup, if it has them.
-fn egress_counters(cg: &Cgroup) -> Option<stats::EgressCounters> {
+pub(crate) fn egress_counters(cg: &Cgroup) -> Option<stats::EgressCounters> {
     use crate::linux::egress::{Installed, STATS_REFUSED_NAMES};
     let inst = Installed::find(&cg.v2_dir()?).ok()??;
     let n = inst.counters().ok()??;

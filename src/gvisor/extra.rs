@@ -119,6 +119,29 @@ pub fn events(
         }
         std::thread::sleep(interval);
     }
+    // The sandbox's egress refusals (super::egress) join runsc's one stats line, under
+    // `data.moat.egress` as natively.
+    let counters = rec
+        .cgroup
+        .as_ref()
+        .and_then(crate::container::events::egress_counters);
+    if let (true, Some(n)) = (stats, counters) {
+        let out = Runsc::quiet(gv, g, "events")
+            .flag("stats", true)
+            .args([&rec.id])
+            .output()?;
+        if out.code != 0 {
+            bail!("{}", out.error());
+        }
+        let mut v: Value =
+            serde_json::from_slice(&out.stdout).context("runsc events: invalid JSON")?;
+        if let Some(d) = v.get_mut("data").and_then(Value::as_object_mut) {
+            d.insert("moat".into(), json!({ "egress": n }));
+        }
+        let mut o = std::io::stdout().lock();
+        writeln!(o, "{v}").context("write to standard output")?;
+        return Ok(0);
+    }
     let secs = (interval.as_secs() + u64::from(interval.subsec_nanos() > 0)).max(1);
     let r = Runsc::new(gv, g, "events").flag("stats", stats);
     let r = if stats {
