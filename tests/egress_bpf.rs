@@ -296,7 +296,7 @@ fn the_metadata_block_alone_verifies_and_a_live_update_turns_it_into_a_list() {
     assert!(
         v.stdout
             .lines()
-            .any(|l| l.starts_with("ok") && l.contains("4 hooks")),
+            .any(|l| l.starts_with("ok") && l.contains("5 hooks")),
         "{}",
         v.stdout
     );

@@ -8,6 +8,13 @@
  *   netprobe udp ADDR PORT    sendto on an unconnected socket (the sendmsg hooks), 1 s for
  *                             the answer: "udp ADDR PORT ok MS ANSWER" | "... err ERRNO MS"
  *   netprobe udpc ADDR PORT   the same on a connected socket (the connect hooks)
+ *   netprobe icmp ADDR 0      an ICMP echo request by sendto on an unconnected ping socket
+ *                             (socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP): no connect hook
+ *                             sees it), 1 s for the reply:
+ *                             "icmp ADDR 0 ok MS reply" | "icmp ADDR 0 err ERRNO MS"
+ *   netprobe icmpc ADDR 0     the same on a connected ping socket (the connect hooks)
+ *   netprobe icmpraw ADDR 0   the same on a raw socket (needs CAP_NET_RAW)
+ *                             an icmp probe's socket() failing: "... err socket:ERRNO MS"
  *   netprobe dns NAME [a|aaaa [SERVER]]
  *                             an A (AAAA) query to SERVER or the first nameserver of
  *                             /etc/resolv.conf:
@@ -19,7 +26,10 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/icmp6.h>
 #include <netinet/in.h>
+#include <netinet/ip.h>
+#include <netinet/ip_icmp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,6 +175,92 @@ static int udp(const char *a, int port, int connected)
 	return 0;
 }
 
+static unsigned short csum(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	unsigned long s = 0;
+	for (size_t k = 0; k + 1 < n; k += 2)
+		s += b[k] << 8 | b[k + 1];
+	if (n & 1)
+		s += b[n - 1] << 8;
+	while (s >> 16)
+		s = (s & 0xffff) + (s >> 16);
+	return htons(~s & 0xffff);
+}
+
+/* mode 0: ping socket, sendto; 1: ping socket, connect + send; 2: raw socket, sendto. */
+static int icmp(const char *a, int mode)
+{
+	static const char *kinds[] = { "icmp", "icmpc", "icmpraw" };
+	const char *kind = kinds[mode];
+	struct sockaddr_storage ss;
+	socklen_t len = addr_of(a, 0, &ss);
+	int v6 = ss.ss_family == AF_INET6;
+	int fd = socket(ss.ss_family, mode == 2 ? SOCK_RAW : SOCK_DGRAM,
+			v6 ? IPPROTO_ICMPV6 : IPPROTO_ICMP);
+	if (fd < 0) {
+		printf("%s %s 0 err socket:%s %.3f\n", kind, a, ename(errno), ms());
+		return 1;
+	}
+	unsigned short id = (unsigned short)getpid();
+	unsigned char req[16] = { v6 ? ICMP6_ECHO_REQUEST : ICMP_ECHO, 0, 0, 0, id >> 8, id & 0xff,
+				  0, 1, 'p', 'r', 'o', 'b', 'e', 0, 0, 0 };
+	/* The kernel fills the checksum of ICMPv6 (raw sockets too) and a ping socket's. */
+	if (mode == 2 && !v6) {
+		unsigned short c = csum(req, sizeof req);
+		memcpy(req + 2, &c, 2);
+	}
+	ssize_t r;
+	if (mode == 1) {
+		if (connect(fd, (struct sockaddr *)&ss, len) < 0) {
+			printf("%s %s 0 err %s %.3f\n", kind, a, ename(errno), ms());
+			return 1;
+		}
+		r = send(fd, req, sizeof req, 0);
+	} else {
+		r = sendto(fd, req, sizeof req, 0, (struct sockaddr *)&ss, len);
+	}
+	if (r < 0) {
+		printf("%s %s 0 err %s %.3f\n", kind, a, ename(errno), ms());
+		return 1;
+	}
+	double t = ms();
+	for (;;) {
+		double left = 1000 - (ms() - t);
+		int w = left > 0 ? wait_fd(fd, POLLIN, (int)left) : 0;
+		if (w != -1) {
+			printf("%s %s 0 err %s %.3f\n", kind, a, ename(w), ms());
+			return 1;
+		}
+		unsigned char buf[1500];
+		struct sockaddr_storage from;
+		socklen_t fl = sizeof from;
+		r = recvfrom(fd, buf, sizeof buf, 0, (struct sockaddr *)&from, &fl);
+		if (r < 0) {
+			printf("%s %s 0 err %s %.3f\n", kind, a, ename(errno), ms());
+			return 1;
+		}
+		unsigned char *h = buf;
+		/* A raw IPv4 socket gets the IP header too; it also sees every other ICMP packet. */
+		if (mode == 2 && !v6) {
+			if (r < 20 || r < (buf[0] & 0xf) * 4 + 8)
+				continue;
+			h = buf + (buf[0] & 0xf) * 4;
+		}
+		int reply = v6 ? ICMP6_ECHO_REPLY : ICMP_ECHOREPLY;
+		/* A ping socket's replies carry the socket's own id (the kernel rewrites it). */
+		if (h[0] != reply || (mode == 2 && (h[4] != (id >> 8) || h[5] != (id & 0xff))))
+			continue;
+		char src[64] = "";
+		if (v6)
+			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&from)->sin6_addr, src, sizeof src);
+		else
+			inet_ntop(AF_INET, &((struct sockaddr_in *)&from)->sin_addr, src, sizeof src);
+		printf("%s %s 0 ok %.3f reply from %s\n", kind, a, t, src);
+		return 0;
+	}
+}
+
 static const char *rcode_name(int r)
 {
 	static const char *n[] = { "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED" };
@@ -262,7 +358,10 @@ int main(int argc, char **argv)
 	if (argc >= 4 && !strcmp(argv[1], "tcp")) return tcp(argv[2], atoi(argv[3]));
 	if (argc >= 4 && !strcmp(argv[1], "udp")) return udp(argv[2], atoi(argv[3]), 0);
 	if (argc >= 4 && !strcmp(argv[1], "udpc")) return udp(argv[2], atoi(argv[3]), 1);
+	if (argc >= 3 && !strcmp(argv[1], "icmp")) return icmp(argv[2], 0);
+	if (argc >= 3 && !strcmp(argv[1], "icmpc")) return icmp(argv[2], 1);
+	if (argc >= 3 && !strcmp(argv[1], "icmpraw")) return icmp(argv[2], 2);
 	if (argc >= 3 && !strcmp(argv[1], "dns")) return dns(argv[2], argc > 3 && !strcmp(argv[3], "aaaa"), argc > 4 ? argv[4] : NULL);
-	fprintf(stderr, "usage: netprobe tcp|udp|udpc ADDR PORT | dns NAME [a|aaaa [SERVER]]\n");
+	fprintf(stderr, "usage: netprobe tcp|udp|udpc|icmp|icmpc|icmpraw ADDR PORT | dns NAME [a|aaaa [SERVER]]\n");
 	return 2;
 }

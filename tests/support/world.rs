@@ -195,10 +195,11 @@ pub struct Probe {
     pub answer: String,
 }
 
-/// Parses netprobe's `tcp|udp|udpc ADDR PORT ok MS ANSWER` / `... err ERRNO MS` lines.
+/// Parses netprobe's `tcp|udp|udpc|icmp|icmpc|icmpraw ADDR PORT ok MS ANSWER` /
+/// `... err ERRNO MS` lines.
 pub fn probes(out: &str) -> Vec<Probe> {
     out.lines()
-        .filter(|l| l.starts_with("tcp ") || l.starts_with("udp"))
+        .filter(|l| l.starts_with("tcp ") || l.starts_with("udp") || l.starts_with("icmp"))
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             let ok = f.get(3) == Some(&"ok");
@@ -218,6 +219,27 @@ pub fn probes(out: &str) -> Vec<Probe> {
             }
         })
         .collect()
+}
+
+/// Lets every group open ping sockets (`net.ipv4.ping_group_range`, per network namespace;
+/// podman and Docker set it so) in the namespace `netns`, which the test made.
+#[track_caller]
+pub fn allow_ping_sockets(netns: &Path) {
+    let o = Command::new("nsenter")
+        .arg(format!("--net={}", netns.display()))
+        .args([
+            "sh",
+            "-c",
+            "echo 0 2147483647 >/proc/sys/net/ipv4/ping_group_range",
+        ])
+        .output()
+        .expect("nsenter");
+    assert!(
+        o.status.success(),
+        "ping_group_range in {}: {}",
+        netns.display(),
+        stderr_of(&o)
+    );
 }
 
 /// A shell line running netprobe for each `(kind, addr, port)`, one answer line each.

@@ -78,7 +78,8 @@ pub struct Moat {
 }
 
 /// What the egress programs refused: new connections (TCP, connected UDP, ping sockets)
-/// and unconnected datagrams, by family; and the names the forwarder refused.
+/// and unconnected datagrams, by family; the names the forwarder refused; and the ICMP
+/// echo requests the packet backstop dropped (a ping socket's `sendto`, raw sockets).
 #[derive(Debug, Default, Clone, Serialize, PartialEq)]
 pub struct EgressCounters {
     pub connect4_refused: u64,
@@ -86,6 +87,7 @@ pub struct EgressCounters {
     pub sendmsg4_refused: u64,
     pub sendmsg6_refused: u64,
     pub names_refused: u64,
+    pub icmp_echo_refused: u64,
 }
 
 /// Bytes and inodes used and allowed on one filesystem (statfs).

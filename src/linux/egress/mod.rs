@@ -8,8 +8,10 @@
 //! fixed programs on the same four hooks, the addresses as immediates: no map.
 //! With a list, the policy's trie ([`Egress::entries`]) in one of two LPM tries, a
 //! selector saying which is in force, a counters array, and a program on each of the four
-//! hooks; `update` fills the other trie and flips the selector: one array write, so every
-//! hook sees the old rules or the new ones, never a mix. A change of form attaches the new
+//! hooks and on `BPF_CGROUP_INET_EGRESS` (the ICMP echo backstop: a ping socket's `sendto`
+//! and raw sockets pass no `connect`/`sendmsg` hook); `update` fills the other trie and
+//! flips the selector: one array write, so every hook sees the old rules or the new ones,
+//! never a mix. A change of form attaches the new
 //! programs before it detaches the old (in between, both must allow). The programs and
 //! maps live as long as the cgroup; moat finds them again by name ([`Installed::find`]).
 
@@ -31,9 +33,11 @@ pub const TRIE_ENTRIES: u32 = 16384;
 const KEY_SIZE: u32 = 20;
 #[allow(clippy::cast_possible_truncation)] // 64
 const VALUE_SIZE: u32 = (RANGES * prog::RANGE_SIZE) as u32;
-/// Stats slots: one per hook (refusals), then the forwarder's refused queries.
+/// Stats slots: one per `connect`/`sendmsg` hook (refusals), the forwarder's refused
+/// queries, then the echo requests the packet program dropped (`Hook::slot`); 6 and 7 spare.
 pub const STATS_SLOTS: u32 = 8;
 pub const STATS_REFUSED_NAMES: u32 = 4;
+pub const STATS_REFUSED_ECHO: u32 = 5;
 
 const SELECTOR_NAME: &str = "moat_eg_sel";
 const TRIE_NAMES: [&str; 2] = ["moat_eg_allow0", "moat_eg_allow1"];
@@ -156,7 +160,7 @@ fn open_dir(dir: &Path) -> Result<File, EgressError> {
 
 /// Loads `insns` for `hook` (named `name`), with the verifier's log on refusal.
 fn load(hook: Hook, name: &'static str, insns: &[bpf::Insn]) -> Result<OwnedFd, EgressError> {
-    let t = bpf::BPF_PROG_TYPE_CGROUP_SOCK_ADDR;
+    let t = hook.prog_type();
     let at = hook.attach_type();
     bpf::prog_load_for(t, at, insns, c"Apache-2.0", name, None).map_err(|err| {
         let mut buf = vec![0u8; 64 * 1024];
@@ -306,9 +310,16 @@ pub fn replace_with(
     if let (Some(inst), Some(_)) = (&old, &egress.allow) {
         if let Some(l) = &inst.list {
             let entries = egress.entries(forwarder).map_err(EgressError::Invalid)?;
-            return l
-                .flip(&entries, prepare)
-                .map_err(io_err("swap the allow maps of", dir));
+            l.flip(&entries, prepare)
+                .map_err(io_err("swap the allow maps of", dir))?;
+            // A list put in force by a moat before the echo backstop: attached now, over
+            // the same maps (the hooks it lacks are the kernel's record of that).
+            if !inst.hooks.contains(&Hook::InetEgress) {
+                let hook = Hook::InetEgress;
+                let p = load(hook, hook.name(), &prog::program(hook, l.fds()))?;
+                attach_all(&cg, dir, &[(hook, hook.name(), p)])?;
+            }
+            return Ok(());
         }
     }
     let progs = programs(dir, egress, forwarder)?;
@@ -483,12 +494,7 @@ impl Installed {
                     .collect()
             }
             (Some(_), Some(l)) => {
-                let raw = |f: &OwnedFd| f.as_raw_fd();
-                let maps = prog::MapFds {
-                    selector: raw(&l.selector),
-                    tries: [raw(&l.tries[0]), raw(&l.tries[1])],
-                    stats: raw(&l.stats),
-                };
+                let maps = l.fds();
                 Hook::ALL
                     .iter()
                     .map(|h| (*h, h.name(), prog::program(*h, maps)))
@@ -519,6 +525,16 @@ impl Installed {
 }
 
 impl ListMaps {
+    /// The fds the list programs are loaded over.
+    fn fds(&self) -> prog::MapFds {
+        let raw = |f: &OwnedFd| f.as_raw_fd();
+        prog::MapFds {
+            selector: raw(&self.selector),
+            tries: [raw(&self.tries[0]), raw(&self.tries[1])],
+            stats: raw(&self.stats),
+        }
+    }
+
     /// Which trie the selector names.
     pub fn selected(&self) -> io::Result<usize> {
         let mut v = [0u8; 4];
@@ -593,4 +609,31 @@ pub fn count(stats: BorrowedFd<'_>, slot: u32) -> io::Result<()> {
     bpf::map_lookup(stats, &k, &mut v)?;
     let n = u64::from_ne_bytes(v).saturating_add(1);
     bpf::map_update(stats, &k, &n.to_ne_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_slots_are_distinct_and_in_the_map() {
+        let mut slots: Vec<u32> = Hook::ALL.iter().map(|h| h.slot()).collect();
+        slots.push(STATS_REFUSED_NAMES);
+        assert!(slots.iter().all(|s| *s < STATS_SLOTS), "{slots:?}");
+        assert_eq!(Hook::InetEgress.slot(), STATS_REFUSED_ECHO);
+        let n = slots.len();
+        slots.sort_unstable();
+        slots.dedup();
+        assert_eq!(slots.len(), n, "a slot counts two things");
+    }
+
+    #[test]
+    fn the_packet_program_is_a_lists_only() {
+        assert!(!prog::FIXED_HOOKS.contains(&Hook::InetEgress));
+        assert!(Hook::ALL.contains(&Hook::InetEgress));
+        assert_eq!(Hook::InetEgress.prog_type(), bpf::BPF_PROG_TYPE_CGROUP_SKB);
+        assert!(Hook::SOCK_ADDR
+            .iter()
+            .all(|h| h.prog_type() == bpf::BPF_PROG_TYPE_CGROUP_SOCK_ADDR));
+    }
 }

@@ -1,6 +1,7 @@
 //! The egress programs (`BPF_PROG_TYPE_CGROUP_SOCK_ADDR`), one per hook: `connect4`,
-//! `connect6` (TCP, connected UDP, ping sockets) and `sendmsg4`, `sendmsg6` (unconnected
-//! UDP). Each computes the destination's trie key (IPv4 as `::ffff:a.b.c.d`), looks it up
+//! `connect6` (TCP, connected UDP, a ping socket's `connect`) and `sendmsg4`, `sendmsg6`
+//! (unconnected UDP); with a list also the ICMP echo backstop on `BPF_CGROUP_INET_EGRESS`
+//! ([`echo_program`]: a ping socket's `sendto` and raw sockets pass no hook above). Each computes the destination's trie key (IPv4 as `::ffff:a.b.c.d`), looks it up
 //! in the container's current allow trie (of two: the selector's slot 0 says which), and
 //! allows when one of the matched prefix's ranges holds the protocol and port; otherwise it
 //! counts the refusal (stats slot of the hook) and returns 0, which the kernel turns into
@@ -27,29 +28,44 @@ pub const RANGES: usize = 8;
 /// Bytes of one range: lo u16, hi u16, protos u8, 3 bytes of padding.
 pub const RANGE_SIZE: usize = 8;
 
-/// The hooks, in the order of their stats slots.
+/// The hooks, in the order of their stats slots (but [`Hook::InetEgress`]'s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hook {
     Connect4,
     Connect6,
     Sendmsg4,
     Sendmsg6,
+    /// `BPF_CGROUP_INET_EGRESS` (`BPF_PROG_TYPE_CGROUP_SKB`): the packets the container's
+    /// sockets send. A list's only: the ICMP echo backstop ([`echo_program`]).
+    InetEgress,
 }
 
 impl Hook {
-    pub const ALL: [Hook; 4] = [
+    /// Every hook a list's programs are on.
+    pub const ALL: [Hook; 5] = [
+        Hook::Connect4,
+        Hook::Connect6,
+        Hook::Sendmsg4,
+        Hook::Sendmsg6,
+        Hook::InetEgress,
+    ];
+
+    /// The `connect`/`sendmsg` hooks (`BPF_PROG_TYPE_CGROUP_SOCK_ADDR`).
+    pub const SOCK_ADDR: [Hook; 4] = [
         Hook::Connect4,
         Hook::Connect6,
         Hook::Sendmsg4,
         Hook::Sendmsg6,
     ];
 
+    /// The stats slot counting this hook's refusals (slot 4 is the forwarder's).
     pub fn slot(self) -> u32 {
         match self {
             Hook::Connect4 => 0,
             Hook::Connect6 => 1,
             Hook::Sendmsg4 => 2,
             Hook::Sendmsg6 => 3,
+            Hook::InetEgress => 5,
         }
     }
 
@@ -64,6 +80,15 @@ impl Hook {
             Hook::Connect6 => "moat_eg_c6",
             Hook::Sendmsg4 => "moat_eg_s4",
             Hook::Sendmsg6 => "moat_eg_s6",
+            Hook::InetEgress => "moat_eg_icmp",
+        }
+    }
+
+    pub fn prog_type(self) -> u32 {
+        use crate::linux::sys::bpf;
+        match self {
+            Hook::InetEgress => bpf::BPF_PROG_TYPE_CGROUP_SKB,
+            _ => bpf::BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
         }
     }
 
@@ -74,6 +99,7 @@ impl Hook {
             Hook::Connect6 => bpf::BPF_CGROUP_INET6_CONNECT,
             Hook::Sendmsg4 => bpf::BPF_CGROUP_UDP4_SENDMSG,
             Hook::Sendmsg6 => bpf::BPF_CGROUP_UDP6_SENDMSG,
+            Hook::InetEgress => bpf::BPF_CGROUP_INET_EGRESS,
         }
     }
 }
@@ -111,7 +137,27 @@ const JLT_X: u8 = 0xad;
 const JMP32_JNE_K: u8 = 0x56;
 const CALL: u8 = 0x85;
 const EXIT: u8 = 0x95;
+const LSH_K: u8 = 0x67;
+const ADD_X: u8 = 0x0f;
 const MAP_LOOKUP_ELEM: i32 = 1;
+const SKB_LOAD_BYTES_RELATIVE: i32 = 68;
+const BPF_HDR_START_NET: i32 = 1;
+
+// struct __sk_buff: the ethertype, in network order (as the 16 bits lie in memory).
+const SKB_PROTOCOL: i16 = 16;
+const ETH_P_IP: i32 = i32::from_le_bytes([0x08, 0x00, 0, 0]);
+const ETH_P_IPV6: i32 = i32::from_le_bytes([0x86, 0xdd, 0, 0]);
+// The echo program's packet buffers on the stack: the IP header (40 bytes: an IPv6
+// header, or the first 20 of an IPv4 one) and an extension header's (or ICMP) first bytes.
+const HDR: i16 = -72;
+const EXT: i16 = -80;
+/// IPv6 extension headers the echo program walks before it gives up on finding the upper
+/// layer (and then judges the packet as an echo request: fail closed). A socket without
+/// `CAP_NET_RAW` can put two on a packet (a routing header, and the kernel's fragment
+/// header); each one walked costs about 0.2 ms of verifier time in every create.
+const EXT_HEADERS: usize = 4;
+const ICMP_ECHO: i32 = 8;
+const ICMPV6_ECHO_REQUEST: i32 = 128;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum L {
@@ -128,6 +174,16 @@ enum L {
     Trie1,
     Lookup,
     Next(usize),
+    V4,
+    V6,
+    Walk(usize),
+    Ext(usize),
+    Ah(usize),
+    Frag(usize),
+    Adv(usize),
+    Icmp6,
+    Echo6,
+    Echo,
 }
 
 enum Op {
@@ -195,6 +251,9 @@ pub struct MapFds {
 
 /// The list program of `hook` over `maps`.
 pub fn program(hook: Hook, maps: MapFds) -> Vec<Insn> {
+    if hook == Hook::InetEgress {
+        return echo_program(maps);
+    }
     let mut o = vec![
         i(MOV_X, 6, 1, 0, 0),
         i(LDX_W, 7, 6, USER_PORT, 0),
@@ -258,77 +317,163 @@ pub fn program(hook: Hook, maps: MapFds) -> Vec<Insn> {
             jk(JNE_K, 7, 53, L::Allow),
         ]);
     }
-    o.push(Op::Mark(L::Key));
-    o.push(i(ST_W, 10, 0, SEL_IDX, 0));
-    ld_map(&mut o, 1, maps.selector);
+    decide(&mut o, maps, hook.slot());
+    assemble(o)
+}
+
+/// `bpf_skb_load_bytes_relative(skb, off, fp + to, len, BPF_HDR_START_NET)`, the offset
+/// in register `off` (or 0 when `off` is `None`); a packet too short for it passes.
+fn load_bytes(o: &mut Vec<Op>, off: Option<u8>, to: i16, len: i32) {
+    o.push(i(MOV_X, 1, 6, 0, 0));
+    o.push(match off {
+        Some(r) => i(MOV_X, 2, r, 0, 0),
+        None => i(MOV_K, 2, 0, 0, 0),
+    });
     o.extend([
-        i(MOV_X, 2, 10, 0, 0),
-        i(ADD_K, 2, 0, 0, i32::from(SEL_IDX)),
-        i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
-        jk(JEQ_K, 0, 0, L::Deny),
-        i(LDX_W, 1, 0, 0, 0),
-        jk(JEQ_K, 1, 1, L::Trie1),
+        i(MOV_X, 3, 10, 0, 0),
+        i(ADD_K, 3, 0, 0, i32::from(to)),
+        i(MOV_K, 4, 0, 0, len),
+        i(MOV_K, 5, 0, 0, BPF_HDR_START_NET),
+        i(CALL, 0, 0, 0, SKB_LOAD_BYTES_RELATIVE),
+        jk(JNE_K, 0, 0, L::Allow),
     ]);
-    ld_map(&mut o, 1, maps.tries[0]);
-    o.push(jk(JA, 0, 0, L::Lookup));
-    o.push(Op::Mark(L::Trie1));
-    ld_map(&mut o, 1, maps.tries[1]);
-    o.push(Op::Mark(L::Lookup));
+}
+
+/// The ICMP echo backstop (`BPF_CGROUP_INET_EGRESS`, a list's only): an ICMP echo request
+/// (ICMPv4 type 8, ICMPv6 type 128) leaving one of the container's sockets — a ping
+/// socket's `sendto`, which no `connect` hook sees, or a raw socket's — passes only to
+/// loopback or to an address whose trie entry allows ICMP (an address rule naming no
+/// protocol), exactly as the connect hooks decide a ping socket's `connect`. Refused
+/// requests are counted in stats slot 5 and dropped, which `sendto` reports as `EPERM`.
+/// Every other packet passes. A request whose route the header does not name alone (IPv4
+/// options, an IPv6 routing header: the destination would be the first hop's) is refused
+/// wherever it goes, and so is an IPv6 packet whose upper layer lies past
+/// [`EXT_HEADERS`] extension headers. A non-first fragment carries no ICMP header and
+/// passes (the first one holds it, and is judged).
+///
+/// Registers: r6 ctx, r7 1 once an IPv6 routing header is seen (then the port: 0), r8 the
+/// next header (then the protocol's bit), r9 the offset of the next header.
+pub fn echo_program(maps: MapFds) -> Vec<Insn> {
+    let mut o = vec![
+        i(MOV_X, 6, 1, 0, 0),
+        i(MOV_K, 7, 0, 0, 0),
+        i(LDX_W, 2, 6, SKB_PROTOCOL, 0),
+        jk(JEQ_K, 2, ETH_P_IP, L::V4),
+        jk(JEQ_K, 2, ETH_P_IPV6, L::V6),
+        jk(JA, 0, 0, L::Allow),
+        Op::Mark(L::V4),
+    ];
+    load_bytes(&mut o, None, HDR, 20);
     o.extend([
-        i(MOV_X, 2, 10, 0, 0),
-        i(ADD_K, 2, 0, 0, i32::from(KEY)),
-        i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
-        jk(JEQ_K, 0, 0, L::Deny),
+        i(LDX_B, 2, 10, HDR + 9, 0),
+        jk(JNE_K, 2, libc::IPPROTO_ICMP, L::Allow),
+        // The fragment offset (13 bits after the flags), as it lies in memory.
+        i(LDX_H, 2, 10, HDR + 6, 0),
+        i(AND_K, 2, 0, 0, i32::from_le_bytes([0x1f, 0xff, 0, 0])),
+        jk(JNE_K, 2, 0, L::Allow),
+        i(LDX_B, 9, 10, HDR, 0),
+        i(AND_K, 9, 0, 0, 0xf),
+        i(LSH_K, 9, 0, 0, 2),
     ]);
-    for r in 0..RANGES {
-        let base = i16::try_from(r * RANGE_SIZE).expect("small offsets");
-        let next = if r + 1 < RANGES {
-            L::Range(r + 1)
-        } else {
-            L::Deny
-        };
+    load_bytes(&mut o, Some(9), EXT, 1);
+    o.extend([
+        i(LDX_B, 2, 10, EXT, 0),
+        jk(JNE_K, 2, ICMP_ECHO, L::Allow),
+        // Options (a source route): refused.
+        jk(JNE_K, 9, 20, L::Deny),
+        i(ST_W, 10, 0, KEY, 128),
+        i(ST_W, 10, 0, KEY + 4, 0),
+        i(ST_W, 10, 0, KEY + 8, 0),
+        i(ST_W, 10, 0, KEY + 12, word([0, 0, 0xff, 0xff])),
+        i(LDX_W, 2, 10, HDR + 16, 0),
+        i(STX_W, 10, 2, KEY + 16, 0),
+        i(AND_K, 2, 0, 0, 0xff),
+        jk(JEQ_K, 2, 127, L::Allow),
+        jk(JA, 0, 0, L::Echo),
+        Op::Mark(L::V6),
+    ]);
+    load_bytes(&mut o, None, HDR, 40);
+    o.extend([i(LDX_B, 8, 10, HDR + 6, 0), i(MOV_K, 9, 0, 0, 40)]);
+    // Every extension header is at least 8 bytes: one load per header.
+    for k in 0..EXT_HEADERS {
         o.extend([
-            Op::Mark(L::Range(r)),
-            i(LDX_B, 1, 0, base + 4, 0),
-            i(AND_X, 1, 8, 0, 0),
-            jk(JEQ_K, 1, 0, next),
-            i(LDX_H, 1, 0, base, 0),
-            jx(JLT_X, 7, 1, next),
-            i(LDX_H, 1, 0, base + 2, 0),
-            jx(JGT_X, 7, 1, next),
-            jk(JA, 0, 0, L::Allow),
+            Op::Mark(L::Walk(k)),
+            jk(JEQ_K, 8, libc::IPPROTO_ICMPV6, L::Icmp6),
+            jk(JEQ_K, 8, libc::IPPROTO_HOPOPTS, L::Ext(k)),
+            jk(JEQ_K, 8, libc::IPPROTO_DSTOPTS, L::Ext(k)),
+            jk(JEQ_K, 8, libc::IPPROTO_AH, L::Ext(k)),
+            jk(JEQ_K, 8, libc::IPPROTO_FRAGMENT, L::Ext(k)),
+            jk(JNE_K, 8, libc::IPPROTO_ROUTING, L::Allow),
+            i(MOV_K, 7, 0, 0, 1),
+            Op::Mark(L::Ext(k)),
+        ]);
+        load_bytes(&mut o, Some(9), EXT, 8);
+        o.extend([
+            jk(JEQ_K, 8, libc::IPPROTO_FRAGMENT, L::Frag(k)),
+            i(LDX_B, 2, 10, EXT + 1, 0),
+            jk(JEQ_K, 8, libc::IPPROTO_AH, L::Ah(k)),
+            // Hop-by-hop, routing, destination options: (length + 1) * 8 bytes.
+            i(ADD_K, 2, 0, 0, 1),
+            i(LSH_K, 2, 0, 0, 3),
+            jk(JA, 0, 0, L::Adv(k)),
+            // AH: (length + 2) * 4 bytes.
+            Op::Mark(L::Ah(k)),
+            i(ADD_K, 2, 0, 0, 2),
+            i(LSH_K, 2, 0, 0, 2),
+            jk(JA, 0, 0, L::Adv(k)),
+            Op::Mark(L::Frag(k)),
+            // The fragment offset (13 bits before the flags), as it lies in memory.
+            i(LDX_H, 2, 10, EXT + 2, 0),
+            i(AND_K, 2, 0, 0, i32::from_le_bytes([0xff, 0xf8, 0, 0])),
+            jk(JNE_K, 2, 0, L::Allow),
+            i(MOV_K, 2, 0, 0, 8),
+            Op::Mark(L::Adv(k)),
+            i(ADD_X, 9, 2, 0, 0),
+            i(LDX_B, 8, 10, EXT, 0),
         ]);
     }
+    // Past the walk: judged as an echo request.
     o.extend([
-        Op::Mark(L::Allow),
-        i(MOV_K, 0, 0, 0, 1),
-        i(EXIT, 0, 0, 0, 0),
-        Op::Mark(L::Deny),
-        i(
-            ST_W,
-            10,
-            0,
-            STATS_IDX,
-            i32::try_from(hook.slot()).expect("slot"),
-        ),
+        Op::Mark(L::Walk(EXT_HEADERS)),
+        jk(JA, 0, 0, L::Echo6),
+        Op::Mark(L::Icmp6),
     ]);
-    ld_map(&mut o, 1, maps.stats);
+    load_bytes(&mut o, Some(9), EXT, 1);
     o.extend([
-        i(MOV_X, 2, 10, 0, 0),
-        i(ADD_K, 2, 0, 0, i32::from(STATS_IDX)),
-        i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
-        jk(JEQ_K, 0, 0, L::DenyRet),
-        i(MOV_K, 1, 0, 0, 1),
-        i(ATOMIC_DW, 0, 1, 0, 0),
-        Op::Mark(L::DenyRet),
-        i(MOV_K, 0, 0, 0, 0),
-        i(EXIT, 0, 0, 0, 0),
+        i(LDX_B, 2, 10, EXT, 0),
+        jk(JNE_K, 2, ICMPV6_ECHO_REQUEST, L::Allow),
+        Op::Mark(L::Echo6),
+        jk(JNE_K, 7, 0, L::Deny),
+        i(ST_W, 10, 0, KEY, 128),
+        i(LDX_W, 2, 10, HDR + 24, 0),
+        i(LDX_W, 3, 10, HDR + 28, 0),
+        i(LDX_W, 4, 10, HDR + 32, 0),
+        i(LDX_W, 5, 10, HDR + 36, 0),
+        i(STX_W, 10, 2, KEY + 4, 0),
+        i(STX_W, 10, 3, KEY + 8, 0),
+        i(STX_W, 10, 4, KEY + 12, 0),
+        i(STX_W, 10, 5, KEY + 16, 0),
+        // ::1, and ::ffff:127.0.0.0/104.
+        jk(JMP32_JNE_K, 2, 0, L::Echo),
+        jk(JMP32_JNE_K, 3, 0, L::Echo),
+        jk(JMP32_JNE_K, 4, 0, L::NotLoop),
+        jk(JMP32_JNE_K, 5, word([0, 0, 0, 1]), L::Echo),
+        jk(JA, 0, 0, L::Allow),
+        Op::Mark(L::NotLoop),
+        jk(JMP32_JNE_K, 4, word([0, 0, 0xff, 0xff]), L::Echo),
+        i(AND_K, 5, 0, 0, 0xff),
+        jk(JNE_K, 5, 127, L::Echo),
+        jk(JA, 0, 0, L::Allow),
+        Op::Mark(L::Echo),
+        i(MOV_K, 7, 0, 0, 0),
+        i(MOV_K, 8, 0, 0, i32::from(ICMP)),
     ]);
+    decide(&mut o, maps, Hook::InetEgress.slot());
     assemble(o)
 }
 
 /// The hooks of the fixed program (no list): connections and datagrams alike.
-pub const FIXED_HOOKS: [Hook; 4] = Hook::ALL;
+pub const FIXED_HOOKS: [Hook; 4] = Hook::SOCK_ADDR;
 
 /// The fixed program's name for `hook`.
 pub fn fixed_name(hook: Hook) -> &'static str {
@@ -337,6 +482,7 @@ pub fn fixed_name(hook: Hook) -> &'static str {
         Hook::Connect6 => "moat_md_c6",
         Hook::Sendmsg4 => "moat_md_s4",
         Hook::Sendmsg6 => "moat_md_s6",
+        Hook::InetEgress => unreachable!("the fixed form has no packet program"),
     }
 }
 
@@ -386,6 +532,73 @@ pub fn fixed_program(hook: Hook, deny: &[(std::net::Ipv6Addr, Vec<u16>)]) -> Vec
         o.extend([Op::Mark(L::Deny), i(MOV_K, 0, 0, 0, 0), i(EXIT, 0, 0, 0, 0)]);
     }
     assemble(o)
+}
+
+/// From `L::Key` on, shared by every list program: the trie key at `KEY` (its prefix
+/// length set), r7 the port, r8 the protocol's bit. Looks the key up in the trie the
+/// selector names and allows when one of the matched prefix's ranges holds both; otherwise
+/// counts the refusal in stats slot `slot` and refuses.
+fn decide(o: &mut Vec<Op>, maps: MapFds, slot: u32) {
+    o.push(Op::Mark(L::Key));
+    o.push(i(ST_W, 10, 0, SEL_IDX, 0));
+    ld_map(o, 1, maps.selector);
+    o.extend([
+        i(MOV_X, 2, 10, 0, 0),
+        i(ADD_K, 2, 0, 0, i32::from(SEL_IDX)),
+        i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
+        jk(JEQ_K, 0, 0, L::Deny),
+        i(LDX_W, 1, 0, 0, 0),
+        jk(JEQ_K, 1, 1, L::Trie1),
+    ]);
+    ld_map(o, 1, maps.tries[0]);
+    o.push(jk(JA, 0, 0, L::Lookup));
+    o.push(Op::Mark(L::Trie1));
+    ld_map(o, 1, maps.tries[1]);
+    o.push(Op::Mark(L::Lookup));
+    o.extend([
+        i(MOV_X, 2, 10, 0, 0),
+        i(ADD_K, 2, 0, 0, i32::from(KEY)),
+        i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
+        jk(JEQ_K, 0, 0, L::Deny),
+    ]);
+    for r in 0..RANGES {
+        let base = i16::try_from(r * RANGE_SIZE).expect("small offsets");
+        let next = if r + 1 < RANGES {
+            L::Range(r + 1)
+        } else {
+            L::Deny
+        };
+        o.extend([
+            Op::Mark(L::Range(r)),
+            i(LDX_B, 1, 0, base + 4, 0),
+            i(AND_X, 1, 8, 0, 0),
+            jk(JEQ_K, 1, 0, next),
+            i(LDX_H, 1, 0, base, 0),
+            jx(JLT_X, 7, 1, next),
+            i(LDX_H, 1, 0, base + 2, 0),
+            jx(JGT_X, 7, 1, next),
+            jk(JA, 0, 0, L::Allow),
+        ]);
+    }
+    o.extend([
+        Op::Mark(L::Allow),
+        i(MOV_K, 0, 0, 0, 1),
+        i(EXIT, 0, 0, 0, 0),
+        Op::Mark(L::Deny),
+        i(ST_W, 10, 0, STATS_IDX, i32::try_from(slot).expect("slot")),
+    ]);
+    ld_map(o, 1, maps.stats);
+    o.extend([
+        i(MOV_X, 2, 10, 0, 0),
+        i(ADD_K, 2, 0, 0, i32::from(STATS_IDX)),
+        i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
+        jk(JEQ_K, 0, 0, L::DenyRet),
+        i(MOV_K, 1, 0, 0, 1),
+        i(ATOMIC_DW, 0, 1, 0, 0),
+        Op::Mark(L::DenyRet),
+        i(MOV_K, 0, 0, 0, 0),
+        i(EXIT, 0, 0, 0, 0),
+    ]);
 }
 
 fn assemble(ops: Vec<Op>) -> Vec<Insn> {

@@ -17,6 +17,8 @@ pub const BPF_CGROUP_DEVICE: u32 = 6;
 pub const BPF_F_ALLOW_MULTI: u32 = 2;
 
 pub const BPF_PROG_TYPE_CGROUP_SOCK_ADDR: u32 = 18;
+pub const BPF_PROG_TYPE_CGROUP_SKB: u32 = 8;
+pub const BPF_CGROUP_INET_EGRESS: u32 = 1;
 pub const BPF_CGROUP_INET4_CONNECT: u32 = 10;
 pub const BPF_CGROUP_INET6_CONNECT: u32 = 11;
 pub const BPF_CGROUP_UDP4_SENDMSG: u32 = 14;
