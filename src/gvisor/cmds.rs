@@ -25,7 +25,7 @@ pub(super) struct RunscState {
 }
 
 pub(super) fn runsc_state(g: &Context, gv: &Gvisor, id: &str) -> Result<Option<RunscState>> {
-    let out = Runsc::quiet(gv, g, "state").args([id]).output()?;
+    let out = Runsc::quiet(gv, g, "state").id(id).output()?;
     if out.not_exist() {
         return Ok(None);
     }
@@ -144,7 +144,7 @@ fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
     }
     let _ = Runsc::quiet(gv, g, "delete")
         .flag("force", true)
-        .args([id])
+        .id(id)
         .output();
     forget(gv, id);
     if let Ok(dir) = ContainerDir::open(root, id) {
@@ -179,7 +179,7 @@ fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<
             "pid-file",
             a.pid_file.as_ref().filter(|_| sandbox.is_none()),
         )
-        .args([&a.id])
+        .id(&a.id)
         .wait()?;
     crate::linux::killpoint::at("create", "parent", "gvisor.Runsc");
     drop(p.sandbox);
@@ -321,7 +321,7 @@ pub fn run(g: &Context, a: &create_req::RunRequest, sel: Selection) -> Result<i3
         .opt("bundle", &shadow)
         .opt_some("console-socket", c.console_socket.as_ref())
         .opt_some("pid-file", c.pid_file.as_ref())
-        .args([&c.id])
+        .id(&c.id)
         .wait_raw();
     discard(g, &gv, &root, &c.id);
     status
@@ -330,11 +330,11 @@ pub fn run(g: &Context, a: &create_req::RunRequest, sel: Selection) -> Result<i3
 pub fn start(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
     crate::linux::killpoint::at("start", "parent", "gvisor.Start");
     if pod::app_sandbox(gv).is_none() {
-        return Runsc::new(gv, g, "start").args([&rec.id]).wait();
+        return Runsc::new(gv, g, "start").id(&rec.id).wait();
     }
     let stdio = pod::waiter_stdio(rec)?;
     let code = Runsc::new(gv, g, "start")
-        .args([&rec.id])
+        .id(&rec.id)
         .wait_stdio(stdio.each_ref().map(|f| Some(f.as_fd())))?;
     drop(stdio);
     if code == 0 {
@@ -354,12 +354,12 @@ fn no_pod_pause(gv: &Gvisor, what: &str) -> Result<()> {
 
 pub fn pause(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
     no_pod_pause(gv, "pause")?;
-    Runsc::new(gv, g, "pause").args([&rec.id]).wait()
+    Runsc::new(gv, g, "pause").id(&rec.id).wait()
 }
 
 pub fn resume(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
     no_pod_pause(gv, "resume")?;
-    Runsc::new(gv, g, "resume").args([&rec.id]).wait()
+    Runsc::new(gv, g, "resume").id(&rec.id).wait()
 }
 
 /// `ps --format table|json`. runsc lists the sandbox's own pids; ps arguments after `--`
@@ -372,7 +372,7 @@ pub fn ps(g: &Context, rec: &Record, gv: &Gvisor, format: &str, ps_args: &[Strin
     }
     Runsc::new(gv, g, "ps")
         .opt("format", format)
-        .args([&rec.id])
+        .id(&rec.id)
         .wait()
 }
 
@@ -444,14 +444,15 @@ pub fn kill(g: &Context, rec: &Record, gv: &Gvisor, all: bool, sig: i32) -> Resu
             // runsc refuses to signal a paused container; SIGKILL ends a paused runc
             // container all the same, so resume it first for that one.
             if st.status == Status::Paused && sig == libc::SIGKILL {
-                let code = Runsc::new(gv, g, "resume").args([&rec.id]).wait()?;
+                let code = Runsc::new(gv, g, "resume").id(&rec.id).wait()?;
                 if code != 0 {
                     return Ok(code);
                 }
             }
             Runsc::new(gv, g, "kill")
                 .flag("all", all)
-                .args([rec.id.clone(), sig.to_string()])
+                .id(&rec.id)
+                .args([sig.to_string()])
                 .wait()
         }
     }
@@ -479,7 +480,7 @@ pub fn delete(
     crate::linux::killpoint::at("delete", "parent", "gvisor.runsc");
     let out = Runsc::quiet(gv, g, "delete")
         .flag("force", force)
-        .args([&rec.id])
+        .id(&rec.id)
         .output()?;
     crate::linux::killpoint::at("delete", "parent", "gvisor.state");
     if out.code == 0 || (force && out.not_exist()) {

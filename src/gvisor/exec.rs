@@ -99,7 +99,7 @@ pub fn exec(
         .opt_some("console-socket", a.console_socket.as_ref())
         .opt_some("pid-file", a.pid_file.as_ref())
         .flag("detach", a.detach)
-        .args([&rec.id]);
+        .id(&rec.id);
     if a.process.is_none() && !a.tty {
         r = r.args(&a.command);
     }

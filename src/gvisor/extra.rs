@@ -128,7 +128,7 @@ pub fn events(
     if let (true, Some(n)) = (stats, counters) {
         let out = Runsc::quiet(gv, g, "events")
             .flag("stats", true)
-            .args([&rec.id])
+            .id(&rec.id)
             .output()?;
         if out.code != 0 {
             bail!("{}", out.error());
@@ -149,7 +149,7 @@ pub fn events(
     } else {
         r.opt("interval", secs.to_string())
     };
-    Err(r.args([&rec.id]).exec())
+    Err(r.id(&rec.id).exec())
 }
 
 /// `features` asked of the gVisor path: moat invoked as `moat-gvisor`, or

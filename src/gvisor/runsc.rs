@@ -34,6 +34,9 @@ pub struct Runsc<'a> {
     log: Option<std::path::PathBuf>,
     /// A cgroup v2 `cgroup.procs` (open for writing) runsc is started in.
     cgroup_procs: Option<BorrowedFd<'a>>,
+    /// The subcommand, and the container id it names ([`Runsc::id`]).
+    sub: String,
+    id: Option<String>,
 }
 
 /// What a captured runsc call printed and how it ended.
@@ -82,6 +85,19 @@ fn end_line(log: &std::path::Path) {
     }
 }
 
+/// runsc's root holds state for exactly the container `id` (`<id>_sandbox:<sandbox>.state`,
+/// the sandbox being the container itself or its pod's).
+pub fn known_exactly(root: &std::path::Path, id: &str) -> bool {
+    let prefix = format!("{id}_sandbox:");
+    std::fs::read_dir(root).is_ok_and(|rd| {
+        rd.flatten().any(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with(&prefix) && n.ends_with(".state")
+        })
+    })
+}
+
 /// The process environment minus moat's own variables.
 pub fn environment() -> Vec<(OsString, OsString)> {
     without_moat(std::env::vars_os())
@@ -124,6 +140,8 @@ impl<'a> Runsc<'a> {
             argv,
             log: g.log.clone(),
             cgroup_procs: None,
+            sub: sub.to_string(),
+            id: None,
         }
     }
 
@@ -158,6 +176,25 @@ impl<'a> Runsc<'a> {
     pub fn in_cgroup(mut self, procs: Option<BorrowedFd<'a>>) -> Self {
         self.cgroup_procs = procs;
         self
+    }
+
+    /// Appends the container id. runsc takes an id it has no state for as a prefix of
+    /// one it has (`web` finds `web2`): every call but create and run is refused here
+    /// unless runsc's root holds state for exactly this id ([`known_exactly`]), so a
+    /// delete or kill of a container runsc lost can never reach another.
+    pub fn id(mut self, id: &str) -> Self {
+        self.argv.push(id.into());
+        self.id = Some(id.to_string());
+        self
+    }
+
+    /// The refusal of [`Runsc::id`], in runsc's words for a container it does not know.
+    fn unknown(&self) -> Option<String> {
+        let id = self.id.as_deref()?;
+        if matches!(self.sub.as_str(), "create" | "run") || known_exactly(&self.gv.root, id) {
+            return None;
+        }
+        Some(format!("container {id:?} does not exist"))
     }
 
     /// Appends `--name=value`.
@@ -222,6 +259,9 @@ impl<'a> Runsc<'a> {
 
     /// Starts runsc with `stdio` in place of moat's 0-2 where given.
     fn spawn(&self, stdio: [Option<BorrowedFd<'_>>; 3]) -> Result<(i32, OwnedFd)> {
+        if let Some(e) = self.unknown() {
+            anyhow::bail!("{e}");
+        }
         let (path, argv, envp) = self.exec_args();
         sys::spawn_in_cgroup(&path, &argv, &envp, stdio, self.cgroup_procs)
             .with_context(|| format!("execute {}", self.gv.runsc.display()))
@@ -229,6 +269,9 @@ impl<'a> Runsc<'a> {
 
     /// Replaces moat with runsc. Returns only on failure.
     pub fn exec(self) -> anyhow::Error {
+        if let Some(e) = self.unknown() {
+            return anyhow::anyhow!("{e}");
+        }
         if let Err(e) = sys::close_range_from(sys::FdNumber(3), true) {
             return anyhow::Error::from(e).context("close_range");
         }
@@ -276,6 +319,14 @@ impl<'a> Runsc<'a> {
     /// Runs runsc with stdin from /dev/null and captures its output. stdout and stderr go
     /// to anonymous files, read once runsc has exited: no pipe to drain while it runs.
     pub fn output(self) -> Result<Output> {
+        if let Some(e) = self.unknown() {
+            return Ok(Output {
+                code: 1,
+                end: crate::linux::signal::ChildEnd::Exited(1),
+                stdout: Vec::new(),
+                stderr: e,
+            });
+        }
         sys::close_range_from(sys::FdNumber(3), true).context("close_range")?;
         let null = std::fs::File::open("/dev/null").context("open /dev/null")?;
         let out = sys::memfd(c"runsc-stdout").context("memfd_create")?;

@@ -251,6 +251,51 @@ pub fn shadow_config(dir: &ContainerDir) -> Result<Value> {
     serde_json::from_slice(&b).with_context(|| format!("parse {}", path.display()))
 }
 
+/// runsc 20221219 takes every id as a prefix: with `web` and `web2` under one root, `web`
+/// is ambiguous to each call and can no longer be addressed. A gVisor id that begins, or
+/// is the beginning of, another gVisor container's (moat's records, and runsc's own state
+/// files under `@runsc`) is refused. Checked after this create's directory exists, so of
+/// two racing creates at least one sees the other; a directory without a readable record
+/// (a create under way) counts as gVisor.
+fn prefix_free(root: &Path, id: &str) -> Result<()> {
+    let clash = |n: &str| n != id && (n.starts_with(id) || id.starts_with(n));
+    let mut others: Vec<String> = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(root) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n == RUNSC_ROOT || !clash(&n) {
+                continue;
+            }
+            let native = ContainerDir::open_read(root, &n)
+                .ok()
+                .and_then(|d| d.load().ok())
+                .is_some_and(|r| matches!(r.backend, super::Backend::Native));
+            if !native {
+                others.push(n);
+            }
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(root.join(RUNSC_ROOT)) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if let Some((c, _)) = n.split_once("_sandbox:") {
+                if clash(c) && !others.iter().any(|o| o == c) {
+                    others.push(c.to_string());
+                }
+            }
+        }
+    }
+    match others.first() {
+        None => Ok(()),
+        Some(o) => bail!(
+            "container id {id:?}: gVisor container {o:?} under the same root begins or is the \
+             beginning of it, and runsc takes ids as prefixes (one of the two could no longer \
+             be addressed); choose an id that neither begins another gVisor container's nor \
+             is begun by one"
+        ),
+    }
+}
+
 /// Everything a gVisor create needs, with the state directory, shadow bundle and record
 /// in place. On error nothing is left behind.
 pub struct Prepared {
@@ -320,6 +365,10 @@ pub fn prepare(
     let runsc_config = super::spec::config_json(&spec, &bundle, &rootfs)?;
     let state_root = g.root.clone();
     let dir = ContainerDir::create(&state_root, id)?;
+    if let Err(e) = prefix_free(&state_root, id) {
+        let _ = dir.remove();
+        return Err(e);
+    }
     crate::log::debug(&format!("{id}: gVisor ({})", sel.reason));
     let (gv, sandbox) = match sandbox {
         Some(j) => (j.gv, Some(j.dir)),

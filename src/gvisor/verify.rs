@@ -249,7 +249,8 @@ fn checks(g: &Context, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result
     // The sentry's view of PID 1, read through `runsc exec` (needs `cat` in the image).
     if st.status == Status::Running {
         let out = Runsc::quiet(gv, g, "exec")
-            .args([rec.id.as_str(), "cat", "/proc/1/status"])
+            .id(&rec.id)
+            .args(["cat", "/proc/1/status"])
             .output()?;
         if out.code != 0 {
             add(
