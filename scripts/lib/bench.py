@@ -550,7 +550,7 @@ class Bench:
             self.record(it, "gvisor_outside_calls_ms", rt, sum(outside.values()) / 1e6)
 
     def gvisor_noop(self, it):
-        """moat's own cost per call: moat-gvisor create/start/delete with /bin/true as
+        """moat's own cost per call: moat-gvisor create/start/delete with a no-op
         runsc, each minus a plain /bin/true spawned right before or after it."""
         rt = self.gvisor_noop_rt
         cid = self.cid(rt, "n")
@@ -887,7 +887,7 @@ class Bench:
                 rows.append([m, own, len(v), f"{statistics.median(v):.4f}", f"{quantile(v, 0.1):.4f}",
                              f"{quantile(v, 0.9):.4f}", "", "/bin/true"])
             print()
-            print("moat's own cost, measured with /bin/true as runsc (each call minus a plain "
+            print("moat's own cost, measured with a no-op runsc (scripts/lib/noop-runsc.c) (each call minus a plain "
                   "/bin/true), ms median [p10–p90]: " + "; ".join(parts) + ".")
         print()
         flags = " ".join(self.gvisor[1].global_args)
