@@ -501,12 +501,10 @@ impl Channel {
 
     /// One packet: its kind (checked against the phase), payload and fd.
     fn recv(&self) -> io::Result<(Kind, Vec<u8>, Option<OwnedFd>)> {
-        let mut buf = vec![0u8; MAX_MSG];
-        let (n, fd) = sys::recv_with_fd(self.sock.as_fd(), &mut buf)?;
-        if n == 0 {
+        let (mut buf, fd) = sys::recv_msg(self.sock.as_fd(), MAX_MSG)?;
+        if buf.is_empty() {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer exited"));
         }
-        buf.truncate(n);
         let k = Kind::from_tag(buf[0]).ok_or_else(|| bad(buf[0]))?;
         self.check(k, true)?;
         buf.remove(0);
@@ -631,7 +629,7 @@ fn encode_child(m: &ToChild) -> Vec<u8> {
 }
 
 /// What the parent's `send_child(m)` puts on the wire: the packets a sequence test
-/// scripts as the fake's `recv_with_fd` answers.
+/// scripts as the fake's `recv_msg` answers.
 #[cfg(test)]
 pub fn wire(m: &ToChild) -> Vec<u8> {
     encode_child(m)

@@ -619,14 +619,14 @@ pub(crate) mod tests {
             )
             // The parent: Go, HooksDone, Created.
             .then(
-                "recv_with_fd",
+                "recv_msg",
                 Reply::Bytes(wire(&ToChild::Go(state.clone()))),
             )
             .then(
-                "recv_with_fd",
+                "recv_msg",
                 Reply::Bytes(wire(&ToChild::HooksDone(state))),
             )
-            .then("recv_with_fd", Reply::Bytes(wire(&ToChild::Created)))
+            .then("recv_msg", Reply::Bytes(wire(&ToChild::Created)))
             // After pivot_root the old root is stacked on the new one; /dev/null is the
             // null device.
             .after("pivot_root", "mount_id", Reply::Int(2))
@@ -840,7 +840,7 @@ pub(crate) mod tests {
             assert!(
                 matches!(
                     c.name,
-                    "recv_with_fd"
+                    "recv_msg"
                         | "poll_readable"
                         | "read"
                         | "close_range_from"

@@ -79,8 +79,8 @@ pub use mount::{
     OPEN_TREE_CLONE,
 };
 pub use net::{
-    connect_unix, loopback_up, recv_with_fd, send_msg, send_with_fd, socketpair_seqpacket,
-    unix_stream_pair,
+    connect_unix, loopback_up, recv_msg, recv_with_fd, send_msg, send_with_fd,
+    socketpair_seqpacket, unix_stream_pair,
 };
 pub use process::{
     clone_fork, execve, exit_now, fexecve, hard_rlimit, ioprio_set, join_session_keyring,

@@ -158,6 +158,34 @@ pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Opti
     }
 }
 
+/// Receives one whole packet of a `SOCK_SEQPACKET` socket (at most `max` bytes) and at
+/// most one fd passed with it, into a buffer of the packet's size: its length is peeked
+/// first (`MSG_PEEK | MSG_TRUNC` reports a packet's full length), so no `max`-sized
+/// buffer is zeroed per message. An empty result is the peer's end of file.
+pub fn recv_msg(sock: BorrowedFd<'_>, max: usize) -> Result<(Vec<u8>, Option<OwnedFd>)> {
+    fake!("recv_msg", sock; |r| {
+        <Result<Vec<u8>> as super::record::Faked>::faked(r).map(|b| (b, None))
+    });
+    use nix::sys::socket::{recv, MsgFlags};
+    let len = loop {
+        match recv(
+            sock.as_raw_fd(),
+            &mut [0u8; 1],
+            MsgFlags::MSG_PEEK | MsgFlags::MSG_TRUNC,
+        ) {
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(n) => break n,
+        }
+    };
+    // An empty packet and end of file both read as 0 bytes; a 1-byte buffer still takes
+    // the packet (and its fd) off the socket.
+    let mut buf = vec![0u8; len.clamp(1, max)];
+    let (n, fd) = recv_with_fd(sock, &mut buf)?;
+    buf.truncate(n);
+    Ok((buf, fd))
+}
+
 /// Sends `data` with one descriptor passed as SCM_RIGHTS (`MSG_NOSIGNAL`: a closed peer is
 /// an error, not SIGPIPE): the pty master to the console socket.
 pub fn send_with_fd(sock: BorrowedFd<'_>, data: &[u8], fd: BorrowedFd<'_>) -> Result<()> {
