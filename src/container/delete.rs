@@ -126,7 +126,8 @@ pub fn destroy(dir: ContainerDir, rec: &Record) -> Result<()> {
             log::warn(&format!("remove cgroup: {e}"));
         }
     }
-    if let Ok(spec) = dir.load_spec() {
+    let spec = rec.may_have_post_hooks().then(|| dir.load_spec().ok());
+    if let Some(spec) = spec.flatten() {
         if let Some(h) = spec.hooks.as_ref().filter(|h| !h.poststop.is_empty()) {
             let st = state_json(rec, "stopped", 0);
             if let Err(e) = hooks::run("poststop", &h.poststop, &st) {

@@ -62,7 +62,11 @@ pub fn native(dir: &ContainerDir, rec: &Record) -> Result<()> {
         path: fifo.clone(),
         source,
     };
-    let spec = dir.load_spec()?;
+    // The saved spec only for a hook to run (or, below, the budget of a slow init).
+    let spec = match rec.may_have_post_hooks() {
+        true => Some(dir.load_spec()?),
+        false => None,
+    };
     f.write_all(b"0").map_err(|e| fifo_err("write", e))?;
     std::fs::remove_file(&fifo).map_err(|e| fifo_err("remove", e))?;
     // poststart hooks run once the process has started. The init holds the fifo's read
@@ -76,6 +80,10 @@ pub fn native(dir: &ContainerDir, rec: &Record) -> Result<()> {
     // read (for `[runtime] sync_timeout`).
     const AT_ONCE: Duration = Duration::from_millis(100);
     if !wait_no_readers(&f, Some(AT_ONCE)).map_err(wait_err)? {
+        let spec = match spec.as_ref() {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            None => std::borrow::Cow::Owned(dir.load_spec()?),
+        };
         let budget = start_budget(&spec, crate::policy::Config::load()?.sync_timeout);
         if !wait_no_readers(&f, budget.map(|b| b.saturating_sub(AT_ONCE))).map_err(wait_err)? {
             // Never a half-started container: the init that did not exec is ended (it
@@ -94,7 +102,8 @@ pub fn native(dir: &ContainerDir, rec: &Record) -> Result<()> {
     if let (Some(sock), Some(host)) = (&notify, &rec.notify_socket) {
         notify::relay(sock, host, rec.pid).context("NOTIFY_SOCKET: relay to the caller")?;
     }
-    if let Some(h) = spec.hooks.as_ref().filter(|h| !h.poststart.is_empty()) {
+    let hooks = spec.as_ref().and_then(|s| s.hooks.as_ref());
+    if let Some(h) = hooks.filter(|h| !h.poststart.is_empty()) {
         let st = state_json(rec, "running", rec.pid);
         // The process is already running: a failing poststart hook is reported, not fatal.
         if let Err(e) = hooks::run("poststart", &h.poststart, &st) {

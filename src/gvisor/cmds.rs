@@ -564,6 +564,7 @@ mod tests {
             policy: "open".into(),
             notify_socket: None,
             backend: crate::state::Backend::Native,
+            post_hooks: None,
         };
         let st = RunscState {
             status: Status::Stopped,

@@ -432,6 +432,7 @@ pub fn prepare(
             policy: decision.policy.into(),
             notify_socket: None,
             backend: super::Backend::Gvisor(gv.clone()),
+            post_hooks: None,
         };
         dir.save(&rec)?;
         // The egress programs on a cgroup v2 directory runsc create is started in: after

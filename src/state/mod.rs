@@ -179,6 +179,11 @@ pub struct Record {
     /// Which engine runs the container (chosen at create); later commands route by it.
     #[serde(default)]
     pub backend: Backend,
+    /// Whether the saved spec holds a `poststart` or `poststop` hook, so that `start` and
+    /// `delete` parse the saved config.json only to run one; `None` (a record written
+    /// before this field, or by the gVisor path) means "read the spec to know".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_hooks: Option<bool>,
 }
 
 /// Records written before the policy existed ran the spec as written.
@@ -491,6 +496,11 @@ pub fn process_start_time(pid: i32) -> Option<(char, u64)> {
 }
 
 impl Record {
+    /// Whether `start` or `delete` may have a hook to run (read the saved spec to know).
+    pub fn may_have_post_hooks(&self) -> bool {
+        self.post_hooks != Some(false)
+    }
+
     /// True when the recorded init is still this container's process and not a zombie.
     pub fn alive(&self) -> bool {
         self.pid > 0
@@ -585,6 +595,7 @@ mod tests {
             policy: "open".into(),
             notify_socket: None,
             backend: Default::default(),
+            post_hooks: None,
         };
         assert!(rec.alive());
         rec.pid_start += 1;

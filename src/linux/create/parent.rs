@@ -253,6 +253,11 @@ fn record(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Record, Er
         policy: plan.policy.to_string(),
         notify_socket: opts.notify_socket.clone(),
         backend: Default::default(),
+        post_hooks: Some(
+            spec.hooks
+                .as_ref()
+                .is_some_and(|h| !h.poststart.is_empty() || !h.poststop.is_empty()),
+        ),
     };
     dir.save(&record)?;
     dir.save_spec(spec)?;
