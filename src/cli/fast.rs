@@ -1,5 +1,6 @@
 //! The lifecycle calls engines make on every container (`create`, `start`, `state`,
-//! `kill`, `delete`), parsed without clap when they use only their plain forms.
+//! `kill`, `delete`, `run`, `exec`), parsed without clap when they use only their plain
+//! forms.
 //!
 //! Building even one subcommand's clap tree and matching it costs ~150 µs per call on
 //! the reference host, the largest part of a short call such as `start` after the
@@ -15,7 +16,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use super::{create, delete, kill, start, state, Cli, Command, Global};
+use super::{create, delete, exec, kill, run, start, state, Cli, Command, Global};
 
 /// One command-line token split at `=` for `--name=value`.
 fn split(arg: &OsStr) -> (&[u8], Option<&OsStr>) {
@@ -96,6 +97,16 @@ struct Sub {
     no_new_keyring: Option<bool>,
     force: Option<bool>,
     all: Option<bool>,
+    detach: Option<bool>,
+    keep: Option<bool>,
+    no_subreaper: Option<bool>,
+    tty: Option<bool>,
+    process: Option<PathBuf>,
+    cwd: Option<String>,
+    user: Option<String>,
+    env: Vec<String>,
+    /// `exec`'s command: every token after the id.
+    command: Vec<String>,
 }
 
 /// `None` unless `args` (argv, program name first) is a plain lifecycle call.
@@ -106,6 +117,16 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
     let mut it = args.iter().skip(1);
     while let Some(arg) = it.next() {
         let (flag, inline) = split(arg);
+        if name == Some("exec") && !sub.positional.is_empty() {
+            // After exec's id, every token is the command's (clap's trailing var arg),
+            // unless it starts with '-' before the command has begun: clap may read that
+            // as a flag.
+            if sub.command.is_empty() && flag.starts_with(b"-") {
+                return None;
+            }
+            sub.command.push(utf8(arg)?);
+            continue;
+        }
         if !flag.starts_with(b"-") {
             match name {
                 None => name = Some(arg.to_str()?),
@@ -119,17 +140,34 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
         let path = |v: Option<&OsStr>| v.map(PathBuf::from);
         let bare = inline.is_none();
         match (name?, flag) {
-            ("create", b"-b" | b"--bundle") => once(&mut sub.bundle, path(value(inline, &mut it)))?,
-            ("create", b"--console-socket") => {
+            ("create" | "run", b"-b" | b"--bundle") => {
+                once(&mut sub.bundle, path(value(inline, &mut it)))?
+            }
+            ("create" | "run" | "exec", b"--console-socket") => {
                 once(&mut sub.console_socket, path(value(inline, &mut it)))?
             }
-            ("create", b"--pid-file") => once(&mut sub.pid_file, path(value(inline, &mut it)))?,
-            ("create", b"--preserve-fds") => once(
+            ("create" | "run" | "exec", b"--pid-file") => {
+                once(&mut sub.pid_file, path(value(inline, &mut it)))?
+            }
+            ("create" | "run" | "exec", b"--preserve-fds") => once(
                 &mut sub.preserve_fds,
                 value(inline, &mut it)?.to_str()?.parse().ok(),
             )?,
-            ("create", b"--no-pivot") if bare => once(&mut sub.no_pivot, Some(true))?,
-            ("create", b"--no-new-keyring") if bare => once(&mut sub.no_new_keyring, Some(true))?,
+            ("create" | "run", b"--no-pivot") if bare => once(&mut sub.no_pivot, Some(true))?,
+            ("create" | "run", b"--no-new-keyring") if bare => {
+                once(&mut sub.no_new_keyring, Some(true))?
+            }
+            ("run" | "exec", b"-d" | b"--detach") if bare => once(&mut sub.detach, Some(true))?,
+            ("run", b"--keep") if bare => once(&mut sub.keep, Some(true))?,
+            ("run", b"--no-subreaper") if bare => once(&mut sub.no_subreaper, Some(true))?,
+            ("exec", b"-t" | b"--tty") if bare => once(&mut sub.tty, Some(true))?,
+            ("exec", b"-p" | b"--process") => once(&mut sub.process, path(value(inline, &mut it)))?,
+            ("exec", b"--cwd") => once(&mut sub.cwd, value(inline, &mut it).and_then(utf8))?,
+            ("exec", b"-u" | b"--user") => {
+                once(&mut sub.user, value(inline, &mut it).and_then(utf8))?
+            }
+            // Repeatable, as clap takes it.
+            ("exec", b"-e" | b"--env") => sub.env.push(value(inline, &mut it).and_then(utf8)?),
             ("delete", b"-f" | b"--force") if bare => once(&mut sub.force, Some(true))?,
             ("kill", b"-a" | b"--all") if bare => once(&mut sub.all, Some(true))?,
             _ => return None,
@@ -137,16 +175,45 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
     }
     let mut pos = sub.positional.into_iter();
     let id = pos.next()?;
+    let create = |id| create::Args {
+        bundle: sub.bundle.unwrap_or_else(|| PathBuf::from(".")),
+        console_socket: sub.console_socket.clone(),
+        pid_file: sub.pid_file.clone(),
+        no_pivot: sub.no_pivot.unwrap_or(false),
+        no_new_keyring: sub.no_new_keyring.unwrap_or(false),
+        preserve_fds: sub.preserve_fds.unwrap_or(0),
+        id,
+    };
     let command = match name? {
-        "create" => Command::Create(create::Args {
-            bundle: sub.bundle.unwrap_or_else(|| PathBuf::from(".")),
-            console_socket: sub.console_socket,
-            pid_file: sub.pid_file,
-            no_pivot: sub.no_pivot.unwrap_or(false),
-            no_new_keyring: sub.no_new_keyring.unwrap_or(false),
-            preserve_fds: sub.preserve_fds.unwrap_or(0),
-            id,
+        "create" => Command::Create(create(id)),
+        "run" => Command::Run(run::Args {
+            create: create(id),
+            detach: sub.detach.unwrap_or(false),
+            keep: sub.keep.unwrap_or(false),
+            no_subreaper: sub.no_subreaper.unwrap_or(false),
         }),
+        // Without a command exec needs `--process` (clap's error otherwise).
+        "exec" if sub.command.is_empty() && sub.process.is_none() => return None,
+        "exec" => Command::Exec(Box::new(exec::Args {
+            console_socket: sub.console_socket,
+            cwd: sub.cwd,
+            env: sub.env,
+            tty: sub.tty.unwrap_or(false),
+            user: sub.user,
+            additional_gids: Vec::new(),
+            process: sub.process,
+            detach: sub.detach.unwrap_or(false),
+            pid_file: sub.pid_file,
+            process_label: None,
+            apparmor: None,
+            no_new_privs: false,
+            cap: Vec::new(),
+            preserve_fds: sub.preserve_fds.unwrap_or(0),
+            cgroup: Vec::new(),
+            ignore_paused: false,
+            id,
+            command: sub.command,
+        })),
         "start" => Command::Start(start::Args { id }),
         "state" => Command::State(state::Args { id }),
         "delete" => Command::Delete(delete::Args {
@@ -224,6 +291,17 @@ mod tests {
             "create c1",
             "--debug --rootless true --criu /usr/sbin/criu start c1",
             "start c1 --rootless=false",
+            "run c1",
+            "--root /r run -b /b --pid-file /p -d c1",
+            "run --bundle=/b --detach --keep --no-subreaper --console-socket /s c1",
+            "run --no-pivot --no-new-keyring --preserve-fds 1 c1",
+            "exec c1 true",
+            "exec c1 sh -c echo",
+            "exec c1 ls -la --color=never -- x",
+            "--root /r --log /l --log-format json exec --process /p.json --detach --pid-file /x c1",
+            "exec -d --pid-file=/x -p /p.json c1",
+            "exec -t --console-socket /s --cwd /tmp -u 1000:1000 -e A=1 --env B=2 -e C=3 c1 top",
+            "exec --preserve-fds 2 --user=root c1 true",
         ] {
             assert!(same(line), "{line:?} should take the fast path");
         }
@@ -253,8 +331,17 @@ mod tests {
             "create --unknown c1",
             "--bundle /b create c1",
             "start --force c1",
-            "run c1",
-            "exec c1 true",
+            "exec c1",
+            "exec c1 -t true",
+            "exec c1 --help",
+            "exec --tty=true c1 true",
+            "exec --cap CAP_KILL c1 true",
+            "exec -d -d c1 true",
+            "exec --cwd /a --cwd /b c1 true",
+            "exec --env= c1 true",
+            "run c1 c2",
+            "run --keep --keep c1",
+            "run -d=1 c1",
             "list",
             "--debug=true start c1",
             "--root",
@@ -279,19 +366,27 @@ mod tests {
             } else if line.starts_with('}') {
                 in_global = false;
             }
-            let sub = match line.trim_start().strip_prefix("(\"") {
-                Some(rest) => &rest[..rest.find('"').unwrap()],
-                None if in_global => "",
-                None => continue,
+            // `("a" | "b", b"-x" …)`: every subcommand before the first flag literal.
+            let subs: Vec<&'static str> = match line.trim_start().strip_prefix('(') {
+                Some(rest) if rest.starts_with('"') => {
+                    let head = &rest[..rest.find(", b\"").unwrap_or(rest.len())];
+                    head.split('|')
+                        .map(|w| w.trim().trim_matches('"'))
+                        .collect()
+                }
+                _ if in_global => vec![""],
+                _ => continue,
             };
-            let flag_only = line.contains("Some(true)");
+            let flag_only = line.contains("if bare") || line.contains("if inline.is_none()");
             // Each byte-string literal b"…", scanned left to right.
             let mut rest = line;
             while let Some(i) = rest.find("b\"") {
                 let lit = &rest[i + 2..];
                 let end = lit.find('"').unwrap();
                 if lit[..end].starts_with('-') {
-                    out.push((sub, &lit[..end], !flag_only));
+                    for sub in &subs {
+                        out.push((*sub, &lit[..end], !flag_only));
+                    }
                 }
                 rest = &lit[end + 1..];
             }
@@ -338,6 +433,7 @@ mod tests {
             };
             let line = match sub {
                 "" => format!("{flag}{value} state c1"),
+                "exec" => format!("exec {flag}{value} c1 true"),
                 s => format!("{s} {flag}{value} c1"),
             };
             assert!(same(&line), "{line:?} should take the fast path");
