@@ -320,3 +320,143 @@ fn the_metadata_block_alone_verifies_and_a_live_update_turns_it_into_a_list() {
         v.stdout
     );
 }
+
+/// The containers of one state root share the metadata block's programs while one of
+/// them holds them (`egress::install`, `<root>/@cache/egress`): a second container is
+/// attached to the first one's programs, and is bound by them. The cache is only a hint:
+/// when it names programs that are not the block's (here a list container's, with their
+/// real ids and tags) or programs the kernel has freed, the create loads its own, and
+/// the block holds all the same.
+#[test]
+fn the_metadata_block_is_shared_only_as_the_same_programs() {
+    if !require_root() {
+        return;
+    }
+    let ns = Netns::new("share");
+    let mut ctx = Ctx::new("eg-share");
+    ctx.restricted();
+    in_netns(&mut ctx, &ns);
+    ctx.sh("sleep 60");
+    let targets = [
+        ("10.77.0.2", 80),
+        ("169.254.169.254", 80),
+        ("fd00:ec2::254", 80),
+    ];
+    let want = [
+        "10.77.0.2:80 reached",
+        "169.254.169.254:80 EPERM",
+        "fd00:ec2::254:80 EPERM",
+    ];
+    let block = |c: &Container| {
+        let progs = bpf_progs_attached(&v2_dir(&c.id))?;
+        assert!(
+            progs.len() == 4 && progs.iter().all(|(_, n)| n.starts_with("moat_md_")),
+            "{}: the metadata block's programs attached: {progs:?}",
+            c.id
+        );
+        let out = c.moat(&["exec", &c.id, "sh", "-c", &probe(&targets)]).ok();
+        assert_eq!(lines(&out.stdout), want, "{}", c.id);
+        let mut ids: Vec<u64> = progs.into_iter().map(|(id, _)| id).collect();
+        ids.sort_unstable();
+        Some(ids)
+    };
+    let a = ctx.create_ok("a");
+    a.start();
+    let Some(ids_a) = block(&a) else { return };
+    let b = ctx.create_ok("b");
+    b.start();
+    assert_eq!(
+        block(&b),
+        Some(ids_a.clone()),
+        "b did not share a's programs"
+    );
+
+    // A list container's programs, written into the cache file under the block's key.
+    ctx.set("/annotations", json!({"moat.egress": "tcp/10.77.0.1:80"}));
+    let l = ctx.create_ok("l");
+    ctx.set("/annotations", json!({}));
+    let list: Vec<(u64, String)> = bpf_progs_attached(&v2_dir(&l.id))
+        .expect("bpftool")
+        .into_iter()
+        .filter(|(_, n)| n != "moat_eg_icmp")
+        .collect();
+    assert_eq!(list.len(), 4, "{list:?}");
+    let cache = fixed_cache_file(&ctx.root);
+    let mut bytes = std::fs::read(&cache).expect("read the cache file");
+    let key_len = bytes.len() - 4 * 12;
+    bytes.truncate(key_len);
+    for (id, _) in &list {
+        bytes.extend_from_slice(&u32::try_from(*id).unwrap().to_le_bytes());
+        bytes.extend_from_slice(&prog_tag(*id));
+    }
+    std::fs::write(&cache, &bytes).expect("poison the cache file");
+    let c = ctx.create_ok("c");
+    c.start();
+    let ids_c = block(&c).expect("bpftool");
+    assert!(
+        list.iter().all(|(id, _)| !ids_c.contains(id)),
+        "c was attached to the list container's programs: {ids_c:?}"
+    );
+
+    // Every holder gone and the programs freed: the ids in the cache are stale.
+    for x in [a, b, c, l] {
+        x.moat(&["delete", "--force", &x.id]).ok();
+    }
+    let mut all: Vec<(u64, String)> = ids_a
+        .iter()
+        .chain(&ids_c)
+        .map(|id| (*id, String::new()))
+        .collect();
+    all.dedup();
+    let left = bpf_progs_left(&all, std::time::Duration::from_secs(5));
+    assert!(
+        left.is_empty(),
+        "programs outlived every container: {left:?}"
+    );
+    let d = ctx.create_ok("d");
+    d.start();
+    let ids_d = block(&d).expect("bpftool");
+    assert!(ids_d
+        .iter()
+        .all(|id| !ids_a.contains(id) && !ids_c.contains(id)));
+}
+
+/// The container's cgroup v2 directory (hybrid or pure v2 host).
+fn v2_dir(id: &str) -> std::path::PathBuf {
+    ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .iter()
+        .map(|h| std::path::Path::new(h).join("moat").join(id))
+        .find(|p| p.join("cgroup.controllers").exists())
+        .unwrap_or_else(|| panic!("{id}: no cgroup v2 directory"))
+}
+
+/// The one fixed-programs file of the root's egress cache.
+fn fixed_cache_file(root: &std::path::Path) -> std::path::PathBuf {
+    let dir = root.join("@cache").join("egress");
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("fixed-"))
+        })
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files[0].clone()
+}
+
+/// The kernel's tag of program `id` (bpftool).
+fn prog_tag(id: u64) -> [u8; 8] {
+    let out = Command::new("bpftool")
+        .args(["-j", "prog", "show", "id", &id.to_string()])
+        .output()
+        .expect("bpftool");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool json");
+    let hex = v["tag"].as_str().expect("tag");
+    let mut tag = [0u8; 8];
+    for (i, b) in tag.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex");
+    }
+    tag
+}

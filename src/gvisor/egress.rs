@@ -222,7 +222,7 @@ pub fn install(p: &Planned, cgroup: &Cgroup) -> Result<Installed> {
         Err(e) => return Err(e).with_context(|| format!("mkdir {}", v2.display())),
     }
     let done = (|| -> Result<File> {
-        crate::linux::egress::install(&v2, &p.egress, None)?;
+        crate::linux::egress::install(&v2, &p.egress, None, None)?;
         let procs = v2.join("cgroup.procs");
         std::fs::OpenOptions::new()
             .write(true)

@@ -874,18 +874,9 @@ pub fn compile_cached(
 }
 
 fn store(dir: &Path, name: &str, key: &[u8], bpf: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
     // Program first, key last: a reader only trusts a program whose key matches.
-    for (file, data) in [(format!("{name}.bpf"), bpf), (format!("{name}.key"), key)] {
-        let tmp = dir.join(format!(".{file}.{}", std::process::id()));
-        std::fs::write(&tmp, data)?;
-        std::fs::rename(&tmp, dir.join(&file))?;
-    }
-    Ok(())
+    crate::state::write_cache_file(dir, &format!("{name}.bpf"), bpf)?;
+    crate::state::write_cache_file(dir, &format!("{name}.key"), key)
 }
 
 impl Filter {

@@ -473,6 +473,19 @@ fn write_atomic(path: &Path, data: &[u8]) -> Result<(), StateError> {
     fs::rename(&tmp, path).map_err(io_err("cannot rename into place", path))
 }
 
+/// Writes `data` to the file `name` of the cache directory `dir` (`<root>/@cache/…`,
+/// made 0700 when missing): into a temporary of this process first, then renamed, so a
+/// reader sees the old content or the new one whole, never a mix of two writers'.
+pub fn write_cache_file(dir: &Path, name: &str, data: &[u8]) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+    fs::write(&tmp, data)?;
+    fs::rename(&tmp, dir.join(name))
+}
+
 /// Writes a pid file as runc does: a dot-prefixed temporary in the same directory, renamed
 /// into place, so a reader never sees a partial number.
 pub fn write_pid_file(path: &Path, pid: i32) -> Result<(), StateError> {

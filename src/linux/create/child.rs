@@ -618,14 +618,8 @@ pub(crate) mod tests {
                 },
             )
             // The parent: Go, HooksDone, Created.
-            .then(
-                "recv_msg",
-                Reply::Bytes(wire(&ToChild::Go(state.clone()))),
-            )
-            .then(
-                "recv_msg",
-                Reply::Bytes(wire(&ToChild::HooksDone(state))),
-            )
+            .then("recv_msg", Reply::Bytes(wire(&ToChild::Go(state.clone()))))
+            .then("recv_msg", Reply::Bytes(wire(&ToChild::HooksDone(state))))
             .then("recv_msg", Reply::Bytes(wire(&ToChild::Created)))
             // After pivot_root the old root is stacked on the new one; /dev/null is the
             // null device.

@@ -296,7 +296,8 @@ fn egress(plan: &Plan, cgroup: &Cgroup) -> Result<(), Error> {
     let dir = cgroup.v2_dir().ok_or_else(|| {
         crate::linux::egress::EgressError::NoCgroup(format!("cgroup {}", cgroup.path))
     })?;
-    crate::linux::egress::install(&dir, e, None)?;
+    let cache = plan.opts.root.join("@cache").join("egress");
+    crate::linux::egress::install(&dir, e, None, Some(&cache))?;
     Ok(())
 }
 

@@ -206,6 +206,15 @@ fn io_err(op: &'static str, dir: &Path) -> impl FnOnce(io::Error) -> EgressError
     move |err| EgressError::Io { op, dir, err }
 }
 
+/// The fixed form's programs (no list): each hook's name and instructions.
+fn fixed(egress: &Egress) -> Vec<(Hook, &'static str, Vec<bpf::Insn>)> {
+    let deny = deny_with_open(egress);
+    prog::FIXED_HOOKS
+        .iter()
+        .map(|h| (*h, prog::fixed_name(*h), prog::fixed_program(*h, &deny)))
+        .collect()
+}
+
 /// Loads the programs `egress` needs (the list maps created and filled first); returns
 /// them by hook and name, not attached.
 fn programs(
@@ -215,14 +224,8 @@ fn programs(
 ) -> Result<Vec<(Hook, &'static str, OwnedFd)>, EgressError> {
     let mut out = Vec::new();
     if egress.allow.is_none() {
-        let deny = deny_with_open(egress);
-        for hook in prog::FIXED_HOOKS {
-            let name = prog::fixed_name(hook);
-            out.push((
-                hook,
-                name,
-                load(hook, name, &prog::fixed_program(hook, &deny))?,
-            ));
+        for (hook, name, insns) in fixed(egress) {
+            out.push((hook, name, load(hook, name, &insns)?));
         }
         return Ok(out);
     }
@@ -286,11 +289,101 @@ fn attach_all(
 }
 
 /// Puts `egress` in force on the cgroup v2 directory `dir` before any process is in it.
-/// On failure nothing is left on the cgroup.
-pub fn install(dir: &Path, egress: &Egress, forwarder: Option<IpAddr>) -> Result<(), EgressError> {
-    let progs = programs(dir, egress, forwarder)?;
+/// On failure nothing is left on the cgroup. `cache` (the state root's `@cache/egress`)
+/// lets containers share the fixed form's programs ([`shared_fixed`]).
+pub fn install(
+    dir: &Path,
+    egress: &Egress,
+    forwarder: Option<IpAddr>,
+    cache: Option<&Path>,
+) -> Result<(), EgressError> {
     let cg = open_dir(dir)?;
+    if let (None, Some(cache)) = (&egress.allow, cache) {
+        let want = fixed(egress);
+        if let Some(progs) = shared_fixed(cache, &want) {
+            // A program whose expected attach type is not its hook's is refused here
+            // (EINVAL): then it is loaded anew, as without the cache.
+            if attach_all(&cg, dir, &progs).is_ok() {
+                return Ok(());
+            }
+        }
+        let mut progs = Vec::with_capacity(want.len());
+        for (hook, name, insns) in &want {
+            progs.push((*hook, *name, load(*hook, name, insns)?));
+        }
+        attach_all(&cg, dir, &progs)?;
+        remember_fixed(cache, &want, &progs);
+        return Ok(());
+    }
+    let progs = programs(dir, egress, forwarder)?;
     attach_all(&cg, dir, &progs)
+}
+
+/// The fixed form is the same few instructions for every RESTRICTED container of a
+/// configuration, and loading it (the verifier and the JIT, four times) was ~0.5 ms of
+/// every create. A loaded program lives as long as a cgroup it is attached to, so the
+/// programs a create loaded are found again by id from `cache`: a file named after the
+/// instructions, holding them (compared byte for byte, as the seccomp cache's key), then
+/// each program's id and kernel tag. A program is taken only if the kernel still has it
+/// (`BPF_PROG_GET_FD_BY_ID` takes a reference, or fails once it is freed) and it has the
+/// type, name and tag recorded; else every program is loaded anew. Nothing is pinned:
+/// the programs go with the last cgroup holding them, the file is a hint.
+fn shared_fixed(
+    cache: &Path,
+    want: &[(Hook, &'static str, Vec<bpf::Insn>)],
+) -> Option<Vec<(Hook, &'static str, OwnedFd)>> {
+    let (key, name) = fixed_key(want);
+    let b = std::fs::read(cache.join(name)).ok()?;
+    let rest = b.strip_prefix(key.as_slice())?;
+    let mut out = Vec::with_capacity(want.len());
+    for ((hook, name, _), rec) in want.iter().zip(rest.chunks_exact(12)) {
+        let id = u32::from_le_bytes(rec[..4].try_into().ok()?);
+        let tag: [u8; 8] = rec[4..].try_into().ok()?;
+        let fd = bpf::prog_get_fd_by_id(id).ok()?;
+        let info = bpf::prog_info(fd.as_fd()).ok()?;
+        if info.prog_type != hook.prog_type() || info.name != *name || info.tag != tag {
+            return None;
+        }
+        out.push((*hook, *name, fd));
+    }
+    (out.len() == want.len()).then_some(out)
+}
+
+/// Records the programs just loaded for [`shared_fixed`]; a failure only costs the next
+/// create a load.
+fn remember_fixed(
+    cache: &Path,
+    want: &[(Hook, &'static str, Vec<bpf::Insn>)],
+    progs: &[(Hook, &'static str, OwnedFd)],
+) {
+    let (mut b, name) = fixed_key(want);
+    for (_, _, fd) in progs {
+        let Ok(info) = bpf::prog_info(fd.as_fd()) else {
+            return;
+        };
+        b.extend_from_slice(&info.id.to_le_bytes());
+        b.extend_from_slice(&info.tag);
+    }
+    let _ = crate::state::write_cache_file(cache, &name, &b);
+}
+
+/// The fixed programs' key (each name, then its instructions) and the cache file it names.
+fn fixed_key(want: &[(Hook, &'static str, Vec<bpf::Insn>)]) -> (Vec<u8>, String) {
+    use std::hash::{Hash, Hasher};
+    let mut key = b"moat fixed egress 1\n".to_vec();
+    for (_, name, insns) in want {
+        key.extend_from_slice(name.as_bytes());
+        key.push(0);
+        for i in insns {
+            key.push(i.code);
+            key.push(i.regs);
+            key.extend_from_slice(&i.off.to_le_bytes());
+            key.extend_from_slice(&i.imm.to_le_bytes());
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    (key, format!("fixed-{:016x}", h.finish()))
 }
 
 /// Replaces the rules on a running container's cgroup: a flip of the selector when both
@@ -486,13 +579,7 @@ impl Installed {
     pub fn check_programs(&self, dir: &Path, egress: &Egress) -> Result<usize, String> {
         let cg = open_dir(dir).map_err(|e| e.to_string())?;
         let want: Vec<(Hook, &'static str, Vec<bpf::Insn>)> = match (&egress.allow, &self.list) {
-            (None, _) => {
-                let deny = deny_with_open(egress);
-                prog::FIXED_HOOKS
-                    .iter()
-                    .map(|h| (*h, prog::fixed_name(*h), prog::fixed_program(*h, &deny)))
-                    .collect()
-            }
+            (None, _) => fixed(egress),
             (Some(_), Some(l)) => {
                 let maps = l.fds();
                 Hook::ALL

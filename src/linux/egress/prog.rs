@@ -135,6 +135,9 @@ const JNE_K: u8 = 0x55;
 const JGT_X: u8 = 0x2d;
 const JLT_X: u8 = 0xad;
 const JMP32_JNE_K: u8 = 0x56;
+const MOV32_X: u8 = 0xbc;
+const XOR32_K: u8 = 0xa4;
+const OR32_X: u8 = 0x4c;
 const CALL: u8 = 0x85;
 const EXIT: u8 = 0x95;
 const LSH_K: u8 = 0x67;
@@ -512,9 +515,23 @@ pub fn fixed_program(hook: Hook, deny: &[(std::net::Ipv6Addr, Vec<u16>)]) -> Vec
             };
             o.push(jk(JMP32_JNE_K, 2, word(v4.octets()), next));
         } else {
+            // r8 = OR of each word XOR the address's word: zero exactly on a match. One
+            // branch per address instead of four: the verifier's cost is its branches,
+            // and every RESTRICTED create loads this program (unless it is shared,
+            // `egress::install`).
             for (k, r) in [2u8, 3, 4, 5].into_iter().enumerate() {
-                o.push(jk(JMP32_JNE_K, r, w(k), next));
+                match (k, w(k)) {
+                    (0, 0) => o.push(i(MOV32_X, 8, r, 0, 0)),
+                    (0, x) => o.extend([i(MOV32_X, 8, r, 0, 0), i(XOR32_K, 8, 0, 0, x)]),
+                    (_, 0) => o.push(i(OR32_X, 8, r, 0, 0)),
+                    (_, x) => o.extend([
+                        i(MOV32_X, 9, r, 0, 0),
+                        i(XOR32_K, 9, 0, 0, x),
+                        i(OR32_X, 8, 9, 0, 0),
+                    ]),
+                }
             }
+            o.push(jk(JMP32_JNE_K, 8, 0, next));
         }
         for p in open {
             o.push(jk(JEQ_K, 7, i32::from(*p), L::Allow));
