@@ -199,7 +199,16 @@ pub fn command() -> clap::Command {
     Cli::command()
 }
 
+/// The whole call, between the step trace's first and last point (a profiling build's:
+/// `linux/killpoint.rs`).
 pub fn main() -> i32 {
+    crate::linux::killpoint::mark("-", "main", "start");
+    let code = call();
+    crate::linux::killpoint::mark("-", "main", "exit");
+    code
+}
+
+fn call() -> i32 {
     let cli = match parse() {
         Ok(c) => c,
         Err(e) => {

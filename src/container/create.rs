@@ -124,6 +124,7 @@ fn create_native(
     foreground: bool,
 ) -> Result<(ContainerDir, Created)> {
     let listen_fds = super::before_fork(req.preserve_fds, true)?.sweep()?;
+    crate::linux::killpoint::mark("create", "parent", "Plan");
     let cwd = std::env::current_dir().context("getcwd")?;
     let bundle = bundle_path(&cwd, &req.bundle);
     let mut spec = Spec::load(&bundle)?;

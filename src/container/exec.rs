@@ -125,6 +125,7 @@ fn name_the_cut(ctx: &Context, req: &Request, e: anyhow::Error) -> anyhow::Error
 pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<i32> {
     // exec never passes socket-activation fds (runc neither): LISTEN_* are ignored.
     let inherited = super::before_fork(req.preserve_fds, false)?;
+    crate::linux::killpoint::mark("exec", "parent", "facts");
     // Row 1, under the state lock (shared: execs run side by side) held until the exec'd
     // process is in the container's pid namespace (`Plan::hold`). A container deleted
     // while this waited is gone.
@@ -183,6 +184,7 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
             }),
     };
     // Row 2.
+    crate::linux::killpoint::mark("exec", "parent", "plan");
     let plan = Plan::new(rec, &attrs, opts)?;
     // Everything is read; the directory's fd stays open only as the lock, which the
     // joiner closes before it joins anything. A paused container's exec'd process

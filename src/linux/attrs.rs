@@ -418,6 +418,7 @@ impl Attrs {
             let _ = sys::clear_cloexec(sys::FdNumber(fd));
         }
         sys::reset_signals();
+        crate::linux::killpoint::mark("*", "*", "execve.call");
         let e = sys::execve(&exe.path, &self.args, exe.env.as_ref().unwrap_or(&self.env));
         InitFailure {
             step: Step::Exec,

@@ -7,10 +7,27 @@
 //! table). `MOAT_TEST_STALL_AT=<op>:<side>:<step>` instead sleeps two seconds there, for
 //! the tests that race another command into that window (tests/concurrency.rs). Release
 //! builds contain none of it.
+//!
+//! Every kill point, and the [`mark`]s placed where no kill is of interest, is also a
+//! point of the step trace of a profiling build (`--features steptrace`,
+//! `MOAT_STEPTRACE=<file>`: `linux/sys/steptrace.rs`), from which `scripts/bench
+//! --profile` times each step of the documented sequences. Without the feature a mark is
+//! nothing.
+
+/// A point of the step trace only (see the module doc). `op` and `side` `*` stand for the
+/// process's own (a step shared by create's init and exec's process).
+#[inline]
+pub fn mark(op: &str, side: &str, step: &str) {
+    #[cfg(feature = "steptrace")]
+    super::sys::steptrace(op, side, step);
+    #[cfg(not(feature = "steptrace"))]
+    let _ = (op, side, step);
+}
 
 /// Dies as if SIGKILLed when `MOAT_TEST_KILL_AT` names this point (debug builds only).
 #[inline]
 pub fn at(op: &str, side: &str, step: &str) {
+    mark(op, side, step);
     #[cfg(debug_assertions)]
     {
         if named("MOAT_TEST_KILL_AT", op, side, step) {

@@ -56,6 +56,8 @@ mod seccomp;
 mod signal;
 mod spawn;
 mod startup;
+#[cfg(feature = "steptrace")]
+mod steptrace;
 mod tty;
 
 pub use creds::{capget, capset, getegid, geteuid, setfsids, setgroups, setresgid, setresuid};
@@ -94,6 +96,8 @@ pub use seccomp::{seccomp_flags_known, seccomp_set_filter, syscall_ints};
 pub use signal::{kill, pidfd_send_signal, reset_signals};
 pub use spawn::{spawn, spawn_in_cgroup};
 pub use startup::{args, process_init};
+#[cfg(feature = "steptrace")]
+pub use steptrace::steptrace;
 pub use tty::{get_winsize, pty_peer, set_pty_owner, set_winsize, unlockpt};
 
 use std::io;

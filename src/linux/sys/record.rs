@@ -950,6 +950,7 @@ mod tests {
             ("signal.rs", include_str!("signal.rs")),
             ("spawn.rs", include_str!("spawn.rs")),
             ("startup.rs", include_str!("startup.rs")),
+            ("steptrace.rs", include_str!("steptrace.rs")),
             ("tty.rs", include_str!("tty.rs")),
         ];
         // Every file of sys/ is scanned: a new kernel area is added here or this fails.
