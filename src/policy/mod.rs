@@ -17,6 +17,17 @@ pub use config::{Config, Mode};
 
 /// moat's own seccomp profile, used when the engine gives none.
 pub const RESTRICTED_PROFILE: &str = include_str!("../../seccomp-profiles/restricted.json");
+
+/// [`RESTRICTED_PROFILE`] parsed (once per process): what the policy puts in a spec
+/// without a profile, and what `linux::seccomp` recognises as built in.
+pub fn restricted_profile() -> Result<&'static crate::spec::Seccomp, PolicyError> {
+    static P: std::sync::OnceLock<crate::spec::Seccomp> = std::sync::OnceLock::new();
+    if let Some(p) = P.get() {
+        return Ok(p);
+    }
+    let p = serde_json::from_str(RESTRICTED_PROFILE).map_err(PolicyError::RestrictedProfile)?;
+    Ok(P.get_or_init(|| p))
+}
 /// The deny floor stacked on top of an engine's own profile.
 pub const FLOOR_PROFILE: &str = include_str!("../../seccomp-profiles/floor.json");
 /// The AppArmor profile moat loads where the host has AppArmor and the spec names none.
@@ -937,9 +948,7 @@ fn restrict(
     let linux = spec.linux.get_or_insert_with(Default::default);
     match &linux.seccomp {
         None => {
-            let profile: spec::Seccomp =
-                serde_json::from_str(RESTRICTED_PROFILE).map_err(PolicyError::RestrictedProfile)?;
-            linux.seccomp = Some(profile);
+            linux.seccomp = Some(restricted_profile()?.clone());
             change(
                 d,
                 "linux.seccomp",

@@ -441,7 +441,7 @@ pub struct HugepageLimit {
     pub limit: u64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Seccomp {
     pub default_action: String,
@@ -459,7 +459,7 @@ pub struct Seccomp {
     pub syscalls: Vec<SeccompSyscall>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SeccompSyscall {
     pub names: Vec<String>,
@@ -470,7 +470,7 @@ pub struct SeccompSyscall {
     pub args: Vec<SeccompArg>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SeccompArg {
     pub index: u32,

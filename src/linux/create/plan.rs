@@ -332,7 +332,13 @@ impl Plan {
         let mut seccomp: Vec<_> = linux
             .seccomp
             .iter()
-            .map(|s| seccomp::compile_cached(s, cache))
+            .map(|s| {
+                // The built-in profile is keyed by its source (the policy put it there
+                // unchanged when this compares equal).
+                let builtin = policy::restricted_profile().is_ok_and(|r| r == s);
+                let source = builtin.then_some(policy::RESTRICTED_PROFILE.as_bytes());
+                seccomp::compile_cached(s, source, cache)
+            })
             .collect::<Result<_, _>>()?;
         if decision.seccomp_floor {
             seccomp.push(seccomp::floor(policy::FLOOR_PROFILE, cache)?);
