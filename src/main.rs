@@ -9,6 +9,8 @@
 
 use moat::entry;
 
+mod memcpy;
+
 /// musl's own allocator (mallocng) trades speed for hardening of a long-lived heap; a
 /// create, which parses and writes JSON, took ~300 µs longer with it than with glibc's.
 /// dlmalloc (the Rust port of Doug Lea's allocator that std uses on wasm) is as fast as
