@@ -9,15 +9,13 @@
 
 use moat::entry;
 
+#[cfg(target_env = "musl")]
+mod alloc;
 mod memcpy;
 
-/// musl's own allocator (mallocng) trades speed for hardening of a long-lived heap; a
-/// create, which parses and writes JSON, took ~300 µs longer with it than with glibc's.
-/// dlmalloc (the Rust port of Doug Lea's allocator that std uses on wasm) is as fast as
-/// glibc's here (docs/performance.md).
 #[cfg(target_env = "musl")]
 #[global_allocator]
-static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+static ALLOC: alloc::Alloc = alloc::Alloc::new();
 
 /// Called by libc's start-up in place of Rust's runtime entry. Rust's start-up installs
 /// stack-overflow handlers on an alternate signal stack, and finding the main thread's

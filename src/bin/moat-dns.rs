@@ -8,11 +8,15 @@
 //! of the binary every other container starts.
 #![deny(unsafe_code)]
 
-/// The same allocator as moat (src/main.rs): small and fast for a long-lived process
+/// The same allocator as moat (src/alloc.rs): small and fast for a long-lived process
 /// with a tiny heap.
 #[cfg(target_env = "musl")]
+#[path = "../alloc.rs"]
+mod alloc;
+
+#[cfg(target_env = "musl")]
 #[global_allocator]
-static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+static ALLOC: alloc::Alloc = alloc::Alloc::new();
 
 fn main() {
     std::process::exit(moat::entry::dns_forwarder())
