@@ -11,7 +11,7 @@ use moat::entry;
 
 #[cfg(target_env = "musl")]
 mod alloc;
-mod memcpy;
+mod musl;
 
 #[cfg(target_env = "musl")]
 #[global_allocator]

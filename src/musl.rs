@@ -1,6 +1,9 @@
-//! moat's `memcpy`, in place of musl's.
+//! The musl functions moat replaces, for what every moat call pays: `memcpy` (and the
+//! `__memcpy_fwd` entry musl's `memmove` takes into its file) and `open`. Defining a
+//! symbol in the binary keeps libc's member out of the link (a static archive member is
+//! only pulled for an undefined symbol; each of these members defines nothing else).
 //!
-//! A moat call makes tens of thousands of copies, nearly all of a few bytes: serde_json
+//! **`memcpy`.** //! A moat call makes tens of thousands of copies, nearly all of a few bytes: serde_json
 //! writes every token and string piece through `Vec::extend_from_slice`, and at
 //! `opt-level = "z"` even fixed-size copies stay calls. musl's x86_64 `memcpy` starts
 //! every copy with `rep movsq` and finishes with a byte loop, ~40 cycles for a 5-byte
@@ -18,12 +21,29 @@
 ///
 /// # Safety
 /// As C's `memcpy`: `src` readable and `dst` writable for `n` bytes, not overlapping.
-#[cfg(all(target_arch = "x86_64", not(test)))]
+#[cfg(all(target_arch = "x86_64", target_env = "musl", not(test)))]
 #[no_mangle]
 pub unsafe extern "C" fn memcpy(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
     // SAFETY: the caller's contract covers every byte in [0, n) of both buffers.
     unsafe { copy(dst, src, n) };
     dst
+}
+
+/// C's `open(path, flags, ...)`. The optional mode travels in the third integer argument
+/// register on x86_64 (variadic or not), which is where this reads it; the kernel looks at
+/// it only with `O_CREAT` or `O_TMPFILE`, when the caller passed it.
+///
+/// # Safety
+/// As C's `open`: `path` NUL-terminated.
+#[cfg(all(target_arch = "x86_64", target_env = "musl", not(test)))]
+#[no_mangle]
+pub unsafe extern "C" fn open(
+    path: *const libc::c_char,
+    flags: libc::c_int,
+    mode: libc::c_uint,
+) -> libc::c_int {
+    // SAFETY: the caller's path; openat with AT_FDCWD is open, minus musl's fcntl.
+    unsafe { libc::openat(libc::AT_FDCWD, path, flags, mode) }
 }
 
 /// musl's `memmove` copies forward through this entry of its `memcpy`'s file (when the
@@ -33,7 +53,7 @@ pub unsafe extern "C" fn memcpy(dst: *mut u8, src: *const u8, n: usize) -> *mut 
 ///
 /// # Safety
 /// As `memmove` with `dst` not above `src`, or the buffers apart.
-#[cfg(all(target_arch = "x86_64", not(test)))]
+#[cfg(all(target_arch = "x86_64", target_env = "musl", not(test)))]
 #[no_mangle]
 pub unsafe extern "C" fn __memcpy_fwd(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
     // SAFETY: as memmove, forward: the caller checked the direction.
