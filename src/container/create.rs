@@ -41,6 +41,7 @@ pub struct RunRequest {
 
 /// `moat create`: the container set up, its init waiting for `start`.
 pub fn create(ctx: &Context, req: &Request) -> Result<i32> {
+    super::seal()?;
     if let Some(sel) = backend(req)? {
         return crate::gvisor::create(ctx, req, sel);
     }
@@ -51,6 +52,7 @@ pub fn create(ctx: &Context, req: &Request) -> Result<i32> {
 /// `moat run`: create + start; in the foreground, wait, forward signals, exit with the
 /// container's status (128+N for a signal), then delete unless `--keep`.
 pub fn run(ctx: &Context, req: &RunRequest) -> Result<i32> {
+    super::seal()?;
     if let Some(sel) = backend(&req.create)? {
         return crate::gvisor::run(ctx, req, sel);
     }

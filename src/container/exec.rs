@@ -87,6 +87,7 @@ pub struct Request {
 /// `moat exec`: runs the request's process in the container `req.id` and returns its exit
 /// status (0 when detached).
 pub fn exec(ctx: &Context, req: &Request) -> anyhow::Result<i32> {
+    super::seal()?;
     let Container { dir, record } = Container::open_read(ctx, &req.id)?;
     super::engine(&record)
         .exec(ctx, dir, &record, req)

@@ -241,6 +241,16 @@ pub fn before_fork(preserve_fds: u32, socket_activation: bool) -> Result<Inherit
     })
 }
 
+/// The moat binary made unwritable through `/proc/self/exe` first thing in create, run and
+/// exec, before the bundle or the record is read: when that re-executes moat, the moat
+/// that goes on does the work once ([`before_fork`] finds the binary protected then).
+/// Nothing the caller passed has been read or closed yet, so the re-executed moat sees
+/// the same fds.
+pub fn seal() -> Result<()> {
+    use anyhow::Context;
+    crate::linux::exeseal::ensure(startup::listen_env()).context("protect the moat binary")
+}
+
 /// The checked range of passed fds, until the rest is swept ([`before_fork`]).
 #[must_use = "the fds the caller leaked reach the container unless swept"]
 pub struct Inherited {

@@ -342,7 +342,18 @@ impl Config {
     /// Reads `MOAT_CONFIG` or `/etc/moat/config.toml`; a missing default file means the
     /// built-in defaults (RESTRICTED), a missing `MOAT_CONFIG` file is an error. The
     /// `[alias.NAME]` of the name moat was invoked by applies.
+    /// The config in effect, read once per process (create reads it to choose the backend,
+    /// then to plan): later calls get a copy of the first successful read.
     pub fn load() -> Result<Config, ConfigError> {
+        static LOADED: std::sync::OnceLock<Config> = std::sync::OnceLock::new();
+        if let Some(c) = LOADED.get() {
+            return Ok(c.clone());
+        }
+        let c = Self::read()?;
+        Ok(LOADED.get_or_init(|| c).clone())
+    }
+
+    fn read() -> Result<Config, ConfigError> {
         let (path, explicit) = match std::env::var_os("MOAT_CONFIG").filter(|v| !v.is_empty()) {
             Some(p) => (PathBuf::from(p), true),
             None => (PathBuf::from("/etc/moat/config.toml"), false),
