@@ -32,8 +32,23 @@ pub fn read_file(dir: &Path, file: &str) -> Result<String, CgroupError> {
 }
 
 /// `mkdir -p` of `path` below `h`, preparing each level on the way down: v2 parents get
-/// the controllers enabled for their children, v1 cpuset children get cpus/mems.
-pub fn create_in(h: &Hierarchy, path: &str) -> Result<(), CgroupError> {
+/// the controllers enabled for their children, v1 cpuset children get cpus/mems. Returns
+/// whether this call made the last level (false: it was there).
+///
+/// A v1 hierarchy without cpuset has nothing to prepare, so its leaf is made first and the
+/// walk from the top taken only when a parent is missing: one mkdir where most creates
+/// find their parent (`/moat`) made by the containers before.
+pub fn create_in(h: &Hierarchy, path: &str) -> Result<bool, CgroupError> {
+    if !h.v2 && !h.has("cpuset") {
+        let leaf = h.dir(path);
+        match std::fs::DirBuilder::new().mode(0o755).create(&leaf) {
+            Ok(()) => return Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(CgroupError::io("create cgroup", leaf, e)),
+        }
+    }
+    let mut made = false;
     let mut dir = h.mount.clone();
     for comp in path.split('/').filter(|c| !c.is_empty()) {
         if h.v2 {
@@ -41,19 +56,27 @@ pub fn create_in(h: &Hierarchy, path: &str) -> Result<(), CgroupError> {
         }
         let parent = dir.clone();
         dir.push(comp);
-        match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        made = match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
             Err(e) => return Err(CgroupError::io("create cgroup", dir, e)),
-        }
+        };
         if !h.v2 && h.has("cpuset") {
             v1::inherit_cpuset(&parent, &dir)?;
         }
     }
-    Ok(())
+    Ok(made)
 }
 
+/// Removes the cgroup `dir` and any it holds, waiting until `deadline` for processes that
+/// are still leaving it. The common case, a cgroup without children, is one rmdir; only
+/// when that is refused are its children looked for.
 pub fn remove_tree(dir: &Path, deadline: Instant) -> Result<(), CgroupError> {
+    match std::fs::remove_dir(dir) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(_) => {}
+    }
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),

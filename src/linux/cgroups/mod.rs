@@ -224,16 +224,14 @@ impl Cgroup {
     pub fn create_or_join(layout: Layout, path: String) -> Result<(Cgroup, usize), CgroupError> {
         // Where the cgroup was there before it is someone else's: refused, it is left as it
         // was (only what this call made is removed).
-        let existed: Vec<PathBuf> = layout
-            .hierarchies
-            .iter()
-            .map(|h| h.dir(&path))
-            .filter(|d| d.is_dir())
-            .collect();
-        let cg = Self::create_shared(layout, path)?;
+        let (cg, existed) = Self::create_made(layout, path)?;
         // A cgroup that already holds processes belongs to someone else: limits, freeze
-        // and kill would hit them too (the caller refuses it, or warns under OPEN).
-        let held = cg.pids()?.len();
+        // and kill would hit them too (the caller refuses it, or warns under OPEN). One
+        // this call made everywhere holds none.
+        let held = match existed.is_empty() {
+            true => 0,
+            false => cg.pids()?.len(),
+        };
         // Before anything is placed in it: frozen by itself or by an ancestor.
         if let Some(path) = cg.frozen_dir() {
             let made = Cgroup {
@@ -269,6 +267,12 @@ impl Cgroup {
     /// [`Cgroup::create`] for a parent shared by many containers (the fleet budget),
     /// whose subtree holds their processes by design.
     pub fn create_shared(layout: Layout, path: String) -> Result<Cgroup, CgroupError> {
+        Self::create_made(layout, path).map(|(cg, _)| cg)
+    }
+
+    /// [`Cgroup::create_shared`], also returning the directories that were there before.
+    fn create_made(layout: Layout, path: String) -> Result<(Cgroup, Vec<PathBuf>), CgroupError> {
+        let mut existed = Vec::new();
         let mut cg = Cgroup {
             path,
             unified: layout.unified,
@@ -277,7 +281,12 @@ impl Cgroup {
         let mut denied = Vec::new();
         for h in layout.hierarchies {
             match create_in(&h, &cg.path) {
-                Ok(()) => cg.hierarchies.push(h),
+                Ok(made) => {
+                    if !made {
+                        existed.push(h.dir(&cg.path));
+                    }
+                    cg.hierarchies.push(h)
+                }
                 Err(e) if e.is_permission() => {
                     denied.push(e.to_string());
                     cg.skipped.push(h);
@@ -295,7 +304,7 @@ impl Cgroup {
                 denied.join("; ")
             ));
         }
-        Ok(cg)
+        Ok((cg, existed))
     }
 
     /// Row 8 under the systemd driver: the scope started with `pid` (the child, waiting)
