@@ -166,7 +166,8 @@ pub fn warn_policy(msg: &str, stderr: bool) {
 /// would land in every `podman logs`. Read only when there is a line to place.
 fn parent_is_conmon() -> bool {
     let ppid = std::os::unix::process::parent_id();
-    std::fs::read(format!("/proc/{ppid}/comm")).is_ok_and(|c| c.trim_ascii_end() == b"conmon")
+    crate::linux::read_kernel_file(format!("/proc/{ppid}/comm"))
+        .is_ok_and(|c| c.trim_ascii_end() == "conmon")
 }
 
 pub fn debug(msg: &str) {

@@ -50,12 +50,16 @@ pub const NAMES: [&str; 41] = [
 
 /// The highest capability the running kernel knows, a host fact: read only on the host,
 /// by the parent (`Attrs::last_cap` carries it into the child), never in a container's view.
+/// Read once per process (the parent asks for it for each set of attributes it plans).
 pub fn last_cap() -> u32 {
-    super::sys::read_file(std::path::Path::new("/proc/sys/kernel/cap_last_cap"))
-        .ok()
-        .and_then(|s| String::from_utf8(s).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(40)
+    static LAST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *LAST.get_or_init(|| {
+        super::sys::read_file(std::path::Path::new("/proc/sys/kernel/cap_last_cap"))
+            .ok()
+            .and_then(|s| String::from_utf8(s).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(40)
+    })
 }
 
 pub fn number(name: &str) -> Option<u32> {

@@ -28,3 +28,15 @@ pub mod seccomp;
 pub mod signal;
 pub mod sync;
 pub mod sys;
+
+/// The text of a file the kernel makes up as it is read (`/proc`, `/sys`, cgroupfs). Those
+/// report a size of 0, so std's `fs::read_to_string` asks for the size (`fstat`), then
+/// reads 32 bytes and doubles its way up: nine reads for this host's
+/// `/proc/self/mountinfo`, six for `/proc/<pid>/stat`. Here the first read takes up to
+/// 4 KiB: two reads, the second finding the end, for nearly all of them.
+pub fn read_kernel_file(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::with_capacity(4096);
+    std::fs::File::open(path)?.read_to_string(&mut text)?;
+    Ok(text)
+}

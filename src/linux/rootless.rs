@@ -97,7 +97,7 @@ pub fn state_root() -> io::Result<PathBuf> {
         return Ok(PathBuf::from(x).join("moat"));
     }
     let euid = sys::geteuid();
-    let host_uid = std::fs::read_to_string("/proc/self/uid_map")
+    let host_uid = super::read_kernel_file("/proc/self/uid_map")
         .ok()
         .and_then(|m| to_host(&m, euid))
         .unwrap_or(euid);
@@ -110,7 +110,7 @@ pub fn state_root() -> io::Result<PathBuf> {
 /// namespace moat is uid 0, mapped to the user who ran the engine).
 pub fn host_uid() -> u32 {
     let euid = sys::geteuid();
-    std::fs::read_to_string("/proc/self/uid_map")
+    super::read_kernel_file("/proc/self/uid_map")
         .ok()
         .and_then(|m| to_host(&m, euid))
         .unwrap_or(euid)

@@ -499,7 +499,7 @@ pub fn write_pid_file(path: &Path, pid: i32) -> Result<(), StateError> {
 
 /// What /proc says about a pid: `None` when gone, a zombie, or a different process.
 pub fn process_start_time(pid: i32) -> Option<(char, u64)> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = crate::linux::read_kernel_file(format!("/proc/{pid}/stat")).ok()?;
     // comm may contain spaces and parentheses: parse after the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
     let mut fields = rest.split(' ');

@@ -28,7 +28,7 @@ pub fn write_file(dir: &Path, file: &str, value: &str, field: &str) -> Result<()
 
 pub fn read_file(dir: &Path, file: &str) -> Result<String, CgroupError> {
     let path = dir.join(file);
-    std::fs::read_to_string(&path).map_err(|e| CgroupError::io("read", path, e))
+    crate::linux::read_kernel_file(&path).map_err(|e| CgroupError::io("read", path, e))
 }
 
 /// `mkdir -p` of `path` below `h`, preparing each level on the way down: v2 parents get

@@ -25,7 +25,7 @@ impl Layout {
                 hierarchies: vec![v2_hierarchy(root.into())],
             });
         }
-        let text = std::fs::read_to_string("/proc/self/mountinfo")
+        let text = crate::linux::read_kernel_file("/proc/self/mountinfo")
             .map_err(|e| CgroupError::io("read", "/proc/self/mountinfo", e))?;
         let mut hierarchies = parse_mountinfo(&text);
         for h in hierarchies.iter_mut().filter(|h| h.v2) {
@@ -39,7 +39,7 @@ impl Layout {
 }
 
 fn v2_hierarchy(mount: PathBuf) -> Hierarchy {
-    let controllers = std::fs::read_to_string(mount.join("cgroup.controllers"))
+    let controllers = crate::linux::read_kernel_file(mount.join("cgroup.controllers"))
         .unwrap_or_default()
         .split_whitespace()
         .map(String::from)

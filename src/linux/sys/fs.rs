@@ -206,7 +206,7 @@ pub fn statfs(path: &CStr) -> Result<libc::statfs> {
 /// view (`/proc/sys/kernel/cap_last_cap`, `/proc/self/uid_map`).
 pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
     fake!("read_file", path.display().to_string());
-    std::fs::read(path)
+    super::super::read_kernel_file(path).map(String::into_bytes)
 }
 
 /// Writes `data` to the file at `path` as `std::fs::write` does (created if missing,
