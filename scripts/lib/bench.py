@@ -645,7 +645,12 @@ class Bench:
                     if self.gvisor_noop_rt:
                         self.gvisor_noop(it)
                     continue
-                for rt in self.runtimes:           # A B C, A B C, ...
+                # A B C, B C A, C A B, ...: the order turns each iteration, so that no
+                # runtime always follows the same one (whose asynchronous cleanup, such
+                # as a network namespace's teardown in a kernel worker, the next call
+                # would otherwise always pay).
+                k = it % len(self.runtimes)
+                for rt in self.runtimes[k:] + self.runtimes[:k]:
                     if test == "exec" and rt.name not in self.exec_ids:
                         continue
                     if test == "wrapper" and not rt.hide:
@@ -767,7 +772,8 @@ class Bench:
         print()
         iters = self.job["iterations"]
         if metrics:
-            print(f"{iters} iterations (+{self.job['warmup']} warm-up), interleaved; ms = wall time of the "
+            print(f"{iters} iterations (+{self.job['warmup']} warm-up), interleaved, the order turning each "
+                  f"iteration; ms = wall time of the "
                   f"runtime call(s); ratio = median / median of {ref}.")
         if "create_rss_kb" in by:
             print(f"create_rss_kb, exec_rss_kb = peak RSS of `create` and of `exec /bin/true` "
