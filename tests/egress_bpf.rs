@@ -460,3 +460,49 @@ fn prog_tag(id: u64) -> [u8; 8] {
     }
     tag
 }
+
+/// A rule's port range holds both its bounds and nothing past them, for its protocol only
+/// (the list programs decide each range without a branch: `egress/prog.rs` `decide`).
+#[test]
+fn a_port_range_holds_its_bounds_and_its_protocol() {
+    if !require_root() {
+        return;
+    }
+    let ns = Netns::new("range");
+    let mut ctx = Ctx::new("eg-range");
+    ctx.restricted();
+    in_netns(&mut ctx, &ns);
+    ctx.set(
+        "/annotations",
+        json!({"moat.egress": "tcp/10.77.0.1:7000-7002,10.77.0.2:80-80,udp/10.77.0.2:82"}),
+    );
+    // A UDP rule opens no TCP port (the protocol's bit, ANDed in each range).
+    ctx.sh(&probe(&[
+        ("10.77.0.1", 6999),
+        ("10.77.0.1", 7000),
+        ("10.77.0.1", 7001),
+        ("10.77.0.1", 7002),
+        ("10.77.0.1", 7003),
+        ("10.77.0.1", 65535),
+        ("10.77.0.2", 79),
+        ("10.77.0.2", 80),
+        ("10.77.0.2", 81),
+        ("10.77.0.2", 82),
+    ]));
+    let (out, _) = run_to_end(&ctx, "c");
+    assert_eq!(
+        lines(&out),
+        [
+            "10.77.0.1:6999 EPERM",
+            "10.77.0.1:7000 reached",
+            "10.77.0.1:7001 reached",
+            "10.77.0.1:7002 reached",
+            "10.77.0.1:7003 EPERM",
+            "10.77.0.1:65535 EPERM",
+            "10.77.0.2:79 EPERM",
+            "10.77.0.2:80 reached",
+            "10.77.0.2:81 EPERM",
+            "10.77.0.2:82 EPERM",
+        ]
+    );
+}

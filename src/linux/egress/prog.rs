@@ -128,12 +128,15 @@ const MOV_X: u8 = 0xbf;
 const ADD_K: u8 = 0x07;
 const AND_K: u8 = 0x57;
 const AND_X: u8 = 0x5f;
+const OR_X: u8 = 0x4f;
+const SUB_X: u8 = 0x1f;
+const XOR_K: u8 = 0xa7;
+const RSH_K: u8 = 0x77;
+const NEG: u8 = 0x87;
 const TO_BE: u8 = 0xdc;
 const JA: u8 = 0x05;
 const JEQ_K: u8 = 0x15;
 const JNE_K: u8 = 0x55;
-const JGT_X: u8 = 0x2d;
-const JLT_X: u8 = 0xad;
 const JMP32_JNE_K: u8 = 0x56;
 const MOV32_X: u8 = 0xbc;
 const XOR32_K: u8 = 0xa4;
@@ -166,7 +169,6 @@ const ICMPV6_ECHO_REQUEST: i32 = 128;
 enum L {
     Addr,
     Key,
-    Range(usize),
     Allow,
     Deny,
     DenyRet,
@@ -216,16 +218,6 @@ fn jk(code: u8, reg: u8, imm: i32, to: L) -> Op {
         reg,
         src: 0,
         imm,
-        to,
-    }
-}
-
-fn jx(code: u8, reg: u8, src: u8, to: L) -> Op {
-    Op::J {
-        code,
-        reg,
-        src,
-        imm: 0,
         to,
     }
 }
@@ -578,25 +570,34 @@ fn decide(o: &mut Vec<Op>, maps: MapFds, slot: u32) {
         i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
         jk(JEQ_K, 0, 0, L::Deny),
     ]);
+    // Whether one of the ranges holds the protocol and the port, without a branch: r9 is
+    // the OR over the ranges of `protocol in protos` AND `lo <= port <= hi`, each a 0/1
+    // from sign bits (ports are u16, so the differences cannot overflow). Straight-line
+    // code is what the verifier walks once; a range check of three branches per range
+    // forked its states ~2^8 ways (0.8 ms a program at every list create).
+    o.push(i(MOV_K, 9, 0, 0, 0));
     for r in 0..RANGES {
         let base = i16::try_from(r * RANGE_SIZE).expect("small offsets");
-        let next = if r + 1 < RANGES {
-            L::Range(r + 1)
-        } else {
-            L::Deny
-        };
         o.extend([
-            Op::Mark(L::Range(r)),
+            // r1 = (protos & bit) != 0: a non-zero value negated has its sign bit set.
             i(LDX_B, 1, 0, base + 4, 0),
             i(AND_X, 1, 8, 0, 0),
-            jk(JEQ_K, 1, 0, next),
-            i(LDX_H, 1, 0, base, 0),
-            jx(JLT_X, 7, 1, next),
-            i(LDX_H, 1, 0, base + 2, 0),
-            jx(JGT_X, 7, 1, next),
-            jk(JA, 0, 0, L::Allow),
+            i(NEG, 1, 0, 0, 0),
+            i(RSH_K, 1, 0, 0, 63),
+            // r4 = (port - lo) | (hi - port) is negative when the port is outside.
+            i(LDX_H, 2, 0, base, 0),
+            i(LDX_H, 3, 0, base + 2, 0),
+            i(MOV_X, 4, 7, 0, 0),
+            i(SUB_X, 4, 2, 0, 0),
+            i(SUB_X, 3, 7, 0, 0),
+            i(OR_X, 4, 3, 0, 0),
+            i(RSH_K, 4, 0, 0, 63),
+            i(XOR_K, 4, 0, 0, 1),
+            i(AND_X, 1, 4, 0, 0),
+            i(OR_X, 9, 1, 0, 0),
         ]);
     }
+    o.push(jk(JEQ_K, 9, 0, L::Deny));
     o.extend([
         Op::Mark(L::Allow),
         i(MOV_K, 0, 0, 0, 1),
