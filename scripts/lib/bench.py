@@ -241,27 +241,25 @@ def quantile(vals, q):
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
-class RunscTracer:
-    """How long the runsc process inside a call lived, from exec to exit, read from
-    the kernel's sched_process_{fork,exec,exit} tracepoints in a private tracefs
-    instance (so other tracing on the host is untouched). A call's time outside runsc
-    is its wall time minus that: for moat-gvisor, moat's start-up, work, spawn and
-    wait; for runsc called directly, the driver's own spawn and wait."""
+class TraceInstance:
+    """A private tracefs instance (so other tracing on the host is untouched) on the
+    monotonic clock, recording `events` ("group/name") while on."""
 
-    LINE = re.compile(r"^\s*.+-(\d+)\s+\[\d+\]\s+\S+\s+([\d.]+): (sched_process_\w+): (.*)$")
+    LINE = re.compile(r"^\s*.+?-(\d+)\s+\[\d+\]\s+\S+\s+([\d.]+): (\w+): (.*)$")
 
-    def __init__(self):
-        base = next((b for b in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
-                     if os.path.isdir(os.path.join(b, "instances"))), None)
+    def __init__(self, base, tag, events, buffer_kb, options=()):
         if base is None:
             raise OSError("no tracefs with instances")
-        self.dir = os.path.join(base, "instances", f"moat-bench-{os.getpid()}")
+        self.dir = os.path.join(base, "instances", f"{tag}-{os.getpid()}")
         os.mkdir(self.dir)
         try:
-            self._write("buffer_size_kb", "8192")
+            self._write("buffer_size_kb", str(buffer_kb))
             self._write("trace_clock", "mono")
-            for ev in ("sched_process_fork", "sched_process_exec", "sched_process_exit"):
-                self._write(f"events/sched/{ev}/enable", "1")
+            self._write("tracing_on", "0")
+            for opt in options:
+                self._write(f"options/{opt}", "1")
+            for ev in events:
+                self._write(f"events/{ev}/enable", "1")
         except OSError:
             self.close()
             raise
@@ -271,12 +269,12 @@ class RunscTracer:
             f.write(value)
 
     def on(self, enabled):
-        """Records only while a measured gVisor call runs (tracing costs every process
-        start and exit on the host something)."""
+        """Records only while a measured call runs (tracing costs every event on the
+        host something)."""
         self._write("tracing_on", "1" if enabled else "0")
 
-    def take(self):
-        """The events since the last take, as (pid, seconds, event, fields)."""
+    def take_raw(self):
+        """The events since the last take, as (pid, seconds, event, the rest)."""
         with open(os.path.join(self.dir, "trace")) as f:
             text = f.read()
         self._write("trace", "")
@@ -284,9 +282,37 @@ class RunscTracer:
         for line in text.splitlines():
             m = self.LINE.match(line)
             if m:
-                fields = dict(re.findall(r"(\w+)=(\S+)", m.group(4)))
-                out.append((int(m.group(1)), float(m.group(2)), m.group(3), fields))
+                out.append((int(m.group(1)), float(m.group(2)), m.group(3), m.group(4)))
         return out
+
+    def close(self):
+        try:
+            self._write("tracing_on", "0")
+        except OSError:
+            pass
+        try:
+            os.rmdir(self.dir)
+        except OSError as e:
+            note(f"warning: could not remove tracefs instance {self.dir}: {e}")
+
+
+class RunscTracer(TraceInstance):
+    """How long the runsc process inside a call lived, from exec to exit, read from
+    the kernel's sched_process_{fork,exec,exit} tracepoints. A call's time outside runsc
+    is its wall time minus that: for moat-gvisor, moat's start-up, work, spawn and
+    wait; for runsc called directly, the driver's own spawn and wait."""
+
+    def __init__(self):
+        base = next((b for b in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+                     if os.path.isdir(os.path.join(b, "instances"))), None)
+        events = [f"sched/{ev}" for ev in ("sched_process_fork", "sched_process_exec",
+                                           "sched_process_exit")]
+        super().__init__(base, "moat-bench", events, 8192)
+
+    def take(self):
+        """The events since the last take, as (pid, seconds, event, fields)."""
+        return [(pid, ts, ev, dict(re.findall(r"(\w+)=(\S+)", rest)))
+                for pid, ts, ev, rest in self.take_raw()]
 
     def runsc_life_ns(self, root_pid):
         """exec-to-exit of the first process under root_pid (itself included) that
@@ -302,16 +328,6 @@ class RunscTracer:
             elif ev == "sched_process_exit" and execd and int(f.get("pid", -1)) == execd[0]:
                 return round((ts - execd[1]) * 1e9)
         return None
-
-    def close(self):
-        try:
-            self._write("tracing_on", "0")
-        except OSError:
-            pass
-        try:
-            os.rmdir(self.dir)
-        except OSError as e:
-            note(f"warning: could not remove tracefs instance {self.dir}: {e}")
 
 
 class Bench:

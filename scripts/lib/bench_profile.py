@@ -37,66 +37,35 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import (  # noqa: E402
-    PR_SET_CHILD_SUBREAPER, Failure, libc, note, read_pid, reap_orphans, wait_exit,
-    wait_or_kill)
+    PR_SET_CHILD_SUBREAPER, Failure, TraceInstance, libc, note, read_pid, reap_orphans,
+    wait_exit, wait_or_kill)
 
 CALL_TIMEOUT = 60
 
 
-class Tracer:
-    """A private tracefs instance recording syscalls, user page faults, forks, execs and
-    trace_marker writes of one process tree at a time."""
+class Tracer(TraceInstance):
+    """Syscalls, user page faults, forks, execs and trace_marker writes of one process
+    tree at a time (`follow`: set_event_pid with event-fork)."""
 
     EVENTS = ("raw_syscalls/sys_enter", "exceptions/page_fault_user",
               "sched/sched_process_fork", "sched/sched_process_exec")
-    LINE = re.compile(r"^\s*.+?-(\d+)\s+\[\d+\]\s+\S+\s+([\d.]+): (\w+): (.*)$")
 
     def __init__(self, base):
-        self.dir = os.path.join(base, "instances", f"moat-profile-{os.getpid()}")
-        os.mkdir(self.dir)
-        try:
-            self._write("buffer_size_kb", "16384")
-            self._write("trace_clock", "mono")
-            self._write("tracing_on", "0")
-            self._write("options/event-fork", "1")
-            for ev in self.EVENTS:
-                self._write(f"events/{ev}/enable", "1")
-        except OSError:
-            self.close()
-            raise
+        super().__init__(base, "moat-profile", self.EVENTS, 16384, options=("event-fork",))
         self.marker = os.path.join(self.dir, "trace_marker")
-
-    def _write(self, name, value):
-        with open(os.path.join(self.dir, name), "w") as f:
-            f.write(value)
 
     def follow(self, pid):
         self._write("set_event_pid", str(pid))
 
-    def on(self, enabled):
-        self._write("tracing_on", "1" if enabled else "0")
-
     def take(self):
-        with open(os.path.join(self.dir, "trace")) as f:
-            text = f.read()
-        self._write("trace", "")
-        out = []
-        for line in text.splitlines():
-            m = self.LINE.match(line)
-            if m:
-                out.append((int(m.group(1)), float(m.group(2)), m.group(3), m.group(4)))
-        return out
+        return self.take_raw()
 
     def close(self):
         try:
-            self._write("tracing_on", "0")
             self._write("set_event_pid", "")
         except OSError:
             pass
-        try:
-            os.rmdir(self.dir)
-        except OSError as e:
-            note(f"warning: could not remove tracefs instance {self.dir}: {e}")
+        super().close()
 
 
 def tracefs_base():
