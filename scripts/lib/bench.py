@@ -824,11 +824,15 @@ class Bench:
         wanted = ["cycle_ms", "create_ms", "start_ms", "delete_ms", "run_ms", "exec_ms",
                   "create_rss_kb", "exec_rss_kb", f"concurrent{n}_total_ms"]
         metrics = [m for m in wanted if any((m, r) in self.medians for r in self.names)]
-        colors = ["#1b6ca8", "#c0392b", "#27ae60", "#8e44ad", "#d35400", "#7f8c8d"]
+        # One colour per runtime (the default run has nine with moat's variants).
+        colors = ["#1b6ca8", "#c0392b", "#27ae60", "#8e44ad", "#d35400", "#7f8c8d",
+                  "#f1c40f", "#16a085", "#e84393", "#2c3e50", "#a0522d", "#6c5ce7"]
         bar_h, gap, label_w, plot_w, val_w = 16, 4, 170, 360, 80
         panel_h = len(self.names) * (bar_h + gap) + 14
         width = label_w + plot_w + val_w
-        legend_h = 24
+        # The legend wraps: a row holds as many 150-pixel entries as the width allows.
+        per_row = max(1, (width - 8) // 150)
+        legend_h = 18 * ((len(self.names) + per_row - 1) // per_row) + 6
         height = 40 + legend_h + len(metrics) * panel_h
         out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
                f'font-family="sans-serif" font-size="12">',
@@ -836,10 +840,10 @@ class Bench:
                f'<text x="8" y="20" font-size="14" font-weight="bold">Medians, '
                f'{self.job["iterations"]} interleaved iterations (lower is better)</text>']
         for i, r in enumerate(self.names):
-            x = 8 + i * 110
-            out.append(f'<rect x="{x}" y="32" width="12" height="12" '
+            x, ly = 8 + (i % per_row) * 150, 32 + (i // per_row) * 18
+            out.append(f'<rect x="{x}" y="{ly}" width="12" height="12" '
                        f'fill="{colors[i % len(colors)]}"/>')
-            out.append(f'<text x="{x + 16}" y="43">{html.escape(r)}</text>')
+            out.append(f'<text x="{x + 16}" y="{ly + 11}">{html.escape(r)}</text>')
         y = 40 + legend_h
         for m in metrics:
             vals = [self.medians.get((m, r)) for r in self.names]
