@@ -3,7 +3,7 @@
 //! symbol in the binary keeps libc's member out of the link (a static archive member is
 //! only pulled for an undefined symbol; each of these members defines nothing else).
 //!
-//! **`memcpy`.** //! A moat call makes tens of thousands of copies, nearly all of a few bytes: serde_json
+//! **`memcpy`.** A moat call makes tens of thousands of copies, nearly all of a few bytes: serde_json
 //! writes every token and string piece through `Vec::extend_from_slice`, and at
 //! `opt-level = "z"` even fixed-size copies stay calls. musl's x86_64 `memcpy` starts
 //! every copy with `rep movsq` and finishes with a byte loop, ~40 cycles for a 5-byte
