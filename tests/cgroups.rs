@@ -551,6 +551,47 @@ fn a_non_empty_cgroup_is_refused_under_restricted_and_shared_under_open() {
     first.wait_stopped(T);
 }
 
+/// A cgroup that holds someone else's process in one hierarchy only: RESTRICTED refuses
+/// it, and the directories create made in the other hierarchies go with the refusal
+/// (only the one that was there stays, with its process).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_cgroup_held_in_one_hierarchy_is_refused_and_the_rest_removed() {
+    if !require_root() {
+        return;
+    }
+    let root = Path::new("/sys/fs/cgroup");
+    let held_in = root.join("pids");
+    if !held_in.join("cgroup.procs").exists() {
+        missing("no v1 pids hierarchy at /sys/fs/cgroup/pids");
+        return;
+    }
+    let path = format!("moat-test-held-{}", std::process::id());
+    let held = held_in.join(&path);
+    std::fs::create_dir_all(&held).unwrap();
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("spawn sleep");
+    std::fs::write(held.join("cgroup.procs"), sleeper.id().to_string()).unwrap();
+    let mut ctx = Ctx::new("cgheld");
+    ctx.restricted();
+    ctx.set("/linux/cgroupsPath", json!(format!("/{path}")));
+    let (c, out) = ctx.create("c");
+    let stderr = out.fails().stderr;
+    let left: Vec<PathBuf> = ["cpu", "memory", "devices", "freezer", "unified"]
+        .iter()
+        .map(|h| root.join(h).join(&path))
+        .filter(|d| d.exists())
+        .collect();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let _ = std::fs::remove_dir(&held);
+    assert!(stderr.contains("is not empty"), "{stderr}");
+    assert!(left.is_empty(), "the refused create left {left:?}");
+    ctx.assert_no_trace(&c.id);
+}
+
 /// runc's update.bats writes `linux.resources.CPU` and `"Cpus"` beside `cpu`: a case
 /// variant of a resources field is read as the field, in order with it (objects merged),
 /// as runc's decoder reads it (with a warning), at create and in `update -r`.

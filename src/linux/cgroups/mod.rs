@@ -208,45 +208,65 @@ impl Cgroup {
     }
 
     /// Creates `path` (already resolved) in every hierarchy of `layout`, and refuses it
-    /// if it already holds processes.
+    /// if it already holds processes; what this call made for it is removed then.
     pub fn create(layout: Layout, path: String) -> Result<Cgroup, CgroupError> {
-        match Self::create_or_join(layout, path)? {
-            (cg, 0) => Ok(cg),
-            (cg, count) => Err(CgroupError::NotEmpty {
+        let (cg, held, existed) = Self::made_or_joined(layout, path)?;
+        if held > 0 {
+            cg.remove_made(&existed);
+            return Err(CgroupError::NotEmpty {
                 path: cg.hierarchies[0].dir(&cg.path),
-                count,
-            }),
+                count: held,
+            });
         }
+        Ok(cg)
     }
 
     /// [`Cgroup::create`] that also takes a cgroup already holding processes (OPEN, as
     /// runc: it warns and goes on), with how many it holds. A frozen one is still refused.
     pub fn create_or_join(layout: Layout, path: String) -> Result<(Cgroup, usize), CgroupError> {
-        // Where the cgroup was there before it is someone else's: refused, it is left as it
-        // was (only what this call made is removed).
+        Self::made_or_joined(layout, path).map(|(cg, held, _)| (cg, held))
+    }
+
+    /// The cgroup made or joined, how many processes it already holds, and the
+    /// directories that were there before this call (someone else's: never removed here).
+    fn made_or_joined(
+        layout: Layout,
+        path: String,
+    ) -> Result<(Cgroup, usize, Vec<PathBuf>), CgroupError> {
         let (cg, existed) = Self::create_made(layout, path)?;
         // A cgroup that already holds processes belongs to someone else: limits, freeze
         // and kill would hit them too (the caller refuses it, or warns under OPEN). One
         // this call made everywhere holds none.
         let held = match existed.is_empty() {
             true => 0,
-            false => cg.pids()?.len(),
+            false => match cg.pids() {
+                Ok(p) => p.len(),
+                Err(e) => {
+                    cg.remove_made(&existed);
+                    return Err(e);
+                }
+            },
         };
         // Before anything is placed in it: frozen by itself or by an ancestor.
         if let Some(path) = cg.frozen_dir() {
-            let made = Cgroup {
-                hierarchies: cg
-                    .hierarchies
-                    .iter()
-                    .filter(|h| !existed.contains(&h.dir(&cg.path)))
-                    .cloned()
-                    .collect(),
-                ..cg.clone()
-            };
-            let _ = made.remove();
+            cg.remove_made(&existed);
             return Err(CgroupError::Frozen { path });
         }
-        Ok((cg, held))
+        Ok((cg, held, existed))
+    }
+
+    /// Removes the directories of `self` that this process made, leaving `existed`.
+    fn remove_made(&self, existed: &[PathBuf]) {
+        let made = Cgroup {
+            hierarchies: self
+                .hierarchies
+                .iter()
+                .filter(|h| !existed.contains(&h.dir(&self.path)))
+                .cloned()
+                .collect(),
+            ..self.clone()
+        };
+        let _ = made.remove();
     }
 
     /// The fleet budget's cgroup (`path`, resolved) made or joined, with its limits `res`:
