@@ -3,16 +3,15 @@
 //! symbol in the binary keeps libc's member out of the link (a static archive member is
 //! only pulled for an undefined symbol; each of these members defines nothing else).
 //!
-//! **`memcpy`.** A moat call makes tens of thousands of copies, nearly all of a few bytes: serde_json
-//! writes every token and string piece through `Vec::extend_from_slice`, and at
-//! `opt-level = "z"` even fixed-size copies stay calls. musl's x86_64 `memcpy` starts
-//! every copy with `rep movsq` and finishes with a byte loop, ~40 cycles for a 5-byte
-//! copy; it was 7 % of all the CPU time of a `moat run` (perf, docs/performance.md). Here
-//! a copy of up to 32 bytes is two overlapping loads and stores of one width, and a larger
-//! one is one `rep movsb`, which the CPU's fast string moves (ERMSB, FSRM) make the
-//! fastest large copy. Defining the symbol in the binary keeps libc's out of the link
-//! (a static archive member is only pulled for an undefined symbol); libc's own callers
-//! get this one too. `memmove` and `memset` stay musl's.
+//! **`memcpy`.** A moat call makes tens of thousands of copies, nearly all of a few
+//! bytes: serde_json writes every token and string piece through `Vec::extend_from_slice`,
+//! and at `opt-level = "z"` even fixed-size copies stay calls. musl's x86_64 `memcpy`
+//! starts every copy with `rep movsq` and finishes with a byte loop, ~40 cycles for a
+//! 5-byte copy; it was 7 % of all the CPU time of a `moat run` (perf,
+//! docs/performance.md). Here a copy of up to 32 bytes is two overlapping loads and
+//! stores of one width, and a larger one is one `rep movsb`, which the CPU's fast string
+//! moves (ERMSB, FSRM) make the fastest large copy. libc's own callers get this one too.
+//! `memmove` and `memset` stay musl's.
 //!
 //! Built for x86_64 only (the target moat ships for); anywhere else libc's is used.
 #![allow(unsafe_code)]

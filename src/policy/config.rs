@@ -339,9 +339,6 @@ const ALIAS_HINT: &str = "the operator loosens through the name moat is invoked 
      default_policy = \"open\" in the config (docs/configuration.md)";
 
 impl Config {
-    /// Reads `MOAT_CONFIG` or `/etc/moat/config.toml`; a missing default file means the
-    /// built-in defaults (RESTRICTED), a missing `MOAT_CONFIG` file is an error. The
-    /// `[alias.NAME]` of the name moat was invoked by applies.
     /// The config in effect, read once per process (create reads it to choose the backend,
     /// then to plan): later calls get a copy of the first successful read.
     pub fn load() -> Result<Config, ConfigError> {
@@ -353,6 +350,9 @@ impl Config {
         Ok(LOADED.get_or_init(|| c).clone())
     }
 
+    /// Reads `MOAT_CONFIG` or `/etc/moat/config.toml`; a missing default file means the
+    /// built-in defaults (RESTRICTED), a missing `MOAT_CONFIG` file is an error. The
+    /// `[alias.NAME]` of the name moat was invoked by applies.
     fn read() -> Result<Config, ConfigError> {
         let (path, explicit) = match std::env::var_os("MOAT_CONFIG").filter(|v| !v.is_empty()) {
             Some(p) => (PathBuf::from(p), true),
