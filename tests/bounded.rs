@@ -271,7 +271,9 @@ fn ephemeral_root_over_an_engine_overlay_leaves_its_upper_layer_alone() {
     struct Unmount(std::path::PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
+            let _ = std::process::Command::new("umount")
+                .arg(&self.0)
+                .run_status();
         }
     }
     let _m = Unmount(merged.clone());
@@ -445,7 +447,7 @@ fn engine_storage_free_space_does_not_move_under_an_ephemeral_root() {
     let mkfs = std::process::Command::new("mkfs.ext4")
         .args(["-q", "-F"])
         .arg(&img)
-        .status();
+        .run_status();
     if !mkfs.is_ok_and(|s| s.success()) {
         missing("mkfs.ext4 (e2fsprogs) for the loop filesystem");
         return;
@@ -461,7 +463,7 @@ fn engine_storage_free_space_does_not_move_under_an_ephemeral_root() {
     impl Drop for Unmount {
         fn drop(&mut self) {
             for p in &self.0 {
-                let _ = std::process::Command::new("umount").arg(p).status();
+                let _ = std::process::Command::new("umount").arg(p).run_status();
             }
         }
     }

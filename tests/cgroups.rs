@@ -569,10 +569,7 @@ fn a_cgroup_held_in_one_hierarchy_is_refused_and_the_rest_removed() {
     let path = format!("moat-test-held-{}", std::process::id());
     let held = held_in.join(&path);
     std::fs::create_dir_all(&held).unwrap();
-    let mut sleeper = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .expect("spawn sleep");
+    let mut sleeper = spawn(std::process::Command::new("sleep").arg("30"));
     std::fs::write(held.join("cgroup.procs"), sleeper.id().to_string()).unwrap();
     let mut ctx = Ctx::new("cgheld");
     ctx.restricted();
@@ -584,8 +581,7 @@ fn a_cgroup_held_in_one_hierarchy_is_refused_and_the_rest_removed() {
         .map(|h| root.join(h).join(&path))
         .filter(|d| d.exists())
         .collect();
-    let _ = sleeper.kill();
-    let _ = sleeper.wait();
+    kill_child(&mut sleeper);
     let _ = std::fs::remove_dir(&held);
     assert!(stderr.contains("is not empty"), "{stderr}");
     assert!(left.is_empty(), "the refused create left {left:?}");

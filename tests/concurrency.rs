@@ -294,3 +294,35 @@ fn create_outlives_a_delete_between_its_mkdir_and_its_lock() {
     reap();
     ctx.assert_no_trace(&id);
 }
+
+/// The harness's own race: [`reap`], run by any test thread, collects every zombie child
+/// it does not know. A tool run through `support::Run` is registered until waited for,
+/// so its status is never taken from under it (with `Command::output` instead, CI saw
+/// `bpftool: No child process`). Here a thread reaps flat out while each command stays a
+/// zombie for 50 ms: its output is still held open by the `sleep` it left behind.
+#[test]
+fn the_reaper_never_takes_a_registered_childs_status() {
+    become_subreaper();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                reap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        let failed: Vec<String> = (0..20)
+            .filter_map(|_| {
+                match std::process::Command::new("sh")
+                    .args(["-c", "sleep 0.05 &"])
+                    .run_output()
+                {
+                    Ok(o) if o.status.success() => None,
+                    r => Some(format!("{r:?}")),
+                }
+            })
+            .collect();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(failed.is_empty(), "{} of 20 runs: {failed:?}", failed.len());
+    });
+}

@@ -14,7 +14,7 @@ fn check(config: &std::path::Path, etc: &std::path::Path) -> String {
         .arg("check")
         .env("MOAT_CONFIG", config)
         .env("MOAT_CHECK_ROOT", etc)
-        .output()
+        .run_output()
         .expect("run moat check");
     assert!(out.status.success(), "{}", stderr_of(&out));
     String::from_utf8(out.stdout).unwrap()

@@ -142,7 +142,7 @@ fn assert_everything(p: &[Probe]) {
 #[ignore]
 fn baseline_runc_reaches_everything() {
     let Some(env) = env() else { return };
-    let runc = match Command::new("runc").arg("--version").output() {
+    let runc = match Command::new("runc").arg("--version").run_output() {
         Ok(o) if o.status.success() => "runc",
         _ => return missing("egress baseline: runc is not installed"),
     };
@@ -440,7 +440,7 @@ fn icmp_backstop_missing_is_found_by_verify_and_restored_by_update() {
         .args(["cgroup", "detach"])
         .arg(v2_cgroup(&c.id))
         .args(["egress", "id", &id.to_string()])
-        .output()
+        .run_output()
         .expect("bpftool");
     assert!(
         o.status.success(),

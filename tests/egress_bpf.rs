@@ -17,13 +17,13 @@ impl Netns {
     fn new(tag: &str) -> Netns {
         let name = format!("moat-eg-{}-{tag}", std::process::id());
         let ip = |args: &[&str]| {
-            let st = Command::new("ip").args(args).status().expect("ip");
+            let st = Command::new("ip").args(args).run_status().expect("ip");
             assert!(st.success(), "ip {args:?}");
         };
         let _ = Command::new("ip")
             .args(["netns", "del", &name])
             .stderr(std::process::Stdio::null())
-            .status();
+            .run_status();
         ip(&["netns", "add", &name]);
         let ns = Netns(name);
         ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
@@ -41,7 +41,9 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .run_status();
     }
 }
 
@@ -450,7 +452,7 @@ fn fixed_cache_file(root: &std::path::Path) -> std::path::PathBuf {
 fn prog_tag(id: u64) -> [u8; 8] {
     let out = Command::new("bpftool")
         .args(["-j", "prog", "show", "id", &id.to_string()])
-        .output()
+        .run_output()
         .expect("bpftool");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool json");
     let hex = v["tag"].as_str().expect("tag");

@@ -37,7 +37,7 @@ impl World {
             if Command::new("sh")
                 .args(["-c", &format!("command -v {tool}")])
                 .stdout(Stdio::null())
-                .status()
+                .run_status()
                 .map(|s| !s.success())
                 .unwrap_or(true)
             {
@@ -63,24 +63,24 @@ impl World {
             ]);
         }
         fs::write(dir.join("hosts"), format!("{ROT_OLD} rot.test\n")).unwrap();
-        let dnsmasq = Command::new("ip")
-            .args(["netns", "exec", &ns, "dnsmasq", "--keep-in-foreground"])
-            .args([
-                "--no-resolv",
-                "--no-hosts",
-                "--bind-interfaces",
-                "--user=root",
-            ])
-            .arg(format!("--listen-address={DNS}"))
-            .arg(format!("--addn-hosts={}", dir.join("hosts").display()))
-            .arg(format!("--pid-file={}", dir.join("dnsmasq.pid").display()))
-            .args(["--local-ttl=2", "--neg-ttl=2"])
-            .arg(format!("--address=/allowed.test/{ALLOWED}"))
-            .arg(format!("--address=/refused.test/{REFUSED}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run dnsmasq");
+        let dnsmasq = spawn(
+            Command::new("ip")
+                .args(["netns", "exec", &ns, "dnsmasq", "--keep-in-foreground"])
+                .args([
+                    "--no-resolv",
+                    "--no-hosts",
+                    "--bind-interfaces",
+                    "--user=root",
+                ])
+                .arg(format!("--listen-address={DNS}"))
+                .arg(format!("--addn-hosts={}", dir.join("hosts").display()))
+                .arg(format!("--pid-file={}", dir.join("dnsmasq.pid").display()))
+                .args(["--local-ttl=2", "--neg-ttl=2"])
+                .arg(format!("--address=/allowed.test/{ALLOWED}"))
+                .arg(format!("--address=/refused.test/{REFUSED}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
         let w = World { ns, dir, dnsmasq };
         let t = Instant::now();
         while !w.dir.join("dnsmasq.pid").exists() {
@@ -114,11 +114,12 @@ impl World {
 impl Drop for World {
     fn drop(&mut self) {
         if let Ok(pid) = fs::read_to_string(self.dir.join("dnsmasq.pid")) {
-            let _ = Command::new("kill").arg(pid.trim()).status();
+            let _ = Command::new("kill").arg(pid.trim()).run_status();
         }
-        let _ = self.dnsmasq.kill();
-        let _ = self.dnsmasq.wait();
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+        kill_child(&mut self.dnsmasq);
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.ns])
+            .run_status();
         let _ = fs::remove_dir_all(&self.dir);
     }
 }

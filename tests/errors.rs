@@ -43,7 +43,7 @@ fn closed_stdout_is_reopened_on_dev_null() {
         .arg(env!("CARGO_BIN_EXE_moat"))
         .arg(dir.join("root"))
         .arg(&log)
-        .output()
+        .run_output()
         .unwrap();
     let logged = fs::read_to_string(&log).unwrap_or_default();
     let _ = fs::remove_dir_all(&dir);

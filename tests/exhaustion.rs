@@ -30,13 +30,13 @@ fn mount_tmpfs(at: &Path, opts: &str) {
     let st = Command::new("mount")
         .args(["-t", "tmpfs", "-o", opts, "tmpfs"])
         .arg(at)
-        .status()
+        .run_status()
         .expect("mount");
     assert!(st.success(), "mount tmpfs {opts} on {}", at.display());
 }
 
 fn umount(at: &Path) {
-    let _ = Command::new("umount").arg("-l").arg(at).status();
+    let _ = Command::new("umount").arg("-l").arg(at).run_status();
 }
 
 /// Fills the file system of `dir` up to its last block.
@@ -45,7 +45,7 @@ fn fill(dir: &Path) {
         .args(["if=/dev/zero", "bs=4k"])
         .arg(format!("of={}", dir.join(".filler").display()))
         .stderr(std::process::Stdio::null())
-        .status();
+        .run_status();
 }
 
 #[test]
@@ -135,7 +135,7 @@ fn a_full_writable_layer_fails_cleanly() {
     let st = Command::new("mount")
         .args(["-o", &format!("remount,nr_inodes={}", used.trim())])
         .arg(&rootfs)
-        .status()
+        .run_status()
         .expect("remount");
     assert!(st.success(), "remount nr_inodes");
     let id = ctx.id("c");
@@ -328,7 +328,7 @@ fn a_caller_that_closes_stdout() {
         drop(r);
         let mut c = ctx.cmd();
         c.args(&args).stdout(w).stderr(std::process::Stdio::piped());
-        let o = c.output().expect("run moat");
+        let o = wait_output(spawn(&mut c)).expect("run moat");
         let out = Out {
             code: o.status.code().unwrap_or(-1),
             stdout: String::new(),

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
-use support::{host_ns, missing, require_root, run_to_end, tmp_base, Ctx, MOAT};
+use support::{host_ns, missing, require_root, run_to_end, tmp_base, Ctx, Run, MOAT};
 
 fn features() -> Value {
-    let out = Command::new(MOAT).arg("features").output().unwrap();
+    let out = Command::new(MOAT).arg("features").run_output().unwrap();
     assert!(out.status.success(), "{}", support::stderr_of(&out));
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -46,7 +46,7 @@ impl Tmpfs {
         let st = Command::new("mount")
             .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
             .arg(dir)
-            .status()
+            .run_status()
             .unwrap();
         assert!(st.success(), "mount tmpfs on {}", dir.display());
         Tmpfs(dir.to_path_buf())
@@ -55,7 +55,7 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = Command::new("umount").arg("-l").arg(&self.0).run_status();
     }
 }
 

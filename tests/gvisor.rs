@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod support;
-use support::{is_root, missing, mkbundle, require_root, stderr_of as stderr};
+use support::{is_root, missing, mkbundle, require_root, stderr_of as stderr, Run};
 
 const MOAT: &str = env!("CARGO_BIN_EXE_moat");
 
@@ -125,7 +125,7 @@ impl Drop for Env {
                 .moat()
                 .args(["delete", "--force", id])
                 .stderr(Stdio::null())
-                .status();
+                .run_status();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -141,7 +141,7 @@ fn output(c: &mut Command, dir: &Path) -> Output {
     let status = c
         .stdout(std::fs::File::create(&o).unwrap())
         .stderr(std::fs::File::create(&e).unwrap())
-        .status()
+        .run_status()
         .expect("run moat");
     let out = Output {
         status,
@@ -1114,7 +1114,7 @@ fn python_installed() -> bool {
         .arg("import ctypes")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .status()
+        .run_status()
         .is_ok_and(|s| s.success())
 }
 
@@ -1388,7 +1388,7 @@ fn gvisor_pod_join_needs_moats_own_pod_sandbox() {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
-                .status();
+                .run_status();
         }
     }
     let _other_guard = OtherRoot(other_root.clone(), other.clone());
@@ -1528,7 +1528,7 @@ fn gvisor_pod_app_seccomp_applies_under_a_sandbox_without_one() {
         c.env_remove("MOAT_RUNTIME").env("MOAT_CONFIG", &open);
         c.stdout(std::fs::File::create(out).unwrap())
             .stderr(std::fs::File::create(out.with_extension("err")).unwrap());
-        let st = c.status().unwrap();
+        let st = c.run_status().unwrap();
         assert!(
             st.success(),
             "moat {args:?}: {}",

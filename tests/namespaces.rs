@@ -154,7 +154,7 @@ impl NetNs {
         let _ = std::process::Command::new("ip")
             .args(["netns", "delete", &name])
             .stderr(std::process::Stdio::null())
-            .status();
+            .run_status();
         host(&["ip", "netns", "add", &name]);
         NetNs(name)
     }

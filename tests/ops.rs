@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{is_root, mkbundle, stderr_of as stderr};
+use support::{is_root, mkbundle, stderr_of as stderr, Run};
 
 const MOAT: &str = env!("CARGO_BIN_EXE_moat");
 
@@ -50,7 +50,7 @@ impl Ctr {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
-            .status()
+            .run_status()
             .expect("spawn moat run");
         assert!(
             st.success(),
@@ -66,19 +66,19 @@ impl Ctr {
 
     fn moat_stdin(&self, args: &[&str], stdin: Option<&str>) -> Output {
         use std::io::Write;
-        let mut child = Command::new(MOAT)
-            .arg("--root")
-            .arg(&self.root)
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn moat");
+        let mut child = support::spawn(
+            Command::new(MOAT)
+                .arg("--root")
+                .arg(&self.root)
+                .args(args)
+                .stdin(if stdin.is_some() {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
         if let Some(text) = stdin {
             child
                 .stdin
@@ -87,7 +87,7 @@ impl Ctr {
                 .write_all(text.as_bytes())
                 .unwrap();
         }
-        child.wait_with_output().unwrap()
+        support::wait_output(child).unwrap()
     }
 
     fn state(&self) -> Value {
@@ -248,7 +248,7 @@ fn events_on_a_missing_container() {
         .arg("--root")
         .arg(&root)
         .args(["events", "--stats", "nope"])
-        .output()
+        .run_output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -338,7 +338,7 @@ fn update_changes_limits_and_bad_json_changes_nothing() {
 
 #[test]
 fn features_is_json_with_the_expected_keys() {
-    let out = Command::new(MOAT).arg("features").output().unwrap();
+    let out = Command::new(MOAT).arg("features").run_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let f: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(f["ociVersionMin"], "1.0.0");

@@ -31,7 +31,7 @@ fn userdb(args: &[&str]) -> std::process::Output {
     for _ in 0..20 {
         let out = Command::new(args[0])
             .args(&args[1..])
-            .output()
+            .run_output()
             .unwrap_or_else(|e| panic!("{args:?}: {e}"));
         // Another process (a concurrent test binary, apt) may hold the lock briefly.
         if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("lock") {
@@ -61,7 +61,7 @@ impl TestUser {
             String::from_utf8_lossy(&out.stderr)
         );
         let id = |flag: &str| -> u32 {
-            let o = Command::new("id").args([flag, &name]).output().unwrap();
+            let o = Command::new("id").args([flag, &name]).run_output().unwrap();
             String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
         };
         let (uid, gid) = (id("-u"), id("-g"));

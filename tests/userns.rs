@@ -345,7 +345,7 @@ fn overlay_rootfs_is_rebuilt_over_idmapped_layers() {
     struct Unmount(PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
+            let _ = Command::new("umount").arg(&self.0).run_status();
         }
     }
     let _m = Unmount(merged.clone());
@@ -382,7 +382,7 @@ fn filesystem_without_idmap_support_is_refused_cleanly() {
     struct Unmount(PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
+            let _ = Command::new("umount").arg(&self.0).run_status();
         }
     }
     let _m = Unmount(ram.clone());
@@ -482,7 +482,9 @@ fn staged_create_with_a_joined_network_namespace() {
     struct DelNs(String);
     impl Drop for DelNs {
         fn drop(&mut self) {
-            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.0])
+                .run_status();
         }
     }
     let _ns = DelNs(ns.clone());

@@ -159,7 +159,7 @@ fn notify_symlink_planted_by_the_container_does_not_chmod_host_files() {
     // the window is then wide open, and an implementation without one loses nothing.
     let strace = Command::new("strace")
         .arg("-V")
-        .output()
+        .run_output()
         .is_ok_and(|o| o.status.success());
     if !strace {
         missing("part of notify_symlink: no strace to widen start's window (racing it plain)");

@@ -232,7 +232,7 @@ fn container_side_proc_accesses_go_through_moats_own_handle() {
     }
     if std::process::Command::new("strace")
         .arg("-V")
-        .output()
+        .run_output()
         .is_err()
     {
         missing("no strace");

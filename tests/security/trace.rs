@@ -412,7 +412,7 @@ fn check_log(log: &std::path::Path, rootfs: &str, what: &str) {
 fn strace_available(what: &str) -> bool {
     let ok = Command::new("strace")
         .arg("-V")
-        .output()
+        .run_output()
         .is_ok_and(|o| o.status.success());
     if !ok {
         missing(&format!(

@@ -98,23 +98,74 @@ fn spawned() -> MutexGuard<'static, Option<HashSet<i32>>> {
 
 /// Spawns `cmd`, registering it so that [`reap`] does not collect it.
 pub fn spawn(cmd: &mut Command) -> Child {
+    try_spawn(cmd).unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"))
+}
+
+/// [`spawn`], with the error returned (a tool that may be missing).
+///
+/// This is the only place a test starts a process: `Command::spawn`, `output` and
+/// `status` are refused by clippy (`clippy.toml`), because [`reap`], run by any test
+/// thread, collects every zombie child it does not know, and a `Command`'s own wait then
+/// fails with ECHILD (CI saw it: `bpftool: No child process`).
+pub fn try_spawn(cmd: &mut Command) -> std::io::Result<Child> {
     let mut g = spawned();
     // ETXTBSY: a write-open of the same inode elsewhere, even one that then fails with
     // EROFS on a read-only bind (security T1's watcher hammers exactly that), holds the
     // inode's write count for an instant; the execve is simply retried.
     let mut tries = 0;
     let child = loop {
+        #[allow(clippy::disallowed_methods)] // the one registered spawn
         match cmd.spawn() {
             Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
                 tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
-            r => break r.unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}")),
+            r => break r?,
         }
     };
     g.get_or_insert_with(HashSet::new)
         .insert(i32::try_from(child.id()).unwrap());
-    child
+    Ok(child)
+}
+
+/// Forgets a child from [`spawn`] that has been waited for.
+fn unregister(child: &Child) {
+    let pid = i32::try_from(child.id()).unwrap();
+    spawned().get_or_insert_with(HashSet::new).remove(&pid);
+}
+
+/// `Child::wait_with_output` for a child from [`spawn`], which it then forgets.
+pub fn wait_output(child: Child) -> std::io::Result<std::process::Output> {
+    let pid = i32::try_from(child.id()).unwrap();
+    let out = child.wait_with_output();
+    spawned().get_or_insert_with(HashSet::new).remove(&pid);
+    out
+}
+
+/// `Command::output` and `Command::status` for tests: the child is registered (see
+/// [`try_spawn`]) until it has been waited for.
+pub trait Run {
+    /// As `Command::output`, but stdio is always set: stdin from /dev/null, stdout and
+    /// stderr captured (for other stdio, [`spawn`] and [`wait_output`]).
+    fn run_output(&mut self) -> std::io::Result<std::process::Output>;
+    /// As `Command::status`: stdio inherited.
+    fn run_status(&mut self) -> std::io::Result<ExitStatus>;
+}
+
+impl Run for Command {
+    fn run_output(&mut self) -> std::io::Result<std::process::Output> {
+        self.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        wait_output(try_spawn(self)?)
+    }
+
+    fn run_status(&mut self) -> std::io::Result<ExitStatus> {
+        let mut child = try_spawn(self)?;
+        let st = child.wait();
+        unregister(&child);
+        st
+    }
 }
 
 /// A pidfd for `pid`, or `None` when the process no longer exists.
@@ -158,16 +209,15 @@ pub fn wait_child(mut child: Child, timeout: Duration) -> ExitStatus {
         panic!("process {pid} did not finish within {timeout:?}; killed it");
     }
     let st = child.wait().expect("wait");
-    spawned().get_or_insert_with(HashSet::new).remove(&pid);
+    unregister(&child);
     st
 }
 
 /// SIGKILLs a child from [`spawn`] and reaps it.
 pub fn kill_child(child: &mut Child) {
-    let pid = i32::try_from(child.id()).unwrap();
     let _ = child.kill();
     let _ = child.wait();
-    spawned().get_or_insert_with(HashSet::new).remove(&pid);
+    unregister(child);
 }
 
 /// SIGKILLs `pid` (not a child from [`spawn`]: a container process, an orphan) and waits
@@ -183,23 +233,23 @@ pub fn kill_and_wait(pid: i32, timeout: Duration) -> bool {
 /// Reaps every exited child that no [`wait_child`] is waiting for: container inits and
 /// other orphans reparented to us as subreaper.
 pub fn reap() {
-    let g = spawned();
     let me = i32::try_from(std::process::id()).unwrap();
     let Ok(rd) = fs::read_dir("/proc") else {
         return;
     };
-    for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if g.as_ref().is_some_and(|s| s.contains(&pid)) {
-            continue;
-        }
-        if let Some((state, ppid)) = proc_state(pid) {
-            if ppid == me && state == 'Z' {
-                // SAFETY: waitpid allows a null status pointer.
-                unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
-            }
+    // Found without the lock (a scan of /proc is slow, and spawns wait on the lock);
+    // checked against the registered children under it, so that a child registered by
+    // now is left to its own wait.
+    let zombies: Vec<i32> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| proc_state(pid) == Some(('Z', me)))
+        .collect();
+    let g = spawned();
+    for pid in zombies {
+        if !g.as_ref().is_some_and(|s| s.contains(&pid)) {
+            // SAFETY: waitpid allows a null status pointer.
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
         }
     }
 }
@@ -1034,7 +1084,7 @@ pub fn bpf_progs_attached(dir: &Path) -> Option<Vec<(u64, String)>> {
     let out = match Command::new("bpftool")
         .args(["-j", "cgroup", "show"])
         .arg(dir)
-        .output()
+        .run_output()
     {
         Ok(o) => o,
         Err(e) => {
@@ -1062,7 +1112,7 @@ pub fn bpf_progs_attached(dir: &Path) -> Option<Vec<(u64, String)>> {
 pub fn bpf_prog_exists(id: u64) -> bool {
     Command::new("bpftool")
         .args(["prog", "show", "id", &id.to_string()])
-        .output()
+        .run_output()
         .is_ok_and(|o| o.status.success())
 }
 

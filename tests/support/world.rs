@@ -232,7 +232,7 @@ pub fn allow_ping_sockets(netns: &Path) {
             "-c",
             "echo 0 2147483647 >/proc/sys/net/ipv4/ping_group_range",
         ])
-        .output()
+        .run_output()
         .expect("nsenter");
     assert!(
         o.status.success(),
