@@ -128,17 +128,17 @@ pub fn try_spawn(cmd: &mut Command) -> std::io::Result<Child> {
     Ok(child)
 }
 
-/// Forgets a child from [`spawn`] that has been waited for.
-fn unregister(child: &Child) {
-    let pid = i32::try_from(child.id()).unwrap();
+/// Forgets a child from [`spawn`] (its `Child::id`) that has been waited for.
+fn unregister(id: u32) {
+    let pid = i32::try_from(id).unwrap();
     spawned().get_or_insert_with(HashSet::new).remove(&pid);
 }
 
 /// `Child::wait_with_output` for a child from [`spawn`], which it then forgets.
 pub fn wait_output(child: Child) -> std::io::Result<std::process::Output> {
-    let pid = i32::try_from(child.id()).unwrap();
+    let id = child.id();
     let out = child.wait_with_output();
-    spawned().get_or_insert_with(HashSet::new).remove(&pid);
+    unregister(id);
     out
 }
 
@@ -163,7 +163,7 @@ impl Run for Command {
     fn run_status(&mut self) -> std::io::Result<ExitStatus> {
         let mut child = try_spawn(self)?;
         let st = child.wait();
-        unregister(&child);
+        unregister(child.id());
         st
     }
 }
@@ -209,7 +209,7 @@ pub fn wait_child(mut child: Child, timeout: Duration) -> ExitStatus {
         panic!("process {pid} did not finish within {timeout:?}; killed it");
     }
     let st = child.wait().expect("wait");
-    unregister(&child);
+    unregister(child.id());
     st
 }
 
@@ -217,7 +217,7 @@ pub fn wait_child(mut child: Child, timeout: Duration) -> ExitStatus {
 pub fn kill_child(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
-    unregister(child);
+    unregister(child.id());
 }
 
 /// SIGKILLs `pid` (not a child from [`spawn`]: a container process, an orphan) and waits
