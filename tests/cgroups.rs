@@ -567,22 +567,40 @@ fn a_cgroup_held_in_one_hierarchy_is_refused_and_the_rest_removed() {
         return;
     }
     let path = format!("moat-test-held-{}", std::process::id());
+    // Every other hierarchy mounted here (cpu, cpuset, systemd, unified, …).
+    let dirs: Vec<PathBuf> = std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|h| *h != held_in && h.join("cgroup.procs").exists())
+        .map(|h| h.join(&path))
+        .collect();
+    /// The sleeper and every directory of `path`, removed however the test ends (a
+    /// failure here is a create that left cgroups behind).
+    struct Held(std::process::Child, Vec<PathBuf>);
+    impl Drop for Held {
+        fn drop(&mut self) {
+            kill_child(&mut self.0);
+            for d in &self.1 {
+                let _ = std::fs::remove_dir(d);
+            }
+        }
+    }
     let held = held_in.join(&path);
     std::fs::create_dir_all(&held).unwrap();
-    let mut sleeper = spawn(std::process::Command::new("sleep").arg("30"));
-    std::fs::write(held.join("cgroup.procs"), sleeper.id().to_string()).unwrap();
+    let sleeper = spawn(std::process::Command::new("sleep").arg("30"));
+    let pid = sleeper.id();
+    let _held = Held(
+        sleeper,
+        dirs.iter().cloned().chain([held.clone()]).collect(),
+    );
+    std::fs::write(held.join("cgroup.procs"), pid.to_string()).unwrap();
     let mut ctx = Ctx::new("cgheld");
     ctx.restricted();
     ctx.set("/linux/cgroupsPath", json!(format!("/{path}")));
     let (c, out) = ctx.create("c");
     let stderr = out.fails().stderr;
-    let left: Vec<PathBuf> = ["cpu", "memory", "devices", "freezer", "unified"]
-        .iter()
-        .map(|h| root.join(h).join(&path))
-        .filter(|d| d.exists())
-        .collect();
-    kill_child(&mut sleeper);
-    let _ = std::fs::remove_dir(&held);
+    let left: Vec<&PathBuf> = dirs.iter().filter(|d| d.exists()).collect();
     assert!(stderr.contains("is not empty"), "{stderr}");
     assert!(left.is_empty(), "the refused create left {left:?}");
     ctx.assert_no_trace(&c.id);
