@@ -12,10 +12,14 @@
 //! UDP (and ICMP echo to an address rule), no port means every port. `none` allows nothing
 //! but loopback. A list means default deny for new outbound connections and datagrams.
 
+mod decide;
+
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use serde::{Serialize, Serializer};
+
+pub(super) use decide::decide;
 
 /// The protocols a rule allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

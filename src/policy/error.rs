@@ -1,0 +1,103 @@
+//! Why the policy refuses a spec.
+
+use super::egress;
+use super::ANNOTATIONS;
+
+/// Why the policy refuses a spec: each variant names the spec field (or config key) and
+/// the value it refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("annotation {key}: unknown value {value:?}")]
+    AnnotationValue { key: String, value: String },
+    #[error("annotation {key}: unknown moat annotation (known: {})", ANNOTATIONS.join(", "))]
+    AnnotationUnknown { key: String },
+    /// A `linux.namespaces[].path` the floor facts could not read.
+    #[error("{field}: cannot open {path}: {reason}")]
+    NamespacePath {
+        field: String,
+        path: String,
+        reason: NsPathError,
+    },
+    #[error("{field}: {path} was not examined by the RESTRICTED floor")]
+    NamespaceNotExamined { field: String, path: String },
+    #[error(
+        "{field}: cannot tell whether {path} is the host's {typ} namespace (moat's own could \
+         not be read)"
+    )]
+    HostNamespaceUnknown {
+        field: String,
+        path: String,
+        typ: &'static str,
+    },
+    /// `field` is the namespace entry (or its path) that shares the host's namespace.
+    #[error(
+        "{field}: the host's {typ} namespace is refused under RESTRICTED (allow with \
+         [restricted] host_namespaces = [\"{typ}\"])"
+    )]
+    HostNamespace { field: String, typ: &'static str },
+    #[error("annotation moat.egress: {0}")]
+    Egress(#[from] egress::ParseError),
+    #[error(
+        "annotation moat.egress: rule {rule} is outside what {config} allows ([egress] allow = \"{allowed}\"); \
+         an annotation may only narrow it"
+    )]
+    EgressWidens {
+        rule: String,
+        config: String,
+        allowed: String,
+    },
+    #[error(
+        "egress policy {rules}: this host or caller cannot attach cgroup BPF programs (rootless, \
+         or no cgroup v2 hierarchy), and moat does not run a container with a list it cannot enforce"
+    )]
+    EgressUnenforceable { rules: String },
+    #[error("egress policy: {0}")]
+    EgressInvalid(String),
+    #[error("process.capabilities.{set}[{index}]: unknown capability {name:?}")]
+    UnknownCapability {
+        set: &'static str,
+        index: usize,
+        name: String,
+    },
+    #[error("built-in restricted seccomp profile: {0}")]
+    RestrictedProfile(serde_json::Error),
+    #[error(
+        "process.apparmorProfile: profile {0:?} is not loaded on this host (load it with \
+         apparmor_parser, or name another profile)"
+    )]
+    AppArmorNotLoaded(String),
+    #[error(
+        "process.apparmorProfile: profile {0:?} is not in restricted.apparmor_profiles, and \
+         moat-default, which would replace it, is not loaded and cannot be loaded by a \
+         rootless moat"
+    )]
+    AppArmorUnavailable(String),
+    #[error("process.selinuxLabel: {0:?} is not a user:role:type[:level] label")]
+    SelinuxLabel(String),
+    #[error("restricted.selinux_types: no type without `*` to give a label")]
+    SelinuxNoType,
+    #[error(
+        "moat.rootfs=ephemeral: the root's {size} bytes plus tmp_size {tmp} do not fit below \
+         linux.resources.memory.limit {limit} (the root's tmpfs is charged to the container's \
+         memory cgroup: it would be OOM-killed before it saw ENOSPC); lower [restricted] \
+         rootfs_size or moat.rootfs.size, or raise the memory limit"
+    )]
+    EphemeralMemory { size: u64, tmp: u64, limit: i64 },
+}
+
+/// Why a `linux.namespaces[].path` could not be examined for the floor facts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NsPathError {
+    /// `stat` failed with this errno, shown as the C library's text without std's
+    /// " (os error N)" suffix.
+    #[error("{}", errno_text(*.0))]
+    Stat(i32),
+    #[error("file name contained an unexpected NUL byte")]
+    Nul,
+}
+
+/// strerror's text for `errno` (no I/O: the C library's table).
+fn errno_text(errno: i32) -> String {
+    let s = std::io::Error::from_raw_os_error(errno).to_string();
+    s.split(" (os error ").next().unwrap_or(&s).to_string()
+}

@@ -1,0 +1,135 @@
+//! The mount floor: pseudo-filesystems read-only, runc's masked and read-only paths, an
+//! inode cap on the engine's `/dev`.
+
+use super::decision::change;
+use super::{config, Decision, FloorFacts, MASKED_PATHS, READONLY_PATHS};
+use crate::spec::{Linux, Mount, Spec};
+
+/// RESTRICTED: sysfs and cgroupfs are read-only, and so is a bind of the host's `/sys` (or
+/// anything below it, recursively). A writable cgroupfs stays where the container has a
+/// cgroup namespace of its own on a cgroup v2 host (podman's systemd mode needs it): there
+/// the kernel refuses writes to the namespace root's own limits. What `--privileged` asks
+/// for (rw sysfs and cgroup) is cut and reported, not refused.
+pub(super) fn mounts_floor(spec: &mut Spec, facts: &FloorFacts, d: &mut Decision) {
+    let own_cgroupns = spec
+        .linux()
+        .namespaces
+        .iter()
+        .any(|n| n.typ == "cgroup" && n.path.is_none());
+    let mut cut = Vec::new();
+    for (i, m) in spec.mounts.iter_mut().enumerate() {
+        let typ = m.typ.as_deref().unwrap_or("");
+        let bind = typ == "bind" || m.options.iter().any(|o| o == "bind" || o == "rbind");
+        // The last of ro/rw wins, as in mount::parse_options.
+        let last = m
+            .options
+            .iter()
+            .rev()
+            .find(|o| *o == "ro" || *o == "rw")
+            .map(String::as_str);
+        let (what, writable) = if bind {
+            let host_sys = m.source.as_deref().is_some_and(|s| {
+                let c = crate::linux::path::components(s);
+                s.starts_with('/') && c.first().is_some_and(|f| *f == "sys")
+            });
+            if !host_sys {
+                continue;
+            }
+            // `rbind,ro` leaves the submounts (cgroupfs, securityfs, debugfs, ...) writable.
+            let recursive = m.options.iter().any(|o| o == "rbind");
+            let rec_ro = m
+                .options
+                .iter()
+                .rev()
+                .find(|o| *o == "rro" || *o == "rrw")
+                .is_some_and(|o| o == "rro");
+            (
+                "a bind of the host's /sys",
+                last != Some("ro") || (recursive && !rec_ro),
+            )
+        } else if typ == "sysfs" {
+            ("sysfs", last != Some("ro"))
+        } else if typ == "cgroup" || typ == "cgroup2" {
+            if own_cgroupns && facts.cgroup_v2 {
+                continue;
+            }
+            // cgroupfs is mounted as the spec says (writable without `ro`, as runc).
+            ("cgroupfs", last != Some("ro"))
+        } else {
+            continue;
+        };
+        if !writable {
+            continue;
+        }
+        m.options
+            .retain(|o| o != "rw" && o != "ro" && o != "rrw" && o != "rro");
+        m.options.push("ro".into());
+        if bind {
+            m.options.push("rro".into());
+        }
+        cut.push(format!("mounts[{i}] {} ({what})", m.destination));
+    }
+    if !cut.is_empty() {
+        change(
+            d,
+            "mounts",
+            "set",
+            format!("read-only: {}", cut.join(", ")),
+            "RESTRICTED: sysfs, cgroupfs (without a cgroup namespace of its own on cgroup v2) \
+             and the host's /sys are read-only",
+        );
+    }
+}
+
+/// RESTRICTED: runc's masked and read-only paths, whatever the engine left out.
+pub(super) fn paths_floor(linux: &mut Linux, d: &mut Decision) {
+    for (list, defaults, field) in [
+        (
+            &mut linux.masked_paths,
+            &MASKED_PATHS[..],
+            "linux.maskedPaths",
+        ),
+        (
+            &mut linux.readonly_paths,
+            &READONLY_PATHS[..],
+            "linux.readonlyPaths",
+        ),
+    ] {
+        let missing: Vec<&str> = defaults
+            .iter()
+            .copied()
+            .filter(|p| !list.iter().any(|x| x == p))
+            .collect();
+        if !missing.is_empty() {
+            list.extend(missing.iter().map(|s| s.to_string()));
+            change(
+                d,
+                field,
+                "added",
+                missing.join(","),
+                "runc's defaults, left out by the engine",
+            );
+        }
+    }
+}
+
+/// RESTRICTED: the engine's `/dev` tmpfs gets an inode cap when it has none (a tmpfs's
+/// default is half the host's RAM pages), so a container cannot fill it with empty files.
+pub(super) fn dev_inodes(mounts: &mut [Mount], d: &mut Decision) {
+    for m in mounts.iter_mut().filter(|m| {
+        m.typ.as_deref() == Some("tmpfs")
+            && crate::linux::path::components(&m.destination) == ["dev"]
+    }) {
+        if m.options.iter().any(|o| o.starts_with("nr_inodes=")) {
+            continue;
+        }
+        m.options.push(format!("nr_inodes={}", config::DEV_INODES));
+        change(
+            d,
+            "mounts./dev",
+            "set",
+            format!("nr_inodes={}", config::DEV_INODES),
+            "the engine's /dev tmpfs had no inode cap",
+        );
+    }
+}
