@@ -142,9 +142,9 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
         host,
         paused,
     } = facts;
-    let bounding = (rec.policy != "open").then_some(bounding);
+    let bounding = (rec.policy != crate::policy::Mode::Open).then_some(bounding);
     let mut process = build_process(req, process_file, spec.process(), bounding)?;
-    if rec.policy == "restricted" {
+    if rec.policy == crate::policy::Mode::Restricted {
         let removed = crate::policy::restrict_exec(&mut process, spec.process());
         if !removed.is_empty() {
             crate::log::debug(&format!(

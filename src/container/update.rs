@@ -61,7 +61,8 @@ pub fn replace_egress(c: &Container, text: &str) -> Result<()> {
         .unwrap_or_default();
     let mut recorded: serde_json::Value =
         serde_json::from_slice(&policy_json).unwrap_or(serde_json::Value::Null);
-    let restricted = recorded["policy"] == "restricted";
+    let restricted = serde_json::from_value(recorded["policy"].clone()).ok()
+        == Some(crate::policy::Mode::Restricted);
     let old = Egress::from_json(&recorded["egress"]);
     let configured = if restricted {
         cfg.egress_allow.clone()

@@ -49,7 +49,13 @@ fn status_field(status: &str, key: &str) -> String {
 pub fn verify(ctx: &Context, req: &Request) -> Result<i32> {
     let c = Container::open_read(ctx, &req.id)?;
     let v = c.engine().verify(ctx, &c)?;
-    report(req, &c.record.policy, v.backend, &v.checks, &v.not_applied)
+    report(
+        req,
+        c.record.policy.as_str(),
+        v.backend,
+        &v.checks,
+        &v.not_applied,
+    )
 }
 
 /// The native checks: /proc of the init against the recorded decision and the config.
@@ -64,11 +70,7 @@ pub fn native(c: &Container) -> Result<Verdict> {
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         .and_then(|v| {
             Some(Decision {
-                policy: if v["policy"] == "restricted" {
-                    "restricted"
-                } else {
-                    "open"
-                },
+                policy: serde_json::from_value(v["policy"].clone()).unwrap_or(policy::Mode::Open),
                 readonly_rootfs: v["readonly_rootfs"].as_bool()?,
                 rootfs: match v["rootfs"].as_str() {
                     Some("ephemeral") => "ephemeral",
@@ -99,7 +101,7 @@ pub fn native(c: &Container) -> Result<Verdict> {
                 enforced: true,
             })
         });
-    let restricted = rec.policy == "restricted";
+    let restricted = rec.policy == policy::Mode::Restricted;
     let cfg = policy::Config::load()?;
     let pid = rec.pid;
     let path = format!("/proc/{pid}/status");

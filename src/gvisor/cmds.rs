@@ -561,7 +561,7 @@ mod tests {
             systemd_cgroup: false,
             rootless: false,
             own_pidns: true,
-            policy: "open".into(),
+            policy: crate::policy::Mode::Open,
             notify_socket: None,
             backend: crate::state::Backend::Native,
             post_hooks: None,

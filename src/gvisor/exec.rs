@@ -69,7 +69,7 @@ pub fn exec(
         cap_name(c, bounding)?;
     }
     let mut r = Runsc::new(gv, g, "exec");
-    let restricted = rec.policy == "restricted";
+    let restricted = rec.policy == crate::policy::Mode::Restricted;
     let process = match (&a.process, a.tty) {
         (Some(p), tty) => Some(process_file(dir, p, restricted.then_some(&shadow), tty)?),
         (None, true) => Some(write_process(dir, &argv_process(&shadow, a, bounding)?)?),

@@ -33,7 +33,7 @@ pub fn adjust(
     d: &mut Decision,
     engine_apparmor: Option<String>,
 ) -> anyhow::Result<()> {
-    if d.policy == "restricted" {
+    if d.policy == crate::policy::Mode::Restricted {
         // No network namespace, or a path to the host's (Docker's `--network host`), which
         // the policy lets through only where `[restricted] host_namespaces` allows it.
         let host_net = !spec.linux().namespaces.iter().any(|n| n.typ == "network")
@@ -46,7 +46,7 @@ pub fn adjust(
             );
         }
     }
-    if d.policy == "restricted" {
+    if d.policy == crate::policy::Mode::Restricted {
         strip_runsc_annotations(spec, d);
     }
     // The egress policy stays in `d.egress`: `super::egress::plan` decides what of it the

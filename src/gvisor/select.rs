@@ -429,7 +429,7 @@ pub fn prepare(
             systemd_cgroup: g.systemd_cgroup,
             rootless: false,
             own_pidns: true,
-            policy: decision.policy.into(),
+            policy: decision.policy,
             notify_socket: None,
             backend: super::Backend::Gvisor(gv.clone()),
             post_hooks: None,

@@ -119,7 +119,7 @@ fn checks(g: &Context, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result
             ok,
         })
     };
-    let restricted = rec.policy == "restricted";
+    let restricted = rec.policy == crate::policy::Mode::Restricted;
     let st = super::cmds::runsc_state(g, gv, &rec.id)?;
     let Some(st) = st.filter(|s| s.status != Status::Stopped) else {
         anyhow::bail!("container not running");

@@ -86,7 +86,9 @@ pub enum ConfigError {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The policy a container runs under, as recorded (`policy.json`, `state.json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     Restricted,
     Open,
@@ -98,6 +100,12 @@ impl Mode {
             Mode::Restricted => "restricted",
             Mode::Open => "open",
         }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

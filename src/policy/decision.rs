@@ -32,7 +32,7 @@ pub struct Decided {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Decision {
-    pub policy: &'static str,
+    pub policy: Mode,
     pub readonly_rootfs: bool,
     /// `moat.rootfs` as selected: `writable`, `ephemeral`, `readonly`.
     pub rootfs: &'static str,
@@ -83,7 +83,7 @@ impl Decision {
     pub fn summary(&self, id: &str, cfg: &Config) -> Option<String> {
         let from = config_name(cfg);
         let explain = format!("every change and why: moat policy explain {id}");
-        if cfg.audit && self.policy == Mode::Open.as_str() {
+        if cfg.audit && self.policy == Mode::Open {
             let items = summary_items(self.audit.iter());
             return Some(if items.is_empty() {
                 format!(

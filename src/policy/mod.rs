@@ -113,7 +113,7 @@ fn apply_with(
     let mut sel = select::select(spec, cfg)?;
     let wanted_egress = sel.egress.take();
     let mut d = Decision {
-        policy: sel.mode.as_str(),
+        policy: sel.mode,
         readonly_rootfs: sel.rootfs == Rootfs::Readonly,
         rootfs: sel.rootfs.as_str(),
         bounded_root: None,

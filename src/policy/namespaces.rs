@@ -14,7 +14,7 @@ pub fn refused_host_namespaces(
     cfg: &Config,
     facts: &FloorFacts,
 ) -> Vec<(&'static str, NsId)> {
-    if d.policy != Mode::Restricted.as_str() || !d.enforced {
+    if d.policy != Mode::Restricted || !d.enforced {
         return Vec::new();
     }
     facts

@@ -261,7 +261,7 @@ fn loosening_annotations_are_ignored_and_reported() {
         let mut s = podman_like();
         s.annotations.insert(k.into(), v.into());
         let d = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
-        assert_eq!(d.policy, "restricted", "{k}={v}");
+        assert_eq!(d.policy, Mode::Restricted, "{k}={v}");
         assert!(restricted_caps(&s).is_empty(), "{k}={v}");
         assert_eq!(s.process().no_new_privileges, Some(true));
         let c = d
@@ -310,11 +310,11 @@ fn open_comes_from_the_config_or_its_alias() {
     let plain = Config::from_str_as(text, path, Some("moat")).unwrap();
     let mut s = podman_like();
     let d = apply(&mut s, &plain, "c1", &HostFacts::default(), &facts()).unwrap();
-    assert_eq!(d.policy, "restricted");
+    assert_eq!(d.policy, Mode::Restricted);
     let open = Config::from_str_as(text, path, Some("moat-open")).unwrap();
     let mut s = podman_like();
     let d = apply(&mut s, &open, "c1", &HostFacts::default(), &facts()).unwrap();
-    assert_eq!(d.policy, "open");
+    assert_eq!(d.policy, Mode::Open);
     assert!(d.changes.is_empty());
     assert_eq!(s.process().no_new_privileges, Some(false));
     assert_eq!(restricted_caps(&s).len(), 3);
@@ -323,7 +323,7 @@ fn open_comes_from_the_config_or_its_alias() {
     s.annotations
         .insert("moat.policy".into(), "restricted".into());
     let d = apply(&mut s, &open, "c1", &HostFacts::default(), &facts()).unwrap();
-    assert_eq!(d.policy, "restricted");
+    assert_eq!(d.policy, Mode::Restricted);
 }
 
 fn with_ns(typ: &str, path: Option<&str>) -> Spec {
@@ -1236,7 +1236,7 @@ fn unenforced_records_restricted_and_changes_no_floor() {
         &facts(),
     )
     .unwrap();
-    assert_eq!(d.policy, "restricted");
+    assert_eq!(d.policy, Mode::Restricted);
     assert!(!d.enforced && d.changes.is_empty());
     assert_eq!(
         serde_json::to_value(&s).unwrap(),

@@ -172,7 +172,7 @@ pub struct Record {
     pub own_pidns: bool,
     /// The hardening policy it was created under (`restricted` or `open`).
     #[serde(default = "open_policy")]
-    pub policy: String,
+    pub policy: crate::policy::Mode,
     /// The caller's `NOTIFY_SOCKET` at create, relayed to by `start`.
     #[serde(default)]
     pub notify_socket: Option<String>,
@@ -187,8 +187,8 @@ pub struct Record {
 }
 
 /// Records written before the policy existed ran the spec as written.
-fn open_policy() -> String {
-    "open".into()
+fn open_policy() -> crate::policy::Mode {
+    crate::policy::Mode::Open
 }
 
 /// The JSON `state` prints, field for field as runc.
@@ -606,7 +606,7 @@ mod tests {
             systemd_cgroup: false,
             rootless: false,
             own_pidns: true,
-            policy: "open".into(),
+            policy: crate::policy::Mode::Open,
             notify_socket: None,
             backend: Default::default(),
             post_hooks: None,
@@ -631,7 +631,7 @@ mod tests {
             (rec.id.as_str(), rec.pid, rec.pid_start),
             ("rec1", 18977, 771878)
         );
-        assert_eq!(rec.policy, "open");
+        assert_eq!(rec.policy, crate::policy::Mode::Open);
         assert!(rec.own_pidns && !rec.rootless && !rec.systemd_cgroup);
         assert_eq!(rec.backend, crate::gvisor::Backend::Native);
         let cg = rec.cgroup.as_ref().unwrap();

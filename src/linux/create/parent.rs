@@ -207,7 +207,7 @@ fn cgroup(plan: &mut Plan) -> Result<Cgroup, Error> {
     let (cgroup, none) = match &plan.cgroup {
         // RESTRICTED refuses a cgroup that already holds processes (someone else's: limits,
         // pause and kill would reach them); OPEN warns and goes on, as runc does.
-        CgroupPlan::Host { layout, path } if plan.policy == "open" => {
+        CgroupPlan::Host { layout, path } if plan.policy == crate::policy::Mode::Open => {
             let (cg, held) = Cgroup::create_or_join(layout.clone(), path.clone())?;
             if held > 0 {
                 crate::log::warn(&format!(
@@ -250,7 +250,7 @@ fn record(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Record, Er
         systemd_cgroup: opts.systemd_cgroup,
         rootless: opts.rootless,
         own_pidns: plan.ns.has_new(libc::CLONE_NEWPID),
-        policy: plan.policy.to_string(),
+        policy: plan.policy,
         notify_socket: opts.notify_socket.clone(),
         backend: Default::default(),
         post_hooks: Some(

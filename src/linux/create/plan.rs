@@ -97,7 +97,7 @@ pub struct Plan {
     /// The egress list has names: the container's resolv.conf (written in row 6) and the
     /// DNS forwarder started once the init is ready (row 14).
     pub(super) dns: Option<crate::linux::egress::forwarder::Plan>,
-    pub(super) policy: &'static str,
+    pub(super) policy: crate::policy::Mode,
     /// How long the parent waits for each answer of the child (`[runtime] sync_timeout`).
     pub(super) sync_timeout: std::time::Duration,
     /// The spec runs under moat's AppArmor profile on an AppArmor host (row 2 loads it
@@ -363,7 +363,7 @@ impl Plan {
             &made_later,
         )?;
         let mut rootfs = rootfs;
-        rootfs.strict_missing = decision.policy == "restricted";
+        rootfs.strict_missing = decision.policy == crate::policy::Mode::Restricted;
         // In a user namespace the init may not reach a bind source the caller can (a 0700
         // directory of host root's on the way): a privileged parent clones each one on the
         // host and hands it over by fd, as runc opens them before joining the namespace.
