@@ -1,5 +1,6 @@
 //! `moat policy explain --bundle DIR`: what the policy would change in a bundle's spec
-//! (`report::explain`).
+//! (`report::explain`); `moat policy table`: what RESTRICTED does with every field
+//! (`policy::admission`).
 
 use std::path::PathBuf;
 
@@ -26,10 +27,20 @@ pub enum Sub {
         #[arg(short = 'f', long, default_value = "table")]
         format: String,
     },
+    /// Print what RESTRICTED does with every field of the runtime spec, every mount type
+    /// and the capabilities that void a promise (the admission table)
+    Table {
+        /// markdown or json
+        #[arg(short = 'f', long, default_value = "markdown")]
+        format: String,
+    },
 }
 
 pub fn run(g: &Global, a: Args) -> Result<i32> {
-    let Sub::Explain { bundle, format, id } = a.command;
+    let (bundle, format, id) = match a.command {
+        Sub::Explain { bundle, format, id } => (bundle, format, id),
+        Sub::Table { format } => return crate::report::explain::table(&format),
+    };
     if let Some(id) = id {
         let ctx = g.context()?;
         let (root, id) = crate::container::lookup::find(&ctx, g.root.is_some(), &id)?;

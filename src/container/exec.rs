@@ -146,6 +146,7 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
     let mut process = build_process(req, process_file, spec.process(), bounding)?;
     if rec.policy == crate::policy::Mode::Restricted {
         let removed = crate::policy::restrict_exec(&mut process, spec.process());
+        crate::policy::priorities_floor(&process)?;
         if !removed.is_empty() {
             crate::log::debug(&format!(
                 "policy: exec capabilities removed: {}",

@@ -11,6 +11,7 @@
 //!
 //! [restricted]
 //! allowed_capabilities = []       # kept when the engine asks for them
+//! accept_voided = []              # of those, ones kept although they void a promise (moat policy table)
 //! host_namespaces = []            # host namespaces allowed: "pid", "network", "ipc", "uts"
 //! rootfs = "writable"             # default of moat.rootfs: "writable", "ephemeral", "readonly"
 //!                                 # (readonly_rootfs = true|false: the older spelling)
@@ -119,6 +120,10 @@ pub struct Config {
     /// container may share with the host.
     pub host_namespaces: Vec<String>,
     pub allowed_capabilities: Vec<String>,
+    /// `[restricted] accept_voided`: capabilities of `allowed_capabilities` the operator
+    /// keeps although they void a promise RESTRICTED makes (`policy::CAPABILITIES`); any
+    /// other such capability a container would keep is refused at create.
+    pub accept_voided: Vec<String>,
     pub readonly_rootfs: bool,
     /// `[restricted] rootfs = "ephemeral"`: the default root is writable, bounded, and
     /// throw-away (see `policy::ephemeral_rootfs`). With both `rootfs` and the older
@@ -261,6 +266,7 @@ impl Default for Config {
             alias: None,
             host_namespaces: Vec::new(),
             allowed_capabilities: Vec::new(),
+            accept_voided: Vec::new(),
             readonly_rootfs: false,
             ephemeral_rootfs: false,
             rootfs_readonly: false,

@@ -173,7 +173,7 @@ fn summary_items<'a>(changes: impl Iterator<Item = &'a Change>) -> String {
             continue;
         }
         let mut item = format!("{}: {} {}", c.field, c.action, c.detail);
-        if c.action == "ignored" {
+        if c.action == "ignored" && c.field.starts_with("annotations.") {
             item.push_str(" (the operator loosens with [alias.NAME])");
         }
         items.push(item);

@@ -83,6 +83,35 @@ pub enum PolicyError {
          rootfs_size or moat.rootfs.size, or raise the memory limit"
     )]
     EphemeralMemory { size: u64, tmp: u64, limit: i64 },
+    /// A key of config.json no field of moat's spec types reads: nobody judged it.
+    #[error(
+        "{key}: not a field moat knows (runtime-spec 1.3 as moat reads it); RESTRICTED refuses \
+         what it cannot judge"
+    )]
+    UnknownKey { key: String },
+    #[error("{key}: a runtime-spec 1.3 field moat does not apply; refused rather than dropped")]
+    NotApplied { key: String },
+    #[error(
+        "process.scheduler: {what} is refused under RESTRICTED (the cpu cgroup bounds only \
+         CFS time: a realtime or raised-priority process starves the host's CPUs)"
+    )]
+    Scheduler { what: String },
+    #[error(
+        "process.ioPriority: the realtime class is refused under RESTRICTED (it starves the \
+         host's other I/O)"
+    )]
+    IoPriorityRealtime,
+    /// A capability the operator allows that would void a promise in force.
+    #[error(
+        "process.capabilities: {cap} voids {promise} ({how}); RESTRICTED refuses the pair \
+         (remove {cap} from [restricted] allowed_capabilities or from the spec, or accept it with \
+         [restricted] accept_voided = [\"{cap}\"])"
+    )]
+    CapabilityVoids {
+        cap: String,
+        promise: &'static str,
+        how: &'static str,
+    },
 }
 
 /// Why a `linux.namespaces[].path` could not be examined for the floor facts.

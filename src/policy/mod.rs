@@ -12,6 +12,7 @@
 //! (AppArmor, SELinux), then the controls a container asks for (`select`: `rootfs`,
 //! `namespaces`, `egress`), each change recorded in the [`Decision`].
 
+pub mod admission;
 pub mod config;
 mod decision;
 pub mod egress;
@@ -34,8 +35,9 @@ pub use decision::{recorded_summary, Change, Decided, Decision};
 pub use error::{NsPathError, PolicyError};
 pub use facts::{FloorFacts, NsId};
 pub use lsm::{apparmor_allowed, lsm_listed, restrict_exec_lsm, selinux_type};
+pub use mounts::MOUNT_TYPES;
 pub use namespaces::refused_host_namespaces;
-pub use process::restrict_exec;
+pub use process::{priorities_floor, restrict_exec, Voids, CAPABILITIES};
 pub use resources::{fleet_budget, high_of};
 pub use rootfs::{BoundedRoot, Rootfs};
 pub use select::IGNORED_ANNOTATION;
@@ -133,9 +135,11 @@ fn apply_with(
     if cfg.audit && sel.mode == Mode::Open {
         d.audit = audit(spec, cfg, id, host, floor);
     }
+    unknown_keys(spec, restricted, &mut d)?;
     if restricted {
         restrict(spec, cfg, id, floor.systemd_cgroup, &mut d)?;
         resources::memory_high(spec, cfg, floor.cgroup_v2, &mut d);
+        mounts::mount_types_floor(spec, &mut d);
         mounts::mounts_floor(spec, floor, &mut d);
         lsm::restrict_lsm(spec, cfg, host, &mut d)?;
     }
@@ -156,6 +160,11 @@ fn apply_with(
     }
     if !sel.network_none {
         egress::decide(wanted_egress, cfg, restricted, floor, &mut d)?;
+    }
+    // Once the decision is whole: which promises are in force decides which capabilities
+    // would void one.
+    if let (true, Some(p)) = (restricted, spec.process.as_ref()) {
+        process::voids_floor(p, cfg, &d)?;
     }
     Ok(d)
 }
@@ -178,6 +187,31 @@ fn audit(spec: &Spec, cfg: &Config, id: &str, host: &HostFacts, floor: &FloorFac
     }
 }
 
+/// Fields of runtime-spec 1.3 moat reads as unknown keys because it does not apply them
+/// yet: refused under any policy, since running without them would drop them silently.
+const NOT_APPLIED: [&str; 2] = ["linux.memoryPolicy", "process.execCPUAffinity"];
+
+/// Keys of config.json no field of moat's spec types reads: refused under RESTRICTED (a
+/// field nobody judged), ignored and reported under OPEN, as OCI asks of a runtime.
+fn unknown_keys(spec: &Spec, restricted: bool, d: &mut Decision) -> Result<(), PolicyError> {
+    for k in &spec.unknown_keys {
+        if NOT_APPLIED.contains(&k.as_str()) {
+            return Err(PolicyError::NotApplied { key: k.clone() });
+        }
+        if restricted {
+            return Err(PolicyError::UnknownKey { key: k.clone() });
+        }
+        decision::change(
+            d,
+            k.clone(),
+            "ignored",
+            "no field of moat's spec types reads it",
+            "OCI: a runtime ignores properties it does not know (RESTRICTED refuses them)",
+        );
+    }
+    Ok(())
+}
+
 /// RESTRICTED's floor, in order; a spec without a process (which create refuses earlier)
 /// gets none of it.
 fn restrict(
@@ -191,6 +225,7 @@ fn restrict(
         return Ok(());
     };
     process::floor(p, cfg, d)?;
+    process::priorities_floor(p)?;
     let linux = spec.linux.get_or_insert_with(Default::default);
     process::seccomp_floor(linux, d)?;
     mounts::paths_floor(linux, d);

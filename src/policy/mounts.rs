@@ -5,6 +5,46 @@ use super::decision::change;
 use super::{config, Decision, FloorFacts, MASKED_PATHS, READONLY_PATHS};
 use crate::spec::{Linux, Mount, Spec};
 
+/// The filesystem types a RESTRICTED container may have mounted (a bind of any type is
+/// judged by its source instead: `linux::rootfs`). moat mounts as root of the host's user
+/// namespace, so a disk filesystem (`ext4` on the host's block device) or a network one
+/// would be mounted with the host's privileges; `ramfs` has no size cap.
+pub const MOUNT_TYPES: [&str; 8] = [
+    "proc", "sysfs", "cgroup", "cgroup2", "tmpfs", "devpts", "mqueue", "overlay",
+];
+
+/// A bind, whatever its type field says (`bind`, `none`, or none with `bind`/`rbind`).
+pub fn is_bind(m: &Mount) -> bool {
+    m.typ.as_deref() == Some("bind") || m.options.iter().any(|o| o == "bind" || o == "rbind")
+}
+
+/// RESTRICTED: a mount of a type outside [`MOUNT_TYPES`] is cut and reported (the
+/// container still runs, without it).
+pub(super) fn mount_types_floor(spec: &mut Spec, d: &mut Decision) {
+    let mut cut = Vec::new();
+    let mut i = 0;
+    spec.mounts.retain(|m| {
+        let typ = m.typ.as_deref().unwrap_or("");
+        let keep = is_bind(m) || MOUNT_TYPES.contains(&typ);
+        if !keep {
+            cut.push(format!("mounts[{i}] {} (type {typ:?})", m.destination));
+        }
+        i += 1;
+        keep
+    });
+    if !cut.is_empty() {
+        change(
+            d,
+            "mounts",
+            "removed",
+            cut.join(", "),
+            "RESTRICTED mounts only proc, sysfs, cgroup, cgroup2, tmpfs, devpts, mqueue, overlay \
+             and binds: moat mounts as host root, so another type (a disk's, a network's) \
+             would be mounted with the host's privileges",
+        );
+    }
+}
+
 /// RESTRICTED: sysfs and cgroupfs are read-only, and so is a bind of the host's `/sys` (or
 /// anything below it, recursively). A writable cgroupfs stays where the container has a
 /// cgroup namespace of its own on a cgroup v2 host (podman's systemd mode needs it): there
@@ -19,7 +59,7 @@ pub(super) fn mounts_floor(spec: &mut Spec, facts: &FloorFacts, d: &mut Decision
     let mut cut = Vec::new();
     for (i, m) in spec.mounts.iter_mut().enumerate() {
         let typ = m.typ.as_deref().unwrap_or("");
-        let bind = typ == "bind" || m.options.iter().any(|o| o == "bind" || o == "rbind");
+        let bind = is_bind(m);
         // The last of ro/rw wins, as in mount::parse_options.
         let last = m
             .options

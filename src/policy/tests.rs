@@ -1263,3 +1263,208 @@ fn builtin_profiles_parse() {
         assert!(!s.syscalls.is_empty());
     }
 }
+
+#[test]
+fn mounts_of_a_type_outside_the_allow_list_are_cut_binds_kept() {
+    let mut s = podman_like();
+    s.mounts.push(mount("/mnt/disk", "ext4", "/dev/vda", &[]));
+    s.mounts.push(mount("/mnt/ram", "ramfs", "ramfs", &[]));
+    s.mounts
+        .push(mount("/mnt/vol", "none", "/srv/vol", &["rbind"]));
+    let d = apply(
+        &mut s,
+        &Config::default(),
+        "c1",
+        &HostFacts::default(),
+        &facts(),
+    )
+    .unwrap();
+    let dests: Vec<&str> = s.mounts.iter().map(|m| m.destination.as_str()).collect();
+    assert!(!dests.contains(&"/mnt/disk") && !dests.contains(&"/mnt/ram"));
+    assert!(dests.contains(&"/mnt/vol") && dests.contains(&"/proc"));
+    let c = d
+        .changes
+        .iter()
+        .find(|c| c.field == "mounts" && c.action == "removed")
+        .expect("the cut is reported");
+    assert!(c.detail.contains("\"ext4\"") && c.detail.contains("\"ramfs\""));
+    // OPEN mounts them as runc would.
+    let mut s = podman_like();
+    s.mounts.push(mount("/mnt/ram", "ramfs", "ramfs", &[]));
+    let open = Config {
+        default_policy: Mode::Open,
+        ..Config::default()
+    };
+    apply(&mut s, &open, "c1", &HostFacts::default(), &facts()).unwrap();
+    assert!(s.mounts.iter().any(|m| m.destination == "/mnt/ram"));
+}
+
+#[test]
+fn realtime_scheduling_and_io_are_refused() {
+    for (sched, ok) in [
+        (r#"{"policy":"SCHED_FIFO","priority":1}"#, false),
+        (r#"{"policy":"SCHED_RR","priority":1}"#, false),
+        (
+            r#"{"policy":"SCHED_DEADLINE","runtime":1,"deadline":2,"period":3}"#,
+            false,
+        ),
+        (r#"{"policy":"SCHED_OTHER","nice":-5}"#, false),
+        (r#"{"policy":"SCHED_BATCH","nice":5}"#, true),
+        (r#"{"policy":"SCHED_IDLE"}"#, true),
+    ] {
+        let mut s = podman_like();
+        s.process.as_mut().unwrap().scheduler = Some(serde_json::from_str(sched).unwrap());
+        let r = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &facts(),
+        );
+        assert_eq!(r.is_ok(), ok, "{sched}");
+        if let Err(e) = r {
+            assert!(e.to_string().starts_with("process.scheduler: "), "{e}");
+        }
+    }
+    let mut s = podman_like();
+    s.process.as_mut().unwrap().io_priority =
+        Some(serde_json::from_str(r#"{"class":"IOPRIO_CLASS_RT","priority":0}"#).unwrap());
+    let e = apply(
+        &mut s,
+        &Config::default(),
+        "c1",
+        &HostFacts::default(),
+        &facts(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().starts_with("process.ioPriority: "), "{e}");
+}
+
+#[test]
+fn a_capability_that_voids_a_promise_in_force_is_refused_unless_accepted() {
+    let with_caps = |caps: &[&str]| {
+        let mut s = podman_like();
+        let all: Vec<String> = caps.iter().map(|c| c.to_string()).collect();
+        let c = s.process.as_mut().unwrap().capabilities.as_mut().unwrap();
+        c.bounding = Some(all.clone());
+        c.effective = Some(all.clone());
+        c.permitted = Some(all);
+        s
+    };
+    let allow = |caps: &[&str], accept: &[&str]| Config {
+        allowed_capabilities: caps.iter().map(|c| c.to_string()).collect(),
+        accept_voided: accept.iter().map(|c| c.to_string()).collect(),
+        ..Config::default()
+    };
+    // NET_RAW with the metadata block in force (the default): refused, naming both.
+    let mut s = with_caps(&["CAP_NET_RAW"]);
+    let e = apply(
+        &mut s,
+        &allow(&["CAP_NET_RAW"], &[]),
+        "c1",
+        &HostFacts::default(),
+        &facts(),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("CAP_NET_RAW voids the egress policy"),
+        "{e}"
+    );
+    // Without an egress policy in force it voids nothing.
+    let mut cfg = allow(&["CAP_NET_RAW"], &[]);
+    cfg.egress_deny_metadata = false;
+    let mut s = with_caps(&["CAP_NET_RAW"]);
+    apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+    // SYS_ADMIN always; accepted by the operator it is kept.
+    let mut s = with_caps(&["CAP_SYS_ADMIN"]);
+    assert!(apply(
+        &mut s,
+        &allow(&["CAP_SYS_ADMIN"], &[]),
+        "c1",
+        &HostFacts::default(),
+        &facts()
+    )
+    .is_err());
+    let mut s = with_caps(&["CAP_SYS_ADMIN"]);
+    apply(
+        &mut s,
+        &allow(&["CAP_SYS_ADMIN"], &["CAP_SYS_ADMIN"]),
+        "c1",
+        &HostFacts::default(),
+        &facts(),
+    )
+    .unwrap();
+    // Asked for but not allowed: cut as before, nothing to refuse.
+    let mut s = with_caps(&["CAP_SYS_ADMIN", "CAP_NET_RAW"]);
+    apply(
+        &mut s,
+        &Config::default(),
+        "c1",
+        &HostFacts::default(),
+        &facts(),
+    )
+    .unwrap();
+    // A capability that voids nothing in force passes (PTRACE without the host's pid).
+    let mut s = with_caps(&["CAP_SYS_PTRACE", "CAP_MKNOD"]);
+    apply(
+        &mut s,
+        &allow(&["CAP_SYS_PTRACE", "CAP_MKNOD"], &[]),
+        "c1",
+        &HostFacts::default(),
+        &facts(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn unknown_keys_are_refused_under_restricted_ignored_and_reported_under_open() {
+    let json = serde_json::to_vec(&crate::spec::default::spec(false)).unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    v["linux"]["futureField"] = serde_json::json!({"x": 1});
+    v["process"]["user"]["username"] = serde_json::json!("root");
+    let bytes = serde_json::to_vec(&v).unwrap();
+    let spec = Spec::parse_file(&bytes, std::path::Path::new("config.json")).unwrap();
+    assert_eq!(
+        spec.unknown_keys,
+        ["linux.futureField", "process.user.username"]
+    );
+    let e = apply(
+        &mut spec.clone(),
+        &Config::default(),
+        "c1",
+        &HostFacts::default(),
+        &facts(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "linux.futureField: not a field moat knows (runtime-spec 1.3 as moat reads it); \
+         RESTRICTED refuses what it cannot judge"
+    );
+    let open = Config {
+        default_policy: Mode::Open,
+        ..Config::default()
+    };
+    let d = apply(
+        &mut spec.clone(),
+        &open,
+        "c1",
+        &HostFacts::default(),
+        &facts(),
+    )
+    .unwrap();
+    let ignored: Vec<&str> = d
+        .changes
+        .iter()
+        .filter(|c| c.action == "ignored")
+        .map(|c| c.field.as_str())
+        .collect();
+    assert_eq!(ignored, ["linux.futureField", "process.user.username"]);
+    // A runtime-spec 1.3 field moat does not apply is refused under OPEN too.
+    v["linux"]["memoryPolicy"] = serde_json::json!({"mode": "MPOL_BIND", "nodes": "0"});
+    let bytes = serde_json::to_vec(&v).unwrap();
+    let mut spec = Spec::parse_file(&bytes, std::path::Path::new("config.json")).unwrap();
+    let e = apply(&mut spec, &open, "c1", &HostFacts::default(), &facts()).unwrap_err();
+    assert!(e.to_string().starts_with("linux.memoryPolicy: "), "{e}");
+}

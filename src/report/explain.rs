@@ -133,3 +133,21 @@ pub fn recorded(root: &Path, id: &str, format: &str) -> Result<i32> {
     }
     Ok(0)
 }
+
+/// `moat policy table`: the admission table, as docs/security.md carries it (markdown) or
+/// with the sweep's probes (json).
+pub fn table(format: &str) -> Result<i32> {
+    match format {
+        "markdown" => print!("{}", policy::admission::markdown()),
+        "json" => println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "fields": policy::admission::TABLE,
+                "mount_types": policy::MOUNT_TYPES,
+                "capabilities": policy::CAPABILITIES,
+            }))?
+        ),
+        f => anyhow::bail!("--format: {f:?} is neither markdown nor json"),
+    }
+    Ok(0)
+}

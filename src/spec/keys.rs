@@ -126,15 +126,23 @@ impl fmt::Display for KeyError {
     }
 }
 
+/// What [`check`] found besides refusals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Found {
+    /// A case variant of a resources field is to be taken as the field
+    /// ([`fold_resources`] before the typed parse).
+    pub folds: bool,
+    /// A struct holds a key that is none of its fields ([`unknown_keys`] names them).
+    pub unknown: bool,
+}
+
 /// Checks `bytes` against `T`'s shape. JSON that does not parse is reported here too,
 /// with serde_json's message: a check that stopped early would leave keys unchecked.
-/// `Ok(true)`: a case variant of a resources field is to be taken as the field
-/// ([`fold_resources`] before the typed parse).
-pub fn check<T: Checked>(bytes: &[u8]) -> Result<bool, KeyError> {
+pub fn check<T: Checked>(bytes: &[u8]) -> Result<Found, KeyError> {
     check_shape(T::shape(), T::START, bytes)
 }
 
-pub fn check_shape(shape: &Node, start: Pos, bytes: &[u8]) -> Result<bool, KeyError> {
+pub fn check_shape(shape: &Node, start: Pos, bytes: &[u8]) -> Result<Found, KeyError> {
     let ctx = Ctx::default();
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let r = Walk {
@@ -145,7 +153,10 @@ pub fn check_shape(shape: &Node, start: Pos, bytes: &[u8]) -> Result<bool, KeyEr
     .deserialize(&mut de)
     .and_then(|()| de.end());
     match r {
-        Ok(()) => Ok(ctx.folds.get()),
+        Ok(()) => Ok(Found {
+            folds: ctx.folds.get(),
+            unknown: ctx.unknown.get(),
+        }),
         Err(e) => {
             let mut trail = ctx.trail.into_inner();
             trail.reverse();
@@ -342,6 +353,54 @@ fn go_merge(earlier: serde_json::Value, later: serde_json::Value) -> serde_json:
     }
 }
 
+/// After [`check`] found one: the path of every key of `bytes` that is no field of the
+/// struct holding it (`linux.memoryPolicy`, `mounts[2].foo`), in document order; a case
+/// variant [`check`] took as its field is none. Off the plain path.
+pub fn unknown_keys<T: Checked>(bytes: &[u8]) -> Vec<String> {
+    fn walk(v: &serde_json::Value, node: &Node, pos: Pos, path: &str, out: &mut Vec<String>) {
+        let node = match node {
+            Node::Opaque(Some(inner)) => inner,
+            n => n,
+        };
+        match (v, node) {
+            (serde_json::Value::Array(items), Node::Seq(c)) => {
+                for (i, x) in items.iter().enumerate() {
+                    walk(x, c, Pos::Other, &format!("{path}[{i}]"), out);
+                }
+            }
+            (serde_json::Value::Object(m), Node::Struct(fields)) => {
+                for (k, x) in m {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    let field = fields.iter().find(|(f, _)| f == k).or_else(|| {
+                        fields
+                            .iter()
+                            .find(|(f, _)| pos == Pos::Folding && go_fold_eq(k, f))
+                    });
+                    match field {
+                        Some((_, c)) => walk(x, c, pos.enter(k), &p, out),
+                        None => out.push(p),
+                    }
+                }
+            }
+            (serde_json::Value::Object(m), Node::Map(c)) => {
+                for (k, x) in m {
+                    walk(x, c, pos.enter(k), &format!("{path}.{k}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(bytes) {
+        walk(&v, T::shape(), T::START, "", &mut out);
+    }
+    out
+}
+
 /// The JSON paths of the fields `T` keeps as opaque JSON (`linux.resources.network`);
 /// an opaque value inside an array or map is named with `[]` or `{}`.
 pub fn opaque_fields<T: Checked>() -> Vec<String> {
@@ -393,6 +452,8 @@ struct Ctx {
     refused: RefCell<Option<String>>,
     /// A case variant of a resources field was seen (to be renamed).
     folds: std::cell::Cell<bool>,
+    /// A key that is no field of its struct was seen.
+    unknown: std::cell::Cell<bool>,
     /// The path to the failure, innermost first, filled while the error unwinds.
     trail: RefCell<Vec<Seg>>,
 }
@@ -529,7 +590,10 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
                                 "{key:?} differs only in case from {f:?}; refused"
                             )))
                         }
-                        None => &ANY,
+                        None => {
+                            self.ctx.unknown.set(true);
+                            &ANY
+                        }
                     },
                 },
                 Node::Map(c) => c,

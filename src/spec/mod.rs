@@ -41,6 +41,11 @@ pub struct Spec {
     pub annotations: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linux: Option<Linux>,
+    /// The keys of config.json that no field of these types reads (a newer spec's, or
+    /// none at all), as JSON paths: refused under RESTRICTED, ignored with a warning under
+    /// OPEN (the policy decides). Not part of the document.
+    #[serde(skip)]
+    pub unknown_keys: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -531,7 +536,7 @@ pub fn from_slice<T: keys::Checked>(bytes: &[u8]) -> Result<T, JsonError> {
         field: e.field,
         message: e.message,
     };
-    if keys::check::<T>(bytes).map_err(key)? {
+    if keys::check::<T>(bytes).map_err(key)?.folds {
         let (folded, warnings) = keys::fold_resources::<T>(bytes).map_err(key)?;
         warnings.iter().for_each(|w| crate::log::warn(w));
         return typed(&folded);
@@ -589,17 +594,25 @@ impl Spec {
         };
         let folded;
         let mut bytes = bytes;
-        if keys::check::<Spec>(bytes).map_err(key)? {
+        let found = keys::check::<Spec>(bytes).map_err(key)?;
+        let unknown_keys = if found.unknown {
+            keys::unknown_keys::<Spec>(bytes)
+        } else {
+            Vec::new()
+        };
+        if found.folds {
             let (f, warnings) = keys::fold_resources::<Spec>(bytes).map_err(key)?;
             warnings.iter().for_each(|w| crate::log::warn(w));
             folded = f;
             bytes = &folded;
         }
-        typed(bytes).map_err(|e| LoadError::Parse {
+        let mut spec: Spec = typed(bytes).map_err(|e| LoadError::Parse {
             path: path.to_path_buf(),
             field: e.field,
             message: e.message,
-        })
+        })?;
+        spec.unknown_keys = unknown_keys;
+        Ok(spec)
     }
 
     /// Parses JSON (keys checked), reporting the JSON path of the field that failed.

@@ -133,8 +133,9 @@ fn t11_restricted_profile_denies_every_class() {
     use_config_file(
         &mut ctx,
         &format!(
-            "default_policy = \"restricted\"\n[restricted]\nallowed_capabilities = {:?}\n",
-            POWERFUL
+            "default_policy = \"restricted\"\n[restricted]\nallowed_capabilities = {:?}\n\
+             accept_voided = {:?}\n",
+            POWERFUL, POWERFUL
         ),
     );
     let all = json!(POWERFUL);
@@ -469,8 +470,9 @@ fn t11_tiocsti_with_high_bits_never_reaches_the_callers_terminal() {
     use_config_file(
         &mut ctx,
         &format!(
-            "default_policy = \"restricted\"\n[restricted]\nallowed_capabilities = {:?}\n",
-            POWERFUL
+            "default_policy = \"restricted\"\n[restricted]\nallowed_capabilities = {:?}\n\
+             accept_voided = {:?}\n",
+            POWERFUL, POWERFUL
         ),
     );
     let all = json!(POWERFUL);

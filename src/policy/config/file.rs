@@ -53,6 +53,7 @@ pub(super) struct Alias {
 #[serde(deny_unknown_fields)]
 struct Restricted {
     allowed_capabilities: Option<Vec<Capability>>,
+    accept_voided: Option<Vec<Capability>>,
     host_namespaces: Option<Vec<HostNamespace>>,
     readonly_rootfs: Option<bool>,
     rootfs: Option<Rootfs>,
@@ -272,6 +273,9 @@ impl Restricted {
     fn apply(&self, c: &mut Config) {
         if let Some(l) = &self.allowed_capabilities {
             c.allowed_capabilities = l.iter().map(|x| x.0.clone()).collect();
+        }
+        if let Some(l) = &self.accept_voided {
+            c.accept_voided = l.iter().map(|x| x.0.clone()).collect();
         }
         if let Some(l) = &self.host_namespaces {
             c.host_namespaces = l.iter().map(|x| x.0.clone()).collect();

@@ -1,0 +1,147 @@
+//! The admission table swept on real containers: every row of `moat policy table` that
+//! carries a probe is tried under RESTRICTED with the most permissive value an engine could
+//! send, and its promise checked from inside the container (or, for a refusal, the create
+//! refused naming the field and leaving nothing). A row added to the table is swept here
+//! without anyone writing its case. Then every filesystem type this kernel knows, mounted
+//! through the spec: only the admitted ones reach the container.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+
+/// The table with its probes, as moat prints it.
+fn table() -> Value {
+    let ctx = Ctx::new("adm-table");
+    let out = ctx.moat(&["policy", "table", "--format", "json"]).ok();
+    serde_json::from_str(&out.stdout).expect("policy table --format json")
+}
+
+/// Sets the probe's value at the row's path: an element appended for a `[]` path (to the
+/// array before the first `[]`), the field set otherwise.
+fn apply_probe(ctx: &mut Ctx, path: &str, value: Value) {
+    match path.split_once("[]") {
+        Some((array, _)) => {
+            ctx.push(&format!("/{}", array.replace('.', "/")), value);
+        }
+        None => {
+            ctx.set(&format!("/{}", path.replace('.', "/")), value);
+        }
+    }
+}
+
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn every_probed_row_holds_its_promise_under_restricted() {
+    if !require_root() {
+        return;
+    }
+    let t = table();
+    let rows = t["fields"].as_array().expect("fields");
+    let mut tried = 0;
+    let mut failures = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        let Some(probe) = row.get("probe") else {
+            continue;
+        };
+        let path = row["path"].as_str().unwrap();
+        let value: Value = serde_json::from_str(probe["value"].as_str().unwrap()).unwrap();
+        let check = probe["check"].as_str().unwrap();
+        let mut ctx = Ctx::new(&format!("adm{i}"));
+        ctx.restricted();
+        apply_probe(&mut ctx, path, value);
+        let id = ctx.id("c");
+        let b = ctx.bundle_str();
+        tried += 1;
+        if check.is_empty() {
+            ctx.sh("true");
+            let out = ctx.moat(&["run", "--bundle", &b, &id]);
+            let field = path.split("[]").next().unwrap();
+            if out.code == 0 || !out.stderr.contains(field) {
+                failures.push(format!(
+                    "{path}: expected a refusal naming {field}, got exit {} and {:?}",
+                    out.code, out.stderr
+                ));
+            }
+            let left = ctx.traces(&id);
+            if !left.is_empty() {
+                failures.push(format!("{path}: the refusal left {left:?}"));
+            }
+            continue;
+        }
+        ctx.sh(check);
+        let out = ctx.moat(&["run", "--bundle", &b, &id]);
+        if out.code != 0 {
+            failures.push(format!(
+                "{path}: the promise does not hold ({check}): exit {}, stdout {:?}, stderr {:?}",
+                out.code, out.stdout, out.stderr
+            ));
+        }
+        let _ = ctx.moat(&["delete", "--force", &id]);
+    }
+    eprintln!("admission sweep: {tried} rows probed");
+    assert!(tried >= 20, "only {tried} rows carry a probe");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Every filesystem type this kernel knows (`/proc/filesystems`, `nodev` ones and disk
+/// ones alike) asked for as a spec mount: under RESTRICTED only the table's types are
+/// mounted (the rest are cut and reported, the container still runs); under OPEN a type
+/// outside the list (`ramfs`) is mounted, as runc would.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn only_admitted_filesystem_types_reach_the_container() {
+    if !require_root() {
+        return;
+    }
+    let t = table();
+    let admitted: Vec<String> = t["mount_types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let kernel: Vec<String> = read("/proc/filesystems")
+        .lines()
+        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .collect();
+    let refused: Vec<&String> = kernel.iter().filter(|t| !admitted.contains(t)).collect();
+    assert!(
+        refused.iter().any(|t| *t == "ramfs"),
+        "this kernel has no ramfs: {kernel:?}"
+    );
+    let mut ctx = Ctx::new("adm-fs");
+    ctx.restricted();
+    for (i, typ) in refused.iter().enumerate() {
+        ctx.push(
+            "/mounts",
+            json!({"destination": format!("/mnt/t{i}"), "type": typ, "source": "none", "options": []}),
+        );
+    }
+    // What reaches the container: the mount points of /mnt/t*.
+    ctx.sh("grep -o ' /mnt/t[0-9]* ' /proc/self/mountinfo || true; echo done");
+    let id = ctx.id("c");
+    let b = ctx.bundle_str();
+    let out = ctx.moat(&["run", "--bundle", &b, &id]).ok();
+    assert!(out.stdout.contains("done"), "{out:#?}");
+    assert!(
+        !out.stdout.contains("/mnt/t"),
+        "types outside {admitted:?} were mounted: {}",
+        out.stdout
+    );
+    eprintln!(
+        "filesystem types tried under RESTRICTED: {} (all cut)",
+        refused.len()
+    );
+    // The control: OPEN mounts ramfs.
+    let mut open = Ctx::new("adm-fs-open");
+    open.push(
+        "/mounts",
+        json!({"destination": "/mnt/ram", "type": "ramfs", "source": "none", "options": []}),
+    );
+    open.sh("grep -c ' /mnt/ram ' /proc/self/mountinfo");
+    let id = open.id("c");
+    let b = open.bundle_str();
+    let out = open.moat(&["run", "--bundle", &b, &id]).ok();
+    assert_eq!(out.stdout.trim(), "1", "OPEN mounts ramfs: {out:#?}");
+}
