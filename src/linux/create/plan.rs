@@ -364,6 +364,7 @@ impl Plan {
         )?;
         let mut rootfs = rootfs;
         rootfs.strict_missing = decision.policy == "restricted";
+        rootfs.refuse_kernel_binds = decision.policy == "restricted";
         // In a user namespace the init may not reach a bind source the caller can (a 0700
         // directory of host root's on the way): a privileged parent clones each one on the
         // host and hands it over by fd, as runc opens them before joining the namespace.
