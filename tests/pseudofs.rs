@@ -62,6 +62,24 @@ impl Drop for HostMount {
     }
 }
 
+/// A directory of the test's, removed however the test ends (after the mounts in it, which
+/// are made later and so dropped first).
+struct TestDir(PathBuf);
+
+impl TestDir {
+    fn new(tag: &str) -> Self {
+        let d = tmp_base().join(format!("moat-it-{}-pseudofs-{tag}", std::process::id()));
+        fs::create_dir_all(&d).unwrap();
+        TestDir(d)
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The host's mounts as (mount point, type), topmost at each mount point only, and only
 /// mount points with no escaped characters (spaces and such).
 fn host_mounts() -> Vec<(String, String)> {
@@ -132,8 +150,8 @@ fn every_kernel_filesystem_bound_is_refused_under_restricted() {
     if !require_root() {
         return;
     }
-    let dir = tmp_base().join(format!("moat-it-{}-pseudofs-sweep", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
+    let tmp = TestDir::new("sweep");
+    let dir = &tmp.0;
     let host = host_mounts();
     let mut held = Vec::new();
     let mut tested = Vec::new();
@@ -166,7 +184,6 @@ fn every_kernel_filesystem_bound_is_refused_under_restricted() {
         tested.push(format!("{fstype} ({})", source.display()));
     }
     drop(held);
-    let _ = fs::remove_dir_all(&dir);
     eprintln!("refused under RESTRICTED: {}", tested.join(", "));
     if !untested.is_empty() {
         eprintln!(
@@ -236,7 +253,8 @@ fn rbind_carrying_a_procfs_is_refused_and_bind_is_not() {
     if !require_root() {
         return;
     }
-    let dir = tmp_base().join(format!("moat-it-{}-pseudofs-rbind", std::process::id()));
+    let tmp = TestDir::new("rbind");
+    let dir = &tmp.0;
     let inner = dir.join("vol/deep/proc");
     fs::create_dir_all(&inner).unwrap();
     fs::write(dir.join("vol/file"), "from-host\n").unwrap();
@@ -250,7 +268,6 @@ fn rbind_carrying_a_procfs_is_refused_and_bind_is_not() {
     );
     assert_eq!(out, "from-host\nn:\n");
     drop(held);
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// The first block device node under /dev, if any.

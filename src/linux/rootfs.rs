@@ -342,6 +342,8 @@ pub fn plan(
 /// reads and writes in `/proc` goes through its own procfs handle, never this mount
 /// (`linux/procfs.rs`), and the masked and read-only paths are applied on top of it as on
 /// a fresh procfs (resolved below the bind's own fd). Anything else at `/proc` is refused.
+/// Under RESTRICTED the init refuses the bind anyway, as it refuses any bind of a kernel
+/// interface (`refuse_kernel_binds`): the exception is OPEN's.
 fn proc_bind_allowed(spec: &Spec, index: usize, kind: &Kind) -> Result<(), PlanError> {
     let Kind::Bind { source, .. } = kind else {
         return Err(PlanError::ProcNotProc { index });
