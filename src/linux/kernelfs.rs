@@ -157,9 +157,9 @@ mod tests {
 30 22 0:6 / /dev rw - devtmpfs devtmpfs rw
 31 22 0:21 / /proc rw - proc proc rw
 40 22 254:0 /srv /c/vol rw - ext4 /dev/vda rw
+43 22 0:50 / /c/other rw - sysfs sysfs rw
 41 40 0:40 / /c/vol/t rw - tmpfs tmpfs rw
 42 41 0:21 / /c/vol/t/p rw - proc proc rw
-43 22 0:50 / /c/other rw - sysfs sysfs rw
 ";
 
     #[test]
@@ -191,5 +191,6 @@ mod tests {
         assert_eq!(l[1].dev, (0, 6));
         assert_eq!(l[1].fstype, "devtmpfs");
         assert_eq!(l[3].mount_point, "/c/vol");
+        assert_eq!(l[4].fstype, "sysfs");
     }
 }
