@@ -16,6 +16,7 @@ pub mod exeseal;
 pub mod hooks;
 pub mod hostfacts;
 pub mod idmap;
+pub mod kernelfs;
 pub mod killpoint;
 pub mod mount;
 pub mod namespaces;

@@ -81,6 +81,10 @@ pub struct Plan {
     /// RESTRICTED: a masked or read-only path missing outside procfs and sysfs fails the
     /// create instead of being skipped (runc's way, kept under OPEN).
     pub strict_missing: bool,
+    /// RESTRICTED: a bind whose mount is on a kernel interface (procfs, sysfs, cgroupfs,
+    /// devtmpfs but a few device nodes, …), or a recursive one carrying such a mount, is
+    /// refused ([`super::kernelfs`]); runc's way, allowing it, kept under OPEN.
+    pub refuse_kernel_binds: bool,
     /// A read-only tmpfs at `/dev`: mounted writable, made read-only at the end of
     /// [`finalize`], as runc does, since moat makes its submounts (`/dev/pts`, `/dev/shm`,
     /// `/dev/mqueue`), device nodes and links in it first.
@@ -325,6 +329,7 @@ pub fn plan(
         ephemeral: None,
         kcore: Path::new("/proc/kcore").exists(),
         strict_missing: false,
+        refuse_kernel_binds: false,
         dev_ro_last,
         binds_from_parent: false,
         binds_by_source: false,
@@ -337,6 +342,8 @@ pub fn plan(
 /// reads and writes in `/proc` goes through its own procfs handle, never this mount
 /// (`linux/procfs.rs`), and the masked and read-only paths are applied on top of it as on
 /// a fresh procfs (resolved below the bind's own fd). Anything else at `/proc` is refused.
+/// Under RESTRICTED the init refuses the bind anyway, as it refuses any bind of a kernel
+/// interface (`refuse_kernel_binds`): the exception is OPEN's.
 fn proc_bind_allowed(spec: &Spec, index: usize, kind: &Kind) -> Result<(), PlanError> {
     let Kind::Bind { source, .. } = kind else {
         return Err(PlanError::ProcNotProc { index });
@@ -757,16 +764,22 @@ fn mount_one(
                     format!("{}: clone {}", what(), source.display())
                 })?,
             };
+            let rec = m.opts.recursive || m.idmap.as_ref().is_some_and(|i| i.recursive);
+            if p.refuse_kernel_binds {
+                refuse_kernel_root(m, tree.as_fd())?;
+            }
             mount::set_attrs(tree.as_fd(), &m.opts)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
             mount::attach(tree.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
+            if p.refuse_kernel_binds && rec {
+                refuse_kernel_submounts(m, tree.as_fd())?;
+            }
             if prebuilt_tree && p.propagation & libc::MS_REC != 0 {
                 // Cloned by the parent in the host's namespace, not from this namespace's
                 // copy, which the recursive `/` propagation already reached.
                 mount::set_propagation(tree.as_fd(), p.propagation & !libc::MS_REC, true)
                     .step(Step::Mounts, || format!("{}: propagation", what()))?;
             }
-            let rec = m.opts.recursive || m.idmap.as_ref().is_some_and(|i| i.recursive);
             (tree, rec)
         }
         Kind::Fs { fstype, source } => {
@@ -791,6 +804,67 @@ fn mount_one(
             .step(Step::Mounts, || format!("{}: propagation", what()))?;
     }
     Ok(Some((mnt, recursive)))
+}
+
+/// RESTRICTED: the bind's own mount, before it is attached, must not be a kernel
+/// interface ([`super::kernelfs`]). Judged on the clone's fd, never on the source's name.
+fn refuse_kernel_root(m: &MountPlan, tree: BorrowedFd<'_>) -> Result<(), InitFailure> {
+    let what = || format!("mounts[{}] {}", m.index, m.destination);
+    let mountinfo = || super::procfs::mountinfo().map_err(|e| io_other(e.to_string()));
+    match super::kernelfs::refused_root(tree, mountinfo).step(Step::Mounts, || {
+        format!("{}: filesystem type of the source", what())
+    })? {
+        None => Ok(()),
+        Some(fstype) => Err(InitFailure::new(
+            Step::Mounts,
+            format!(
+                "{}: the bind's source is on {fstype}, a kernel interface, not a volume; \
+                 refused under RESTRICTED",
+                what()
+            ),
+        )),
+    }
+}
+
+/// RESTRICTED: a recursive bind, just attached, must carry no mount of a kernel interface.
+/// Its submounts exist only once it is attached: they are found in this mount namespace's
+/// table by the attached tree's mount id. A refused tree is detached again, so nothing of
+/// it stays on a peer of the target the attach propagated to.
+fn refuse_kernel_submounts(m: &MountPlan, tree: BorrowedFd<'_>) -> Result<(), InitFailure> {
+    let what = || format!("mounts[{}] {}", m.index, m.destination);
+    // A file has no mounts below it: the lookup of the source ended on the topmost.
+    let st = sys::fstat(tree).step(Step::Mounts, what)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Ok(());
+    }
+    let id = sys::mount_id(tree).step(Step::Mounts, what)?;
+    let text =
+        super::procfs::mountinfo().step(Step::Mounts, || format!("{}: read mountinfo", what()))?;
+    let Some((fstype, at)) = super::kernelfs::refused_submount(id, &text) else {
+        return Ok(());
+    };
+    detach(tree);
+    Err(InitFailure::new(
+        Step::Mounts,
+        format!(
+            "{}: the recursive bind carries a {fstype} mount at {at:?} of its source, a \
+             kernel interface, not a volume; refused under RESTRICTED (a non-recursive bind \
+             leaves it out)",
+            what()
+        ),
+    ))
+}
+
+/// Unmounts the tree `mnt` is the root of (lazily), by fd: from its root as the working
+/// directory, which is then restored. Best effort, on the way to a failed create.
+fn detach(mnt: BorrowedFd<'_>) {
+    let Ok(back) = sys::openat(path::cwd(), c".", libc::O_PATH | libc::O_DIRECTORY, 0) else {
+        return;
+    };
+    if sys::fchdir(mnt).is_ok() {
+        let _ = sys::umount2(c".", libc::MNT_DETACH);
+    }
+    let _ = sys::fchdir(back.as_fd());
 }
 
 /// A new filesystem for a spec mount, and the attributes to give it. In a user namespace
@@ -1267,6 +1341,7 @@ mod tests {
             ephemeral: None,
             kcore: false,
             strict_missing: false,
+            refuse_kernel_binds: false,
             dev_ro_last: false,
             binds_from_parent: false,
             binds_by_source: false,

@@ -363,7 +363,9 @@ impl Plan {
             &made_later,
         )?;
         let mut rootfs = rootfs;
-        rootfs.strict_missing = decision.policy == crate::policy::Mode::Restricted;
+        let restricted = decision.policy == crate::policy::Mode::Restricted;
+        rootfs.strict_missing = restricted;
+        rootfs.refuse_kernel_binds = restricted && decision.enforced;
         // In a user namespace the init may not reach a bind source the caller can (a 0700
         // directory of host root's on the way): a privileged parent clones each one on the
         // host and hands it over by fd, as runc opens them before joining the namespace.
