@@ -379,6 +379,11 @@ pub struct FloorFacts {
     pub ns_paths: Vec<(String, Result<NsId, NsPathError>)>,
     /// The host's cgroup hierarchy is cgroup v2 alone (`/sys/fs/cgroup` is cgroup2).
     pub cgroup_v2: bool,
+    /// The host's cgroup2 at `/sys/fs/cgroup` is mounted with `nsdelegate` (a super option
+    /// in moat's own mountinfo): only then does the kernel refuse a cgroup namespace root's
+    /// writes to its own limit files. Read only when the floor asks (cgroup v2, a writable
+    /// cgroup mount in a cgroup namespace of the container's own); `false` otherwise.
+    pub cgroup_nsdelegate: bool,
     /// The call's cgroup driver is systemd (`--systemd-cgroup`): `linux.cgroupsPath` is
     /// `slice:prefix:name`, and the fleet budget is a slice.
     pub systemd_cgroup: bool,
@@ -793,15 +798,21 @@ fn namespace_floor(
 
 /// RESTRICTED: sysfs and cgroupfs are read-only, and so is a bind of the host's `/sys` (or
 /// anything below it, recursively). A writable cgroupfs stays where the container has a
-/// cgroup namespace of its own on a cgroup v2 host (podman's systemd mode needs it): there
-/// the kernel refuses writes to the namespace root's own limits. What `--privileged` asks
-/// for (rw sysfs and cgroup) is cut and reported, not refused.
+/// cgroup namespace of its own on a cgroup v2 host mounted with `nsdelegate` (podman's
+/// systemd mode needs it): only there does the kernel refuse writes to the namespace root's
+/// own limits; without `nsdelegate` the container would set its `pids.max`, `memory.max`,
+/// `cpu.max` back to `max`. What `--privileged` asks for (rw sysfs and cgroup) is cut and
+/// reported, not refused.
 fn mounts_floor(spec: &mut Spec, facts: &FloorFacts, d: &mut Decision) {
     let own_cgroupns = spec
         .linux()
         .namespaces
         .iter()
         .any(|n| n.typ == "cgroup" && n.path.is_none());
+    // Kept writable only where the kernel guards the namespace root's own limits.
+    let delegated = own_cgroupns && facts.cgroup_v2 && facts.cgroup_nsdelegate;
+    // A cgroupfs cut that nsdelegate alone would have kept, for the reason's text.
+    let mut no_nsdelegate = false;
     let mut cut = Vec::new();
     for (i, m) in spec.mounts.iter_mut().enumerate() {
         let typ = m.typ.as_deref().unwrap_or("");
@@ -836,11 +847,17 @@ fn mounts_floor(spec: &mut Spec, facts: &FloorFacts, d: &mut Decision) {
         } else if typ == "sysfs" {
             ("sysfs", last != Some("ro"))
         } else if typ == "cgroup" || typ == "cgroup2" {
-            if own_cgroupns && facts.cgroup_v2 {
+            if delegated {
                 continue;
             }
             // cgroupfs is mounted as the spec says (writable without `ro`, as runc).
-            ("cgroupfs", last != Some("ro"))
+            let writable = last != Some("ro");
+            if own_cgroupns && facts.cgroup_v2 {
+                no_nsdelegate |= writable;
+                ("cgroupfs; the host's cgroup2 has no nsdelegate", writable)
+            } else {
+                ("cgroupfs", writable)
+            }
         } else {
             continue;
         };
@@ -856,13 +873,21 @@ fn mounts_floor(spec: &mut Spec, facts: &FloorFacts, d: &mut Decision) {
         cut.push(format!("mounts[{i}] {} ({what})", m.destination));
     }
     if !cut.is_empty() {
+        let reason = if no_nsdelegate {
+            "RESTRICTED: sysfs, cgroupfs and the host's /sys are read-only; a cgroup namespace \
+             of its own on cgroup v2 keeps cgroupfs writable only with nsdelegate, and the \
+             host's cgroup2 is mounted without it: the kernel would let the namespace root \
+             write its own limits (pids.max, memory.max, cpu.max)"
+        } else {
+            "RESTRICTED: sysfs, cgroupfs (without a cgroup namespace of its own on cgroup v2 \
+             mounted with nsdelegate) and the host's /sys are read-only"
+        };
         change(
             d,
             "mounts",
             "set",
             format!("read-only: {}", cut.join(", ")),
-            "RESTRICTED: sysfs, cgroupfs (without a cgroup namespace of its own on cgroup v2) \
-             and the host's /sys are read-only",
+            reason,
         );
     }
 }
@@ -1701,6 +1726,7 @@ mod tests {
                 ),
             ],
             cgroup_v2: false,
+            cgroup_nsdelegate: false,
             systemd_cgroup: false,
             bpf_cgroup: true,
             resolvers: vec!["10.88.0.1:53".parse().unwrap()],
@@ -2145,10 +2171,17 @@ mod tests {
         let c = d.changes.iter().find(|c| c.field == "mounts").unwrap();
         assert!(c.detail.contains("mounts[0] /sys (sysfs)"), "{}", c.detail);
         assert!(c.detail.contains("mounts[2] /host-sys"), "{}", c.detail);
-        // A cgroup namespace of its own on cgroup v2 keeps a writable cgroupfs.
+        assert!(
+            c.detail.contains("mounts[1] /sys/fs/cgroup (cgroupfs)"),
+            "{}",
+            c.detail
+        );
+        // A cgroup namespace of its own on cgroup v2 with nsdelegate keeps a writable
+        // cgroupfs: the kernel refuses the namespace root's writes to its own limits.
         let mut s = privileged();
         let v2 = FloorFacts {
             cgroup_v2: true,
+            cgroup_nsdelegate: true,
             systemd_cgroup: false,
             ..facts()
         };
@@ -2170,6 +2203,66 @@ mod tests {
         };
         apply(&mut s, &open, "c1", &HostFacts::default(), &facts()).unwrap();
         assert_eq!(s.mounts[0].options, ["nosuid", "rw"]);
+    }
+
+    #[test]
+    fn cgroupfs_in_its_own_namespace_without_nsdelegate_is_cut_to_read_only() {
+        // cgroup2 mounted without nsdelegate: the kernel lets a cgroup namespace root write
+        // its own pids.max and memory.max, so the namespace alone keeps nothing writable.
+        let mut s = podman_like();
+        s.mounts = vec![
+            mount("/sys/fs/cgroup", "cgroup", "cgroup", &["nosuid", "rw"]),
+            mount("/cg2", "cgroup2", "cgroup2", &["ro", "rw"]),
+            mount("/cg-ro", "cgroup", "cgroup", &["rw", "ro"]),
+        ];
+        assert!(s
+            .linux()
+            .namespaces
+            .iter()
+            .any(|n| n.typ == "cgroup" && n.path.is_none()));
+        let plain = FloorFacts {
+            cgroup_v2: true,
+            cgroup_nsdelegate: false,
+            ..facts()
+        };
+        let d = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &plain,
+        )
+        .unwrap();
+        assert_eq!(s.mounts[0].options, ["nosuid", "ro"]);
+        assert_eq!(s.mounts[1].options, ["ro"]);
+        assert_eq!(s.mounts[2].options, ["rw", "ro"], "already read-only");
+        let c = d.changes.iter().find(|c| c.field == "mounts").unwrap();
+        assert_eq!(
+            c.detail,
+            "read-only: mounts[0] /sys/fs/cgroup (cgroupfs; the host's cgroup2 has no \
+             nsdelegate), mounts[1] /cg2 (cgroupfs; the host's cgroup2 has no nsdelegate)"
+        );
+        assert!(c.reason.contains("without it"), "{}", c.reason);
+        assert!(c.reason.contains("write its own limits"), "{}", c.reason);
+        // The fact alone keeps nothing: nsdelegate on a host that is not pure v2.
+        let mut s = podman_like();
+        s.mounts = vec![mount("/sys/fs/cgroup", "cgroup", "cgroup", &["rw"])];
+        let hybrid = FloorFacts {
+            cgroup_v2: false,
+            cgroup_nsdelegate: true,
+            ..facts()
+        };
+        let d = apply(
+            &mut s,
+            &Config::default(),
+            "c1",
+            &HostFacts::default(),
+            &hybrid,
+        )
+        .unwrap();
+        assert_eq!(s.mounts[0].options, ["ro"]);
+        let c = d.changes.iter().find(|c| c.field == "mounts").unwrap();
+        assert!(!c.reason.contains("without it"), "{}", c.reason);
     }
 
     #[test]
