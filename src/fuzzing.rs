@@ -32,6 +32,7 @@ fn floor() -> FloorFacts {
         ],
         ns_paths: Vec::new(),
         cgroup_v2: true,
+        cgroup_nsdelegate: true,
         systemd_cgroup: false,
         bpf_cgroup: true,
         resolvers: vec!["10.0.0.2:53".parse().expect("an address")],

@@ -266,6 +266,10 @@ pub fn floor_facts(spec: &Spec) -> crate::policy::FloorFacts {
     };
     let proc_name = |t: &str| if t == "network" { "net" } else { t }.to_string();
     let types = crate::policy::config::HOST_NAMESPACE_TYPES;
+    // f_type is i64 under glibc, unsigned under musl.
+    #[allow(clippy::unnecessary_cast)]
+    let cgroup_v2 = sys::statfs(c"/sys/fs/cgroup")
+        .is_ok_and(|s| s.f_type as u64 == libc::CGROUP2_SUPER_MAGIC as u64);
     crate::policy::FloorFacts {
         host_ns: types
             .iter()
@@ -282,14 +286,41 @@ pub fn floor_facts(spec: &Spec) -> crate::policy::FloorFacts {
             .filter(|n| types.contains(&n.typ.as_str()))
             .filter_map(|n| n.path.as_ref().map(|p| (p.clone(), ids(p))))
             .collect(),
-        // f_type is i64 under glibc, unsigned under musl.
-        #[allow(clippy::unnecessary_cast)]
-        cgroup_v2: sys::statfs(c"/sys/fs/cgroup")
-            .is_ok_and(|s| s.f_type as u64 == libc::CGROUP2_SUPER_MAGIC as u64),
+        cgroup_nsdelegate: cgroup_v2 && writable_cgroupfs_in_own_ns(spec) && cgroup_nsdelegate(),
+        cgroup_v2,
         systemd_cgroup: false,
         bpf_cgroup: bpf_cgroup(),
         resolvers: engine_resolvers(spec),
     }
+}
+
+/// Whether the spec has the one cgroupfs the RESTRICTED floor may leave writable (a cgroup
+/// or cgroup2 mount without a final `ro`, in a cgroup namespace of the container's own), so
+/// that only then is the host's mountinfo read: a create of a spec whose cgroupfs is
+/// read-only anyway (runc's and podman's default) pays nothing for the fact.
+fn writable_cgroupfs_in_own_ns(spec: &Spec) -> bool {
+    let own_cgroupns = spec
+        .linux()
+        .namespaces
+        .iter()
+        .any(|n| n.typ == "cgroup" && n.path.is_none());
+    own_cgroupns
+        && spec.mounts.iter().any(|m| {
+            matches!(m.typ.as_deref(), Some("cgroup" | "cgroup2"))
+                && m.options
+                    .iter()
+                    .rev()
+                    .find(|o| *o == "ro" || *o == "rw")
+                    .map(String::as_str)
+                    != Some("ro")
+        })
+}
+
+/// Whether the host's cgroup2 at `/sys/fs/cgroup` is mounted with `nsdelegate`, from moat's
+/// own mountinfo (read on the host, before anything forks). Unreadable counts as without:
+/// the floor then cuts the cgroupfs to read-only.
+fn cgroup_nsdelegate() -> bool {
+    super::read_kernel_file("/proc/self/mountinfo").is_ok_and(|t| super::cgroups::nsdelegate(&t))
 }
 
 /// Whether this caller can attach cgroup BPF programs to a container's cgroup v2: root of

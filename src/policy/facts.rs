@@ -18,6 +18,11 @@ pub struct FloorFacts {
     pub ns_paths: Vec<(String, Result<NsId, NsPathError>)>,
     /// The host's cgroup hierarchy is cgroup v2 alone (`/sys/fs/cgroup` is cgroup2).
     pub cgroup_v2: bool,
+    /// The host's cgroup2 at `/sys/fs/cgroup` is mounted with `nsdelegate` (a super option
+    /// in moat's own mountinfo): only then does the kernel refuse a cgroup namespace root's
+    /// writes to its own limit files. Read only when the floor asks (cgroup v2, a writable
+    /// cgroup mount in a cgroup namespace of the container's own); `false` otherwise.
+    pub cgroup_nsdelegate: bool,
     /// The call's cgroup driver is systemd (`--systemd-cgroup`): `linux.cgroupsPath` is
     /// `slice:prefix:name`, and the fleet budget is a slice.
     pub systemd_cgroup: bool,

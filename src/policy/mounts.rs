@@ -47,15 +47,21 @@ pub(super) fn mount_types_floor(spec: &mut Spec, d: &mut Decision) {
 
 /// RESTRICTED: sysfs and cgroupfs are read-only, and so is a bind of the host's `/sys` (or
 /// anything below it, recursively). A writable cgroupfs stays where the container has a
-/// cgroup namespace of its own on a cgroup v2 host (podman's systemd mode needs it): there
-/// the kernel refuses writes to the namespace root's own limits. What `--privileged` asks
-/// for (rw sysfs and cgroup) is cut and reported, not refused.
+/// cgroup namespace of its own on a cgroup v2 host mounted with `nsdelegate` (podman's
+/// systemd mode needs it): only there does the kernel refuse writes to the namespace root's
+/// own limits; without `nsdelegate` the container would set its `pids.max`, `memory.max`,
+/// `cpu.max` back to `max`. What `--privileged` asks for (rw sysfs and cgroup) is cut and
+/// reported, not refused.
 pub(super) fn mounts_floor(spec: &mut Spec, facts: &FloorFacts, d: &mut Decision) {
     let own_cgroupns = spec
         .linux()
         .namespaces
         .iter()
         .any(|n| n.typ == "cgroup" && n.path.is_none());
+    // Kept writable only where the kernel guards the namespace root's own limits.
+    let delegated = own_cgroupns && facts.cgroup_v2 && facts.cgroup_nsdelegate;
+    // A cgroupfs cut that nsdelegate alone would have kept, for the reason's text.
+    let mut no_nsdelegate = false;
     let mut cut = Vec::new();
     for (i, m) in spec.mounts.iter_mut().enumerate() {
         let typ = m.typ.as_deref().unwrap_or("");
@@ -90,11 +96,17 @@ pub(super) fn mounts_floor(spec: &mut Spec, facts: &FloorFacts, d: &mut Decision
         } else if typ == "sysfs" {
             ("sysfs", last != Some("ro"))
         } else if typ == "cgroup" || typ == "cgroup2" {
-            if own_cgroupns && facts.cgroup_v2 {
+            if delegated {
                 continue;
             }
             // cgroupfs is mounted as the spec says (writable without `ro`, as runc).
-            ("cgroupfs", last != Some("ro"))
+            let writable = last != Some("ro");
+            if own_cgroupns && facts.cgroup_v2 {
+                no_nsdelegate |= writable;
+                ("cgroupfs; the host's cgroup2 has no nsdelegate", writable)
+            } else {
+                ("cgroupfs", writable)
+            }
         } else {
             continue;
         };
@@ -110,13 +122,21 @@ pub(super) fn mounts_floor(spec: &mut Spec, facts: &FloorFacts, d: &mut Decision
         cut.push(format!("mounts[{i}] {} ({what})", m.destination));
     }
     if !cut.is_empty() {
+        let reason = if no_nsdelegate {
+            "RESTRICTED: sysfs, cgroupfs and the host's /sys are read-only; a cgroup namespace \
+             of its own on cgroup v2 keeps cgroupfs writable only with nsdelegate, and the \
+             host's cgroup2 is mounted without it: the kernel would let the namespace root \
+             write its own limits (pids.max, memory.max, cpu.max)"
+        } else {
+            "RESTRICTED: sysfs, cgroupfs (without a cgroup namespace of its own on cgroup v2 \
+             mounted with nsdelegate) and the host's /sys are read-only"
+        };
         change(
             d,
             "mounts",
             "set",
             format!("read-only: {}", cut.join(", ")),
-            "RESTRICTED: sysfs, cgroupfs (without a cgroup namespace of its own on cgroup v2) \
-             and the host's /sys are read-only",
+            reason,
         );
     }
 }

@@ -111,6 +111,7 @@ fn facts() -> FloorFacts {
             ),
         ],
         cgroup_v2: false,
+        cgroup_nsdelegate: false,
         systemd_cgroup: false,
         bpf_cgroup: true,
         resolvers: vec!["10.88.0.1:53".parse().unwrap()],
@@ -555,10 +556,17 @@ fn privileged_sysfs_and_cgroupfs_are_cut_to_read_only() {
     let c = d.changes.iter().find(|c| c.field == "mounts").unwrap();
     assert!(c.detail.contains("mounts[0] /sys (sysfs)"), "{}", c.detail);
     assert!(c.detail.contains("mounts[2] /host-sys"), "{}", c.detail);
-    // A cgroup namespace of its own on cgroup v2 keeps a writable cgroupfs.
+    assert!(
+        c.detail.contains("mounts[1] /sys/fs/cgroup (cgroupfs)"),
+        "{}",
+        c.detail
+    );
+    // A cgroup namespace of its own on cgroup v2 with nsdelegate keeps a writable
+    // cgroupfs: the kernel refuses the namespace root's writes to its own limits.
     let mut s = privileged();
     let v2 = FloorFacts {
         cgroup_v2: true,
+        cgroup_nsdelegate: true,
         systemd_cgroup: false,
         ..facts()
     };
@@ -580,6 +588,66 @@ fn privileged_sysfs_and_cgroupfs_are_cut_to_read_only() {
     };
     apply(&mut s, &open, "c1", &HostFacts::default(), &facts()).unwrap();
     assert_eq!(s.mounts[0].options, ["nosuid", "rw"]);
+}
+
+#[test]
+fn cgroupfs_in_its_own_namespace_without_nsdelegate_is_cut_to_read_only() {
+    // cgroup2 mounted without nsdelegate: the kernel lets a cgroup namespace root write
+    // its own pids.max and memory.max, so the namespace alone keeps nothing writable.
+    let mut s = podman_like();
+    s.mounts = vec![
+        mount("/sys/fs/cgroup", "cgroup", "cgroup", &["nosuid", "rw"]),
+        mount("/cg2", "cgroup2", "cgroup2", &["ro", "rw"]),
+        mount("/cg-ro", "cgroup", "cgroup", &["rw", "ro"]),
+    ];
+    assert!(s
+        .linux()
+        .namespaces
+        .iter()
+        .any(|n| n.typ == "cgroup" && n.path.is_none()));
+    let plain = FloorFacts {
+        cgroup_v2: true,
+        cgroup_nsdelegate: false,
+        ..facts()
+    };
+    let d = apply(
+        &mut s,
+        &Config::default(),
+        "c1",
+        &HostFacts::default(),
+        &plain,
+    )
+    .unwrap();
+    assert_eq!(s.mounts[0].options, ["nosuid", "ro"]);
+    assert_eq!(s.mounts[1].options, ["ro"]);
+    assert_eq!(s.mounts[2].options, ["rw", "ro"], "already read-only");
+    let c = d.changes.iter().find(|c| c.field == "mounts").unwrap();
+    assert_eq!(
+        c.detail,
+        "read-only: mounts[0] /sys/fs/cgroup (cgroupfs; the host's cgroup2 has no \
+         nsdelegate), mounts[1] /cg2 (cgroupfs; the host's cgroup2 has no nsdelegate)"
+    );
+    assert!(c.reason.contains("without it"), "{}", c.reason);
+    assert!(c.reason.contains("write its own limits"), "{}", c.reason);
+    // The fact alone keeps nothing: nsdelegate on a host that is not pure v2.
+    let mut s = podman_like();
+    s.mounts = vec![mount("/sys/fs/cgroup", "cgroup", "cgroup", &["rw"])];
+    let hybrid = FloorFacts {
+        cgroup_v2: false,
+        cgroup_nsdelegate: true,
+        ..facts()
+    };
+    let d = apply(
+        &mut s,
+        &Config::default(),
+        "c1",
+        &HostFacts::default(),
+        &hybrid,
+    )
+    .unwrap();
+    assert_eq!(s.mounts[0].options, ["ro"]);
+    let c = d.changes.iter().find(|c| c.field == "mounts").unwrap();
+    assert!(!c.reason.contains("without it"), "{}", c.reason);
 }
 
 #[test]

@@ -131,6 +131,19 @@ pub fn parse_mountinfo(text: &str) -> Vec<Hierarchy> {
     v1
 }
 
+/// Whether the topmost mount at `/sys/fs/cgroup` in a mountinfo text is cgroup2 with the
+/// `nsdelegate` super option: the kernel then refuses a cgroup namespace root's writes to
+/// its own interface files (`pids.max`, `memory.max`, ...). The option belongs to the v2
+/// hierarchy, not to one mount of it, so the host's mount tells what every container's
+/// cgroupfs gets.
+pub fn nsdelegate(mountinfo: &str) -> bool {
+    crate::linux::idmap::parse_mountinfo(mountinfo)
+        .into_iter()
+        .rev()
+        .find(|m| m.mount_point == Path::new(CGROUP_ROOT))
+        .is_some_and(|m| m.fstype == "cgroup2" && m.super_opts.iter().any(|o| o == "nsdelegate"))
+}
+
 /// `linux.cgroupsPath` → the path below each hierarchy root: none → `/moat/<id>`,
 /// relative → `/moat/<relative>`, absolute → as given.
 pub fn resolve_path(cgroups_path: Option<&str>, id: &str) -> Result<String, CgroupError> {

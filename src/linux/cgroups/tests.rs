@@ -93,6 +93,25 @@ fn mountinfo_hierarchies() {
 }
 
 #[test]
+fn nsdelegate_is_read_from_the_topmost_mount_at_sys_fs_cgroup() {
+    let v2 = |opts: &str| {
+        format!(
+            "23 1 0:21 / /sys rw,nosuid - sysfs sysfs rw\n\
+             31 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 {opts}\n"
+        )
+    };
+    assert!(nsdelegate(&v2("rw,nsdelegate,memory_recursiveprot")));
+    assert!(!nsdelegate(&v2("rw,memory_recursiveprot")));
+    assert!(!nsdelegate(&v2("rw,nsdelegated")));
+    // Hybrid: a tmpfs at /sys/fs/cgroup, cgroup2 with nsdelegate below it.
+    assert!(!nsdelegate(MOUNTINFO));
+    // A later mount over /sys/fs/cgroup is what a path there reaches.
+    let over = v2("rw,nsdelegate") + "50 31 0:40 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+    assert!(!nsdelegate(&over));
+    assert!(!nsdelegate(""));
+}
+
+#[test]
 fn conversions() {
     assert_eq!(v2::cpu_weight(2), 1);
     assert_eq!(v2::cpu_weight(1024), 39);
