@@ -11,6 +11,7 @@
 //!
 //! [restricted]
 //! allowed_capabilities = []       # kept when the engine asks for them
+//! allowed_devices = []            # character devices kept beyond the built-in list: "c 195:*"
 //! host_namespaces = []            # host namespaces allowed: "pid", "network", "ipc", "uts"
 //! rootfs = "writable"             # default of moat.rootfs: "writable", "ephemeral", "readonly"
 //!                                 # (readonly_rootfs = true|false: the older spelling)
@@ -119,6 +120,10 @@ pub struct Config {
     /// container may share with the host.
     pub host_namespaces: Vec<String>,
     pub allowed_capabilities: Vec<String>,
+    /// `[restricted] allowed_devices`: character devices (by number) a RESTRICTED
+    /// container keeps when its spec lists them, beyond the built-in allow-list
+    /// (`policy::devices`).
+    pub allowed_devices: Vec<super::devices::AllowedDevice>,
     pub readonly_rootfs: bool,
     /// `[restricted] rootfs = "ephemeral"`: the default root is writable, bounded, and
     /// throw-away (see `policy::ephemeral_rootfs`). With both `rootfs` and the older
@@ -261,6 +266,7 @@ impl Default for Config {
             alias: None,
             host_namespaces: Vec::new(),
             allowed_capabilities: Vec::new(),
+            allowed_devices: Vec::new(),
             readonly_rootfs: false,
             ephemeral_rootfs: false,
             rootfs_readonly: false,
@@ -736,6 +742,30 @@ platform = "kvm"
             cfg("[userns]\npool = \"100000:1000\"\n").is_err(),
             "size > pool"
         );
+    }
+
+    #[test]
+    fn allowed_devices_are_character_devices_by_number() {
+        let c = cfg("[restricted]\nallowed_devices = [\"c 195:*\", \"c 10:200\"]\n").unwrap();
+        let shown: Vec<String> = c.allowed_devices.iter().map(|d| d.to_string()).collect();
+        assert_eq!(shown, ["c 195:*", "c 10:200"]);
+        assert!(Config::default().allowed_devices.is_empty());
+        for (bad, why) in [
+            ("[\"b 8:0\"]", "block devices are never allowed"),
+            ("[\"c *:*\"]", "wildcard major"),
+            ("[\"c 1:*\"]", "/dev/mem"),
+            ("[\"c 195\"]", "expected \"c MAJOR:MINOR\""),
+            ("\"c 195:*\"", "expected a sequence"),
+        ] {
+            let e = cfg(&format!("[restricted]\n\nallowed_devices = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("/etc/moat/config.toml:3: restricted.allowed_devices")
+                    && e.contains(why),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

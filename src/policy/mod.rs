@@ -14,6 +14,7 @@
 
 pub mod config;
 mod decision;
+mod devices;
 pub mod egress;
 mod error;
 mod facts;
@@ -193,6 +194,7 @@ fn restrict(
     process::floor(p, cfg, d)?;
     let linux = spec.linux.get_or_insert_with(Default::default);
     process::seccomp_floor(linux, d)?;
+    devices::floor(linux, cfg, d);
     mounts::paths_floor(linux, d);
     mounts::dev_inodes(&mut spec.mounts, d);
     resources::limits_floor(spec, cfg, d);
