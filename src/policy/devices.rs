@@ -396,8 +396,8 @@ pub(super) fn floor(linux: &mut Linux, cfg: &Config, d: &mut Decision) {
             "RESTRICTED: the device cgroup denies all but the device nodes kept, with no \
              more access than the engine's rules gave them (runc's defaults follow)",
         );
+        res.devices = new;
     }
-    res.devices = new;
 }
 
 #[cfg(test)]
