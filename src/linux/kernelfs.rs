@@ -90,10 +90,12 @@ fn lines(text: &str) -> impl Iterator<Item = Line<'_>> {
 }
 
 /// Why the mount `tree` (a bind's clone, not yet attached) may not be attached: the type
-/// name of the kernel interface it is on, or `None`. `mountinfo` is read only for a tmpfs
+/// name of the kernel interface it is on, or `None`. `extra`: the character devices
+/// (major, minor or any) `[restricted] allowed_devices` adds to the nodes a bind may be. `mountinfo` is read only for a tmpfs
 /// or ramfs, to tell devtmpfs by its device number.
 pub fn refused_root(
     tree: BorrowedFd<'_>,
+    extra: &[(u32, Option<u32>)],
     mountinfo: impl FnOnce() -> std::io::Result<String>,
 ) -> std::io::Result<Option<&'static str>> {
     let fs = sys::fstatfs(tree)?;
@@ -114,7 +116,10 @@ pub fn refused_root(
     }
     let node = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
     let allowed = st.st_mode & libc::S_IFMT == libc::S_IFCHR
-        && ALLOWED_DEVICES.iter().any(|(a, b, _)| (*a, *b) == node);
+        && (ALLOWED_DEVICES.iter().any(|(a, b, _)| (*a, *b) == node)
+            || extra
+                .iter()
+                .any(|(a, b)| *a == node.0 && b.is_none_or(|b| b == node.1)));
     Ok((!allowed).then_some(DEVTMPFS))
 }
 

@@ -85,6 +85,9 @@ pub struct Plan {
     /// devtmpfs but a few device nodes, …), or a recursive one carrying such a mount, is
     /// refused ([`super::kernelfs`]); runc's way, allowing it, kept under OPEN.
     pub refuse_kernel_binds: bool,
+    /// `[restricted] allowed_devices` as (major, minor or any): device nodes a bind may
+    /// be besides the built-in ones.
+    pub allowed_bind_devices: Vec<(u32, Option<u32>)>,
     /// A read-only tmpfs at `/dev`: mounted writable, made read-only at the end of
     /// [`finalize`], as runc does, since moat makes its submounts (`/dev/pts`, `/dev/shm`,
     /// `/dev/mqueue`), device nodes and links in it first.
@@ -330,6 +333,7 @@ pub fn plan(
         kcore: Path::new("/proc/kcore").exists(),
         strict_missing: false,
         refuse_kernel_binds: false,
+        allowed_bind_devices: Vec::new(),
         dev_ro_last,
         binds_from_parent: false,
         binds_by_source: false,
@@ -766,7 +770,7 @@ fn mount_one(
             };
             let rec = m.opts.recursive || m.idmap.as_ref().is_some_and(|i| i.recursive);
             if p.refuse_kernel_binds {
-                refuse_kernel_root(m, tree.as_fd())?;
+                refuse_kernel_root(m, tree.as_fd(), &p.allowed_bind_devices)?;
             }
             mount::set_attrs(tree.as_fd(), &m.opts)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
@@ -808,10 +812,14 @@ fn mount_one(
 
 /// RESTRICTED: the bind's own mount, before it is attached, must not be a kernel
 /// interface ([`super::kernelfs`]). Judged on the clone's fd, never on the source's name.
-fn refuse_kernel_root(m: &MountPlan, tree: BorrowedFd<'_>) -> Result<(), InitFailure> {
+fn refuse_kernel_root(
+    m: &MountPlan,
+    tree: BorrowedFd<'_>,
+    extra: &[(u32, Option<u32>)],
+) -> Result<(), InitFailure> {
     let what = || format!("mounts[{}] {}", m.index, m.destination);
     let mountinfo = || super::procfs::mountinfo().map_err(|e| io_other(e.to_string()));
-    match super::kernelfs::refused_root(tree, mountinfo).step(Step::Mounts, || {
+    match super::kernelfs::refused_root(tree, extra, mountinfo).step(Step::Mounts, || {
         format!("{}: filesystem type of the source", what())
     })? {
         None => Ok(()),
@@ -1342,6 +1350,7 @@ mod tests {
             kcore: false,
             strict_missing: false,
             refuse_kernel_binds: false,
+            allowed_bind_devices: Vec::new(),
             dev_ro_last: false,
             binds_from_parent: false,
             binds_by_source: false,

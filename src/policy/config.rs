@@ -12,6 +12,7 @@
 //! [restricted]
 //! allowed_capabilities = []       # kept when the engine asks for them
 //! accept_voided = []              # of those, ones kept although they void a promise (moat policy table)
+//! allowed_devices = []            # character devices kept beyond the built-in list: "c 195:*"
 //! host_namespaces = []            # host namespaces allowed: "pid", "network", "ipc", "uts"
 //! rootfs = "writable"             # default of moat.rootfs: "writable", "ephemeral", "readonly"
 //!                                 # (readonly_rootfs = true|false: the older spelling)
@@ -124,6 +125,10 @@ pub struct Config {
     /// keeps although they void a promise RESTRICTED makes (`policy::CAPABILITIES`); any
     /// other such capability a container would keep is refused at create.
     pub accept_voided: Vec<String>,
+    /// `[restricted] allowed_devices`: character devices (by number) a RESTRICTED
+    /// container keeps when its spec lists them, beyond the built-in allow-list
+    /// (`policy::devices`).
+    pub allowed_devices: Vec<super::devices::AllowedDevice>,
     pub readonly_rootfs: bool,
     /// `[restricted] rootfs = "ephemeral"`: the default root is writable, bounded, and
     /// throw-away (see `policy::ephemeral_rootfs`). With both `rootfs` and the older
@@ -267,6 +272,7 @@ impl Default for Config {
             host_namespaces: Vec::new(),
             allowed_capabilities: Vec::new(),
             accept_voided: Vec::new(),
+            allowed_devices: Vec::new(),
             readonly_rootfs: false,
             ephemeral_rootfs: false,
             rootfs_readonly: false,
@@ -742,6 +748,30 @@ platform = "kvm"
             cfg("[userns]\npool = \"100000:1000\"\n").is_err(),
             "size > pool"
         );
+    }
+
+    #[test]
+    fn allowed_devices_are_character_devices_by_number() {
+        let c = cfg("[restricted]\nallowed_devices = [\"c 195:*\", \"c 10:200\"]\n").unwrap();
+        let shown: Vec<String> = c.allowed_devices.iter().map(|d| d.to_string()).collect();
+        assert_eq!(shown, ["c 195:*", "c 10:200"]);
+        assert!(Config::default().allowed_devices.is_empty());
+        for (bad, why) in [
+            ("[\"b 8:0\"]", "block devices are never allowed"),
+            ("[\"c *:*\"]", "wildcard major"),
+            ("[\"c 1:*\"]", "/dev/mem"),
+            ("[\"c 195\"]", "expected \"c MAJOR:MINOR\""),
+            ("\"c 195:*\"", "expected a sequence"),
+        ] {
+            let e = cfg(&format!("[restricted]\n\nallowed_devices = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("/etc/moat/config.toml:3: restricted.allowed_devices")
+                    && e.contains(why),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@
 pub mod admission;
 pub mod config;
 mod decision;
+mod devices;
 pub mod egress;
 mod error;
 mod facts;
@@ -228,6 +229,7 @@ fn restrict(
     process::priorities_floor(p)?;
     let linux = spec.linux.get_or_insert_with(Default::default);
     process::seccomp_floor(linux, d)?;
+    devices::floor(linux, cfg, d);
     mounts::paths_floor(linux, d);
     mounts::dev_inodes(&mut spec.mounts, d);
     resources::limits_floor(spec, cfg, d);

@@ -366,6 +366,11 @@ impl Plan {
         let restricted = decision.policy == crate::policy::Mode::Restricted;
         rootfs.strict_missing = restricted;
         rootfs.refuse_kernel_binds = restricted && decision.enforced;
+        rootfs.allowed_bind_devices = cfg
+            .allowed_devices
+            .iter()
+            .filter_map(|d| Some((d.major?, d.minor)))
+            .collect();
         // In a user namespace the init may not reach a bind source the caller can (a 0700
         // directory of host root's on the way): a privileged parent clones each one on the
         // host and hands it over by fd, as runc opens them before joining the namespace.

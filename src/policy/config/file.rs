@@ -54,6 +54,7 @@ pub(super) struct Alias {
 struct Restricted {
     allowed_capabilities: Option<Vec<Capability>>,
     accept_voided: Option<Vec<Capability>>,
+    allowed_devices: Option<Vec<AllowedDevice>>,
     host_namespaces: Option<Vec<HostNamespace>>,
     readonly_rootfs: Option<bool>,
     rootfs: Option<Rootfs>,
@@ -277,6 +278,9 @@ impl Restricted {
         if let Some(l) = &self.accept_voided {
             c.accept_voided = l.iter().map(|x| x.0.clone()).collect();
         }
+        if let Some(l) = &self.allowed_devices {
+            c.allowed_devices = l.iter().map(|x| x.0).collect();
+        }
         if let Some(l) = &self.host_namespaces {
             c.host_namespaces = l.iter().map(|x| x.0.clone()).collect();
         }
@@ -465,6 +469,17 @@ impl TryFrom<String> for Capability {
             Some(_) => Ok(Capability(s)),
             None => Err(format!("unknown capability {s:?}")),
         }
+    }
+}
+
+/// `[restricted] allowed_devices`: `"c MAJOR:MINOR"` (`policy::devices::parse_allowed`).
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct AllowedDevice(crate::policy::devices::AllowedDevice);
+impl TryFrom<String> for AllowedDevice {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        crate::policy::devices::parse_allowed(&s).map(AllowedDevice)
     }
 }
 
