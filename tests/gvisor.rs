@@ -38,6 +38,8 @@ struct Env {
     dir: PathBuf,
     ids: Vec<String>,
     tag: String,
+    /// `MOAT_CONFIG` for moat's calls; `None`: moat's default policy, RESTRICTED.
+    config: Option<PathBuf>,
 }
 
 impl Env {
@@ -50,6 +52,7 @@ impl Env {
             dir,
             ids: Vec::new(),
             tag,
+            config: None,
         }
     }
 
@@ -80,6 +83,9 @@ impl Env {
         let mut c = Command::new(MOAT);
         c.arg("--root").arg(self.root()).stdin(Stdio::null());
         c.env_remove("MOAT_RUNTIME").env_remove("MOAT_CONFIG");
+        if let Some(cfg) = &self.config {
+            c.env("MOAT_CONFIG", cfg);
+        }
         c
     }
 
@@ -939,6 +945,17 @@ fn runsc_config_holds_only_what_moat_read() {
     planted["annotations"]["Foo"] = "1".into();
     planted["annotations"]["foo"] = "2".into();
     std::fs::write(&spec_path, serde_json::to_vec(&planted).unwrap()).unwrap();
+    // RESTRICTED refuses a key it cannot judge, naming it; OPEN ignores it, as OCI asks,
+    // and runsc must not see it either.
+    let o = e.run(&["create", "--bundle", b, &id]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("linux.foo: not a field moat knows"),
+        "{}",
+        stderr(&o)
+    );
+    let open = e.dir.join("open.toml");
+    std::fs::write(&open, "default_policy = \"open\"\n").unwrap();
+    e.config = Some(open);
     e.ok(&["create", "--bundle", b, &id]);
     let eff: Value =
         serde_json::from_slice(&std::fs::read(e.root().join(&id).join("config.json")).unwrap())
