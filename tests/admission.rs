@@ -145,3 +145,65 @@ fn only_admitted_filesystem_types_reach_the_container() {
     let out = open.moat(&["run", "--bundle", &b, &id]).ok();
     assert_eq!(out.stdout.trim(), "1", "OPEN mounts ramfs: {out:#?}");
 }
+
+/// Keys no field of moat's spec types reads: fields of runtime-spec 1.3 moat does not apply,
+/// other platforms' sections, a key of no spec at all. RESTRICTED refuses each naming it
+/// and leaves nothing; OPEN runs the container and says in the warning which it ignored
+/// (but the 1.3 fields moat does not apply, refused under both).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn keys_nobody_judged_are_refused_under_restricted() {
+    if !require_root() {
+        return;
+    }
+    let cases: [(&str, Value, bool); 7] = [
+        (
+            "/linux/memoryPolicy",
+            json!({"mode": "MPOL_BIND", "nodes": "0"}),
+            false,
+        ),
+        ("/process/execCPUAffinity", json!({"initial": "0"}), false),
+        ("/linux/futureField", json!({"on": true}), true),
+        ("/process/user/username", json!("root"), true),
+        ("/windows", json!({"layerFolders": ["C:\\x"]}), true),
+        ("/vm", json!({"hypervisor": {"path": "/bin/sh"}}), true),
+        ("/mounts/0/fooBar", json!(1), true),
+    ];
+    for (i, (pointer, value, open_runs)) in cases.into_iter().enumerate() {
+        let key = pointer
+            .trim_start_matches('/')
+            .replace("/0/", "[0].")
+            .replace('/', ".");
+        let mut ctx = Ctx::new(&format!("adm-key{i}"));
+        ctx.restricted().set(pointer, value.clone()).sh("true");
+        let id = ctx.id("c");
+        let b = ctx.bundle_str();
+        let out = ctx.moat(&["run", "--bundle", &b, &id]).fails();
+        assert!(
+            out.stderr.starts_with(&format!("moat: {key}: ")),
+            "{key}: {}",
+            out.stderr
+        );
+        ctx.assert_no_trace(&id);
+        let mut open = Ctx::new(&format!("adm-key{i}-open"));
+        open.set(pointer, value).sh("true");
+        let id = open.id("c");
+        let b = open.bundle_str();
+        let out = open.moat(&["run", "--bundle", &b, &id]);
+        if open_runs {
+            assert_eq!(out.code, 0, "{key} under OPEN: {out:#?}");
+            assert!(
+                out.stderr.contains(&format!("{key}: ignored")),
+                "{key}: the warning names it: {}",
+                out.stderr
+            );
+        } else {
+            assert_ne!(
+                out.code, 0,
+                "{key} is not applied, so refused under OPEN too"
+            );
+            open.assert_no_trace(&id);
+        }
+        let _ = open.moat(&["delete", "--force", &id]);
+    }
+}
