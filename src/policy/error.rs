@@ -83,6 +83,13 @@ pub enum PolicyError {
          rootfs_size or moat.rootfs.size, or raise the memory limit"
     )]
     EphemeralMemory { size: u64, tmp: u64, limit: i64 },
+    #[error(
+        "linux.resources.devices: refused under RESTRICTED: update never rewrites device \
+         rules; recreate the container with the rules it needs"
+    )]
+    UpdateDevices,
+    #[error("linux.resources.rdma: the rdma controller is not supported by moat")]
+    UpdateRdma,
 }
 
 /// Why a `linux.namespaces[].path` could not be examined for the floor facts.
