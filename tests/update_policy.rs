@@ -317,3 +317,64 @@ fn create_gives_the_floor_for_an_unlimited_value_too() {
     }
     c.moat(&["delete", "--force", &c.id]).ok();
 }
+
+/// Removes the fleet cgroup directories a test made (after its containers are deleted).
+struct FleetDirs(Vec<PathBuf>);
+
+impl Drop for FleetDirs {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// The fleet budget is the container's parent cgroup: an update writes the container's
+/// own files only, so the fleet's limit holds whatever the update asks (a higher limit
+/// than the floor's, which create admits too, or a unified key that names the parent).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn the_fleet_budget_holds_whatever_an_update_asks() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("updfleet");
+    let fleet = format!("{}-fleet", ctx.id("f"));
+    let cfg = ctx.dir.join("moat.toml");
+    std::fs::write(
+        &cfg,
+        format!("[restricted]\npids = {PIDS}\n[fleet]\ncgroup = \"/{fleet}\"\npids = 50\n"),
+    )
+    .unwrap();
+    ctx.use_config(&cfg).args(&["sleep", "1000"]);
+    // Dropped after the container's guard, which deletes it: the fleet is empty by then.
+    let mut cleanup = FleetDirs(Vec::new());
+    let c = ctx.create_ok("c");
+    c.start();
+    let pid = c.pid();
+    let dir = v1_cgroup_dir(pid, "pids").unwrap();
+    let top = dir.parent().unwrap().to_path_buf();
+    assert!(top.ends_with(&fleet), "{}", dir.display());
+    cleanup.0 = proc_cgroups(pid)
+        .into_iter()
+        .filter(|(ctrls, _)| !ctrls.is_empty())
+        .filter_map(|(ctrls, path)| {
+            let name = ctrls.strip_prefix("name=").unwrap_or(&ctrls).to_string();
+            let d = Path::new("/sys/fs/cgroup")
+                .join(name)
+                .join(path.trim_start_matches('/'));
+            d.parent().map(Path::to_path_buf)
+        })
+        .collect();
+    assert_eq!(read(top.join("pids.max")).trim(), "50");
+    ctx.moat(&["update", "--pids-limit", "-1", &c.id]).ok();
+    assert_eq!(Limit::Pids.read(pid), Some(PIDS));
+    ctx.moat(&["update", "--pids-limit", "1000", &c.id]).ok();
+    assert_eq!(Limit::Pids.read(pid), Some(1000));
+    let res = ctx.dir.join("res.json");
+    std::fs::write(&res, r#"{"unified":{"../pids.max":"max"}}"#).unwrap();
+    ctx.moat(&["update", "-r", res.to_str().unwrap(), &c.id])
+        .fails();
+    assert_eq!(read(top.join("pids.max")).trim(), "50", "the fleet's limit");
+    c.moat(&["delete", "--force", &c.id]).ok();
+}
