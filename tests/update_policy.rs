@@ -378,3 +378,54 @@ fn the_fleet_budget_holds_whatever_an_update_asks() {
     assert_eq!(read(top.join("pids.max")).trim(), "50", "the fleet's limit");
     c.moat(&["delete", "--force", &c.id]).ok();
 }
+
+/// The same policy for a gVisor container, whose update moat writes into the sandbox's
+/// host cgroup itself (runsc has none): a pids limit of -1 gets the floor's, and device
+/// rules are refused.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_gvisor_update_is_held_to_the_same_floor() {
+    if !require_root() {
+        return;
+    }
+    let runsc = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("runsc").is_file()));
+    if !runsc {
+        missing("runsc not installed (a_gvisor_update_is_held_to_the_same_floor)");
+        return;
+    }
+    let mut ctx = Ctx::new("updgv");
+    let cfg = config(&ctx, "restricted");
+    ctx.use_config(cfg);
+    ctx.set("/annotations/moat.runtime", json!("gvisor"));
+    ctx.args(&["sleep", "1000"]);
+    let c = ctx.create_ok("c");
+    c.start();
+    let pid = c.pid();
+    assert_eq!(Limit::Pids.read(pid), Some(PIDS), "at create");
+    let out = ctx.moat(&["update", "--pids-limit", "-1", &c.id]).ok();
+    assert_eq!(Limit::Pids.read(pid), Some(PIDS), "after update");
+    assert!(
+        out.stderr
+            .contains("linux.resources.pids.limit: replaced -1"),
+        "{}",
+        out.stderr
+    );
+    let res = ctx.dir.join("res.json");
+    std::fs::write(
+        &res,
+        r#"{"pids":{"limit":-1},"devices":[{"allow":true,"access":"rwm"}]}"#,
+    )
+    .unwrap();
+    let out = ctx
+        .moat(&["update", "-r", res.to_str().unwrap(), &c.id])
+        .fails();
+    assert!(
+        out.stderr.contains("linux.resources.devices"),
+        "{}",
+        out.stderr
+    );
+    ctx.moat(&["update", "--pids-limit", "30", &c.id]).ok();
+    assert_eq!(Limit::Pids.read(pid), Some(30), "a tightening");
+    c.moat(&["delete", "--force", &c.id]).ok();
+}
