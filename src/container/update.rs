@@ -1,13 +1,14 @@
 //! `update`: change the cgroup limits of a running container. Only what is given is
-//! written; device rules are left alone. The change is folded into the saved spec so
-//! later calls see it.
+//! written, and only what the container's policy admits (`policy::update`: under
+//! RESTRICTED no limit of the floor is lifted, device rules are refused; under OPEN they
+//! are dropped with a warning, as runc). The change is folded into the saved spec so later
+//! calls see it.
 
 use std::io::Read;
 
 use anyhow::Context as _;
 
 use super::{Container, Context, Error, Result};
-use crate::log::warn;
 use crate::spec::Resources;
 use crate::state::Status;
 
@@ -24,15 +25,29 @@ pub fn update(ctx: &Context, req: &Request) -> Result<i32> {
     let mut res = req.resources.clone();
     normalize(&mut res);
     let c = Container::open(ctx, &req.id)?;
+    // Before anything is written (the egress list included), so that a refused update
+    // changes nothing, and for both backends alike.
+    let res = admitted(&c, &res)?;
     if let Some(list) = &req.egress {
         c.engine().update_egress(ctx, &c, list)?;
         if res == Resources::default() {
             return Ok(0);
         }
     }
-    // As runc: update never rewrites device rules.
-    res.devices.clear();
     c.engine().update(ctx, &c, res)
+}
+
+/// The resources the container's policy admits from `res` (`policy::update::admit`: update
+/// admits what create would admit), with its changes logged as create logs its own.
+fn admitted(c: &Container, res: &Resources) -> Result<Resources> {
+    use crate::policy::update;
+    let cfg = crate::policy::Config::load()?;
+    let mode = c.record.policy;
+    let a = update::admit(mode, &cfg, res)?;
+    if let Some(line) = update::summary(&c.record.id, mode, &cfg, &a.changes) {
+        crate::log::warn_policy(&line, cfg.warn_stderr);
+    }
+    Ok(a.resources)
 }
 
 /// `update --egress LIST`: the container's egress policy replaced in one map write (the
@@ -227,17 +242,8 @@ pub fn parse_resources(bytes: &[u8]) -> Result<Resources> {
             anyhow::anyhow!("{e}")
         }
     })?;
-    if !res.devices.is_empty() {
-        warn("devices: ignored, update does not change device rules");
-    }
-    if res.rdma.is_some() {
-        warn("rdma: ignored, moat has no rdma controller support");
-    }
-    Ok(Resources {
-        devices: Vec::new(),
-        rdma: None,
-        ..res
-    })
+    // devices and rdma are kept: the container's policy decides (`policy::update`).
+    Ok(res)
 }
 
 /// runc's update semantics: a pids limit of 0 changes nothing, and unlimited memory
@@ -267,6 +273,6 @@ mod tests {
         assert!(format!("{e:#}").contains("line 1"), "{e:#}");
         let r = parse_resources(br#"{"pids":{"limit":5},"devices":[{"allow":true}]}"#).unwrap();
         assert_eq!(r.pids.unwrap().limit, 5);
-        assert!(r.devices.is_empty());
+        assert_eq!(r.devices.len(), 1, "the policy decides about device rules");
     }
 }

@@ -81,8 +81,8 @@ pub fn update(g: &Context, rec: &Record, gv: &Gvisor, res: Resources) -> Result<
     let text = std::fs::read_to_string(format!("/proc/{}/cgroup", st.pid))
         .with_context(|| format!("read /proc/{}/cgroup", st.pid))?;
     let cg = sandbox_cgroup(st.pid, &text, Layout::detect()?)?;
-    // Device rules are not updated (cleared by `container::update`): the host's stay as
-    // runsc set them.
+    // Device rules are not updated (`policy::update::admit`, run by `container::update`,
+    // refuses or drops them): the host's stay as runsc set them.
     cg.apply(&res)?;
     Ok(0)
 }

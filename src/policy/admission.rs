@@ -153,7 +153,7 @@ pub const TABLE: &[Row] = &[
     row("linux.resources.memory.useHierarchy", false, Kept, "accounting (cgroup v1)", None),
     row("linux.resources.memory.checkBeforeUpdate", false, Kept, "a check update makes", None),
     row("linux.resources.cpu", false, Kept, "the rows below decide its fields", None),
-    row("linux.resources.cpu.quota", false, Tightened, "[restricted] cpus where the engine set no quota", None),
+    row("linux.resources.cpu.quota", false, Tightened, "[restricted] cpus where the engine set no quota or an unlimited one; update admits the same", None),
     row("linux.resources.cpu.shares", false, Kept, "a weight among siblings", None),
     row("linux.resources.cpu.burst", false, Kept, "bounded by the quota's period", None),
     row("linux.resources.cpu.period", false, Kept, "the quota's period", None),

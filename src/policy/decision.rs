@@ -154,7 +154,7 @@ pub fn recorded_summary(policy_json: &[u8], id: &str) -> Option<String> {
 
 /// `field: action detail` for each change, `; `-joined; the capability sets' removals
 /// (one change per set, usually the same names) merged into one item.
-fn summary_items<'a>(changes: impl Iterator<Item = &'a Change>) -> String {
+pub(super) fn summary_items<'a>(changes: impl Iterator<Item = &'a Change>) -> String {
     let mut items: Vec<String> = Vec::new();
     let mut caps: Vec<&str> = Vec::new();
     let mut caps_at = None;

@@ -28,6 +28,7 @@ mod rootfs;
 mod select;
 #[cfg(test)]
 mod tests;
+pub mod update;
 
 use crate::linux::hostfacts::HostFacts;
 use crate::spec::Spec;

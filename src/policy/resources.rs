@@ -2,46 +2,187 @@
 //! memory limit, the fleet budget cgroup and the placement under it.
 
 use super::decision::change;
-use super::{Config, Decision};
+use super::{Change, Config, Decision};
 use crate::spec::{self, Spec};
 
 /// RESTRICTED: the config's memory, pids and cpu limits where the engine set none.
 pub(super) fn limits_floor(spec: &mut Spec, cfg: &Config, d: &mut Decision) {
     let linux = spec.linux.get_or_insert_with(Default::default);
     let res = linux.resources.get_or_insert_with(Default::default);
-    if let (Some(limit), None) = (cfg.memory, res.memory.as_ref().and_then(|m| m.limit)) {
-        res.memory.get_or_insert_with(Default::default).limit = Some(limit);
-        change(
-            d,
-            "linux.resources.memory.limit",
-            "set",
-            limit.to_string(),
-            "restricted.memory: the engine set no memory limit",
-        );
+    d.changes.extend(floor_limits(res, cfg, Asked::Create));
+}
+
+/// Who asks for limits: `create` (a limit left out gets the floor's) or `update` (a value
+/// left out means "unchanged", so only a value given that would lift a limit is replaced).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Asked {
+    Create,
+    Update,
+}
+
+impl Asked {
+    fn action(self) -> &'static str {
+        match self {
+            Asked::Create => "set",
+            Asked::Update => "replaced",
+        }
     }
-    if let (Some(pids), true) = (cfg.pids, res.pids.as_ref().is_none_or(|p| p.limit <= 0)) {
-        res.pids = Some(spec::Pids { limit: pids });
-        change(
-            d,
-            "linux.resources.pids.limit",
-            "set",
-            pids.to_string(),
-            "restricted.pids: the engine set no pids limit",
-        );
+
+    fn reason(self, create: &'static str, update: &'static str) -> &'static str {
+        match self {
+            Asked::Create => create,
+            Asked::Update => update,
+        }
     }
-    if let (Some(cpus), None) = (cfg.cpus, res.cpu.as_ref().and_then(|c| c.quota)) {
-        let cpu = res.cpu.get_or_insert_with(Default::default);
-        let period = cpu.period.unwrap_or(100_000);
-        cpu.period = Some(period);
-        cpu.quota = Some(cpu_quota(cpus, period));
-        change(
-            d,
-            "linux.resources.cpu.quota",
-            "set",
-            format!("{} per {period}", cpu.quota.unwrap_or(0)),
-            "restricted.cpus: the engine set no cpu limit",
-        );
+
+    /// What the change says: the floor's value, and at update what was asked instead.
+    fn detail(self, asked: impl std::fmt::Display, floor: impl std::fmt::Display) -> String {
+        match self {
+            Asked::Create => floor.to_string(),
+            Asked::Update => format!("{asked} with {floor}"),
+        }
     }
+}
+
+/// The one rule create and update share: a memory, pids or cpu value that sets no limit
+/// gets the config's (`[restricted] memory`, `pids`, `cpus`), and so does a
+/// `linux.resources.unified` `memory.max`, `pids.max` or `cpu.max` of `max`. "Sets no
+/// limit" is what the cgroup writers make of it: a memory limit or cpu quota below 0 is
+/// unlimited and 0 unset (not written); a pids limit of 0 or below is written as `max`
+/// (0 was runc's "unlimited"); a cpu period without a quota is written on cgroup v2 as
+/// `max PERIOD`. An unset value is the floor's at create and unchanged at update. The
+/// floor sets no swap limit, so `memory.swap` and `memory.swap.max` lift nothing and stay.
+pub(super) fn floor_limits(res: &mut spec::Resources, cfg: &Config, asked: Asked) -> Vec<Change> {
+    let mut out = Vec::new();
+    let mut push = |field: &str, detail: String, reason: &'static str| {
+        out.push(Change {
+            field: field.into(),
+            action: asked.action(),
+            detail,
+            reason,
+        });
+    };
+    if let Some(limit) = cfg.memory {
+        let given = res.memory.as_ref().and_then(|m| m.limit);
+        let replace = match given {
+            Some(v) if v < 0 => true,
+            None | Some(0) => asked == Asked::Create,
+            Some(_) => false,
+        };
+        if replace {
+            res.memory.get_or_insert_with(Default::default).limit = Some(limit);
+            push(
+                "linux.resources.memory.limit",
+                asked.detail(given.unwrap_or(0), limit),
+                asked.reason(
+                    "restricted.memory: the engine set no memory limit",
+                    "restricted.memory: an update may not lift the memory limit create set",
+                ),
+            );
+        }
+    }
+    if let Some(pids) = cfg.pids {
+        let given = res.pids.as_ref().map(|p| p.limit);
+        let replace = match given {
+            Some(v) => v <= 0,
+            None => asked == Asked::Create,
+        };
+        if replace {
+            res.pids = Some(spec::Pids { limit: pids });
+            push(
+                "linux.resources.pids.limit",
+                asked.detail(given.unwrap_or(0), pids),
+                asked.reason(
+                    "restricted.pids: the engine set no pids limit",
+                    "restricted.pids: an update may not lift the pids limit create set",
+                ),
+            );
+        }
+    }
+    if let Some(cpus) = cfg.cpus {
+        let given = res.cpu.as_ref().and_then(|c| c.quota);
+        let period_only = res
+            .cpu
+            .as_ref()
+            .and_then(|c| c.period)
+            .is_some_and(|p| p > 0);
+        let replace = match given {
+            Some(v) if v < 0 => true,
+            None | Some(0) => asked == Asked::Create || period_only,
+            Some(_) => false,
+        };
+        if replace {
+            let cpu = res.cpu.get_or_insert_with(Default::default);
+            let period = cpu.period.filter(|p| *p > 0).unwrap_or(100_000);
+            let quota = cpu_quota(cpus, period);
+            cpu.period = Some(period);
+            cpu.quota = Some(quota);
+            push(
+                "linux.resources.cpu.quota",
+                asked.detail(given.unwrap_or(0), format!("{quota} per {period}")),
+                asked.reason(
+                    "restricted.cpus: the engine set no cpu limit",
+                    "restricted.cpus: an update may not lift the cpu limit create set",
+                ),
+            );
+        }
+    }
+    let Some(unified) = res.unified.as_mut() else {
+        return out;
+    };
+    if let (Some(limit), Some(v)) = (cfg.memory, unified.get_mut("memory.max")) {
+        if unlimited(v) {
+            push(
+                "linux.resources.unified.memory.max",
+                asked.detail(v.trim(), limit),
+                asked.reason(
+                    "restricted.memory: memory.max lifts the memory limit",
+                    "restricted.memory: an update may not lift the memory limit create set",
+                ),
+            );
+            *v = limit.to_string();
+        }
+    }
+    if let (Some(pids), Some(v)) = (cfg.pids, unified.get_mut("pids.max")) {
+        if unlimited(v) {
+            push(
+                "linux.resources.unified.pids.max",
+                asked.detail(v.trim(), pids),
+                asked.reason(
+                    "restricted.pids: pids.max lifts the pids limit",
+                    "restricted.pids: an update may not lift the pids limit create set",
+                ),
+            );
+            *v = pids.to_string();
+        }
+    }
+    if let (Some(cpus), Some(v)) = (cfg.cpus, unified.get_mut("cpu.max")) {
+        let mut words = v.split_whitespace();
+        if words.next().is_some_and(unlimited) {
+            let period = words
+                .next()
+                .and_then(|p| p.parse().ok())
+                .filter(|p| *p > 0)
+                .unwrap_or(100_000);
+            let floor = format!("{} {period}", cpu_quota(cpus, period));
+            push(
+                "linux.resources.unified.cpu.max",
+                asked.detail(v.trim(), &floor),
+                asked.reason(
+                    "restricted.cpus: cpu.max lifts the cpu limit",
+                    "restricted.cpus: an update may not lift the cpu limit create set",
+                ),
+            );
+            *v = floor;
+        }
+    }
+    out
+}
+
+/// A cgroup v2 limit value that sets none: `max`, or a negative number.
+fn unlimited(v: &str) -> bool {
+    let v = v.trim();
+    v == "max" || v.parse::<i64>().is_ok_and(|n| n < 0)
 }
 
 /// The fleet budget: containers moat places itself sit under one capped parent.
