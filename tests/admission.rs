@@ -207,3 +207,52 @@ fn keys_nobody_judged_are_refused_under_restricted() {
         let _ = open.moat(&["delete", "--force", &id]);
     }
 }
+
+/// A capability the operator allows that voids a promise in force is refused at create,
+/// naming both; the operator's second word (`accept_voided`) lets it through. With the
+/// metadata block (every RESTRICTED container's egress policy) in force, CAP_NET_RAW would
+/// send raw packets no egress hook judges.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_capability_voiding_the_egress_promise_is_refused_unless_accepted() {
+    if !require_root() {
+        return;
+    }
+    for (accept, refused) in [(false, true), (true, false)] {
+        let mut ctx = Ctx::new("adm-voids");
+        let cfg = ctx.dir.join("moat.toml");
+        let mut text = String::from("[restricted]\nallowed_capabilities = [\"CAP_NET_RAW\"]\n");
+        if accept {
+            text.push_str("accept_voided = [\"CAP_NET_RAW\"]\n");
+        }
+        std::fs::write(&cfg, text).unwrap();
+        ctx.use_config(&cfg);
+        let caps = json!(["CAP_NET_RAW"]);
+        ctx.set(
+            "/process/capabilities",
+            json!({"bounding": caps, "effective": caps, "permitted": caps}),
+        )
+        .sh("grep ^CapEff /proc/self/status");
+        let id = ctx.id("c");
+        let b = ctx.bundle_str();
+        let out = ctx.moat(&["run", "--bundle", &b, &id]);
+        if refused {
+            let out = out.fails();
+            assert!(
+                out.stderr
+                    .contains("process.capabilities: CAP_NET_RAW voids the egress policy"),
+                "{}",
+                out.stderr
+            );
+            ctx.assert_no_trace(&id);
+        } else {
+            let out = out.ok();
+            assert!(
+                out.stdout.contains("0000000000002000"),
+                "CAP_NET_RAW kept: {}",
+                out.stdout
+            );
+            let _ = ctx.moat(&["delete", "--force", &id]);
+        }
+    }
+}
