@@ -235,31 +235,14 @@ pub fn markdown() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::keys::{Checked, Node};
+    use crate::spec::keys::positions;
 
     /// Every field path of the spec types, as serde asks for them.
     fn paths() -> Vec<String> {
-        fn walk(n: &Node, path: &str, out: &mut Vec<String>) {
-            let join = |k: &str| {
-                if path.is_empty() {
-                    k.to_string()
-                } else {
-                    format!("{path}.{k}")
-                }
-            };
-            match n {
-                Node::Leaf | Node::Opaque(_) => {}
-                Node::Struct(fields) => fields.iter().for_each(|(k, c)| {
-                    out.push(join(k));
-                    walk(c, &join(k), out)
-                }),
-                Node::Map(c) => walk(c, &join("{}"), out),
-                Node::Seq(c) => walk(c, &format!("{path}[]"), out),
-            }
-        }
-        let mut out = Vec::new();
-        walk(crate::spec::Spec::shape(), "", &mut out);
-        out
+        positions::<crate::spec::Spec>()
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect()
     }
 
     #[test]

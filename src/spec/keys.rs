@@ -401,10 +401,10 @@ pub fn unknown_keys<T: Checked>(bytes: &[u8]) -> Vec<String> {
     out
 }
 
-/// The JSON paths of the fields `T` keeps as opaque JSON (`linux.resources.network`);
-/// an opaque value inside an array or map is named with `[]` or `{}`.
-pub fn opaque_fields<T: Checked>() -> Vec<String> {
-    fn walk(n: &Node, path: &str, out: &mut Vec<String>) {
+/// Every position of `T`'s shape with its JSON path (an array's elements named with `[]`,
+/// a map's values with `{}`), outermost first.
+pub fn positions<T: Checked>() -> Vec<(String, &'static Node)> {
+    fn walk(n: &'static Node, path: &str, out: &mut Vec<(String, &'static Node)>) {
         let join = |k: &str| {
             if path.is_empty() {
                 k.to_string()
@@ -413,9 +413,11 @@ pub fn opaque_fields<T: Checked>() -> Vec<String> {
             }
         };
         match n {
-            Node::Leaf => {}
-            Node::Opaque(_) => out.push(path.to_string()),
-            Node::Struct(fields) => fields.iter().for_each(|(k, c)| walk(c, &join(k), out)),
+            Node::Leaf | Node::Opaque(_) => {}
+            Node::Struct(fields) => fields.iter().for_each(|(k, c)| {
+                out.push((join(k), c));
+                walk(c, &join(k), out)
+            }),
             Node::Map(c) => walk(c, &join("{}"), out),
             Node::Seq(c) => walk(c, &format!("{path}[]"), out),
         }
@@ -423,6 +425,16 @@ pub fn opaque_fields<T: Checked>() -> Vec<String> {
     let mut out = Vec::new();
     walk(T::shape(), "", &mut out);
     out
+}
+
+/// The JSON paths of the fields `T` keeps as opaque JSON (`linux.resources.network`);
+/// an opaque value inside an array or map is named with `[]` or `{}`.
+pub fn opaque_fields<T: Checked>() -> Vec<String> {
+    positions::<T>()
+        .into_iter()
+        .filter(|(_, n)| matches!(n, Node::Opaque(_)))
+        .map(|(p, _)| p)
+        .collect()
 }
 
 /// Go's `encoding/json` match of a key to an (ASCII) field name: equal under Unicode
