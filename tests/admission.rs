@@ -256,3 +256,59 @@ fn a_capability_voiding_the_egress_promise_is_refused_unless_accepted() {
         }
     }
 }
+
+/// The resources rows again, through `moat update`: each probe's value sent as a
+/// `--resources` document to a running RESTRICTED container, then its check run by `exec`
+/// (an update the row refuses must fail naming the field and change nothing). Update
+/// admits what create would admit.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn every_probed_resources_row_holds_through_update() {
+    if !require_root() {
+        return;
+    }
+    let t = table();
+    let mut tried = 0;
+    let mut failures = Vec::new();
+    for (i, row) in t["fields"].as_array().unwrap().iter().enumerate() {
+        let path = row["path"].as_str().unwrap();
+        let (Some(probe), Some(field)) = (row.get("probe"), path.strip_prefix("linux.resources."))
+        else {
+            continue;
+        };
+        let value: Value = serde_json::from_str(probe["value"].as_str().unwrap()).unwrap();
+        let check = probe["check"].as_str().unwrap();
+        let mut ctx = Ctx::new(&format!("admupd{i}"));
+        ctx.restricted().args(&["sleep", "600"]);
+        let c = ctx.create_ok("c");
+        c.start().ok();
+        let doc = ctx.dir.join("resources.json");
+        let mut res = json!({});
+        res[field] = value;
+        std::fs::write(&doc, res.to_string()).unwrap();
+        let out = ctx.moat(&["update", "--resources", doc.to_str().unwrap(), &c.id]);
+        tried += 1;
+        let refused = row["admission"] == "refused" || field == "devices";
+        if refused {
+            if out.code == 0 || !out.stderr.contains(path) {
+                failures.push(format!(
+                    "{path}: update expected refused naming it: exit {} {:?}",
+                    out.code, out.stderr
+                ));
+            }
+        } else if out.code != 0 {
+            failures.push(format!("{path}: update failed: {:?}", out.stderr));
+        } else if !check.is_empty() {
+            let out = ctx.moat(&["exec", &c.id, "sh", "-c", check]);
+            if out.code != 0 {
+                failures.push(format!(
+                    "{path}: after update the promise does not hold ({check}): {:?}",
+                    out.stderr
+                ));
+            }
+        }
+    }
+    eprintln!("admission sweep through update: {tried} resources rows");
+    assert!(tried >= 2, "only {tried} resources rows carry a probe");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
