@@ -1451,3 +1451,47 @@ fn gvisor_pod_apps_share_the_sandbox_policy() {
     assert_refused(&p[1]);
     assert_refused(&p[2]);
 }
+
+/// DNS rebinding: an allowed name that answers an address of the host's own or a private
+/// network (10.0.0.0/8 here; a private address, link-local, CGNAT or ULA alike) is not
+/// admitted by the forwarder: the connection is refused at once and counted
+/// (`rebinding_refused`). An address rule naming that block lets the same answer through.
+/// (10.66.0.1 is a destination of no namespace: with the defence removed the packet would
+/// go to the world's guards, which drop it, and the probe would time out instead of being
+/// refused.)
+#[test]
+#[ignore]
+fn a_name_resolving_into_a_private_network_is_not_admitted() {
+    let Some(env) = env() else { return };
+    env.world.dns("rebind.test", &["10.66.0.1"]);
+    let ns = env.world.netns("c");
+    let rebinding = |ctx: &Ctx, c: &Container| -> u64 {
+        let s = ctx.moat(&["events", "--stats", &c.id]);
+        assert_eq!(s.code, 0, "events --stats: {}", s.stderr);
+        let v: Value = serde_json::from_str(s.stdout.trim()).expect("events --stats json");
+        v["data"]["moat"]["egress"]["rebinding_refused"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no rebinding_refused counter: {v}"))
+    };
+    let mut ctx = ctx_in(&env, "rebind", &ns, "");
+    egress(&mut ctx, "rebind.test:7000");
+    let c = sleeper(&mut ctx, "rebind");
+    let out = exec(
+        &ctx,
+        &c,
+        &format!(
+            "netprobe dns rebind.test; {}",
+            probe_script(&[("tcp", "10.66.0.1", 7000)])
+        ),
+    );
+    assert!(out.contains("addrs=10.66.0.1"), "the name resolves: {out}");
+    assert_refused(&probes(&out)[0]);
+    assert!(rebinding(&ctx, &c) >= 1, "the refusal is counted");
+    // The operator names the block: the same answer is admitted (no new refusal).
+    let mut named = ctx_in(&env, "rebind-named", &ns, "");
+    egress(&mut named, "rebind.test:7000,10.66.0.0/16:9");
+    let k = sleeper(&mut named, "named");
+    let out = exec(&named, &k, "netprobe dns rebind.test");
+    assert!(out.contains("addrs=10.66.0.1"), "{out}");
+    assert_eq!(rebinding(&named, &k), 0, "an address rule names the block");
+}

@@ -200,7 +200,9 @@ fn emit_error(out: &mut impl Write, id: &str, message: &str) -> Result<()> {
 
 /// The egress programs' counters on the container's cgroup, if it has them.
 pub(crate) fn egress_counters(cg: &Cgroup) -> Option<stats::EgressCounters> {
-    use crate::linux::egress::{Installed, STATS_REFUSED_ECHO, STATS_REFUSED_NAMES};
+    use crate::linux::egress::{
+        Installed, STATS_REFUSED_ECHO, STATS_REFUSED_NAMES, STATS_REFUSED_REBIND,
+    };
     let inst = Installed::find(&cg.v2_dir()?).ok()??;
     let n = inst.counters().ok()??;
     Some(stats::EgressCounters {
@@ -210,6 +212,7 @@ pub(crate) fn egress_counters(cg: &Cgroup) -> Option<stats::EgressCounters> {
         sendmsg6_refused: n[3],
         names_refused: n[STATS_REFUSED_NAMES as usize],
         icmp_echo_refused: n[STATS_REFUSED_ECHO as usize],
+        rebinding_refused: n[STATS_REFUSED_REBIND as usize],
     })
 }
 

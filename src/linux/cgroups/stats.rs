@@ -88,6 +88,9 @@ pub struct EgressCounters {
     pub sendmsg6_refused: u64,
     pub names_refused: u64,
     pub icmp_echo_refused: u64,
+    /// DNS answers into the host's own or a private network that no address rule names
+    /// (rebinding), not admitted by the forwarder.
+    pub rebinding_refused: u64,
 }
 
 /// Bytes and inodes used and allowed on one filesystem (statfs).

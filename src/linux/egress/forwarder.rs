@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{admit, count, revoke, Installed, STATS_REFUSED_NAMES};
+use super::{admit, count, revoke, Installed, STATS_REFUSED_NAMES, STATS_REFUSED_REBIND};
 use crate::linux::sys;
 use crate::policy::egress::{Egress, Entry, Range, RANGES, TCP, UDP};
 use crate::spec::{Mount, Spec};
@@ -816,6 +816,12 @@ impl Forwarder {
         for (ip, ttl) in addresses(name, answers) {
             // Loopback is reachable anyway but for DNS, which stays the forwarder's.
             if ip.is_loopback() || ip.to_canonical().is_loopback() {
+                continue;
+            }
+            // A public name resolving into the host's own or a private network is DNS
+            // rebinding, unless an address rule names that address.
+            if self.egress.rebinding(ip).is_some() {
+                let _ = count(self.stats.as_fd(), STATS_REFUSED_REBIND);
                 continue;
             }
             let Some(ranges) = self.egress.admitted(name, ip, &self.statics) else {

@@ -38,6 +38,9 @@ const VALUE_SIZE: u32 = (RANGES * prog::RANGE_SIZE) as u32;
 pub const STATS_SLOTS: u32 = 8;
 pub const STATS_REFUSED_NAMES: u32 = 4;
 pub const STATS_REFUSED_ECHO: u32 = 5;
+/// Answers the DNS forwarder did not admit: a name resolving into the host's own or a
+/// private network (`policy::egress::special_block`) that no address rule names.
+pub const STATS_REFUSED_REBIND: u32 = 7;
 
 const SELECTOR_NAME: &str = "moat_eg_sel";
 const TRIE_NAMES: [&str; 2] = ["moat_eg_allow0", "moat_eg_allow1"];
@@ -706,6 +709,7 @@ mod tests {
     fn stats_slots_are_distinct_and_in_the_map() {
         let mut slots: Vec<u32> = Hook::ALL.iter().map(|h| h.slot()).collect();
         slots.push(STATS_REFUSED_NAMES);
+        slots.push(STATS_REFUSED_REBIND);
         assert!(slots.iter().all(|s| *s < STATS_SLOTS), "{slots:?}");
         assert_eq!(Hook::InetEgress.slot(), STATS_REFUSED_ECHO);
         let n = slots.len();

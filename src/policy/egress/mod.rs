@@ -710,12 +710,73 @@ impl Egress {
             .ok()
     }
 
+    /// Why an answer's address is not admitted for a name whatever the name's rules say:
+    /// the block it lies in (private, loopback, link-local, CGNAT, ULA, …: the host's own
+    /// network, where a name that resolves there is DNS rebinding), unless an address rule
+    /// of the list names that address (the operator chose to reach it). An IPv4-mapped or
+    /// NAT64 address is judged by the IPv4 address it carries.
+    pub fn rebinding(&self, addr: IpAddr) -> Option<&'static str> {
+        let block = special_block(addr)?;
+        let key = key_addr(addr);
+        let named = self.allow.as_ref().is_some_and(|l| {
+            l.0.iter().any(|r| match r.dest {
+                Dest::Net { addr, len } => contains((addr, len), (key, 128)),
+                Dest::Name { .. } => false,
+            })
+        });
+        (!named).then_some(block)
+    }
+
     /// Whether a query for `name` is answered (a name rule matches it).
     #[allow(dead_code)] // the DNS forwarder's (issue 15, item 3); unit-tested here
     pub fn name_allowed(&self, name: &str) -> bool {
         self.allow
             .as_ref()
             .is_some_and(|l| l.0.iter().any(|r| r.dest.matches_name(name)))
+    }
+}
+
+/// The block of the host's own or a private network `addr` lies in, if any (this
+/// network, private, CGNAT, loopback, link-local, ULA, multicast and reserved): what a
+/// public name has no business resolving to.
+pub fn special_block(addr: IpAddr) -> Option<&'static str> {
+    let v4 = match addr {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(a) => a.to_ipv4_mapped().or_else(|| {
+            // NAT64 (64:ff9b::/96) carries an IPv4 address in its last 32 bits.
+            let s = a.segments();
+            (s[..6] == [0x64, 0xff9b, 0, 0, 0, 0])
+                .then(|| Ipv4Addr::from(u32::from(a.to_bits() as u32)))
+        }),
+    };
+    if let Some(a) = v4 {
+        let [o0, o1, ..] = a.octets();
+        return match (o0, o1) {
+            (0, _) => Some("this network (0.0.0.0/8)"),
+            (10, _) => Some("private (10.0.0.0/8)"),
+            (100, 64..=127) => Some("CGNAT (100.64.0.0/10)"),
+            (127, _) => Some("loopback (127.0.0.0/8)"),
+            (169, 254) => Some("link-local (169.254.0.0/16)"),
+            (172, 16..=31) => Some("private (172.16.0.0/12)"),
+            (192, 168) => Some("private (192.168.0.0/16)"),
+            (224..=255, _) => Some("multicast or reserved (224.0.0.0/3)"),
+            _ => None,
+        };
+    }
+    let IpAddr::V6(a) = addr else { return None };
+    let s0 = a.segments()[0];
+    if a.is_unspecified() {
+        Some("unspecified (::)")
+    } else if a.is_loopback() {
+        Some("loopback (::1)")
+    } else if s0 & 0xfe00 == 0xfc00 {
+        Some("ULA (fc00::/7)")
+    } else if s0 & 0xffc0 == 0xfe80 {
+        Some("link-local (fe80::/10)")
+    } else if s0 & 0xff00 == 0xff00 {
+        Some("multicast (ff00::/8)")
+    } else {
+        None
     }
 }
 
@@ -1025,5 +1086,50 @@ mod tests {
             .map(|s| s.parse().unwrap())
             .collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn rebinding_is_an_answer_in_the_hosts_own_or_a_private_network_no_address_rule_names() {
+        for (a, special) in [
+            ("10.1.2.3", true),
+            ("172.16.0.1", true),
+            ("172.32.0.1", false),
+            ("192.168.1.1", true),
+            ("100.64.0.1", true),
+            ("100.128.0.1", false),
+            ("169.254.169.254", true),
+            ("127.0.0.1", true),
+            ("0.0.0.0", true),
+            ("224.0.0.1", true),
+            ("198.18.0.10", false),
+            ("93.184.216.34", false),
+            ("::1", true),
+            ("fd00::1", true),
+            ("fe80::1", true),
+            ("ff02::1", true),
+            ("2001:4860::8888", false),
+            ("::ffff:10.0.0.1", true),
+            ("64:ff9b::a00:1", true),
+            ("64:ff9b::5db8:d822", false),
+        ] {
+            let ip: IpAddr = a.parse().unwrap();
+            assert_eq!(special_block(ip).is_some(), special, "{a}");
+        }
+        let e = |list: &str| Egress {
+            allow: Some(parse_list(list).unwrap()),
+            deny: Vec::new(),
+            resolvers: Vec::new(),
+        };
+        let private: IpAddr = "10.66.0.1".parse().unwrap();
+        assert!(e("rebind.test:7000").rebinding(private).is_some());
+        assert!(e("rebind.test:7000,10.66.0.0/16:9")
+            .rebinding(private)
+            .is_none());
+        assert!(e("rebind.test:7000,10.67.0.0/16")
+            .rebinding(private)
+            .is_some());
+        assert!(e("rebind.test")
+            .rebinding("93.184.216.34".parse().unwrap())
+            .is_none());
     }
 }
