@@ -744,9 +744,9 @@ pub fn special_block(addr: IpAddr) -> Option<&'static str> {
         IpAddr::V4(a) => Some(a),
         IpAddr::V6(a) => a.to_ipv4_mapped().or_else(|| {
             // NAT64 (64:ff9b::/96) carries an IPv4 address in its last 32 bits.
-            let s = a.segments();
+            let (s, o) = (a.segments(), a.octets());
             (s[..6] == [0x64, 0xff9b, 0, 0, 0, 0])
-                .then(|| Ipv4Addr::from(u32::from(a.to_bits() as u32)))
+                .then(|| Ipv4Addr::new(o[12], o[13], o[14], o[15]))
         }),
     };
     if let Some(a) = v4 {
