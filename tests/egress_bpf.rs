@@ -508,3 +508,171 @@ fn a_port_range_holds_its_bounds_and_its_protocol() {
         ]
     );
 }
+
+/// A `(family, type, protocol)` triple of `socket(2)`.
+type Triple = (i32, i32, i32);
+
+/// `netprobe sockall` lines: each triple with "ok" or the errno's name.
+fn sock_lines(out: &str) -> Vec<(Triple, String)> {
+    out.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.first() != Some(&"sock") || f.len() < 5 {
+                return None;
+            }
+            let n = |k: usize| f[k].parse::<i32>().ok();
+            let res = if f[4] == "ok" { "ok" } else { f.get(5)? };
+            Some(((n(1)?, n(2)?, n(3)?), res.to_string()))
+        })
+        .collect()
+}
+
+/// What the socket-creation program lets a container create: TCP and MPTCP streams, UDP
+/// datagrams, and ping sockets where the echo backstop judges them (a list).
+fn allowed((f, t, p): Triple, ping: bool) -> bool {
+    match t {
+        libc::SOCK_STREAM => [0, libc::IPPROTO_TCP, libc::IPPROTO_MPTCP].contains(&p),
+        libc::SOCK_DGRAM => {
+            [0, libc::IPPROTO_UDP].contains(&p)
+                || (ping
+                    && ((f == libc::AF_INET && p == libc::IPPROTO_ICMP)
+                        || (f == libc::AF_INET6 && p == libc::IPPROTO_ICMPV6)))
+        }
+        _ => false,
+    }
+}
+
+/// Lets every group open ping sockets in the test's namespace, as podman and Docker do.
+fn allow_ping(ns: &Netns) {
+    support::world::allow_ping_sockets(std::path::Path::new(&ns.path()));
+}
+
+/// The triples this kernel creates for root in the namespace `ns` (ping sockets allowed):
+/// `netprobe sockall` outside any container.
+fn kernel_sockets(probe: &std::path::Path, ns: &Netns) -> Vec<Triple> {
+    let o = Command::new("nsenter")
+        .arg(format!("--net={}", ns.path()))
+        .arg(probe)
+        .arg("sockall")
+        .run_output()
+        .expect("nsenter netprobe sockall");
+    assert!(o.status.success(), "sockall: {}", stderr_of(&o));
+    let made: Vec<Triple> = sock_lines(&String::from_utf8_lossy(&o.stdout))
+        .into_iter()
+        .filter(|(_, r)| r == "ok")
+        .map(|(t, _)| t)
+        .collect();
+    // The test means something only if the kernel makes a socket no hook judges.
+    assert!(
+        made.contains(&(libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_UDPLITE)),
+        "this kernel makes no UDP-Lite socket: {made:?}"
+    );
+    made
+}
+
+/// Runs `netprobe sockall` and a UDP-Lite send to 10.77.0.1:9999 in the container of
+/// `ctx` while a UDP-Lite receiver of the test's (outside the container) listens there;
+/// then the test sends "after" itself. Returns the container's sockall lines and what the
+/// receiver got first ("probe": the container's datagram arrived).
+fn sockets_and_udplite(
+    ctx: &mut Ctx,
+    name: &str,
+    probe: &std::path::Path,
+    ns: &Netns,
+) -> (Vec<(Triple, String)>, String, String) {
+    let mut recv = Command::new("nsenter");
+    recv.arg(format!("--net={}", ns.path()))
+        .arg(probe)
+        .args(["udplite-recv", "10.77.0.1", "9999", "30"])
+        .stdout(std::process::Stdio::piped());
+    let child = spawn(&mut recv);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    ctx.sh(
+        "netprobe sockall; netprobe udplite 10.77.0.1 9999; netprobe udplite ::ffff:10.77.0.1 9999",
+    );
+    let (out, err) = run_to_end(ctx, name);
+    let after = Command::new("nsenter")
+        .arg(format!("--net={}", ns.path()))
+        .arg(probe)
+        .args(["udplite", "10.77.0.1", "9999", "after"])
+        .run_output()
+        .expect("nsenter netprobe udplite");
+    assert!(
+        after.status.success(),
+        "the test's own send: {}",
+        stderr_of(&after)
+    );
+    let got = wait_output(child).expect("udplite-recv");
+    let got = String::from_utf8_lossy(&got.stdout).trim().to_string();
+    let sends = out
+        .lines()
+        .filter(|l| l.starts_with("udplite "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(!sends.is_empty(), "no udplite line: {out} (stderr: {err})");
+    (sock_lines(&out), sends, got)
+}
+
+/// Every inet socket the kernel makes but the hooks could not judge is refused at
+/// `socket(2)` with EPERM, under a list (`none`, and one naming the receiver's address)
+/// and under the metadata block alone; a connected UDP-Lite socket's datagram never reaches
+/// the test's receiver, which gets the test's own "after" first.
+#[test]
+#[ignore = "root: containers in a network namespace of the test's, cgroup BPF"]
+fn sockets_no_hook_judges_are_refused_at_creation() {
+    if !require_root() {
+        return;
+    }
+    let Some(probe) = support::world::netprobe() else {
+        return;
+    };
+    let ns = Netns::new("sock");
+    allow_ping(&ns);
+    let made = kernel_sockets(probe, &ns);
+    for (tag, list) in [
+        ("none", Some("none")),
+        ("list", Some("10.77.0.1")),
+        ("meta", None),
+    ] {
+        let mut ctx = Ctx::new(&format!("eg-sock-{tag}"));
+        ctx.restricted();
+        in_netns(&mut ctx, &ns);
+        let dst = ctx.rootfs().join("bin/netprobe");
+        std::fs::copy(probe, &dst).expect("copy netprobe");
+        if let Some(l) = list {
+            ctx.set("/annotations", json!({"moat.egress": l}));
+        }
+        let (got, sends, recv) = sockets_and_udplite(&mut ctx, tag, probe, &ns);
+        // The oracle first: what reached the receiver, whatever socket() said.
+        assert_eq!(
+            recv, "recv 10.77.0.1 9999 got after",
+            "{tag}: the container's UDP-Lite datagram reached the receiver"
+        );
+        let sends: Vec<String> = sends
+            .lines()
+            .map(|l| l.split_whitespace().take(5).collect::<Vec<_>>().join(" "))
+            .collect();
+        assert_eq!(
+            sends,
+            [
+                "udplite 10.77.0.1 9999 err socket:EPERM",
+                "udplite ::ffff:10.77.0.1 9999 err socket:EPERM",
+            ],
+            "{tag}"
+        );
+        let ping = list.is_some();
+        let mut wrong = Vec::new();
+        for t in &made {
+            let want = if allowed(*t, ping) { "ok" } else { "EPERM" };
+            let res = got.iter().find(|(g, _)| g == t).map(|(_, r)| r.as_str());
+            if res != Some(want) {
+                wrong.push(format!("{t:?}: {res:?}, want {want}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{tag}: {wrong:?}");
+        assert!(
+            got.iter().all(|(t, r)| r != "ok" || allowed(*t, ping)),
+            "{tag}: a socket outside the allowed set was made: {got:?}"
+        );
+    }
+}

@@ -55,6 +55,7 @@ impl Hook {
     ];
 
     /// The `connect`/`sendmsg` hooks (`BPF_PROG_TYPE_CGROUP_SOCK_ADDR`).
+    #[cfg(test)]
     pub const SOCK_ADDR: [Hook; 4] = [
         Hook::Connect4,
         Hook::Connect6,
