@@ -572,8 +572,9 @@ fn kernel_sockets(probe: &std::path::Path, ns: &Netns) -> Vec<Triple> {
 
 /// Runs `netprobe sockall` and a UDP-Lite send to 10.77.0.1:9999 in the container of
 /// `ctx` while a UDP-Lite receiver of the test's (outside the container) listens there;
-/// then the test sends "after" itself. Returns the container's sockall lines and what the
-/// receiver got first ("probe": the container's datagram arrived).
+/// then the test sends "after" itself; then MPTCP connects (the connect hooks judge their
+/// first subflow, a TCP socket). Returns the container's sockall lines, its udplite and
+/// mptcp lines, and what the receiver got first ("probe": the container's datagram arrived).
 fn sockets_and_udplite(
     ctx: &mut Ctx,
     name: &str,
@@ -588,7 +589,9 @@ fn sockets_and_udplite(
     let child = spawn(&mut recv);
     std::thread::sleep(std::time::Duration::from_millis(300));
     ctx.sh(
-        "netprobe sockall; netprobe udplite 10.77.0.1 9999; netprobe udplite ::ffff:10.77.0.1 9999",
+        "netprobe sockall; netprobe udplite 10.77.0.1 9999; netprobe udplite ::ffff:10.77.0.1 9999; \
+         netprobe mptcp 10.77.0.1 80; netprobe mptcp 10.77.0.2 80; \
+         netprobe mptcp 169.254.169.254 80; netprobe mptcp ::ffff:169.254.169.254 80",
     );
     let (out, err) = run_to_end(ctx, name);
     let after = Command::new("nsenter")
@@ -606,7 +609,7 @@ fn sockets_and_udplite(
     let got = String::from_utf8_lossy(&got.stdout).trim().to_string();
     let sends = out
         .lines()
-        .filter(|l| l.starts_with("udplite "))
+        .filter(|l| l.starts_with("udplite ") || l.starts_with("mptcp "))
         .collect::<Vec<_>>()
         .join("\n");
     assert!(!sends.is_empty(), "no udplite line: {out} (stderr: {err})");
@@ -652,11 +655,21 @@ fn sockets_no_hook_judges_are_refused_at_creation() {
             .lines()
             .map(|l| l.split_whitespace().take(5).collect::<Vec<_>>().join(" "))
             .collect();
+        // MPTCP is made, and its connect judged like TCP's ("ECONNREFUSED": reached).
+        let (one, two) = match tag {
+            "none" => ("EPERM", "EPERM"),
+            "list" => ("ECONNREFUSED", "EPERM"),
+            _ => ("ECONNREFUSED", "ECONNREFUSED"),
+        };
         assert_eq!(
             sends,
             [
-                "udplite 10.77.0.1 9999 err socket:EPERM",
-                "udplite ::ffff:10.77.0.1 9999 err socket:EPERM",
+                "udplite 10.77.0.1 9999 err socket:EPERM".to_string(),
+                "udplite ::ffff:10.77.0.1 9999 err socket:EPERM".into(),
+                format!("mptcp 10.77.0.1 80 err {one}"),
+                format!("mptcp 10.77.0.2 80 err {two}"),
+                "mptcp 169.254.169.254 80 err EPERM".into(),
+                "mptcp ::ffff:169.254.169.254 80 err EPERM".into(),
             ],
             "{tag}"
         );
