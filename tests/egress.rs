@@ -392,7 +392,7 @@ fn icmp_echo_only_to_listed_addresses() {
     let vr = ctx.moat(&["verify", &c.id]);
     assert_eq!(vr.code, 0, "verify: {} {}", vr.stdout, vr.stderr);
     assert!(
-        vr.stdout.contains("on 5 hooks"),
+        vr.stdout.contains("on 6 hooks"),
         "verify should count the packet program's hook: {}",
         vr.stdout
     );

@@ -5,6 +5,8 @@
  *
  *   netprobe tcp ADDR PORT    connect (2 s timeout), send "probe", read the answer:
  *                             "tcp ADDR PORT ok MS ANSWER" | "tcp ADDR PORT err ERRNO MS"
+ *   netprobe mptcp ADDR PORT  the same over an MPTCP socket (socket(..., IPPROTO_MPTCP)):
+ *                             "mptcp ADDR PORT ..."
  *   netprobe udp ADDR PORT    sendto on an unconnected socket (the sendmsg hooks), 1 s for
  *                             the answer: "udp ADDR PORT ok MS ANSWER" | "... err ERRNO MS"
  *   netprobe udpc ADDR PORT   the same on a connected socket (the connect hooks)
@@ -15,6 +17,17 @@
  *   netprobe icmpc ADDR 0     the same on a connected ping socket (the connect hooks)
  *   netprobe icmpraw ADDR 0   the same on a raw socket (needs CAP_NET_RAW)
  *                             an icmp probe's socket() failing: "... err socket:ERRNO MS"
+ *   netprobe sockall          socket(2) for every (family, type, protocol) of AF_INET and
+ *                             AF_INET6 x SOCK_STREAM, DGRAM, RAW, RDM, SEQPACKET, DCCP x
+ *                             protocols 0-256 and 262 (MPTCP), one line for each the kernel
+ *                             does not call unsupported: "sock F T P ok" | "sock F T P err ERRNO"
+ *   netprobe udplite ADDR PORT [DATA]
+ *                             a UDP-Lite socket connected to ADDR PORT sends DATA ("probe";
+ *                             the receiver is the oracle): "udplite ADDR PORT ok MS" |
+ *                             "... err ERRNO MS" | "... err socket:ERRNO MS"
+ *   netprobe udplite-recv ADDR PORT SECS
+ *                             a UDP-Lite socket bound to ADDR PORT prints what arrives in
+ *                             SECS seconds: "recv ADDR PORT got DATA" | "recv ADDR PORT none"
  *   netprobe dns NAME [a|aaaa [SERVER]]
  *                             an A (AAAA) query to SERVER or the first nameserver of
  *                             /etc/resolv.conf:
@@ -103,38 +116,42 @@ static void answer_line(char *buf, ssize_t n)
 		*nl = 0;
 }
 
-static int tcp(const char *a, int port)
+static int stream(const char *kind, const char *a, int port, int proto)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = addr_of(a, port, &ss);
-	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK, proto);
+	if (fd < 0) {
+		printf("%s %s %d err socket:%s %.3f\n", kind, a, port, ename(errno), ms());
+		return 1;
+	}
 	if (connect(fd, (struct sockaddr *)&ss, len) < 0) {
 		int e = errno;
 		if (e != EINPROGRESS) {
-			printf("tcp %s %d err %s %.3f\n", a, port, ename(e), ms());
+			printf("%s %s %d err %s %.3f\n", kind, a, port, ename(e), ms());
 			return 1;
 		}
 		int w = wait_fd(fd, POLLOUT, 2000);
 		if (w != -1) {
-			printf("tcp %s %d err %s %.3f\n", a, port, ename(w), ms());
+			printf("%s %s %d err %s %.3f\n", kind, a, port, ename(w), ms());
 			return 1;
 		}
 		socklen_t el = sizeof e;
 		getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el);
 		if (e) {
-			printf("tcp %s %d err %s %.3f\n", a, port, ename(e), ms());
+			printf("%s %s %d err %s %.3f\n", kind, a, port, ename(e), ms());
 			return 1;
 		}
 	}
 	double t = ms();
 	if (write(fd, "probe\n", 6) != 6 || wait_fd(fd, POLLIN, 2000) != -1) {
-		printf("tcp %s %d err NOANSWER %.3f\n", a, port, ms());
+		printf("%s %s %d err NOANSWER %.3f\n", kind, a, port, ms());
 		return 1;
 	}
 	char buf[512];
 	ssize_t n = read(fd, buf, sizeof buf - 1);
 	answer_line(buf, n);
-	printf("tcp %s %d ok %.3f %s\n", a, port, t, buf);
+	printf("%s %s %d ok %.3f %s\n", kind, a, port, t, buf);
 	return 0;
 }
 
@@ -351,17 +368,79 @@ static int dns(const char *name, int aaaa, const char *server)
 	return rcode != 0;
 }
 
+static int sockall(void)
+{
+	int fams[] = { AF_INET, AF_INET6 };
+	int types[] = { SOCK_STREAM, SOCK_DGRAM, SOCK_RAW, SOCK_RDM, SOCK_SEQPACKET, SOCK_DCCP };
+	for (int f = 0; f < 2; f++)
+		for (int t = 0; t < 6; t++)
+			for (int p = 0; p <= 262; p++) {
+				if (p > 256 && p != 262)
+					continue;
+				int fd = socket(fams[f], types[t], p);
+				if (fd >= 0) {
+					printf("sock %d %d %d ok\n", fams[f], types[t], p);
+					close(fd);
+				} else if (errno != EPROTONOSUPPORT && errno != ESOCKTNOSUPPORT &&
+					   errno != EPROTOTYPE && errno != EINVAL) {
+					printf("sock %d %d %d err %s\n", fams[f], types[t], p, ename(errno));
+				}
+			}
+	return 0;
+}
+
+static int udplite(const char *a, int port, const char *data)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = addr_of(a, port, &ss);
+	int fd = socket(ss.ss_family, SOCK_DGRAM, IPPROTO_UDPLITE);
+	if (fd < 0) {
+		printf("udplite %s %d err socket:%s %.3f\n", a, port, ename(errno), ms());
+		return 1;
+	}
+	if (connect(fd, (struct sockaddr *)&ss, len) < 0 || send(fd, data, strlen(data), 0) < 0) {
+		printf("udplite %s %d err %s %.3f\n", a, port, ename(errno), ms());
+		return 1;
+	}
+	printf("udplite %s %d ok %.3f\n", a, port, ms());
+	return 0;
+}
+
+static int udplite_recv(const char *a, int port, int secs)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = addr_of(a, port, &ss);
+	int fd = socket(ss.ss_family, SOCK_DGRAM, IPPROTO_UDPLITE);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&ss, len) < 0) {
+		printf("recv %s %d err %s\n", a, port, ename(errno));
+		return 1;
+	}
+	if (wait_fd(fd, POLLIN, secs * 1000) != -1) {
+		printf("recv %s %d none\n", a, port);
+		return 1;
+	}
+	char buf[256];
+	ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+	buf[n < 0 ? 0 : n] = 0;
+	printf("recv %s %d got %s\n", a, port, buf);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (argc >= 4 && !strcmp(argv[1], "tcp")) return tcp(argv[2], atoi(argv[3]));
+	if (argc >= 4 && !strcmp(argv[1], "tcp")) return stream("tcp", argv[2], atoi(argv[3]), 0);
+	if (argc >= 4 && !strcmp(argv[1], "mptcp")) return stream("mptcp", argv[2], atoi(argv[3]), IPPROTO_MPTCP);
 	if (argc >= 4 && !strcmp(argv[1], "udp")) return udp(argv[2], atoi(argv[3]), 0);
 	if (argc >= 4 && !strcmp(argv[1], "udpc")) return udp(argv[2], atoi(argv[3]), 1);
 	if (argc >= 3 && !strcmp(argv[1], "icmp")) return icmp(argv[2], 0);
 	if (argc >= 3 && !strcmp(argv[1], "icmpc")) return icmp(argv[2], 1);
 	if (argc >= 3 && !strcmp(argv[1], "icmpraw")) return icmp(argv[2], 2);
+	if (argc >= 2 && !strcmp(argv[1], "sockall")) return sockall();
+	if (argc >= 4 && !strcmp(argv[1], "udplite")) return udplite(argv[2], atoi(argv[3]), argc > 4 ? argv[4] : "probe");
+	if (argc >= 5 && !strcmp(argv[1], "udplite-recv")) return udplite_recv(argv[2], atoi(argv[3]), atoi(argv[4]));
 	if (argc >= 3 && !strcmp(argv[1], "dns")) return dns(argv[2], argc > 3 && !strcmp(argv[3], "aaaa"), argc > 4 ? argv[4] : NULL);
-	fprintf(stderr, "usage: netprobe tcp|udp|udpc|icmp|icmpc|icmpraw ADDR PORT | dns NAME [a|aaaa [SERVER]]\n");
+	fprintf(stderr, "usage: netprobe tcp|mptcp|udp|udpc|icmp|icmpc|icmpraw|udplite ADDR PORT | udplite-recv ADDR PORT SECS | sockall | dns NAME [a|aaaa [SERVER]]\n");
 	return 2;
 }

@@ -6,6 +6,9 @@
 //!
 //! Two forms. Without a list (RESTRICTED's default: the metadata endpoints refused), the
 //! fixed programs on the same four hooks, the addresses as immediates: no map.
+//! Both forms also attach a program on `BPF_CGROUP_INET_SOCK_CREATE`
+//! ([`prog::sock_program`]): a socket whose protocol no hook judges (UDP-Lite, SCTP, …)
+//! is refused at `socket(2)`, and so is a ping socket where no echo backstop is attached.
 //! With a list, the policy's trie ([`Egress::entries`]) in one of two LPM tries, a
 //! selector saying which is in force, a counters array, and a program on each of the four
 //! hooks and on `BPF_CGROUP_INET_EGRESS` (the ICMP echo backstop: a ping socket's `sendto`
@@ -34,7 +37,8 @@ const KEY_SIZE: u32 = 20;
 #[allow(clippy::cast_possible_truncation)] // 64
 const VALUE_SIZE: u32 = (RANGES * prog::RANGE_SIZE) as u32;
 /// Stats slots: one per `connect`/`sendmsg` hook (refusals), the forwarder's refused
-/// queries, then the echo requests the packet program dropped (`Hook::slot`); 6 and 7 spare.
+/// queries, the echo requests the packet program dropped, then the sockets refused at
+/// creation (`Hook::slot`); 7 spare.
 pub const STATS_SLOTS: u32 = 8;
 pub const STATS_REFUSED_NAMES: u32 = 4;
 pub const STATS_REFUSED_ECHO: u32 = 5;
@@ -408,12 +412,14 @@ pub fn replace_with(
             let entries = egress.entries(forwarder).map_err(EgressError::Invalid)?;
             l.flip(&entries, prepare)
                 .map_err(io_err("swap the allow maps of", dir))?;
-            // A list put in force by a moat before the echo backstop: attached now, over
-            // the same maps (the hooks it lacks are the kernel's record of that).
-            if !inst.hooks.contains(&Hook::InetEgress) {
-                let hook = Hook::InetEgress;
-                let p = load(hook, hook.name(), &prog::program(hook, l.fds()))?;
-                attach_all(&cg, dir, &[(hook, hook.name(), p)])?;
+            // A list put in force by a moat before the echo backstop or the socket-creation
+            // program: attached now, over the same maps (the hooks it lacks are the
+            // kernel's record of that).
+            for hook in Hook::ALL {
+                if !inst.hooks.contains(&hook) {
+                    let p = load(hook, hook.name(), &prog::program(hook, l.fds()))?;
+                    attach_all(&cg, dir, &[(hook, hook.name(), p)])?;
+                }
             }
             return Ok(());
         }
@@ -716,6 +722,18 @@ mod tests {
         slots.sort_unstable();
         slots.dedup();
         assert_eq!(slots.len(), n, "a slot counts two things");
+    }
+
+    #[test]
+    fn both_forms_refuse_unjudged_sockets_at_creation() {
+        assert!(prog::FIXED_HOOKS.contains(&Hook::SockCreate));
+        assert!(Hook::ALL.contains(&Hook::SockCreate));
+        assert_eq!(Hook::SockCreate.prog_type(), bpf::BPF_PROG_TYPE_CGROUP_SOCK);
+        assert_eq!(
+            Hook::SockCreate.attach_type(),
+            bpf::BPF_CGROUP_INET_SOCK_CREATE
+        );
+        assert_ne!(prog::fixed_name(Hook::SockCreate), Hook::SockCreate.name());
     }
 
     #[test]

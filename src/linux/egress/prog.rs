@@ -38,19 +38,24 @@ pub enum Hook {
     /// `BPF_CGROUP_INET_EGRESS` (`BPF_PROG_TYPE_CGROUP_SKB`): the packets the container's
     /// sockets send. A list's only: the ICMP echo backstop ([`echo_program`]).
     InetEgress,
+    /// `BPF_CGROUP_INET_SOCK_CREATE` (`BPF_PROG_TYPE_CGROUP_SOCK`): `socket(2)` itself,
+    /// refusing the protocols no hook above judges ([`sock_program`]).
+    SockCreate,
 }
 
 impl Hook {
     /// Every hook a list's programs are on.
-    pub const ALL: [Hook; 5] = [
+    pub const ALL: [Hook; 6] = [
         Hook::Connect4,
         Hook::Connect6,
         Hook::Sendmsg4,
         Hook::Sendmsg6,
         Hook::InetEgress,
+        Hook::SockCreate,
     ];
 
     /// The `connect`/`sendmsg` hooks (`BPF_PROG_TYPE_CGROUP_SOCK_ADDR`).
+    #[cfg(test)]
     pub const SOCK_ADDR: [Hook; 4] = [
         Hook::Connect4,
         Hook::Connect6,
@@ -66,6 +71,7 @@ impl Hook {
             Hook::Sendmsg4 => 2,
             Hook::Sendmsg6 => 3,
             Hook::InetEgress => 5,
+            Hook::SockCreate => 6,
         }
     }
 
@@ -81,6 +87,7 @@ impl Hook {
             Hook::Sendmsg4 => "moat_eg_s4",
             Hook::Sendmsg6 => "moat_eg_s6",
             Hook::InetEgress => "moat_eg_icmp",
+            Hook::SockCreate => "moat_eg_sock",
         }
     }
 
@@ -88,6 +95,7 @@ impl Hook {
         use crate::linux::sys::bpf;
         match self {
             Hook::InetEgress => bpf::BPF_PROG_TYPE_CGROUP_SKB,
+            Hook::SockCreate => bpf::BPF_PROG_TYPE_CGROUP_SOCK,
             _ => bpf::BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
         }
     }
@@ -100,6 +108,7 @@ impl Hook {
             Hook::Sendmsg4 => bpf::BPF_CGROUP_UDP4_SENDMSG,
             Hook::Sendmsg6 => bpf::BPF_CGROUP_UDP6_SENDMSG,
             Hook::InetEgress => bpf::BPF_CGROUP_INET_EGRESS,
+            Hook::SockCreate => bpf::BPF_CGROUP_INET_SOCK_CREATE,
         }
     }
 }
@@ -189,6 +198,8 @@ enum L {
     Icmp6,
     Echo6,
     Echo,
+    Stream,
+    Dgram,
 }
 
 enum Op {
@@ -248,6 +259,9 @@ pub struct MapFds {
 pub fn program(hook: Hook, maps: MapFds) -> Vec<Insn> {
     if hook == Hook::InetEgress {
         return echo_program(maps);
+    }
+    if hook == Hook::SockCreate {
+        return sock_program(Some(maps));
     }
     let mut o = vec![
         i(MOV_X, 6, 1, 0, 0),
@@ -467,8 +481,89 @@ pub fn echo_program(maps: MapFds) -> Vec<Insn> {
     assemble(o)
 }
 
-/// The hooks of the fixed program (no list): connections and datagrams alike.
-pub const FIXED_HOOKS: [Hook; 4] = Hook::SOCK_ADDR;
+// struct bpf_sock
+const SK_FAMILY: i16 = 4;
+const SK_TYPE: i16 = 8;
+const SK_PROTOCOL: i16 = 12;
+
+/// The socket-creation program (`BPF_CGROUP_INET_SOCK_CREATE`): the kernel runs the
+/// `connect` programs only for protocols with a `pre_connect` (TCP, MPTCP, UDP, ping) and
+/// the `sendmsg` programs only for UDP, so a socket of any other protocol — UDP-Lite,
+/// SCTP, L2TP/IP, … — would carry traffic past every hook above. It is refused at
+/// `socket(2)` (the program returns 0: `EPERM`). Allowed: `SOCK_STREAM` TCP and MPTCP,
+/// `SOCK_DGRAM` UDP, and with a list (`maps`: the echo backstop is attached and judges a
+/// ping socket's `sendto`) the ping sockets (`SOCK_DGRAM` ICMP, ICMPv6); without one (the
+/// fixed form has no backstop) they are refused too. `SOCK_RAW` passes: `inet_create`
+/// refused it already unless the container holds `CAP_NET_RAW`, which the policy refuses
+/// with egress in force under RESTRICTED. The kernel has resolved protocol 0 to the type's
+/// default (TCP, UDP) and stripped `SOCK_NONBLOCK`/`SOCK_CLOEXEC` from the type before it
+/// runs the program. With a list, refusals are counted in stats slot 6.
+pub fn sock_program(maps: Option<MapFds>) -> Vec<Insn> {
+    let mut o = vec![
+        i(MOV_X, 6, 1, 0, 0),
+        // The hook runs only in inet_create and inet6_create; anything else: not ours.
+        i(LDX_W, 2, 6, SK_FAMILY, 0),
+        jk(JEQ_K, 2, libc::AF_INET, L::Addr),
+        jk(JNE_K, 2, libc::AF_INET6, L::Allow),
+        Op::Mark(L::Addr),
+        i(LDX_W, 2, 6, SK_TYPE, 0),
+        i(LDX_W, 4, 6, SK_PROTOCOL, 0),
+        jk(JEQ_K, 2, libc::SOCK_STREAM, L::Stream),
+        jk(JEQ_K, 2, libc::SOCK_DGRAM, L::Dgram),
+        jk(JEQ_K, 2, libc::SOCK_RAW, L::Allow),
+        jk(JA, 0, 0, L::Deny),
+        Op::Mark(L::Stream),
+        jk(JEQ_K, 4, libc::IPPROTO_TCP, L::Allow),
+        jk(JEQ_K, 4, libc::IPPROTO_MPTCP, L::Allow),
+        jk(JA, 0, 0, L::Deny),
+        Op::Mark(L::Dgram),
+        jk(JEQ_K, 4, libc::IPPROTO_UDP, L::Allow),
+    ];
+    if maps.is_some() {
+        o.extend([
+            jk(JEQ_K, 4, libc::IPPROTO_ICMP, L::Allow),
+            jk(JEQ_K, 4, libc::IPPROTO_ICMPV6, L::Allow),
+        ]);
+    }
+    o.extend([
+        jk(JA, 0, 0, L::Deny),
+        Op::Mark(L::Allow),
+        i(MOV_K, 0, 0, 0, 1),
+        i(EXIT, 0, 0, 0, 0),
+        Op::Mark(L::Deny),
+    ]);
+    if let Some(maps) = maps {
+        o.push(i(
+            ST_W,
+            10,
+            0,
+            STATS_IDX,
+            i32::try_from(Hook::SockCreate.slot()).expect("slot"),
+        ));
+        ld_map(&mut o, 1, maps.stats);
+        o.extend([
+            i(MOV_X, 2, 10, 0, 0),
+            i(ADD_K, 2, 0, 0, i32::from(STATS_IDX)),
+            i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
+            jk(JEQ_K, 0, 0, L::DenyRet),
+            i(MOV_K, 1, 0, 0, 1),
+            i(ATOMIC_DW, 0, 1, 0, 0),
+            Op::Mark(L::DenyRet),
+        ]);
+    }
+    o.extend([i(MOV_K, 0, 0, 0, 0), i(EXIT, 0, 0, 0, 0)]);
+    assemble(o)
+}
+
+/// The hooks of the fixed program (no list): connections and datagrams alike, and the
+/// sockets whose traffic they cannot judge.
+pub const FIXED_HOOKS: [Hook; 5] = [
+    Hook::Connect4,
+    Hook::Connect6,
+    Hook::Sendmsg4,
+    Hook::Sendmsg6,
+    Hook::SockCreate,
+];
 
 /// The fixed program's name for `hook`.
 pub fn fixed_name(hook: Hook) -> &'static str {
@@ -478,12 +573,16 @@ pub fn fixed_name(hook: Hook) -> &'static str {
         Hook::Sendmsg4 => "moat_md_s4",
         Hook::Sendmsg6 => "moat_md_s6",
         Hook::InetEgress => unreachable!("the fixed form has no packet program"),
+        Hook::SockCreate => "moat_md_sock",
     }
 }
 
 /// The program of `hook` refusing `deny`, each address with the
 /// ports left open to it (DNS to a resolver there), everything else allowed.
 pub fn fixed_program(hook: Hook, deny: &[(std::net::Ipv6Addr, Vec<u16>)]) -> Vec<Insn> {
+    if hook == Hook::SockCreate {
+        return sock_program(None);
+    }
     let mut o = vec![
         i(MOV_X, 6, 1, 0, 0),
         i(LDX_W, 7, 6, USER_PORT, 0),
@@ -659,4 +758,93 @@ fn assemble(ops: Vec<Op>) -> Vec<Insn> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs a socket-creation program on a `bpf_sock` of `(family, type, protocol)`: the
+    /// few instructions it uses, a map lookup answering NULL.
+    fn run_sock(prog: &[Insn], family: i32, ty: i32, protocol: i32) -> u64 {
+        let mut r = [0u64; 11];
+        let mut pc = 0usize;
+        for _ in 0..prog.len() {
+            let n = prog[pc];
+            let (dst, src) = (usize::from(n.regs & 0xf), usize::from(n.regs >> 4));
+            let imm = u64::from(n.imm.cast_unsigned());
+            pc += 1;
+            let jump = |c: bool, pc: &mut usize| {
+                if c {
+                    *pc = pc.wrapping_add_signed(isize::from(n.off));
+                }
+            };
+            match n.code {
+                MOV_X => r[dst] = r[src],
+                MOV_K => r[dst] = imm,
+                LDX_W if src == 6 => {
+                    r[dst] = match n.off {
+                        SK_FAMILY => family,
+                        SK_TYPE => ty,
+                        SK_PROTOCOL => protocol,
+                        o => panic!("reads bpf_sock at {o}"),
+                    }
+                    .cast_unsigned()
+                    .into();
+                }
+                JEQ_K => jump(r[dst] == imm, &mut pc),
+                JNE_K => jump(r[dst] != imm, &mut pc),
+                JA => jump(true, &mut pc),
+                LD_IMM64 => pc += 1,
+                ST_W | ADD_K => {}
+                CALL => r[0] = 0,
+                EXIT => return r[0],
+                c => panic!("unexpected opcode {c:#x}"),
+            }
+        }
+        panic!("ran off the program");
+    }
+
+    #[test]
+    fn the_socket_program_allows_what_the_hooks_judge() {
+        use libc::*;
+        let maps = MapFds {
+            selector: 3,
+            tries: [4, 5],
+            stats: 6,
+        };
+        for (list, p) in [
+            (true, sock_program(Some(maps))),
+            (false, sock_program(None)),
+        ] {
+            for f in [AF_INET, AF_INET6] {
+                for (ty, proto, allowed) in [
+                    (SOCK_STREAM, IPPROTO_TCP, true),
+                    (SOCK_STREAM, IPPROTO_MPTCP, true),
+                    (SOCK_STREAM, IPPROTO_SCTP, false),
+                    (SOCK_STREAM, 256, false),
+                    (SOCK_DGRAM, IPPROTO_UDP, true),
+                    (SOCK_DGRAM, IPPROTO_UDPLITE, false),
+                    (SOCK_DGRAM, IPPROTO_ICMP, list),
+                    (SOCK_DGRAM, IPPROTO_ICMPV6, list),
+                    (SOCK_DGRAM, 115, false), // IPPROTO_L2TP
+                    (SOCK_RAW, IPPROTO_UDPLITE, true),
+                    (SOCK_RAW, IPPROTO_RAW, true),
+                    (SOCK_SEQPACKET, IPPROTO_SCTP, false),
+                    (SOCK_RDM, 0, false),
+                    (SOCK_DCCP, IPPROTO_DCCP, false),
+                ] {
+                    assert_eq!(
+                        run_sock(&p, f, ty, proto),
+                        u64::from(allowed),
+                        "list {list}: family {f} type {ty} protocol {proto}"
+                    );
+                }
+            }
+            // Another family never reaches the hook; if it did, not this program's.
+            assert_eq!(run_sock(&p, AF_UNIX, SOCK_DGRAM, 0), 1);
+        }
+        assert_eq!(fixed_name(Hook::SockCreate), "moat_md_sock");
+        assert_eq!(Hook::SockCreate.name(), "moat_eg_sock");
+    }
 }
