@@ -1,7 +1,7 @@
 //! Egress names through the per-container DNS forwarder (issue 15, item 3; docs/security.md,
 //! "Egress: names"), against a private world: a network namespace the test makes, with
-//! only `lo` (no link to anything else), addresses 10.77.0.0/24 on it and Debian's
-//! `dnsmasq` on 10.77.0.53 answering test names with a 2 s TTL. The container joins that
+//! only `lo` (no link to anything else), addresses 198.51.100.0/24 on it and Debian's
+//! `dnsmasq` on 198.51.100.53 answering test names with a 2 s TTL. The container joins that
 //! namespace by path; nothing here can reach outside it.
 //!
 //! A connect to an address of the world with no listener tells allowed from refused
@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::*;
 
-const DNS: &str = "10.77.0.53";
-const ALLOWED: &str = "10.77.0.10";
-const REFUSED: &str = "10.77.0.11";
-const ROT_OLD: &str = "10.77.0.12";
-const ROT_NEW: &str = "10.77.0.13";
+const DNS: &str = "198.51.100.53";
+const ALLOWED: &str = "198.51.100.10";
+const REFUSED: &str = "198.51.100.11";
+const ROT_OLD: &str = "198.51.100.12";
+const ROT_NEW: &str = "198.51.100.13";
 
 /// The private world: a network namespace with a DNS server.
 struct World {
@@ -255,11 +255,11 @@ fn allowed_names_resolve_and_connect_others_are_refused_and_answers_rotate() {
     // DNS around the forwarder: straight to the upstream, and to another loopback :53.
     let direct = sh(&ctx, &c.id, &format!("nslookup -type=a allowed.test {DNS}"));
     assert!(
-        direct.contains("Operation not permitted") && !direct.contains("Address: 10.77"),
+        direct.contains("Operation not permitted") && !direct.contains("Address: 198.51.100"),
         "direct DNS to the upstream: {direct}"
     );
     let lo = sh(&ctx, &c.id, "nslookup -type=a allowed.test 127.0.0.1");
-    assert!(!lo.contains("Address: 10.77"), "DNS to 127.0.0.1: {lo}");
+    assert!(!lo.contains("Address: 198.51.100"), "DNS to 127.0.0.1: {lo}");
 
     // The TTL (2 s, held at least 5 s) ends the old address once the answer changes.
     let old = lookup(&ctx, &c.id, "rot.test");
@@ -341,7 +341,7 @@ fn a_dead_forwarder_fails_closed_and_events_reports_it() {
     }
     // Nothing else answers: the lookup fails, closed.
     let after = lookup(&ctx, &c.id, "allowed.test");
-    assert!(!after.contains("Address: 10.77"), "{after}");
+    assert!(!after.contains("Address: 198.51.100"), "{after}");
     std::thread::sleep(Duration::from_millis(1500));
     let reported = events.stdout_now();
     assert!(
