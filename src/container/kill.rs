@@ -28,9 +28,10 @@ pub fn kill(ctx: &Context, req: &Request) -> Result<i32> {
 pub fn native(c: &Container, all: bool, sig: i32) -> Result<()> {
     let rec = &c.record;
     if rec.status(&c.dir) == Status::Stopped {
-        // containerd's shim sends `kill --all <id> 9` after every exit: that must succeed.
+        // containerd's shim sends `kill --all <id> 9` after every exit: that must succeed,
+        // and reach what the init left behind without a pid namespace of its own.
         if all {
-            return Ok(());
+            return signal_all(rec, sig);
         }
         return Err(Error::NotRunning.into());
     }
