@@ -52,13 +52,16 @@ fn sigkill(pid: i32) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL);
 }
 
-/// A container without a pid namespace whose init forks flat out, each child leaving a
-/// sleeper behind, up to its pids limit (and on, as fast as kills free slots). Started,
-/// and given a second to fill up.
+/// A container without a pid namespace whose processes keep forking: 32 chains in which
+/// each process starts the next at once and exits 20 ms later (a listing's newest link
+/// forks its successor before a kill pass reaches it), and a loop leaving sleepers
+/// behind. Started, and given a second to get going.
 fn fork_loop(ctx: &mut Ctx, name: &str) -> Container {
+    fs::write(ctx.rootfs().join("hop"), "sh /hop &\nsleep 0.02\n").unwrap();
     ctx.without_ns("pid");
-    ctx.set("/linux/resources/pids", json!({"limit": 200}));
-    ctx.sh("while :; do sh -c 'sleep 1000 &' & done");
+    ctx.set("/linux/resources/pids", json!({"limit": 2000}));
+    ctx.sh("for i in $(seq 32); do sh /hop & done; \
+         while :; do sh -c 'sleep 1000 &' & sleep 0.05; done");
     let c = ctx.create_ok(name);
     c.start();
     std::thread::sleep(Duration::from_secs(1));
@@ -188,7 +191,7 @@ fn delete_in_a_joined_cgroup_kills_only_the_container_s_own() {
     let own: i32 = c.stdout().trim().parse().expect("child pid");
     // Someone else's process, placed in the container's cgroup after the create.
     let mut other = spawn(std::process::Command::new("sleep").arg("1000"));
-    let other_pid = other.id() as i32;
+    let other_pid = i32::try_from(other.id()).unwrap();
     fs::write(dir.join("cgroup.procs"), other_pid.to_string()).unwrap();
     let out = c.moat(&["delete", "--force", &c.id]);
     let alive = !is_gone(other_pid);
