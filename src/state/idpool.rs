@@ -284,10 +284,17 @@ fn live_ids() -> Vec<u32> {
     ids
 }
 
-/// The ids on the `Uid:` and `Gid:` lines of a `/proc/<pid>/status`.
+/// The ids on the `Uid:` and `Gid:` lines of a `/proc/<pid>/status`; none for a zombie,
+/// which keeps its credentials until reaped (PID 1 here reaps late) but can act on
+/// nothing.
 fn status_ids(status: &str) -> impl Iterator<Item = u32> + '_ {
+    let dead = status.lines().any(|l| {
+        l.strip_prefix("State:")
+            .is_some_and(|v| matches!(v.trim_start().chars().next(), Some('Z' | 'X')))
+    });
     status
         .lines()
+        .filter(move |_| !dead)
         .filter_map(|l| l.strip_prefix("Uid:").or_else(|| l.strip_prefix("Gid:")))
         .flat_map(|l| l.split_whitespace().filter_map(|v| v.parse::<u32>().ok()))
 }
@@ -363,6 +370,8 @@ mod tests {
         ids.sort_unstable();
         ids.dedup();
         assert_eq!(ids, vec![5, 7, 1_000_000, 1_000_001, 1_000_002, 1_000_003]);
+        let zombie = format!("State:\tZ (zombie)\n{st}");
+        assert_eq!(status_ids(&zombie).count(), 0);
         // This process is live: its own uid is among the live ids.
         assert!(live_ids().contains(&nix::unistd::getuid().as_raw()));
     }
