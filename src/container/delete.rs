@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Context, Error, Result};
-use crate::linux::{create::state_json, hooks, signal, sys};
+use crate::linux::{create::state_json, hooks, signal};
 use crate::log;
 use crate::state::{budget, idpool, ContainerDir, Record, StateError, Status};
 
@@ -83,15 +83,14 @@ pub fn release_host_wide(ctx: &Context, id: &str) {
 
 /// SIGKILL everything in the container and wait for the init to be gone.
 fn stop(rec: &Record) -> Result<()> {
+    // With a pid namespace of its own, the init's death takes every process of the
+    // container (the kernel refuses forks in a namespace whose init is gone). Without
+    // one, a process forking faster than a single pass over the cgroup would outlive
+    // the init: every process goes, frozen, in rounds until none is left.
+    if !rec.own_pidns {
+        super::kill::signal_all(rec, libc::SIGKILL)?;
+    }
     if let Some(cg) = &rec.cgroup {
-        // With a pid namespace of its own, the init's death takes every process of the
-        // container; anything else in the cgroup is another container's (OPEN shares a
-        // non-empty cgroup, as runc does) and is left alone.
-        if !rec.own_pidns {
-            for pid in cg.pids().unwrap_or_default() {
-                let _ = sys::kill(pid, libc::SIGKILL);
-            }
-        }
         // Frozen tasks cannot die until thawed.
         if cg.is_frozen() {
             let _ = cg.thaw();
@@ -115,11 +114,14 @@ pub fn force_delete(dir: ContainerDir, rec: &Record) -> Result<()> {
 /// Cgroup, poststop hooks, state directory — in that order, as the spec asks.
 pub fn destroy(dir: ContainerDir, rec: &Record) -> Result<()> {
     if let Some(cg) = &rec.cgroup {
-        // Without a private pid namespace the init's death does not take its children.
-        if !rec.own_pidns {
-            for pid in cg.pids().unwrap_or_default() {
-                let _ = sys::kill(pid, libc::SIGKILL);
-            }
+        // Without a private pid namespace the init's death does not take its children;
+        // with one, its processes may still be on their way out. Either way nothing of
+        // the container may outlive its record (and its `moat.userns=auto` range, handed
+        // to the next container once released): a cgroup it made must be empty first,
+        // or the delete fails and keeps both. A joined cgroup's other processes are not
+        // the container's, and the init's orphans can no longer be told from them.
+        if !cg.joined && !cg.path.is_empty() && !cg.hierarchies.is_empty() {
+            cg.kill_all(libc::SIGKILL, super::kill::KILL_BOUND)?;
         }
         crate::linux::killpoint::at("delete", "parent", "cgroup");
         if let Err(e) = cg.remove() {

@@ -258,6 +258,7 @@ fn leftover_cgroup(dir: &ContainerDir, rec: &Record) -> Option<crate::linux::cgr
         hierarchies,
         skipped: Vec::new(),
         systemd: None,
+        joined: false,
     })
 }
 

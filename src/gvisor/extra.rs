@@ -56,6 +56,7 @@ pub(super) fn sandbox_cgroup(pid: i32, proc_cgroup: &str, layout: Layout) -> Res
         hierarchies,
         skipped: Vec::new(),
         systemd: None,
+        joined: false,
     })
 }
 

@@ -196,6 +196,74 @@ pub fn signal_init(rec: &Record, sig: i32) -> std::io::Result<bool> {
     }
 }
 
+/// The parent pid of `pid` (`/proc/<pid>/stat` field 4), or `None` once it is gone.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = crate::linux::read_kernel_file(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(1)?.parse().ok()
+}
+
+/// Sends `sig` to the recorded init and every descendant of it that can be proven one,
+/// and to nothing else: for a container in a cgroup it joined, whose other processes
+/// are someone else's. Each process is pinned by a pidfd first and its parent checked
+/// after (a recycled pid fails the check). For SIGKILL the tree is stopped top-down
+/// first: a process is added only once stopped, and its children are listed after, so
+/// a fork cannot slip past the walk; a descendant orphaned before the walk (reparented
+/// away) can no longer be proven the container's and is left. Returns how many were
+/// signalled.
+pub fn signal_descendants(rec: &Record, sig: i32) -> usize {
+    let Ok(init) = sys::pidfd_open(rec.pid) else {
+        return 0;
+    };
+    if !rec.alive() {
+        return 0;
+    }
+    let stop = sig == libc::SIGKILL;
+    if stop {
+        let _ = sys::pidfd_send_signal(init.as_fd(), libc::SIGSTOP);
+    }
+    let mut tree: Vec<(i32, OwnedFd)> = vec![(rec.pid, init)];
+    let mut rounds = 0;
+    loop {
+        rounds += 1;
+        let mut found = false;
+        let procs = std::fs::read_dir("/proc").map(|d| d.flatten().collect::<Vec<_>>());
+        for e in procs.unwrap_or_default() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            if tree.iter().any(|(p, _)| *p == pid) {
+                continue;
+            }
+            let Some(ppid) = parent_of(pid) else { continue };
+            if !tree.iter().any(|(p, _)| *p == ppid) {
+                continue;
+            }
+            let Ok(fd) = sys::pidfd_open(pid) else {
+                continue;
+            };
+            // Pinned now: if it is still the child of a member, it is this process.
+            if parent_of(pid) != Some(ppid) {
+                continue;
+            }
+            if stop {
+                let _ = sys::pidfd_send_signal(fd.as_fd(), libc::SIGSTOP);
+            }
+            tree.push((pid, fd));
+            found = true;
+        }
+        // Each walk finds at least the children of what the last one added; a tree that
+        // keeps growing unstopped (any signal but SIGKILL) is cut off at the bound.
+        if !found || rounds > 100 {
+            break;
+        }
+    }
+    for (_, fd) in &tree {
+        let _ = sys::pidfd_send_signal(fd.as_fd(), sig);
+    }
+    tree.len()
+}
+
 /// Waits until the recorded init has exited (a zombie counts: PID 1 here may reap late).
 pub fn wait_exit(rec: &Record, timeout: Duration) -> bool {
     let Ok(pidfd) = sys::pidfd_open(rec.pid) else {

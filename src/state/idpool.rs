@@ -11,7 +11,10 @@
 //! | `<start>` | one allocation: `{"start", "size", "root", "id"}` (JSON)             |
 //!
 //! An allocation whose container directory (`<root>/<id>`) is gone is stale (a create or
-//! delete killed half-way) and is reclaimed by the next allocation.
+//! delete killed half-way) and is reclaimed by the next allocation. A range is handed
+//! out only while no live process holds an id of it (a survivor of a container whose
+//! record is gone must not share ids with the next container, whose init it could then
+//! signal and ptrace): the allocation scans `/proc` for every process's uids and gids.
 
 use std::fs;
 use std::io;
@@ -156,6 +159,18 @@ impl Pool {
         root: &Path,
         id: &str,
     ) -> Result<IdRange, PoolError> {
+        self.allocate_avoiding(pool, size, root, id, &live_ids())
+    }
+
+    /// [`Pool::allocate`], with the ids live processes hold given (sorted).
+    fn allocate_avoiding(
+        &self,
+        pool: IdRange,
+        size: u32,
+        root: &Path,
+        id: &str,
+        live: &[u32],
+    ) -> Result<IdRange, PoolError> {
         let _lock = self.lock()?;
         let mut used = Vec::new();
         for (path, a) in self.entries()? {
@@ -184,10 +199,17 @@ impl Pool {
                 break; // no id lies above u32::MAX
             };
             let r = IdRange { start, size };
+            // An id a live process holds blocks the range it lies in, as one used id.
+            let held = live
+                .iter()
+                .filter(|&&i| r.overlaps(&IdRange { start: i, size: 1 }))
+                .map(|&i| i as u64 + 1)
+                .max();
             match used
                 .iter()
                 .filter(|u| u.overlaps(&r))
                 .map(|u| u.end())
+                .chain(held)
                 .max()
             {
                 None => {
@@ -240,6 +262,43 @@ impl Pool {
     }
 }
 
+/// Every uid and gid (real, effective, saved, filesystem) of every live process, as the
+/// host sees them, sorted. A process gone between the listing and the read is skipped.
+fn live_ids() -> Vec<u32> {
+    let mut ids = Vec::new();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return ids;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        if name.to_str().and_then(|n| n.parse::<u32>().ok()).is_none() {
+            continue;
+        }
+        let Ok(status) = crate::linux::read_kernel_file(e.path().join("status")) else {
+            continue;
+        };
+        ids.extend(status_ids(&status));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// The ids on the `Uid:` and `Gid:` lines of a `/proc/<pid>/status`; none for a zombie,
+/// which keeps its credentials until reaped (PID 1 here reaps late) but can act on
+/// nothing.
+fn status_ids(status: &str) -> impl Iterator<Item = u32> + '_ {
+    let dead = status.lines().any(|l| {
+        l.strip_prefix("State:")
+            .is_some_and(|v| matches!(v.trim_start().chars().next(), Some('Z' | 'X')))
+    });
+    status
+        .lines()
+        .filter(move |_| !dead)
+        .filter_map(|l| l.strip_prefix("Uid:").or_else(|| l.strip_prefix("Gid:")))
+        .flat_map(|l| l.split_whitespace().filter_map(|v| v.parse::<u32>().ok()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,6 +334,46 @@ mod tests {
         fs::create_dir_all(root.join("d")).unwrap();
         assert_eq!(pool.allocate(range, 65536, &root, "d").unwrap(), b);
         fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_range_a_live_process_holds_is_not_handed_out() {
+        let base = tmp("live");
+        let root = base.join("root");
+        fs::create_dir_all(root.join("next")).unwrap();
+        let pool = Pool::at(base.join("pool"));
+        let range = IdRange {
+            start: 1_000_000,
+            size: 3 * 65536,
+        };
+        // A survivor of a released container holds an id in the first range (its record
+        // and allocation gone), one unrelated process an id below the pool.
+        let live = [1000, 1_000_000 + 4242];
+        let r = pool
+            .allocate_avoiding(range, 65536, &root, "next", &live)
+            .unwrap();
+        assert_eq!(r.start, 1_065_536, "the survivor's range was handed out");
+        // Once it is gone, the range is free again.
+        pool.release(&root, "next").unwrap();
+        let r = pool
+            .allocate_avoiding(range, 65536, &root, "next", &[1000])
+            .unwrap();
+        assert_eq!(r.start, 1_000_000);
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn status_ids_reads_every_uid_and_gid() {
+        let st =
+            "Name:\tsh\nUid:\t1000000\t1000001\t1000002\t1000003\nGid:\t5\t5\t5\t7\nGroups:\t9\n";
+        let mut ids: Vec<u32> = status_ids(st).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids, vec![5, 7, 1_000_000, 1_000_001, 1_000_002, 1_000_003]);
+        let zombie = format!("State:\tZ (zombie)\n{st}");
+        assert_eq!(status_ids(&zombie).count(), 0);
+        // This process is live: its own uid is among the live ids.
+        assert!(live_ids().contains(&nix::unistd::getuid().as_raw()));
     }
 
     #[test]

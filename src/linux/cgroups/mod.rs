@@ -72,7 +72,8 @@ pub enum CgroupError {
     /// A D-Bus call to systemd failed or was not answered (the message names the unit).
     #[error("{msg}")]
     Systemd { msg: String },
-    #[error("cgroup {} is not empty: it already holds {count} process(es)", path.display())]
+    /// runc's words first ("container's cgroup is not empty"), which clients grep.
+    #[error("container's cgroup is not empty: {} already holds {count} process(es)", path.display())]
     NotEmpty { path: PathBuf, count: usize },
     /// runc's words: an init placed in a frozen cgroup never runs, and create would wait
     /// for it for ever.
@@ -84,6 +85,15 @@ pub enum CgroupError {
     /// `state`: what `cgroup.events`/`freezer.state` still said at the deadline.
     #[error("freeze {}: {state} after 5s, thawed again", dir.display())]
     NotFrozen { dir: PathBuf, state: &'static str },
+    /// [`Cgroup::kill_all`] ran out of rounds: what the cgroup still held then.
+    #[error("cgroup {} still holds {count} process(es) after {rounds} kill rounds in {ms} ms: pids {pids}", path.display())]
+    Survivors {
+        path: PathBuf,
+        count: usize,
+        rounds: u32,
+        ms: u128,
+        pids: String,
+    },
 }
 
 impl CgroupError {
@@ -161,6 +171,12 @@ pub struct Cgroup {
     /// The systemd driver's scope that owns the cgroup (`--systemd-cgroup` at create).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub systemd: Option<systemd::Scope>,
+    /// The cgroup was there before the create (in some hierarchy): the container joined
+    /// it rather than made it, so what else is in it may be someone else's and a kill
+    /// reaches only the container's own processes. Records written before this field
+    /// read false, the kill-everything-in-it they always had.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub joined: bool,
 }
 
 impl Cgroup {
@@ -204,13 +220,14 @@ impl Cgroup {
             hierarchies: layout.hierarchies.clone(),
             skipped: Vec::new(),
             systemd: None,
+            joined: false,
         }
     }
 
     /// Creates `path` (already resolved) in every hierarchy of `layout`, and refuses it
     /// if it already holds processes; what this call made for it is removed then.
     pub fn create(layout: Layout, path: String) -> Result<Cgroup, CgroupError> {
-        let (cg, held, existed) = Self::made_or_joined(layout, path)?;
+        let (mut cg, held, existed) = Self::made_or_joined(layout, path)?;
         if held > 0 {
             cg.remove_made(&existed);
             return Err(CgroupError::NotEmpty {
@@ -218,13 +235,8 @@ impl Cgroup {
                 count: held,
             });
         }
+        cg.joined = !existed.is_empty();
         Ok(cg)
-    }
-
-    /// [`Cgroup::create`] that also takes a cgroup already holding processes (OPEN, as
-    /// runc: it warns and goes on), with how many it holds. A frozen one is still refused.
-    pub fn create_or_join(layout: Layout, path: String) -> Result<(Cgroup, usize), CgroupError> {
-        Self::made_or_joined(layout, path).map(|(cg, held, _)| (cg, held))
     }
 
     /// The cgroup made or joined, how many processes it already holds, and the
@@ -502,6 +514,76 @@ impl Cgroup {
         match self.freezer()? {
             (dir, false) => write_file(&dir, "freezer.state", "THAWED", "thaw"),
             (dir, true) => write_file(&dir, "cgroup.freeze", "0", "thaw"),
+        }
+    }
+
+    /// Sends `sig` to every process in the cgroup (and its sub-cgroups) so that none is
+    /// missed by a fork racing the listing: on v2 (the unified hierarchy of a hybrid host
+    /// too) SIGKILL goes through `cgroup.kill`, which the kernel applies atomically to
+    /// the whole subtree; otherwise, and for what that left, the cgroup is frozen, its
+    /// processes listed and signalled while none can fork, then thawed (a cgroup frozen
+    /// before stays frozen for any signal but SIGKILL, which needs the thaw to act).
+    /// SIGKILL is repeated until the cgroup is empty, for at most `bound`; any other
+    /// signal goes out once. Only for a cgroup the container made: in a joined one the
+    /// other processes are someone else's.
+    pub fn kill_all(&self, sig: i32, bound: Duration) -> Result<(), CgroupError> {
+        let start = Instant::now();
+        let mut rounds = 0u32;
+        loop {
+            rounds += 1;
+            if sig == libc::SIGKILL {
+                if let Some(dir) = self.v2_dir().filter(|d| d.join("cgroup.kill").exists()) {
+                    let _ = write_file(&dir, "cgroup.kill", "1", "kill");
+                }
+            }
+            let left = self.pids()?;
+            if !left.is_empty() {
+                self.signal_frozen(sig);
+            }
+            if sig != libc::SIGKILL {
+                return Ok(());
+            }
+            // Killed processes leave the cgroup as they exit: give them a moment.
+            let settle = Instant::now() + Duration::from_millis(100);
+            let left = loop {
+                let left = self.pids()?;
+                if left.is_empty() {
+                    return Ok(());
+                }
+                if Instant::now() >= settle {
+                    break left;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            if start.elapsed() >= bound {
+                let shown: Vec<String> = left.iter().take(8).map(|p| p.to_string()).collect();
+                let more = if left.len() > 8 { ", …" } else { "" };
+                return Err(CgroupError::Survivors {
+                    path: self
+                        .hierarchies
+                        .first()
+                        .map(|h| h.dir(&self.path))
+                        .unwrap_or_else(|| PathBuf::from(&self.path)),
+                    count: left.len(),
+                    rounds,
+                    ms: start.elapsed().as_millis(),
+                    pids: format!("{}{more}", shown.join(",")),
+                });
+            }
+        }
+    }
+
+    /// One round of [`Cgroup::kill_all`] by the freezer: freeze, signal what is listed,
+    /// thaw. Without a freezer (or one that would not freeze) it signals unfrozen, and
+    /// the caller's next round catches what forked meanwhile.
+    fn signal_frozen(&self, sig: i32) {
+        let was_frozen = self.is_frozen();
+        let froze = was_frozen || self.freeze().is_ok();
+        for pid in self.pids().unwrap_or_default() {
+            let _ = crate::linux::sys::kill(pid, sig);
+        }
+        if froze && (!was_frozen || sig == libc::SIGKILL) {
+            let _ = self.thaw();
         }
     }
 

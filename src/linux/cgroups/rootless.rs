@@ -58,6 +58,7 @@ impl Cgroup {
             hierarchies: vec![h],
             skipped: Vec::new(),
             systemd: None,
+            joined: false,
         };
         let pids = cg.pids()?;
         if !pids.is_empty() {

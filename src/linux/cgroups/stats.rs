@@ -1195,6 +1195,7 @@ mod tests {
                 v2: true,
             }],
             skipped: vec![],
+            joined: false,
         };
         assert!(cg.stats().is_err());
         assert_eq!(cg.oom_kills(), None);

@@ -428,6 +428,7 @@ fn v2_rootless_without_cgroup() {
     let cg = Cgroup {
         path: "/moat/x".into(),
         systemd: None,
+        joined: false,
         unified: true,
         hierarchies: vec![],
         skipped: vec![Hierarchy {

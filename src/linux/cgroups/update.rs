@@ -225,6 +225,7 @@ mod tests {
         Cgroup {
             path: "/moat/ct".into(),
             systemd: None,
+            joined: false,
             unified: false,
             hierarchies,
             skipped: vec![],
@@ -315,6 +316,7 @@ mod tests {
         let cg = Cgroup {
             path: "/moat/ct".into(),
             systemd: None,
+            joined: false,
             unified: true,
             hierarchies: vec![Hierarchy {
                 mount: tmp.0.clone(),

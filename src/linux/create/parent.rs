@@ -205,18 +205,9 @@ fn cgroup(plan: &mut Plan) -> Result<Cgroup, Error> {
         Cgroup::ensure_fleet(layout.clone(), path.clone(), res)?;
     }
     let (cgroup, none) = match &plan.cgroup {
-        // RESTRICTED refuses a cgroup that already holds processes (someone else's: limits,
-        // pause and kill would reach them); OPEN warns and goes on, as runc does.
-        CgroupPlan::Host { layout, path } if plan.policy == crate::policy::Mode::Open => {
-            let (cg, held) = Cgroup::create_or_join(layout.clone(), path.clone())?;
-            if held > 0 {
-                crate::log::warn(&format!(
-                    "container's cgroup is not empty: {path} already holds {held} process(es), \
-                     which its limits, pause and kill reach too"
-                ));
-            }
-            (cg, None)
-        }
+        // A cgroup that already holds processes is someone else's: its limits, pause and
+        // kill would reach them, and a delete could not tell them from the container's.
+        // Both policies refuse it, as runc does since it stopped only warning.
         CgroupPlan::Host { layout, path } => (Cgroup::create(layout.clone(), path.clone())?, None),
         CgroupPlan::Delegated { hierarchy, path } => {
             match Cgroup::create_rootless(hierarchy.clone(), path.clone())? {

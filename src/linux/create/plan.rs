@@ -73,6 +73,7 @@ impl CgroupPlan {
                 hierarchies: vec![hierarchy.clone()],
                 skipped: Vec::new(),
                 systemd: None,
+                joined: false,
             }),
             CgroupPlan::None => None,
             CgroupPlan::Systemd(cg) => Some(Cgroup {
@@ -254,6 +255,7 @@ impl Plan {
                         hierarchies: vec![hierarchy.clone()],
                         skipped: Vec::new(),
                         systemd: None,
+                        joined: false,
                     };
                     (CgroupPlan::Delegated { hierarchy, path }, planned)
                 }
