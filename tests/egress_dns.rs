@@ -259,7 +259,10 @@ fn allowed_names_resolve_and_connect_others_are_refused_and_answers_rotate() {
         "direct DNS to the upstream: {direct}"
     );
     let lo = sh(&ctx, &c.id, "nslookup -type=a allowed.test 127.0.0.1");
-    assert!(!lo.contains("Address: 198.51.100"), "DNS to 127.0.0.1: {lo}");
+    assert!(
+        !lo.contains("Address: 198.51.100"),
+        "DNS to 127.0.0.1: {lo}"
+    );
 
     // The TTL (2 s, held at least 5 s) ends the old address once the answer changes.
     let old = lookup(&ctx, &c.id, "rot.test");
