@@ -1,7 +1,7 @@
 //! `update`: change the cgroup limits of a running container. Only what is given is
 //! written, and only what the container's policy admits (`policy::update`: under
-//! RESTRICTED no limit of the floor is lifted, device rules are refused; under OPEN they
-//! are dropped with a warning, as runc). The change is folded into the saved spec so later
+//! RESTRICTED no limit of the floor is lifted; device rules are never written, with a
+//! warning, as runc never rewrites them). The change is folded into the saved spec so later
 //! calls see it.
 
 use std::io::Read;

@@ -141,7 +141,7 @@ pub const TABLE: &[Row] = &[
     row("linux.devices", true, Tightened, "keyed on (type, major, minor), never the path: block devices are cut, character devices kept only if allow-listed (null, zero, full, random, urandom, tty, console, ptmx, devpts, fuse, [restricted] allowed_devices)", p(r#"[{"type":"b","path":"/dev/moat-loop","major":7,"minor":0,"fileMode":438}]"#, "test ! -e /dev/moat-loop")),
     row("linux.cgroupsPath", false, Tightened, "placed under the fleet cgroup ([fleet] cgroup) when moat names it; a cgroup that already holds processes is refused", p(r#""/moat-admission-elsewhere""#, "true")),
     row("linux.resources", false, Kept, "the rows below decide its fields", None),
-    row("linux.resources.devices", true, Tightened, "the device cgroup allows exactly the nodes the linux.devices row keeps: the engine's wildcards are replaced by deny-all and one rule per kept node", p(r#"[{"allow":true,"access":"rwm"}]"#, "true")),
+    row("linux.resources.devices", true, Tightened, "the device cgroup allows exactly the nodes the linux.devices row keeps: the engine's wildcards are replaced by deny-all and one rule per kept node; update never rewrites them (said in a warning)", p(r#"[{"allow":true,"access":"rwm"}]"#, "true")),
     row("linux.resources.memory", false, Kept, "the rows below decide its fields", None),
     row("linux.resources.memory.limit", false, Tightened, "[restricted] memory where the engine set none or unlimited; update admits the same", None),
     row("linux.resources.memory.reservation", false, Kept, "a soft limit: reclaim order, never more memory", None),

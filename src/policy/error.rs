@@ -112,11 +112,6 @@ pub enum PolicyError {
         promise: &'static str,
         how: &'static str,
     },
-    #[error(
-        "linux.resources.devices: refused under RESTRICTED: update never rewrites device \
-         rules; recreate the container with the rules it needs"
-    )]
-    UpdateDevices,
     #[error("linux.resources.rdma: the rdma controller is not supported by moat")]
     UpdateRdma,
 }

@@ -5,10 +5,12 @@
 //!
 //! RESTRICTED: a memory, pids or cpu value that would lift a limit of the floor (`-1`,
 //! `max`; see `resources::floor_limits`, the code create's floor runs) gets the floor's
-//! value instead, and each such change is reported; device rules are refused (update never
-//! rewrites them, and dropping them quietly would let the caller believe they changed). OPEN:
-//! runc's semantics, device rules dropped with a warning. rdma is refused either way, as
-//! create refuses it (`spec::validate`).
+//! value instead, and each such change is reported. Device rules are never written, under
+//! either policy (update never rewrites them, as runc): containerd's
+//! UpdateContainerResources sends the container's rules with every update, so refusing
+//! them would refuse every Kubernetes resize; they are left out aloud (a warning naming
+//! them), never quietly. rdma is refused either way, as create refuses it
+//! (`spec::validate`).
 
 use super::decision::{config_name, summary_items};
 use super::resources::{floor_limits, Asked};
@@ -22,7 +24,7 @@ pub struct Admitted {
     pub changes: Vec<Change>,
 }
 
-/// Why device rules are left alone under OPEN.
+/// Why device rules are left alone.
 const DEVICES_DROPPED: &str = "update never rewrites device rules (as runc); recreate the \
      container to change them";
 
@@ -35,9 +37,6 @@ pub fn admit(mode: Mode, cfg: &Config, requested: &Resources) -> Result<Admitted
     let mut resources = requested.clone();
     let mut changes = Vec::new();
     if !resources.devices.is_empty() {
-        if mode == Mode::Restricted {
-            return Err(PolicyError::UpdateDevices);
-        }
         changes.push(Change {
             field: "linux.resources.devices".into(),
             action: "ignored",
@@ -221,22 +220,19 @@ mod tests {
     }
 
     #[test]
-    fn device_rules_are_refused_under_restricted_and_dropped_aloud_under_open() {
+    fn device_rules_are_never_written_and_left_out_aloud() {
         let asked = res(serde_json::json!({
             "devices": [{"allow": true, "access": "rwm"}],
             "pids": {"limit": 50},
         }));
-        let e = admit(Mode::Restricted, &cfg(), &asked).unwrap_err();
-        let msg = e.to_string();
-        assert!(matches!(e, PolicyError::UpdateDevices), "{e:?}");
-        assert!(msg.starts_with("linux.resources.devices: "), "{msg}");
-        assert!(msg.contains("recreate the container"), "{msg}");
-        let a = admit(Mode::Open, &cfg(), &asked).unwrap();
-        assert!(a.resources.devices.is_empty());
-        assert_eq!(a.resources.pids, Some(spec::Pids { limit: 50 }));
-        assert_eq!(fields(&a), ["linux.resources.devices"]);
-        let line = summary("c1", Mode::Open, &cfg(), &a.changes).unwrap();
-        assert!(line.contains("linux.resources.devices: ignored"), "{line}");
+        for mode in [Mode::Restricted, Mode::Open] {
+            let a = admit(mode, &cfg(), &asked).unwrap();
+            assert!(a.resources.devices.is_empty(), "{mode}");
+            assert_eq!(a.resources.pids, Some(spec::Pids { limit: 50 }));
+            assert_eq!(fields(&a), ["linux.resources.devices"]);
+            let line = summary("c1", mode, &cfg(), &a.changes).unwrap();
+            assert!(line.contains("linux.resources.devices: ignored"), "{line}");
+        }
     }
 
     #[test]
