@@ -533,23 +533,7 @@ pub fn sock_program(maps: Option<MapFds>) -> Vec<Insn> {
         Op::Mark(L::Deny),
     ]);
     if let Some(maps) = maps {
-        o.push(i(
-            ST_W,
-            10,
-            0,
-            STATS_IDX,
-            i32::try_from(Hook::SockCreate.slot()).expect("slot"),
-        ));
-        ld_map(&mut o, 1, maps.stats);
-        o.extend([
-            i(MOV_X, 2, 10, 0, 0),
-            i(ADD_K, 2, 0, 0, i32::from(STATS_IDX)),
-            i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
-            jk(JEQ_K, 0, 0, L::DenyRet),
-            i(MOV_K, 1, 0, 0, 1),
-            i(ATOMIC_DW, 0, 1, 0, 0),
-            Op::Mark(L::DenyRet),
-        ]);
+        count_refusal(&mut o, maps, Hook::SockCreate.slot());
     }
     o.extend([i(MOV_K, 0, 0, 0, 0), i(EXIT, 0, 0, 0, 0)]);
     assemble(o)
@@ -702,8 +686,20 @@ fn decide(o: &mut Vec<Op>, maps: MapFds, slot: u32) {
         i(MOV_K, 0, 0, 0, 1),
         i(EXIT, 0, 0, 0, 0),
         Op::Mark(L::Deny),
-        i(ST_W, 10, 0, STATS_IDX, i32::try_from(slot).expect("slot")),
     ]);
+    count_refusal(o, maps, slot);
+    o.extend([i(MOV_K, 0, 0, 0, 0), i(EXIT, 0, 0, 0, 0)]);
+}
+
+/// Adds one to the stats map's `slot` (a refusal counted); the caller returns 0 after.
+fn count_refusal(o: &mut Vec<Op>, maps: MapFds, slot: u32) {
+    o.push(i(
+        ST_W,
+        10,
+        0,
+        STATS_IDX,
+        i32::try_from(slot).expect("slot"),
+    ));
     ld_map(o, 1, maps.stats);
     o.extend([
         i(MOV_X, 2, 10, 0, 0),
@@ -713,8 +709,6 @@ fn decide(o: &mut Vec<Op>, maps: MapFds, slot: u32) {
         i(MOV_K, 1, 0, 0, 1),
         i(ATOMIC_DW, 0, 1, 0, 0),
         Op::Mark(L::DenyRet),
-        i(MOV_K, 0, 0, 0, 0),
-        i(EXIT, 0, 0, 0, 0),
     ]);
 }
 
