@@ -91,6 +91,37 @@ pub struct EgressCounters {
     /// DNS answers into the host's own or a private network that no address rule names
     /// (rebinding), not admitted by the forwarder.
     pub rebinding_refused: u64,
+    /// Sockets refused at `socket(2)`: protocols no hook judges (UDP-Lite, SCTP, …).
+    pub sockets_refused: u64,
+    /// Which destinations and names were refused: the container's refusal ring (at most
+    /// `egress::RING_ENTRIES`, the most recent first). Only in `events --stats`; the
+    /// stream reports each as an `egress.refused` event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Vec<EgressRefusal>>,
+}
+
+/// One destination (or name) an egress policy refused: what refused it, where to, how
+/// often, first and last seen.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EgressRefusal {
+    /// `connect`, `sendmsg`, `packet` (the packet program), `socket` (refused at
+    /// creation), `name` (the forwarder answered REFUSED), `rebinding` (an answer into a
+    /// private network not admitted).
+    pub by: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// A socket refused at creation: its family and type (`AF_INET SOCK_DGRAM`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub count: u64,
+    pub first_seen: String,
+    pub last_seen: String,
 }
 
 /// Bytes and inodes used and allowed on one filesystem (statfs).

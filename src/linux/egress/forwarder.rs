@@ -39,7 +39,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{admit, count, revoke, Installed, STATS_REFUSED_NAMES, STATS_REFUSED_REBIND};
+use super::{
+    admit, count, record_name, revoke, Installed, STATS_REFUSED_NAMES, STATS_REFUSED_REBIND,
+};
 use crate::linux::sys;
 use crate::policy::egress::{Egress, Entry, Range, RANGES, TCP, UDP};
 use crate::spec::{Mount, Spec};
@@ -394,6 +396,12 @@ pub fn start(
     send(b"trie0", maps.tries[0].as_fd())?;
     send(b"trie1", maps.tries[1].as_fd())?;
     send(b"stats", maps.stats.as_fd())?;
+    let Some(ring) = &maps.ring else {
+        return Err(ForwarderError::Failed(
+            "the container's egress programs have no refusal ring".into(),
+        ));
+    };
+    send(b"ring", ring.as_fd())?;
     send(b"init", init.as_fd())?;
     if !sys::poll_readable_within(ours.as_fd(), START_TIMEOUT).map_err(io_err("wait for it"))? {
         return Err(ForwarderError::Failed(format!(
@@ -466,6 +474,8 @@ struct Forwarder {
     selector: OwnedFd,
     tries: [OwnedFd; 2],
     stats: OwnedFd,
+    /// The refusal ring: the names refused and the answers not admitted, by name.
+    ring: OwnedFd,
     init: OwnedFd,
     /// Per admitted address, the answers holding it: name → (until, ranges).
     held: HashMap<IpAddr, HashMap<String, (Instant, Vec<Range>)>>,
@@ -490,6 +500,7 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
     let (_, trie0) = recv_fd(ctl, "the first trie")?;
     let (_, trie1) = recv_fd(ctl, "the second trie")?;
     let (_, stats) = recv_fd(ctl, "the stats map")?;
+    let (_, ring) = recv_fd(ctl, "the refusal ring")?;
     let (_, init) = recv_fd(ctl, "the init's pidfd")?;
     // Not dumpable: no process of the same uid may ptrace it or open its fds.
     sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
@@ -533,6 +544,7 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
         selector,
         tries: [trie0, trie1],
         stats,
+        ring,
         init,
         held: HashMap::new(),
         seq: 0,
@@ -783,6 +795,7 @@ impl Forwarder {
         let name = norm(&question.qname.to_string());
         if !self.egress.name_allowed(&name) {
             let _ = count(self.stats.as_fd(), STATS_REFUSED_NAMES);
+            let _ = record_name(self.ring.as_fd(), STATS_REFUSED_NAMES, &name, None);
             return reply_with(&q, simple_dns::RCODE::Refused);
         }
         let Some(raw) = self.forward(query, tcp) else {
@@ -822,6 +835,7 @@ impl Forwarder {
             // rebinding, unless an address rule names that address.
             if self.egress.rebinding(ip).is_some() {
                 let _ = count(self.stats.as_fd(), STATS_REFUSED_REBIND);
+                let _ = record_name(self.ring.as_fd(), STATS_REFUSED_REBIND, name, Some(ip));
                 continue;
             }
             let Some(ranges) = self.egress.admitted(name, ip, &self.statics) else {
