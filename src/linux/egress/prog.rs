@@ -120,12 +120,13 @@ const USER_PORT: i16 = 24;
 const PROTOCOL: i16 = 36;
 
 // Stack: the trie key at fp-24 (prefixlen u32, then 16 address bytes), the selector index
-// at fp-28, the stats index at fp-32, the IP protocol number at fp-36 (for the refusal
-// ring), and below the packet buffers the ring's key and value (`record_refusal`).
+// at fp-28, the stats index at fp-32; below the echo program's packet buffers (`HDR`,
+// `EXT`) the IP protocol number at fp-84 and the refusal ring's key and value
+// (`record_refusal`).
 const KEY: i16 = -24;
 const SEL_IDX: i16 = -28;
 const STATS_IDX: i16 = -32;
-const PROTO: i16 = -36;
+const PROTO: i16 = -84;
 const RING_KEY: i16 = -104;
 #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)] // 88 bytes
 const RING_VAL: i16 = RING_KEY - RING_VALUE_SIZE as i16;
