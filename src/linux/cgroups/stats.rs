@@ -124,13 +124,19 @@ pub struct EgressRefusal {
     pub last_seen: String,
 }
 
-/// Bytes and inodes used and allowed on one filesystem (statfs).
+/// Bytes and inodes used and allowed on one filesystem (statfs). The filesystems listed
+/// are tmpfs moat capped, whose statfs counts inodes in its inode space (Linux 6.6+): a
+/// file takes 1 KiB of it, an xattr its name, its value and 40 bytes, so `inodes_used`
+/// grows with xattrs too; `inode_space_*` are the same counts in bytes, what the tmpfs
+/// holds beside `bytes_allowed` of data.
 #[derive(Debug, Default, Clone, Serialize, PartialEq)]
 pub struct FsUse {
     pub bytes_used: u64,
     pub bytes_allowed: u64,
     pub inodes_used: u64,
     pub inodes_allowed: u64,
+    pub inode_space_bytes_used: u64,
+    pub inode_space_bytes_allowed: u64,
 }
 
 /// A pressure file's text; `None` when it has no `some` line.
@@ -410,6 +416,11 @@ pub fn fs_use(st: &libc::statvfs) -> FsUse {
         bytes_allowed: st.f_blocks.saturating_mul(frsize),
         inodes_used: st.f_files.saturating_sub(st.f_ffree),
         inodes_allowed: st.f_files,
+        inode_space_bytes_used: st
+            .f_files
+            .saturating_sub(st.f_ffree)
+            .saturating_mul(crate::policy::INODE_SPACE),
+        inode_space_bytes_allowed: st.f_files.saturating_mul(crate::policy::INODE_SPACE),
     }
 }
 

@@ -196,7 +196,11 @@ impl Plan {
         if decision.bounded_root.is_some() && opts.rootless {
             return Err(Error::EphemeralRootless);
         }
-        let rootfs_budget = cfg.rootfs_budget.zip(decision.bounded_root.map(|b| b.size));
+        // The whole cap: the data and the inode space (files and xattrs) the tmpfs holds
+        // beside it, both host RAM.
+        let rootfs_budget = cfg
+            .rootfs_budget
+            .zip(decision.bounded_root.map(|b| b.cap()));
         // The state directory does not exist yet; the socket's mount is planned for it.
         let dir = opts.root.join(&opts.id);
         let (notify, notify_source) = match &opts.notify_socket {
