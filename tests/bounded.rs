@@ -674,6 +674,16 @@ fn verify_shows_each_cap_in_force() {
             .unwrap_or_else(|| panic!("no {name}: {checks:#?}"));
         assert_eq!(ch["actual"], want, "{ch}");
         assert_eq!(ch["ok"], true, "{ch}");
+        // The cap stated in what the kernel bounds: the inode space it gives, in bytes.
+        let n: u64 = want.strip_prefix("nr_inodes=").unwrap().parse().unwrap();
+        assert_eq!(
+            ch["expected"],
+            format!(
+                "{want} (inode space for files and xattrs: {} bytes)",
+                n * 1024
+            ),
+            "{ch}"
+        );
     }
     let high = checks
         .get("memory.high")
@@ -890,6 +900,13 @@ fn events_stream_oom_and_limit_hits_and_stats_match_the_kernel() {
         assert_eq!(
             fs["inodes_used"],
             st.files() - st.files_free(),
+            "{dest}: {fs}"
+        );
+        // The inode space (files and xattrs) beside the data, in bytes: 1 KiB an inode.
+        assert_eq!(fs["inode_space_bytes_allowed"], 500 * 1024, "{dest}: {fs}");
+        assert_eq!(
+            fs["inode_space_bytes_used"],
+            (st.files() - st.files_free()) * 1024,
             "{dest}: {fs}"
         );
     }
