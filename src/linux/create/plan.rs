@@ -232,7 +232,7 @@ impl Plan {
         let (cgroup, planned) = if opts.systemd_cgroup {
             let user = opts.rootless.then(crate::linux::rootless::host_uid);
             let (layout, scope, path) =
-                Cgroup::plan_systemd(cgroups_path.as_deref(), &opts.id, user)?;
+                Cgroup::plan_systemd(cgroups_path.as_deref(), &opts.id, user, &opts.root)?;
             let mut planned = Cgroup::planned(&layout, &path);
             planned.systemd = Some(scope);
             // runc turns these into unit properties; an image can carry annotations, and
