@@ -324,7 +324,7 @@ async fn property(
             &(iface, name),
         )
         .await?;
-    Ok(reply.body().deserialize()?)
+    reply.body().deserialize()
 }
 
 /// A string property of the `org.freedesktop.systemd1.Unit` interface.
