@@ -80,7 +80,21 @@ async fn run(req: Request) -> Reply {
             }
             Ok(Answer::Started { cgroup, invocation })
         }
-        Request::Set { props, .. } => {
+        Request::Set {
+            props, invocation, ..
+        } => {
+            let found = match unit_path(&conn, &unit)
+                .await
+                .map_err(|e| err("find", &unit, e))?
+            {
+                Some(path) => invocation_id(&conn, &path)
+                    .await
+                    .map_err(|e| err("read the InvocationID of", &unit, e))?,
+                None => String::new(),
+            };
+            if invocation.is_empty() || found != invocation {
+                return Ok(Answer::NotOurs(found));
+            }
             call(
                 &conn,
                 "SetUnitProperties",

@@ -151,7 +151,9 @@ fn unexpected(unit: &str, a: &Answer) -> CgroupError {
     }
 }
 
-/// `update`: the new values as runtime properties of the scope.
+/// `update`: the new values as runtime properties of the scope, if it is still the unit
+/// the create started (its `InvocationID` the recorded one); refused otherwise, before
+/// any of the scope's files is written.
 pub fn set_properties(scope: &Scope, props: &[Prop]) -> Result<(), CgroupError> {
     if props.is_empty() {
         return Ok(());
@@ -160,8 +162,20 @@ pub fn set_properties(scope: &Scope, props: &[Prop]) -> Result<(), CgroupError> 
         user: scope.user,
         unit: scope.unit.clone(),
         props: wire(props),
+        invocation: scope.invocation.clone().unwrap_or_default(),
     };
-    converse(&req, &format!("update {}", scope.unit)).map(drop)
+    match converse(&req, &format!("update {}", scope.unit))? {
+        Answer::Done => Ok(()),
+        Answer::NotOurs(found) => Err(CgroupError::Systemd {
+            msg: format!(
+                "systemd: update {}: not the unit this container started (InvocationID {}, recorded {}): nothing changed",
+                scope.unit,
+                if found.is_empty() { "none: no such unit" } else { &found },
+                scope.invocation.as_deref().unwrap_or("none")
+            ),
+        }),
+        a => Err(unexpected(&scope.unit, &a)),
+    }
 }
 
 /// `delete`: the scope stopped (a unit systemd already collected is fine) and a failed

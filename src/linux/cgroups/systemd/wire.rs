@@ -33,11 +33,13 @@ pub enum Request {
         props: Props,
         fleet: Option<(String, Props)>,
     },
-    /// Runtime properties of a running unit (`update`).
+    /// Runtime properties of a running unit (`update`), set only if its `InvocationID` is
+    /// `invocation`: else [`Answer::NotOurs`], nothing set.
     Set {
         user: Option<u32>,
         unit: String,
         props: Props,
+        invocation: String,
     },
     /// Stops the unit and resets it if it failed, only if its `InvocationID` is
     /// `invocation` (the one moat recorded when it started it): answers [`Answer::Done`],
