@@ -198,7 +198,7 @@ fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<
     if let Some(sandbox) = sandbox {
         let mut forked = 0;
         let waited = (|| -> Result<()> {
-            let pid = pod::spawn_waiter(&p.dir, &sandbox, &a.id)?;
+            let pid = pod::spawn_waiter(&p.dir, &p.gv, &sandbox, &a.id)?;
             forked = pid;
             pod::place_waiter(&p.dir, pid);
             let mut rec = p.dir.load()?;

@@ -19,12 +19,14 @@
 //! | `policy.json` | the policy decision: what was changed, and what gVisor does not apply |
 //! | `exec-<pid>.json` | the process file runsc reads for `exec --process` (the caller's, parsed and serialised again) and for `exec -t` in argv form |
 //! | `start` | an app container of a pod: the FIFO `start` writes to release its waiter ([`pod`]) |
+//! | `control-netns` | the network namespace every runsc call for the container runs in, bind-mounted ([`control`]) |
 //!
 //! What runsc is given and how it is run: [`runsc`]. How runsc 20221219 differs from runc
 //! and what moat emulates: `docs/gvisor.md`.
 
 mod cmds;
 pub mod config;
+mod control;
 mod egress;
 mod exec;
 mod extra;
@@ -142,6 +144,7 @@ mod tests {
             oci_seccomp: false,
             systemd_cgroup: false,
             pod: None,
+            control_netns: None,
         });
         let json = serde_json::to_string(&gv).unwrap();
         assert!(

@@ -21,7 +21,8 @@
 //! nothing), whose exit is the container's: it waits on `<root>/<id>/start`, a FIFO that
 //! `start` writes once runsc started the container, then asks the sandbox for the
 //! container's exit status over runsc's control socket (the `containerManager.Wait` call
-//! `runsc wait` makes, without keeping a 17 MB Go process per container) and exits with it
+//! `runsc wait` makes, without keeping a 17 MB Go process per container; in the control
+//! namespace, `super::control`, from a peer that is root) and exits with it
 //! (128+N for a signal; 137 when the sandbox went away). Its pid and start time are the
 //! record's `pid`/`pid_start`; `kill` of a created app container kills it, `state`
 //! reports it, and a container whose waiter is gone is stopped for the engine.
@@ -257,21 +258,47 @@ pub fn app_sandbox(gv: &Gvisor) -> Option<&str> {
     }
 }
 
-/// runsc's control socket for a sandbox: an abstract name, NUL included.
-fn control_socket(sandbox: &str) -> Vec<u8> {
-    let mut name = format!("runsc-sandbox.{sandbox}").into_bytes();
-    name.push(0);
-    name
+/// runsc's control socket for a sandbox.
+#[derive(Debug, PartialEq, Eq)]
+enum ControlSocket {
+    /// runsc 20221219: an abstract name, NUL included, in the namespace `runsc create`
+    /// ran in (moat's control namespace, `super::control`).
+    Abstract(Vec<u8>),
+    /// Later runsc: a file, recorded in the sandbox's state as `controlSocketPath`.
+    Path(std::path::PathBuf),
+}
+
+/// Where the sandbox `sandbox` under runsc root `root` serves its control server: the
+/// path its state records, else runsc 20221219's abstract name.
+fn control_socket(root: &std::path::Path, sandbox: &str) -> ControlSocket {
+    let state = root.join(format!("{sandbox}_sandbox:{sandbox}.state"));
+    let path = std::fs::read(state)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| {
+            v.pointer("/sandbox/controlSocketPath")?
+                .as_str()
+                .map(str::to_string)
+        })
+        .filter(|p| !p.is_empty());
+    match path {
+        Some(p) => ControlSocket::Path(p.into()),
+        None => {
+            let mut name = format!("runsc-sandbox.{sandbox}").into_bytes();
+            name.push(0);
+            ControlSocket::Abstract(name)
+        }
+    }
 }
 
 /// Forks the waiter of app container `id` in `sandbox` (after `runsc create` made it) and
-/// returns its pid. The waiter holds nothing of moat's but the start FIFO and create's
-/// stdio: runsc gives an app container the stdio of `runsc start` (it starts the
-/// container's gofer then), while the engine gave the container's at create (runc's init
-/// inherits them), so `start` takes them from the waiter ([`waiter_stdio`]); once
-/// released, the waiter puts /dev/null in their place. `/` as its directory, a session
-/// of its own, no signal blocked.
-pub fn spawn_waiter(dir: &ContainerDir, sandbox: &str, id: &str) -> Result<i32> {
+/// returns its pid. The waiter holds nothing of moat's but the start FIFO, the control
+/// namespace and create's stdio: runsc gives an app container the stdio of `runsc start`
+/// (it starts the container's gofer then), while the engine gave the container's at create
+/// (runc's init inherits them), so `start` takes them from the waiter ([`waiter_stdio`]);
+/// once released, the waiter puts /dev/null in their place. `/` as its directory, a
+/// session of its own, no signal blocked.
+pub fn spawn_waiter(dir: &ContainerDir, gv: &Gvisor, sandbox: &str, id: &str) -> Result<i32> {
     let fifo = dir.file(START_FIFO);
     let path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).context("start FIFO path")?;
     sys::mkfifo(&path, 0o600).with_context(|| format!("mkfifo {}", fifo.display()))?;
@@ -282,7 +309,12 @@ pub fn spawn_waiter(dir: &ContainerDir, sandbox: &str, id: &str) -> Result<i32> 
         .with_context(|| format!("open {}", fifo.display()))?
         .into();
     // Everything the child needs is made here: after the fork it only makes system calls.
-    let socket = control_socket(sandbox);
+    let netns = gv
+        .control_netns
+        .as_deref()
+        .map(super::control::open)
+        .transpose()?;
+    let socket = control_socket(&gv.root, sandbox);
     let call = serde_json::to_vec(&serde_json::json!({
         "method": "containerManager.Wait",
         "arg": id,
@@ -291,7 +323,7 @@ pub fn spawn_waiter(dir: &ContainerDir, sandbox: &str, id: &str) -> Result<i32> 
     match sys::clone_fork(0, None).context("fork the waiter")? {
         sys::Forked::Parent(pid) => Ok(pid),
         sys::Forked::Child => {
-            let code = waiter(start, &socket, &call);
+            let code = waiter(start, netns, &socket, &call);
             sys::exit_now(code)
         }
     }
@@ -299,7 +331,12 @@ pub fn spawn_waiter(dir: &ContainerDir, sandbox: &str, id: &str) -> Result<i32> 
 
 /// The waiter's life: detach, wait for start, wait for the container, exit with its
 /// status.
-fn waiter(start: OwnedFd, socket: &[u8], call: &[u8]) -> i32 {
+fn waiter(start: OwnedFd, netns: Option<OwnedFd>, socket: &ControlSocket, call: &[u8]) -> i32 {
+    if let Some(ns) = netns {
+        if sys::setns(ns.as_fd(), libc::CLONE_NEWNET).is_err() {
+            return 255;
+        }
+    }
     if sys::close_all_but(start.as_fd()).is_err() {
         return 255;
     }
@@ -326,11 +363,22 @@ fn waiter(start: OwnedFd, socket: &[u8], call: &[u8]) -> i32 {
 }
 
 /// `containerManager.Wait` over the sandbox's control socket: the container's wait status,
-/// `None` when the sandbox went away or answered with an error.
-fn wait_container(socket: &[u8], call: &[u8]) -> Option<u32> {
+/// `None` when the sandbox went away, answered with an error, or the socket was not
+/// bound by root (runsc create binds it as root).
+fn wait_container(socket: &ControlSocket, call: &[u8]) -> Option<u32> {
     use std::os::linux::net::SocketAddrExt as _;
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(socket).ok()?;
-    let mut conn = std::os::unix::net::UnixStream::connect_addr(&addr).ok()?;
+    let mut conn = match socket {
+        ControlSocket::Abstract(name) => {
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name).ok()?;
+            std::os::unix::net::UnixStream::connect_addr(&addr).ok()?
+        }
+        ControlSocket::Path(p) => std::os::unix::net::UnixStream::connect(p).ok()?,
+    };
+    let peer =
+        nix::sys::socket::getsockopt(&conn, nix::sys::socket::sockopt::PeerCredentials).ok()?;
+    if peer.uid() != 0 {
+        return None;
+    }
     conn.write_all(call).ok()?;
     let reply: Value = serde_json::Deserializer::from_reader(&conn)
         .into_iter::<Value>()
@@ -559,6 +607,10 @@ mod tests {
         assert_eq!(exit_code(Some(9)), 137);
         assert_eq!(exit_code(Some(15)), 143);
         assert_eq!(exit_code(None), 137);
-        assert_eq!(control_socket("sb1"), b"runsc-sandbox.sb1\0");
+        let none = std::path::Path::new("/nonexistent");
+        assert_eq!(
+            control_socket(none, "sb1"),
+            ControlSocket::Abstract(b"runsc-sandbox.sb1\0".to_vec())
+        );
     }
 }

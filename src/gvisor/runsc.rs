@@ -262,15 +262,43 @@ impl<'a> Runsc<'a> {
         if let Some(e) = self.unknown() {
             anyhow::bail!("{e}");
         }
+        let netns = self.control_netns()?;
         let (path, argv, envp) = self.exec_args();
-        sys::spawn_in_cgroup(&path, &argv, &envp, stdio, self.cgroup_procs)
-            .with_context(|| format!("execute {}", self.gv.runsc.display()))
+        sys::spawn_in_cgroup(
+            &path,
+            &argv,
+            &envp,
+            stdio,
+            self.cgroup_procs,
+            netns.as_ref().map(AsFd::as_fd),
+        )
+        .with_context(|| format!("execute {}", self.gv.runsc.display()))
+    }
+
+    /// The container's control namespace (`super::control`), opened for the child that
+    /// executes runsc; `None` for a record made before moat pinned one.
+    fn control_netns(&self) -> Result<Option<OwnedFd>> {
+        self.gv
+            .control_netns
+            .as_deref()
+            .map(super::control::open)
+            .transpose()
     }
 
     /// Replaces moat with runsc. Returns only on failure.
     pub fn exec(self) -> anyhow::Error {
         if let Some(e) = self.unknown() {
             return anyhow::anyhow!("{e}");
+        }
+        // moat becomes runsc: it enters the control namespace itself.
+        match self.control_netns() {
+            Ok(Some(ns)) => {
+                if let Err(e) = sys::setns(ns.as_fd(), libc::CLONE_NEWNET) {
+                    return anyhow::Error::from(e).context("enter runsc's control namespace");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => return e,
         }
         if let Err(e) = sys::close_range_from(sys::FdNumber(3), true) {
             return anyhow::Error::from(e).context("close_range");
@@ -382,6 +410,7 @@ mod tests {
             oci_seccomp: true,
             systemd_cgroup: true,
             pod: None,
+            control_netns: None,
         }
     }
 

@@ -357,6 +357,18 @@ pub fn prepare(
         id,
         sandbox.as_ref().map(|j| &j.dir),
     )?;
+    // runsc runs in a namespace of its own (super::control) and starts a host-network
+    // sandbox in the namespace it runs in: the host's network is named by path.
+    if network == "host" && sandbox.is_none() {
+        if let Some(linux) = spec.linux.as_mut() {
+            if !linux.namespaces.iter().any(|n| n.typ == "network") {
+                linux.namespaces.push(crate::spec::Namespace {
+                    typ: "network".into(),
+                    path: Some(super::control::host_netns_path()),
+                });
+            }
+        }
+    }
     let cwd = std::env::current_dir().context("getcwd")?;
     let bundle = cwd.join(bundle);
     let rootfs = spec.rootfs(&bundle);
@@ -370,8 +382,16 @@ pub fn prepare(
         return Err(e);
     }
     crate::log::debug(&format!("{id}: gVisor ({})", sel.reason));
+    let control = dir.file(super::control::CONTROL_NETNS);
+    let sandbox_control = sandbox.as_ref().and_then(|j| j.gv.control_netns.clone());
     let (gv, sandbox) = match sandbox {
-        Some(j) => (j.gv, Some(j.dir)),
+        // An app container's runsc create talks to its sandbox's control server: in the
+        // sandbox's namespace, pinned again under this container's directory.
+        Some(j) => {
+            let mut gv = j.gv;
+            gv.control_netns = gv.control_netns.as_ref().map(|_| control.clone());
+            (gv, Some(j.dir))
+        }
         None => (
             Gvisor {
                 runsc,
@@ -384,6 +404,7 @@ pub fn prepare(
                 oci_seccomp: spec.linux().seccomp.is_some() || pod.is_some(),
                 systemd_cgroup: g.systemd_cgroup,
                 pod,
+                control_netns: Some(control),
             },
             None,
         ),
@@ -435,6 +456,14 @@ pub fn prepare(
             post_hooks: None,
         };
         dir.save(&rec)?;
+        // After the record that names it: a create killed here leaves delete the pin to
+        // unmount.
+        if gv.control_netns.is_some() {
+            match &sandbox_control {
+                Some(theirs) => super::control::share(&dir, theirs)?,
+                None => super::control::make(&dir)?,
+            };
+        }
         // The egress programs on a cgroup v2 directory runsc create is started in: after
         // the record that names it, so that a create killed here leaves delete the path.
         if let (Some(p), Some(cg)) = (&egress, &egress_cgroup) {

@@ -35,6 +35,10 @@ pub struct Gvisor {
     /// moat at create: absent for a container with a sandbox of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodRole>,
+    /// The pinned network namespace every runsc call for this container runs in
+    /// (`gvisor::control`); absent in records made before moat pinned one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_netns: Option<PathBuf>,
 }
 
 /// A container's part in a gVisor pod (`gvisor::pod`).

@@ -228,6 +228,18 @@ pub fn validate_id(id: &str) -> Result<(), StateError> {
     Ok(())
 }
 
+/// The bind mount of a gVisor container's control network namespace in its state
+/// directory (`gvisor::control`).
+pub const CONTROL_NETNS: &str = "control-netns";
+
+/// Unmounts a namespace pin (lazily: a runsc call may still be in it); nothing when it
+/// is not mounted or absent.
+fn unpin(path: &Path) {
+    if let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) {
+        let _ = crate::linux::sys::umount2(&c, libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW);
+    }
+}
+
 /// An open, locked container directory.
 pub struct ContainerDir {
     pub path: PathBuf,
@@ -418,8 +430,10 @@ impl ContainerDir {
         }
     }
 
-    /// Removes the directory and everything in it; the lock goes with the handle.
+    /// Removes the directory and everything in it; the lock goes with the handle. A
+    /// gVisor container's pinned control namespace ([`CONTROL_NETNS`]) is unmounted first.
     pub fn remove(self) -> Result<(), StateError> {
+        unpin(&self.file(CONTROL_NETNS));
         fs::remove_dir_all(&self.path).map_err(io_err("cannot remove", &self.path))
     }
 }

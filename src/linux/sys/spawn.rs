@@ -17,6 +17,8 @@ struct SpawnArgs {
     /// A cgroup's `cgroup.procs`, open for writing, that the child moves itself into
     /// before it executes; -1 for none.
     cgroup_procs: RawFd,
+    /// A network namespace the child enters before it executes; -1 for none.
+    netns: RawFd,
     /// Written by the child, in moat's memory, when it cannot execute.
     errno: libc::c_int,
 }
@@ -47,6 +49,10 @@ extern "C" fn spawn_child(arg: *mut libc::c_void) -> libc::c_int {
             a.errno = *libc::__errno_location();
             libc::_exit(127);
         }
+        if a.netns >= 0 && libc::setns(a.netns, libc::CLONE_NEWNET) != 0 {
+            a.errno = *libc::__errno_location();
+            libc::_exit(127);
+        }
         // moat ignores SIGPIPE, and an ignored signal stays ignored across execve; the
         // mask (everything, blocked by the parent for this window) is emptied, as std's
         // Command does.
@@ -74,17 +80,19 @@ pub fn spawn(
     stdio: [Option<BorrowedFd<'_>>; 3],
 ) -> Result<(libc::pid_t, OwnedFd)> {
     not_faked!("spawn");
-    spawn_in_cgroup(path, argv, envp, stdio, None)
+    spawn_in_cgroup(path, argv, envp, stdio, None, None)
 }
 
 /// As [`spawn`], the child first moving itself into the cgroup whose `cgroup.procs` is
-/// `cgroup_procs` (open for writing), so that it and everything it starts are born there.
+/// `cgroup_procs` (open for writing), so that it and everything it starts are born there,
+/// and entering the network namespace `netns` (only the child: moat stays where it is).
 pub fn spawn_in_cgroup(
     path: &CStr,
     argv: &[CString],
     envp: &[CString],
     stdio: [Option<BorrowedFd<'_>>; 3],
     cgroup_procs: Option<BorrowedFd<'_>>,
+    netns: Option<BorrowedFd<'_>>,
 ) -> Result<(libc::pid_t, OwnedFd)> {
     not_faked!("spawn_in_cgroup");
     const STACK: usize = 32 * 1024;
@@ -98,6 +106,7 @@ pub fn spawn_in_cgroup(
         envp: e.as_ptr(),
         stdio: stdio.map(|f| f.map_or(-1, |f| f.as_raw_fd())),
         cgroup_procs: cgroup_procs.map_or(-1, |f| f.as_raw_fd()),
+        netns: netns.map_or(-1, |f| f.as_raw_fd()),
         errno: 0,
     };
     let mut stack: Vec<u8> = Vec::with_capacity(STACK);
