@@ -1641,3 +1641,138 @@ fn gvisor_ids_never_reach_another_by_prefix() {
         "{web2} must be untouched by the kill and delete of {web}"
     );
 }
+
+/// The runsc binaries the control-socket test runs against: the one on PATH, then each of
+/// `MOAT_TEST_RUNSC` (paths separated by `:`, e.g. an unpacked newer runsc).
+fn runscs() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("runsc"))
+                .filter(|r| r.is_file())
+                .take(1)
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(extra) = std::env::var_os("MOAT_TEST_RUNSC") {
+        out.extend(std::env::split_paths(&extra).filter(|p| !p.as_os_str().is_empty()));
+    }
+    out
+}
+
+/// The bundle `name` in `e` without a network namespace: the host's network.
+fn host_network_bundle(e: &Env, name: &str, annotations: &[(&str, &str)]) -> PathBuf {
+    let b = e.bundle(name, annotations, &["sleep", "600"]);
+    let cfg = b.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    spec["linux"]["namespaces"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|n| n["type"] != "network");
+    std::fs::write(&cfg, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+    b
+}
+
+/// runsc's control server (exec as root inside the sandbox, signals, checkpoint) is
+/// reachable from no namespace the container does not own: a gVisor container sharing the
+/// host's network (OPEN), then an unprivileged host user and a host-network container try
+/// runsc 20221219's abstract name and the file a newer runsc records.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn control_socket_unreachable_from_host_users_and_host_network_containers() {
+    if !usable("control_socket_unreachable_from_host_users_and_host_network_containers") {
+        return;
+    }
+    let Some(probe) = support::sockets::sockprobe() else {
+        return;
+    };
+    let host_net = support::sockets::netns_of(std::process::id() as i32).unwrap();
+    for runsc in runscs() {
+        eprintln!("== {}", runsc.display());
+        let mut e = Env::new("ctl");
+        let cfg = e.dir.join("open.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "default_policy = \"open\"\n[gvisor]\nrunsc_path = \"{}\"\n",
+                runsc.display()
+            ),
+        )
+        .unwrap();
+        e.config = Some(cfg);
+        let id = e.id("g");
+        let gb = host_network_bundle(&e, "gb", &[("moat.runtime", "gvisor")]);
+        e.ok(&["create", "--bundle", gb.to_str().unwrap(), &id]);
+        e.ok(&["start", &id]);
+        let sandbox = e.state(&id)["pid"].as_i64().unwrap() as i32;
+        assert_eq!(
+            support::sockets::netns_of(sandbox),
+            Some(host_net),
+            "the sandbox keeps the host's network"
+        );
+        // A host-network container with the probe.
+        let hid = e.id("h");
+        let hb = host_network_bundle(&e, "hb", &[]);
+        std::fs::copy(probe, hb.join("rootfs/bin/sockprobe")).unwrap();
+        e.ok(&["create", "--bundle", hb.to_str().unwrap(), &hid]);
+        e.ok(&["start", &hid]);
+        let init = e.state(&hid)["pid"].as_i64().unwrap() as i32;
+        assert_eq!(support::sockets::netns_of(init), Some(host_net));
+
+        let abstract_name = format!("@runsc-sandbox.{id}@");
+        let state = e
+            .root()
+            .join("@runsc")
+            .join(format!("{id}_sandbox:{id}.state"));
+        let state: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+        let file = state
+            .pointer("/sandbox/controlSocketPath")
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+            .map(str::to_string);
+        let served = file.clone().unwrap_or_else(|| abstract_name.clone());
+        eprintln!("runsc serves its control server on {served}");
+        let unix = std::fs::read_to_string("/proc/net/unix").unwrap();
+        assert!(
+            !unix.contains(&abstract_name),
+            "{abstract_name} in the host's network namespace"
+        );
+        for name in [Some(&abstract_name), file.as_ref()].into_iter().flatten() {
+            let args = ["unix", "1", name.as_str()];
+            let nobody = support::sockets::probe_as_nobody(probe, &args);
+            eprintln!("as uid 65534 on the host: {nobody}");
+            assert!(
+                !support::sockets::reached(&nobody),
+                "an unprivileged host user reached runsc's control server: {nobody}"
+            );
+            let mut exec = vec!["exec", hid.as_str(), "/bin/sockprobe"];
+            exec.extend(args);
+            let inside = e.ok(&exec);
+            eprintln!("from the host-network container: {}", inside.trim());
+            assert!(
+                !support::sockets::reached(inside.trim()),
+                "a host-network container reached runsc's control server: {inside}"
+            );
+        }
+        // The probe does reach it where moat's runsc calls run: root in the pinned
+        // namespace (so the refusals above are not the probe's failure).
+        let pin = e.root().join(&id).join("control-netns");
+        let own = support::sockets::probe_with(
+            &["nsenter", &format!("--net={}", pin.display())],
+            probe,
+            &["unix", "1", &served],
+        );
+        assert!(support::sockets::reached(&own), "{own}");
+        // moat's own calls still reach it.
+        let out = e.ok(&["exec", &id, "echo", "through-the-control-namespace"]);
+        assert_eq!(out.trim(), "through-the-control-namespace");
+        e.ok(&["kill", &id, "KILL"]);
+        e.wait_status(&id, "stopped");
+        e.ok(&["delete", &id]);
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(
+            !mounts.contains(pin.to_str().unwrap()),
+            "the control namespace's pin is left mounted"
+        );
+    }
+}

@@ -198,7 +198,11 @@ fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<
     if let Some(sandbox) = sandbox {
         let mut forked = 0;
         let waited = (|| -> Result<()> {
-            let pid = pod::spawn_waiter(&p.dir, &p.gv, &sandbox, &a.id)?;
+            let sandbox_pid = match runsc_state(g, &p.gv, &sandbox)? {
+                Some(st) => st.pid,
+                None => bail!("pod sandbox {sandbox:?} is gone"),
+            };
+            let pid = pod::spawn_waiter(&p.dir, &p.gv, &sandbox, sandbox_pid, &a.id)?;
             forked = pid;
             pod::place_waiter(&p.dir, pid);
             let mut rec = p.dir.load()?;

@@ -293,12 +293,18 @@ fn control_socket(root: &std::path::Path, sandbox: &str) -> ControlSocket {
 
 /// Forks the waiter of app container `id` in `sandbox` (after `runsc create` made it) and
 /// returns its pid. The waiter holds nothing of moat's but the start FIFO, the control
-/// namespace and create's stdio: runsc gives an app container the stdio of `runsc start`
+/// namespace and create's stdio; it talks only to the sandbox process `sandbox_pid`: runsc gives an app container the stdio of `runsc start`
 /// (it starts the container's gofer then), while the engine gave the container's at create
 /// (runc's init inherits them), so `start` takes them from the waiter ([`waiter_stdio`]);
 /// once released, the waiter puts /dev/null in their place. `/` as its directory, a
 /// session of its own, no signal blocked.
-pub fn spawn_waiter(dir: &ContainerDir, gv: &Gvisor, sandbox: &str, id: &str) -> Result<i32> {
+pub fn spawn_waiter(
+    dir: &ContainerDir,
+    gv: &Gvisor,
+    sandbox: &str,
+    sandbox_pid: i32,
+    id: &str,
+) -> Result<i32> {
     let fifo = dir.file(START_FIFO);
     let path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).context("start FIFO path")?;
     sys::mkfifo(&path, 0o600).with_context(|| format!("mkfifo {}", fifo.display()))?;
@@ -323,7 +329,7 @@ pub fn spawn_waiter(dir: &ContainerDir, gv: &Gvisor, sandbox: &str, id: &str) ->
     match sys::clone_fork(0, None).context("fork the waiter")? {
         sys::Forked::Parent(pid) => Ok(pid),
         sys::Forked::Child => {
-            let code = waiter(start, netns, &socket, &call);
+            let code = waiter(start, netns, &socket, sandbox_pid, &call);
             sys::exit_now(code)
         }
     }
@@ -331,7 +337,13 @@ pub fn spawn_waiter(dir: &ContainerDir, gv: &Gvisor, sandbox: &str, id: &str) ->
 
 /// The waiter's life: detach, wait for start, wait for the container, exit with its
 /// status.
-fn waiter(start: OwnedFd, netns: Option<OwnedFd>, socket: &ControlSocket, call: &[u8]) -> i32 {
+fn waiter(
+    start: OwnedFd,
+    netns: Option<OwnedFd>,
+    socket: &ControlSocket,
+    sandbox_pid: i32,
+    call: &[u8],
+) -> i32 {
     if let Some(ns) = netns {
         if sys::setns(ns.as_fd(), libc::CLONE_NEWNET).is_err() {
             return 255;
@@ -359,13 +371,13 @@ fn waiter(start: OwnedFd, netns: Option<OwnedFd>, socket: &ControlSocket, call: 
             let _ = sys::dup2(null.as_fd(), sys::FdNumber(n));
         }
     }
-    exit_code(wait_container(socket, call))
+    exit_code(wait_container(socket, sandbox_pid, call))
 }
 
 /// `containerManager.Wait` over the sandbox's control socket: the container's wait status,
-/// `None` when the sandbox went away, answered with an error, or the socket was not
-/// bound by root (runsc create binds it as root).
-fn wait_container(socket: &ControlSocket, call: &[u8]) -> Option<u32> {
+/// `None` when the sandbox went away, answered with an error, or the peer is not the
+/// sandbox process `sandbox_pid`.
+fn wait_container(socket: &ControlSocket, sandbox_pid: i32, call: &[u8]) -> Option<u32> {
     use std::os::linux::net::SocketAddrExt as _;
     let mut conn = match socket {
         ControlSocket::Abstract(name) => {
@@ -374,9 +386,10 @@ fn wait_container(socket: &ControlSocket, call: &[u8]) -> Option<u32> {
         }
         ControlSocket::Path(p) => std::os::unix::net::UnixStream::connect(p).ok()?,
     };
+    // The sandbox itself listens (runsc create binds the socket and hands it over).
     let peer =
         nix::sys::socket::getsockopt(&conn, nix::sys::socket::sockopt::PeerCredentials).ok()?;
-    if peer.uid() != 0 {
+    if peer.pid() != sandbox_pid {
         return None;
     }
     conn.write_all(call).ok()?;

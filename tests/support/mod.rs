@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 
 pub use serde_json::{json, Value};
 
+/// Listening sockets from /proc and the sockprobe client (tests/sockets.rs).
+pub mod sockets;
 /// The egress tests' private network world (scripts/lib/networld).
 pub mod world;
 

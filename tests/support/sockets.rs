@@ -1,0 +1,378 @@
+//! Listening sockets of processes, read from /proc, and `sockprobe` (tests/support/sockprobe.c)
+//! to connect to them: for the control-socket test (tests/gvisor.rs) and the listening-socket
+//! audit (tests/sockets.rs, docs/security.md "Listening sockets").
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use super::*;
+
+/// The static connect client, built once per run; `None` after a loud [`missing`] without
+/// a compiler.
+pub fn sockprobe() -> Option<&'static Path> {
+    static P: OnceLock<Option<PathBuf>> = OnceLock::new();
+    P.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/sockprobe.c");
+        let dir = Path::new(MOAT).parent().expect("target dir");
+        let out = dir.join("moat-sockprobe");
+        let tmp = dir.join(format!("moat-sockprobe.{}", std::process::id()));
+        let mut cmd = Command::new("gcc");
+        cmd.args(["-static", "-O2", "-o"]).arg(&tmp).arg(&src);
+        let res = run_cmd(cmd, &tmp_base(), Duration::from_secs(120));
+        let _ = fs::remove_file(&res.out_file);
+        let _ = fs::remove_file(&res.err_file);
+        if res.code != 0 {
+            missing(&format!(
+                "socket tests: cannot build sockprobe with gcc -static: {}",
+                res.stderr
+            ));
+            let _ = fs::remove_file(&tmp);
+            return None;
+        }
+        fs::rename(&tmp, &out).expect("rename sockprobe");
+        Some(out)
+    })
+    .as_deref()
+}
+
+/// Runs `prefix… sockprobe args…` and returns its one line.
+pub fn probe_with(prefix: &[&str], probe: &Path, args: &[&str]) -> String {
+    let mut cmd = Command::new(prefix.first().copied().unwrap_or(probe.to_str().unwrap()));
+    if !prefix.is_empty() {
+        cmd.args(&prefix[1..]).arg(probe);
+    }
+    cmd.args(args);
+    let out = run_cmd(cmd, &tmp_base(), Duration::from_secs(20));
+    let _ = fs::remove_file(&out.out_file);
+    let _ = fs::remove_file(&out.err_file);
+    assert_eq!(out.code, 0, "sockprobe {args:?}: {}", out.stderr);
+    out.stdout.trim().to_string()
+}
+
+/// `sockprobe args…` as uid/gid 65534 without groups, on the host.
+pub fn probe_as_nobody(probe: &Path, args: &[&str]) -> String {
+    probe_with(
+        &[
+            "setpriv",
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+        ],
+        probe,
+        args,
+    )
+}
+
+/// A probe's line says the connection was made.
+pub fn reached(line: &str) -> bool {
+    line.ends_with(" ok")
+}
+
+/// What a socket is bound to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Bound {
+    /// An abstract name as /proc/net/unix writes it (`@`, NULs as `@`), and the type.
+    Abstract(String, u32),
+    /// A path, and the type.
+    Path(String, u32),
+    Tcp(String, u16),
+    Udp(String, u16),
+}
+
+impl Bound {
+    /// The kind as docs/security.md's table names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Bound::Abstract(..) => "unix-abstract",
+            Bound::Path(..) => "unix-path",
+            Bound::Tcp(..) => "tcp",
+            Bound::Udp(..) => "udp",
+        }
+    }
+
+    /// The name, path or `ADDR:PORT`.
+    pub fn address(&self) -> String {
+        match self {
+            Bound::Abstract(n, _) | Bound::Path(n, _) => n.clone(),
+            Bound::Tcp(a, p) | Bound::Udp(a, p) => format!("{a}:{p}"),
+        }
+    }
+}
+
+/// A socket a process holds that others could connect or send to.
+#[derive(Debug, Clone)]
+pub struct Listener {
+    pub pid: i32,
+    /// The program: the file name of `/proc/<pid>/exe` (`moat-dns`, `runsc`, `sleep`, …),
+    /// or argv[0] for runsc's re-executed processes (`runsc-sandbox`, `runsc-gofer`).
+    pub program: String,
+    /// The network namespace's inode.
+    pub netns: u64,
+    pub bound: Bound,
+}
+
+/// The program name of `pid` as the table names it.
+pub fn program(pid: i32) -> String {
+    let argv0 = fs::read(format!("/proc/{pid}/cmdline"))
+        .ok()
+        .and_then(|b| b.split(|&c| c == 0).next().map(|a| a.to_vec()))
+        .map(|a| String::from_utf8_lossy(&a).into_owned())
+        .unwrap_or_default();
+    if argv0.starts_with("runsc-") {
+        return argv0;
+    }
+    fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .map(|n| n.trim_end_matches(" (deleted)").to_string())
+        .unwrap_or(argv0)
+}
+
+/// The network namespace inode of `pid`.
+pub fn netns_of(pid: i32) -> Option<u64> {
+    fs::metadata(format!("/proc/{pid}/ns/net"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// Every process below `ancestor` (by parent pid), `ancestor` excluded.
+pub fn descendants(ancestor: i32) -> BTreeSet<i32> {
+    let mut parent: BTreeMap<i32, i32> = BTreeMap::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid …: comm may hold spaces and parentheses.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
+            parent.insert(pid, ppid);
+        }
+    }
+    parent
+        .keys()
+        .copied()
+        .filter(|&p| {
+            let mut cur = p;
+            for _ in 0..64 {
+                match parent.get(&cur) {
+                    Some(&pp) if pp == ancestor => return true,
+                    Some(&pp) if pp > 1 => cur = pp,
+                    _ => return false,
+                }
+            }
+            false
+        })
+        .collect()
+}
+
+/// The socket inodes `pid` holds open.
+fn socket_inodes(pid: i32) -> BTreeSet<u64> {
+    let mut out = BTreeSet::new();
+    let Ok(rd) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        if let Ok(t) = fs::read_link(e.path()) {
+            let t = t.to_string_lossy();
+            if let Some(i) = t
+                .strip_prefix("socket:[")
+                .and_then(|r| r.strip_suffix(']'))
+                .and_then(|i| i.parse().ok())
+            {
+                out.insert(i);
+            }
+        }
+    }
+    out
+}
+
+/// An address of /proc/net/tcp{,6} / udp{,6} (`0100007F:0035`, host-endian words).
+pub fn ip_port(hex: &str) -> Option<(String, u16)> {
+    let (a, p) = hex.split_once(':')?;
+    let port = u16::from_str_radix(p, 16).ok()?;
+    let addr = match a.len() {
+        8 => {
+            let n = u32::from_str_radix(a, 16).ok()?;
+            std::net::Ipv4Addr::from(n.to_le_bytes()).to_string()
+        }
+        32 => {
+            let mut b = [0u8; 16];
+            for w in 0..4 {
+                let n = u32::from_str_radix(&a[w * 8..w * 8 + 8], 16).ok()?;
+                b[w * 4..w * 4 + 4].copy_from_slice(&n.to_le_bytes());
+            }
+            std::net::Ipv6Addr::from(b).to_string()
+        }
+        _ => return None,
+    };
+    Some((addr, port))
+}
+
+/// Every socket the processes `pids` hold that listens (a Unix stream or seqpacket socket
+/// in `listen`, a TCP socket in LISTEN) or can be sent to (a bound Unix datagram socket,
+/// a bound UDP socket), read from `/proc/<pid>/net/*` of each process's namespace.
+pub fn listeners(pids: &BTreeSet<i32>) -> Vec<Listener> {
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    for &pid in pids {
+        let inodes = socket_inodes(pid);
+        if inodes.is_empty() {
+            continue;
+        }
+        let Some(netns) = netns_of(pid) else {
+            continue;
+        };
+        let prog = program(pid);
+        let mut push = |ino: u64, bound: Bound| {
+            if inodes.contains(&ino) && seen.insert((ino, bound.clone())) {
+                out.push(Listener {
+                    pid,
+                    program: prog.clone(),
+                    netns,
+                    bound,
+                });
+            }
+        };
+        // Num RefCount Protocol Flags Type St Inode Path
+        let unix = fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap_or_default();
+        for l in unix.lines().skip(1) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 8 {
+                continue;
+            }
+            let flags = u32::from_str_radix(f[3], 16).unwrap_or(0);
+            let typ = u32::from_str_radix(f[4], 16).unwrap_or(0);
+            let Ok(ino) = f[6].parse::<u64>() else {
+                continue;
+            };
+            let name = f[7..].join(" ");
+            const ACCEPTCON: u32 = 0x10000;
+            let listening = flags & ACCEPTCON != 0 || typ == 2;
+            if !listening {
+                continue;
+            }
+            let bound = if name.starts_with('@') {
+                Bound::Abstract(name, typ)
+            } else {
+                Bound::Path(name, typ)
+            };
+            push(ino, bound);
+        }
+        for (file, udp) in [
+            ("tcp", false),
+            ("tcp6", false),
+            ("udp", true),
+            ("udp6", true),
+        ] {
+            let t = fs::read_to_string(format!("/proc/{pid}/net/{file}")).unwrap_or_default();
+            for l in t.lines().skip(1) {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                if f.len() < 10 {
+                    continue;
+                }
+                let Some((addr, port)) = ip_port(f[1]) else {
+                    continue;
+                };
+                let Ok(ino) = f[9].parse::<u64>() else {
+                    continue;
+                };
+                // TCP_LISTEN is 0A; a UDP socket with a local port receives.
+                if udp && port != 0 {
+                    push(ino, Bound::Udp(addr, port));
+                } else if !udp && f[3] == "0A" {
+                    push(ino, Bound::Tcp(addr, port));
+                }
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.program, &a.bound).cmp(&(&b.program, &b.bound)));
+    out
+}
+
+/// One row of docs/security.md's "Listening sockets" table.
+#[derive(Debug, Clone)]
+pub struct Documented {
+    pub program: String,
+    pub kind: String,
+    /// A pattern: `*` matches any run of characters (`<id>` stands for the container's id).
+    pub address: String,
+    /// `container`: the container's own network namespace (never the host's);
+    /// `host`: any.
+    pub namespace: String,
+    pub why: String,
+}
+
+/// The table under "## Listening sockets" in docs/security.md: its first Markdown table,
+/// cells unquoted from backticks.
+pub fn documented() -> Vec<Documented> {
+    let doc = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/security.md"))
+        .expect("docs/security.md");
+    let start = doc
+        .find("\n## Listening sockets\n")
+        .expect("docs/security.md has a \"Listening sockets\" section");
+    let rows: Vec<Vec<String>> = doc[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().trim_matches('`').to_string())
+                .collect()
+        })
+        .collect();
+    assert!(!rows.is_empty(), "the Listening sockets table has no rows");
+    rows.into_iter()
+        .map(|c| {
+            assert_eq!(c.len(), 5, "a Listening sockets row has 5 cells: {c:?}");
+            Documented {
+                program: c[0].clone(),
+                kind: c[1].clone(),
+                address: c[2].clone(),
+                namespace: c[3].clone(),
+                why: c[4].clone(),
+            }
+        })
+        .collect()
+}
+
+/// `*` matches any run of characters.
+pub fn glob(pattern: &str, s: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == s,
+        Some((head, tail)) => {
+            let Some(rest) = s.strip_prefix(head) else {
+                return false;
+            };
+            (0..=rest.len()).any(|i| rest.is_char_boundary(i) && glob(tail, &rest[i..]))
+        }
+    }
+}
+
+/// The documented row that covers `l` (its namespace is not `host_netns` for a
+/// `container` row), if any.
+pub fn covering<'a>(
+    rows: &'a [Documented],
+    l: &Listener,
+    host_netns: u64,
+) -> Option<&'a Documented> {
+    rows.iter().find(|r| {
+        glob(&r.program, &l.program)
+            && r.kind == l.bound.kind()
+            && glob(&r.address, &l.bound.address())
+            && (r.namespace != "container" || l.netns != host_netns)
+    })
+}
