@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -177,13 +178,16 @@ pub fn descendants(ancestor: i32) -> BTreeSet<i32> {
         .collect()
 }
 
-/// The socket inodes `pid` holds open.
-fn socket_inodes(pid: i32) -> BTreeSet<u64> {
-    let mut out = BTreeSet::new();
+/// The sockets `pid` holds open: (fd number, inode).
+fn socket_fds(pid: i32) -> Vec<(i32, u64)> {
+    let mut out = Vec::new();
     let Ok(rd) = fs::read_dir(format!("/proc/{pid}/fd")) else {
         return out;
     };
     for e in rd.flatten() {
+        let Some(fd) = e.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
         if let Ok(t) = fs::read_link(e.path()) {
             let t = t.to_string_lossy();
             if let Some(i) = t
@@ -191,11 +195,55 @@ fn socket_inodes(pid: i32) -> BTreeSet<u64> {
                 .and_then(|r| r.strip_suffix(']'))
                 .and_then(|i| i.parse().ok())
             {
-                out.insert(i);
+                out.push((fd, i));
             }
         }
     }
     out
+}
+
+/// The network namespace a socket lives in (which need not be its holder's: runsc binds
+/// its control socket in one namespace and hands it to a sandbox in another): a copy of
+/// `pid`'s descriptor `fd` (`pidfd_getfd`), asked with `SIOCGSKNS`.
+fn socket_netns(pid: i32, fd: i32) -> Option<OwnedFd> {
+    const SIOCGSKNS: libc::c_ulong = 0x894C;
+    // SAFETY: plain syscalls on descriptors this function owns; each result is checked
+    // before it is wrapped.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
+        if pidfd < 0 {
+            return None;
+        }
+        let pidfd = OwnedFd::from_raw_fd(pidfd as i32);
+        let sock = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0);
+        if sock < 0 {
+            return None;
+        }
+        let sock = OwnedFd::from_raw_fd(sock as i32);
+        let ns = libc::ioctl(sock.as_raw_fd(), SIOCGSKNS as _);
+        if ns < 0 {
+            return None;
+        }
+        Some(OwnedFd::from_raw_fd(ns))
+    }
+}
+
+/// `/proc/net/<file>` of the network namespace `ns`, read by a thread that enters it.
+fn read_net(ns: &OwnedFd, files: &[&str]) -> Vec<String> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: setns of this thread only, on a namespace descriptor.
+            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return files.iter().map(|_| String::new()).collect();
+            }
+            files
+                .iter()
+                .map(|f| fs::read_to_string(format!("/proc/thread-self/net/{f}")).unwrap_or_default())
+                .collect()
+        })
+        .join()
+        .unwrap()
+    })
 }
 
 /// An address of /proc/net/tcp{,6} / udp{,6} (`0100007F:0035`, host-endian words).
@@ -222,32 +270,45 @@ pub fn ip_port(hex: &str) -> Option<(String, u16)> {
 
 /// Every socket the processes `pids` hold that listens (a Unix stream or seqpacket socket
 /// in `listen`, a TCP socket in LISTEN) or can be sent to (a bound Unix datagram socket,
-/// a bound UDP socket), read from `/proc/<pid>/net/*` of each process's namespace.
+/// a bound UDP socket), each read from `/proc/net/*` of the namespace it lives in.
 pub fn listeners(pids: &BTreeSet<i32>) -> Vec<Listener> {
-    let mut out = Vec::new();
-    let mut seen = BTreeSet::new();
+    // Each socket: its holder and its namespace.
+    let mut holder: BTreeMap<u64, (i32, u64)> = BTreeMap::new();
+    let mut namespaces: BTreeMap<u64, OwnedFd> = BTreeMap::new();
     for &pid in pids {
-        let inodes = socket_inodes(pid);
-        if inodes.is_empty() {
-            continue;
+        for (fd, ino) in socket_fds(pid) {
+            if holder.contains_key(&ino) {
+                continue;
+            }
+            let Some(ns) = socket_netns(pid, fd) else {
+                continue;
+            };
+            let Ok(st) = nix::sys::stat::fstat(ns.as_raw_fd()) else {
+                continue;
+            };
+            let nsid = st.st_ino;
+            holder.insert(ino, (pid, nsid));
+            namespaces.entry(nsid).or_insert(ns);
         }
-        let Some(netns) = netns_of(pid) else {
-            continue;
-        };
-        let prog = program(pid);
-        let mut push = |ino: u64, bound: Bound| {
-            if inodes.contains(&ino) && seen.insert((ino, bound.clone())) {
+    }
+    let mut out = Vec::new();
+    let mut push = |ino: u64, bound: Bound, netns: u64| {
+        if let Some(&(pid, ns)) = holder.get(&ino) {
+            if ns == netns {
                 out.push(Listener {
                     pid,
-                    program: prog.clone(),
+                    program: program(pid),
                     netns,
                     bound,
                 });
             }
-        };
+        }
+    };
+    let files = ["unix", "tcp", "tcp6", "udp", "udp6"];
+    for (nsid, ns) in &namespaces {
+        let tables = read_net(ns, &files);
         // Num RefCount Protocol Flags Type St Inode Path
-        let unix = fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap_or_default();
-        for l in unix.lines().skip(1) {
+        for l in tables[0].lines().skip(1) {
             let f: Vec<&str> = l.split_whitespace().collect();
             if f.len() < 8 {
                 continue;
@@ -259,8 +320,7 @@ pub fn listeners(pids: &BTreeSet<i32>) -> Vec<Listener> {
             };
             let name = f[7..].join(" ");
             const ACCEPTCON: u32 = 0x10000;
-            let listening = flags & ACCEPTCON != 0 || typ == 2;
-            if !listening {
+            if flags & ACCEPTCON == 0 && typ != 2 {
                 continue;
             }
             let bound = if name.starts_with('@') {
@@ -268,15 +328,9 @@ pub fn listeners(pids: &BTreeSet<i32>) -> Vec<Listener> {
             } else {
                 Bound::Path(name, typ)
             };
-            push(ino, bound);
+            push(ino, bound, *nsid);
         }
-        for (file, udp) in [
-            ("tcp", false),
-            ("tcp6", false),
-            ("udp", true),
-            ("udp6", true),
-        ] {
-            let t = fs::read_to_string(format!("/proc/{pid}/net/{file}")).unwrap_or_default();
+        for (t, udp) in tables[1..].iter().zip([false, false, true, true]) {
             for l in t.lines().skip(1) {
                 let f: Vec<&str> = l.split_whitespace().collect();
                 if f.len() < 10 {
@@ -290,14 +344,35 @@ pub fn listeners(pids: &BTreeSet<i32>) -> Vec<Listener> {
                 };
                 // TCP_LISTEN is 0A; a UDP socket with a local port receives.
                 if udp && port != 0 {
-                    push(ino, Bound::Udp(addr, port));
+                    push(ino, Bound::Udp(addr, port), *nsid);
                 } else if !udp && f[3] == "0A" {
-                    push(ino, Bound::Tcp(addr, port));
+                    push(ino, Bound::Tcp(addr, port), *nsid);
                 }
             }
         }
     }
     out.sort_by(|a, b| (&a.program, &a.bound).cmp(&(&b.program, &b.bound)));
+    out
+}
+
+/// Unix socket files below `dir` (a state root): moat's and runsc's path sockets, where
+/// /proc/net/unix may name them by a `/proc/self/fd/N/…` path their binder used.
+pub fn socket_files(dir: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut out = Vec::new();
+    let Ok(rd) = fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Ok(t) = e.file_type() else {
+            continue;
+        };
+        if t.is_socket() {
+            out.push(e.path());
+        } else if t.is_dir() {
+            out.extend(socket_files(&e.path()));
+        }
+    }
     out
 }
 
