@@ -1686,7 +1686,7 @@ fn control_socket_unreachable_from_host_users_and_host_network_containers() {
     let Some(probe) = support::sockets::sockprobe() else {
         return;
     };
-    let host_net = support::sockets::netns_of(std::process::id() as i32).unwrap();
+    let host_net = support::sockets::netns_of(i32::try_from(std::process::id()).unwrap()).unwrap();
     for runsc in runscs() {
         eprintln!("== {}", runsc.display());
         let mut e = Env::new("ctl");
@@ -1704,7 +1704,7 @@ fn control_socket_unreachable_from_host_users_and_host_network_containers() {
         let gb = host_network_bundle(&e, "gb", &[("moat.runtime", "gvisor")]);
         e.ok(&["create", "--bundle", gb.to_str().unwrap(), &id]);
         e.ok(&["start", &id]);
-        let sandbox = e.state(&id)["pid"].as_i64().unwrap() as i32;
+        let sandbox = i32::try_from(e.state(&id)["pid"].as_i64().unwrap()).unwrap();
         assert_eq!(
             support::sockets::netns_of(sandbox),
             Some(host_net),
@@ -1716,7 +1716,7 @@ fn control_socket_unreachable_from_host_users_and_host_network_containers() {
         std::fs::copy(probe, hb.join("rootfs/bin/sockprobe")).unwrap();
         e.ok(&["create", "--bundle", hb.to_str().unwrap(), &hid]);
         e.ok(&["start", &hid]);
-        let init = e.state(&hid)["pid"].as_i64().unwrap() as i32;
+        let init = i32::try_from(e.state(&hid)["pid"].as_i64().unwrap()).unwrap();
         assert_eq!(support::sockets::netns_of(init), Some(host_net));
 
         let abstract_name = format!("@runsc-sandbox.{id}@");

@@ -134,7 +134,10 @@ fn globs_and_proc_addresses() {
             ["unix-abstract", "unix-path", "tcp", "udp"].contains(&r.kind.as_str()),
             "{r:?}"
         );
-        assert!(["container", "host"].contains(&r.namespace.as_str()), "{r:?}");
+        assert!(
+            ["container", "host"].contains(&r.namespace.as_str()),
+            "{r:?}"
+        );
         assert!(!r.why.is_empty(), "{r:?}");
     }
 }
@@ -152,7 +155,7 @@ fn every_listening_socket_is_unreachable_or_documented() {
     if !gvisor {
         missing("runsc not installed: the listening-socket audit runs without gVisor containers");
     }
-    let me = std::process::id() as i32;
+    let me = i32::try_from(std::process::id()).unwrap();
     let host_net = netns_of(me).unwrap();
 
     // What moat leaves behind.
@@ -202,7 +205,10 @@ fn every_listening_socket_is_unreachable_or_documented() {
             continue;
         }
         let base = Path::new(name).file_name().unwrap();
-        let same: Vec<_> = files.iter().filter(|f| f.file_name() == Some(base)).collect();
+        let same: Vec<_> = files
+            .iter()
+            .filter(|f| f.file_name() == Some(base))
+            .collect();
         assert!(
             !same.is_empty(),
             "{} (pid {}) listens on {name}, found in no state root",
@@ -221,7 +227,10 @@ fn every_listening_socket_is_unreachable_or_documented() {
     let rows = documented();
     let mut failures = Vec::new();
     let mut matched = vec![false; rows.len()];
-    eprintln!("listening sockets of {} processes below the test:", pids.len());
+    eprintln!(
+        "listening sockets of {} processes below the test:",
+        pids.len()
+    );
     for l in &found {
         let where_ = if l.netns == host_net {
             "host".to_string()
@@ -256,8 +265,10 @@ fn every_listening_socket_is_unreachable_or_documented() {
                 l.bound.kind(),
                 l.bound.address(),
             );
-            for (who, line) in [("an unprivileged host user", &nobody), ("a container", &inside)]
-            {
+            for (who, line) in [
+                ("an unprivileged host user", &nobody),
+                ("a container", &inside),
+            ] {
                 if reached(line) {
                     failures.push(format!(
                         "{who} reached {} (pid {}) {} {} in {where_}, which docs/security.md \

@@ -106,7 +106,10 @@ pub fn open(path: &Path) -> Result<OwnedFd> {
         .with_context(|| format!("open runsc's control namespace {}", path.display()))?
         .into();
     let st = sys::fstatfs(f.as_fd()).with_context(|| format!("fstatfs {}", path.display()))?;
-    if u64::try_from(st.f_type).ok() != Some(NSFS_MAGIC) {
+    // f_type is i64 under glibc, unsigned under musl.
+    #[allow(clippy::unnecessary_cast)]
+    let f_type = st.f_type as u64;
+    if f_type != NSFS_MAGIC {
         bail!(
             "{}: not a namespace (runsc's control namespace is no longer pinned); refused to \
              run runsc outside it",

@@ -235,6 +235,9 @@ pub const CONTROL_NETNS: &str = "control-netns";
 /// Unmounts a namespace pin (lazily: a runsc call may still be in it); nothing when it
 /// is not mounted or absent.
 fn unpin(path: &Path) {
+    if fs::symlink_metadata(path).is_err() {
+        return;
+    }
     if let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) {
         let _ = crate::linux::sys::umount2(&c, libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW);
     }

@@ -206,7 +206,7 @@ fn socket_fds(pid: i32) -> Vec<(i32, u64)> {
 /// its control socket in one namespace and hands it to a sandbox in another): a copy of
 /// `pid`'s descriptor `fd` (`pidfd_getfd`), asked with `SIOCGSKNS`.
 fn socket_netns(pid: i32, fd: i32) -> Option<OwnedFd> {
-    const SIOCGSKNS: libc::c_ulong = 0x894C;
+    const SIOCGSKNS: libc::Ioctl = 0x894C;
     // SAFETY: plain syscalls on descriptors this function owns; each result is checked
     // before it is wrapped.
     unsafe {
@@ -214,13 +214,13 @@ fn socket_netns(pid: i32, fd: i32) -> Option<OwnedFd> {
         if pidfd < 0 {
             return None;
         }
-        let pidfd = OwnedFd::from_raw_fd(pidfd as i32);
+        let pidfd = OwnedFd::from_raw_fd(i32::try_from(pidfd).ok()?);
         let sock = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0);
         if sock < 0 {
             return None;
         }
-        let sock = OwnedFd::from_raw_fd(sock as i32);
-        let ns = libc::ioctl(sock.as_raw_fd(), SIOCGSKNS as _);
+        let sock = OwnedFd::from_raw_fd(i32::try_from(sock).ok()?);
+        let ns = libc::ioctl(sock.as_raw_fd(), SIOCGSKNS);
         if ns < 0 {
             return None;
         }
@@ -238,7 +238,9 @@ fn read_net(ns: &OwnedFd, files: &[&str]) -> Vec<String> {
             }
             files
                 .iter()
-                .map(|f| fs::read_to_string(format!("/proc/thread-self/net/{f}")).unwrap_or_default())
+                .map(|f| {
+                    fs::read_to_string(format!("/proc/thread-self/net/{f}")).unwrap_or_default()
+                })
                 .collect()
         })
         .join()
