@@ -620,6 +620,19 @@ mod tests {
         assert_eq!(exit_code(Some(9)), 137);
         assert_eq!(exit_code(Some(15)), 143);
         assert_eq!(exit_code(None), 137);
+        // A newer runsc records a file socket in the sandbox's state.
+        let dir = std::env::temp_dir().join(format!("moat-ctl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("sb1_sandbox:sb1.state"),
+            r#"{"sandbox":{"pid":7,"controlSocketPath":"/r/@runsc/runsc-sb1.sock"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            control_socket(&dir, "sb1"),
+            ControlSocket::Path("/r/@runsc/runsc-sb1.sock".into())
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
         let none = std::path::Path::new("/nonexistent");
         assert_eq!(
             control_socket(none, "sb1"),

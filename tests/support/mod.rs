@@ -801,6 +801,14 @@ impl Ctx {
             .lines()
         {
             let mnt = l.split(' ').nth(4).unwrap_or("");
+            // Another gVisor container's pinned control namespace is that container's.
+            let others_pin = mnt
+                .strip_prefix(&state)
+                .and_then(|r| r.strip_suffix("/control-netns"))
+                .is_some_and(|other| other != id && !other.contains('/'));
+            if others_pin {
+                continue;
+            }
             if mnt.starts_with(&state) || mnt.starts_with(&below_rootfs) {
                 left.push(format!("mount {mnt}"));
             }
