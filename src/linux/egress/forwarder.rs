@@ -687,6 +687,7 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
     udp.set_nonblocking(true)
         .map_err(|e| format!("udp {addr}:53: {e}"))?;
     let mine = selected(&selector);
+    empty_root()?;
     drop_privileges()?;
     Ok(Forwarder {
         addr,
@@ -730,6 +731,39 @@ fn bind(id: &str) -> Result<(Ipv4Addr, UdpSocket, TcpListener), String> {
     Err(format!(
         "no free loopback address for port 53 after {ATTEMPTS} tries"
     ))
+}
+
+/// A mount namespace of its own whose root is an empty, read-only tmpfs, the host's tree
+/// detached: what serves needs no file (every socket and map is open by then), so none is
+/// reachable.
+fn empty_root() -> Result<(), String> {
+    let e = |what: &'static str| move |err: io::Error| format!("empty root: {what}: {err}");
+    sys::unshare(libc::CLONE_NEWNS).map_err(|err| format!("empty root: unshare: {err}"))?;
+    sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+        .map_err(e("make / private"))?;
+    // Any directory does: the mount is this namespace's only.
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    sys::mount(
+        Some(c"moat-dns"),
+        c"/tmp",
+        Some(c"tmpfs"),
+        flags,
+        Some(c"size=4k,nr_inodes=1,mode=0555"),
+    )
+    .map_err(e("mount a tmpfs"))?;
+    nix::unistd::chdir("/tmp").map_err(|err| format!("empty root: chdir: {err}"))?;
+    sys::pivot_root(c".", c".").map_err(e("pivot_root"))?;
+    sys::umount2(c".", libc::MNT_DETACH).map_err(e("detach the host's tree"))?;
+    nix::unistd::chdir("/").map_err(|err| format!("empty root: chdir /: {err}"))?;
+    sys::mount(
+        None,
+        c"/",
+        None,
+        libc::MS_REMOUNT | libc::MS_RDONLY | flags,
+        None,
+    )
+    .map_err(e("make it read-only"))?;
+    Ok(())
 }
 
 /// nobody, no capabilities (setresuid from 0 clears them), no_new_privs.
@@ -1284,6 +1318,37 @@ mod tests {
         let got = addresses("WWW.example.com.", &answers);
         assert_eq!(got, vec![("10.0.0.1".parse().unwrap(), 20)]);
         assert!(addresses("other.example.com", &answers).is_empty());
+    }
+
+    #[test]
+    fn held_answers_stay_within_the_limits_and_expire_in_order() {
+        let lim = ForwarderLimits {
+            names: 2,
+            answers: 2,
+        };
+        let mut h = Held::default();
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            "10.0.0.3".parse().unwrap(),
+        );
+        assert_eq!(h.hold(lim, "x", a, now + s(5), vec![]), Ok(()));
+        assert_eq!(h.hold(lim, "x", b, now + s(3), vec![]), Ok(()));
+        assert_eq!(h.hold(lim, "x", c, now + s(3), vec![]), Err(Full), "answers");
+        assert_eq!(h.hold(lim, "y", a, now + s(1), vec![]), Ok(()));
+        assert_eq!(h.hold(lim, "z", a, now + s(1), vec![]), Err(Full), "names");
+        // An answer held already is renewed, full or not.
+        assert_eq!(h.hold(lim, "x", a, now + s(10), vec![]), Ok(()));
+        assert_eq!(h.expiry.len(), 3);
+        assert_eq!(h.expire(now + s(2)), vec![a]);
+        assert!(h.by_addr[&a].contains_key("x"), "x still holds a");
+        assert_eq!(h.per_name.len(), 1);
+        assert_eq!(h.expire(now + s(4)), vec![b]);
+        assert_eq!(h.expire(now + s(6)), Vec::<IpAddr>::new(), "renewed");
+        assert_eq!(h.expire(now + s(11)), vec![a]);
+        assert!(h.by_addr.is_empty() && h.per_name.is_empty() && h.expiry.is_empty());
     }
 
     #[test]

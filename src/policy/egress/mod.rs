@@ -1095,9 +1095,47 @@ mod tests {
             "DNS only through the forwarder"
         );
         let none = egress(Some("none"), &[], &[]).entries(None).unwrap();
-        assert!(none.is_empty());
+        assert_eq!(none.len(), 2, "loopback only: {none:?}");
         assert!(!allows(&none, ip("8.8.8.8"), UDP, 53));
         assert!(allows(&none, ip("127.0.0.1"), TCP, 1));
+        assert!(allows(&none, ip("::ffff:127.9.9.9"), UDP, 54));
+        assert!(allows(&none, ip("127.0.0.1"), ICMP, 0));
+        assert!(!allows(&none, ip("::1"), TCP, 53));
+    }
+
+    #[test]
+    fn loopback_under_a_list_spares_dns_the_forwarder_and_loopback_resolvers() {
+        let e = egress(
+            Some("allowed.test:80,127.0.0.0/8:9000"),
+            &[],
+            &["127.0.0.11", "127.0.0.1", "10.0.0.2"],
+        );
+        let f = ip("127.200.0.7");
+        let t = e.entries(Some(f)).unwrap();
+        for (a, proto, port, want) in [
+            ("127.0.0.1", TCP, 8080, true),
+            ("127.0.0.1", TCP, 9000, true),
+            ("127.0.0.1", UDP, 53, false),
+            ("127.0.0.1", TCP, 53, false),
+            ("127.3.2.1", UDP, 53, false),
+            ("::1", TCP, 53, false),
+            ("::1", TCP, 8080, true),
+            // Docker's resolver answers on a port of its own: every port refused.
+            ("127.0.0.11", UDP, 53, false),
+            ("127.0.0.11", UDP, 40000, false),
+            ("127.0.0.11", TCP, 9000, false),
+            ("::ffff:127.0.0.11", UDP, 40000, false),
+            // The forwarder: DNS only (no answer for an upstream reaches its sockets).
+            ("127.200.0.7", UDP, 53, true),
+            ("127.200.0.7", TCP, 53, true),
+            ("127.200.0.7", UDP, 40000, false),
+            ("127.200.0.7", TCP, 9000, false),
+        ] {
+            assert_eq!(allows(&t, ip(a), proto, port), want, "{a} {proto} {port}");
+        }
+        // Without a list (the fixed programs: no trie) nothing of this is added.
+        let open = egress(None, &[], &["127.0.0.11"]).entries(Some(f)).unwrap();
+        assert!(allows(&open, ip("127.0.0.11"), UDP, 40000));
     }
 
     #[test]
