@@ -382,10 +382,13 @@ pub fn start(
         std::ffi::CString::new(BINARY).expect("no NUL"),
         std::ffi::CString::new(id).unwrap_or_default(),
     ];
+    // One malloc arena (glibc builds): a thread per message would otherwise give each
+    // thread its own, pages the forwarder keeps.
+    let env = [std::ffi::CString::new("MALLOC_ARENA_MAX=1").expect("no NUL")];
     let (pid, pidfd) = sys::spawn(
         &path,
         &argv,
-        &[],
+        &env,
         [
             Some(theirs.as_fd()),
             Some(theirs.as_fd()),
