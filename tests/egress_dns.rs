@@ -556,6 +556,22 @@ fn a_stalling_client_delays_no_other_client_no_update_and_no_expiry() {
     let r = lookup(&ctx, &c.id, "rot.test");
     assert!(r.contains(&format!("Address: {ROT_OLD}")), "{r}");
     assert_eq!(connect(&ctx, &c.id, ROT_OLD), "reached");
+    // One message gets its deadline however its bytes are spread: a query trickled a byte
+    // a second (8 bytes, of a length announcing 30840) is cut after 2 s, not served on.
+    let cut = sh(
+        &ctx,
+        &c.id,
+        &format!(
+            "s=$(date +%s); (i=0; while [ $i -lt 8 ]; do printf x; sleep 1; i=$((i+1)); done) \
+             | nc {fwd} 53; echo took $(( $(date +%s) - s ))"
+        ),
+    );
+    let took: u64 = cut
+        .split("took ")
+        .nth(1)
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{cut}"));
+    assert!(took < 6, "a trickled query held its connection {took} s");
     let stall = ctx.moat_bg(&[
         "exec",
         &c.id,
