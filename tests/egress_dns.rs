@@ -290,10 +290,7 @@ fn allowed_names_resolve_and_connect_others_are_refused_and_answers_rotate() {
     let ns = |p: i64, n: &str| fs::read_link(format!("/proc/{p}/ns/{n}")).unwrap();
     assert_eq!(ns(pid, "net"), ns(init, "net"));
     assert_ne!(ns(pid, "mnt"), ns(init, "mnt"));
-    assert_ne!(
-        ns(pid, "mnt"),
-        fs::read_link("/proc/self/ns/mnt").unwrap()
-    );
+    assert_ne!(ns(pid, "mnt"), fs::read_link("/proc/self/ns/mnt").unwrap());
     let root: Vec<_> = fs::read_dir(format!("/proc/{pid}/root"))
         .unwrap()
         .flatten()
@@ -593,7 +590,12 @@ fn a_stalling_client_delays_no_other_client_no_update_and_no_expiry() {
 
     // update narrows at once: it waits for nothing the container can hold.
     let t = Instant::now();
-    let out = ctx.moat(&["update", "--egress", "allowed.test:80,*.slow.test:80", &c.id]);
+    let out = ctx.moat(&[
+        "update",
+        "--egress",
+        "allowed.test:80,*.slow.test:80",
+        &c.id,
+    ]);
     let took = t.elapsed();
     eprintln!("update --egress under a stalling client: {took:?}");
     assert_eq!(out.code, 0, "update: {}", out.stderr);
@@ -647,9 +649,9 @@ fn the_forwarder_holds_at_most_its_limits_and_counts_the_rest() {
     );
     let v = ctx.moat(&["verify", &c.id]).ok();
     assert!(
-        v.stdout
-            .lines()
-            .any(|l| l.contains("dns forwarder") && l.contains("at most 20 names, 2 addresses each")),
+        v.stdout.lines().any(
+            |l| l.contains("dns forwarder") && l.contains("at most 20 names, 2 addresses each")
+        ),
         "verify: {}",
         v.stdout
     );
@@ -754,7 +756,10 @@ fn dnsfake() -> Option<PathBuf> {
     let _ = fs::remove_file(&res.out_file);
     let _ = fs::remove_file(&res.err_file);
     if res.code != 0 {
-        missing(&format!("cannot build dnsfake with gcc -static: {}", res.stderr));
+        missing(&format!(
+            "cannot build dnsfake with gcc -static: {}",
+            res.stderr
+        ));
         return None;
     }
     Some(out)
@@ -811,7 +816,11 @@ fn a_container_answering_for_the_upstream_is_not_heard() {
         !out.contains(&format!("Address: {ALLOWED}")),
         "forged answer relayed: {out}"
     );
-    assert_eq!(connect(&ctx, &c.id, ALLOWED), "refused", "forged answer admitted");
+    assert_eq!(
+        connect(&ctx, &c.id, ALLOWED),
+        "refused",
+        "forged answer admitted"
+    );
     assert!(
         out.contains("send err EPERM"),
         "the forged answer was not refused by the container's programs: {out}"
@@ -844,7 +853,10 @@ fn update_egress_narrows_without_waiting_for_the_forwarder() {
     host(&["kill", "-STOP", &pid.to_string()]);
     let t = Instant::now();
     let out = ctx.moat(&["update", "--egress", "allowed.test:80", &c.id]);
-    eprintln!("update --egress with a stopped forwarder: {:?}", t.elapsed());
+    eprintln!(
+        "update --egress with a stopped forwarder: {:?}",
+        t.elapsed()
+    );
     assert_eq!(out.code, 0, "update: {}", out.stderr);
     assert!(
         out.stderr.contains("the new egress list is in force")
@@ -855,7 +867,10 @@ fn update_egress_narrows_without_waiting_for_the_forwarder() {
     assert_eq!(connect(&ctx, &c.id, ROT_OLD), "refused", "narrowed");
     let t = Instant::now();
     while !is_gone(i32::try_from(pid).unwrap()) {
-        assert!(t.elapsed() < Duration::from_secs(5), "forwarder not stopped");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "forwarder not stopped"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let a = lookup(&ctx, &c.id, "allowed.test");

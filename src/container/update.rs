@@ -111,9 +111,7 @@ pub fn replace_egress(c: &Container, text: &str) -> Result<()> {
             .map(|o| o.resolvers.clone())
             .or_else(|| cfg.egress_resolvers.clone())
             .unwrap_or_default(),
-        forwarder: old
-            .as_ref()
-            .map_or(cfg.egress_forwarder, |o| o.forwarder),
+        forwarder: old.as_ref().map_or(cfg.egress_forwarder, |o| o.forwarder),
     };
     if new.has_names() && !old.as_ref().is_some_and(Egress::has_names) {
         anyhow::bail!(

@@ -552,13 +552,17 @@ mod tests {
         );
         assert!(!c.egress_deny_metadata);
         assert_eq!(c.egress_resolvers.unwrap().len(), 2);
-        assert_eq!(c.egress_forwarder, crate::policy::egress::ForwarderLimits::default());
-        let f = super::Config::from_str(
-            "[egress]\nforwarder_names = 10\nforwarder_answers = 3\n",
-            p,
-        )
-        .unwrap();
-        assert_eq!((f.egress_forwarder.names, f.egress_forwarder.answers), (10, 3));
+        assert_eq!(
+            c.egress_forwarder,
+            crate::policy::egress::ForwarderLimits::default()
+        );
+        let f =
+            super::Config::from_str("[egress]\nforwarder_names = 10\nforwarder_answers = 3\n", p)
+                .unwrap();
+        assert_eq!(
+            (f.egress_forwarder.names, f.egress_forwarder.answers),
+            (10, 3)
+        );
         let none = super::Config::from_str("[egress]\nallow = [\"none\"]\n", p).unwrap();
         assert_eq!(none.egress_allow.unwrap().0.len(), 0);
         for (bad, word) in [

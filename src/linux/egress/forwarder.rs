@@ -42,8 +42,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    admit, count, gauge, revoke, Installed, STATS_HELD_ADDRS, STATS_HELD_NAMES,
-    STATS_REFUSED_FULL, STATS_REFUSED_NAMES, STATS_REFUSED_REBIND,
+    admit, count, gauge, revoke, Installed, STATS_HELD_ADDRS, STATS_HELD_NAMES, STATS_REFUSED_FULL,
+    STATS_REFUSED_NAMES, STATS_REFUSED_REBIND,
 };
 use crate::linux::sys;
 use crate::policy::egress::{Egress, Entry, ForwarderLimits, Range, RANGES, TCP, UDP};
@@ -265,9 +265,7 @@ pub fn reconfigure(
         .map_err(io_err(format!("connect to {}", path.display())))?;
     let msg = serde_json::to_vec(egress).expect("serialises");
     sys::send_with_fd(s.as_fd(), &msg, trie).map_err(io_err("send the new policy"))?;
-    if !sys::poll_readable_within(s.as_fd(), RECONFIGURE_TIMEOUT)
-        .map_err(io_err("wait for it"))?
-    {
+    if !sys::poll_readable_within(s.as_fd(), RECONFIGURE_TIMEOUT).map_err(io_err("wait for it"))? {
         return Err(ForwarderError::Failed(format!(
             "pid {}: no answer to the new policy within {}s",
             r.pid,
@@ -943,7 +941,9 @@ impl Forwarder {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A client thread that panicked left the state as consistent as each step is.
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The trie `st`'s policy admits into, while the selector has it in force.
@@ -1006,11 +1006,7 @@ impl Forwarder {
             let Some(r) = egress.admitted(&name, ip, &statics) else {
                 continue;
             };
-            if st
-                .held
-                .hold(egress.forwarder, &name, ip, until, r)
-                .is_err()
-            {
+            if st.held.hold(egress.forwarder, &name, ip, until, r).is_err() {
                 self.count(&st, STATS_REFUSED_FULL);
             }
         }
@@ -1339,7 +1335,11 @@ mod tests {
         );
         assert_eq!(h.hold(lim, "x", a, now + s(5), vec![]), Ok(()));
         assert_eq!(h.hold(lim, "x", b, now + s(3), vec![]), Ok(()));
-        assert_eq!(h.hold(lim, "x", c, now + s(3), vec![]), Err(Full), "answers");
+        assert_eq!(
+            h.hold(lim, "x", c, now + s(3), vec![]),
+            Err(Full),
+            "answers"
+        );
         assert_eq!(h.hold(lim, "y", a, now + s(1), vec![]), Ok(()));
         assert_eq!(h.hold(lim, "z", a, now + s(1), vec![]), Err(Full), "names");
         // An answer held already is renewed, full or not.
