@@ -518,14 +518,18 @@ struct State {
 /// expiries ordered (a revocation is O(log n) to find).
 #[derive(Default)]
 struct Held {
-    /// Per address, the names whose answers hold it: name → (expiry key, ranges).
-    by_addr: HashMap<IpAddr, HashMap<String, ((Instant, u64), Vec<Range>)>>,
+    /// Per address, the names whose answers hold it.
+    by_addr: HashMap<IpAddr, HashMap<String, Hold>>,
     /// Per name, the addresses it holds.
     per_name: HashMap<String, u32>,
     /// Expiry → the (address, name) it ends.
     expiry: BTreeMap<(Instant, u64), (IpAddr, String)>,
     next: u64,
 }
+
+/// One answer's hold on an address: its key in [`Held::expiry`] (expiry, then a sequence
+/// number), and its ranges.
+type Hold = ((Instant, u64), Vec<Range>);
 
 /// Why an answer's address was not held.
 #[derive(Debug, PartialEq)]
