@@ -316,6 +316,12 @@ fn allowed_names_resolve_and_connect_others_are_refused_and_answers_rotate() {
     assert_eq!(status_field(pid, "CapEff"), "0000000000000000");
     assert_eq!(status_field(pid, "CapPrm"), "0000000000000000");
     assert_eq!(status_field(pid, "NoNewPrivs"), "1");
+    assert_eq!(
+        status_field(pid, "Seccomp"),
+        "2",
+        "a seccomp filter of its own"
+    );
+    assert_eq!(status_field(pid, "Seccomp_filters"), "1");
     let rollup = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
     let pss: u64 = rollup
         .lines()
@@ -720,7 +726,7 @@ fn loopback_serves_the_container_but_not_dns_around_the_forwarder() {
     let served = sh(
         &ctx,
         &c.id,
-        "nc -l -p 8080 & for i in 1 2 3 4 5 6 7 8 9 10; do \
+        "sleep 3 | nc -l -p 8080 & for i in 1 2 3 4 5 6 7 8 9 10; do \
          echo hello | nc -w 1 127.0.0.1 8080 2>/dev/null && break; sleep 0.2; done; wait",
     );
     assert!(served.contains("hello"), "in-container server: {served}");

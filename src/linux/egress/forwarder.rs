@@ -419,6 +419,8 @@ pub fn start(
     send(b"trie1", maps.tries[1].as_fd())?;
     send(b"stats", maps.stats.as_fd())?;
     send(b"init", init.as_fd())?;
+    sys::send_msg(ours.as_fd(), &filter_bytes(&seccomp_filter()?), None)
+        .map_err(io_err("send its seccomp filter"))?;
     if !sys::poll_readable_within(ours.as_fd(), START_TIMEOUT).map_err(io_err("wait for it"))? {
         return Err(ForwarderError::Failed(format!(
             "no answer within {}s",
@@ -658,6 +660,12 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
     let (_, trie1) = recv_fd(ctl, "the second trie")?;
     let (_, stats) = recv_fd(ctl, "the stats map")?;
     let (_, init) = recv_fd(ctl, "the init's pidfd")?;
+    let filter = {
+        let mut buf = vec![0u8; 64 * 1024];
+        let (n, _) = sys::recv_with_fd(ctl, &mut buf)
+            .map_err(|e| format!("receive the seccomp filter: {e}"))?;
+        filter_of(&buf[..n]).ok_or("a garbled seccomp filter")?
+    };
     // Not dumpable: no process of the same uid may ptrace it or open its fds.
     sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
     sys::setns(netns.as_fd(), libc::CLONE_NEWNET)
@@ -694,6 +702,8 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
     let mine = selected(&selector);
     empty_root()?;
     drop_privileges()?;
+    // Last: every thread it starts inherits it.
+    sys::seccomp_set_filter(0, &filter).map_err(|e| format!("seccomp: {e}"))?;
     Ok(Forwarder {
         addr,
         udp,
@@ -736,6 +746,143 @@ fn bind(id: &str) -> Result<(Ipv4Addr, UdpSocket, TcpListener), String> {
     Err(format!(
         "no free loopback address for port 53 after {ATTEMPTS} tries"
     ))
+}
+
+/// What the forwarder does once serving, and nothing else (anything else fails with
+/// `EPERM`): sockets of IPv4 and IPv6 only, threads but no processes (`clone` only with
+/// `CLONE_THREAD`; `clone3`, whose flags a filter cannot read, answers `ENOSYS` and glibc
+/// falls back to `clone`), `bpf` for the map operations only, no file opened, no exec.
+const SECCOMP_ALLOW: &[&str] = &[
+    "read",
+    "write",
+    "readv",
+    "writev",
+    "close",
+    "ppoll",
+    "recvfrom",
+    "sendto",
+    "recvmsg",
+    "sendmsg",
+    "accept",
+    "accept4",
+    "bind",
+    "connect",
+    "setsockopt",
+    "getsockopt",
+    "getsockname",
+    "getpeername",
+    "shutdown",
+    "ioctl",
+    "fcntl",
+    "mmap",
+    "munmap",
+    "mprotect",
+    "mremap",
+    "madvise",
+    "brk",
+    "futex",
+    "set_robust_list",
+    "rseq",
+    "rt_sigprocmask",
+    "rt_sigaction",
+    "rt_sigreturn",
+    "sigaltstack",
+    "sched_yield",
+    "sched_getaffinity",
+    "exit",
+    "exit_group",
+    "getrandom",
+    "clock_gettime",
+    "clock_nanosleep",
+    "nanosleep",
+    "gettid",
+    "getpid",
+    "tgkill",
+    "restart_syscall",
+    #[cfg(target_arch = "x86_64")]
+    "poll",
+];
+
+/// The forwarder's seccomp filter, compiled by moat (libseccomp stays out of `moat-dns`).
+fn seccomp_filter() -> Result<Vec<libc::sock_filter>, ForwarderError> {
+    use crate::spec::{Seccomp, SeccompArg, SeccompSyscall};
+    let allow = |names: &[&str], args: Vec<SeccompArg>| SeccompSyscall {
+        names: names.iter().map(|n| n.to_string()).collect(),
+        action: "SCMP_ACT_ALLOW".into(),
+        errno_ret: None,
+        args,
+    };
+    let eq = |index, value: u64| SeccompArg {
+        index,
+        value,
+        value_two: 0,
+        op: "SCMP_CMP_EQ".into(),
+    };
+    let mut syscalls = vec![allow(SECCOMP_ALLOW, Vec::new())];
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        let family = u64::try_from(family).expect("positive");
+        syscalls.push(allow(&["socket"], vec![eq(0, family)]));
+    }
+    // BPF_MAP_LOOKUP_ELEM, _UPDATE_ELEM, _DELETE_ELEM, _GET_NEXT_KEY, BPF_OBJ_GET_INFO_BY_FD.
+    for cmd in [1, 2, 3, 4, 15] {
+        syscalls.push(allow(&["bpf"], vec![eq(0, cmd)]));
+    }
+    let thread = u64::try_from(libc::CLONE_THREAD).expect("positive");
+    syscalls.push(allow(
+        &["clone"],
+        vec![SeccompArg {
+            index: 0,
+            value: thread,
+            value_two: thread,
+            op: "SCMP_CMP_MASKED_EQ".into(),
+        }],
+    ));
+    syscalls.push(SeccompSyscall {
+        names: vec!["clone3".into()],
+        action: "SCMP_ACT_ERRNO".into(),
+        errno_ret: Some(u32::try_from(libc::ENOSYS).expect("positive")),
+        args: Vec::new(),
+    });
+    let spec = Seccomp {
+        default_action: "SCMP_ACT_ERRNO".into(),
+        default_errno_ret: Some(u32::try_from(libc::EPERM).expect("positive")),
+        syscalls,
+        ..Default::default()
+    };
+    crate::linux::seccomp::compile(&spec)
+        .map(|f| f.prog)
+        .map_err(|e| ForwarderError::Failed(format!("its seccomp filter: {e}")))
+}
+
+/// A classic BPF program as bytes (code, jt, jf, k; native order) …
+fn filter_bytes(prog: &[libc::sock_filter]) -> Vec<u8> {
+    prog.iter()
+        .flat_map(|i| {
+            let mut b = Vec::with_capacity(8);
+            b.extend_from_slice(&i.code.to_ne_bytes());
+            b.push(i.jt);
+            b.push(i.jf);
+            b.extend_from_slice(&i.k.to_ne_bytes());
+            b
+        })
+        .collect()
+}
+
+/// … and back.
+fn filter_of(b: &[u8]) -> Option<Vec<libc::sock_filter>> {
+    if b.is_empty() || b.len() % 8 != 0 {
+        return None;
+    }
+    Some(
+        b.chunks_exact(8)
+            .map(|c| libc::sock_filter {
+                code: u16::from_ne_bytes([c[0], c[1]]),
+                jt: c[2],
+                jf: c[3],
+                k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+            })
+            .collect(),
+    )
 }
 
 /// A mount namespace of its own whose root is an empty, read-only tmpfs, the host's tree
@@ -1321,6 +1468,15 @@ mod tests {
         let got = addresses("WWW.example.com.", &answers);
         assert_eq!(got, vec![("10.0.0.1".parse().unwrap(), 20)]);
         assert!(addresses("other.example.com", &answers).is_empty());
+    }
+
+    #[test]
+    fn the_seccomp_filter_compiles_and_round_trips() {
+        let f = seccomp_filter().unwrap();
+        assert!(f.len() > 20, "{} instructions", f.len());
+        let back = filter_of(&filter_bytes(&f)).unwrap();
+        assert_eq!(filter_bytes(&back), filter_bytes(&f));
+        assert!(filter_of(&[1, 2, 3]).is_none());
     }
 
     #[test]
