@@ -870,7 +870,7 @@ fn filter_bytes(prog: &[libc::sock_filter]) -> Vec<u8> {
 
 /// … and back.
 fn filter_of(b: &[u8]) -> Option<Vec<libc::sock_filter>> {
-    if b.is_empty() || b.len() % 8 != 0 {
+    if b.is_empty() || !b.len().is_multiple_of(8) {
         return None;
     }
     Some(
