@@ -206,8 +206,9 @@ pub fn cgroup_path(bytes: &[u8]) {
             assert!(r.starts_with('/'), "resolve_path gave {r:?}");
         }
         let _ = cgroups::rootless_path(p, id, own);
-        let _ = systemd::Scope::parse(p, id, None);
-        let _ = systemd::Scope::parse(p, id, Some(1000));
+        let root = std::path::Path::new("/run/moat");
+        let _ = systemd::Scope::parse(p, id, None, root);
+        let _ = systemd::Scope::parse(p, id, Some(1000), root);
     }
     let _ = systemd::expand_slice(path);
 }

@@ -1495,3 +1495,175 @@ fn a_name_resolving_into_a_private_network_is_not_admitted() {
     assert!(out.contains("addrs=10.66.0.1"), "{out}");
     assert_eq!(rebinding(&named, &k), 0, "an address rule names the block");
 }
+
+/// The refusal ring of `c` (`moat events --stats`: `data.moat.egress.refused`).
+#[track_caller]
+fn refused_ring(ctx: &Ctx, c: &Container) -> Vec<Value> {
+    let s = ctx.moat(&["events", "--stats", &c.id]);
+    assert_eq!(s.code, 0, "events --stats: {}", s.stderr);
+    let v: Value = serde_json::from_str(s.stdout.trim()).expect("events --stats json");
+    v["data"]["moat"]["egress"]["refused"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no refusal ring in events --stats: {v}"))
+        .clone()
+}
+
+/// The ring's entry whose fields include every `(key, value)` of `want`.
+#[track_caller]
+fn ring_entry<'a>(ring: &'a [Value], want: &[(&str, Value)]) -> &'a Value {
+    ring.iter()
+        .find(|e| want.iter().all(|(k, v)| e[*k] == *v))
+        .unwrap_or_else(|| panic!("no refusal {want:?} in the ring: {ring:#?}"))
+}
+
+/// Which destinations were refused, not only how many: every kind of refusal a list makes
+/// (a connection, a datagram, IPv6, a socket refused at creation, a name, a rebinding
+/// answer) is in the ring with what was refused, how often, first and last seen; the
+/// `moat events` stream reports a new one as an `egress.refused` event of its own.
+#[test]
+#[ignore]
+fn refused_destinations_are_named() {
+    let Some(env) = env() else { return };
+    env.world.dns("rebind.test", &["10.66.0.1"]);
+    let ns = env.world.netns("c");
+    let mut ctx = ctx_in(&env, "ring", &ns, "");
+    egress(&mut ctx, &format!("{A}:7000,rebind.test:7000"));
+    let c = sleeper(&mut ctx, "ring");
+    let before = std::time::SystemTime::now();
+    let out = exec(
+        &ctx,
+        &c,
+        &format!(
+            "{}; netprobe udplite {A} 7000; netprobe dns refused.test; netprobe dns rebind.test",
+            probe_script(&[
+                ("tcp", B, 7001),
+                ("tcp", B, 7001),
+                ("udp", B, 7002),
+                ("tcp", V6_B, 7003),
+            ])
+        ),
+    );
+    for p in probes(&out).iter().take(4) {
+        assert_refused(p);
+    }
+    let ring = refused_ring(&ctx, &c);
+    let tcp = ring_entry(
+        &ring,
+        &[
+            ("by", json!("connect")),
+            ("address", json!(B)),
+            ("port", json!(7001)),
+            ("protocol", json!("tcp")),
+        ],
+    );
+    assert_eq!(tcp["count"], json!(2), "two connections: {tcp}");
+    ring_entry(
+        &ring,
+        &[
+            ("by", json!("sendmsg")),
+            ("address", json!(B)),
+            ("port", json!(7002)),
+            ("protocol", json!("udp")),
+        ],
+    );
+    ring_entry(
+        &ring,
+        &[
+            ("by", json!("connect")),
+            ("address", json!(V6_B)),
+            ("port", json!(7003)),
+        ],
+    );
+    ring_entry(
+        &ring,
+        &[
+            ("by", json!("socket")),
+            ("protocol", json!("udplite")),
+            ("socket", json!("AF_INET SOCK_DGRAM")),
+        ],
+    );
+    ring_entry(
+        &ring,
+        &[("by", json!("name")), ("name", json!("refused.test"))],
+    );
+    ring_entry(
+        &ring,
+        &[
+            ("by", json!("rebinding")),
+            ("name", json!("rebind.test")),
+            ("address", json!("10.66.0.1")),
+        ],
+    );
+    // Times are the refusals' own: within this test, first no later than last.
+    let at = |s: &Value| s.as_str().expect("a time").to_string();
+    let started = before
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_secs();
+    for e in &ring {
+        let (first, last) = (at(&e["first_seen"]), at(&e["last_seen"]));
+        assert!(first <= last, "first after last: {e}");
+        let secs = rfc3339_secs(&first);
+        assert!(
+            secs + 2 >= started && secs <= started + 120,
+            "first seen {first} not within the test (started at {started}): {e}"
+        );
+    }
+    // The stream: a refusal made while it runs is an event of its own.
+    let events = ctx.moat_bg(&["events", "--interval", "1s", &c.id]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_refused(&exec_probes(&ctx, &c, &[("tcp", B, 7999)])[0]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let _ = ctx.moat(&["kill", &c.id, "KILL"]);
+    let ev = events.wait(Duration::from_secs(10));
+    let line = ev
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "egress.refused" && v["data"]["port"] == json!(7999))
+        .unwrap_or_else(|| panic!("no egress.refused event for port 7999: {}", ev.stdout));
+    assert_eq!(line["id"], json!(c.id), "{line}");
+    assert_eq!(line["data"]["address"], json!(B), "{line}");
+    let d = ctx.moat(&["delete", "--force", &c.id]);
+    assert_eq!(d.code, 0, "{}", d.stderr);
+}
+
+/// The ring is bounded: 300 distinct refused destinations leave at most
+/// `egress::RING_ENTRIES` (256) entries, the most recent among them. (The kernel's LRU map
+/// evicts in batches: after the flood it holds fewer, 172 here, never more.)
+#[test]
+#[ignore]
+fn the_refusal_ring_is_bounded() {
+    let Some(env) = env() else { return };
+    let ns = env.world.netns("c");
+    let mut ctx = ctx_in(&env, "ringcap", &ns, "");
+    egress(&mut ctx, &format!("{A}:7000"));
+    let c = sleeper(&mut ctx, "ringcap");
+    let script = "i=1; while [ $i -le 300 ]; do netprobe udp 198.18.0.11 $i >/dev/null; \
+                  i=$((i+1)); done; echo done";
+    assert!(exec(&ctx, &c, script).contains("done"));
+    let ring = refused_ring(&ctx, &c);
+    assert!(
+        (64..=256).contains(&ring.len()),
+        "the ring holds {} entries",
+        ring.len()
+    );
+    ring_entry(&ring, &[("address", json!(B)), ("port", json!(300))]);
+    let d = ctx.moat(&["delete", "--force", &c.id]);
+    assert_eq!(d.code, 0, "{}", d.stderr);
+}
+
+/// Seconds since the epoch of an RFC 3339 UTC time (`YYYY-MM-DDTHH:MM:SS…Z`).
+fn rfc3339_secs(s: &str) -> u64 {
+    let n = |r: std::ops::Range<usize>| s[r].parse::<i64>().expect("a number");
+    let (y, m, d) = (n(0..4), n(5..7), n(8..10));
+    let (hh, mm, ss) = (n(11..13), n(14..16), n(17..19));
+    // Days from civil (the inverse of moat's log::rfc3339).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86400 + hh * 3600 + mm * 60 + ss).expect("after the epoch")
+}

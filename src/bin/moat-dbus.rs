@@ -22,7 +22,7 @@ use std::io::{Read, Write};
 use std::pin::Pin;
 use std::time::Duration;
 
-use wire::{Props, Reply, Request, Value};
+use wire::{Answer, Props, Reply, Request, Value};
 use zbus::export::futures_core::Stream;
 use zbus::message::Type;
 use zbus::{Connection, MatchRule, MessageStream, OwnedObjectPath};
@@ -53,7 +53,8 @@ async fn run(req: Request) -> Reply {
     let (user, unit) = match &req {
         Request::Start { user, unit, .. }
         | Request::Set { user, unit, .. }
-        | Request::Stop { user, unit } => (*user, unit.clone()),
+        | Request::Stop { user, unit, .. }
+        | Request::Invocation { user, unit } => (*user, unit.clone()),
     };
     let conn = connect(user)
         .await
@@ -61,23 +62,39 @@ async fn run(req: Request) -> Reply {
     match req {
         Request::Start { props, fleet, .. } => {
             if let Some((slice, limits)) = fleet {
-                let limits = variants(&limits);
-                let set = call(
-                    &conn,
-                    "SetUnitProperties",
-                    &(slice.as_str(), true, limits.clone()),
-                )
-                .await;
-                if set.is_err() {
-                    start_unit(&conn, &slice, &limits).await?;
-                }
+                fleet_slice(&conn, &slice, &variants(&limits)).await?;
             }
             start_unit(&conn, &unit, &variants(&props)).await?;
-            control_group(&conn, &unit)
+            let path = unit_path(&conn, &unit)
                 .await
-                .map_err(|e| err("read the cgroup of", &unit, e))
+                .map_err(|e| err("find", &unit, e))?
+                .ok_or_else(|| err("start", &unit, "the unit went away as it started"))?;
+            let cgroup = control_group(&conn, &unit, &path)
+                .await
+                .map_err(|e| err("read the cgroup of", &unit, e))?;
+            let invocation = invocation_id(&conn, &path)
+                .await
+                .map_err(|e| err("read the InvocationID of", &unit, e))?;
+            if invocation.is_empty() {
+                return Err(err("start", &unit, "systemd gave it no InvocationID"));
+            }
+            Ok(Answer::Started { cgroup, invocation })
         }
-        Request::Set { props, .. } => {
+        Request::Set {
+            props, invocation, ..
+        } => {
+            let found = match unit_path(&conn, &unit)
+                .await
+                .map_err(|e| err("find", &unit, e))?
+            {
+                Some(path) => invocation_id(&conn, &path)
+                    .await
+                    .map_err(|e| err("read the InvocationID of", &unit, e))?,
+                None => String::new(),
+            };
+            if invocation.is_empty() || found != invocation {
+                return Ok(Answer::NotOurs(found));
+            }
             call(
                 &conn,
                 "SetUnitProperties",
@@ -85,17 +102,68 @@ async fn run(req: Request) -> Reply {
             )
             .await
             .map_err(|e| err("set properties of", &unit, e))?;
-            Ok(String::new())
+            Ok(Answer::Done)
         }
-        Request::Stop { .. } => {
+        Request::Invocation { .. } => {
+            let found = match unit_path(&conn, &unit)
+                .await
+                .map_err(|e| err("find", &unit, e))?
+            {
+                Some(path) => invocation_id(&conn, &path)
+                    .await
+                    .map_err(|e| err("read the InvocationID of", &unit, e))?,
+                None => String::new(),
+            };
+            Ok(Answer::Invocation(found))
+        }
+        Request::Stop { invocation, .. } => {
+            // Only the unit moat started: a unit of that name started since (by another
+            // state root, an engine, an admin) has another InvocationID.
+            let Some(path) = unit_path(&conn, &unit)
+                .await
+                .map_err(|e| err("find", &unit, e))?
+            else {
+                return Ok(Answer::NotOurs(String::new()));
+            };
+            let found = invocation_id(&conn, &path)
+                .await
+                .map_err(|e| err("read the InvocationID of", &unit, e))?;
+            if invocation.is_empty() || found != invocation {
+                return Ok(Answer::NotOurs(found));
+            }
             match job(&conn, &unit, "StopUnit", &(unit.as_str(), "replace")).await {
                 Ok(_) => {}
                 Err(e) if error_name(&e) == Some("org.freedesktop.systemd1.NoSuchUnit") => {}
                 Err(e) => return Err(err("stop", &unit, e)),
             }
             let _ = call(&conn, "ResetFailedUnit", &(unit.as_str(),)).await;
-            Ok(String::new())
+            Ok(Answer::Done)
         }
+    }
+}
+
+/// The fleet budget's slice: its limits set, the slice started first if it is not loaded
+/// (a slice holds no process: one another create started meanwhile is set, not refused).
+async fn fleet_slice(
+    conn: &Connection,
+    slice: &str,
+    limits: &[(String, zbus::Variant<'static>)],
+) -> Result<(), String> {
+    let body = (slice, true, limits.to_vec());
+    let set = || call(conn, "SetUnitProperties", &body);
+    if set().await.is_ok() {
+        return Ok(());
+    }
+    let aux: Aux = Vec::new();
+    let body = (slice, "replace", limits.to_vec(), aux);
+    match job(conn, slice, "StartTransientUnit", &body).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(err("start", slice, e)),
+        Err(e) if error_name(&e) == Some("org.freedesktop.systemd1.UnitExists") => set()
+            .await
+            .map(drop)
+            .map_err(|e| err("set properties of", slice, e)),
+        Err(e) => Err(err("start", slice, e)),
     }
 }
 
@@ -156,7 +224,13 @@ async fn job(
         .arg(2, unit.to_string())
         .build()?;
     let mut stream = MessageStream::for_match_rule(rule, conn, None).await?;
-    call(conn, "Subscribe", &()).await?;
+    // Once per connection: a second job on it (the start after a failed unit's reset)
+    // finds the connection subscribed already.
+    match call(conn, "Subscribe", &()).await {
+        Ok(_) => {}
+        Err(e) if error_name(&e) == Some("org.freedesktop.systemd1.AlreadySubscribed") => {}
+        Err(e) => return Err(e),
+    }
     let reply = call(conn, method, body).await?;
     let job: OwnedObjectPath = reply.body().deserialize()?;
     loop {
@@ -200,8 +274,10 @@ fn variants(props: &Props) -> Vec<(String, zbus::Variant<'static>)> {
 
 type Aux = Vec<(String, Vec<(String, zbus::Variant<'static>)>)>;
 
-/// Starts the transient `unit`; a failed unit of that name left by an earlier create is
-/// reset and the start tried once more.
+/// Starts the transient `unit`. A unit of that name already loaded is not this create's:
+/// refused, nothing done to it; unless it is a failed one (a unit that ended badly keeps
+/// its name until reset, and holds no process), which is reset and the start tried once
+/// more.
 async fn start_unit(
     conn: &Connection,
     unit: &str,
@@ -213,7 +289,23 @@ async fn start_unit(
         match job(conn, unit, "StartTransientUnit", &body).await {
             Ok(Ok(())) => return Ok(()),
             Ok(Err(e)) => return Err(err("start", unit, e)),
-            Err(e) if !retry && error_name(&e) == Some("org.freedesktop.systemd1.UnitExists") => {
+            Err(e) if error_name(&e) == Some("org.freedesktop.systemd1.UnitExists") => {
+                let state = match unit_path(conn, unit).await {
+                    Ok(Some(path)) => unit_string(conn, &path, "ActiveState")
+                        .await
+                        .unwrap_or_default(),
+                    _ => String::new(),
+                };
+                if retry || state != "failed" {
+                    return Err(err(
+                        "start",
+                        unit,
+                        format!(
+                            "the unit already exists (ActiveState {}): it is not this container's, and moat leaves it alone",
+                            if state.is_empty() { "unknown" } else { &state }
+                        ),
+                    ));
+                }
                 let _ = call(conn, "ResetFailedUnit", &(unit,)).await;
             }
             Err(e) => return Err(err("start", unit, e)),
@@ -222,24 +314,65 @@ async fn start_unit(
     Err(err("start", unit, "the unit already exists"))
 }
 
-/// The unit's `ControlGroup` property.
-async fn control_group(conn: &Connection, unit: &str) -> zbus::Result<String> {
-    let reply = call(conn, "GetUnit", &(unit,)).await?;
-    let path: OwnedObjectPath = reply.body().deserialize()?;
-    let iface = if unit.ends_with(".slice") {
-        "org.freedesktop.systemd1.Slice"
-    } else {
-        "org.freedesktop.systemd1.Scope"
-    };
+/// The unit's object path, `None` when no unit of that name is loaded.
+async fn unit_path(conn: &Connection, unit: &str) -> zbus::Result<Option<OwnedObjectPath>> {
+    match call(conn, "GetUnit", &(unit,)).await {
+        Ok(reply) => Ok(Some(reply.body().deserialize()?)),
+        Err(e) if error_name(&e) == Some("org.freedesktop.systemd1.NoSuchUnit") => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+async fn property(
+    conn: &Connection,
+    path: &OwnedObjectPath,
+    iface: &str,
+    name: &str,
+) -> zbus::Result<zbus::OwnedVariant> {
     let reply = conn
         .call_method(
             Some(DEST),
             path.as_str(),
             Some("org.freedesktop.DBus.Properties"),
             "Get",
-            &(iface, "ControlGroup"),
+            &(iface, name),
         )
         .await?;
-    let v: zbus::OwnedVariant = reply.body().deserialize()?;
+    reply.body().deserialize()
+}
+
+/// A string property of the `org.freedesktop.systemd1.Unit` interface.
+async fn unit_string(
+    conn: &Connection,
+    path: &OwnedObjectPath,
+    name: &str,
+) -> zbus::Result<String> {
+    let v = property(conn, path, "org.freedesktop.systemd1.Unit", name).await?;
+    Ok(String::try_from(v).unwrap_or_default())
+}
+
+/// The unit's `InvocationID` (`ay`, 16 bytes) as 32 lower-case hex digits; empty when
+/// systemd has none for it (a unit not started).
+async fn invocation_id(conn: &Connection, path: &OwnedObjectPath) -> zbus::Result<String> {
+    let v = property(conn, path, "org.freedesktop.systemd1.Unit", "InvocationID").await?;
+    let bytes = Vec::<u8>::try_from(v).unwrap_or_default();
+    if bytes.iter().all(|&b| b == 0) {
+        return Ok(String::new());
+    }
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The unit's `ControlGroup` property.
+async fn control_group(
+    conn: &Connection,
+    unit: &str,
+    path: &OwnedObjectPath,
+) -> zbus::Result<String> {
+    let iface = if unit.ends_with(".slice") {
+        "org.freedesktop.systemd1.Slice"
+    } else {
+        "org.freedesktop.systemd1.Scope"
+    };
+    let v = property(conn, path, iface, "ControlGroup").await?;
     Ok(String::try_from(v).unwrap_or_default())
 }

@@ -120,8 +120,14 @@ pub fn destroy(dir: ContainerDir, rec: &Record) -> Result<()> {
         // to the next container once released): a cgroup it made must be empty first,
         // or the delete fails and keeps both. A joined cgroup's other processes are not
         // the container's, and the init's orphans can no longer be told from them.
+        // A systemd unit that is no longer the one the create started (replaced under
+        // the same name, or never proven) holds someone else's processes, if any.
         if !cg.joined && !cg.path.is_empty() && !cg.hierarchies.is_empty() {
-            cg.kill_all(libc::SIGKILL, super::kill::KILL_BOUND)?;
+            if cg.unit_proven()? {
+                cg.kill_all(libc::SIGKILL, super::kill::KILL_BOUND)?;
+            } else {
+                signal::signal_descendants(rec, libc::SIGKILL);
+            }
         }
         crate::linux::killpoint::at("delete", "parent", "cgroup");
         if let Err(e) = cg.remove() {

@@ -65,10 +65,12 @@ pub fn native(c: &Container, req: &Request) -> Result<()> {
     let mut hits = cg.limit_hits();
     // The egress names' DNS forwarder: reported once when it is gone while the init runs.
     let mut dns = fwd.clone();
+    let mut refused = std::collections::HashMap::new();
     loop {
         if !rec.alive() {
             return Ok(());
         }
+        emit_refusals(&mut out, &cg, &rec.id, &mut refused)?;
         match emit_stats(&mut out, rec, &cg, capped, fwd.as_ref(), false) {
             Ok(()) => {}
             // The container went away while being read.
@@ -178,7 +180,7 @@ fn emit_stats(
             s.moat.filesystems.insert(dest.clone(), u);
         }
     }
-    s.moat.egress = egress_counters(cg);
+    s.moat.egress = egress_counters(cg, snapshot);
     emit(out, "stats", &rec.id, Some(&s))
 }
 
@@ -199,14 +201,24 @@ fn emit_error(out: &mut impl Write, id: &str, message: &str) -> Result<()> {
     Ok(())
 }
 
-/// The egress programs' counters on the container's cgroup, if it has them.
-pub(crate) fn egress_counters(cg: &Cgroup) -> Option<stats::EgressCounters> {
+/// The egress programs' counters on the container's cgroup, if it has them, with the
+/// refusal ring when `ring` (`events --stats`).
+pub(crate) fn egress_counters(cg: &Cgroup, ring: bool) -> Option<stats::EgressCounters> {
     use crate::linux::egress::{
         Installed, STATS_HELD_ADDRS, STATS_HELD_NAMES, STATS_REFUSED_ECHO, STATS_REFUSED_FULL,
         STATS_REFUSED_NAMES, STATS_REFUSED_REBIND,
     };
     let inst = Installed::find(&cg.v2_dir()?).ok()??;
     let n = inst.counters().ok()??;
+    let refused = if ring {
+        let now = Clocks::now();
+        inst.list
+            .as_ref()
+            .and_then(|l| l.refusals().ok())
+            .map(|r| r.iter().map(|e| refusal(e, now)).collect())
+    } else {
+        None
+    };
     Some(stats::EgressCounters {
         connect4_refused: n[0],
         connect6_refused: n[1],
@@ -218,7 +230,152 @@ pub(crate) fn egress_counters(cg: &Cgroup) -> Option<stats::EgressCounters> {
         forwarder_full_refused: n[STATS_REFUSED_FULL as usize],
         forwarder_names_held: n[STATS_HELD_NAMES as usize],
         forwarder_addresses_held: n[STATS_HELD_ADDRS as usize],
+        sockets_refused: n[crate::linux::egress::prog::Hook::SockCreate.slot() as usize],
+        refused,
     })
+}
+
+/// The two clocks at one moment: the ring's times are `CLOCK_MONOTONIC`.
+#[derive(Clone, Copy)]
+struct Clocks {
+    mono_ns: u64,
+    wall: std::time::SystemTime,
+}
+
+impl Clocks {
+    fn now() -> Clocks {
+        Clocks {
+            mono_ns: crate::linux::egress::monotonic_ns(),
+            wall: std::time::SystemTime::now(),
+        }
+    }
+
+    fn rfc3339(self, mono_ns: u64) -> String {
+        let at = self
+            .wall
+            .checked_sub(Duration::from_nanos(self.mono_ns.saturating_sub(mono_ns)))
+            .unwrap_or(self.wall)
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        crate::log::rfc3339(
+            i64::try_from(at.as_secs()).unwrap_or(i64::MAX),
+            at.subsec_millis() * 1_000_000,
+        )
+    }
+}
+
+/// One ring entry as `events` shows it.
+fn refusal(e: &crate::linux::egress::RingEntry, now: Clocks) -> stats::EgressRefusal {
+    use crate::linux::egress::{prog::Hook, STATS_REFUSED_NAMES, STATS_REFUSED_REBIND};
+    let slot = u32::from(e.slot);
+    let by = match slot {
+        s if s == Hook::Connect4.slot() || s == Hook::Connect6.slot() => "connect",
+        s if s == Hook::Sendmsg4.slot() || s == Hook::Sendmsg6.slot() => "sendmsg",
+        s if s == Hook::InetEgress.slot() => "packet",
+        s if s == Hook::SockCreate.slot() => "socket",
+        STATS_REFUSED_NAMES => "name",
+        STATS_REFUSED_REBIND => "rebinding",
+        _ => "unknown",
+    };
+    let addr = std::net::Ipv6Addr::from(e.addr);
+    let address = match by {
+        "socket" | "name" => None,
+        _ => Some(
+            addr.to_ipv4_mapped()
+                .map_or(addr.to_string(), |v4| v4.to_string()),
+        ),
+    };
+    let socket = (by == "socket").then(|| {
+        let word = |k: usize| i32::from_ne_bytes(e.addr[k..k + 4].try_into().expect("4"));
+        format!("{} {}", family_name(word(0)), type_name(word(4)))
+    });
+    let protocol = match by {
+        "name" | "rebinding" => None,
+        _ => Some(protocol_name(e.protocol)),
+    };
+    let port = (matches!(by, "connect" | "sendmsg")
+        && matches!(i32::from(e.protocol), libc::IPPROTO_TCP | libc::IPPROTO_UDP))
+    .then_some(e.port);
+    stats::EgressRefusal {
+        by,
+        address,
+        port,
+        protocol,
+        socket,
+        name: e.name.clone(),
+        count: e.count,
+        first_seen: now.rfc3339(e.first_ns),
+        last_seen: now.rfc3339(e.last_ns),
+    }
+}
+
+fn protocol_name(p: u8) -> String {
+    match i32::from(p) {
+        libc::IPPROTO_TCP => "tcp".into(),
+        libc::IPPROTO_UDP => "udp".into(),
+        libc::IPPROTO_UDPLITE => "udplite".into(),
+        libc::IPPROTO_ICMP => "icmp".into(),
+        libc::IPPROTO_ICMPV6 => "icmpv6".into(),
+        libc::IPPROTO_SCTP => "sctp".into(),
+        libc::IPPROTO_DCCP => "dccp".into(),
+        n => n.to_string(),
+    }
+}
+
+fn family_name(f: i32) -> String {
+    match f {
+        libc::AF_INET => "AF_INET".into(),
+        libc::AF_INET6 => "AF_INET6".into(),
+        n => format!("family {n}"),
+    }
+}
+
+fn type_name(t: i32) -> String {
+    match t {
+        libc::SOCK_STREAM => "SOCK_STREAM".into(),
+        libc::SOCK_DGRAM => "SOCK_DGRAM".into(),
+        libc::SOCK_RAW => "SOCK_RAW".into(),
+        libc::SOCK_RDM => "SOCK_RDM".into(),
+        libc::SOCK_SEQPACKET => "SOCK_SEQPACKET".into(),
+        libc::SOCK_DCCP => "SOCK_DCCP".into(),
+        n => format!("type {n}"),
+    }
+}
+
+/// The ring's entries that are new or counted again since `seen`, each as an
+/// `egress.refused` event: `{"type":"egress.refused","id":…,"data":{…}}`.
+fn emit_refusals(
+    out: &mut impl Write,
+    cg: &Cgroup,
+    id: &str,
+    seen: &mut std::collections::HashMap<([u8; 16], u16, u8, u8), u64>,
+) -> Result<()> {
+    use crate::linux::egress::Installed;
+    let Some(dir) = cg.v2_dir() else {
+        return Ok(());
+    };
+    let Some(list) = Installed::find(&dir).ok().flatten().and_then(|i| i.list) else {
+        return Ok(());
+    };
+    let Ok(entries) = list.refusals() else {
+        return Ok(());
+    };
+    let now = Clocks::now();
+    // Oldest first, so a reader sees them in the order they last happened.
+    for e in entries.iter().rev() {
+        if seen.get(&(e.addr, e.port, e.protocol, e.slot)) == Some(&e.count) {
+            continue;
+        }
+        let ev = serde_json::json!({"type": "egress.refused", "id": id, "data": refusal(e, now)});
+        writeln!(out, "{ev}").context("write to standard output")?;
+    }
+    out.flush().context("write to standard output")?;
+    // Bounded as the ring is: what it dropped is forgotten.
+    *seen = entries
+        .iter()
+        .map(|e| ((e.addr, e.port, e.protocol, e.slot), e.count))
+        .collect();
+    Ok(())
 }
 
 fn emit(out: &mut impl Write, typ: &'static str, id: &str, data: Option<&Stats>) -> Result<()> {

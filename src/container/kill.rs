@@ -53,10 +53,16 @@ pub const KILL_BOUND: Duration = Duration::from_secs(5);
 /// is everything in it, frozen (or `cgroup.kill`ed) so that no fork escapes, and SIGKILL
 /// repeated until the cgroup is empty (an error naming it and what is left after
 /// [`KILL_BOUND`]); in a cgroup it joined, only the init and the descendants proven its
-/// own, never the other processes there.
+/// own, never the other processes there; the same in a systemd unit that is no longer
+/// the one the container's create started.
 pub fn signal_all(rec: &Record, sig: i32) -> Result<()> {
     match &rec.cgroup {
-        Some(cg) if !cg.path.is_empty() && !cg.hierarchies.is_empty() && !cg.joined => {
+        Some(cg)
+            if !cg.path.is_empty()
+                && !cg.hierarchies.is_empty()
+                && !cg.joined
+                && cg.unit_proven()? =>
+        {
             cg.kill_all(sig, KILL_BOUND)?;
         }
         _ => {

@@ -209,20 +209,25 @@ pub fn native(c: &Container) -> Result<Verdict> {
             )
             .and_then(|fd| crate::linux::sys::fstatvfs(std::os::fd::AsFd::as_fd(&fd)))
             .map(|st| crate::linux::cgroups::stats::fs_use(&st));
+            // Both parts the kernel bounds: `size` of data, and `nr_inodes` KiB of inode
+            // space that holds the files and their xattrs beside it.
+            let caps = |bytes: u64, inodes: u64| {
+                let (data, ispace) = policy::tmpfs_caps(bytes, inodes);
+                format!(
+                    "{data} bytes of data, {inodes} inodes: {ispace} bytes of inode space for \
+                     files and xattrs ({} bytes in all)",
+                    data.saturating_add(ispace)
+                )
+            };
             let want = (b.size.div_ceil(4096) * 4096, b.inodes);
             let (actual, ok) = match got {
                 Ok(u) => (
-                    format!("{} bytes, {} inodes", u.bytes_allowed, u.inodes_allowed),
+                    caps(u.bytes_allowed, u.inodes_allowed),
                     (u.bytes_allowed, u.inodes_allowed) == want,
                 ),
                 Err(e) => (format!("statfs: {e}"), false),
             };
-            add(
-                "bounded root",
-                format!("{} bytes, {} inodes", want.0, want.1),
-                actual,
-                ok,
-            );
+            add("bounded root", caps(want.0, want.1), actual, ok);
         }
         if d.network_none {
             let dev = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).unwrap_or_default();
@@ -316,10 +321,18 @@ pub fn native(c: &Container) -> Result<Verdict> {
         add(
             "rootfs budget",
             format!(
-                "{} bytes held in {} (of [fleet] rootfs_budget {})",
+                "{} bytes held in {} (of [fleet] rootfs_budget {}){}",
                 t.bytes,
                 state::budget::LEDGER_DIR,
-                t.budget
+                t.budget,
+                decision
+                    .as_ref()
+                    .and_then(|d| d.bounded_root)
+                    .map_or(String::new(), |b| format!(
+                        ": {} of data and {} of inode space",
+                        b.size,
+                        b.inode_space()
+                    ))
             ),
             format!("{held} bytes held"),
             held == t.bytes,
@@ -338,9 +351,15 @@ pub fn native(c: &Container) -> Result<Verdict> {
             continue;
         };
         let got = tmpfs_inodes(&mountinfo, &m.destination);
+        // tmpfs reads `nr_inodes` with a k/m/g suffix as it reads `size`.
+        let ispace = policy::config::parse_size(want)
+            .map(|n| policy::tmpfs_caps(0, n.unsigned_abs()).1)
+            .map_or(String::new(), |b| {
+                format!(" (inode space for files and xattrs: {b} bytes)")
+            });
         add(
             &format!("tmpfs {} inodes", m.destination),
-            format!("nr_inodes={want}"),
+            format!("nr_inodes={want}{ispace}"),
             got.clone().unwrap_or_else(|| "not mounted".into()),
             got.as_deref() == Some(&format!("nr_inodes={want}")),
         );

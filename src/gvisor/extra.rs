@@ -125,7 +125,7 @@ pub fn events(
     let counters = rec
         .cgroup
         .as_ref()
-        .and_then(crate::container::events::egress_counters);
+        .and_then(|cg| crate::container::events::egress_counters(cg, true));
     if let (true, Some(n)) = (stats, counters) {
         let out = Runsc::quiet(gv, g, "events")
             .flag("stats", true)

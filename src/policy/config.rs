@@ -16,12 +16,13 @@
 //! host_namespaces = []            # host namespaces allowed: "pid", "network", "ipc", "uts"
 //! rootfs = "writable"             # default of moat.rootfs: "writable", "ephemeral", "readonly"
 //!                                 # (readonly_rootfs = true|false: the older spelling)
-//! rootfs_size = "512m"            # bytes and inodes of an ephemeral root's writes
-//! rootfs_inodes = 262144
+//! rootfs_size = "512m"            # bytes of data and inodes of an ephemeral root's writes
+//! rootfs_inodes = 262144          # also KiB of inode space beside the data (files, xattrs)
 //! network = "engine"              # default of moat.network: "engine" or "none"
 //! workspace = "/workspace"        # writable under a read-only root
 //! tmp_size = "64m"                # size of the private /tmp under a read-only root
-//! tmp_inodes = 65536              # inodes (files) of each of those tmpfs (nr_inodes)
+//! tmp_inodes = 65536              # inodes (files) of each of those tmpfs (nr_inodes), and
+//!                                 # KiB of inode space beside tmp_size (files, xattrs)
 //! memory = "2g"                   # limits applied where the engine set none
 //! memory_high = 0.9               # memory.high at this share of the memory limit (0: off)
 //! pids = 4096
@@ -138,7 +139,9 @@ pub struct Config {
     pub ephemeral_rootfs: bool,
     /// `[restricted] rootfs = "readonly"`.
     pub rootfs_readonly: bool,
-    /// `[restricted] rootfs_size`, `rootfs_inodes`: the caps of an ephemeral root.
+    /// `[restricted] rootfs_size`, `rootfs_inodes`: the caps of an ephemeral root: bytes of
+    /// data, and inodes, which also give the tmpfs `rootfs_inodes` KiB of inode space for
+    /// its files and their xattrs beside the data (`policy::BoundedRoot::cap`).
     pub rootfs_size: u64,
     pub rootfs_inodes: u64,
     pub network_none: bool,
@@ -159,7 +162,8 @@ pub struct Config {
     pub fleet_pids: Option<i64>,
     pub fleet_cpus: Option<f64>,
     /// `[fleet] rootfs_budget`: the bytes the bounded roots of all live containers on the
-    /// host may take together (`state::budget`); `None`: no budget.
+    /// host may take together, each its data and its inode space (`state::budget`);
+    /// `None`: no budget.
     pub rootfs_budget: Option<u64>,
     pub force_nesting: bool,
     pub runtime_gvisor: bool,

@@ -77,12 +77,18 @@ pub enum PolicyError {
     #[error("restricted.selinux_types: no type without `*` to give a label")]
     SelinuxNoType,
     #[error(
-        "moat.rootfs=ephemeral: the root's {size} bytes plus tmp_size {tmp} do not fit below \
+        "moat.rootfs=ephemeral: the root's {size} bytes plus its {inode_space} bytes of \
+         inode space (files and xattrs) plus tmp_size {tmp} do not fit below \
          linux.resources.memory.limit {limit} (the root's tmpfs is charged to the container's \
          memory cgroup: it would be OOM-killed before it saw ENOSPC); lower [restricted] \
-         rootfs_size or moat.rootfs.size, or raise the memory limit"
+         rootfs_size, rootfs_inodes or moat.rootfs.size, or raise the memory limit"
     )]
-    EphemeralMemory { size: u64, tmp: u64, limit: i64 },
+    EphemeralMemory {
+        size: u64,
+        inode_space: u64,
+        tmp: u64,
+        limit: i64,
+    },
     /// A key of config.json no field of moat's spec types reads: nobody judged it.
     #[error(
         "{key}: not a field moat knows (runtime-spec 1.3 as moat reads it); RESTRICTED refuses \

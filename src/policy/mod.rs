@@ -41,7 +41,7 @@ pub use mounts::MOUNT_TYPES;
 pub use namespaces::refused_host_namespaces;
 pub use process::{priorities_floor, restrict_exec, Voids, CAPABILITIES};
 pub use resources::{fleet_budget, high_of};
-pub use rootfs::{BoundedRoot, Rootfs};
+pub use rootfs::{tmpfs_caps, BoundedRoot, Rootfs, INODE_SPACE};
 pub use select::IGNORED_ANNOTATION;
 
 /// moat's own seccomp profile, used when the engine gives none.

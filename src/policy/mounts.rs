@@ -174,12 +174,22 @@ pub(super) fn paths_floor(linux: &mut Linux, d: &mut Decision) {
 }
 
 /// RESTRICTED: the engine's `/dev` tmpfs gets an inode cap when it has none (a tmpfs's
-/// default is half the host's RAM pages), so a container cannot fill it with empty files.
+/// default is half the host's RAM pages), so a container cannot fill it with empty files
+/// or, in the inode space the cap also bounds, with xattrs. `nr_inodes=0` is no cap at
+/// all (tmpfs then bounds neither files nor xattrs): replaced like a missing one.
 pub(super) fn dev_inodes(mounts: &mut [Mount], d: &mut Decision) {
     for m in mounts.iter_mut().filter(|m| {
         m.typ.as_deref() == Some("tmpfs")
             && crate::linux::path::components(&m.destination) == ["dev"]
     }) {
+        let uncapped = |o: &String| {
+            o.strip_prefix("nr_inodes=").is_some_and(|n| {
+                n.trim_end_matches(['k', 'K', 'm', 'M', 'g', 'G'])
+                    .bytes()
+                    .all(|c| c == b'0')
+            })
+        };
+        m.options.retain(|o| !uncapped(o));
         if m.options.iter().any(|o| o.starts_with("nr_inodes=")) {
             continue;
         }

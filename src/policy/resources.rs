@@ -130,30 +130,36 @@ pub(super) fn floor_limits(res: &mut spec::Resources, cfg: &Config, asked: Asked
     let Some(unified) = res.unified.as_mut() else {
         return out;
     };
-    if let (Some(limit), Some(v)) = (cfg.memory, unified.get_mut("memory.max")) {
+    // The unified files that would lift a floor's single-number limit.
+    let single: [(&str, Option<i64>, [&'static str; 2]); 2] = [
+        (
+            "memory.max",
+            cfg.memory,
+            [
+                "restricted.memory: memory.max lifts the memory limit",
+                "restricted.memory: an update may not lift the memory limit create set",
+            ],
+        ),
+        (
+            "pids.max",
+            cfg.pids,
+            [
+                "restricted.pids: pids.max lifts the pids limit",
+                "restricted.pids: an update may not lift the pids limit create set",
+            ],
+        ),
+    ];
+    for (key, floor, [on_create, on_update]) in single {
+        let (Some(floor), Some(v)) = (floor, unified.get_mut(key)) else {
+            continue;
+        };
         if unlimited(v) {
             push(
-                "linux.resources.unified.memory.max",
-                asked.detail(v.trim(), limit),
-                asked.reason(
-                    "restricted.memory: memory.max lifts the memory limit",
-                    "restricted.memory: an update may not lift the memory limit create set",
-                ),
+                &format!("linux.resources.unified.{key}"),
+                asked.detail(v.trim(), floor),
+                asked.reason(on_create, on_update),
             );
-            *v = limit.to_string();
-        }
-    }
-    if let (Some(pids), Some(v)) = (cfg.pids, unified.get_mut("pids.max")) {
-        if unlimited(v) {
-            push(
-                "linux.resources.unified.pids.max",
-                asked.detail(v.trim(), pids),
-                asked.reason(
-                    "restricted.pids: pids.max lifts the pids limit",
-                    "restricted.pids: an update may not lift the pids limit create set",
-                ),
-            );
-            *v = pids.to_string();
+            *v = floor.to_string();
         }
     }
     if let (Some(cpus), Some(v)) = (cfg.cpus, unified.get_mut("cpu.max")) {

@@ -37,12 +37,37 @@ impl Rootfs {
     }
 }
 
+/// What a tmpfs charges each inode against its inode space (the kernel's
+/// `BOGO_INODE_SIZE`). Since Linux 6.6 a tmpfs with `nr_inodes=N` has `N` KiB of it, and
+/// charges each file 1 KiB of it and each xattr its name, its value and 40 bytes: user
+/// xattrs are stored outside `size=`, bounded only there (with no `nr_inodes`, not at all).
+pub const INODE_SPACE: u64 = 1024;
+
+/// The bytes a tmpfs of `size=` and `nr_inodes=` may hold, as the kernel bounds them:
+/// (data, inode space: files and xattrs).
+pub fn tmpfs_caps(size: u64, inodes: u64) -> (u64, u64) {
+    (size, inodes.saturating_mul(INODE_SPACE))
+}
+
 /// The caps of an ephemeral root (`moat.rootfs=ephemeral`): its tmpfs's `size=` and
 /// `nr_inodes=`.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct BoundedRoot {
     pub size: u64,
     pub inodes: u64,
+}
+
+impl BoundedRoot {
+    /// The bytes of inode space (files and xattrs) the root's tmpfs holds beside `size`.
+    pub fn inode_space(&self) -> u64 {
+        tmpfs_caps(self.size, self.inodes).1
+    }
+
+    /// Everything the root may hold, as the kernel bounds it: `size` of data plus the
+    /// inode space. What the budget and the memory limit are charged.
+    pub fn cap(&self) -> u64 {
+        self.size.saturating_add(self.inode_space())
+    }
 }
 
 pub(super) fn has_mount(spec: &Spec, dest: &str) -> bool {
@@ -89,10 +114,11 @@ pub(super) fn readonly_rootfs(spec: &mut Spec, cfg: &Config, d: &mut Decision) {
 
 /// `moat.rootfs=ephemeral`: a writable root whose writes go to a tmpfs of `size` bytes and
 /// `[restricted] rootfs_inodes` inodes over the engine's layers, never to the engine's
-/// storage (`linux::idmap::ephemeral` builds it at create). tmpfs pages are charged to the
-/// container's memory cgroup, so the cap plus `tmp_size` must fit below its memory limit,
-/// or the sandbox would be OOM-killed before it saw ENOSPC: such a create is refused. A
-/// root the spec makes read-only needs no writable layer.
+/// storage (`linux::idmap::ephemeral` builds it at create). tmpfs pages and its xattrs
+/// (kernel memory, `GFP_KERNEL_ACCOUNT`) are charged to the container's memory cgroup, so
+/// the whole cap ([`BoundedRoot::cap`]: `size` and the inode space) plus `tmp_size` must
+/// fit below its memory limit, or the sandbox would be OOM-killed before it saw ENOSPC:
+/// such a create is refused. A root the spec makes read-only needs no writable layer.
 pub(super) fn ephemeral_rootfs(
     spec: &mut Spec,
     cfg: &Config,
@@ -119,15 +145,20 @@ pub(super) fn ephemeral_rootfs(
     let tmp = config::parse_size(&cfg.tmp_size)
         .unwrap_or(0)
         .unsigned_abs();
-    if let Some(limit) = limit {
-        if size.saturating_add(tmp) > limit.unsigned_abs() {
-            return Err(PolicyError::EphemeralMemory { size, tmp, limit });
-        }
-    }
     let b = BoundedRoot {
         size,
         inodes: cfg.rootfs_inodes,
     };
+    if let Some(limit) = limit {
+        if b.cap().saturating_add(tmp) > limit.unsigned_abs() {
+            return Err(PolicyError::EphemeralMemory {
+                size,
+                inode_space: b.inode_space(),
+                tmp,
+                limit,
+            });
+        }
+    }
     d.bounded_root = Some(b);
     change(
         d,
@@ -135,8 +166,12 @@ pub(super) fn ephemeral_rootfs(
         "set",
         format!(
             "ephemeral: the engine's layers read-only below a tmpfs of {} bytes and {} \
-             inodes that takes every write",
-            b.size, b.inodes
+             inodes that takes every write (and {} bytes of inode space for files and \
+             xattrs: {} bytes in all)",
+            b.size,
+            b.inodes,
+            b.inode_space(),
+            b.cap()
         ),
         "moat.rootfs=ephemeral: writes bounded, kept off the engine's storage, lost at delete",
     );

@@ -875,11 +875,22 @@ fn ephemeral_root_must_fit_below_the_memory_limit() {
     let e = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "moat.rootfs=ephemeral: the root's 536870912 bytes plus tmp_size 67108864 do not \
-         fit below linux.resources.memory.limit 536870912 (the root's tmpfs is charged to \
-         the container's memory cgroup: it would be OOM-killed before it saw ENOSPC); \
-         lower [restricted] rootfs_size or moat.rootfs.size, or raise the memory limit"
+        "moat.rootfs=ephemeral: the root's 536870912 bytes plus its 268435456 bytes of \
+         inode space (files and xattrs) plus tmp_size 67108864 do not fit below \
+         linux.resources.memory.limit 536870912 (the root's tmpfs is charged to the \
+         container's memory cgroup: it would be OOM-killed before it saw ENOSPC); lower \
+         [restricted] rootfs_size, rootfs_inodes or moat.rootfs.size, or raise the memory \
+         limit"
     );
+    // The inode space counts: data and /tmp fit, the xattrs the inodes allow would not.
+    let mut s = with_memory(Some((512 << 20) + (64 << 20) + (255 << 20)), &[]);
+    s.root.as_mut().unwrap().readonly = false;
+    assert!(apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).is_err());
+    let mut s = with_memory(Some((512 << 20) + (64 << 20) + (256 << 20)), &[]);
+    s.root.as_mut().unwrap().readonly = false;
+    let d = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+    let b = d.bounded_root.unwrap();
+    assert_eq!((b.inode_space(), b.cap()), (256 << 20, 768 << 20));
     let mut s = with_memory(Some(1 << 30), &[]);
     s.root.as_mut().unwrap().readonly = false;
     assert!(apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).is_ok());
@@ -922,6 +933,24 @@ fn every_tmpfs_gets_an_inode_cap_an_engine_cap_is_kept() {
         o.contains(&"nr_inodes=99".to_string()) && o.len() == 5,
         "{o:?}"
     );
+    // `nr_inodes=0` is no cap (neither files nor xattrs bounded): replaced.
+    for zero in ["nr_inodes=0", "nr_inodes=00", "nr_inodes=0k"] {
+        let mut s = podman_like();
+        let dev = s
+            .mounts
+            .iter_mut()
+            .find(|m| m.destination == "/dev")
+            .unwrap();
+        dev.options.push(zero.into());
+        apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+        let o = dev_opts(&s);
+        assert!(
+            o.contains(&"nr_inodes=16384".to_string())
+                && !o.iter().any(|x| x == zero)
+                && o.len() == 5,
+            "{o:?}"
+        );
+    }
     let open = Config {
         default_policy: Mode::Open,
         ..Config::default()

@@ -1,8 +1,9 @@
 //! The host-wide ledger of `[fleet] rootfs_budget`: the bytes the bounded (ephemeral)
 //! roots of all live containers may take together.
 //!
-//! A bounded root's writes go to a tmpfs in host RAM, capped at its `rootfs_size`; each
-//! cap is a promise of that much memory. One ledger for the whole host, whatever `--root`
+//! A bounded root's writes go to a tmpfs in host RAM, capped at its `rootfs_size` of data
+//! and `rootfs_inodes` KiB of inode space (files and their xattrs, which tmpfs stores
+//! outside `size`); each share is that whole cap, a promise of that much memory. One ledger for the whole host, whatever `--root`
 //! each engine passes, like the userns pool (`idpool.rs`), outside every state root in
 //! [`LEDGER_DIR`] (a tmpfs: neither the containers nor their shares survive a reboot):
 //!
@@ -52,8 +53,8 @@ pub enum BudgetError {
     },
     #[error(
         "[fleet] rootfs_budget {} exceeded: {} in use by {live} bounded root(s), {} asked; \
-         delete containers, lower moat.rootfs.size or [restricted] rootfs_size, or raise \
-         the budget",
+         delete containers, lower moat.rootfs.size or [restricted] rootfs_size or \
+         rootfs_inodes, or raise the budget",
         human(*.budget), human(*.in_use), human(*.asked)
     )]
     Exceeded {
@@ -263,8 +264,8 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "[fleet] rootfs_budget 1g exceeded: 1g in use by 2 bounded root(s), 1m asked; \
-             delete containers, lower moat.rootfs.size or [restricted] rootfs_size, or raise \
-             the budget"
+             delete containers, lower moat.rootfs.size or [restricted] rootfs_size or \
+             rootfs_inodes, or raise the budget"
         );
         assert_eq!(l.release(&root, "a").unwrap(), 512 << 20);
         assert_eq!(l.release(&root, "a").unwrap(), 0);

@@ -1335,3 +1335,30 @@ pub fn number_after(out: &str, prefix: &str) -> Option<usize> {
         .find_map(|l| l.strip_prefix(prefix))
         .and_then(|n| n.parse().ok())
 }
+
+/// A fixture of `tests/support/<source>` built with `gcc -static` into the target dir as
+/// `<name>`, once per run of the calling test binary; `None` after a loud [`missing`]
+/// without a compiler or static libc.
+pub fn static_fixture(source: &str, name: &str) -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/support")
+        .join(source);
+    let dir = Path::new(MOAT).parent().expect("target dir");
+    let out = dir.join(name);
+    let tmp = dir.join(format!("{name}.{}", std::process::id()));
+    let mut cmd = Command::new("gcc");
+    cmd.args(["-static", "-O2", "-o"]).arg(&tmp).arg(&src);
+    let res = run_cmd(cmd, &tmp_base(), Duration::from_secs(120));
+    let _ = fs::remove_file(&res.out_file);
+    let _ = fs::remove_file(&res.err_file);
+    if res.code != 0 {
+        missing(&format!(
+            "cannot build {source} with gcc -static (install gcc and libc6-dev): {}",
+            res.stderr
+        ));
+        let _ = fs::remove_file(&tmp);
+        return None;
+    }
+    fs::rename(&tmp, &out).expect("rename fixture");
+    Some(out)
+}

@@ -201,11 +201,12 @@ impl Cgroup {
         cgroups_path: Option<&str>,
         id: &str,
         user: Option<u32>,
+        root: &Path,
     ) -> Result<(Layout, systemd::Scope, String), CgroupError> {
         if !Path::new("/run/systemd/system").exists() {
             return Err(CgroupError::SystemdNotRunning);
         }
-        let scope = systemd::Scope::parse(cgroups_path, id, user)?;
+        let scope = systemd::Scope::parse(cgroups_path, id, user, root)?;
         let layout = Layout::detect()?;
         let path = scope.path();
         Ok((layout, scope, path))
@@ -344,13 +345,13 @@ impl Cgroup {
     /// the scope's files as [`Cgroup::apply`] does. systemd's cgroup for the scope must be
     /// the one planned: the child mounts that path as its `/sys/fs/cgroup`.
     pub fn start_systemd(
-        &self,
+        &mut self,
         id: &str,
         pid: i32,
         res: Option<&spec::Resources>,
         fleet: Option<(&str, &spec::Resources)>,
     ) -> Result<(), CgroupError> {
-        let Some(scope) = &self.systemd else {
+        let Some(scope) = &mut self.systemd else {
             return Ok(());
         };
         let devices = std::fs::read_to_string("/proc/devices").unwrap_or_default();
@@ -364,13 +365,16 @@ impl Cgroup {
             }
             None => None,
         };
-        let cgroup = systemd::start(
+        let (cgroup, invocation) = systemd::start(
             scope,
             id,
             pid,
             &props,
             fleet_props.as_ref().map(|(s, p)| (*s, p.as_slice())),
         )?;
+        // From here on the unit is this create's: what proves it to a rollback or delete.
+        scope.invocation = Some(invocation);
+        let scope = &*scope;
         if cgroup != self.path {
             return Err(CgroupError::Systemd {
                 msg: format!(
@@ -465,10 +469,26 @@ impl Cgroup {
         let deadline = Instant::now() + Duration::from_millis(500);
         let mut first = None;
         // The scope goes first (systemd removes its cgroup); what is left (sub-cgroups
-        // the container made) is removed below.
+        // the container made) is removed below. Only the unit this container's create
+        // started: one it never started (a create refused because the unit was there)
+        // and one started since under the same name are someone else's, cgroup and all.
         if let Some(scope) = &self.systemd {
-            if let Err(e) = systemd::delete(scope) {
-                first = Some(e);
+            let Some(mine) = scope.invocation.as_deref() else {
+                return Ok(());
+            };
+            match systemd::delete(scope, mine) {
+                Ok(None) => {}
+                // Gone: what moat made in the hierarchies systemd does not manage (v1)
+                // is still to be removed.
+                Ok(Some(found)) if found.is_empty() => {}
+                Ok(Some(found)) => {
+                    crate::log::warn(&format!(
+                        "systemd: {} is not the unit this container started (InvocationID {found}, recorded {mine}): left as it is",
+                        scope.unit
+                    ));
+                    return Ok(());
+                }
+                Err(e) => first = Some(e),
             }
         }
         for h in &self.hierarchies {
@@ -477,6 +497,20 @@ impl Cgroup {
             }
         }
         first.map_or(Ok(()), Err)
+    }
+
+    /// Whether the container may act on everything in this cgroup as its own: always
+    /// under cgroupfs; under the systemd driver only while the scope is the unit this
+    /// container's create started (its `InvocationID` the recorded one). A unit replaced
+    /// under the same name has the same cgroup path and someone else's processes.
+    pub fn unit_proven(&self) -> Result<bool, CgroupError> {
+        let Some(scope) = &self.systemd else {
+            return Ok(true);
+        };
+        if scope.invocation.is_none() {
+            return Ok(false);
+        }
+        Ok(scope.proven(&systemd::invocation(scope)?))
     }
 
     /// Removes the cgroup's own directory in every hierarchy where it is empty (no

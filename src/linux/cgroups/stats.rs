@@ -100,15 +100,52 @@ pub struct EgressCounters {
     /// The names, and the addresses, the forwarder holds admitted now.
     pub forwarder_names_held: u64,
     pub forwarder_addresses_held: u64,
+    /// Sockets refused at `socket(2)`: protocols no hook judges (UDP-Lite, SCTP, …).
+    pub sockets_refused: u64,
+    /// Which destinations and names were refused: the container's refusal ring (at most
+    /// `egress::RING_ENTRIES`, the most recent first). Only in `events --stats`; the
+    /// stream reports each as an `egress.refused` event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Vec<EgressRefusal>>,
 }
 
-/// Bytes and inodes used and allowed on one filesystem (statfs).
+/// One destination (or name) an egress policy refused: what refused it, where to, how
+/// often, first and last seen.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EgressRefusal {
+    /// `connect`, `sendmsg`, `packet` (the packet program), `socket` (refused at
+    /// creation), `name` (the forwarder answered REFUSED), `rebinding` (an answer into a
+    /// private network not admitted).
+    pub by: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// A socket refused at creation: its family and type (`AF_INET SOCK_DGRAM`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub count: u64,
+    pub first_seen: String,
+    pub last_seen: String,
+}
+
+/// Bytes and inodes used and allowed on one filesystem (statfs). The filesystems listed
+/// are tmpfs moat capped, whose statfs counts inodes in its inode space (Linux 6.6+): a
+/// file takes 1 KiB of it, an xattr its name, its value and 40 bytes, so `inodes_used`
+/// grows with xattrs too; `inode_space_*` are the same counts in bytes, what the tmpfs
+/// holds beside `bytes_allowed` of data.
 #[derive(Debug, Default, Clone, Serialize, PartialEq)]
 pub struct FsUse {
     pub bytes_used: u64,
     pub bytes_allowed: u64,
     pub inodes_used: u64,
     pub inodes_allowed: u64,
+    pub inode_space_bytes_used: u64,
+    pub inode_space_bytes_allowed: u64,
 }
 
 /// A pressure file's text; `None` when it has no `some` line.
@@ -388,6 +425,11 @@ pub fn fs_use(st: &libc::statvfs) -> FsUse {
         bytes_allowed: st.f_blocks.saturating_mul(frsize),
         inodes_used: st.f_files.saturating_sub(st.f_ffree),
         inodes_allowed: st.f_files,
+        inode_space_bytes_used: st
+            .f_files
+            .saturating_sub(st.f_ffree)
+            .saturating_mul(crate::policy::INODE_SPACE),
+        inode_space_bytes_allowed: st.f_files.saturating_mul(crate::policy::INODE_SPACE),
     }
 }
 

@@ -74,15 +74,15 @@ fn with_shares(plan: &mut Plan, dir: &ContainerDir) -> Result<Created, Error> {
         dir.save_file(state::CGROUP_PLANNED_FILE, &json)?;
     }
     killpoint::at("create", "parent", "Cgroup");
-    let cgroup = cgroup(plan)?; // 5
-    let created = in_cgroup(plan, dir, &cgroup);
+    let mut cgroup = cgroup(plan)?; // 5
+    let created = in_cgroup(plan, dir, &mut cgroup);
     if created.is_err() {
         let _ = cgroup.remove();
     }
     created
 }
 
-fn in_cgroup(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Created, Error> {
+fn in_cgroup(plan: &Plan, dir: &ContainerDir, cgroup: &mut Cgroup) -> Result<Created, Error> {
     killpoint::at("create", "parent", "Record");
     let mut record = record(plan, dir, cgroup)?; // 6
     killpoint::at("create", "parent", "Channels");
@@ -96,7 +96,12 @@ fn in_cgroup(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Created
         resources(plan).as_ref(),
         plan.fleet_slice.as_ref().map(|(s, r)| (s.as_str(), r)),
     )?; // 8: the systemd driver's scope
+    let cgroup = &*cgroup;
     if cgroup.systemd.is_some() {
+        // The unit's InvocationID, at once: the record is what proves the unit this
+        // container's to a delete after a create killed from here on.
+        record.cgroup = Some(cgroup.clone());
+        dir.save(&record)?;
         egress(plan, cgroup)?;
     }
     killpoint::at("create", "parent", "Release");

@@ -196,7 +196,11 @@ impl Plan {
         if decision.bounded_root.is_some() && opts.rootless {
             return Err(Error::EphemeralRootless);
         }
-        let rootfs_budget = cfg.rootfs_budget.zip(decision.bounded_root.map(|b| b.size));
+        // The whole cap: the data and the inode space (files and xattrs) the tmpfs holds
+        // beside it, both host RAM.
+        let rootfs_budget = cfg
+            .rootfs_budget
+            .zip(decision.bounded_root.map(|b| b.cap()));
         // The state directory does not exist yet; the socket's mount is planned for it.
         let dir = opts.root.join(&opts.id);
         let (notify, notify_source) = match &opts.notify_socket {
@@ -228,7 +232,7 @@ impl Plan {
         let (cgroup, planned) = if opts.systemd_cgroup {
             let user = opts.rootless.then(crate::linux::rootless::host_uid);
             let (layout, scope, path) =
-                Cgroup::plan_systemd(cgroups_path.as_deref(), &opts.id, user)?;
+                Cgroup::plan_systemd(cgroups_path.as_deref(), &opts.id, user, &opts.root)?;
             let mut planned = Cgroup::planned(&layout, &path);
             planned.systemd = Some(scope);
             // runc turns these into unit properties; an image can carry annotations, and

@@ -42,8 +42,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    admit, count, gauge, revoke, Installed, STATS_HELD_ADDRS, STATS_HELD_NAMES, STATS_REFUSED_FULL,
-    STATS_REFUSED_NAMES, STATS_REFUSED_REBIND,
+    admit, count, gauge, record_name, revoke, Installed, STATS_HELD_ADDRS, STATS_HELD_NAMES,
+    STATS_REFUSED_FULL, STATS_REFUSED_NAMES, STATS_REFUSED_REBIND,
 };
 use crate::linux::sys;
 use crate::policy::egress::{Egress, Entry, ForwarderLimits, Range, RANGES, TCP, UDP};
@@ -418,6 +418,12 @@ pub fn start(
     send(b"trie0", maps.tries[0].as_fd())?;
     send(b"trie1", maps.tries[1].as_fd())?;
     send(b"stats", maps.stats.as_fd())?;
+    let Some(ring) = &maps.ring else {
+        return Err(ForwarderError::Failed(
+            "the container's egress programs have no refusal ring".into(),
+        ));
+    };
+    send(b"ring", ring.as_fd())?;
     send(b"init", init.as_fd())?;
     sys::send_msg(ours.as_fd(), &filter_bytes(&seccomp_filter()?), None)
         .map_err(io_err("send its seccomp filter"))?;
@@ -494,6 +500,8 @@ struct Forwarder {
     selector: OwnedFd,
     tries: [OwnedFd; 2],
     stats: OwnedFd,
+    /// The refusal ring: the names refused and the answers not admitted, by name.
+    ring: OwnedFd,
     init: OwnedFd,
     state: Mutex<State>,
     /// Messages being answered now (each on a thread of its own): at most [`CLIENTS`].
@@ -659,6 +667,7 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
     let (_, trie0) = recv_fd(ctl, "the first trie")?;
     let (_, trie1) = recv_fd(ctl, "the second trie")?;
     let (_, stats) = recv_fd(ctl, "the stats map")?;
+    let (_, ring) = recv_fd(ctl, "the refusal ring")?;
     let (_, init) = recv_fd(ctl, "the init's pidfd")?;
     let filter = {
         let mut buf = vec![0u8; 64 * 1024];
@@ -712,6 +721,7 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
         selector,
         tries: [trie0, trie1],
         stats,
+        ring,
         init,
         state: Mutex::new(State {
             egress,
@@ -1208,6 +1218,7 @@ impl Forwarder {
             let st = self.lock();
             if !st.egress.name_allowed(&name) {
                 self.count(&st, STATS_REFUSED_NAMES);
+                let _ = record_name(self.ring.as_fd(), STATS_REFUSED_NAMES, &name, None);
                 return reply_with(&q, simple_dns::RCODE::Refused);
             }
             st.egress.resolvers.clone()
@@ -1251,6 +1262,7 @@ impl Forwarder {
             // rebinding, unless an address rule names that address.
             if st.egress.rebinding(ip).is_some() {
                 self.count(&st, STATS_REFUSED_REBIND);
+                let _ = record_name(self.ring.as_fd(), STATS_REFUSED_REBIND, name, Some(ip));
                 continue;
             }
             let Some(ranges) = st.egress.admitted(name, ip, &st.statics) else {

@@ -57,6 +57,11 @@ pub const STATS_HELD_ADDRS: u32 = 10;
 const SELECTOR_NAME: &str = "moat_eg_sel";
 const TRIE_NAMES: [&str; 2] = ["moat_eg_allow0", "moat_eg_allow1"];
 const STATS_NAME: &str = "moat_eg_stats";
+const RING_NAME: &str = "moat_eg_refused";
+/// Distinct refusals the ring keeps per container (destination, port, protocol, what
+/// refused it; or a name): the least recently refused is dropped for a new one. 88 bytes
+/// of value, 20 of key: about 40 KiB of kernel memory per container with a list.
+pub const RING_ENTRIES: u32 = 256;
 
 /// Why the egress policy could not be put in force (or read back).
 #[derive(Debug, thiserror::Error)]
@@ -153,6 +158,9 @@ pub struct ListMaps {
     pub selector: OwnedFd,
     pub tries: [OwnedFd; 2],
     pub stats: OwnedFd,
+    /// The refusal ring ([`Refusal`]); `None` on a cgroup whose programs an older moat
+    /// loaded.
+    pub ring: Option<OwnedFd>,
 }
 
 /// What moat has attached to a container's cgroup.
@@ -264,11 +272,22 @@ fn programs(
         STATS_NAME,
     )
     .map_err(io_err("create the counters for", dir))?;
+    let ring = bpf::map_create(
+        bpf::BPF_MAP_TYPE_LRU_HASH,
+        u32::try_from(prog::RING_KEY_SIZE).expect("small"),
+        u32::try_from(prog::RING_VALUE_SIZE).expect("small"),
+        RING_ENTRIES,
+        0,
+        None,
+        RING_NAME,
+    )
+    .map_err(io_err("create the refusal ring for", dir))?;
     let raw = |f: &OwnedFd| f.as_raw_fd();
     let maps = prog::MapFds {
         selector: raw(&selector),
         tries: [raw(&t0), raw(&t1)],
         stats: raw(&stats),
+        ring: raw(&ring),
     };
     for hook in Hook::ALL {
         out.push((
@@ -637,6 +656,9 @@ impl ListMaps {
             selector: raw(&self.selector),
             tries: [raw(&self.tries[0]), raw(&self.tries[1])],
             stats: raw(&self.stats),
+            // An older moat's programs have no ring: a program loaded over -1 is refused,
+            // so `verify` says they differ from this moat's.
+            ring: self.ring.as_ref().map_or(-1, raw),
         }
     }
 
@@ -665,7 +687,7 @@ impl ListMaps {
 
 /// The list maps among a program's maps.
 fn maps_of(ids: &[u32]) -> Option<ListMaps> {
-    let (mut sel, mut t0, mut t1, mut stats) = (None, None, None, None);
+    let (mut sel, mut t0, mut t1, mut stats, mut ring) = (None, None, None, None, None);
     for id in ids {
         let Ok(m) = bpf::map_get_fd_by_id(*id) else {
             continue;
@@ -675,6 +697,7 @@ fn maps_of(ids: &[u32]) -> Option<ListMaps> {
             Ok(n) if n == TRIE_NAMES[0] => t0 = Some(m),
             Ok(n) if n == TRIE_NAMES[1] => t1 = Some(m),
             Ok(n) if n == STATS_NAME => stats = Some(m),
+            Ok(n) if n == RING_NAME => ring = Some(m),
             _ => {}
         }
     }
@@ -682,6 +705,141 @@ fn maps_of(ids: &[u32]) -> Option<ListMaps> {
         selector: sel?,
         tries: [t0?, t1?],
         stats: stats?,
+        ring,
+    })
+}
+
+/// One entry of the refusal ring, as the kernel (or the forwarder) left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingEntry {
+    /// The destination (IPv4 as `::ffff:a.b.c.d`); a socket refused at creation: its
+    /// family and type in the first eight bytes; a refused name: a hash of it.
+    pub addr: [u8; 16],
+    pub port: u16,
+    /// The IP protocol number.
+    pub protocol: u8,
+    /// The stats slot of what refused it ([`Hook::slot`], [`STATS_REFUSED_NAMES`],
+    /// [`STATS_REFUSED_REBIND`]).
+    pub slot: u8,
+    /// `CLOCK_MONOTONIC` nanoseconds.
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub count: u64,
+    /// The name asked for, if the forwarder knew one (cut to [`prog::RING_NAME`] bytes).
+    pub name: Option<String>,
+}
+
+impl RingEntry {
+    fn key(&self) -> [u8; prog::RING_KEY_SIZE] {
+        let mut k = [0u8; prog::RING_KEY_SIZE];
+        k[..16].copy_from_slice(&self.addr);
+        k[16..18].copy_from_slice(&self.port.to_ne_bytes());
+        k[18] = self.protocol;
+        k[19] = self.slot;
+        k
+    }
+
+    fn parse(k: &[u8], v: &[u8]) -> RingEntry {
+        let u64_at = |o: usize| u64::from_ne_bytes(v[o..o + 8].try_into().expect("8 bytes"));
+        let name = &v[24..];
+        let name = &name[..name.iter().position(|b| *b == 0).unwrap_or(name.len())];
+        RingEntry {
+            addr: k[..16].try_into().expect("16 bytes"),
+            port: u16::from_ne_bytes([k[16], k[17]]),
+            protocol: k[18],
+            slot: k[19],
+            first_ns: u64_at(0),
+            last_ns: u64_at(8),
+            count: u64_at(16),
+            name: (!name.is_empty()).then(|| String::from_utf8_lossy(name).into_owned()),
+        }
+    }
+}
+
+impl ListMaps {
+    /// The refusal ring's entries, most recent first (none from an older moat's programs).
+    pub fn refusals(&self) -> io::Result<Vec<RingEntry>> {
+        let Some(ring) = &self.ring else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        let mut key = [0u8; prog::RING_KEY_SIZE];
+        let mut prev: Option<[u8; prog::RING_KEY_SIZE]> = None;
+        let mut v = [0u8; prog::RING_VALUE_SIZE];
+        // Bounded: the map holds at most RING_ENTRIES keys, and a key evicted while
+        // walking restarts the walk at most once more each.
+        for _ in 0..RING_ENTRIES * 2 {
+            if !bpf::map_next_key(ring.as_fd(), prev.as_ref().map(|k| &k[..]), &mut key)? {
+                break;
+            }
+            if bpf::map_lookup(ring.as_fd(), &key, &mut v)? {
+                out.push(RingEntry::parse(&key, &v));
+            }
+            prev = Some(key);
+        }
+        out.sort_by(|a, b| b.last_ns.cmp(&a.last_ns).then(a.key().cmp(&b.key())));
+        out.dedup_by(|a, b| a.key() == b.key());
+        Ok(out)
+    }
+}
+
+/// Records a refusal the forwarder made (a name refused, an answer not admitted) in the
+/// ring: `addr` the answer's address, or for a refused name none (the key then holds a
+/// hash of the name). The forwarder is the only writer of its slots.
+pub fn record_name(
+    ring: BorrowedFd<'_>,
+    slot: u32,
+    name: &str,
+    addr: Option<IpAddr>,
+) -> io::Result<()> {
+    let now = monotonic_ns();
+    let mut e = RingEntry {
+        addr: match addr {
+            Some(a) => crate::policy::egress::key_addr(a).octets(),
+            None => name_hash(name),
+        },
+        port: 0,
+        protocol: 0,
+        slot: u8::try_from(slot).unwrap_or(u8::MAX),
+        first_ns: now,
+        last_ns: now,
+        count: 1,
+        name: None,
+    };
+    let key = e.key();
+    let mut v = [0u8; prog::RING_VALUE_SIZE];
+    if bpf::map_lookup(ring, &key, &mut v)? {
+        let old = RingEntry::parse(&key, &v);
+        e.first_ns = old.first_ns;
+        e.count = old.count.saturating_add(1);
+    }
+    let mut v = [0u8; prog::RING_VALUE_SIZE];
+    v[..8].copy_from_slice(&e.first_ns.to_ne_bytes());
+    v[8..16].copy_from_slice(&e.last_ns.to_ne_bytes());
+    v[16..24].copy_from_slice(&e.count.to_ne_bytes());
+    let n = name.len().min(prog::RING_NAME);
+    v[24..24 + n].copy_from_slice(&name.as_bytes()[..n]);
+    bpf::map_update(ring, &key, &v)
+}
+
+/// A refused name's place in the ring's address field: two FNV-1a hashes of it.
+fn name_hash(name: &str) -> [u8; 16] {
+    let fnv = |basis: u64| {
+        name.bytes().fold(basis, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    };
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_ne_bytes());
+    out[8..].copy_from_slice(&fnv(0x6c62_272e_07bb_0142).to_ne_bytes());
+    out
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock `bpf_ktime_get_ns` reads.
+pub fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000
+            + u64::try_from(t.tv_nsec()).unwrap_or(0)
     })
 }
 

@@ -121,16 +121,37 @@ const USER_PORT: i16 = 24;
 const PROTOCOL: i16 = 36;
 
 // Stack: the trie key at fp-24 (prefixlen u32, then 16 address bytes), the selector index
-// at fp-28, the stats index at fp-32.
+// at fp-28, the stats index at fp-32; below the echo program's packet buffers (`HDR`,
+// `EXT`) the IP protocol number at fp-84 and the refusal ring's key and value
+// (`record_refusal`).
 const KEY: i16 = -24;
 const SEL_IDX: i16 = -28;
 const STATS_IDX: i16 = -32;
+const PROTO: i16 = -84;
+const RING_KEY: i16 = -104;
+#[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)] // 88 bytes
+const RING_VAL: i16 = RING_KEY - RING_VALUE_SIZE as i16;
+
+/// The refusal ring's key: the destination (16 bytes, IPv4 as `::ffff:a.b.c.d`; for a
+/// socket refused at creation its family and type as two u32), the port (u16, host
+/// order), the IP protocol number (u8), the stats slot of what refused it (u8).
+pub const RING_KEY_SIZE: usize = 20;
+/// The refusal ring's value: first and last seen (`CLOCK_MONOTONIC` ns), the count, and
+/// the name asked for (up to [`RING_NAME`] bytes, NUL-padded; the forwarder's records).
+pub const RING_VALUE_SIZE: usize = 24 + RING_NAME;
+pub const RING_NAME: usize = 64;
 
 const LDX_W: u8 = 0x61;
 const LDX_H: u8 = 0x69;
 const LDX_B: u8 = 0x71;
 const ST_W: u8 = 0x62;
 const STX_W: u8 = 0x63;
+const ST_H: u8 = 0x6a;
+const STX_H: u8 = 0x6b;
+const ST_B: u8 = 0x72;
+const STX_B: u8 = 0x73;
+const ST_DW: u8 = 0x7a;
+const STX_DW: u8 = 0x7b;
 const ATOMIC_DW: u8 = 0xdb;
 const LD_IMM64: u8 = 0x18;
 const MOV_K: u8 = 0xb7;
@@ -156,6 +177,9 @@ const EXIT: u8 = 0x95;
 const LSH_K: u8 = 0x67;
 const ADD_X: u8 = 0x0f;
 const MAP_LOOKUP_ELEM: i32 = 1;
+const MAP_UPDATE_ELEM: i32 = 2;
+const KTIME_GET_NS: i32 = 5;
+const BPF_NOEXIST: i32 = 1;
 const SKB_LOAD_BYTES_RELATIVE: i32 = 68;
 const BPF_HDR_START_NET: i32 = 1;
 
@@ -201,6 +225,8 @@ enum L {
     Echo,
     Stream,
     Dgram,
+    RingInsert,
+    RingDone,
 }
 
 enum Op {
@@ -254,6 +280,8 @@ pub struct MapFds {
     pub tries: [i32; 2],
     /// ARRAY of u64 refusal counters.
     pub stats: i32,
+    /// LRU_HASH: the refusal ring ([`RING_KEY_SIZE`] → [`RING_VALUE_SIZE`]).
+    pub ring: i32,
 }
 
 /// The list program of `hook` over `maps`.
@@ -269,6 +297,10 @@ pub fn program(hook: Hook, maps: MapFds) -> Vec<Insn> {
         i(LDX_W, 7, 6, USER_PORT, 0),
         i(TO_BE, 7, 0, 0, 16),
         i(LDX_W, 8, 6, PROTOCOL, 0),
+        i(STX_W, 10, 8, PROTO, 0),
+    ];
+    zero_key(&mut o);
+    o.extend([
         jk(JEQ_K, 8, libc::IPPROTO_TCP, L::Tcp),
         jk(JEQ_K, 8, libc::IPPROTO_UDP, L::Udp),
         jk(JEQ_K, 8, libc::IPPROTO_UDPLITE, L::Udp),
@@ -288,7 +320,7 @@ pub fn program(hook: Hook, maps: MapFds) -> Vec<Insn> {
         i(MOV_K, 7, 0, 0, 0),
         Op::Mark(L::Addr),
         i(ST_W, 10, 0, KEY, 128),
-    ];
+    ]);
     if hook.v4() {
         o.extend([
             i(LDX_W, 2, 6, USER_IP4, 0),
@@ -309,8 +341,15 @@ pub fn program(hook: Hook, maps: MapFds) -> Vec<Insn> {
             i(STX_W, 10, 5, KEY + 16, 0),
         ]);
     }
-    decide(&mut o, maps, hook.slot());
+    decide(&mut o, maps, hook.slot(), Some(7));
     assemble(o)
+}
+
+/// The trie key's address zeroed (a refusal before the address is read records `::`).
+fn zero_key(o: &mut Vec<Op>) {
+    for off in [4, 8, 12, 16] {
+        o.push(i(ST_W, 10, 0, KEY + off, 0));
+    }
 }
 
 /// `bpf_skb_load_bytes_relative(skb, off, fp + to, len, BPF_HDR_START_NET)`, the offset
@@ -349,12 +388,16 @@ pub fn echo_program(maps: MapFds) -> Vec<Insn> {
     let mut o = vec![
         i(MOV_X, 6, 1, 0, 0),
         i(MOV_K, 7, 0, 0, 0),
+        i(ST_W, 10, 0, PROTO, libc::IPPROTO_ICMP),
+    ];
+    zero_key(&mut o);
+    o.extend([
         i(LDX_W, 2, 6, SKB_PROTOCOL, 0),
         jk(JEQ_K, 2, ETH_P_IP, L::V4),
         jk(JEQ_K, 2, ETH_P_IPV6, L::V6),
         jk(JA, 0, 0, L::Allow),
         Op::Mark(L::V4),
-    ];
+    ]);
     load_bytes(&mut o, None, HDR, 20);
     o.extend([
         i(LDX_B, 2, 10, HDR + 9, 0),
@@ -385,7 +428,11 @@ pub fn echo_program(maps: MapFds) -> Vec<Insn> {
         Op::Mark(L::V6),
     ]);
     load_bytes(&mut o, None, HDR, 40);
-    o.extend([i(LDX_B, 8, 10, HDR + 6, 0), i(MOV_K, 9, 0, 0, 40)]);
+    o.extend([
+        i(ST_W, 10, 0, PROTO, libc::IPPROTO_ICMPV6),
+        i(LDX_B, 8, 10, HDR + 6, 0),
+        i(MOV_K, 9, 0, 0, 40),
+    ]);
     // Every extension header is at least 8 bytes: one load per header.
     for k in 0..EXT_HEADERS {
         o.extend([
@@ -460,7 +507,7 @@ pub fn echo_program(maps: MapFds) -> Vec<Insn> {
         i(MOV_K, 7, 0, 0, 0),
         i(MOV_K, 8, 0, 0, i32::from(ICMP)),
     ]);
-    decide(&mut o, maps, Hook::InetEgress.slot());
+    decide(&mut o, maps, Hook::InetEgress.slot(), None);
     assemble(o)
 }
 
@@ -517,6 +564,19 @@ pub fn sock_program(maps: Option<MapFds>) -> Vec<Insn> {
     ]);
     if let Some(maps) = maps {
         count_refusal(&mut o, maps, Hook::SockCreate.slot());
+        // The ring's key: family and type where the address goes, no port.
+        o.extend([
+            i(LDX_W, 2, 6, SK_FAMILY, 0),
+            i(STX_W, 10, 2, RING_KEY, 0),
+            i(LDX_W, 2, 6, SK_TYPE, 0),
+            i(STX_W, 10, 2, RING_KEY + 4, 0),
+            i(ST_W, 10, 0, RING_KEY + 8, 0),
+            i(ST_W, 10, 0, RING_KEY + 12, 0),
+            i(ST_H, 10, 0, RING_KEY + 16, 0),
+            i(LDX_W, 2, 6, SK_PROTOCOL, 0),
+            i(STX_B, 10, 2, RING_KEY + 18, 0),
+        ]);
+        record_refusal(&mut o, maps, Hook::SockCreate.slot());
     }
     o.extend([i(MOV_K, 0, 0, 0, 0), i(EXIT, 0, 0, 0, 0)]);
     assemble(o)
@@ -612,8 +672,9 @@ pub fn fixed_program(hook: Hook, deny: &[(std::net::Ipv6Addr, Vec<u16>)]) -> Vec
 /// From `L::Key` on, shared by every list program: the trie key at `KEY` (its prefix
 /// length set), r7 the port, r8 the protocol's bit. Looks the key up in the trie the
 /// selector names and allows when one of the matched prefix's ranges holds both; otherwise
-/// counts the refusal in stats slot `slot` and refuses.
-fn decide(o: &mut Vec<Op>, maps: MapFds, slot: u32) {
+/// counts the refusal in stats slot `slot`, records it in the ring (the port from
+/// register `port`, else 0) and refuses.
+fn decide(o: &mut Vec<Op>, maps: MapFds, slot: u32, port: Option<u8>) {
     o.push(Op::Mark(L::Key));
     o.push(i(ST_W, 10, 0, SEL_IDX, 0));
     ld_map(o, 1, maps.selector);
@@ -671,7 +732,63 @@ fn decide(o: &mut Vec<Op>, maps: MapFds, slot: u32) {
         Op::Mark(L::Deny),
     ]);
     count_refusal(o, maps, slot);
+    for (k, off) in [4i16, 8, 12, 16].into_iter().enumerate() {
+        let to = RING_KEY + i16::try_from(4 * k).expect("small");
+        o.extend([i(LDX_W, 2, 10, KEY + off, 0), i(STX_W, 10, 2, to, 0)]);
+    }
+    o.push(match port {
+        Some(r) => i(STX_H, 10, r, RING_KEY + 16, 0),
+        None => i(ST_H, 10, 0, RING_KEY + 16, 0),
+    });
+    o.extend([i(LDX_W, 2, 10, PROTO, 0), i(STX_B, 10, 2, RING_KEY + 18, 0)]);
+    record_refusal(o, maps, slot);
     o.extend([i(MOV_K, 0, 0, 0, 0), i(EXIT, 0, 0, 0, 0)]);
+}
+
+/// Records a refusal in the ring, its key at `RING_KEY` but for the slot: the entry's
+/// count and last-seen time bumped, or a new one inserted (the LRU map evicts the least
+/// recently refused destination when full, so the ring stays bounded). A lost race
+/// between two CPUs inserting the same key loses one count, never a refusal.
+fn record_refusal(o: &mut Vec<Op>, maps: MapFds, slot: u32) {
+    o.push(i(
+        ST_B,
+        10,
+        0,
+        RING_KEY + 19,
+        i32::try_from(slot).expect("slot"),
+    ));
+    ld_map(o, 1, maps.ring);
+    o.extend([
+        i(MOV_X, 2, 10, 0, 0),
+        i(ADD_K, 2, 0, 0, i32::from(RING_KEY)),
+        i(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
+        jk(JEQ_K, 0, 0, L::RingInsert),
+        i(MOV_X, 9, 0, 0, 0),
+        i(CALL, 0, 0, 0, KTIME_GET_NS),
+        i(STX_DW, 9, 0, 8, 0),
+        i(MOV_K, 1, 0, 0, 1),
+        i(ATOMIC_DW, 9, 1, 16, 0),
+        jk(JA, 0, 0, L::RingDone),
+        Op::Mark(L::RingInsert),
+        i(CALL, 0, 0, 0, KTIME_GET_NS),
+        i(STX_DW, 10, 0, RING_VAL, 0),
+        i(STX_DW, 10, 0, RING_VAL + 8, 0),
+        i(ST_DW, 10, 0, RING_VAL + 16, 1),
+    ]);
+    for k in 0..RING_NAME / 8 {
+        let off = RING_VAL + 24 + i16::try_from(8 * k).expect("small");
+        o.push(i(ST_DW, 10, 0, off, 0));
+    }
+    ld_map(o, 1, maps.ring);
+    o.extend([
+        i(MOV_X, 2, 10, 0, 0),
+        i(ADD_K, 2, 0, 0, i32::from(RING_KEY)),
+        i(MOV_X, 3, 10, 0, 0),
+        i(ADD_K, 3, 0, 0, i32::from(RING_VAL)),
+        i(MOV_K, 4, 0, 0, BPF_NOEXIST),
+        i(CALL, 0, 0, 0, MAP_UPDATE_ELEM),
+        Op::Mark(L::RingDone),
+    ]);
 }
 
 /// Adds one to the stats map's `slot` (a refusal counted); the caller returns 0 after.
@@ -773,7 +890,7 @@ mod tests {
                 JNE_K => jump(r[dst] != imm, &mut pc),
                 JA => jump(true, &mut pc),
                 LD_IMM64 => pc += 1,
-                ST_W | ADD_K => {}
+                ST_W | ST_H | ST_B | ST_DW | STX_W | STX_H | STX_B | STX_DW | ADD_K => {}
                 CALL => r[0] = 0,
                 EXIT => return r[0],
                 c => panic!("unexpected opcode {c:#x}"),
@@ -789,6 +906,7 @@ mod tests {
             selector: 3,
             tries: [4, 5],
             stats: 6,
+            ring: 7,
         };
         for (list, p) in [
             (true, sock_program(Some(maps))),

@@ -28,6 +28,7 @@ pub const BPF_CGROUP_UDP6_SENDMSG: u32 = 15;
 
 pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub const BPF_MAP_TYPE_LPM_TRIE: u32 = 11;
+pub const BPF_MAP_TYPE_LRU_HASH: u32 = 9;
 /// Required of an LPM trie: its nodes are allocated as entries arrive.
 pub const BPF_F_NO_PREALLOC: u32 = 1;
 /// `ld_imm64`'s source register when its immediate is a map fd the kernel replaces with

@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::props::Prop;
-use super::wire::{Props, Reply, Request, Value};
+use super::wire::{Answer, Props, Reply, Request, Value};
 use super::Scope;
 use crate::linux::cgroups::CgroupError;
 use crate::linux::sys;
@@ -44,7 +44,7 @@ fn helper() -> Result<PathBuf, CgroupError> {
     }
 }
 
-fn converse(req: &Request, what: &str) -> Result<String, CgroupError> {
+fn converse(req: &Request, what: &str) -> Result<Answer, CgroupError> {
     let failed = |msg: String| CgroupError::Systemd { msg };
     let path = helper()?;
     let mut child = Command::new(&path)
@@ -110,14 +110,15 @@ fn wire(props: &[Prop]) -> Props {
 
 /// Row 8 of create under this driver: the fleet slice's limits (when there is a fleet
 /// budget), then the scope with `pid` in it, `Delegate=yes` and `props`. Returns the
-/// scope's cgroup as systemd reports it.
+/// scope's cgroup as systemd reports it and its `InvocationID`. A scope of that name
+/// already there is refused and left alone (a failed one is reset and reused).
 pub fn start(
     scope: &Scope,
     id: &str,
     pid: i32,
     props: &[Prop],
     fleet: Option<(&str, &[Prop])>,
-) -> Result<String, CgroupError> {
+) -> Result<(String, String), CgroupError> {
     let pid = u32::try_from(pid).unwrap_or(0);
     let s = |v: &str| Value::Str(v.to_string());
     let mut all: Props = vec![
@@ -138,10 +139,21 @@ pub fn start(
         props: all,
         fleet: fleet.map(|(slice, p)| (slice.to_string(), wire(p))),
     };
-    converse(&req, &format!("start {}", scope.unit))
+    match converse(&req, &format!("start {}", scope.unit))? {
+        Answer::Started { cgroup, invocation } => Ok((cgroup, invocation)),
+        a => Err(unexpected(&scope.unit, &a)),
+    }
 }
 
-/// `update`: the new values as runtime properties of the scope.
+fn unexpected(unit: &str, a: &Answer) -> CgroupError {
+    CgroupError::Systemd {
+        msg: format!("systemd: {unit}: moat-dbus answered {a:?}"),
+    }
+}
+
+/// `update`: the new values as runtime properties of the scope, if it is still the unit
+/// the create started (its `InvocationID` the recorded one); refused otherwise, before
+/// any of the scope's files is written.
 pub fn set_properties(scope: &Scope, props: &[Prop]) -> Result<(), CgroupError> {
     if props.is_empty() {
         return Ok(());
@@ -150,16 +162,47 @@ pub fn set_properties(scope: &Scope, props: &[Prop]) -> Result<(), CgroupError> 
         user: scope.user,
         unit: scope.unit.clone(),
         props: wire(props),
+        invocation: scope.invocation.clone().unwrap_or_default(),
     };
-    converse(&req, &format!("update {}", scope.unit)).map(drop)
+    match converse(&req, &format!("update {}", scope.unit))? {
+        Answer::Done => Ok(()),
+        Answer::NotOurs(found) => Err(CgroupError::Systemd {
+            msg: format!(
+                "systemd: update {}: not the unit this container started (InvocationID {}, recorded {}): nothing changed",
+                scope.unit,
+                if found.is_empty() { "none: no such unit" } else { &found },
+                scope.invocation.as_deref().unwrap_or("none")
+            ),
+        }),
+        a => Err(unexpected(&scope.unit, &a)),
+    }
 }
 
 /// `delete`: the scope stopped (a unit systemd already collected is fine) and a failed
-/// one reset, so its name can be used again.
-pub fn delete(scope: &Scope) -> Result<(), CgroupError> {
+/// one reset, so its name can be used again; only if its `InvocationID` is still
+/// `invocation`, the one recorded when moat started it. Returns the unit's `InvocationID`
+/// when it was not stopped for not being that one (empty: no such unit any more).
+pub fn delete(scope: &Scope, invocation: &str) -> Result<Option<String>, CgroupError> {
     let req = Request::Stop {
         user: scope.user,
         unit: scope.unit.clone(),
+        invocation: invocation.to_string(),
     };
-    converse(&req, &format!("stop {}", scope.unit)).map(drop)
+    match converse(&req, &format!("stop {}", scope.unit))? {
+        Answer::Done => Ok(None),
+        Answer::NotOurs(found) => Ok(Some(found)),
+        a => Err(unexpected(&scope.unit, &a)),
+    }
+}
+
+/// The scope's `InvocationID` now (empty: no such unit).
+pub fn invocation(scope: &Scope) -> Result<String, CgroupError> {
+    let req = Request::Invocation {
+        user: scope.user,
+        unit: scope.unit.clone(),
+    };
+    match converse(&req, &format!("look up {}", scope.unit))? {
+        Answer::Invocation(found) => Ok(found),
+        a => Err(unexpected(&scope.unit, &a)),
+    }
 }

@@ -5,7 +5,9 @@
 //!   manages and moat in the others).
 //! - `linux.cgroupsPath` is `slice:prefix:name` ([`Scope::parse`]): the scope
 //!   `<prefix>-<name>.scope` in `slice` (empty: `system.slice`, or `user.slice` of the
-//!   caller's user manager when rootless). Its cgroup is the slice's expanded path plus
+//!   caller's user manager when rootless). Without one, moat names the scope itself,
+//!   `moat-<root tag>-<id>.scope`: the tag ([`root_tag`]) keeps two state roots (two
+//!   tenants, each with its own `--root`) from asking for one unit for the same id. Its cgroup is the slice's expanded path plus
 //!   the unit, below the manager's own cgroup; it is known before the unit exists, so the
 //!   plan (and the child's `/sys/fs/cgroup`) can use it, and it is checked against what
 //!   systemd reports once the unit is up.
@@ -18,11 +20,18 @@
 //!   zbus), run next to moat's binary for each conversation (`bus.rs`, `wire.rs`): zbus
 //!   stays off every start of moat and out of the process that forks the container.
 //! - The scope is recorded in the state (`Cgroup::systemd`), so `update` and `delete`,
-//!   which engines call without the flag, use the driver.
+//!   which engines call without the flag, use the driver; with the `InvocationID` systemd
+//!   gave it at start. A name says nothing about who started the unit (an engine names
+//!   it, any root caller can start one of that name), so moat acts on the unit, and on
+//!   its cgroup, only while its `InvocationID` is the recorded one ([`Scope::proven`]):
+//!   a create that finds the unit already there refuses and touches nothing, and a
+//!   delete or rollback leaves a unit that is gone or was replaced.
 
 mod bus;
 pub mod props;
 pub mod wire;
+
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +48,11 @@ pub struct Scope {
     /// when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<u32>,
+    /// The unit's `InvocationID` (32 hex digits) from the start this create made; absent
+    /// until then (and in records from before moat recorded it): no proof the unit is
+    /// this container's, so nothing is done to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation: Option<String>,
 }
 
 fn bad(msg: impl Into<String>) -> CgroupError {
@@ -46,12 +60,15 @@ fn bad(msg: impl Into<String>) -> CgroupError {
 }
 
 impl Scope {
-    /// `linux.cgroupsPath` for the systemd driver: empty → `<default slice>:moat:<id>`;
-    /// otherwise exactly `slice:prefix:name`. `user`: the rootless caller's host uid.
+    /// `linux.cgroupsPath` for the systemd driver: empty →
+    /// `<default slice>:moat-<root tag>:<id>` (`root`: the state root); otherwise exactly
+    /// `slice:prefix:name`, the engine's name kept (kubelets and engines find their units
+    /// by it). `user`: the rootless caller's host uid.
     pub fn parse(
         cgroups_path: Option<&str>,
         id: &str,
         user: Option<u32>,
+        root: &Path,
     ) -> Result<Scope, CgroupError> {
         let default_slice = if user.is_some() {
             "user.slice"
@@ -59,8 +76,9 @@ impl Scope {
             "system.slice"
         };
         let raw = cgroups_path.filter(|p| !p.is_empty());
+        let own = format!("moat-{}", root_tag(root));
         let (slice, prefix, name) = match raw {
-            None => (default_slice, "moat", id),
+            None => (default_slice, own.as_str(), id),
             Some(p) => {
                 let parts: Vec<&str> = p.split(':').collect();
                 let [slice, prefix, name] = parts[..] else {
@@ -101,7 +119,16 @@ impl Scope {
             unit,
             slice: slice.to_string(),
             user,
+            invocation: None,
         })
+    }
+
+    /// The unit, whose `InvocationID` is now `found`, is the one this container's create
+    /// started: the recorded `InvocationID` is that one. Nothing recorded proves nothing.
+    pub fn proven(&self, found: &str) -> bool {
+        self.invocation
+            .as_deref()
+            .is_some_and(|mine| !mine.is_empty() && mine == found)
     }
 
     /// The scope's cgroup below the hierarchy root: the manager's cgroup, the slice's
@@ -114,6 +141,20 @@ impl Scope {
         let slice = expand_slice(&self.slice).unwrap_or_default();
         format!("{manager}{}/{}", slice.trim_end_matches('/'), self.unit)
     }
+}
+
+/// Eight hex digits naming the state root `root` (its absolute path, FNV-1a): what keeps
+/// the default units of two roots apart. Not a secret and not a proof (the
+/// `InvocationID` is that): two roots that hash alike only refuse each other's create.
+pub fn root_tag(root: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let abs = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in abs.as_os_str().as_bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{:08x}", (h >> 32) ^ (h & 0xffff_ffff))
 }
 
 /// The characters systemd takes in a unit name (`unit_name_is_valid`), at most 255.
@@ -166,7 +207,7 @@ pub fn fleet_slice(fleet_cgroup: &str) -> Result<String, CgroupError> {
     Ok(slice)
 }
 
-pub use bus::{delete, set_properties, start};
+pub use bus::{delete, invocation, set_properties, start};
 
 #[cfg(test)]
 mod tests;

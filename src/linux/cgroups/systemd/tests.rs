@@ -1,9 +1,13 @@
+use std::path::Path;
+
 use super::props::{from_resources, mask, quota_per_sec, Prop, INFINITY};
 use super::*;
 use crate::spec;
 
+const ROOT: &str = "/run/moat";
+
 fn scope(p: &str) -> Result<Scope, String> {
-    Scope::parse(Some(p), "c1", None).map_err(|e| e.to_string())
+    Scope::parse(Some(p), "c1", None, Path::new(ROOT)).map_err(|e| e.to_string())
 }
 
 #[test]
@@ -20,13 +24,84 @@ fn parses_slice_prefix_name() {
     // Empty parts: the default slice, no prefix.
     assert_eq!(scope("::t2").unwrap().path(), "/system.slice/t2.scope");
     assert_eq!(scope("-.slice:a:b").unwrap().path(), "/a-b.scope");
-    let d = Scope::parse(None, "c1", None).unwrap();
-    assert_eq!(d.path(), "/system.slice/moat-c1.scope");
-    let u = Scope::parse(Some(""), "c1", Some(1000)).unwrap();
+    let tag = root_tag(Path::new(ROOT));
+    let d = Scope::parse(None, "c1", None, Path::new(ROOT)).unwrap();
+    assert_eq!(d.path(), format!("/system.slice/moat-{tag}-c1.scope"));
+    let u = Scope::parse(Some(""), "c1", Some(1000), Path::new(ROOT)).unwrap();
     assert_eq!(
         u.path(),
-        "/user.slice/user-1000.slice/user@1000.service/user.slice/moat-c1.scope"
+        format!("/user.slice/user-1000.slice/user@1000.service/user.slice/moat-{tag}-c1.scope")
     );
+}
+
+/// moat's own name differs per state root (two tenants, one id, two units); an engine's
+/// name is the engine's whatever the root (its kubelet finds the unit by it).
+#[test]
+fn default_unit_is_unique_per_state_root() {
+    let roots = [
+        "/run/moat",
+        "/run/moat2",
+        "/var/run/moat",
+        "/run/user/1000/moat",
+        "/tmp/a",
+        "/tmp/b",
+    ];
+    let units: Vec<String> = roots
+        .iter()
+        .map(|r| Scope::parse(None, "c1", None, Path::new(r)).unwrap().unit)
+        .collect();
+    for (i, a) in units.iter().enumerate() {
+        assert!(a.starts_with("moat-") && a.ends_with("-c1.scope"), "{a}");
+        for b in &units[i + 1..] {
+            assert_ne!(a, b, "two state roots share a unit");
+        }
+    }
+    // The same root, the same name (delete and a later create find it); a relative
+    // --root is the absolute path it names.
+    assert_eq!(
+        root_tag(Path::new("/run/moat")),
+        root_tag(Path::new("/run/moat"))
+    );
+    let cwd = std::env::current_dir().unwrap();
+    assert_eq!(root_tag(Path::new("st")), root_tag(&cwd.join("st")));
+    assert_eq!(root_tag(Path::new(ROOT)).len(), 8);
+    for r in roots {
+        let s = Scope::parse(
+            Some("kubepods.slice:cri-containerd:c1"),
+            "c1",
+            None,
+            Path::new(r),
+        );
+        assert_eq!(s.unwrap().unit, "cri-containerd-c1.scope");
+    }
+}
+
+/// A unit is the container's only when its InvocationID is the recorded one: nothing
+/// recorded (a create refused, or killed before it knew) proves nothing, and an empty
+/// one (no such unit) never matches.
+#[test]
+fn unit_proven_only_by_the_recorded_invocation() {
+    let mine = "0123456789abcdef0123456789abcdef";
+    let other = "fedcba9876543210fedcba9876543210";
+    let mut s = scope("system.slice:moat:x").unwrap();
+    assert!(!s.proven(mine), "nothing recorded");
+    assert!(!s.proven(""));
+    s.invocation = Some(mine.into());
+    assert!(s.proven(mine));
+    assert!(!s.proven(other), "replaced under the same name");
+    assert!(!s.proven(""), "gone");
+    s.invocation = Some(String::new());
+    assert!(!s.proven(""), "an empty record proves nothing");
+    // Records from before the field: no invocation, so nothing proven.
+    let old: Scope =
+        serde_json::from_str(r#"{"unit":"moat-x.scope","slice":"system.slice"}"#).unwrap();
+    assert_eq!(old.invocation, None);
+    let json = serde_json::to_string(&Scope {
+        invocation: Some(mine.into()),
+        ..old
+    })
+    .unwrap();
+    assert!(json.contains(mine), "{json}");
 }
 
 #[test]

@@ -24,23 +24,52 @@ pub type Props = Vec<(String, Value)>;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     /// Sets the fleet slice's limits (starting it if needed), then starts the transient
-    /// `unit` with `props` and waits for its job; answers the unit's cgroup.
+    /// `unit` with `props` and waits for its job; answers [`Answer::Started`]. A `unit`
+    /// that already exists is refused and left as it is, unless it is a failed one (no
+    /// process, only its failure kept): that is reset and the start tried once more.
     Start {
         user: Option<u32>,
         unit: String,
         props: Props,
         fleet: Option<(String, Props)>,
     },
-    /// Runtime properties of a running unit (`update`).
+    /// Runtime properties of a running unit (`update`), set only if its `InvocationID` is
+    /// `invocation`: else [`Answer::NotOurs`], nothing set.
     Set {
         user: Option<u32>,
         unit: String,
         props: Props,
+        invocation: String,
     },
-    /// Stops the unit (one already gone is fine) and resets it if it failed.
-    Stop { user: Option<u32>, unit: String },
+    /// Stops the unit and resets it if it failed, only if its `InvocationID` is
+    /// `invocation` (the one moat recorded when it started it): answers [`Answer::Done`],
+    /// or [`Answer::NotOurs`] (gone, or replaced by another unit of that name) having
+    /// touched nothing.
+    Stop {
+        user: Option<u32>,
+        unit: String,
+        invocation: String,
+    },
+    /// The unit's `InvocationID` now: [`Answer::Invocation`], empty when no such unit is
+    /// loaded.
+    Invocation { user: Option<u32>, unit: String },
 }
 
-/// The unit's cgroup after `Start`, empty otherwise; or the error, one line naming the
-/// unit.
-pub type Reply = Result<String, String>;
+/// What a [`Request`] got done.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Answer {
+    /// The unit is up: its cgroup and its `InvocationID` (32 hex digits), which tell this
+    /// start of it from any other unit of the same name.
+    Started {
+        cgroup: String,
+        invocation: String,
+    },
+    Done,
+    /// The unit's `InvocationID` (empty: no such unit).
+    Invocation(String),
+    /// Not stopped: the unit is gone, or its `InvocationID` is this one (empty: gone).
+    NotOurs(String),
+}
+
+/// The answer, or the error: one line naming the unit.
+pub type Reply = Result<Answer, String>;
