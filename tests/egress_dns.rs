@@ -23,6 +23,9 @@ const ALLOWED: &str = "198.51.100.10";
 const REFUSED: &str = "198.51.100.11";
 const ROT_OLD: &str = "198.51.100.12";
 const ROT_NEW: &str = "198.51.100.13";
+/// dnsmasq forwards `*.slow.test` here, where nothing listens: an upstream that never
+/// answers (the forwarder waits its timeout).
+const SILENT: &str = "198.51.100.97";
 
 /// The private world: a network namespace with a DNS server.
 struct World {
@@ -50,7 +53,7 @@ impl World {
         fs::create_dir_all(&dir).unwrap();
         host(&["ip", "netns", "add", &ns]);
         host(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
-        for a in [DNS, ALLOWED, REFUSED, ROT_OLD, ROT_NEW] {
+        for a in [DNS, ALLOWED, REFUSED, ROT_OLD, ROT_NEW, SILENT] {
             host(&[
                 "ip",
                 "-n",
@@ -78,6 +81,7 @@ impl World {
                 .args(["--local-ttl=2", "--neg-ttl=2"])
                 .arg(format!("--address=/allowed.test/{ALLOWED}"))
                 .arg(format!("--address=/refused.test/{REFUSED}"))
+                .arg(format!("--server=/slow.test/{SILENT}"))
                 .stdout(Stdio::null())
                 .stderr(Stdio::null()),
         );
@@ -147,6 +151,11 @@ fn forwarders_in(inode: u64) -> Vec<i32> {
 /// A container in the world's namespace with `list`, RESTRICTED, the world's DNS server
 /// as `[egress] resolvers`.
 fn ctx_in(world: &World, tag: &str, list: &str) -> Ctx {
+    ctx_with(world, tag, list, &format!("resolvers = [\"{DNS}\"]\n"))
+}
+
+/// [`ctx_in`] with `egress` as the config's `[egress]` table.
+fn ctx_with(world: &World, tag: &str, list: &str, egress: &str) -> Ctx {
     let mut ctx = Ctx::new(tag);
     ctx.args(&["sleep", "120"]);
     ctx.set("/annotations", json!({ "moat.egress": list }));
@@ -164,7 +173,7 @@ fn ctx_in(world: &World, tag: &str, list: &str) -> Ctx {
         .collect();
     ctx.set("/linux/namespaces", Value::Array(ns));
     let cfg = ctx.dir.join("moat.toml");
-    fs::write(&cfg, format!("[egress]\nresolvers = [\"{DNS}\"]\n")).unwrap();
+    fs::write(&cfg, format!("[egress]\n{egress}")).unwrap();
     ctx.use_config(cfg.into_os_string());
     ctx
 }
@@ -275,12 +284,23 @@ fn allowed_names_resolve_and_connect_others_are_refused_and_answers_rotate() {
     assert_eq!(connect(&ctx, &c.id, ROT_NEW), "reached");
     assert_eq!(connect(&ctx, &c.id, ROT_OLD), "refused", "expired answer");
 
-    // The forwarder: in the container's network namespace, on the host otherwise, not
-    // in its cgroup, without privileges.
+    // The forwarder: in the container's network namespace, a mount namespace of its own
+    // with nothing in it, on the host otherwise, not in its cgroup, without privileges.
     let init = c.state()["pid"].as_i64().unwrap();
     let ns = |p: i64, n: &str| fs::read_link(format!("/proc/{p}/ns/{n}")).unwrap();
     assert_eq!(ns(pid, "net"), ns(init, "net"));
-    for n in ["mnt", "pid", "user"] {
+    assert_ne!(ns(pid, "mnt"), ns(init, "mnt"));
+    assert_ne!(ns(pid, "mnt"), fs::read_link("/proc/self/ns/mnt").unwrap());
+    let root: Vec<_> = fs::read_dir(format!("/proc/{pid}/root"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(root.is_empty(), "the forwarder's root holds {root:?}");
+    let mounts = fs::read_to_string(format!("/proc/{pid}/mounts")).unwrap();
+    assert_eq!(mounts.lines().count(), 1, "{mounts}");
+    assert!(mounts.starts_with("moat-dns / tmpfs ro,"), "{mounts}");
+    for n in ["pid", "user"] {
         assert_eq!(
             ns(pid, n),
             fs::read_link(format!("/proc/self/ns/{n}")).unwrap(),
@@ -296,6 +316,12 @@ fn allowed_names_resolve_and_connect_others_are_refused_and_answers_rotate() {
     assert_eq!(status_field(pid, "CapEff"), "0000000000000000");
     assert_eq!(status_field(pid, "CapPrm"), "0000000000000000");
     assert_eq!(status_field(pid, "NoNewPrivs"), "1");
+    assert_eq!(
+        status_field(pid, "Seccomp"),
+        "2",
+        "a seccomp filter of its own"
+    );
+    assert_eq!(status_field(pid, "Seccomp_filters"), "1");
     let rollup = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
     let pss: u64 = rollup
         .lines()
@@ -489,6 +515,372 @@ fn a_state_directory_longer_than_sun_path_still_gets_its_forwarder() {
     assert_eq!(connect(&ctx, &c.id, ALLOWED), "refused");
     let r = lookup(&ctx, &c.id, "allowed.test");
     assert!(r.contains("REFUSED"), "after update: {r}");
+    ctx.moat(&["delete", "--force", &c.id]).ok();
+    assert!(forwarders_in(world.inode()).is_empty());
+    ctx.assert_no_trace(&c.id);
+}
+
+/// `events --stats`' `moat` object.
+fn moat_stats(ctx: &Ctx, id: &str) -> Value {
+    let stats = ctx.moat(&["events", "--stats", id]).ok();
+    let v: Value = serde_json::from_str(stats.stdout.trim()).unwrap();
+    v["data"]["moat"].clone()
+}
+
+fn rss_kb(pid: i64) -> u64 {
+    status_field(pid, "VmRSS")
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// The container holds its forwarder busy: TCP queries trickled a byte a second (each read
+/// comes before a per-read timeout would end it) opened every half second, and lookups
+/// whose upstream never answers. Meanwhile another client's lookup is answered, `update
+/// --egress` narrows at once (the narrowed list is what holds), and answers expire.
+#[test]
+#[ignore = "needs root: real containers, a network namespace, dnsmasq"]
+fn a_stalling_client_delays_no_other_client_no_update_and_no_expiry() {
+    if !require_root() {
+        return;
+    }
+    let Some(world) = World::new("stall") else {
+        return;
+    };
+    let ctx = ctx_in(
+        &world,
+        "dns-stall",
+        "allowed.test:80,rot.test:80,*.slow.test:80",
+    );
+    let c = ctx.create_ok("s");
+    ctx.moat(&["start", &c.id]).ok();
+    let fwd = forwarder(&ctx, &c.id)["addr"].as_str().unwrap().to_string();
+    let r = lookup(&ctx, &c.id, "rot.test");
+    assert!(r.contains(&format!("Address: {ROT_OLD}")), "{r}");
+    assert_eq!(connect(&ctx, &c.id, ROT_OLD), "reached");
+    // One message gets its deadline however its bytes are spread: a query trickled a byte
+    // a second (8 bytes, of a length announcing 30840) is cut after 2 s, not served on.
+    let cut = sh(
+        &ctx,
+        &c.id,
+        &format!(
+            "s=$(date +%s); (i=0; while [ $i -lt 8 ]; do printf x; sleep 1; i=$((i+1)); done) \
+             | nc {fwd} 53; echo took $(( $(date +%s) - s ))"
+        ),
+    );
+    let took: u64 = cut
+        .split("took ")
+        .nth(1)
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{cut}"));
+    assert!(took < 6, "a trickled query held its connection {took} s");
+    let stall = ctx.moat_bg(&[
+        "exec",
+        &c.id,
+        "sh",
+        "-c",
+        &format!(
+            "i=0; while :; do i=$((i+1)); \
+             (while :; do printf x; sleep 1; done) | nc {fwd} 53 >/dev/null 2>&1 & \
+             nslookup -type=a s$i.slow.test >/dev/null 2>&1 & sleep 0.5; done"
+        ),
+    ]);
+    std::thread::sleep(Duration::from_millis(1500));
+
+    // Another client is answered while they stall (one loop would serve it never).
+    let a = lookup(&ctx, &c.id, "allowed.test");
+    assert!(a.contains(&format!("Address: {ALLOWED}")), "{a}");
+    assert_eq!(connect(&ctx, &c.id, ALLOWED), "reached");
+    let admitted = Instant::now();
+
+    // update narrows at once: it waits for nothing the container can hold.
+    let t = Instant::now();
+    let out = ctx.moat(&[
+        "update",
+        "--egress",
+        "allowed.test:80,*.slow.test:80",
+        &c.id,
+    ]);
+    let took = t.elapsed();
+    eprintln!("update --egress under a stalling client: {took:?}");
+    assert_eq!(out.code, 0, "update: {}", out.stderr);
+    assert!(
+        !out.stderr.contains("forwarder"),
+        "the forwarder did not take the new list: {}",
+        out.stderr
+    );
+    assert!(took < Duration::from_secs(3), "update took {took:?}");
+    assert_eq!(connect(&ctx, &c.id, ROT_OLD), "refused", "narrowed");
+    let r = lookup(&ctx, &c.id, "rot.test");
+    assert!(r.contains("REFUSED"), "after update: {r}");
+
+    // Answers still expire (2 s TTL, held 5 s) while the container stalls the forwarder.
+    std::thread::sleep(Duration::from_secs(7).saturating_sub(admitted.elapsed()));
+    assert_eq!(connect(&ctx, &c.id, ALLOWED), "refused", "expired");
+    let a = lookup(&ctx, &c.id, "allowed.test");
+    assert!(a.contains(&format!("Address: {ALLOWED}")), "{a}");
+    ctx.moat(&["delete", "--force", &c.id]).ok();
+    let _ = stall.wait(CALL_TIMEOUT);
+    assert!(forwarders_in(world.inode()).is_empty());
+    ctx.assert_no_trace(&c.id);
+}
+
+/// Many distinct names under an allowed wildcard (dnsmasq answers any name under
+/// allowed.test): the forwarder holds at most `forwarder_names`, counts the rest, and its
+/// memory stays put.
+#[test]
+#[ignore = "needs root: real containers, a network namespace, dnsmasq"]
+fn the_forwarder_holds_at_most_its_limits_and_counts_the_rest() {
+    if !require_root() {
+        return;
+    }
+    let Some(world) = World::new("bound") else {
+        return;
+    };
+    let ctx = ctx_with(
+        &world,
+        "dns-bound",
+        "*.allowed.test:80",
+        &format!("resolvers = [\"{DNS}\"]\nforwarder_names = 20\nforwarder_answers = 2\n"),
+    );
+    let c = ctx.create_ok("b");
+    ctx.moat(&["start", &c.id]).ok();
+    let pid = forwarder(&ctx, &c.id)["pid"].as_i64().unwrap();
+    let m = moat_stats(&ctx, &c.id);
+    assert_eq!(
+        m["dns_forwarder_limits"],
+        json!({"names": 20, "answers": 2}),
+        "{m}"
+    );
+    let v = ctx.moat(&["verify", &c.id]).ok();
+    assert!(
+        v.stdout.lines().any(
+            |l| l.contains("dns forwarder") && l.contains("at most 20 names, 2 addresses each")
+        ),
+        "verify: {}",
+        v.stdout
+    );
+    let ask = |from: u32, n: u32| {
+        let out = sh(
+            &ctx,
+            &c.id,
+            &format!(
+                "i={from}; while [ $i -lt {} ]; do nslookup -type=a n$i.allowed.test >/dev/null 2>&1; \
+                 i=$((i+1)); done; echo asked",
+                from + n
+            ),
+        );
+        assert!(out.contains("asked"), "{out}");
+    };
+    ask(0, 50);
+    let before = rss_kb(pid);
+    ask(50, 400);
+    let after = rss_kb(pid);
+    let m = moat_stats(&ctx, &c.id);
+    eprintln!(
+        "moat-dns RSS {before} kB after 50 names, {after} kB after 450; {}",
+        m["egress"]
+    );
+    let held = m["egress"]["forwarder_names_held"].as_u64().unwrap();
+    assert!(held <= 20, "{held} names held: {m}");
+    assert!(
+        m["egress"]["forwarder_full_refused"].as_u64().unwrap() > 0,
+        "{m}"
+    );
+    assert!(
+        after <= before + 2048,
+        "RSS grew from {before} to {after} kB"
+    );
+    // Still serving: a name lands once the held ones expire.
+    std::thread::sleep(Duration::from_secs(6));
+    let a = lookup(&ctx, &c.id, "last.allowed.test");
+    assert!(a.contains(&format!("Address: {ALLOWED}")), "{a}");
+    assert_eq!(connect(&ctx, &c.id, ALLOWED), "reached");
+    ctx.moat(&["delete", "--force", &c.id]).ok();
+    ctx.assert_no_trace(&c.id);
+}
+
+/// Loopback under a list: a server in the container on another port works; port 53 of any
+/// loopback address but the forwarder's, every port of an engine's loopback resolver
+/// (Docker's 127.0.0.11 serves on a port of its own) and every port but 53 of the
+/// forwarder's address are refused.
+#[test]
+#[ignore = "needs root: real containers, a network namespace, dnsmasq"]
+fn loopback_serves_the_container_but_not_dns_around_the_forwarder() {
+    if !require_root() {
+        return;
+    }
+    let Some(world) = World::new("loop") else {
+        return;
+    };
+    let ctx = ctx_with(
+        &world,
+        "dns-loop",
+        "allowed.test:80",
+        &format!("resolvers = [\"{DNS}\", \"127.0.0.11\"]\n"),
+    );
+    let c = ctx.create_ok("l");
+    ctx.moat(&["start", &c.id]).ok();
+    let fwd = forwarder(&ctx, &c.id)["addr"].as_str().unwrap().to_string();
+    let served = sh(
+        &ctx,
+        &c.id,
+        "sleep 3 | nc -l -p 8080 & for i in 1 2 3 4 5 6 7 8 9 10; do \
+         echo hello | nc -w 1 127.0.0.1 8080 2>/dev/null && break; sleep 0.2; done; wait",
+    );
+    assert!(served.contains("hello"), "in-container server: {served}");
+    for (addr, port) in [
+        ("127.0.0.1", 53),
+        ("127.0.0.11", 53),
+        ("127.0.0.11", 40000),
+        (fwd.as_str(), 8080),
+    ] {
+        let out = sh(&ctx, &c.id, &format!("nc -w 1 {addr} {port} </dev/null"));
+        assert!(
+            out.contains("Operation not permitted"),
+            "{addr}:{port}: {out}"
+        );
+    }
+    let a = lookup(&ctx, &c.id, "allowed.test");
+    assert!(a.contains(&format!("Address: {ALLOWED}")), "{a}");
+    ctx.moat(&["delete", "--force", &c.id]).ok();
+    ctx.assert_no_trace(&c.id);
+}
+
+/// `tests/support/dnsfake.c`, built statically once per run; `None` after a loud
+/// [`missing`] without a compiler.
+fn dnsfake() -> Option<PathBuf> {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/dnsfake.c");
+    let out = tmp_base().join(format!("moat-dnsfake.{}", std::process::id()));
+    if out.exists() {
+        return Some(out);
+    }
+    let mut cmd = Command::new("gcc");
+    cmd.args(["-static", "-O2", "-o"]).arg(&out).arg(&src);
+    let res = run_cmd(cmd, &tmp_base(), Duration::from_secs(120));
+    let _ = fs::remove_file(&res.out_file);
+    let _ = fs::remove_file(&res.err_file);
+    if res.code != 0 {
+        missing(&format!(
+            "cannot build dnsfake with gcc -static: {}",
+            res.stderr
+        ));
+        return None;
+    }
+    Some(out)
+}
+
+/// The engine's resolver is on loopback (Docker's 127.0.0.11): a container process binds
+/// its address and port 53 (free: Docker translates 53 to a port of its own) and answers
+/// the forwarder's query with an address of its choosing. The forwarder's upstream sockets
+/// are on its own address, which the container's programs let nothing but DNS reach, so
+/// the forged answer never arrives and its address is not admitted.
+#[test]
+#[ignore = "needs root: real containers, a network namespace, dnsmasq, gcc -static"]
+fn a_container_answering_for_the_upstream_is_not_heard() {
+    if !require_root() {
+        return;
+    }
+    let Some(world) = World::new("fake") else {
+        return;
+    };
+    let Some(fake) = dnsfake() else {
+        return;
+    };
+    // Port 53 needs CAP_NET_BIND_SERVICE (Docker's containers bind it without: it sets
+    // net.ipv4.ip_unprivileged_port_start to 0).
+    let mut ctx = ctx_with(
+        &world,
+        "dns-fake",
+        "fake.test:80",
+        "resolvers = [\"127.0.0.11\"]\n\
+         [restricted]\nallowed_capabilities = [\"CAP_NET_BIND_SERVICE\"]\n",
+    );
+    let caps = json!(["CAP_NET_BIND_SERVICE"]);
+    for set in ["bounding", "effective", "permitted"] {
+        ctx.set(&format!("/process/capabilities/{set}"), caps.clone());
+    }
+    let dst = ctx.rootfs().join("bin/dnsfake");
+    fs::copy(&fake, &dst).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&dst, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let c = ctx.create_ok("f");
+    ctx.moat(&["start", &c.id]).ok();
+    let out = sh(
+        &ctx,
+        &c.id,
+        &format!(
+            "dnsfake 127.0.0.11 {ALLOWED} 5 & sleep 0.3; \
+             nslookup -type=a fake.test; nslookup -type=a fake.test; wait"
+        ),
+    );
+    assert!(out.contains("listening"), "dnsfake did not run: {out}");
+    assert!(
+        !out.contains(&format!("Address: {ALLOWED}")),
+        "forged answer relayed: {out}"
+    );
+    assert_eq!(
+        connect(&ctx, &c.id, ALLOWED),
+        "refused",
+        "forged answer admitted"
+    );
+    assert!(
+        out.contains("send err EPERM"),
+        "the forged answer was not refused by the container's programs: {out}"
+    );
+    ctx.moat(&["delete", "--force", &c.id]).ok();
+    let _ = fs::remove_file(&fake);
+    ctx.assert_no_trace(&c.id);
+}
+
+/// A forwarder that does not take the new list (stopped here; a container cannot stall its
+/// control socket, served by a thread that never reads from a client) holds no update
+/// back: the narrowed list is in force at once, and the forwarder is stopped, so lookups
+/// fail closed instead of going on under the old list.
+#[test]
+#[ignore = "needs root: real containers, a network namespace, dnsmasq"]
+fn update_egress_narrows_without_waiting_for_the_forwarder() {
+    if !require_root() {
+        return;
+    }
+    let Some(world) = World::new("nowait") else {
+        return;
+    };
+    let ctx = ctx_in(&world, "dns-nowait", "allowed.test:80,rot.test:80");
+    let c = ctx.create_ok("w");
+    ctx.moat(&["start", &c.id]).ok();
+    let r = lookup(&ctx, &c.id, "rot.test");
+    assert!(r.contains(&format!("Address: {ROT_OLD}")), "{r}");
+    assert_eq!(connect(&ctx, &c.id, ROT_OLD), "reached");
+    let pid = forwarder(&ctx, &c.id)["pid"].as_i64().unwrap();
+    host(&["kill", "-STOP", &pid.to_string()]);
+    let t = Instant::now();
+    let out = ctx.moat(&["update", "--egress", "allowed.test:80", &c.id]);
+    eprintln!(
+        "update --egress with a stopped forwarder: {:?}",
+        t.elapsed()
+    );
+    assert_eq!(out.code, 0, "update: {}", out.stderr);
+    assert!(
+        out.stderr.contains("the new egress list is in force")
+            && out.stderr.contains("forwarder was stopped"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(connect(&ctx, &c.id, ROT_OLD), "refused", "narrowed");
+    let t = Instant::now();
+    while !is_gone(i32::try_from(pid).unwrap()) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "forwarder not stopped"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let a = lookup(&ctx, &c.id, "allowed.test");
+    assert!(!a.contains("Address: 198.51.100"), "{a}");
     ctx.moat(&["delete", "--force", &c.id]).ok();
     assert!(forwarders_in(world.inode()).is_empty());
     ctx.assert_no_trace(&c.id);

@@ -174,6 +174,7 @@ fn emit_stats(
     }
     s.network_interfaces = stats::network_interfaces(rec.pid);
     s.moat.dns_forwarder = fwd.map(|d| if d.alive() { "running" } else { "exited" });
+    s.moat.dns_forwarder_limits = fwd.and_then(|d| d.limits);
     for dest in capped {
         if let Some(u) = fs_use(rec.pid, dest) {
             s.moat.filesystems.insert(dest.clone(), u);
@@ -204,7 +205,8 @@ fn emit_error(out: &mut impl Write, id: &str, message: &str) -> Result<()> {
 /// refusal ring when `ring` (`events --stats`).
 pub(crate) fn egress_counters(cg: &Cgroup, ring: bool) -> Option<stats::EgressCounters> {
     use crate::linux::egress::{
-        Installed, STATS_REFUSED_ECHO, STATS_REFUSED_NAMES, STATS_REFUSED_REBIND,
+        Installed, STATS_HELD_ADDRS, STATS_HELD_NAMES, STATS_REFUSED_ECHO, STATS_REFUSED_FULL,
+        STATS_REFUSED_NAMES, STATS_REFUSED_REBIND,
     };
     let inst = Installed::find(&cg.v2_dir()?).ok()??;
     let n = inst.counters().ok()??;
@@ -225,6 +227,9 @@ pub(crate) fn egress_counters(cg: &Cgroup, ring: bool) -> Option<stats::EgressCo
         names_refused: n[STATS_REFUSED_NAMES as usize],
         icmp_echo_refused: n[STATS_REFUSED_ECHO as usize],
         rebinding_refused: n[STATS_REFUSED_REBIND as usize],
+        forwarder_full_refused: n[STATS_REFUSED_FULL as usize],
+        forwarder_names_held: n[STATS_HELD_NAMES as usize],
+        forwarder_addresses_held: n[STATS_HELD_ADDRS as usize],
         sockets_refused: n[crate::linux::egress::prog::Hook::SockCreate.slot() as usize],
         refused,
     })

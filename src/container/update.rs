@@ -111,6 +111,7 @@ pub fn replace_egress(c: &Container, text: &str) -> Result<()> {
             .map(|o| o.resolvers.clone())
             .or_else(|| cfg.egress_resolvers.clone())
             .unwrap_or_default(),
+        forwarder: old.as_ref().map_or(cfg.egress_forwarder, |o| o.forwarder),
     };
     if new.has_names() && !old.as_ref().is_some_and(Egress::has_names) {
         anyhow::bail!(
@@ -144,11 +145,22 @@ pub fn replace_egress(c: &Container, text: &str) -> Result<()> {
             .map(std::net::IpAddr::V4),
         None => None,
     };
-    // The DNS forwarder gets the new list and the trie about to be selected first (it
-    // cannot open maps itself), and re-admits there the answers the new list still allows.
+    // The new list is in force first (the selector flips: moat's own decision); then the
+    // DNS forwarder gets it and the trie now selected (it cannot open maps itself) and
+    // re-admits there the answers the new list still allows. Its answers under the old
+    // list never reach the new trie. A forwarder that does not take the new list is
+    // stopped: lookups fail closed rather than go on under the old list.
     let state = c.dir.file("");
     enforce::replace_with(&dir, &new, forwarder, |t| {
-        crate::linux::egress::forwarder::reconfigure(&state, &new, t).map_err(std::io::Error::other)
+        if let Err(e) = crate::linux::egress::forwarder::reconfigure(&state, &new, t) {
+            crate::linux::egress::forwarder::stop(&state);
+            crate::log::warn(&format!(
+                "container {}: the new egress list is in force; {e}: the DNS forwarder was \
+                 stopped (names no longer resolve)",
+                c.record.id
+            ));
+        }
+        Ok(())
     })?;
     recorded["egress"] = serde_json::to_value(&new).expect("serialises");
     let bytes = serde_json::to_vec_pretty(&recorded).expect("serialises");

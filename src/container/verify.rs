@@ -242,6 +242,10 @@ pub fn native(c: &Container) -> Result<Verdict> {
         if let Some(e) = &d.egress {
             let (actual, ok) = egress_in_force(rec, pid, e);
             add("egress", e.describe(), actual, ok);
+            if e.has_names() {
+                let (want, actual, ok) = forwarder_in_force(&dir.file(""), e);
+                add("dns forwarder", want, actual, ok);
+            }
         }
     }
     // The id mapping: container root must not be host root when a user namespace is in use
@@ -580,6 +584,27 @@ fn tmpfs_inodes(mountinfo: &str, target: &str) -> Option<String> {
             .unwrap_or("no nr_inodes (uncapped)")
             .to_string(),
     )
+}
+
+/// The egress names' DNS forwarder: running, with the bounds the policy gives it.
+fn forwarder_in_force(dir: &std::path::Path, e: &policy::egress::Egress) -> (String, String, bool) {
+    use crate::linux::egress::forwarder::Recorded;
+    let show = |l: policy::egress::ForwarderLimits| {
+        format!("at most {} names, {} addresses each", l.names, l.answers)
+    };
+    let want = format!("running, {}", show(e.forwarder));
+    match Recorded::load(dir) {
+        None => (want, "none recorded".into(), false),
+        Some(r) if !r.alive() => (want, format!("pid {} exited", r.pid), false),
+        Some(r) => {
+            let limits = r.limits.map_or("bounds not recorded".into(), show);
+            (
+                want,
+                format!("running (pid {}), {limits}", r.pid),
+                r.limits == Some(e.forwarder),
+            )
+        }
+    }
 }
 
 /// The egress rules in force, read back from the kernel: moat's programs on every hook of

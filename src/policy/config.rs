@@ -56,6 +56,8 @@
 //! deny_metadata = true            # refuse the cloud metadata endpoints, whatever allow says
 //! metadata = ["169.254.169.254", "fd00:ec2::254", "169.254.170.2", "100.100.100.200"]
 //! # resolvers = ["10.0.0.2"]       # the forwarder's upstreams; unset: the engine's resolv.conf
+//! forwarder_names = 1024          # names whose answers the DNS forwarder holds at once
+//! forwarder_answers = 8           # addresses held per name (names * answers <= 12288)
 //!
 //! [alias.moat-open]               # when invoked as moat-open (a symlink to moat)
 //! default_policy = "open"
@@ -200,6 +202,8 @@ pub struct Config {
     /// `[egress] resolvers`: where the forwarder sends queries, and the resolvers DNS
     /// stays open to at a metadata address; `None`: the engine's resolv.conf.
     pub egress_resolvers: Option<Vec<std::net::SocketAddr>>,
+    /// `[egress] forwarder_names`, `forwarder_answers`: the DNS forwarder's bounds.
+    pub egress_forwarder: super::egress::ForwarderLimits,
 }
 
 /// The default of `[restricted] apparmor_profiles`: moat's own profile and the engines'.
@@ -314,6 +318,7 @@ impl Default for Config {
                 .map(|a| a.parse().expect("the default metadata addresses parse"))
                 .collect(),
             egress_resolvers: None,
+            egress_forwarder: super::egress::ForwarderLimits::default(),
         }
     }
 }
@@ -440,6 +445,13 @@ impl Config {
             ..Config::default()
         };
         f.apply(&mut c);
+        if let Err(reason) = c.egress_forwarder.check() {
+            let at = text
+                .lines()
+                .position(|l| l.trim_start().starts_with("forwarder_"))
+                .map_or(0, |i| i + 1);
+            return Err(syntax(at, format!("[egress] {reason}")));
+        }
         if c.userns_size > c.userns_pool.1 {
             let span = f.userns.as_ref().and_then(|u| {
                 u.size
@@ -544,6 +556,17 @@ mod tests {
         );
         assert!(!c.egress_deny_metadata);
         assert_eq!(c.egress_resolvers.unwrap().len(), 2);
+        assert_eq!(
+            c.egress_forwarder,
+            crate::policy::egress::ForwarderLimits::default()
+        );
+        let f =
+            super::Config::from_str("[egress]\nforwarder_names = 10\nforwarder_answers = 3\n", p)
+                .unwrap();
+        assert_eq!(
+            (f.egress_forwarder.names, f.egress_forwarder.answers),
+            (10, 3)
+        );
         let none = super::Config::from_str("[egress]\nallow = [\"none\"]\n", p).unwrap();
         assert_eq!(none.egress_allow.unwrap().0.len(), 0);
         for (bad, word) in [
@@ -552,6 +575,10 @@ mod tests {
             ("[egress]\nmetadata = [\"x\"]\n", "not an IP address"),
             ("[egress]\nresolvers = [\"1.2.3.4:0\"]\n", "IP[:port]"),
             ("[egress]\nbogus = true\n", "unknown setting"),
+            ("[egress]\nforwarder_names = 0\n", "at least 1"),
+            ("[egress]\nforwarder_answers = 65\n", "at most 64"),
+            ("[egress]\nforwarder_names = 100000\n", "at most 12288"),
+            ("[egress]\nforwarder_names = -1\n", "forwarder_names"),
         ] {
             let e = super::Config::from_str(bad, p).unwrap_err().to_string();
             assert!(e.contains(word), "{bad}: {e}");

@@ -71,6 +71,9 @@ pub struct Moat {
     /// absent for a container without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dns_forwarder: Option<&'static str>,
+    /// Its bounds (`[egress] forwarder_names`, `forwarder_answers`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_forwarder_limits: Option<crate::policy::egress::ForwarderLimits>,
     /// The egress policy's refusals, counted by its programs in the kernel (absent
     /// without a policy).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -91,6 +94,12 @@ pub struct EgressCounters {
     /// DNS answers into the host's own or a private network that no address rule names
     /// (rebinding), not admitted by the forwarder.
     pub rebinding_refused: u64,
+    /// Answers the forwarder did not admit because it held as many names, or as many
+    /// addresses for that name, as `[egress] forwarder_names`/`forwarder_answers` allow.
+    pub forwarder_full_refused: u64,
+    /// The names, and the addresses, the forwarder holds admitted now.
+    pub forwarder_names_held: u64,
+    pub forwarder_addresses_held: u64,
     /// Sockets refused at `socket(2)`: protocols no hook judges (UDP-Lite, SCTP, …).
     pub sockets_refused: u64,
     /// Which destinations and names were refused: the container's refusal ring (at most

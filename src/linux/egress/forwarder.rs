@@ -30,20 +30,23 @@
 //! (JSON) with the network namespace's fd, then the trie, the stats map and the init's
 //! pidfd, one fd per packet; it answers `ok ADDRESS` or `error TEXT`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use super::{
-    admit, count, record_name, revoke, Installed, STATS_REFUSED_NAMES, STATS_REFUSED_REBIND,
+    admit, count, gauge, record_name, revoke, Installed, STATS_HELD_ADDRS, STATS_HELD_NAMES,
+    STATS_REFUSED_FULL, STATS_REFUSED_NAMES, STATS_REFUSED_REBIND,
 };
 use crate::linux::sys;
-use crate::policy::egress::{Egress, Entry, Range, RANGES, TCP, UDP};
+use crate::policy::egress::{Egress, Entry, ForwarderLimits, Range, RANGES, TCP, UDP};
 use crate::spec::{Mount, Spec};
 
 /// The forwarder's program, installed next to moat's binary.
@@ -62,12 +65,22 @@ pub const TTL_FLOOR: u32 = 5;
 pub const TTL_CEILING: u32 = 3600;
 /// Each upstream gets this long to answer.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
-/// A TCP client gets this long to send its query.
+/// A client gets this long to send each whole message over TCP (however it spreads
+/// the bytes), and its answer as long to leave.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Messages answered at once, each on a thread of its own: one client stalling (a query
+/// trickled a byte at a time, a slow upstream) holds one, never the others.
+const CLIENTS: usize = 64;
+/// A client thread's stack (parsing a DNS message is shallow).
+const CLIENT_STACK: usize = 256 * 1024;
+/// The longest the main thread sleeps between expiry passes.
+const EXPIRY_TICK: Duration = Duration::from_secs(1);
 /// Addresses tried in 127.128.0.0/9 before giving up.
 const ATTEMPTS: u32 = 16;
 /// How long create waits for the forwarder to be serving.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `update` waits for the forwarder to take a new list (already in force).
+const RECONFIGURE_TIMEOUT: Duration = Duration::from_secs(3);
 /// The uid and gid the forwarder serves as (nobody).
 const NOBODY: u32 = 65534;
 
@@ -192,6 +205,9 @@ pub struct Recorded {
     /// `/proc/<pid>/stat` starttime: a recycled pid is never taken for it.
     pub start: u64,
     pub addr: Ipv4Addr,
+    /// Its bounds, for `events --stats` (absent in a record of an older moat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ForwarderLimits>,
 }
 
 impl Recorded {
@@ -230,9 +246,11 @@ pub fn stop(dir: &Path) {
 }
 
 /// `moat update --egress`: hands the running forwarder of the container whose state
-/// directory is `dir` its new policy and the new trie, before that trie is swapped in:
-/// the forwarder re-admits its live answers that the new policy still allows into it (and
-/// its own address), and from then on admits there. Nothing to do without a forwarder.
+/// directory is `dir` its new policy and the new trie, just selected: the forwarder
+/// re-admits its live answers that the new policy still allows into it (and its own
+/// address), and from then on admits there. Its control socket is served by its main
+/// thread, which never reads from a client: the answer comes within
+/// [`RECONFIGURE_TIMEOUT`] or not at all. Nothing to do without a forwarder.
 pub fn reconfigure(
     dir: &Path,
     egress: &Egress,
@@ -247,11 +265,11 @@ pub fn reconfigure(
         .map_err(io_err(format!("connect to {}", path.display())))?;
     let msg = serde_json::to_vec(egress).expect("serialises");
     sys::send_with_fd(s.as_fd(), &msg, trie).map_err(io_err("send the new policy"))?;
-    if !sys::poll_readable_within(s.as_fd(), START_TIMEOUT).map_err(io_err("wait for it"))? {
+    if !sys::poll_readable_within(s.as_fd(), RECONFIGURE_TIMEOUT).map_err(io_err("wait for it"))? {
         return Err(ForwarderError::Failed(format!(
             "pid {}: no answer to the new policy within {}s",
             r.pid,
-            START_TIMEOUT.as_secs()
+            RECONFIGURE_TIMEOUT.as_secs()
         )));
     }
     let mut buf = [0u8; 1024];
@@ -362,10 +380,13 @@ pub fn start(
         std::ffi::CString::new(BINARY).expect("no NUL"),
         std::ffi::CString::new(id).unwrap_or_default(),
     ];
+    // One malloc arena (glibc builds): a thread per message would otherwise give each
+    // thread its own, pages the forwarder keeps.
+    let env = [std::ffi::CString::new("MALLOC_ARENA_MAX=1").expect("no NUL")];
     let (pid, pidfd) = sys::spawn(
         &path,
         &argv,
-        &[],
+        &env,
         [
             Some(theirs.as_fd()),
             Some(theirs.as_fd()),
@@ -380,6 +401,7 @@ pub fn start(
             pid,
             start: 0,
             addr: plan.first,
+            limits: Some(egress.forwarder),
         },
     };
     let cfg = serde_json::to_vec(&Config {
@@ -403,6 +425,8 @@ pub fn start(
     };
     send(b"ring", ring.as_fd())?;
     send(b"init", init.as_fd())?;
+    sys::send_msg(ours.as_fd(), &filter_bytes(&seccomp_filter()?), None)
+        .map_err(io_err("send its seccomp filter"))?;
     if !sys::poll_readable_within(ours.as_fd(), START_TIMEOUT).map_err(io_err("wait for it"))? {
         return Err(ForwarderError::Failed(format!(
             "no answer within {}s",
@@ -429,7 +453,12 @@ pub fn start(
     let start = crate::state::process_start_time(pid)
         .map(|(_, s)| s)
         .ok_or_else(|| ForwarderError::Failed("exited right after starting".into()))?;
-    running.recorded = Recorded { pid, start, addr };
+    running.recorded = Recorded {
+        pid,
+        start,
+        addr,
+        limits: Some(egress.forwarder),
+    };
     let json = serde_json::to_vec(&running.recorded).expect("serialises");
     let rec = dir.join(RECORD_FILE);
     std::fs::write(&rec, json).map_err(io_err(format!("write {}", rec.display())))?;
@@ -444,12 +473,12 @@ pub fn main() -> i32 {
     let ctl = io::stdin();
     let ctl = ctl.as_fd();
     match setup(ctl) {
-        Ok(mut f) => {
+        Ok(f) => {
             let _ = sys::send_msg(ctl, format!("ok {}", f.addr).as_bytes(), None);
             // create's end closes when it exits; nothing more comes this way.
             sys::close_raw(ctl);
             sys::close_raw(io::stdout().as_fd());
-            f.serve();
+            Arc::new(f).serve();
             0
         }
         Err(e) => {
@@ -459,29 +488,167 @@ pub fn main() -> i32 {
     }
 }
 
-/// The forwarder's state.
+/// The forwarder: what every thread shares.
 struct Forwarder {
-    egress: Egress,
-    /// The static entries (with the forwarder's own): what a revoked address goes back to.
-    statics: Vec<Entry>,
     addr: Ipv4Addr,
     udp: UdpSocket,
     tcp: TcpListener,
     /// `moat update --egress` ([`reconfigure`]).
     control: std::os::unix::net::UnixListener,
     /// The list form's two tries and the selector saying which is in force (`update`
-    /// flips it): admissions go to the selected one.
+    /// flips it).
     selector: OwnedFd,
     tries: [OwnedFd; 2],
     stats: OwnedFd,
     /// The refusal ring: the names refused and the answers not admitted, by name.
     ring: OwnedFd,
     init: OwnedFd,
-    /// Per admitted address, the answers holding it: name → (until, ranges).
-    held: HashMap<IpAddr, HashMap<String, (Instant, Vec<Range>)>>,
+    state: Mutex<State>,
+    /// Messages being answered now (each on a thread of its own): at most [`CLIENTS`].
+    busy: AtomicUsize,
     /// For upstream query ids.
-    seq: u64,
+    seq: AtomicU64,
     random: std::collections::hash_map::RandomState,
+}
+
+/// What the threads change, under the lock (held for policy checks and map writes only,
+/// never across a read from a client or an upstream).
+struct State {
+    egress: Egress,
+    /// The static entries (with the forwarder's own): what a revoked address goes back to.
+    statics: Vec<Entry>,
+    /// The trie `egress` is for: the one selected when it was handed over. Once `update`
+    /// flips the selector away from it, admissions stop until the new policy comes
+    /// ([`Forwarder::in_force`]): an admission under the old list never lands in the new.
+    mine: usize,
+    held: Held,
+}
+
+/// The answers holding addresses admitted, bounded by [`ForwarderLimits`], with their
+/// expiries ordered (a revocation is O(log n) to find).
+#[derive(Default)]
+struct Held {
+    /// Per address, the names whose answers hold it.
+    by_addr: HashMap<IpAddr, HashMap<String, Hold>>,
+    /// Per name, the addresses it holds.
+    per_name: HashMap<String, u32>,
+    /// Expiry → the (address, name) it ends.
+    expiry: BTreeMap<(Instant, u64), (IpAddr, String)>,
+    next: u64,
+}
+
+/// One answer's hold on an address: its key in [`Held::expiry`] (expiry, then a sequence
+/// number), and its ranges.
+type Hold = ((Instant, u64), Vec<Range>);
+
+/// Why an answer's address was not held.
+#[derive(Debug, PartialEq)]
+struct Full;
+
+impl Held {
+    /// Holds `ip` for `name` until `until` with `ranges`; `Err(Full)` past the limits.
+    fn hold(
+        &mut self,
+        limits: ForwarderLimits,
+        name: &str,
+        ip: IpAddr,
+        until: Instant,
+        ranges: Vec<Range>,
+    ) -> Result<(), Full> {
+        if let Some(e) = self.by_addr.get_mut(&ip).and_then(|h| h.get_mut(name)) {
+            if until > e.0 .0 {
+                let v = self.expiry.remove(&e.0).expect("indexed");
+                self.next += 1;
+                e.0 = (until, self.next);
+                self.expiry.insert(e.0, v);
+            }
+            e.1 = ranges;
+            return Ok(());
+        }
+        match self.per_name.get(name) {
+            None if self.per_name.len() >= limits.names as usize => return Err(Full),
+            Some(n) if *n >= limits.answers => return Err(Full),
+            _ => {}
+        }
+        self.next += 1;
+        let key = (until, self.next);
+        *self.per_name.entry(name.to_string()).or_default() += 1;
+        self.expiry.insert(key, (ip, name.to_string()));
+        self.by_addr
+            .entry(ip)
+            .or_default()
+            .insert(name.to_string(), (key, ranges));
+        Ok(())
+    }
+
+    /// Drops `name`'s hold on `ip`.
+    fn release(&mut self, ip: IpAddr, name: &str) {
+        let Some(h) = self.by_addr.get_mut(&ip) else {
+            return;
+        };
+        let Some((key, _)) = h.remove(name) else {
+            return;
+        };
+        if h.is_empty() {
+            self.by_addr.remove(&ip);
+        }
+        self.expiry.remove(&key);
+        if let Some(n) = self.per_name.get_mut(name) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_name.remove(name);
+            }
+        }
+    }
+
+    /// Ends the holds expired at `now`; returns the addresses whose holds changed.
+    fn expire(&mut self, now: Instant) -> Vec<IpAddr> {
+        let mut touched = Vec::new();
+        while let Some(e) = self.expiry.first_entry() {
+            if e.key().0 > now {
+                break;
+            }
+            let (ip, name) = e.remove();
+            self.release(ip, &name);
+            touched.push(ip);
+        }
+        touched.sort();
+        touched.dedup();
+        touched
+    }
+
+    /// The ranges of every answer holding `ip` (none: not held), at most [`RANGES`].
+    fn union(&self, ip: IpAddr) -> Vec<Range> {
+        let mut v: Vec<Range> = self
+            .by_addr
+            .get(&ip)
+            .into_iter()
+            .flat_map(|h| h.values())
+            .flat_map(|(_, r)| r.iter().copied())
+            .collect();
+        v.sort();
+        v.dedup();
+        v.truncate(RANGES);
+        v
+    }
+
+    fn next_expiry(&self) -> Option<Instant> {
+        self.expiry.keys().next().map(|k| k.0)
+    }
+
+    /// Every hold: (address, name, until, ranges).
+    fn drain(&mut self) -> Vec<(IpAddr, String, Instant, Vec<Range>)> {
+        let by_addr = std::mem::take(&mut self.by_addr);
+        self.per_name.clear();
+        self.expiry.clear();
+        by_addr
+            .into_iter()
+            .flat_map(|(ip, h)| {
+                h.into_iter()
+                    .map(move |(name, ((until, _), r))| (ip, name, until, r))
+            })
+            .collect()
+    }
 }
 
 fn recv_fd(ctl: std::os::fd::BorrowedFd<'_>, what: &str) -> Result<(Vec<u8>, OwnedFd), String> {
@@ -502,6 +669,12 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
     let (_, stats) = recv_fd(ctl, "the stats map")?;
     let (_, ring) = recv_fd(ctl, "the refusal ring")?;
     let (_, init) = recv_fd(ctl, "the init's pidfd")?;
+    let filter = {
+        let mut buf = vec![0u8; 64 * 1024];
+        let (n, _) = sys::recv_with_fd(ctl, &mut buf)
+            .map_err(|e| format!("receive the seccomp filter: {e}"))?;
+        filter_of(&buf[..n]).ok_or("a garbled seccomp filter")?
+    };
     // Not dumpable: no process of the same uid may ptrace it or open its fds.
     sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
     sys::setns(netns.as_fd(), libc::CLONE_NEWNET)
@@ -533,10 +706,14 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
         admit(t.as_fd(), IpAddr::V4(addr), &dns)
             .map_err(|e| format!("admit {addr} into the trie: {e}"))?;
     }
+    udp.set_nonblocking(true)
+        .map_err(|e| format!("udp {addr}:53: {e}"))?;
+    let mine = selected(&selector);
+    empty_root()?;
     drop_privileges()?;
+    // Last: every thread it starts inherits it.
+    sys::seccomp_set_filter(0, &filter).map_err(|e| format!("seccomp: {e}"))?;
     Ok(Forwarder {
-        egress,
-        statics,
         addr,
         udp,
         tcp,
@@ -546,8 +723,14 @@ fn setup(ctl: std::os::fd::BorrowedFd<'_>) -> Result<Forwarder, String> {
         stats,
         ring,
         init,
-        held: HashMap::new(),
-        seq: 0,
+        state: Mutex::new(State {
+            egress,
+            statics,
+            mine,
+            held: Held::default(),
+        }),
+        busy: AtomicUsize::new(0),
+        seq: AtomicU64::new(0),
         random: Default::default(),
     })
 }
@@ -573,6 +756,176 @@ fn bind(id: &str) -> Result<(Ipv4Addr, UdpSocket, TcpListener), String> {
     Err(format!(
         "no free loopback address for port 53 after {ATTEMPTS} tries"
     ))
+}
+
+/// What the forwarder does once serving, and nothing else (anything else fails with
+/// `EPERM`): sockets of IPv4 and IPv6 only, threads but no processes (`clone` only with
+/// `CLONE_THREAD`; `clone3`, whose flags a filter cannot read, answers `ENOSYS` and glibc
+/// falls back to `clone`), `bpf` for the map operations only, no file opened, no exec.
+const SECCOMP_ALLOW: &[&str] = &[
+    "read",
+    "write",
+    "readv",
+    "writev",
+    "close",
+    "ppoll",
+    "recvfrom",
+    "sendto",
+    "recvmsg",
+    "sendmsg",
+    "accept",
+    "accept4",
+    "bind",
+    "connect",
+    "setsockopt",
+    "getsockopt",
+    "getsockname",
+    "getpeername",
+    "shutdown",
+    "ioctl",
+    "fcntl",
+    "mmap",
+    "munmap",
+    "mprotect",
+    "mremap",
+    "madvise",
+    "brk",
+    "futex",
+    "set_robust_list",
+    "rseq",
+    "rt_sigprocmask",
+    "rt_sigaction",
+    "rt_sigreturn",
+    "sigaltstack",
+    "sched_yield",
+    "sched_getaffinity",
+    "exit",
+    "exit_group",
+    "getrandom",
+    "clock_gettime",
+    "clock_nanosleep",
+    "nanosleep",
+    "gettid",
+    "getpid",
+    "tgkill",
+    "restart_syscall",
+    #[cfg(target_arch = "x86_64")]
+    "poll",
+];
+
+/// The forwarder's seccomp filter, compiled by moat (libseccomp stays out of `moat-dns`).
+fn seccomp_filter() -> Result<Vec<libc::sock_filter>, ForwarderError> {
+    use crate::spec::{Seccomp, SeccompArg, SeccompSyscall};
+    let allow = |names: &[&str], args: Vec<SeccompArg>| SeccompSyscall {
+        names: names.iter().map(|n| n.to_string()).collect(),
+        action: "SCMP_ACT_ALLOW".into(),
+        errno_ret: None,
+        args,
+    };
+    let eq = |index, value: u64| SeccompArg {
+        index,
+        value,
+        value_two: 0,
+        op: "SCMP_CMP_EQ".into(),
+    };
+    let mut syscalls = vec![allow(SECCOMP_ALLOW, Vec::new())];
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        let family = u64::try_from(family).expect("positive");
+        syscalls.push(allow(&["socket"], vec![eq(0, family)]));
+    }
+    // BPF_MAP_LOOKUP_ELEM, _UPDATE_ELEM, _DELETE_ELEM, _GET_NEXT_KEY, BPF_OBJ_GET_INFO_BY_FD.
+    for cmd in [1, 2, 3, 4, 15] {
+        syscalls.push(allow(&["bpf"], vec![eq(0, cmd)]));
+    }
+    let thread = u64::try_from(libc::CLONE_THREAD).expect("positive");
+    syscalls.push(allow(
+        &["clone"],
+        vec![SeccompArg {
+            index: 0,
+            value: thread,
+            value_two: thread,
+            op: "SCMP_CMP_MASKED_EQ".into(),
+        }],
+    ));
+    syscalls.push(SeccompSyscall {
+        names: vec!["clone3".into()],
+        action: "SCMP_ACT_ERRNO".into(),
+        errno_ret: Some(u32::try_from(libc::ENOSYS).expect("positive")),
+        args: Vec::new(),
+    });
+    let spec = Seccomp {
+        default_action: "SCMP_ACT_ERRNO".into(),
+        default_errno_ret: Some(u32::try_from(libc::EPERM).expect("positive")),
+        syscalls,
+        ..Default::default()
+    };
+    crate::linux::seccomp::compile(&spec)
+        .map(|f| f.prog)
+        .map_err(|e| ForwarderError::Failed(format!("its seccomp filter: {e}")))
+}
+
+/// A classic BPF program as bytes (code, jt, jf, k; native order) …
+fn filter_bytes(prog: &[libc::sock_filter]) -> Vec<u8> {
+    prog.iter()
+        .flat_map(|i| {
+            let mut b = Vec::with_capacity(8);
+            b.extend_from_slice(&i.code.to_ne_bytes());
+            b.push(i.jt);
+            b.push(i.jf);
+            b.extend_from_slice(&i.k.to_ne_bytes());
+            b
+        })
+        .collect()
+}
+
+/// … and back.
+fn filter_of(b: &[u8]) -> Option<Vec<libc::sock_filter>> {
+    if b.is_empty() || !b.len().is_multiple_of(8) {
+        return None;
+    }
+    Some(
+        b.chunks_exact(8)
+            .map(|c| libc::sock_filter {
+                code: u16::from_ne_bytes([c[0], c[1]]),
+                jt: c[2],
+                jf: c[3],
+                k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+            })
+            .collect(),
+    )
+}
+
+/// A mount namespace of its own whose root is an empty, read-only tmpfs, the host's tree
+/// detached: what serves needs no file (every socket and map is open by then), so none is
+/// reachable.
+fn empty_root() -> Result<(), String> {
+    let e = |what: &'static str| move |err: io::Error| format!("empty root: {what}: {err}");
+    sys::unshare(libc::CLONE_NEWNS).map_err(|err| format!("empty root: unshare: {err}"))?;
+    sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+        .map_err(e("make / private"))?;
+    // Any directory does: the mount is this namespace's only.
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    sys::mount(
+        Some(c"moat-dns"),
+        c"/tmp",
+        Some(c"tmpfs"),
+        flags,
+        Some(c"size=4k,nr_inodes=1,mode=0555"),
+    )
+    .map_err(e("mount a tmpfs"))?;
+    nix::unistd::chdir("/tmp").map_err(|err| format!("empty root: chdir: {err}"))?;
+    sys::pivot_root(c".", c".").map_err(e("pivot_root"))?;
+    sys::umount2(c".", libc::MNT_DETACH).map_err(e("detach the host's tree"))?;
+    nix::unistd::chdir("/").map_err(|err| format!("empty root: chdir /: {err}"))?;
+    sys::mount(
+        None,
+        c"/",
+        None,
+        libc::MS_REMOUNT | libc::MS_RDONLY | flags,
+        None,
+    )
+    .map_err(e("make it read-only"))?;
+    Ok(())
 }
 
 /// nobody, no capabilities (setresuid from 0 clears them), no_new_privs.
@@ -631,26 +984,25 @@ pub fn addresses(qname: &str, answers: &[simple_dns::ResourceRecord<'_>]) -> Vec
         .collect()
 }
 
-/// The ranges of every answer holding an address, at most [`RANGES`].
-fn union(holds: &HashMap<String, (Instant, Vec<Range>)>) -> Vec<Range> {
-    let mut v: Vec<Range> = holds
-        .values()
-        .flat_map(|(_, r)| r.iter().copied())
-        .collect();
-    v.sort();
-    v.dedup();
-    v.truncate(RANGES);
-    v
+/// Counts a running client thread; uncounts it however the thread ends.
+struct Busy<'a>(&'a AtomicUsize);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Forwarder {
-    fn serve(&mut self) {
+    /// The main thread: expiries, new clients (each message answered on a thread of its
+    /// own), `update`'s new policies, the init's exit. Nothing here reads from a client.
+    fn serve(self: Arc<Self>) {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         loop {
-            let wait = self.expire();
-            let ms = wait.map_or(-1, |d| {
-                i32::try_from(d.as_millis().saturating_add(1)).unwrap_or(i32::MAX)
-            });
+            // At most a second between expiry passes: a client thread's admission may
+            // expire before whatever the poll below was told.
+            let wait = self.expire().map_or(EXPIRY_TICK, |d| d.min(EXPIRY_TICK));
+            let ms = i32::try_from(wait.as_millis().saturating_add(1)).unwrap_or(i32::MAX);
             let (udp, tcp, init, control) = {
                 let mut fds = [
                     PollFd::new(self.udp.as_fd(), PollFlags::POLLIN),
@@ -673,20 +1025,108 @@ impl Forwarder {
                 // The container's init exited: so does its forwarder.
                 return;
             }
-            if udp {
-                self.one_udp();
-            }
-            if tcp {
-                self.one_tcp();
-            }
             if control {
                 self.one_control();
+            }
+            if udp {
+                self.take_udp();
+            }
+            if tcp {
+                self.take_tcp();
             }
         }
     }
 
-    /// A new policy and trie from `moat update --egress` ([`reconfigure`]).
-    fn one_control(&mut self) {
+    /// Runs `f` on a thread of its own, unless [`CLIENTS`] are being served already.
+    fn spawn(self: &Arc<Self>, f: impl FnOnce(&Forwarder) + Send + 'static) -> bool {
+        if self.busy.fetch_add(1, Ordering::SeqCst) >= CLIENTS {
+            self.busy.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        let me = Arc::clone(self);
+        std::thread::Builder::new()
+            .stack_size(CLIENT_STACK)
+            .spawn(move || {
+                let _busy = Busy(&me.busy);
+                f(&me);
+            })
+            .map_err(|_| self.busy.fetch_sub(1, Ordering::SeqCst))
+            .is_ok()
+    }
+
+    /// The datagrams waiting, each answered on its thread (past [`CLIENTS`], dropped: the
+    /// client retries).
+    fn take_udp(self: &Arc<Self>) {
+        for _ in 0..CLIENTS {
+            let mut buf = vec![0u8; 4096];
+            let Ok((n, from)) = self.udp.recv_from(&mut buf) else {
+                return;
+            };
+            buf.truncate(n);
+            self.spawn(move |f| {
+                if let Some(reply) = f.answer(&buf, false) {
+                    let _ = f.udp.send_to(&reply, from);
+                }
+            });
+        }
+    }
+
+    /// The connections waiting, each served on its thread (past [`CLIENTS`], closed).
+    fn take_tcp(self: &Arc<Self>) {
+        for _ in 0..CLIENTS {
+            let Ok((s, _)) = self.tcp.accept() else {
+                return;
+            };
+            self.spawn(move |f| f.serve_tcp(s));
+        }
+    }
+
+    /// One TCP client: each message gets [`CLIENT_TIMEOUT`] to arrive whole and its
+    /// answer as long to leave, however the client spreads its bytes.
+    fn serve_tcp(&self, mut s: TcpStream) {
+        if s.set_nonblocking(false).is_err() {
+            return;
+        }
+        loop {
+            let Some(query) = read_framed(&mut s, Instant::now() + CLIENT_TIMEOUT) else {
+                return;
+            };
+            let Some(reply) = self.answer(&query, true) else {
+                return;
+            };
+            if write_framed(&mut s, &reply, Instant::now() + CLIENT_TIMEOUT).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A client thread that panicked left the state as consistent as each step is.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The trie `st`'s policy admits into, while the selector has it in force.
+    fn in_force(&self, st: &State) -> Option<std::os::fd::BorrowedFd<'_>> {
+        (selected(&self.selector) == st.mine).then(|| self.tries[st.mine].as_fd())
+    }
+
+    /// Bumps a counter (under the lock: the forwarder's slots are read, then written).
+    fn count(&self, _st: &State, slot: u32) {
+        let _ = count(self.stats.as_fd(), slot);
+    }
+
+    fn gauges(&self, st: &State) {
+        let names = u64::try_from(st.held.per_name.len()).unwrap_or(u64::MAX);
+        let addrs = u64::try_from(st.held.by_addr.len()).unwrap_or(u64::MAX);
+        let _ = gauge(self.stats.as_fd(), STATS_HELD_NAMES, names);
+        let _ = gauge(self.stats.as_fd(), STATS_HELD_ADDRS, addrs);
+    }
+
+    /// A new policy and trie from `moat update --egress` ([`reconfigure`]). From moat
+    /// only (the socket is root's, 0600); read here, on the main thread.
+    fn one_control(&self) {
         let Ok((s, _)) = self.control.accept() else {
             return;
         };
@@ -699,92 +1139,73 @@ impl Forwarder {
         let _ = sys::send_msg(s.as_fd(), reply.as_bytes(), None);
     }
 
-    fn reconfigured(&mut self, s: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
+    fn reconfigured(&self, s: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
         let (msg, trie) = recv_fd(s, "the new policy")?;
         let v: serde_json::Value =
             serde_json::from_slice(&msg).map_err(|e| format!("the new policy: {e}"))?;
         let egress = Egress::from_json(&v).ok_or("the new policy does not parse")?;
         let statics = egress.entries(Some(IpAddr::V4(self.addr)))?;
+        let id = |fd: std::os::fd::BorrowedFd<'_>| sys::bpf::map_info(fd).map(|i| i.id).ok();
+        let given = id(trie.as_fd());
+        let mine = (0..2)
+            .find(|i| given.is_some() && id(self.tries[*i].as_fd()) == given)
+            .ok_or("the trie sent is not one of the container's two")?;
+        let t = self.tries[mine].as_fd();
         let dns = [Range {
             lo: 53,
             hi: 53,
             protos: TCP | UDP,
         }];
-        admit(trie.as_fd(), IpAddr::V4(self.addr), &dns)
+        admit(t, IpAddr::V4(self.addr), &dns)
             .map_err(|e| format!("admit {} into the new trie: {e}", self.addr))?;
-        for (ip, holds) in self.held.iter_mut() {
-            holds.retain(
-                |name, (_, ranges)| match egress.admitted(name, *ip, &statics) {
-                    Some(r) => {
-                        *ranges = r;
-                        true
-                    }
-                    None => false,
-                },
-            );
-            if !holds.is_empty() {
-                let _ = admit(trie.as_fd(), *ip, &union(holds));
+        let mut st = self.lock();
+        let now = Instant::now();
+        for (ip, name, until, _) in st.held.drain() {
+            if until <= now || egress.rebinding(ip).is_some() {
+                continue;
+            }
+            let Some(r) = egress.admitted(&name, ip, &statics) else {
+                continue;
+            };
+            if st.held.hold(egress.forwarder, &name, ip, until, r).is_err() {
+                self.count(&st, STATS_REFUSED_FULL);
             }
         }
-        self.held.retain(|_, h| !h.is_empty());
-        self.egress = egress;
-        self.statics = statics;
-        // `trie` is one of the two it holds: the selector says when it is in force.
-        drop(trie);
+        for ip in st.held.by_addr.keys() {
+            let _ = admit(t, *ip, &st.held.union(*ip));
+        }
+        st.egress = egress;
+        st.statics = statics;
+        st.mine = mine;
+        self.gauges(&st);
         Ok(())
     }
 
     /// Revokes what expired; returns how long until the next expiry.
-    fn expire(&mut self) -> Option<Duration> {
+    fn expire(&self) -> Option<Duration> {
+        let mut st = self.lock();
         let now = Instant::now();
-        let mut next: Option<Instant> = None;
-        let addrs: Vec<IpAddr> = self.held.keys().copied().collect();
-        for a in addrs {
-            let holds = self.held.get_mut(&a).expect("listed");
-            let before = holds.len();
-            holds.retain(|_, (until, _)| *until > now);
-            if holds.is_empty() {
-                self.held.remove(&a);
-                let _ = revoke(current(&self.selector, &self.tries), a, &self.statics);
-                continue;
+        let touched = st.held.expire(now);
+        if !touched.is_empty() {
+            if let Some(t) = self.in_force(&st) {
+                for ip in touched {
+                    let u = st.held.union(ip);
+                    let _ = if u.is_empty() {
+                        revoke(t, ip, &st.statics)
+                    } else {
+                        admit(t, ip, &u)
+                    };
+                }
             }
-            if holds.len() != before {
-                let _ = admit(current(&self.selector, &self.tries), a, &union(holds));
-            }
-            for (until, _) in holds.values() {
-                next = Some(next.map_or(*until, |n| n.min(*until)));
-            }
+            self.gauges(&st);
         }
-        next.map(|n| n.saturating_duration_since(now))
-    }
-
-    fn one_udp(&mut self) {
-        let mut buf = [0u8; 4096];
-        let Ok((n, from)) = self.udp.recv_from(&mut buf) else {
-            return;
-        };
-        if let Some(reply) = self.answer(&buf[..n], false) {
-            let _ = self.udp.send_to(&reply, from);
-        }
-    }
-
-    fn one_tcp(&mut self) {
-        let Ok((mut s, _)) = self.tcp.accept() else {
-            return;
-        };
-        let _ = s.set_nonblocking(false);
-        let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
-        let _ = s.set_write_timeout(Some(CLIENT_TIMEOUT));
-        let Some(query) = read_framed(&mut s) else {
-            return;
-        };
-        if let Some(reply) = self.answer(&query, true) {
-            let _ = write_framed(&mut s, &reply);
-        }
+        st.held
+            .next_expiry()
+            .map(|n| n.saturating_duration_since(now))
     }
 
     /// The reply to one query (`None`: nothing to say, e.g. not DNS).
-    fn answer(&mut self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
+    fn answer(&self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
         let q = simple_dns::Packet::parse(query).ok()?;
         if q.has_flags(simple_dns::PacketFlag::RESPONSE) {
             return None;
@@ -793,12 +1214,16 @@ impl Forwarder {
             return reply_with(&q, simple_dns::RCODE::Refused);
         };
         let name = norm(&question.qname.to_string());
-        if !self.egress.name_allowed(&name) {
-            let _ = count(self.stats.as_fd(), STATS_REFUSED_NAMES);
-            let _ = record_name(self.ring.as_fd(), STATS_REFUSED_NAMES, &name, None);
-            return reply_with(&q, simple_dns::RCODE::Refused);
-        }
-        let Some(raw) = self.forward(query, tcp) else {
+        let upstreams = {
+            let st = self.lock();
+            if !st.egress.name_allowed(&name) {
+                self.count(&st, STATS_REFUSED_NAMES);
+                let _ = record_name(self.ring.as_fd(), STATS_REFUSED_NAMES, &name, None);
+                return reply_with(&q, simple_dns::RCODE::Refused);
+            }
+            st.egress.resolvers.clone()
+        };
+        let Some(raw) = self.forward(query, tcp, &upstreams) else {
             return reply_with(&q, simple_dns::RCODE::ServerFailure);
         };
         let Ok(mut r) = simple_dns::Packet::parse(&raw) else {
@@ -824,8 +1249,10 @@ impl Forwarder {
         Some(out)
     }
 
-    fn admit_answer(&mut self, name: &str, answers: &[simple_dns::ResourceRecord<'_>]) {
+    fn admit_answer(&self, name: &str, answers: &[simple_dns::ResourceRecord<'_>]) {
         let now = Instant::now();
+        let mut st = self.lock();
+        let trie = self.in_force(&st);
         for (ip, ttl) in addresses(name, answers) {
             // Loopback is reachable anyway but for DNS, which stays the forwarder's.
             if ip.is_loopback() || ip.to_canonical().is_loopback() {
@@ -833,46 +1260,50 @@ impl Forwarder {
             }
             // A public name resolving into the host's own or a private network is DNS
             // rebinding, unless an address rule names that address.
-            if self.egress.rebinding(ip).is_some() {
-                let _ = count(self.stats.as_fd(), STATS_REFUSED_REBIND);
+            if st.egress.rebinding(ip).is_some() {
+                self.count(&st, STATS_REFUSED_REBIND);
                 let _ = record_name(self.ring.as_fd(), STATS_REFUSED_REBIND, name, Some(ip));
                 continue;
             }
-            let Some(ranges) = self.egress.admitted(name, ip, &self.statics) else {
+            let Some(ranges) = st.egress.admitted(name, ip, &st.statics) else {
                 continue;
             };
             let ttl = ttl.clamp(TTL_FLOOR, TTL_CEILING);
             let until = now + Duration::from_secs(ttl.into());
-            let holds = self.held.entry(ip).or_default();
-            let e = holds.entry(name.to_string()).or_insert((until, Vec::new()));
-            e.0 = e.0.max(until);
-            e.1 = ranges;
-            let _ = admit(current(&self.selector, &self.tries), ip, &union(holds));
+            let limits = st.egress.forwarder;
+            if st.held.hold(limits, name, ip, until, ranges).is_err() {
+                self.count(&st, STATS_REFUSED_FULL);
+                continue;
+            }
+            // Not in force: `update` flipped to a new list, whose policy comes next and
+            // re-admits what it still allows.
+            if let Some(t) = trie {
+                let _ = admit(t, ip, &st.held.union(ip));
+            }
         }
+        self.gauges(&st);
     }
 
     /// A fresh query id for the upstream (the client's is not trusted to be random).
-    fn next_id(&mut self) -> [u8; 2] {
+    fn next_id(&self) -> [u8; 2] {
         use std::hash::{BuildHasher, Hasher};
-        self.seq += 1;
         let mut h = self.random.build_hasher();
-        h.write_u64(self.seq);
-        let v = h.finish();
-        let b = v.to_le_bytes();
+        h.write_u64(self.seq.fetch_add(1, Ordering::Relaxed));
+        let b = h.finish().to_le_bytes();
         [b[0], b[1]]
     }
 
     /// The first upstream's answer to `query`, over UDP or TCP as the client asked.
-    fn forward(&mut self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
+    fn forward(&self, query: &[u8], tcp: bool, upstreams: &[SocketAddr]) -> Option<Vec<u8>> {
         let mut msg = query.to_vec();
-        let ups = self.egress.resolvers.clone();
-        for up in ups {
+        for up in upstreams {
             let id = self.next_id();
             msg[..2].copy_from_slice(&id);
+            let local = self.source_for(*up);
             let got = if tcp {
-                forward_tcp(up, &msg)
+                forward_tcp(local, *up, &msg)
             } else {
-                forward_udp(up, &msg)
+                forward_udp(local, *up, &msg)
             };
             if let Some(r) = got.filter(|r| r.len() >= 12 && r[..2] == id) {
                 return Some(r);
@@ -880,64 +1311,121 @@ impl Forwarder {
         }
         None
     }
+
+    /// The local address of the sockets to upstream `up`: for a loopback upstream (the
+    /// engine's 127.0.0.11), the forwarder's own address, to which the container's
+    /// programs let nothing but DNS to port 53 through: no container process can send a
+    /// reply there, whatever source it binds. Other upstreams are reached from the
+    /// container's interface address, which no container process can send from with
+    /// the upstream's address (that takes `IP_TRANSPARENT`, i.e. `CAP_NET_ADMIN`).
+    fn source_for(&self, up: SocketAddr) -> SocketAddr {
+        match up {
+            SocketAddr::V4(a) if a.ip().is_loopback() => (self.addr, 0).into(),
+            SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+            SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+        }
+    }
 }
 
-/// The trie in force: the one the selector's slot 0 names (0 or 1).
-fn current<'a>(selector: &OwnedFd, tries: &'a [OwnedFd; 2]) -> std::os::fd::BorrowedFd<'a> {
+/// The selector's slot 0: the trie in force (0 or 1).
+fn selected(selector: &OwnedFd) -> usize {
     let mut v = [0u8; 4];
     let one = crate::linux::sys::bpf::map_lookup(selector.as_fd(), &0u32.to_ne_bytes(), &mut v)
         .unwrap_or(false)
         && u32::from_ne_bytes(v) == 1;
-    tries[usize::from(one)].as_fd()
+    usize::from(one)
 }
 
-fn forward_udp(up: SocketAddr, msg: &[u8]) -> Option<Vec<u8>> {
-    let local: SocketAddr = match up {
-        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
-        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
-    };
+fn forward_udp(local: SocketAddr, up: SocketAddr, msg: &[u8]) -> Option<Vec<u8>> {
     let s = UdpSocket::bind(local).ok()?;
+    // Connected: the kernel hands this socket only datagrams from `up`.
     s.connect(up).ok()?;
-    s.set_read_timeout(Some(UPSTREAM_TIMEOUT)).ok()?;
     s.send(msg).ok()?;
     let deadline = Instant::now() + UPSTREAM_TIMEOUT;
     // EDNS answers over UDP stay far below this (1232 bytes is the usual size asked);
     // a larger one comes truncated and the client retries over TCP.
     let mut buf = vec![0u8; 8192];
     loop {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())?;
+        s.set_read_timeout(Some(left)).ok()?;
         let n = s.recv(&mut buf).ok()?;
         if n >= 2 && buf[..2] == msg[..2] {
             buf.truncate(n);
             return Some(buf);
         }
-        if Instant::now() >= deadline {
-            return None;
-        }
     }
 }
 
-fn forward_tcp(up: SocketAddr, msg: &[u8]) -> Option<Vec<u8>> {
-    let mut s = TcpStream::connect_timeout(&up, UPSTREAM_TIMEOUT).ok()?;
-    s.set_read_timeout(Some(UPSTREAM_TIMEOUT)).ok()?;
+fn forward_tcp(local: SocketAddr, up: SocketAddr, msg: &[u8]) -> Option<Vec<u8>> {
+    use nix::sys::socket::{self as so, SockFlag, SockType, SockaddrStorage};
+    use std::os::fd::AsRawFd;
+    let deadline = Instant::now() + UPSTREAM_TIMEOUT;
+    let family = match up {
+        SocketAddr::V4(_) => so::AddressFamily::Inet,
+        SocketAddr::V6(_) => so::AddressFamily::Inet6,
+    };
+    let fd = so::socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).ok()?;
+    let sa = |a: SocketAddr| match a {
+        SocketAddr::V4(a) => SockaddrStorage::from(a),
+        SocketAddr::V6(a) => SockaddrStorage::from(a),
+    };
+    so::bind(fd.as_raw_fd(), &sa(local)).ok()?;
+    let mut s = TcpStream::from(fd);
+    // A blocking connect waits at most the send timeout.
     s.set_write_timeout(Some(UPSTREAM_TIMEOUT)).ok()?;
-    write_framed(&mut s, msg).ok()?;
-    read_framed(&mut s)
+    so::connect(s.as_raw_fd(), &sa(up)).ok()?;
+    write_framed(&mut s, msg, deadline).ok()?;
+    read_framed(&mut s, deadline)
 }
 
-/// One DNS-over-TCP message: a two-byte length, then the message.
-fn read_framed(s: &mut TcpStream) -> Option<Vec<u8>> {
+/// Fills `buf` from `s` by `deadline` (each read waits only what is left of it).
+fn read_exact_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> Option<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())?;
+        s.set_read_timeout(Some(left)).ok()?;
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(())
+}
+
+/// One DNS-over-TCP message (a two-byte length, then the message), whole by `deadline`.
+fn read_framed(s: &mut TcpStream, deadline: Instant) -> Option<Vec<u8>> {
     let mut len = [0u8; 2];
-    s.read_exact(&mut len).ok()?;
+    read_exact_by(s, &mut len, deadline)?;
     let mut m = vec![0u8; usize::from(u16::from_be_bytes(len))];
-    s.read_exact(&mut m).ok()?;
+    read_exact_by(s, &mut m, deadline)?;
     Some(m)
 }
 
-fn write_framed(s: &mut TcpStream, m: &[u8]) -> io::Result<()> {
+fn write_framed(s: &mut TcpStream, m: &[u8], deadline: Instant) -> io::Result<()> {
     let len = u16::try_from(m.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
     let mut out = len.to_be_bytes().to_vec();
     out.extend_from_slice(m);
-    s.write_all(&out)
+    let mut sent = 0;
+    while sent < out.len() {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::TimedOut))?;
+        s.set_write_timeout(Some(left))?;
+        match s.write(&out[sent..]) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -992,6 +1480,50 @@ mod tests {
         let got = addresses("WWW.example.com.", &answers);
         assert_eq!(got, vec![("10.0.0.1".parse().unwrap(), 20)]);
         assert!(addresses("other.example.com", &answers).is_empty());
+    }
+
+    #[test]
+    fn the_seccomp_filter_compiles_and_round_trips() {
+        let f = seccomp_filter().unwrap();
+        assert!(f.len() > 20, "{} instructions", f.len());
+        let back = filter_of(&filter_bytes(&f)).unwrap();
+        assert_eq!(filter_bytes(&back), filter_bytes(&f));
+        assert!(filter_of(&[1, 2, 3]).is_none());
+    }
+
+    #[test]
+    fn held_answers_stay_within_the_limits_and_expire_in_order() {
+        let lim = ForwarderLimits {
+            names: 2,
+            answers: 2,
+        };
+        let mut h = Held::default();
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            "10.0.0.3".parse().unwrap(),
+        );
+        assert_eq!(h.hold(lim, "x", a, now + s(5), vec![]), Ok(()));
+        assert_eq!(h.hold(lim, "x", b, now + s(3), vec![]), Ok(()));
+        assert_eq!(
+            h.hold(lim, "x", c, now + s(3), vec![]),
+            Err(Full),
+            "answers"
+        );
+        assert_eq!(h.hold(lim, "y", a, now + s(1), vec![]), Ok(()));
+        assert_eq!(h.hold(lim, "z", a, now + s(1), vec![]), Err(Full), "names");
+        // An answer held already is renewed, full or not.
+        assert_eq!(h.hold(lim, "x", a, now + s(10), vec![]), Ok(()));
+        assert_eq!(h.expiry.len(), 3);
+        assert_eq!(h.expire(now + s(2)), vec![a]);
+        assert!(h.by_addr[&a].contains_key("x"), "x still holds a");
+        assert_eq!(h.per_name.len(), 1);
+        assert_eq!(h.expire(now + s(4)), vec![b]);
+        assert_eq!(h.expire(now + s(6)), Vec::<IpAddr>::new(), "renewed");
+        assert_eq!(h.expire(now + s(11)), vec![a]);
+        assert!(h.by_addr.is_empty() && h.per_name.is_empty() && h.expiry.is_empty());
     }
 
     #[test]

@@ -38,13 +38,21 @@ const KEY_SIZE: u32 = 20;
 const VALUE_SIZE: u32 = (RANGES * prog::RANGE_SIZE) as u32;
 /// Stats slots: one per `connect`/`sendmsg` hook (refusals), the forwarder's refused
 /// queries, the echo requests the packet program dropped, then the sockets refused at
-/// creation (`Hook::slot`); 7 spare.
-pub const STATS_SLOTS: u32 = 8;
+/// creation (`Hook::slot`), the forwarder's rebinding and full refusals and its two
+/// gauges; 5 spare (a
+/// container made by an older moat has 8: its missing slots read 0).
+pub const STATS_SLOTS: u32 = 16;
 pub const STATS_REFUSED_NAMES: u32 = 4;
 pub const STATS_REFUSED_ECHO: u32 = 5;
 /// Answers the DNS forwarder did not admit: a name resolving into the host's own or a
 /// private network (`policy::egress::special_block`) that no address rule names.
 pub const STATS_REFUSED_REBIND: u32 = 7;
+/// Answers the DNS forwarder did not admit because its state was full
+/// (`[egress] forwarder_names`, `forwarder_answers`).
+pub const STATS_REFUSED_FULL: u32 = 8;
+/// Gauges the forwarder keeps: the names and the addresses it holds admitted now.
+pub const STATS_HELD_NAMES: u32 = 9;
+pub const STATS_HELD_ADDRS: u32 = 10;
 
 const SELECTOR_NAME: &str = "moat_eg_sel";
 const TRIE_NAMES: [&str; 2] = ["moat_eg_allow0", "moat_eg_allow1"];
@@ -415,21 +423,22 @@ fn fixed_key(want: &[(Hook, &'static str, Vec<bpf::Insn>)]) -> (Vec<u8>, String)
 /// Replaces the rules on a running container's cgroup: a flip of the selector when both
 /// the old and the new policy are lists, else the new programs attached before the old
 /// ones are detached (in between both must allow: never more than either allows).
-/// `prepare` runs on the trie about to be selected, once it holds the new
-/// static entries and before the flip (the DNS forwarder re-admits its live answers there:
-/// `forwarder::reconfigure`); its failure leaves the old rules in force.
+/// `after` runs on the trie just selected, once the flip put the new static entries in
+/// force (the DNS forwarder re-admits there its live answers the new list still allows:
+/// `forwarder::reconfigure`): narrowing never waits for the forwarder, which the
+/// container talks to.
 pub fn replace_with(
     dir: &Path,
     egress: &Egress,
     forwarder: Option<IpAddr>,
-    prepare: impl FnOnce(BorrowedFd<'_>) -> io::Result<()>,
+    after: impl FnOnce(BorrowedFd<'_>) -> io::Result<()>,
 ) -> Result<(), EgressError> {
     let cg = open_dir(dir)?;
     let old = Installed::find(dir)?;
     if let (Some(inst), Some(_)) = (&old, &egress.allow) {
         if let Some(l) = &inst.list {
             let entries = egress.entries(forwarder).map_err(EgressError::Invalid)?;
-            l.flip(&entries, prepare)
+            l.flip(&entries, after)
                 .map_err(io_err("swap the allow maps of", dir))?;
             // A list put in force by a moat before the echo backstop or the socket-creation
             // program: attached now, over the same maps (the hooks it lacks are the
@@ -664,15 +673,15 @@ impl ListMaps {
     fn flip(
         &self,
         entries: &[Entry],
-        prepare: impl FnOnce(BorrowedFd<'_>) -> io::Result<()>,
+        after: impl FnOnce(BorrowedFd<'_>) -> io::Result<()>,
     ) -> io::Result<()> {
         let next = 1 - self.selected()?;
         let t = self.tries[next].as_fd();
         clear(t)?;
         fill(t, entries)?;
-        prepare(t)?;
         let v = u32::try_from(next).expect("0 or 1").to_ne_bytes();
-        bpf::map_update(self.selector.as_fd(), &0u32.to_ne_bytes(), &v)
+        bpf::map_update(self.selector.as_fd(), &0u32.to_ne_bytes(), &v)?;
+        after(t)
     }
 }
 
@@ -865,6 +874,11 @@ pub fn count(stats: BorrowedFd<'_>, slot: u32) -> io::Result<()> {
     bpf::map_update(stats, &k, &n.to_ne_bytes())
 }
 
+/// Sets a gauge slot (the forwarder's, its only writer).
+pub fn gauge(stats: BorrowedFd<'_>, slot: u32, n: u64) -> io::Result<()> {
+    bpf::map_update(stats, &slot.to_ne_bytes(), &n.to_ne_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -874,6 +888,9 @@ mod tests {
         let mut slots: Vec<u32> = Hook::ALL.iter().map(|h| h.slot()).collect();
         slots.push(STATS_REFUSED_NAMES);
         slots.push(STATS_REFUSED_REBIND);
+        slots.push(STATS_REFUSED_FULL);
+        slots.push(STATS_HELD_NAMES);
+        slots.push(STATS_HELD_ADDRS);
         assert!(slots.iter().all(|s| *s < STATS_SLOTS), "{slots:?}");
         assert_eq!(Hook::InetEgress.slot(), STATS_REFUSED_ECHO);
         let n = slots.len();

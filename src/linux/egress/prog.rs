@@ -11,8 +11,9 @@
 //!
 //! Without a list (the default: only the metadata endpoints refused), [`fixed_program`]:
 //! the refused addresses as immediates, no map at all.
-//! Loopback is allowed without a lookup, except port 53 (DNS goes to moat's forwarder
-//! only, which has its own trie entry).
+//! Loopback is looked up like any address: under a list the trie allows it but port 53
+//! (DNS goes to moat's forwarder only, which has its own entry), the forwarder's own
+//! address but DNS, and an engine's loopback resolver not at all (`Egress::entries`).
 //!
 //! The programs are the same for every container; only the map fds differ. Registers:
 //! r6 ctx, r7 destination port (host order; 0 for ICMP), r8 the protocol's bit.
@@ -327,12 +328,6 @@ pub fn program(hook: Hook, maps: MapFds) -> Vec<Insn> {
             i(ST_W, 10, 0, KEY + 8, 0),
             i(ST_W, 10, 0, KEY + 12, word([0, 0, 0xff, 0xff])),
             i(STX_W, 10, 2, KEY + 16, 0),
-            // 127.0.0.0/8: the first address byte.
-            i(MOV_X, 3, 2, 0, 0),
-            i(AND_K, 3, 0, 0, 0xff),
-            jk(JNE_K, 3, 127, L::Key),
-            jk(JNE_K, 7, 53, L::Allow),
-            jk(JA, 0, 0, L::Key),
         ]);
     } else {
         o.extend([
@@ -344,18 +339,6 @@ pub fn program(hook: Hook, maps: MapFds) -> Vec<Insn> {
             i(STX_W, 10, 3, KEY + 8, 0),
             i(STX_W, 10, 4, KEY + 12, 0),
             i(STX_W, 10, 5, KEY + 16, 0),
-            // ::1, and ::ffff:127.0.0.0/104.
-            jk(JMP32_JNE_K, 2, 0, L::Key),
-            jk(JMP32_JNE_K, 3, 0, L::Key),
-            jk(JMP32_JNE_K, 4, 0, L::NotLoop),
-            jk(JMP32_JNE_K, 5, word([0, 0, 0, 1]), L::Key),
-            jk(JNE_K, 7, 53, L::Allow),
-            jk(JA, 0, 0, L::Key),
-            Op::Mark(L::NotLoop),
-            jk(JMP32_JNE_K, 4, word([0, 0, 0xff, 0xff]), L::Key),
-            i(AND_K, 5, 0, 0, 0xff),
-            jk(JNE_K, 5, 127, L::Key),
-            jk(JNE_K, 7, 53, L::Allow),
         ]);
     }
     decide(&mut o, maps, hook.slot(), Some(7));

@@ -91,6 +91,8 @@ struct Egress {
     deny_metadata: Option<bool>,
     metadata: Option<Vec<IpAddress>>,
     resolvers: Option<Vec<Resolver>>,
+    forwarder_names: Option<u32>,
+    forwarder_answers: Option<u32>,
 }
 
 /// `[egress] allow`: rules, one per string ([] = every destination, ["none"] = loopback).
@@ -146,6 +148,12 @@ impl Egress {
         }
         if let Some(r) = &self.resolvers {
             c.egress_resolvers = Some(r.iter().map(|a| a.0).collect());
+        }
+        if let Some(n) = self.forwarder_names {
+            c.egress_forwarder.names = n;
+        }
+        if let Some(n) = self.forwarder_answers {
+            c.egress_forwarder.answers = n;
         }
     }
 }

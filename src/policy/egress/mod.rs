@@ -17,7 +17,7 @@ mod decide;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
 pub(super) use decide::decide;
 
@@ -451,6 +451,61 @@ pub struct Egress {
     /// Where name lookups go: the forwarder's upstreams, and the resolvers `deny` leaves
     /// DNS open to.
     pub resolvers: Vec<SocketAddr>,
+    /// What the DNS forwarder may hold (`[egress] forwarder_names`, `forwarder_answers`).
+    #[serde(default, skip_serializing_if = "ForwarderLimits::is_default")]
+    pub forwarder: ForwarderLimits,
+}
+
+/// The bounds of the DNS forwarder's state: the names whose answers it holds admitted at
+/// once, and the addresses held per name. An answer past either is not admitted (counted:
+/// the forwarder's `full` stats slot). Their product stays within the trie's room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwarderLimits {
+    pub names: u32,
+    pub answers: u32,
+}
+
+impl ForwarderLimits {
+    /// The most answers held at once: room left in the 16384-entry trie for the rules.
+    pub const MAX_HELD: u32 = 12288;
+    /// An answer's records past this are never needed (DNS over UDP answers ~30 A records).
+    pub const MAX_ANSWERS: u32 = 64;
+
+    fn is_default(&self) -> bool {
+        *self == ForwarderLimits::default()
+    }
+
+    /// Refuses limits of 0 or whose product exceeds [`ForwarderLimits::MAX_HELD`].
+    pub fn check(&self) -> Result<(), String> {
+        if self.names == 0 || self.answers == 0 {
+            return Err("forwarder_names and forwarder_answers must be at least 1".into());
+        }
+        if self.answers > Self::MAX_ANSWERS {
+            return Err(format!(
+                "forwarder_answers = {}: at most {}",
+                self.answers,
+                Self::MAX_ANSWERS
+            ));
+        }
+        if u64::from(self.names) * u64::from(self.answers) > u64::from(Self::MAX_HELD) {
+            return Err(format!(
+                "forwarder_names * forwarder_answers = {} * {}: at most {} addresses held",
+                self.names,
+                self.answers,
+                Self::MAX_HELD
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for ForwarderLimits {
+    fn default() -> Self {
+        ForwarderLimits {
+            names: 1024,
+            answers: 8,
+        }
+    }
 }
 
 fn addrs<S: Serializer>(v: &[Ipv6Addr], s: S) -> Result<S::Ok, S::Error> {
@@ -488,10 +543,15 @@ impl Egress {
             .iter()
             .map(|a| a.as_str()?.parse::<SocketAddr>().ok())
             .collect::<Option<Vec<_>>>()?;
+        let forwarder = match &v["forwarder"] {
+            serde_json::Value::Null => ForwarderLimits::default(),
+            f => serde_json::from_value(f.clone()).ok()?,
+        };
         Some(Egress {
             allow,
             deny,
             resolvers,
+            forwarder,
         })
     }
 
@@ -541,6 +601,26 @@ pub struct Range {
 }
 
 /// Every protocol, every port: the value of `::/0` without a list.
+/// 127.0.0.0/8 as a trie prefix.
+const LOOPBACK4: (Ipv6Addr, u8) = (Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0x7f00, 0), 104);
+/// Loopback under a list: everything but DNS (which goes to the forwarder's own entry).
+const LOOPBACK: [Range; 3] = [
+    Range {
+        lo: 0,
+        hi: 52,
+        protos: TCP | UDP,
+    },
+    Range {
+        lo: 54,
+        hi: 65535,
+        protos: TCP | UDP,
+    },
+    Range {
+        lo: 0,
+        hi: 65535,
+        protos: ICMP,
+    },
+];
 const EVERYTHING: Range = Range {
     lo: 0,
     hi: 65535,
@@ -635,12 +715,19 @@ impl Egress {
                     .collect()
             }
         };
+        let dns = Range {
+            lo: 53,
+            hi: 53,
+            protos: TCP | UDP,
+        };
+        if self.allow.is_some() {
+            // Loopback under a list: in-container servers keep working, DNS goes to the
+            // forwarder only.
+            for lo in [LOOPBACK4, (Ipv6Addr::LOCALHOST, 128)] {
+                nets.push((lo, LOOPBACK.to_vec()));
+            }
+        }
         if let Some(f) = forwarder {
-            let dns = Range {
-                lo: 53,
-                hi: 53,
-                protos: TCP | UDP,
-            };
             nets.push(((key_addr(f), 128), vec![dns]));
         }
         let mut prefixes: Vec<(Ipv6Addr, u8)> = nets.iter().map(|(p, _)| *p).collect();
@@ -678,6 +765,31 @@ impl Egress {
                 len: 128,
                 ranges: merge(ranges, &|| show(*d, 128))?,
             });
+        }
+        if self.allow.is_some() {
+            // Nothing but DNS to the forwarder's own address: the port its upstream
+            // sockets use included, so no container process can answer for an upstream.
+            // And nothing at all to an engine's resolver on loopback (Docker's
+            // 127.0.0.11 serves on a port of its own that port 53 is translated to):
+            // names go through the forwarder. 127.0.0.1 and ::1 keep every port but 53.
+            let mut only = |addr: Ipv6Addr, ranges: Vec<Range>| {
+                out.retain(|e| !(e.addr == addr && e.len == 128));
+                out.push(Entry {
+                    addr,
+                    len: 128,
+                    ranges,
+                });
+            };
+            for r in &self.resolvers {
+                let k = key_addr(r.ip());
+                let lo = k.to_ipv4_mapped().is_some_and(|v| v.is_loopback());
+                if lo && k != key_addr(IpAddr::V4(Ipv4Addr::LOCALHOST)) {
+                    only(k, Vec::new());
+                }
+            }
+            if let Some(f) = forwarder {
+                only(key_addr(f), vec![dns]);
+            }
         }
         Ok(out)
     }
@@ -790,17 +902,12 @@ pub fn longest(entries: &[Entry], key: Ipv6Addr) -> Option<&Entry> {
 }
 
 /// Whether `entries` let (protocol bit, port) reach `ip`, as the programs decide it:
-/// loopback but DNS without a lookup, else the longest prefix's ranges. For `verify`
+/// the longest prefix's ranges (loopback included). For `verify`
 /// and the tests, which compare it with what the kernel does.
 #[cfg(test)]
 pub fn allows(entries: &[Entry], ip: IpAddr, proto: u8, port: u16) -> bool {
     let key = key_addr(ip);
-    let loopback =
-        key == Ipv6Addr::LOCALHOST || key.to_ipv4_mapped().is_some_and(|v| v.is_loopback());
     let port = if proto == ICMP { 0 } else { port };
-    if loopback && port != 53 {
-        return true;
-    }
     longest(entries, key).is_some_and(|e| {
         e.ranges
             .iter()
@@ -932,6 +1039,7 @@ mod tests {
                 .iter()
                 .map(|s| parse_resolver(s).unwrap())
                 .collect(),
+            forwarder: ForwarderLimits::default(),
         }
     }
 
@@ -987,9 +1095,47 @@ mod tests {
             "DNS only through the forwarder"
         );
         let none = egress(Some("none"), &[], &[]).entries(None).unwrap();
-        assert!(none.is_empty());
+        assert_eq!(none.len(), 2, "loopback only: {none:?}");
         assert!(!allows(&none, ip("8.8.8.8"), UDP, 53));
         assert!(allows(&none, ip("127.0.0.1"), TCP, 1));
+        assert!(allows(&none, ip("::ffff:127.9.9.9"), UDP, 54));
+        assert!(allows(&none, ip("127.0.0.1"), ICMP, 0));
+        assert!(!allows(&none, ip("::1"), TCP, 53));
+    }
+
+    #[test]
+    fn loopback_under_a_list_spares_dns_the_forwarder_and_loopback_resolvers() {
+        let e = egress(
+            Some("allowed.test:80,127.0.0.0/8:9000"),
+            &[],
+            &["127.0.0.11", "127.0.0.1", "10.0.0.2"],
+        );
+        let f = ip("127.200.0.7");
+        let t = e.entries(Some(f)).unwrap();
+        for (a, proto, port, want) in [
+            ("127.0.0.1", TCP, 8080, true),
+            ("127.0.0.1", TCP, 9000, true),
+            ("127.0.0.1", UDP, 53, false),
+            ("127.0.0.1", TCP, 53, false),
+            ("127.3.2.1", UDP, 53, false),
+            ("::1", TCP, 53, false),
+            ("::1", TCP, 8080, true),
+            // Docker's resolver answers on a port of its own: every port refused.
+            ("127.0.0.11", UDP, 53, false),
+            ("127.0.0.11", UDP, 40000, false),
+            ("127.0.0.11", TCP, 9000, false),
+            ("::ffff:127.0.0.11", UDP, 40000, false),
+            // The forwarder: DNS only (no answer for an upstream reaches its sockets).
+            ("127.200.0.7", UDP, 53, true),
+            ("127.200.0.7", TCP, 53, true),
+            ("127.200.0.7", UDP, 40000, false),
+            ("127.200.0.7", TCP, 9000, false),
+        ] {
+            assert_eq!(allows(&t, ip(a), proto, port), want, "{a} {proto} {port}");
+        }
+        // Without a list (the fixed programs: no trie) nothing of this is added.
+        let open = egress(None, &[], &["127.0.0.11"]).entries(Some(f)).unwrap();
+        assert!(allows(&open, ip("127.0.0.11"), UDP, 40000));
     }
 
     #[test]
@@ -1119,6 +1265,7 @@ mod tests {
             allow: Some(parse_list(list).unwrap()),
             deny: Vec::new(),
             resolvers: Vec::new(),
+            forwarder: ForwarderLimits::default(),
         };
         let private: IpAddr = "10.66.0.1".parse().unwrap();
         assert!(e("rebind.test:7000").rebinding(private).is_some());
