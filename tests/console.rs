@@ -86,7 +86,7 @@ fn console_socket_that_nobody_listens_on_fails_create() {
     ctx.assert_no_trace(&id);
 }
 
-/// issue 14 (runc's tty.bats "[tty owner] ({u,g}id != 0)"): the pty peer of the init and
+/// runc's tty.bats "[tty owner] ({u,g}id != 0)": the pty peer of the init and
 /// of `exec -t` belongs to `process.user.uid`, as runc makes it, so that the user can
 /// reopen its own terminal; the group stays the devpts one (`gid=5` in the default spec,
 /// which runc's test expects), under both policies.

@@ -1,4 +1,4 @@
-//! Egress policy (issue 15): `moat.egress`, `[egress]`, `moat update --egress`, the DNS
+//! Egress policy: `moat.egress`, `[egress]`, `moat update --egress`, the DNS
 //! forwarder, enforced per container on its cgroup. Every container runs in a network
 //! namespace of a private world (tests/support/world.rs, scripts/lib/networld): each
 //! "refused" target is a live server of that world, so a refusal is the policy's and not a
@@ -334,7 +334,7 @@ fn echo_refusals(ctx: &Ctx, c: &Container) -> u64 {
         .unwrap_or_else(|| panic!("no icmp_echo_refused counter: {v}"))
 }
 
-/// ICMP echo (issue 15: "ICMP echo only to listed CIDRs"), sent by `sendto` on an
+/// ICMP echo, sent by `sendto` on an
 /// unconnected ping socket, which no connect hook sees: only the packet program stands
 /// between it and the world. An address rule naming no protocol allows echo to its block
 /// (answered); an address outside the list, or listed for TCP only, and IPv6 outside it,

@@ -1,4 +1,4 @@
-//! Egress names through the per-container DNS forwarder (issue 15, item 3; docs/security.md,
+//! Egress names through the per-container DNS forwarder (docs/security.md,
 //! "Egress: names"), against a private world: a network namespace the test makes, with
 //! only `lo` (no link to anything else), addresses 198.51.100.0/24 on it and Debian's
 //! `dnsmasq` on 198.51.100.53 answering test names with a 2 s TTL. The container joins that

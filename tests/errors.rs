@@ -324,7 +324,7 @@ fn missing_config_json_reason_is_not_repeated() {
     );
 }
 
-/// One JSON truth (issue 20): Go's `encoding/json` (runsc, the engines) reads a key that
+/// One JSON truth: Go's `encoding/json` (runsc, the engines) reads a key that
 /// differs from a field only in case as that field, and takes the last of two equal keys;
 /// moat ignored the first and kept the last silently. Both are refused at create, with
 /// the JSON path; map keys keep their case and unknown fields stay ignored.

@@ -153,7 +153,7 @@ fn exec_into_an_unknown_container() {
     one_line_error(&out, &["container does not exist"]);
 }
 
-/// One JSON truth (issue 20): a process file whose `Capabilities` differs from the field
+/// One JSON truth: a process file whose `Capabilities` differs from the field
 /// only in case is refused (Go readers would take it for `capabilities`).
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]

@@ -1,4 +1,4 @@
-//! Exhausted resources (issue 16): each case a real create (or call) that runs out of
+//! Exhausted resources: each case a real create (or call) that runs out of
 //! something, ending with a clear one-line error (or a whole success), a non-zero exit, and
 //! nothing the leak auditor finds; the same id works once the resource is back. A hook that
 //! hangs past its timeout is `tests/hooks.rs`' `hook_timeout_kills_the_hook_and_fails_create`;

@@ -1,4 +1,4 @@
-//! Golden test of the strings clients match (issue 13, item 5): each case provokes one
+//! Golden test of the strings clients match: each case provokes one
 //! failure (or one success a client relies on) with the real binary and real containers,
 //! and records its exit status, its line on stderr and the `msg` of its `--log-format
 //! json` object. The record must equal `tests/golden/client-strings.txt` byte for byte,

@@ -832,7 +832,7 @@ fn runsc_files(root: &Path, id: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// One JSON truth (issue 20): Go's `encoding/json` matches keys case-insensitively, so
+/// One JSON truth: Go's `encoding/json` matches keys case-insensitively, so
 /// runsc applied `process."Capabilities"` (CAP_SYS_ADMIN inside the sentry) while moat's
 /// policy never saw it. Refused at create, before anything exists (no state directory,
 /// no runsc state, no sandbox), for a duplicate key too, and in an exec process file.

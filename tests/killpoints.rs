@@ -1,4 +1,4 @@
-//! A kill at every step (issue 16): moat SIGKILLed at each row of create (parent and
+//! A kill at every step: moat SIGKILLed at each row of create (parent and
 //! child side), start, exec (parent, joiner, exec'd process) and delete, through the
 //! debug-only `MOAT_TEST_KILL_AT=<op>:<side>:<step>` (src/linux/killpoint.rs). After each:
 //! `moat delete --force` (what an engine does next) leaves nothing the leak auditor

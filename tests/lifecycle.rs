@@ -573,7 +573,7 @@ fn version_prints_three_lines() {
     assert!(lines[2].starts_with("spec: 1."), "{}", lines[2]);
 }
 
-/// issue 14 (runc's tty.bats "exec [tty consolesize]"): `exec -p <(echo JSON)` names the
+/// runc's tty.bats "exec [tty consolesize]": `exec -p <(echo JSON)` names the
 /// process file by an inherited pipe fd (`/dev/fd/N`, `/proc/self/fd/N`). It must be read
 /// while moat still holds what the caller passed; the fd itself still does not reach the
 /// container (tests/security/fds.rs holds the sweep).
@@ -606,7 +606,7 @@ fn exec_reads_the_process_file_from_an_inherited_pipe() {
     c.kill("KILL");
 }
 
-/// issue 14 (runc's debug.bats "global --debug", exec.bats "runc --debug exec"): `--debug`
+/// runc's debug.bats "global --debug", exec.bats "runc --debug exec": `--debug`
 /// without `--log` writes moat's debug lines to stderr, as runc does (its log goes to
 /// stderr when no file is named); with `--log` they go to the file only, and without
 /// `--debug` stderr stays as it was (clients read it).

@@ -1,4 +1,4 @@
-//! Upgrades (issue 13, item 6): containers created by the previous moat must still be
+//! Upgrades: containers created by the previous moat must still be
 //! listed, `state`d, exec'd into, `ps`'d, killed, started and deleted by this one. The
 //! previous binary is built from git: `MOAT_UPGRADE_FROM=<rev>`, by default `afd98e2` (the
 //! release before the lifecycle layer), exported with `git archive` into a temp dir and

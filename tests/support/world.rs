@@ -1,4 +1,4 @@
-//! A private network "world" for the egress tests (issue 15), driven through
+//! A private network "world" for the egress tests, driven through
 //! `scripts/lib/networld` (the same library the e2e scripts source): network namespaces
 //! made by the test, veth links straight into a world namespace that holds every server
 //! address, TCP/UDP echo servers, a metadata imitation on 169.254.169.254, dnsmasq for

@@ -845,16 +845,12 @@ pub fn monotonic_ns() -> u64 {
 
 /// Admits `addr` (a /128 entry) with `ranges` into the trie in force: the forwarder, for
 /// an allowed name's answer.
-// The DNS forwarder's (it admits the answers of allowed names).
-#[allow(dead_code)]
 pub fn admit(trie: BorrowedFd<'_>, addr: IpAddr, ranges: &[Range]) -> io::Result<()> {
     let key = key_bytes(crate::policy::egress::key_addr(addr), 128);
     bpf::map_update(trie, &key, &value_bytes(ranges))
 }
 
 /// Removes `addr`'s /128 entry, or puts back `statics`' own entry for it.
-// The DNS forwarder's (it admits the answers of allowed names).
-#[allow(dead_code)]
 pub fn revoke(trie: BorrowedFd<'_>, addr: IpAddr, statics: &[Entry]) -> io::Result<()> {
     let k = crate::policy::egress::key_addr(addr);
     match statics.iter().find(|e| e.addr == k && e.len == 128) {
@@ -864,8 +860,6 @@ pub fn revoke(trie: BorrowedFd<'_>, addr: IpAddr, statics: &[Entry]) -> io::Resu
 }
 
 /// Bumps a stats slot from user space (the forwarder is its slot's only writer).
-// The DNS forwarder's (it admits the answers of allowed names).
-#[allow(dead_code)]
 pub fn count(stats: BorrowedFd<'_>, slot: u32) -> io::Result<()> {
     let k = slot.to_ne_bytes();
     let mut v = [0u8; 8];

@@ -77,7 +77,7 @@ pub fn send_msg(sock: BorrowedFd<'_>, data: &[u8], fd: Option<BorrowedFd<'_>>) -
 
 /// How long a connect to, and each send on, a socket the caller named may block: a
 /// listener that never accepts (its backlog full) or never reads must not hang create or
-/// exec (issue 16).
+/// exec.
 pub const UNIX_SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A stream socket connected to the Unix socket at `path` (a console socket, a seccomp

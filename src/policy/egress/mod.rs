@@ -112,7 +112,6 @@ impl Dest {
     }
 
     /// Whether `name` (lower case, no trailing dot) is matched by this name rule.
-    #[allow(dead_code)] // the DNS forwarder's (issue 15, item 3); unit-tested here
     pub fn matches_name(&self, query: &str) -> bool {
         match self {
             Dest::Name { name, wildcard } => {
@@ -797,7 +796,6 @@ impl Egress {
     /// The ranges an address `name` resolved to gets (the name rules matching `name`, and
     /// whatever the static entries already give it), or `None` when it gets nothing: no
     /// rule matches, or it is a denied address (deny beats any allow).
-    #[allow(dead_code)] // the DNS forwarder's (issue 15, item 3); unit-tested here
     pub fn admitted(&self, name: &str, addr: IpAddr, statics: &[Entry]) -> Option<Vec<Range>> {
         let key = key_addr(addr);
         if self.deny.contains(&key) {
@@ -840,7 +838,6 @@ impl Egress {
     }
 
     /// Whether a query for `name` is answered (a name rule matches it).
-    #[allow(dead_code)] // the DNS forwarder's (issue 15, item 3); unit-tested here
     pub fn name_allowed(&self, name: &str) -> bool {
         self.allow
             .as_ref()
