@@ -55,6 +55,7 @@
 //! deny_metadata = true            # refuse the cloud metadata endpoints, whatever allow says
 //! metadata = ["169.254.169.254", "fd00:ec2::254", "169.254.170.2", "100.100.100.200"]
 //! # resolvers = ["10.0.0.2"]       # the forwarder's upstreams; unset: the engine's resolv.conf
+//! allow_raw_sockets = false       # CAP_NET_RAW kept: every packet judged, packet sockets refused
 //!
 //! [alias.moat-open]               # when invoked as moat-open (a symlink to moat)
 //! default_policy = "open"
@@ -196,6 +197,10 @@ pub struct Config {
     /// `[egress] resolvers`: where the forwarder sends queries, and the resolvers DNS
     /// stays open to at a metadata address; `None`: the engine's resolv.conf.
     pub egress_resolvers: Option<Vec<std::net::SocketAddr>>,
+    /// `[egress] allow_raw_sockets`: under RESTRICTED with an egress policy in force,
+    /// `CAP_NET_RAW` (when `[restricted] allowed_capabilities` keeps it) no longer voids
+    /// the policy: every packet is judged and packet sockets are refused instead.
+    pub egress_allow_raw_sockets: bool,
 }
 
 /// The default of `[restricted] apparmor_profiles`: moat's own profile and the engines'.
@@ -310,6 +315,7 @@ impl Default for Config {
                 .map(|a| a.parse().expect("the default metadata addresses parse"))
                 .collect(),
             egress_resolvers: None,
+            egress_allow_raw_sockets: false,
         }
     }
 }

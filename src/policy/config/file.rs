@@ -91,6 +91,7 @@ struct Egress {
     deny_metadata: Option<bool>,
     metadata: Option<Vec<IpAddress>>,
     resolvers: Option<Vec<Resolver>>,
+    allow_raw_sockets: Option<bool>,
 }
 
 /// `[egress] allow`: rules, one per string ([] = every destination, ["none"] = loopback).
@@ -146,6 +147,9 @@ impl Egress {
         }
         if let Some(r) = &self.resolvers {
             c.egress_resolvers = Some(r.iter().map(|a| a.0).collect());
+        }
+        if let Some(r) = self.allow_raw_sockets {
+            c.egress_allow_raw_sockets = r;
         }
     }
 }

@@ -49,6 +49,7 @@ pub(in crate::policy) fn decide(
             .egress_resolvers
             .clone()
             .unwrap_or_else(|| floor.resolvers.clone()),
+        packets: false,
     };
     // Checked here, so a list that cannot be a trie fails at create, before anything.
     e.entries(None).map_err(PolicyError::EgressInvalid)?;

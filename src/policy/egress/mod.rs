@@ -451,6 +451,10 @@ pub struct Egress {
     /// Where name lookups go: the forwarder's upstreams, and the resolvers `deny` leaves
     /// DNS open to.
     pub resolvers: Vec<SocketAddr>,
+    /// Every packet is judged, lists or not: the container may hold `CAP_NET_RAW`
+    /// (`[egress] allow_raw_sockets`), whose raw sockets pass no `connect`/`sendmsg` hook.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub packets: bool,
 }
 
 fn addrs<S: Serializer>(v: &[Ipv6Addr], s: S) -> Result<S::Ok, S::Error> {
@@ -492,7 +496,14 @@ impl Egress {
             allow,
             deny,
             resolvers,
+            packets: v["packets"].as_bool().unwrap_or(false),
         })
+    }
+
+    /// The list form (a trie, the packet program) is needed: a list, or every packet
+    /// judged; else the fixed form (the refused addresses as immediates, no packet program).
+    pub fn list_form(&self) -> bool {
+        self.allow.is_some() || self.packets
     }
 
     /// Names are allowed: the container needs moat's DNS forwarder.
@@ -932,6 +943,7 @@ mod tests {
                 .iter()
                 .map(|s| parse_resolver(s).unwrap())
                 .collect(),
+            packets: false,
         }
     }
 
@@ -1119,6 +1131,7 @@ mod tests {
             allow: Some(parse_list(list).unwrap()),
             deny: Vec::new(),
             resolvers: Vec::new(),
+            packets: false,
         };
         let private: IpAddr = "10.66.0.1".parse().unwrap();
         assert!(e("rebind.test:7000").rebinding(private).is_some());
