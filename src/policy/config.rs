@@ -546,6 +546,9 @@ mod tests {
         );
         assert!(!c.egress_deny_metadata);
         assert_eq!(c.egress_resolvers.unwrap().len(), 2);
+        let raw = super::Config::from_str("[egress]\nallow_raw_sockets = true\n", p).unwrap();
+        assert!(raw.egress_allow_raw_sockets);
+        assert!(!super::Config::default().egress_allow_raw_sockets);
         let none = super::Config::from_str("[egress]\nallow = [\"none\"]\n", p).unwrap();
         assert_eq!(none.egress_allow.unwrap().0.len(), 0);
         for (bad, word) in [

@@ -532,6 +532,9 @@ impl Egress {
                     .join(", ")
             ));
         }
+        if self.packets {
+            s.push_str("; every packet judged (CAP_NET_RAW kept)");
+        }
         s
     }
 }
