@@ -214,7 +214,11 @@ fn run_cases(ctx: &mut Ctx, sniffer: &Sniffer, cases: &[Case], tag: &str) -> Vec
     std::thread::sleep(Duration::from_millis(500));
     let seen = sniffer.seen();
     let sent: Vec<&str> = out.lines().filter(|l| l.starts_with("send ")).collect();
-    assert_eq!(sent.len(), cases.len(), "rawprobe ran every case: {out}{err}");
+    assert_eq!(
+        sent.len(),
+        cases.len(),
+        "rawprobe ran every case: {out}{err}"
+    );
     let mut bad = Vec::new();
     for (n, c) in cases.iter().enumerate() {
         let mark = format!("RPM{tag}{n}X");
@@ -312,7 +316,9 @@ fn accepted_connections_and_the_kernels_errors_pass_under_a_list() {
     let sniffer = Sniffer::new(&world);
     // The container's address on its link into the world, and the world's side of it.
     let ns_name = netns.file_name().unwrap().to_string_lossy().to_string();
-    let addrs = host(&["ip", "-n", &ns_name, "-4", "-o", "addr", "show", "scope", "global"]);
+    let addrs = host(&[
+        "ip", "-n", &ns_name, "-4", "-o", "addr", "show", "scope", "global",
+    ]);
     let mine = addrs
         .split_whitespace()
         .find(|w| w.starts_with("198.18.1"))
@@ -380,12 +386,19 @@ fn a_list_is_refused_by_update_while_raw_sockets_pass_no_packet_program() {
     c.start().ok();
     let out = ctx.moat(&["update", "--egress", A, &c.id]).fails();
     assert!(
-        out.stderr.contains("holds CAP_NET_RAW and has no packet program"),
+        out.stderr
+            .contains("holds CAP_NET_RAW and has no packet program"),
         "{}",
         out.stderr
     );
     // The same container without the capability takes the list.
-    let mut ctx = raw_ctx("eg-pkt-upd2", &netns, probe, "deny_metadata = false\n", false);
+    let mut ctx = raw_ctx(
+        "eg-pkt-upd2",
+        &netns,
+        probe,
+        "deny_metadata = false\n",
+        false,
+    );
     ctx.set(
         "/process/capabilities",
         json!({"bounding": [], "effective": [], "permitted": []}),
@@ -470,7 +483,9 @@ fn gvisor_sandboxes_get_the_packet_program() {
     std::thread::sleep(Duration::from_millis(500));
     let seen = sniffer.seen();
     assert!(
-        !seen.iter().any(|m| ["RPMg0X", "RPMg1X", "RPMg2X"].contains(&m.as_str())),
+        !seen
+            .iter()
+            .any(|m| ["RPMg0X", "RPMg1X", "RPMg2X"].contains(&m.as_str())),
         "a raw packet from the sandbox reached the metadata endpoint: {seen:?}; rawprobe: {said}"
     );
     eprintln!("gVisor raw sockets: {said}world saw {seen:?}");

@@ -129,7 +129,7 @@ pub fn replace_egress(c: &Container, text: &str) -> Result<()> {
     // Raw sockets already open pass no connect or sendmsg hook, and cannot be closed: a
     // list is put in force over them only where the packet program already judges them.
     let installed = Installed::find(&dir)?;
-    if new.allow.is_some() && !installed.as_ref().is_some_and(|i| i.list.is_some()) {
+    if new.allow.is_some() && installed.as_ref().is_none_or(|i| i.list.is_none()) {
         let raw = c
             .dir
             .load_spec()

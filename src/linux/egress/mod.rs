@@ -13,8 +13,8 @@
 //! hold `CAP_NET_RAW`; without a list the trie is then `::/0` but the refused addresses),
 //! the policy's trie ([`Egress::entries`]) in one of two LPM tries, a
 //! selector saying which is in force, a counters array, and a program on each of the four
-//! hooks and on `BPF_CGROUP_INET_EGRESS` (the ICMP echo backstop: a ping socket's `sendto`
-//! and raw sockets pass no `connect`/`sendmsg` hook); `update` fills the other trie and
+//! hooks and on `BPF_CGROUP_INET_EGRESS` (the packet program: a ping socket's `sendto`
+//! and raw sockets pass no `connect`/`sendmsg` hook, and a header can route elsewhere); `update` fills the other trie and
 //! flips the selector: one array write, so every hook sees the old rules or the new ones,
 //! never a mix. A change of form attaches the new
 //! programs before it detaches the old (in between, both must allow). The programs and
@@ -589,7 +589,8 @@ impl Installed {
     /// `Err` says what differs.
     pub fn check_programs(&self, dir: &Path, egress: &Egress) -> Result<usize, String> {
         let cg = open_dir(dir).map_err(|e| e.to_string())?;
-        let want: Vec<(Hook, &'static str, Vec<bpf::Insn>)> = match (egress.list_form(), &self.list) {
+        let want: Vec<(Hook, &'static str, Vec<bpf::Insn>)> = match (egress.list_form(), &self.list)
+        {
             (false, _) => fixed(egress),
             (true, Some(l)) => {
                 let maps = l.fds();
