@@ -112,6 +112,7 @@ pub fn replace_egress(c: &Container, text: &str) -> Result<()> {
             .or_else(|| cfg.egress_resolvers.clone())
             .unwrap_or_default(),
         forwarder: old.as_ref().map_or(cfg.egress_forwarder, |o| o.forwarder),
+        packets: old.as_ref().is_some_and(|o| o.packets),
     };
     if new.has_names() && !old.as_ref().is_some_and(Egress::has_names) {
         anyhow::bail!(
@@ -126,12 +127,31 @@ pub fn replace_egress(c: &Container, text: &str) -> Result<()> {
     let Some(dir) = c.record.cgroup.as_ref().and_then(|cg| cg.v2_dir()) else {
         return Err(enforce::EgressError::NoCgroup(format!("container {}", c.record.id)).into());
     };
+    // Raw sockets already open pass no connect or sendmsg hook, and cannot be closed: a
+    // list is put in force over them only where the packet program already judges them.
+    let installed = Installed::find(&dir)?;
+    if new.allow.is_some() && installed.as_ref().is_none_or(|i| i.list.is_none()) {
+        let raw = c
+            .dir
+            .load_spec()
+            .ok()
+            .and_then(|s| s.process)
+            .is_none_or(|p| crate::policy::holds(&p, "CAP_NET_RAW"));
+        if raw {
+            anyhow::bail!(
+                "--egress: container {} holds CAP_NET_RAW and has no packet program: raw \
+                 sockets it already opened would send past the list; recreate it with the list \
+                 (or with [egress] allow_raw_sockets)",
+                c.record.id
+            );
+        }
+    }
     // The forwarder's own entry (a loopback /128 the old rules did not make) stays.
     let old_static = old
         .as_ref()
         .and_then(|o| o.entries(None).ok())
         .unwrap_or_default();
-    let forwarder = match Installed::find(&dir)? {
+    let forwarder = match installed {
         Some(inst) => inst
             .entries()
             .map_err(|e| anyhow::anyhow!("egress policy: cannot read the rules in force: {e}"))?

@@ -648,7 +648,7 @@ pub(crate) fn egress_in_force(
         Ok(n) => n,
         Err(why) => return (why, false),
     };
-    if e.allow.is_none() {
+    if !e.list_form() {
         return (
             format!(
                 "{programs} programs refusing {} addresses in force",

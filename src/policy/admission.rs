@@ -221,6 +221,9 @@ pub fn markdown() -> String {
         let when = match c.voids {
             super::Voids::Always => "always: refused",
             super::Voids::WithEgress => "with an egress policy in force: refused",
+            super::Voids::WithEgressUnlessRawAllowed => {
+                "with an egress policy in force: refused, unless `[egress] allow_raw_sockets`"
+            }
             super::Voids::WithHostPid => "with the host's pid namespace: refused",
             super::Voids::Never => "never: kept",
         };

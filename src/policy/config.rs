@@ -58,6 +58,7 @@
 //! # resolvers = ["10.0.0.2"]       # the forwarder's upstreams; unset: the engine's resolv.conf
 //! forwarder_names = 1024          # names whose answers the DNS forwarder holds at once
 //! forwarder_answers = 8           # addresses held per name (names * answers <= 12288)
+//! allow_raw_sockets = false       # CAP_NET_RAW kept: every packet judged, packet sockets refused
 //!
 //! [alias.moat-open]               # when invoked as moat-open (a symlink to moat)
 //! default_policy = "open"
@@ -204,6 +205,10 @@ pub struct Config {
     pub egress_resolvers: Option<Vec<std::net::SocketAddr>>,
     /// `[egress] forwarder_names`, `forwarder_answers`: the DNS forwarder's bounds.
     pub egress_forwarder: super::egress::ForwarderLimits,
+    /// `[egress] allow_raw_sockets`: under RESTRICTED with an egress policy in force,
+    /// `CAP_NET_RAW` (when `[restricted] allowed_capabilities` keeps it) no longer voids
+    /// the policy: every packet is judged and packet sockets are refused instead.
+    pub egress_allow_raw_sockets: bool,
 }
 
 /// The default of `[restricted] apparmor_profiles`: moat's own profile and the engines'.
@@ -319,6 +324,7 @@ impl Default for Config {
                 .collect(),
             egress_resolvers: None,
             egress_forwarder: super::egress::ForwarderLimits::default(),
+            egress_allow_raw_sockets: false,
         }
     }
 }
@@ -567,6 +573,9 @@ mod tests {
             (f.egress_forwarder.names, f.egress_forwarder.answers),
             (10, 3)
         );
+        let raw = super::Config::from_str("[egress]\nallow_raw_sockets = true\n", p).unwrap();
+        assert!(raw.egress_allow_raw_sockets);
+        assert!(!super::Config::default().egress_allow_raw_sockets);
         let none = super::Config::from_str("[egress]\nallow = [\"none\"]\n", p).unwrap();
         assert_eq!(none.egress_allow.unwrap().0.len(), 0);
         for (bad, word) in [

@@ -39,7 +39,7 @@ pub use facts::{FloorFacts, NsId};
 pub use lsm::{apparmor_allowed, lsm_listed, restrict_exec_lsm, selinux_type};
 pub use mounts::MOUNT_TYPES;
 pub use namespaces::refused_host_namespaces;
-pub use process::{priorities_floor, restrict_exec, Voids, CAPABILITIES};
+pub use process::{holds, priorities_floor, restrict_exec, Voids, CAPABILITIES};
 pub use resources::{fleet_budget, high_of};
 pub use rootfs::{tmpfs_caps, BoundedRoot, Rootfs, INODE_SPACE};
 pub use select::IGNORED_ANNOTATION;
@@ -59,6 +59,10 @@ pub fn restricted_profile() -> Result<&'static crate::spec::Seccomp, PolicyError
 }
 /// The deny floor stacked on top of an engine's own profile.
 pub const FLOOR_PROFILE: &str = include_str!("../../seccomp-profiles/floor.json");
+/// Packet sockets refused (`AF_PACKET`, `AF_XDP`, `SOCK_PACKET`), stacked as one more
+/// filter where a container keeps `CAP_NET_RAW` under an egress policy
+/// (`Egress::packets`): no cgroup program sees what they send.
+pub const PACKET_PROFILE: &str = include_str!("../../seccomp-profiles/packet.json");
 /// The AppArmor profile moat loads where the host has AppArmor and the spec names none.
 pub const APPARMOR_PROFILE_NAME: &str = "moat-default";
 pub const APPARMOR_PROFILE: &str = include_str!("../../apparmor/moat-default");
@@ -162,6 +166,24 @@ fn apply_with(
     }
     if !sel.network_none {
         egress::decide(wanted_egress, cfg, restricted, floor, &mut d)?;
+    }
+    // A container keeping CAP_NET_RAW under an egress policy (any mode): every packet
+    // judged, packet sockets refused (`seccomp-profiles/packet.json`).
+    let raw = spec
+        .process
+        .as_ref()
+        .is_some_and(|p| process::holds(p, "CAP_NET_RAW"));
+    if let (Some(e), true) = (d.egress.as_mut(), raw) {
+        e.packets = true;
+        {
+            decision::change(
+                &mut d,
+                "egress",
+                "set",
+                "every packet judged on its header; packet sockets refused",
+                "the container keeps CAP_NET_RAW, whose raw sockets pass no connect or sendmsg hook",
+            );
+        }
     }
     // Once the decision is whole: which promises are in force decides which capabilities
     // would void one.

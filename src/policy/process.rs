@@ -166,6 +166,9 @@ pub enum Voids {
     Always,
     /// While an egress policy (a list, or the metadata block) is in force.
     WithEgress,
+    /// While an egress policy is in force and `[egress] allow_raw_sockets` is off (on, the
+    /// packet program judges what the capability sends and packet sockets are refused).
+    WithEgressUnlessRawAllowed,
     /// While the container shares the host's pid namespace.
     WithHostPid,
     /// Never, and the row says what holds it instead.
@@ -199,7 +202,7 @@ const fn cap(
 /// The capabilities whose grant touches a promise. The rest grant power only over the
 /// container's own namespaces and files (or over what the seccomp floor already refuses).
 pub const CAPABILITIES: &[CapabilityRow] = &[
-    cap("CAP_NET_RAW", Voids::WithEgress, "the egress policy", "raw and packet sockets send packets no connect or sendmsg hook sees"),
+    cap("CAP_NET_RAW", Voids::WithEgressUnlessRawAllowed, "the egress policy", "raw and packet sockets send packets no connect or sendmsg hook sees; with allow_raw_sockets every packet is judged on its header and packet sockets are refused"),
     cap("CAP_NET_ADMIN", Voids::WithEgress, "the egress policy", "it reconfigures the container's interfaces, routes and netfilter, and opens raw sockets' equivalents"),
     cap("CAP_SYS_ADMIN", Voids::Always, "the mount floor and most others", "it is the capability of mount(2), of remounting the read-only sysfs and cgroupfs, and of dozens of other host-wide operations; only the seccomp floor would stand"),
     cap("CAP_SYS_MODULE", Voids::Always, "every promise", "a kernel module runs as the kernel"),
@@ -209,6 +212,18 @@ pub const CAPABILITIES: &[CapabilityRow] = &[
     cap("CAP_MKNOD", Voids::Never, "the device promise", "a node it makes opens only if the device cgroup, which allows exactly the kept devices, admits it"),
     cap("CAP_BPF", Voids::Never, "the egress policy", "loading programs needs no cgroup attach; attaching or detaching the container's cgroup programs needs CAP_NET_ADMIN or CAP_SYS_ADMIN of the host's user namespace"),
 ];
+
+/// Whether `p` keeps `cap` in any of its sets.
+pub fn holds(p: &Process, cap: &str) -> bool {
+    p.capabilities.as_ref().is_some_and(|c| {
+        [&c.bounding, &c.effective, &c.permitted, &c.ambient]
+            .iter()
+            .any(|s| {
+                s.as_ref()
+                    .is_some_and(|l| l.iter().any(|n| n.eq_ignore_ascii_case(cap)))
+            })
+    })
+}
 
 /// RESTRICTED: a capability the container keeps (any set) that voids a promise in force
 /// is refused, naming both. Run once the decision is whole (egress, host namespaces).
@@ -221,6 +236,9 @@ pub fn voids_floor(p: &Process, cfg: &Config, d: &Decision) -> Result<(), Policy
         let in_force = match row.voids {
             Voids::Always => true,
             Voids::WithEgress => d.egress.is_some(),
+            Voids::WithEgressUnlessRawAllowed => {
+                d.egress.is_some() && !cfg.egress_allow_raw_sockets
+            }
             Voids::WithHostPid => d.host_namespaces.contains(&"pid"),
             Voids::Never => false,
         };

@@ -1473,6 +1473,23 @@ fn a_capability_that_voids_a_promise_in_force_is_refused_unless_accepted() {
     cfg.egress_deny_metadata = false;
     let mut s = with_caps(&["CAP_NET_RAW"]);
     apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+    // NET_RAW with [egress] allow_raw_sockets: kept, every packet judged (the metadata
+    // block without a list too), which the decision records.
+    let mut cfg = allow(&["CAP_NET_RAW"], &[]);
+    cfg.egress_allow_raw_sockets = true;
+    let mut s = with_caps(&["CAP_NET_RAW"]);
+    let d = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+    let e = d.egress.as_ref().expect("the metadata block");
+    assert!(e.packets && e.allow.is_none() && e.list_form(), "{e:?}");
+    // Without CAP_NET_RAW the metadata block stays the fixed form.
+    let mut s = with_caps(&["CAP_CHOWN"]);
+    let d = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
+    assert!(!d.egress.as_ref().unwrap().list_form());
+    // allow_raw_sockets does not keep CAP_NET_ADMIN.
+    let mut cfg = allow(&["CAP_NET_ADMIN"], &[]);
+    cfg.egress_allow_raw_sockets = true;
+    let mut s = with_caps(&["CAP_NET_ADMIN"]);
+    assert!(apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).is_err());
     // SYS_ADMIN always; accepted by the operator it is kept.
     let mut s = with_caps(&["CAP_SYS_ADMIN"]);
     assert!(apply(

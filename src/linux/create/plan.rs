@@ -349,6 +349,11 @@ impl Plan {
         if decision.seccomp_floor {
             seccomp.push(seccomp::floor(policy::FLOOR_PROFILE, cache)?);
         }
+        // Packet sockets send below every egress program: refused where raw sockets are
+        // kept under an egress policy (the capability set is fixed from here on).
+        if decision.egress.as_ref().is_some_and(|e| e.packets) {
+            seccomp.push(seccomp::floor(policy::PACKET_PROFILE, cache)?);
+        }
         let mut attrs =
             Attrs::from_process(p, "process", seccomp, opts.preserve_fds)?.on_host(&host);
         attrs.pass_listen_fds(opts.listen_fds);

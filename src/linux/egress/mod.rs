@@ -9,10 +9,12 @@
 //! Both forms also attach a program on `BPF_CGROUP_INET_SOCK_CREATE`
 //! ([`prog::sock_program`]): a socket whose protocol no hook judges (UDP-Lite, SCTP, …)
 //! is refused at `socket(2)`, and so is a ping socket where no echo backstop is attached.
-//! With a list, the policy's trie ([`Egress::entries`]) in one of two LPM tries, a
+//! With a list, or where every packet is judged (`Egress::packets`: the container may
+//! hold `CAP_NET_RAW`; without a list the trie is then `::/0` but the refused addresses),
+//! the policy's trie ([`Egress::entries`]) in one of two LPM tries, a
 //! selector saying which is in force, a counters array, and a program on each of the four
-//! hooks and on `BPF_CGROUP_INET_EGRESS` (the ICMP echo backstop: a ping socket's `sendto`
-//! and raw sockets pass no `connect`/`sendmsg` hook); `update` fills the other trie and
+//! hooks and on `BPF_CGROUP_INET_EGRESS` (the packet program: a ping socket's `sendto`
+//! and raw sockets pass no `connect`/`sendmsg` hook, and a header can route elsewhere); `update` fills the other trie and
 //! flips the selector: one array write, so every hook sees the old rules or the new ones,
 //! never a mix. A change of form attaches the new
 //! programs before it detaches the old (in between, both must allow). The programs and
@@ -246,7 +248,7 @@ fn programs(
     forwarder: Option<IpAddr>,
 ) -> Result<Vec<(Hook, &'static str, OwnedFd)>, EgressError> {
     let mut out = Vec::new();
-    if egress.allow.is_none() {
+    if !egress.list_form() {
         for (hook, name, insns) in fixed(egress) {
             out.push((hook, name, load(hook, name, &insns)?));
         }
@@ -332,7 +334,7 @@ pub fn install(
     cache: Option<&Path>,
 ) -> Result<(), EgressError> {
     let cg = open_dir(dir)?;
-    if let (None, Some(cache)) = (&egress.allow, cache) {
+    if let (false, Some(cache)) = (egress.list_form(), cache) {
         let want = fixed(egress);
         if let Some(progs) = shared_fixed(cache, &want) {
             // A program whose expected attach type is not its hook's is refused here
@@ -435,7 +437,7 @@ pub fn replace_with(
 ) -> Result<(), EgressError> {
     let cg = open_dir(dir)?;
     let old = Installed::find(dir)?;
-    if let (Some(inst), Some(_)) = (&old, &egress.allow) {
+    if let (Some(inst), true) = (&old, egress.list_form()) {
         if let Some(l) = &inst.list {
             let entries = egress.entries(forwarder).map_err(EgressError::Invalid)?;
             l.flip(&entries, after)
@@ -615,16 +617,17 @@ impl Installed {
     /// `Err` says what differs.
     pub fn check_programs(&self, dir: &Path, egress: &Egress) -> Result<usize, String> {
         let cg = open_dir(dir).map_err(|e| e.to_string())?;
-        let want: Vec<(Hook, &'static str, Vec<bpf::Insn>)> = match (&egress.allow, &self.list) {
-            (None, _) => fixed(egress),
-            (Some(_), Some(l)) => {
+        let want: Vec<(Hook, &'static str, Vec<bpf::Insn>)> = match (egress.list_form(), &self.list)
+        {
+            (false, _) => fixed(egress),
+            (true, Some(l)) => {
                 let maps = l.fds();
                 Hook::ALL
                     .iter()
                     .map(|h| (*h, h.name(), prog::program(*h, maps)))
                     .collect()
             }
-            (Some(_), None) => return Err("a list's programs are not attached".into()),
+            (true, None) => return Err("a list's programs are not attached".into()),
         };
         for (hook, name, insns) in &want {
             let fresh = load(*hook, name, insns).map_err(|e| e.to_string())?;

@@ -1,7 +1,8 @@
 //! The egress programs (`BPF_PROG_TYPE_CGROUP_SOCK_ADDR`), one per hook: `connect4`,
 //! `connect6` (TCP, connected UDP, a ping socket's `connect`) and `sendmsg4`, `sendmsg6`
-//! (unconnected UDP); with a list also the ICMP echo backstop on `BPF_CGROUP_INET_EGRESS`
-//! ([`echo_program`]: a ping socket's `sendto` and raw sockets pass no hook above). Each computes the destination's trie key (IPv4 as `::ffff:a.b.c.d`), looks it up
+//! (unconnected UDP); with a list (or raw sockets allowed) also the packet program on
+//! `BPF_CGROUP_INET_EGRESS` ([`packet_program`]: a ping socket's `sendto` and raw sockets
+//! pass no hook above, and a header can route past the address a hook judged). Each computes the destination's trie key (IPv4 as `::ffff:a.b.c.d`), looks it up
 //! in the container's current allow trie (of two: the selector's slot 0 says which), and
 //! allows when one of the matched prefix's ranges holds the protocol and port; otherwise it
 //! counts the refusal (stats slot of the hook) and returns 0, which the kernel turns into
@@ -37,7 +38,7 @@ pub enum Hook {
     Sendmsg4,
     Sendmsg6,
     /// `BPF_CGROUP_INET_EGRESS` (`BPF_PROG_TYPE_CGROUP_SKB`): the packets the container's
-    /// sockets send. A list's only: the ICMP echo backstop ([`echo_program`]).
+    /// sockets send. A list's only (or raw sockets allowed): [`packet_program`].
     InetEgress,
     /// `BPF_CGROUP_INET_SOCK_CREATE` (`BPF_PROG_TYPE_CGROUP_SOCK`): `socket(2)` itself,
     /// refusing the protocols no hook above judges ([`sock_program`]).
@@ -144,6 +145,7 @@ pub const RING_NAME: usize = 64;
 const LDX_W: u8 = 0x61;
 const LDX_H: u8 = 0x69;
 const LDX_B: u8 = 0x71;
+const LDX_DW: u8 = 0x79;
 const ST_W: u8 = 0x62;
 const STX_W: u8 = 0x63;
 const ST_H: u8 = 0x6a;
@@ -168,6 +170,7 @@ const TO_BE: u8 = 0xdc;
 const JA: u8 = 0x05;
 const JEQ_K: u8 = 0x15;
 const JNE_K: u8 = 0x55;
+const JGT_K: u8 = 0x25;
 const JMP32_JNE_K: u8 = 0x56;
 const MOV32_X: u8 = 0xbc;
 const XOR32_K: u8 = 0xa4;
@@ -181,16 +184,21 @@ const MAP_UPDATE_ELEM: i32 = 2;
 const KTIME_GET_NS: i32 = 5;
 const BPF_NOEXIST: i32 = 1;
 const SKB_LOAD_BYTES_RELATIVE: i32 = 68;
+const SK_FULLSOCK: i32 = 95;
 const BPF_HDR_START_NET: i32 = 1;
 
 // struct __sk_buff: the ethertype, in network order (as the 16 bits lie in memory).
 const SKB_PROTOCOL: i16 = 16;
+// struct __sk_buff: the sending socket (`struct bpf_sock *`).
+const SKB_SK: i16 = 168;
 const ETH_P_IP: i32 = i32::from_le_bytes([0x08, 0x00, 0, 0]);
 const ETH_P_IPV6: i32 = i32::from_le_bytes([0x86, 0xdd, 0, 0]);
 // The echo program's packet buffers on the stack: the IP header (40 bytes: an IPv6
 // header, or the first 20 of an IPv4 one) and an extension header's (or ICMP) first bytes.
 const HDR: i16 = -72;
 const EXT: i16 = -80;
+/// The packet program's flag: the packet is a raw socket's.
+const RAW: i16 = -196;
 /// IPv6 extension headers the echo program walks before it gives up on finding the upper
 /// layer (and then judges the packet as an echo request: fail closed). A socket without
 /// `CAP_NET_RAW` can put two on a packet (a routing header, and the kernel's fragment
@@ -227,6 +235,10 @@ enum L {
     Dgram,
     RingInsert,
     RingDone,
+    Classified,
+    Upper,
+    Upper6,
+    Link,
 }
 
 enum Op {
@@ -287,7 +299,7 @@ pub struct MapFds {
 /// The list program of `hook` over `maps`.
 pub fn program(hook: Hook, maps: MapFds) -> Vec<Insn> {
     if hook == Hook::InetEgress {
-        return echo_program(maps);
+        return packet_program(maps);
     }
     if hook == Hook::SockCreate {
         return sock_program(Some(maps));
@@ -353,7 +365,7 @@ fn zero_key(o: &mut Vec<Op>) {
 }
 
 /// `bpf_skb_load_bytes_relative(skb, off, fp + to, len, BPF_HDR_START_NET)`, the offset
-/// in register `off` (or 0 when `off` is `None`); a packet too short for it passes.
+/// in register `off` (or 0 when `off` is `None`); a packet too short for it is refused.
 fn load_bytes(o: &mut Vec<Op>, off: Option<u8>, to: i16, len: i32) {
     o.push(i(MOV_X, 1, 6, 0, 0));
     o.push(match off {
@@ -366,29 +378,56 @@ fn load_bytes(o: &mut Vec<Op>, off: Option<u8>, to: i16, len: i32) {
         i(MOV_K, 4, 0, 0, len),
         i(MOV_K, 5, 0, 0, BPF_HDR_START_NET),
         i(CALL, 0, 0, 0, SKB_LOAD_BYTES_RELATIVE),
-        jk(JNE_K, 0, 0, L::Allow),
+        jk(JNE_K, 0, 0, L::Deny),
     ]);
 }
 
-/// The ICMP echo backstop (`BPF_CGROUP_INET_EGRESS`, a list's only): an ICMP echo request
-/// (ICMPv4 type 8, ICMPv6 type 128) leaving one of the container's sockets — a ping
-/// socket's `sendto`, which no `connect` hook sees, or a raw socket's — passes only to
-/// loopback or to an address whose trie entry allows ICMP (an address rule naming no
-/// protocol), exactly as the connect hooks decide a ping socket's `connect`. Refused
-/// requests are counted in stats slot 5 and dropped, which `sendto` reports as `EPERM`.
-/// Every other packet passes. A request whose route the header does not name alone (IPv4
-/// options, an IPv6 routing header: the destination would be the first hop's) is refused
-/// wherever it goes, and so is an IPv6 packet whose upper layer lies past
-/// [`EXT_HEADERS`] extension headers. A non-first fragment carries no ICMP header and
-/// passes (the first one holds it, and is judged).
+/// The packet program (`BPF_CGROUP_INET_EGRESS`): every IPv4/IPv6 packet one of the
+/// container's sockets sends, on its real header, after every `connect`/`sendmsg` hook.
+/// Attached with a list, and without one where the container may hold `CAP_NET_RAW`
+/// (`[egress] allow_raw_sockets`: then over a trie of `::/0` but the refused addresses).
 ///
-/// Registers: r6 ctx, r7 1 once an IPv6 routing header is seen (then the port: 0), r8 the
-/// next header (then the protocol's bit), r9 the offset of the next header.
-pub fn echo_program(maps: MapFds) -> Vec<Insn> {
+/// Every packet, whatever its socket: refused when its route is not the header's
+/// destination alone or its upper layer cannot be judged: IPv4 options (a source or record
+/// route), an IPv4 fragment other than the first, an IPv6 routing header, an IPv6
+/// fragment other than the first, an upper layer past [`EXT_HEADERS`] extension headers, a
+/// header too short to read. The kernel fragments after this hook, so the packets of its
+/// own sockets never arrive here as fragments; only a raw socket can make one.
+///
+/// A raw socket's packet (`SOCK_RAW`: the sender wrote what follows the IP header, or the
+/// whole header) is judged on the header against the trie in force, as the `connect`
+/// hooks judge a connection: TCP and UDP on their destination port, ICMP and every other
+/// protocol on the ICMP bit (port 0: an address rule naming no protocol). Loopback is
+/// judged as any address, by the trie's loopback entries (every port but 53). ICMPv6 neighbour discovery and multicast listener messages (types 130-137,
+/// 143) pass to link-local and link-scope multicast destinations: the link needs them, and
+/// no router forwards them.
+///
+/// Any other socket's packet: an ICMP echo request (a ping socket's `sendto`, which no
+/// `connect` hook sees) is judged as above; every other passes, because the kernel built
+/// its header to the address the `connect`/`sendmsg` hook judged (or, for a connection
+/// the container accepted, the peer that opened it), or the socket-creation program
+/// refused its protocol. Judging those again per packet would cut an established
+/// connection when a name's answer expires from the trie.
+///
+/// Refusals are counted in stats slot 5 and dropped (`EPERM` to a sender that waits).
+///
+/// Registers: r6 ctx, r7 the port, r8 the next header (then the protocol's bit), r9 the
+/// offset of the next header; the stack word at `RAW` is 1 for a raw socket's packet.
+pub fn packet_program(maps: MapFds) -> Vec<Insn> {
     let mut o = vec![
         i(MOV_X, 6, 1, 0, 0),
         i(MOV_K, 7, 0, 0, 0),
-        i(ST_W, 10, 0, PROTO, libc::IPPROTO_ICMP),
+        i(ST_W, 10, 0, RAW, 0),
+        i(LDX_DW, 1, 6, SKB_SK, 0),
+        jk(JEQ_K, 1, 0, L::Classified),
+        i(CALL, 0, 0, 0, SK_FULLSOCK),
+        jk(JEQ_K, 0, 0, L::Classified),
+        i(LDX_W, 2, 0, SK_TYPE, 0),
+        jk(JNE_K, 2, libc::SOCK_RAW, L::Classified),
+        i(ST_W, 10, 0, RAW, 1),
+        Op::Mark(L::Classified),
+        i(ST_W, 10, 0, KEY, 128),
+        i(ST_W, 10, 0, PROTO, 0),
     ];
     zero_key(&mut o);
     o.extend([
@@ -400,50 +439,37 @@ pub fn echo_program(maps: MapFds) -> Vec<Insn> {
     ]);
     load_bytes(&mut o, None, HDR, 20);
     o.extend([
-        i(LDX_B, 2, 10, HDR + 9, 0),
-        jk(JNE_K, 2, libc::IPPROTO_ICMP, L::Allow),
+        // Options (IHL other than 5): a source route names the first hop, not the end.
+        i(LDX_B, 2, 10, HDR, 0),
+        i(AND_K, 2, 0, 0, 0xf),
+        jk(JNE_K, 2, 5, L::Deny),
         // The fragment offset (13 bits after the flags), as it lies in memory.
         i(LDX_H, 2, 10, HDR + 6, 0),
         i(AND_K, 2, 0, 0, i32::from_le_bytes([0x1f, 0xff, 0, 0])),
-        jk(JNE_K, 2, 0, L::Allow),
-        i(LDX_B, 9, 10, HDR, 0),
-        i(AND_K, 9, 0, 0, 0xf),
-        i(LSH_K, 9, 0, 0, 2),
-    ]);
-    load_bytes(&mut o, Some(9), EXT, 1);
-    o.extend([
-        i(LDX_B, 2, 10, EXT, 0),
-        jk(JNE_K, 2, ICMP_ECHO, L::Allow),
-        // Options (a source route): refused.
-        jk(JNE_K, 9, 20, L::Deny),
-        i(ST_W, 10, 0, KEY, 128),
+        jk(JNE_K, 2, 0, L::Deny),
+        i(LDX_B, 8, 10, HDR + 9, 0),
+        i(MOV_K, 9, 0, 0, 20),
         i(ST_W, 10, 0, KEY + 4, 0),
         i(ST_W, 10, 0, KEY + 8, 0),
         i(ST_W, 10, 0, KEY + 12, word([0, 0, 0xff, 0xff])),
         i(LDX_W, 2, 10, HDR + 16, 0),
         i(STX_W, 10, 2, KEY + 16, 0),
-        i(AND_K, 2, 0, 0, 0xff),
-        jk(JEQ_K, 2, 127, L::Allow),
-        jk(JA, 0, 0, L::Echo),
+        jk(JA, 0, 0, L::Upper),
         Op::Mark(L::V6),
     ]);
     load_bytes(&mut o, None, HDR, 40);
-    o.extend([
-        i(ST_W, 10, 0, PROTO, libc::IPPROTO_ICMPV6),
-        i(LDX_B, 8, 10, HDR + 6, 0),
-        i(MOV_K, 9, 0, 0, 40),
-    ]);
+    o.extend([i(LDX_B, 8, 10, HDR + 6, 0), i(MOV_K, 9, 0, 0, 40)]);
     // Every extension header is at least 8 bytes: one load per header.
     for k in 0..EXT_HEADERS {
         o.extend([
             Op::Mark(L::Walk(k)),
-            jk(JEQ_K, 8, libc::IPPROTO_ICMPV6, L::Icmp6),
             jk(JEQ_K, 8, libc::IPPROTO_HOPOPTS, L::Ext(k)),
             jk(JEQ_K, 8, libc::IPPROTO_DSTOPTS, L::Ext(k)),
             jk(JEQ_K, 8, libc::IPPROTO_AH, L::Ext(k)),
             jk(JEQ_K, 8, libc::IPPROTO_FRAGMENT, L::Ext(k)),
-            jk(JNE_K, 8, libc::IPPROTO_ROUTING, L::Allow),
-            i(MOV_K, 7, 0, 0, 1),
+            // A routing header: the destination is the first hop's.
+            jk(JEQ_K, 8, libc::IPPROTO_ROUTING, L::Deny),
+            jk(JA, 0, 0, L::Upper6),
             Op::Mark(L::Ext(k)),
         ]);
         load_bytes(&mut o, Some(9), EXT, 8);
@@ -451,7 +477,7 @@ pub fn echo_program(maps: MapFds) -> Vec<Insn> {
             jk(JEQ_K, 8, libc::IPPROTO_FRAGMENT, L::Frag(k)),
             i(LDX_B, 2, 10, EXT + 1, 0),
             jk(JEQ_K, 8, libc::IPPROTO_AH, L::Ah(k)),
-            // Hop-by-hop, routing, destination options: (length + 1) * 8 bytes.
+            // Hop-by-hop, destination options: (length + 1) * 8 bytes.
             i(ADD_K, 2, 0, 0, 1),
             i(LSH_K, 2, 0, 0, 3),
             jk(JA, 0, 0, L::Adv(k)),
@@ -461,29 +487,22 @@ pub fn echo_program(maps: MapFds) -> Vec<Insn> {
             i(LSH_K, 2, 0, 0, 2),
             jk(JA, 0, 0, L::Adv(k)),
             Op::Mark(L::Frag(k)),
-            // The fragment offset (13 bits before the flags), as it lies in memory.
+            // The fragment offset (13 bits before the flags), as it lies in memory: a
+            // later fragment carries no upper-layer header to judge.
             i(LDX_H, 2, 10, EXT + 2, 0),
             i(AND_K, 2, 0, 0, i32::from_le_bytes([0xff, 0xf8, 0, 0])),
-            jk(JNE_K, 2, 0, L::Allow),
+            jk(JNE_K, 2, 0, L::Deny),
             i(MOV_K, 2, 0, 0, 8),
             Op::Mark(L::Adv(k)),
             i(ADD_X, 9, 2, 0, 0),
             i(LDX_B, 8, 10, EXT, 0),
         ]);
     }
-    // Past the walk: judged as an echo request.
     o.extend([
+        // Past the walk: the upper layer is not found, so not judged: refused.
         Op::Mark(L::Walk(EXT_HEADERS)),
-        jk(JA, 0, 0, L::Echo6),
-        Op::Mark(L::Icmp6),
-    ]);
-    load_bytes(&mut o, Some(9), EXT, 1);
-    o.extend([
-        i(LDX_B, 2, 10, EXT, 0),
-        jk(JNE_K, 2, ICMPV6_ECHO_REQUEST, L::Allow),
-        Op::Mark(L::Echo6),
-        jk(JNE_K, 7, 0, L::Deny),
-        i(ST_W, 10, 0, KEY, 128),
+        jk(JA, 0, 0, L::Deny),
+        Op::Mark(L::Upper6),
         i(LDX_W, 2, 10, HDR + 24, 0),
         i(LDX_W, 3, 10, HDR + 28, 0),
         i(LDX_W, 4, 10, HDR + 32, 0),
@@ -492,22 +511,68 @@ pub fn echo_program(maps: MapFds) -> Vec<Insn> {
         i(STX_W, 10, 3, KEY + 8, 0),
         i(STX_W, 10, 4, KEY + 12, 0),
         i(STX_W, 10, 5, KEY + 16, 0),
-        // ::1, and ::ffff:127.0.0.0/104.
-        jk(JMP32_JNE_K, 2, 0, L::Echo),
-        jk(JMP32_JNE_K, 3, 0, L::Echo),
-        jk(JMP32_JNE_K, 4, 0, L::NotLoop),
-        jk(JMP32_JNE_K, 5, word([0, 0, 0, 1]), L::Echo),
-        jk(JA, 0, 0, L::Allow),
-        Op::Mark(L::NotLoop),
-        jk(JMP32_JNE_K, 4, word([0, 0, 0xff, 0xff]), L::Echo),
-        i(AND_K, 5, 0, 0, 0xff),
-        jk(JNE_K, 5, 127, L::Echo),
-        jk(JA, 0, 0, L::Allow),
+        // The upper layer: r8 its protocol, r9 its offset, the key at KEY.
+        Op::Mark(L::Upper),
+        i(STX_W, 10, 8, PROTO, 0),
+        jk(JEQ_K, 8, libc::IPPROTO_ICMP, L::Icmp),
+        jk(JEQ_K, 8, libc::IPPROTO_ICMPV6, L::Icmp6),
+        i(LDX_W, 2, 10, RAW, 0),
+        jk(JEQ_K, 2, 0, L::Allow),
+        jk(JEQ_K, 8, libc::IPPROTO_TCP, L::Tcp),
+        jk(JEQ_K, 8, libc::IPPROTO_UDP, L::Udp),
+        // Any other protocol: as ICMP, on the address alone.
+        i(MOV_K, 8, 0, 0, i32::from(ICMP)),
+        jk(JA, 0, 0, L::Echo),
+        Op::Mark(L::Tcp),
+        i(MOV_K, 8, 0, 0, i32::from(TCP)),
+        jk(JA, 0, 0, L::Stream),
+        Op::Mark(L::Udp),
+        i(MOV_K, 8, 0, 0, i32::from(UDP)),
+        Op::Mark(L::Stream),
+    ]);
+    // The destination port: the second 16 bits of either header.
+    load_bytes(&mut o, Some(9), EXT, 4);
+    o.extend([
+        i(LDX_H, 7, 10, EXT + 2, 0),
+        i(TO_BE, 7, 0, 0, 16),
+        jk(JA, 0, 0, L::NotLoop),
+        Op::Mark(L::Icmp6),
+    ]);
+    load_bytes(&mut o, Some(9), EXT, 1);
+    o.extend([
+        i(LDX_B, 2, 10, EXT, 0),
+        jk(JEQ_K, 2, ICMPV6_ECHO_REQUEST, L::Echo6),
+        i(LDX_W, 3, 10, RAW, 0),
+        jk(JEQ_K, 3, 0, L::Allow),
+        // Neighbour discovery and multicast listener messages, to the link only.
+        jk(JEQ_K, 2, 143, L::Link),
+        i(ADD_K, 2, 0, 0, -130),
+        i(AND_K, 2, 0, 0, 0xff),
+        jk(JGT_K, 2, 137 - 130, L::Echo6),
+        Op::Mark(L::Link),
+        i(LDX_H, 2, 10, KEY + 4, 0),
+        jk(JEQ_K, 2, i32::from_le_bytes([0xff, 0x02, 0, 0]), L::Allow),
+        i(AND_K, 2, 0, 0, i32::from_le_bytes([0xff, 0xc0, 0, 0])),
+        jk(JEQ_K, 2, i32::from_le_bytes([0xfe, 0x80, 0, 0]), L::Allow),
+        Op::Mark(L::Echo6),
+        i(MOV_K, 8, 0, 0, i32::from(ICMP)),
+        jk(JA, 0, 0, L::Echo),
+        Op::Mark(L::Icmp),
+    ]);
+    load_bytes(&mut o, Some(9), EXT, 1);
+    o.extend([
+        i(LDX_B, 2, 10, EXT, 0),
+        i(MOV_K, 8, 0, 0, i32::from(ICMP)),
+        jk(JEQ_K, 2, ICMP_ECHO, L::Echo),
+        i(LDX_W, 3, 10, RAW, 0),
+        jk(JEQ_K, 3, 0, L::Allow),
+        // Judged on the address: the ICMP "port" is 0.
         Op::Mark(L::Echo),
         i(MOV_K, 7, 0, 0, 0),
-        i(MOV_K, 8, 0, 0, i32::from(ICMP)),
+        // Loopback as any address: the trie's loopback entries (every port but 53).
+        Op::Mark(L::NotLoop),
     ]);
-    decide(&mut o, maps, Hook::InetEgress.slot(), None);
+    decide(&mut o, maps, Hook::InetEgress.slot(), Some(7));
     assemble(o)
 }
 

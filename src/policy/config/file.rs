@@ -93,6 +93,7 @@ struct Egress {
     resolvers: Option<Vec<Resolver>>,
     forwarder_names: Option<u32>,
     forwarder_answers: Option<u32>,
+    allow_raw_sockets: Option<bool>,
 }
 
 /// `[egress] allow`: rules, one per string ([] = every destination, ["none"] = loopback).
@@ -154,6 +155,9 @@ impl Egress {
         }
         if let Some(n) = self.forwarder_answers {
             c.egress_forwarder.answers = n;
+        }
+        if let Some(r) = self.allow_raw_sockets {
+            c.egress_allow_raw_sockets = r;
         }
     }
 }

@@ -50,6 +50,7 @@ pub(in crate::policy) fn decide(
             .clone()
             .unwrap_or_else(|| floor.resolvers.clone()),
         forwarder: cfg.egress_forwarder,
+        packets: false,
     };
     // Checked here, so a list that cannot be a trie fails at create, before anything.
     e.entries(None).map_err(PolicyError::EgressInvalid)?;

@@ -453,6 +453,10 @@ pub struct Egress {
     /// What the DNS forwarder may hold (`[egress] forwarder_names`, `forwarder_answers`).
     #[serde(default, skip_serializing_if = "ForwarderLimits::is_default")]
     pub forwarder: ForwarderLimits,
+    /// Every packet is judged, lists or not: the container may hold `CAP_NET_RAW`
+    /// (`[egress] allow_raw_sockets`), whose raw sockets pass no `connect`/`sendmsg` hook.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub packets: bool,
 }
 
 /// The bounds of the DNS forwarder's state: the names whose answers it holds admitted at
@@ -551,7 +555,14 @@ impl Egress {
             deny,
             resolvers,
             forwarder,
+            packets: v["packets"].as_bool().unwrap_or(false),
         })
+    }
+
+    /// The list form (a trie, the packet program) is needed: a list, or every packet
+    /// judged; else the fixed form (the refused addresses as immediates, no packet program).
+    pub fn list_form(&self) -> bool {
+        self.allow.is_some() || self.packets
     }
 
     /// Names are allowed: the container needs moat's DNS forwarder.
@@ -579,6 +590,9 @@ impl Egress {
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
+        }
+        if self.packets {
+            s.push_str("; every packet judged (CAP_NET_RAW kept)");
         }
         s
     }
@@ -1037,6 +1051,7 @@ mod tests {
                 .map(|s| parse_resolver(s).unwrap())
                 .collect(),
             forwarder: ForwarderLimits::default(),
+            packets: false,
         }
     }
 
@@ -1263,6 +1278,7 @@ mod tests {
             deny: Vec::new(),
             resolvers: Vec::new(),
             forwarder: ForwarderLimits::default(),
+            packets: false,
         };
         let private: IpAddr = "10.66.0.1".parse().unwrap();
         assert!(e("rebind.test:7000").rebinding(private).is_some());
