@@ -31,8 +31,9 @@
  *             IPv6 socket for the mapped form; IPv6: IPV6_RTHDR, a segment routing header),
  *             then connect + send (stream) or sendto (others) to the first DEST: the hooks
  *             judge the first DEST, the header carries dst
- *   srrcmsg   the same source route as ancillary data (IPV6_RTHDR, IP_RETOPTS) of one
- *             sendmsg to the first DEST
+ *   srr2      the same with IPv4 SSRR, IPv6 a type 2 (Mobile IPv6) routing header
+ *   srrcmsg   LSRR (IP_RETOPTS) or a type 2 routing header (IPV6_RTHDR) as ancillary data
+ *             of one sendmsg to the first DEST
  *   tfo       sendto(dst, MSG_FASTOPEN)                    (SOCK_STREAM only)
  *   tfoc      TCP_FASTOPEN_CONNECT, connect(dst), send      (SOCK_STREAM only)
  */
@@ -291,26 +292,42 @@ static int do_connect(int fd, struct sockaddr_storage *ss, socklen_t len)
 }
 
 static int cell_idx;
-static const char *paths[] = { "connect", "sendto", "sendmsg", "sendmmsg", "conn2", "srr", "srrcmsg", "tfo", "tfoc" };
-#define NPATHS 9
+static const char *paths[] = { "connect", "sendto", "sendmsg", "sendmmsg", "conn2", "srr", "srr2", "srrcmsg", "tfo", "tfoc" };
+#define NPATHS 10
 
 static int path_applies(int path, const struct triple *tr)
 {
-	return path < 7 || tr->t == SOCK_STREAM;
+	return path < 8 || tr->t == SOCK_STREAM;
 }
 
-/* A source route naming hop as the first hop, on fd (IPv4 for the v4 and mapped forms). */
-static int source_route(int fd, const struct dest *hop)
+/* The option naming hop as the first hop: IPv4 (the v4 and mapped forms) a loose (kind 0)
+ * or strict (kind 1) source route; IPv6 a segment routing header (kind 0: type 4, its one
+ * segment the header's destination) or a type 2 routing header (kind 1: Mobile IPv6, its
+ * address the header's destination). 24 bytes at most; the length. */
+static size_t route_option(const struct dest *hop, int kind, unsigned char *o)
 {
+	memset(o, 0, 24);
 	if (strcmp(hop->form, "v6")) {
-		unsigned char opt[8] = { 0x83, 7, 4, 0, 0, 0, 0, 0 };
-		memcpy(opt + 3, hop->raw, 4);
-		return setsockopt(fd, IPPROTO_IP, IP_OPTIONS, opt, sizeof opt) ? errno : 0;
+		o[0] = kind ? 0x89 : 0x83;
+		o[1] = 7;
+		o[2] = 4;
+		memcpy(o + 3, hop->raw, 4);
+		return 8;
 	}
-	/* A segment routing header with one segment left: the header's destination. */
-	unsigned char srh[24] = { 0, 2, 4, 0, 0, 0, 0, 0 };
-	memcpy(srh + 8, hop->raw, 16);
-	return setsockopt(fd, IPPROTO_IPV6, IPV6_RTHDR, srh, sizeof srh) ? errno : 0;
+	o[1] = 2;
+	o[2] = kind ? 2 : 4;
+	o[3] = kind ? 1 : 0;
+	memcpy(o + 8, hop->raw, 16);
+	return 24;
+}
+
+static int source_route(int fd, const struct dest *hop, int kind)
+{
+	unsigned char o[24];
+	size_t n = route_option(hop, kind, o);
+	if (strcmp(hop->form, "v6"))
+		return setsockopt(fd, IPPROTO_IP, IP_OPTIONS, o, n) ? errno : 0;
+	return setsockopt(fd, IPPROTO_IPV6, IPV6_RTHDR, o, n) ? errno : 0;
 }
 
 static void run_cell(const struct triple *tr, int path, struct dest *d, struct dest *allowed4,
@@ -377,9 +394,10 @@ static void run_cell(const struct triple *tr, int path, struct dest *d, struct d
 		if (sendto(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&ss, d->len) < 0)
 			e = errno;
 		break;
-	case 5: /* srr: the header names dst, the hooks see the first destination */
+	case 5: /* srr, srr2: the header names dst, the hooks see the first destination */
+	case 6:
 		step = "setsockopt";
-		if ((e = source_route(fd, d)))
+		if ((e = source_route(fd, d, path - 5)))
 			break;
 		if (tr->t == SOCK_STREAM) {
 			step = "connect";
@@ -394,28 +412,18 @@ static void run_cell(const struct triple *tr, int path, struct dest *d, struct d
 				e = errno;
 		}
 		break;
-	case 6: { /* srrcmsg: the same source route as ancillary data of one sendmsg */
+	case 7: { /* srrcmsg: a source route as ancillary data of one sendmsg */
 		union {
 			struct cmsghdr h;
 			unsigned char b[CMSG_SPACE(24)];
 		} c;
 		memset(&c, 0, sizeof c);
 		int v6 = !strcmp(d->form, "v6");
-		size_t ol = v6 ? 24 : 8;
+		/* The kernel takes only a type 2 routing header as ancillary data. */
+		size_t ol = route_option(d, v6, CMSG_DATA(&c.h));
 		c.h.cmsg_level = v6 ? IPPROTO_IPV6 : IPPROTO_IP;
 		c.h.cmsg_type = v6 ? IPV6_RTHDR : IP_RETOPTS;
 		c.h.cmsg_len = CMSG_LEN(ol);
-		unsigned char *o = CMSG_DATA(&c.h);
-		if (v6) {
-			o[1] = 2;
-			o[2] = 4;
-			memcpy(o + 8, d->raw, 16);
-		} else {
-			o[0] = 0x83;
-			o[1] = 7;
-			o[2] = 4;
-			memcpy(o + 3, d->raw, 4);
-		}
 		struct iovec iov = { buf, n };
 		struct msghdr m = { .msg_name = &fs, .msg_namelen = first->len, .msg_iov = &iov, .msg_iovlen = 1,
 				    .msg_control = &c, .msg_controllen = CMSG_SPACE(ol) };
@@ -424,13 +432,13 @@ static void run_cell(const struct triple *tr, int path, struct dest *d, struct d
 			e = errno;
 		break;
 	}
-	case 7: /* tfo */
+	case 8: /* tfo */
 		step = "sendto";
 		if (sendto(fd, buf, n, MSG_FASTOPEN | MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&ss, d->len) < 0 &&
 		    errno != EINPROGRESS)
 			e = errno;
 		break;
-	case 8: { /* tfoc */
+	case 9: { /* tfoc */
 		int one = 1;
 		step = "setsockopt";
 		if (setsockopt(fd, SOL_TCP_, TCP_FASTOPEN_CONNECT, &one, sizeof one) < 0) {
@@ -447,7 +455,7 @@ static void run_cell(const struct triple *tr, int path, struct dest *d, struct d
 	}
 	}
 	/* A connection in progress still sends its SYN: give it the 50 ms too. */
-	if (path != 5 && tr->t == SOCK_STREAM && e == EAGAIN)
+	if (tr->t == SOCK_STREAM && e == EAGAIN)
 		wait_out(fd);
 	close(fd);
 out:
