@@ -1,11 +1,14 @@
 //! The egress protocol matrix: every `socket(2)` (family, type, protocol) this kernel makes,
 //! each through every send path (tests/support/sockmatrix.c: connect+send, sendto, sendmsg,
 //! sendmmsg, connected-then-sendto, a source route by socket option and by ancillary data,
-//! TCP Fast Open by `sendto` and by `TCP_FASTOPEN_CONNECT`), to an allowed and a refused
-//! address of the world and to every metadata endpoint, over IPv4, IPv6 and IPv4-mapped
-//! IPv6, in one container per egress configuration: RESTRICTED with no list (the metadata
-//! block alone), a list naming one world address per family, and `moat.egress=none`;
-//! natively and under gVisor.
+//! TCP Fast Open by `sendto` and by `TCP_FASTOPEN_CONNECT`), to the address a list allows,
+//! another address of the world and every metadata endpoint (NAT64 included), over IPv4,
+//! IPv6 and IPv4-mapped IPv6, in one container per egress configuration: RESTRICTED with no
+//! list (the metadata block alone), a list naming one world address per family, and
+//! `moat.egress=none`; natively and under gVisor (runsc's host sockets in the container's
+//! namespace). A run prints the kernel's triples, what each container makes, and per
+//! configuration the cells, how many were made, refused at creation, refused at send, sent,
+//! and reached the world; `MOAT_MATRIX_OUT=DIR` keeps every cell's line.
 //!
 //! The oracle is a packet capture (an `AF_PACKET` socket of the test's) on the world's end
 //! of the only link the container's network namespace has, not what the syscalls said:
@@ -40,15 +43,16 @@ use nix::sys::socket::{
 use support::*;
 
 /// The destinations, `label=address` as sockmatrix takes them; the first is the one the
-/// `conn2` and `srr` paths connect to (IPv4; its IPv6 twin is the first IPv6 one).
+/// `conn2` and `srr` paths connect to (IPv4; its IPv6 twin is the first IPv6 one). "other":
+/// a world address the list does not name.
 const DESTS: &[(&str, &str)] = &[
     ("allowed", "198.18.0.10"),
-    ("refused", "198.18.0.11"),
+    ("other", "198.18.0.11"),
     ("md", "169.254.169.254"),
     ("md-ecs", "169.254.170.2"),
     ("md-ali", "100.100.100.200"),
     ("allowed6", "2001:db8:e::10"),
-    ("refused6", "2001:db8:e::11"),
+    ("other6", "2001:db8:e::11"),
     ("md6", "fd00:ec2::254"),
     ("md-nat64", "64:ff9b::a9fe:a9fe"),
 ];
@@ -136,10 +140,18 @@ impl Netns {
             );
         }
         ip(&[
-            "-n", &n.world, "link", "add", "mxw0", "type", "veth", "peer", "name", "eth0",
-            "netns", &n.ctr,
+            "-n", &n.world, "link", "add", "mxw0", "type", "veth", "peer", "name", "eth0", "netns",
+            &n.ctr,
         ]);
-        ip(&["-n", &n.world, "addr", "add", "198.18.200.1/24", "dev", "mxw0"]);
+        ip(&[
+            "-n",
+            &n.world,
+            "addr",
+            "add",
+            "198.18.200.1/24",
+            "dev",
+            "mxw0",
+        ]);
         ip(&[
             "-n",
             &n.world,
@@ -151,7 +163,15 @@ impl Netns {
             "nodad",
         ]);
         ip(&["-n", &n.world, "link", "set", "mxw0", "up"]);
-        ip(&["-n", &n.ctr, "addr", "add", "198.18.200.2/24", "dev", "eth0"]);
+        ip(&[
+            "-n",
+            &n.ctr,
+            "addr",
+            "add",
+            "198.18.200.2/24",
+            "dev",
+            "eth0",
+        ]);
         ip(&[
             "-n",
             &n.ctr,
@@ -163,7 +183,15 @@ impl Netns {
             "nodad",
         ]);
         ip(&["-n", &n.ctr, "link", "set", "eth0", "up"]);
-        ip(&["-n", &n.ctr, "route", "add", "default", "via", "198.18.200.1"]);
+        ip(&[
+            "-n",
+            &n.ctr,
+            "route",
+            "add",
+            "default",
+            "via",
+            "198.18.200.1",
+        ]);
         ip(&[
             "-n",
             &n.ctr,
@@ -187,7 +215,15 @@ impl Netns {
                     "nodad",
                 ]);
             } else {
-                ip(&["-n", &n.world, "addr", "add", &format!("{a}/32"), "dev", "lo"]);
+                ip(&[
+                    "-n",
+                    &n.world,
+                    "addr",
+                    "add",
+                    &format!("{a}/32"),
+                    "dev",
+                    "lo",
+                ]);
             }
         }
         // Ping sockets for every group, as podman and Docker set it.
@@ -455,7 +491,9 @@ fn families() -> Option<String> {
         return None;
     }
     if fs::read_to_string("/proc/sys/kernel/modules_disabled").is_ok_and(|s| s.trim() == "1") {
-        eprintln!("matrix: kernel.modules_disabled=1: no module can load; every family 0..63 is tried");
+        eprintln!(
+            "matrix: kernel.modules_disabled=1: no module can load; every family 0..63 is tried"
+        );
         return None;
     }
     let protos = fs::read_to_string("/proc/net/protocols").unwrap_or_default();
@@ -522,29 +560,153 @@ fn kernel_triples(probe: &Path, ns: &Netns, fams: Option<&str>) -> Vec<Triple> {
         .collect()
 }
 
+/// "0-3, 6, 262".
+fn ranges(ps: &BTreeSet<i32>) -> String {
+    let mut rs: Vec<(i32, i32)> = Vec::new();
+    for &p in ps {
+        match rs.last_mut() {
+            Some((_, hi)) if *hi + 1 == p => *hi = p,
+            _ => rs.push((p, p)),
+        }
+    }
+    rs.iter()
+        .map(|(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The kernel's table, one line per (family, type): its protocols as ranges.
 fn table(triples: &[Triple]) -> String {
-    let mut by: BTreeMap<(i32, i32), Vec<i32>> = BTreeMap::new();
+    let mut by: BTreeMap<(i32, i32), BTreeSet<i32>> = BTreeMap::new();
     for &(f, t, p) in triples {
-        by.entry((f, t)).or_default().push(p);
+        by.entry((f, t)).or_default().insert(p);
     }
-    let mut s = String::new();
-    for ((f, t), mut ps) in by {
-        ps.sort_unstable();
-        let mut ranges: Vec<(i32, i32)> = Vec::new();
-        for p in ps {
-            match ranges.last_mut() {
-                Some((_, hi)) if *hi + 1 == p => *hi = p,
-                _ => ranges.push((p, p)),
+    by.iter()
+        .map(|((f, t), ps)| format!("  family {f:2} type {t:2}: {}\n", ranges(ps)))
+        .collect()
+}
+
+/// Protocol numbers of a docs table cell: "0, 6 (TCP), 262 (MPTCP)" → 0, 6, 262; "1–256"
+/// a range; "none" nothing; `None` for "any".
+fn doc_protocols(cell: &str) -> Option<BTreeSet<i32>> {
+    let mut plain = String::new();
+    let mut depth = 0;
+    for ch in cell.chars() {
+        match ch {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            c if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    if plain.contains("any") {
+        return None;
+    }
+    let mut out = BTreeSet::new();
+    for part in plain.split(',') {
+        let part = part.trim();
+        let mut ends = part.split(['–', '-']).map(|x| x.trim().parse::<i32>());
+        match (ends.next(), ends.next()) {
+            (Some(Ok(a)), Some(Ok(b))) => out.extend(a..=b),
+            (Some(Ok(a)), None) => {
+                out.insert(a);
+            }
+            _ => {}
+        }
+    }
+    Some(out)
+}
+
+/// docs/security.md's "Socket creation" table: (family, type) → the protocols it says the
+/// kernel makes (`None`: any). Rows naming several families or types count for each.
+fn docs_table() -> BTreeMap<(i32, i32), Option<BTreeSet<i32>>> {
+    let doc = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/security.md"))
+        .expect("docs/security.md");
+    let start = doc
+        .find("| family | type | protocols `socket(2)` makes")
+        .expect("docs/security.md: the socket creation table");
+    let mut map: BTreeMap<(i32, i32), Option<BTreeSet<i32>>> = BTreeMap::new();
+    for row in doc[start..].lines().skip(2) {
+        if !row.starts_with('|') {
+            break;
+        }
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let (fams, types, protos) = (cells[1], cells[2], cells[3]);
+        let fams: Vec<i32> = fams
+            .split(',')
+            .filter_map(|f| match f.trim() {
+                "AF_INET" => Some(libc::AF_INET),
+                "AF_INET6" => Some(libc::AF_INET6),
+                _ => None,
+            })
+            .collect();
+        let types: Vec<i32> = types
+            .split(',')
+            .filter_map(|t| match t.trim().trim_start_matches("SOCK_") {
+                "STREAM" => Some(libc::SOCK_STREAM),
+                "DGRAM" => Some(libc::SOCK_DGRAM),
+                "RAW" => Some(libc::SOCK_RAW),
+                "RDM" => Some(libc::SOCK_RDM),
+                "SEQPACKET" => Some(libc::SOCK_SEQPACKET),
+                "DCCP" => Some(libc::SOCK_DCCP),
+                // SOCK_PACKET (libc marks it deprecated).
+                "PACKET" => Some(10),
+                _ => None,
+            })
+            .collect();
+        let ps = doc_protocols(protos);
+        for &f in &fams {
+            for &t in &types {
+                let e = map.entry((f, t)).or_insert_with(|| Some(BTreeSet::new()));
+                match (e.as_mut(), &ps) {
+                    (Some(have), Some(more)) => have.extend(more),
+                    _ => *e = None,
+                }
             }
         }
-        let r: Vec<String> = ranges
-            .iter()
-            .map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") })
-            .collect();
-        s.push_str(&format!("  family {f:2} type {t:2}: {}\n", r.join(", ")));
     }
-    s
+    map
+}
+
+/// The inet rows of docs/security.md's table against what the kernel made: differences.
+fn docs_differ(triples: &[Triple]) -> Vec<String> {
+    let docs = docs_table();
+    let mut kernel: BTreeMap<(i32, i32), BTreeSet<i32>> = BTreeMap::new();
+    for &(f, t, p) in triples {
+        if f == libc::AF_INET || f == libc::AF_INET6 {
+            kernel.entry((f, t)).or_default().insert(p);
+        }
+    }
+    let mut out = Vec::new();
+    for (k, ps) in &kernel {
+        match docs.get(k) {
+            None => out.push(format!(
+                "{k:?}: the kernel makes {}; the docs' table has no row",
+                ranges(ps)
+            )),
+            Some(Some(d)) if d != ps => out.push(format!(
+                "{k:?}: the kernel makes {}; the docs say {}",
+                ranges(ps),
+                ranges(d)
+            )),
+            _ => {}
+        }
+    }
+    for (k, d) in &docs {
+        if !kernel.contains_key(k) && d.as_ref().is_some_and(|d| !d.is_empty()) {
+            out.push(format!(
+                "{k:?}: the docs say {}; the kernel makes none",
+                d.as_ref().map(ranges).unwrap_or_default()
+            ));
+        }
+    }
+    out
 }
 
 /// One cell the probe tried on a socket it made.
@@ -662,7 +824,10 @@ fn analyse(config: Config, out: &str, pkts: &[Pkt], drops: u32, triples: &[Tripl
         let mine = claimed.contains(&(p.dst, p.marker, None))
             || (p.marker.is_none() && claimed.contains(&(p.dst, None, p.dport)));
         if !mine {
-            s.stray.push(format!("{p:?}"));
+            s.stray.push(format!(
+                "to {} protocol {} port {:?} marker {:?}",
+                p.dst, p.proto, p.dport, p.marker
+            ));
         }
     }
     s
@@ -707,7 +872,13 @@ fn sweep(
     if config == Config::Open {
         // The same sockets RESTRICTED makes: without CAP_NET_RAW (closing thousands of raw
         // and packet sockets takes minutes; they are the operator's grant under OPEN).
-        for set in ["bounding", "effective", "permitted", "inheritable", "ambient"] {
+        for set in [
+            "bounding",
+            "effective",
+            "permitted",
+            "inheritable",
+            "ambient",
+        ] {
             if let Some(a) = ctx.config["process"]["capabilities"][set].as_array_mut() {
                 a.retain(|c| c != "CAP_NET_RAW");
             }
@@ -746,6 +917,10 @@ fn sweep(
     let (pkts, drops) = cap.finish();
     let d = c.delete();
     assert_eq!(d.code, 0, "delete: {}", d.stderr);
+    // MOAT_MATRIX_OUT=DIR keeps each sweep's lines, to read every cell.
+    if let Some(dir) = std::env::var_os("MOAT_MATRIX_OUT") {
+        let _ = fs::write(Path::new(&dir).join(format!("{tag}.txt")), &out);
+    }
     assert!(
         out.lines().any(|l| l.starts_with("done ")),
         "{tag}: the sweep did not finish in {secs:.0} s: {} (stderr: {err})",
@@ -803,11 +978,29 @@ fn matrix(gvisor: bool) {
         triples.contains(&(libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_UDPLITE)),
         "the enumeration found no UDP-Lite socket: {triples:?}"
     );
+    let differ = docs_differ(&triples);
+    assert!(
+        differ.is_empty(),
+        "docs/security.md's socket creation table is not this kernel's:\n{}",
+        differ.join("\n")
+    );
     let mut failures = Vec::new();
     let mut total = Summary::default();
     for config in [Config::Meta, Config::List, Config::None, Config::Open] {
         let (out, pkts, drops) = sweep(&ns, probe, &triples, fams.as_deref(), config, gvisor);
         let s = analyse(config, &out, &pkts, drops, &triples);
+        let made: Vec<Triple> = sock_lines(&out)
+            .into_iter()
+            .filter(|(_, r)| r == "ok")
+            .map(|(t, _)| t)
+            .collect();
+        eprintln!(
+            "matrix: {}{}: the container makes {} triples:\n{}",
+            config.name(),
+            if gvisor { " (gVisor)" } else { "" },
+            made.len(),
+            table(&made)
+        );
         eprintln!("matrix: {}", report(config, gvisor, &s));
         for l in s.leaks.iter().take(40) {
             eprintln!("matrix:   LEAK {l}");
@@ -823,7 +1016,11 @@ fn matrix(gvisor: bool) {
             Config::Open => {
                 // The oracle sees what a missing defence lets through.
                 for (label, _) in DESTS {
-                    if !s.reached_by.keys().any(|k| k.starts_with(&format!("{label} "))) {
+                    if !s
+                        .reached_by
+                        .keys()
+                        .any(|k| k.starts_with(&format!("{label} ")))
+                    {
                         failures.push(format!(
                             "{name}: no cell to {label} reached the world without the programs: the oracle is blind"
                         ));
