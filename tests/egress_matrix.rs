@@ -1051,11 +1051,12 @@ fn matrix(gvisor: bool) {
                 total.refused_at_send += s.refused_at_send;
                 total.sent += s.sent;
                 total.reached += s.reached;
+                total.leaks.extend(s.leaks.iter().cloned());
             }
         }
     }
     eprintln!(
-        "matrix: {}: {} triples x paths x {} destination forms x 3 configurations = {} cells: {} made, {} refused at creation, {} refused at send, {} reached the world (each an allowed destination)",
+        "matrix: {}: {} triples x paths x {} destination forms x 3 configurations = {} cells: {} made, {} refused at creation, {} refused at send, {} reached the world, {} of them to a refused destination",
         if gvisor { "gVisor" } else { "native" },
         triples.len(),
         DESTS.len() + DESTS.iter().filter(|(_, a)| !a.contains(':')).count(),
@@ -1063,7 +1064,8 @@ fn matrix(gvisor: bool) {
         total.made,
         total.refused_at_creation,
         total.refused_at_send,
-        total.reached
+        total.reached,
+        total.leaks.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
