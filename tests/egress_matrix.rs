@@ -542,9 +542,19 @@ fn sock_lines(out: &str) -> Vec<(Triple, String)> {
         .collect()
 }
 
-/// What the host's kernel makes, for root in the containers' namespace: the sweep's
-/// triples (each is tried in every container, made there or refused).
-fn kernel_triples(probe: &Path, ns: &Netns, fams: Option<&str>) -> Vec<Triple> {
+/// What the host's kernel makes, for root in a namespace of the test's with ping sockets
+/// open: the sweep's triples (each is tried in every container, made there or refused).
+/// Once per run (closing ~800 packet sockets takes ~15 s: each waits for an RCU grace
+/// period).
+fn kernel_triples(probe: &Path, fams: Option<&str>) -> &'static [Triple] {
+    static T: OnceLock<Vec<Triple>> = OnceLock::new();
+    T.get_or_init(|| {
+        let ns = Netns::new("e");
+        enumerate(probe, &ns, fams)
+    })
+}
+
+fn enumerate(probe: &Path, ns: &Netns, fams: Option<&str>) -> Vec<Triple> {
     let o = Command::new("nsenter")
         .arg(format!("--net={}", ns.ctr_path().display()))
         .arg(probe)
@@ -967,8 +977,8 @@ fn matrix(gvisor: bool) {
     }
     let Some(probe) = sockmatrix() else { return };
     let fams = families();
+    let triples = kernel_triples(probe, fams.as_deref());
     let ns = Netns::new(if gvisor { "g" } else { "n" });
-    let triples = kernel_triples(probe, &ns, fams.as_deref());
     eprintln!(
         "matrix: this kernel makes {} (family, type, protocol) triples for root:\n{}",
         triples.len(),
