@@ -982,13 +982,13 @@ fn matrix(gvisor: bool) {
     eprintln!(
         "matrix: this kernel makes {} (family, type, protocol) triples for root:\n{}",
         triples.len(),
-        table(&triples)
+        table(triples)
     );
     assert!(
         triples.contains(&(libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_UDPLITE)),
         "the enumeration found no UDP-Lite socket: {triples:?}"
     );
-    let differ = docs_differ(&triples);
+    let differ = docs_differ(triples);
     assert!(
         differ.is_empty(),
         "docs/security.md's socket creation table is not this kernel's:\n{}",
@@ -997,8 +997,8 @@ fn matrix(gvisor: bool) {
     let mut failures = Vec::new();
     let mut total = Summary::default();
     for config in [Config::Meta, Config::List, Config::None, Config::Open] {
-        let (out, pkts, drops) = sweep(&ns, probe, &triples, fams.as_deref(), config, gvisor);
-        let s = analyse(config, &out, &pkts, drops, &triples);
+        let (out, pkts, drops) = sweep(&ns, probe, triples, fams.as_deref(), config, gvisor);
+        let s = analyse(config, &out, &pkts, drops, triples);
         let made: Vec<Triple> = sock_lines(&out)
             .into_iter()
             .filter(|(_, r)| r == "ok")
