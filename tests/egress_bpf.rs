@@ -352,7 +352,7 @@ fn the_metadata_block_is_shared_only_as_the_same_programs() {
     let block = |c: &Container| {
         let progs = bpf_progs_attached(&v2_dir(&c.id))?;
         assert!(
-            progs.len() == 5 && progs.iter().all(|(_, n)| n.starts_with("moat_md_")),
+            progs.len() == 6 && progs.iter().all(|(_, n)| n.starts_with("moat_md_")),
             "{}: the metadata block's programs attached: {progs:?}",
             c.id
         );

@@ -647,14 +647,16 @@ pub fn sock_program(maps: Option<MapFds>) -> Vec<Insn> {
     assemble(o)
 }
 
-/// The hooks of the fixed program (no list): connections and datagrams alike, and the
-/// sockets whose traffic they cannot judge.
-pub const FIXED_HOOKS: [Hook; 5] = [
+/// The hooks of the fixed program (no list): connections and datagrams alike, the
+/// sockets whose traffic they cannot judge, and the packets whose header routes past the
+/// address they judged ([`route_program`]).
+pub const FIXED_HOOKS: [Hook; 6] = [
     Hook::Connect4,
     Hook::Connect6,
     Hook::Sendmsg4,
     Hook::Sendmsg6,
     Hook::SockCreate,
+    Hook::InetEgress,
 ];
 
 /// The fixed program's name for `hook`.
@@ -664,7 +666,7 @@ pub fn fixed_name(hook: Hook) -> &'static str {
         Hook::Connect6 => "moat_md_c6",
         Hook::Sendmsg4 => "moat_md_s4",
         Hook::Sendmsg6 => "moat_md_s6",
-        Hook::InetEgress => unreachable!("the fixed form has no packet program"),
+        Hook::InetEgress => "moat_md_route",
         Hook::SockCreate => "moat_md_sock",
     }
 }
@@ -674,6 +676,9 @@ pub fn fixed_name(hook: Hook) -> &'static str {
 pub fn fixed_program(hook: Hook, deny: &[(std::net::Ipv6Addr, Vec<u16>)]) -> Vec<Insn> {
     if hook == Hook::SockCreate {
         return sock_program(None);
+    }
+    if hook == Hook::InetEgress {
+        return route_program();
     }
     let mut o = vec![
         i(MOV_X, 6, 1, 0, 0),
@@ -731,6 +736,55 @@ pub fn fixed_program(hook: Hook, deny: &[(std::net::Ipv6Addr, Vec<u16>)]) -> Vec
     if n > 0 {
         o.extend([Op::Mark(L::Deny), i(MOV_K, 0, 0, 0, 0), i(EXIT, 0, 0, 0, 0)]);
     }
+    assemble(o)
+}
+
+/// The fixed form's packet program (`BPF_CGROUP_INET_EGRESS`, no map): an IPv6 packet
+/// carrying a routing header is dropped. `setsockopt(IPV6_RTHDR)` (type 4, segment
+/// routing) takes no capability, and a Debian kernel (`CONFIG_IPV6_MIP6`) takes a type 2
+/// header as `sendmsg` ancillary data too: either way the `connect`/`sendmsg` hooks judge
+/// the address the socket names while the packet goes to the header's first segment — the
+/// metadata endpoint, say. Hop-by-hop and destination options headers before it are walked
+/// ([`EXT_HEADERS`] of them, then the packet is dropped: fail closed); the kernel puts a
+/// routing header before any fragment or AH header. IPv4 needs nothing here: a source
+/// route option takes `CAP_NET_RAW`, which a container with the fixed form does not hold
+/// (holding it under egress selects the list form, `Egress::packets`). Every other packet
+/// passes after two loads: the per-packet cost every RESTRICTED container pays.
+pub fn route_program() -> Vec<Insn> {
+    let mut o = vec![
+        i(MOV_X, 6, 1, 0, 0),
+        i(LDX_W, 2, 6, SKB_PROTOCOL, 0),
+        jk(JNE_K, 2, ETH_P_IPV6, L::Allow),
+    ];
+    load_bytes(&mut o, None, HDR, 8);
+    o.extend([i(LDX_B, 8, 10, HDR + 6, 0), i(MOV_K, 9, 0, 0, 40)]);
+    for k in 0..EXT_HEADERS {
+        o.extend([
+            Op::Mark(L::Walk(k)),
+            jk(JEQ_K, 8, libc::IPPROTO_ROUTING, L::Deny),
+            jk(JEQ_K, 8, libc::IPPROTO_HOPOPTS, L::Ext(k)),
+            jk(JNE_K, 8, libc::IPPROTO_DSTOPTS, L::Allow),
+            Op::Mark(L::Ext(k)),
+        ]);
+        load_bytes(&mut o, Some(9), EXT, 2);
+        o.extend([
+            i(LDX_B, 8, 10, EXT, 0),
+            i(LDX_B, 2, 10, EXT + 1, 0),
+            // (length + 1) * 8 bytes.
+            i(ADD_K, 2, 0, 0, 1),
+            i(LSH_K, 2, 0, 0, 3),
+            i(ADD_X, 9, 2, 0, 0),
+        ]);
+    }
+    o.extend([
+        Op::Mark(L::Walk(EXT_HEADERS)),
+        Op::Mark(L::Deny),
+        i(MOV_K, 0, 0, 0, 0),
+        i(EXIT, 0, 0, 0, 0),
+        Op::Mark(L::Allow),
+        i(MOV_K, 0, 0, 0, 1),
+        i(EXIT, 0, 0, 0, 0),
+    ]);
     assemble(o)
 }
 
