@@ -751,24 +751,9 @@ fn loopback_serves_the_container_but_not_dns_around_the_forwarder() {
 /// `tests/support/dnsfake.c`, built statically once per run; `None` after a loud
 /// [`missing`] without a compiler.
 fn dnsfake() -> Option<PathBuf> {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/dnsfake.c");
-    let out = tmp_base().join(format!("moat-dnsfake.{}", std::process::id()));
-    if out.exists() {
-        return Some(out);
-    }
-    let mut cmd = Command::new("gcc");
-    cmd.args(["-static", "-O2", "-o"]).arg(&out).arg(&src);
-    let res = run_cmd(cmd, &tmp_base(), Duration::from_secs(120));
-    let _ = fs::remove_file(&res.out_file);
-    let _ = fs::remove_file(&res.err_file);
-    if res.code != 0 {
-        missing(&format!(
-            "cannot build dnsfake with gcc -static: {}",
-            res.stderr
-        ));
-        return None;
-    }
-    Some(out)
+    static P: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    P.get_or_init(|| static_fixture("dnsfake.c", "moat-dnsfake"))
+        .clone()
 }
 
 /// The engine's resolver is on loopback (Docker's 127.0.0.11): a container process binds

@@ -456,28 +456,8 @@ fn parse(d: &[u8]) -> Option<Pkt> {
 /// tests/support/sockmatrix.c, built statically once per run.
 fn sockmatrix() -> Option<&'static Path> {
     static P: OnceLock<Option<PathBuf>> = OnceLock::new();
-    P.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/sockmatrix.c");
-        let dir = Path::new(MOAT).parent().expect("target dir");
-        let out = dir.join("moat-sockmatrix");
-        let tmp = dir.join(format!("moat-sockmatrix.{}", std::process::id()));
-        let mut cmd = Command::new("gcc");
-        cmd.args(["-static", "-O2", "-o"]).arg(&tmp).arg(&src);
-        let res = run_cmd(cmd, &tmp_base(), Duration::from_secs(120));
-        let _ = fs::remove_file(&res.out_file);
-        let _ = fs::remove_file(&res.err_file);
-        if res.code != 0 {
-            missing(&format!(
-                "egress matrix: cannot build sockmatrix with gcc -static: {}",
-                res.stderr
-            ));
-            let _ = fs::remove_file(&tmp);
-            return None;
-        }
-        fs::rename(&tmp, &out).expect("rename sockmatrix");
-        Some(out)
-    })
-    .as_deref()
+    P.get_or_init(|| static_fixture("sockmatrix.c", "moat-sockmatrix"))
+        .as_deref()
 }
 
 /// Families the sweep may try. `socket(2)` of a family the kernel lacks asks for the

@@ -20,28 +20,8 @@ use support::*;
 /// The static in-container client (`tests/support/rawprobe.c`), built once per run.
 fn rawprobe() -> Option<&'static Path> {
     static P: OnceLock<Option<PathBuf>> = OnceLock::new();
-    P.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/rawprobe.c");
-        let dir = Path::new(MOAT).parent().expect("target dir");
-        let out = dir.join("moat-rawprobe");
-        let tmp = dir.join(format!("moat-rawprobe.{}", std::process::id()));
-        let mut cmd = Command::new("gcc");
-        cmd.args(["-static", "-O2", "-o"]).arg(&tmp).arg(&src);
-        let res = run_cmd(cmd, &tmp_base(), Duration::from_secs(120));
-        let _ = fs::remove_file(&res.out_file);
-        let _ = fs::remove_file(&res.err_file);
-        if res.code != 0 {
-            missing(&format!(
-                "egress packet tests: cannot build rawprobe with gcc -static: {}",
-                res.stderr
-            ));
-            let _ = fs::remove_file(&tmp);
-            return None;
-        }
-        fs::rename(&tmp, &out).expect("rename rawprobe");
-        Some(out)
-    })
-    .as_deref()
+    P.get_or_init(|| static_fixture("rawprobe.c", "moat-rawprobe"))
+        .as_deref()
 }
 
 /// What the world's namespace receives: every `RPM…X` mark in a packet arriving on one of

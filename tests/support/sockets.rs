@@ -17,28 +17,8 @@ use super::*;
 /// a compiler.
 pub fn sockprobe() -> Option<&'static Path> {
     static P: OnceLock<Option<PathBuf>> = OnceLock::new();
-    P.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/sockprobe.c");
-        let dir = Path::new(MOAT).parent().expect("target dir");
-        let out = dir.join("moat-sockprobe");
-        let tmp = dir.join(format!("moat-sockprobe.{}", std::process::id()));
-        let mut cmd = Command::new("gcc");
-        cmd.args(["-static", "-O2", "-o"]).arg(&tmp).arg(&src);
-        let res = run_cmd(cmd, &tmp_base(), Duration::from_secs(120));
-        let _ = fs::remove_file(&res.out_file);
-        let _ = fs::remove_file(&res.err_file);
-        if res.code != 0 {
-            missing(&format!(
-                "socket tests: cannot build sockprobe with gcc -static: {}",
-                res.stderr
-            ));
-            let _ = fs::remove_file(&tmp);
-            return None;
-        }
-        fs::rename(&tmp, &out).expect("rename sockprobe");
-        Some(out)
-    })
-    .as_deref()
+    P.get_or_init(|| static_fixture("sockprobe.c", "moat-sockprobe"))
+        .as_deref()
 }
 
 /// Runs `prefix… sockprobe args…` and returns its one line.

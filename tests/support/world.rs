@@ -135,28 +135,8 @@ impl Drop for World {
 /// run; `None` after a loud [`missing`] without a compiler.
 pub fn netprobe() -> Option<&'static Path> {
     static P: OnceLock<Option<PathBuf>> = OnceLock::new();
-    P.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/netprobe.c");
-        let dir = Path::new(MOAT).parent().expect("target dir");
-        let out = dir.join("moat-netprobe");
-        let tmp = dir.join(format!("moat-netprobe.{}", std::process::id()));
-        let mut cmd = Command::new("gcc");
-        cmd.args(["-static", "-O2", "-o"]).arg(&tmp).arg(&src);
-        let res = run_cmd(cmd, &tmp_base(), Duration::from_secs(120));
-        let _ = fs::remove_file(&res.out_file);
-        let _ = fs::remove_file(&res.err_file);
-        if res.code != 0 {
-            missing(&format!(
-                "egress tests: cannot build netprobe with gcc -static: {}",
-                res.stderr
-            ));
-            let _ = fs::remove_file(&tmp);
-            return None;
-        }
-        fs::rename(&tmp, &out).expect("rename netprobe");
-        Some(out)
-    })
-    .as_deref()
+    P.get_or_init(|| static_fixture("netprobe.c", "moat-netprobe"))
+        .as_deref()
 }
 
 /// Puts `ctx`'s container in the network namespace `netns`, installs netprobe as
