@@ -266,7 +266,7 @@ fn the_metadata_block_alone_verifies_and_a_live_update_turns_it_into_a_list() {
     assert!(
         v.stdout
             .lines()
-            .any(|l| l.starts_with("ok") && l.contains("egress") && l.contains("5 programs")),
+            .any(|l| l.starts_with("ok") && l.contains("egress") && l.contains("6 programs")),
         "{}",
         v.stdout
     );
@@ -317,7 +317,7 @@ fn the_metadata_block_alone_verifies_and_a_live_update_turns_it_into_a_list() {
     assert!(
         v.stdout
             .lines()
-            .any(|l| l.starts_with("ok") && l.contains("5 programs")),
+            .any(|l| l.starts_with("ok") && l.contains("6 programs")),
         "{}",
         v.stdout
     );
