@@ -251,6 +251,44 @@ fn start_exec_delete_killed_at_every_step() {
     clean_after_kill(&ctx, &id, "the ops container");
 }
 
+/// `kill --all` killed inside a round of its freeze loop (the cgroup frozen, nothing
+/// signalled or thawed yet): the container is left paused, and `delete --force` still
+/// thaws it, ends every process and leaves nothing. Also for a SIGKILL round: the same
+/// point on delete's own way.
+#[test]
+#[ignore = "needs root: real containers"]
+fn a_kill_inside_the_freeze_round_leaves_nothing() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("kp-frozen");
+    ctx.sh("sleep 600 & sleep 600 & wait");
+    let b = ctx.bundle_str();
+    for (n, sig) in ["TERM", "KILL"].iter().enumerate() {
+        let id = ctx.id(&format!("frozen{n}"));
+        ctx.moat(&["create", "--bundle", &b, &id]).ok();
+        ctx.moat(&["start", &id]).ok();
+        // cgroup.kill (v2) may already have emptied the cgroup for KILL; TERM always goes
+        // through the freezer.
+        let out = kill_at(&ctx, &["kill", "--all", &id, sig], "cgroup:parent:frozen");
+        if *sig == "TERM" {
+            assert_ne!(
+                out.code,
+                0,
+                "kill --all went through: {}",
+                out.stderr.trim()
+            );
+            let st = ctx.moat(&["state", &id]).ok();
+            assert!(
+                st.stdout.contains("\"paused\""),
+                "killed inside the round, the container is left frozen: {}",
+                st.stdout
+            );
+        }
+        clean_after_kill(&ctx, &id, &format!("kill --all {sig} killed while frozen"));
+    }
+}
+
 /// `run` (detached and in the foreground) killed at its own points and at create's, and
 /// `update` killed before and after it writes the cgroup: `delete --force` leaves nothing
 /// and the same id is created again.

@@ -2,7 +2,8 @@
 //! (tests/killpoints.rs): in debug builds, `MOAT_TEST_KILL_AT=<op>:<side>:<step>` makes
 //! moat SIGKILL itself on reaching that step, where `op` is `create`, `start`, `exec`,
 //! `delete`, `run` or `update` (the gVisor path's points are create's, start's and delete's
-//! with a `gvisor.` step), `side` the process (`parent`, `child`; exec's `joiner` and `process`), and
+//! with a `gvisor.` step; `cgroup:parent:frozen` is inside a freeze round of whatever
+//! kills a container's processes, `kill --all` or delete), `side` the process (`parent`, `child`; exec's `joiner` and `process`), and
 //! `step` a row of that operation's documented sequence (create's `Step` names, exec's
 //! table). `MOAT_TEST_STALL_AT=<op>:<side>:<step>` instead sleeps two seconds there, for
 //! the tests that race another command into that window (tests/concurrency.rs). Release

@@ -613,6 +613,8 @@ impl Cgroup {
     fn signal_frozen(&self, sig: i32) {
         let was_frozen = self.is_frozen();
         let froze = was_frozen || self.freeze().is_ok();
+        // Killed here, moat leaves the cgroup frozen: the next delete must still end it.
+        crate::linux::killpoint::at("cgroup", "parent", "frozen");
         for pid in self.pids().unwrap_or_default() {
             let _ = crate::linux::sys::kill(pid, sig);
         }
