@@ -473,9 +473,24 @@ impl Cgroup {
         // started: one it never started (a create refused because the unit was there)
         // and one started since under the same name are someone else's, cgroup and all.
         if let Some(scope) = &self.systemd {
-            let Some(mine) = scope.invocation.as_deref() else {
-                return Ok(());
+            let mine = match scope.invocation.as_deref() {
+                Some(mine) => mine.to_string(),
+                // Not proven this container's: a create refused because the unit was
+                // there, or killed between the unit's start and its record. Stopped only
+                // while it holds no process, which ends nothing of anyone's (a scope whose
+                // process died before systemd watched it stays active, empty, forever),
+                // and only as the unit found now (its InvocationID compared at the stop).
+                None => {
+                    if self.pids().map_or(true, |p| !p.is_empty()) {
+                        return Ok(());
+                    }
+                    match systemd::invocation(scope)? {
+                        found if found.is_empty() => return Ok(()),
+                        found => found,
+                    }
+                }
             };
+            let mine = mine.as_str();
             match systemd::delete(scope, mine) {
                 Ok(None) => {}
                 // Gone: what moat made in the hierarchies systemd does not manage (v1)
