@@ -83,15 +83,7 @@ async fn run(req: Request) -> Reply {
         Request::Set {
             props, invocation, ..
         } => {
-            let found = match unit_path(&conn, &unit)
-                .await
-                .map_err(|e| err("find", &unit, e))?
-            {
-                Some(path) => invocation_id(&conn, &path)
-                    .await
-                    .map_err(|e| err("read the InvocationID of", &unit, e))?,
-                None => String::new(),
-            };
+            let found = current_invocation(&conn, &unit).await?;
             if invocation.is_empty() || found != invocation {
                 return Ok(Answer::NotOurs(found));
             }
@@ -105,29 +97,13 @@ async fn run(req: Request) -> Reply {
             Ok(Answer::Done)
         }
         Request::Invocation { .. } => {
-            let found = match unit_path(&conn, &unit)
-                .await
-                .map_err(|e| err("find", &unit, e))?
-            {
-                Some(path) => invocation_id(&conn, &path)
-                    .await
-                    .map_err(|e| err("read the InvocationID of", &unit, e))?,
-                None => String::new(),
-            };
+            let found = current_invocation(&conn, &unit).await?;
             Ok(Answer::Invocation(found))
         }
         Request::Stop { invocation, .. } => {
             // Only the unit moat started: a unit of that name started since (by another
             // state root, an engine, an admin) has another InvocationID.
-            let Some(path) = unit_path(&conn, &unit)
-                .await
-                .map_err(|e| err("find", &unit, e))?
-            else {
-                return Ok(Answer::NotOurs(String::new()));
-            };
-            let found = invocation_id(&conn, &path)
-                .await
-                .map_err(|e| err("read the InvocationID of", &unit, e))?;
+            let found = current_invocation(&conn, &unit).await?;
             if invocation.is_empty() || found != invocation {
                 return Ok(Answer::NotOurs(found));
             }
@@ -312,6 +288,19 @@ async fn start_unit(
         }
     }
     Err(err("start", unit, "the unit already exists"))
+}
+
+/// The unit's `InvocationID` now; empty when there is no such unit.
+async fn current_invocation(conn: &Connection, unit: &str) -> Result<String, String> {
+    match unit_path(conn, unit)
+        .await
+        .map_err(|e| err("find", unit, e))?
+    {
+        Some(path) => invocation_id(conn, &path)
+            .await
+            .map_err(|e| err("read the InvocationID of", unit, e)),
+        None => Ok(String::new()),
+    }
 }
 
 /// The unit's object path, `None` when no unit of that name is loaded.
