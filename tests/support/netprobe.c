@@ -25,6 +25,17 @@
  *                             a UDP-Lite socket connected to ADDR PORT sends DATA ("probe";
  *                             the receiver is the oracle): "udplite ADDR PORT ok MS" |
  *                             "... err ERRNO MS" | "... err socket:ERRNO MS"
+ *   netprobe sock TYPE PROTO ADDR PORT DATA
+ *                             socket(ADDR's family, TYPE, PROTO) connected to ADDR PORT sends
+ *                             DATA (SCTP, DCCP, ...: the receiver or a capture is the oracle):
+ *                             "sock T P ADDR PORT ok MS" | "... err ERRNO MS" | "... err socket:ERRNO MS"
+ *   netprobe route ADDR PORT HOP DATA
+ *                             a UDP datagram DATA to ADDR PORT (sendto, the hooks judge ADDR)
+ *                             on a socket with a source route naming HOP as its first hop
+ *                             (IPv4: IP_OPTIONS LSRR, needs CAP_NET_RAW; IPv6: IPV6_RTHDR, a
+ *                             segment routing header, no capability); HOP "-": no route, the
+ *                             control: "route ADDR PORT HOP ok MS" | "... err setsockopt:ERRNO MS"
+ *                             | "... err ERRNO MS"
  *   netprobe udplite-recv ADDR PORT SECS
  *                             a UDP-Lite socket bound to ADDR PORT prints what arrives in
  *                             SECS seconds: "recv ADDR PORT got DATA" | "recv ADDR PORT none"
@@ -406,6 +417,61 @@ static int udplite(const char *a, int port, const char *data)
 	return 0;
 }
 
+static int sock_send(int type, int proto, const char *a, int port, const char *data)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = addr_of(a, port, &ss);
+	int fd = socket(ss.ss_family, type, proto);
+	if (fd < 0) {
+		printf("sock %d %d %s %d err socket:%s %.3f\n", type, proto, a, port, ename(errno), ms());
+		return 1;
+	}
+	if (connect(fd, (struct sockaddr *)&ss, len) < 0 || send(fd, data, strlen(data), 0) < 0) {
+		printf("sock %d %d %s %d err %s %.3f\n", type, proto, a, port, ename(errno), ms());
+		return 1;
+	}
+	printf("sock %d %d %s %d ok %.3f\n", type, proto, a, port, ms());
+	return 0;
+}
+
+/* A source route naming hop (the header's first destination): IPv4 a loose source route
+ * option (NOP, LSRR, pointer 4, hop), IPv6 a segment routing header (type 4) whose one
+ * segment is hop. */
+static int route(const char *a, int port, const char *hop, const char *data)
+{
+	struct sockaddr_storage ss, hs;
+	socklen_t len = addr_of(a, port, &ss);
+	int fd = socket(ss.ss_family, SOCK_DGRAM, 0);
+	if (fd < 0) {
+		printf("route %s %d %s err socket:%s %.3f\n", a, port, hop, ename(errno), ms());
+		return 1;
+	}
+	if (strcmp(hop, "-")) {
+		unsigned char o[24] = {0};
+		int r;
+		addr_of(hop, 0, &hs);
+		if (ss.ss_family == AF_INET) {
+			o[0] = 1, o[1] = 0x83, o[2] = 7, o[3] = 4;
+			memcpy(o + 4, &((struct sockaddr_in *)&hs)->sin_addr, 4);
+			r = setsockopt(fd, IPPROTO_IP, IP_OPTIONS, o, 8);
+		} else {
+			o[1] = 2, o[2] = 4, o[3] = 0;
+			memcpy(o + 8, &((struct sockaddr_in6 *)&hs)->sin6_addr, 16);
+			r = setsockopt(fd, IPPROTO_IPV6, IPV6_RTHDR, o, 24);
+		}
+		if (r < 0) {
+			printf("route %s %d %s err setsockopt:%s %.3f\n", a, port, hop, ename(errno), ms());
+			return 1;
+		}
+	}
+	if (sendto(fd, data, strlen(data), 0, (struct sockaddr *)&ss, len) < 0) {
+		printf("route %s %d %s err %s %.3f\n", a, port, hop, ename(errno), ms());
+		return 1;
+	}
+	printf("route %s %d %s ok %.3f\n", a, port, hop, ms());
+	return 0;
+}
+
 static int udplite_recv(const char *a, int port, int secs)
 {
 	struct sockaddr_storage ss;
@@ -439,6 +505,8 @@ int main(int argc, char **argv)
 	if (argc >= 3 && !strcmp(argv[1], "icmpraw")) return icmp(argv[2], 2);
 	if (argc >= 2 && !strcmp(argv[1], "sockall")) return sockall();
 	if (argc >= 4 && !strcmp(argv[1], "udplite")) return udplite(argv[2], atoi(argv[3]), argc > 4 ? argv[4] : "probe");
+	if (argc >= 7 && !strcmp(argv[1], "sock")) return sock_send(atoi(argv[2]), atoi(argv[3]), argv[4], atoi(argv[5]), argv[6]);
+	if (argc >= 6 && !strcmp(argv[1], "route")) return route(argv[2], atoi(argv[3]), argv[4], argv[5]);
 	if (argc >= 5 && !strcmp(argv[1], "udplite-recv")) return udplite_recv(argv[2], atoi(argv[3]), atoi(argv[4]));
 	if (argc >= 3 && !strcmp(argv[1], "dns")) return dns(argv[2], argc > 3 && !strcmp(argv[3], "aaaa"), argc > 4 ? argv[4] : NULL);
 	fprintf(stderr, "usage: netprobe tcp|mptcp|udp|udpc|icmp|icmpc|icmpraw|udplite ADDR PORT | udplite-recv ADDR PORT SECS | sockall | dns NAME [a|aaaa [SERVER]]\n");
