@@ -31,6 +31,7 @@ mod egress;
 mod exec;
 mod extra;
 mod pod;
+pub mod probe;
 pub mod policy;
 mod runsc;
 pub mod select;
