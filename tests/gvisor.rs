@@ -1268,7 +1268,17 @@ fn gvisor_pod_lifecycle() {
         return;
     }
     let mut e = Env::new("pod");
-    let sb = e.id("sb");
+    // As long as the CRI's (64 hex): runsc 20240729's control socket file under this root,
+    // `…/@runsc/runsc-<id>.sock`, is then longer than a sockaddr_un holds (108 bytes).
+    let sb = e.id(&format!("sb{}", "0".repeat(58)));
+    assert!(
+        e.root()
+            .join("@runsc")
+            .join(format!("runsc-{sb}.sock"))
+            .as_os_str()
+            .len()
+            > 108
+    );
     let sbb = e.pod_sandbox("sbb", &sb);
     let sb_pid_file = e.dir.join("sb.pid");
     e.ok(&[
