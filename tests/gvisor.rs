@@ -40,9 +40,8 @@ fn path_runsc() -> Option<PathBuf> {
 }
 
 fn env_runsc() -> Option<PathBuf> {
-    std::env::var_os("MOAT_TEST_RUNSC").and_then(|v| {
-        std::env::split_paths(&v).find(|p| !p.as_os_str().is_empty())
-    })
+    std::env::var_os("MOAT_TEST_RUNSC")
+        .and_then(|v| std::env::split_paths(&v).find(|p| !p.as_os_str().is_empty()))
 }
 
 /// Runs `test` with the runsc `which` names, or says loudly why it cannot.
@@ -1898,7 +1897,10 @@ fn seccomp_errno_and_exec_as_each_runsc_applies_them() {
     let id = e.id("run");
     let o = e.run(&["run", "--bundle", b.to_str().unwrap(), &id]);
     let out = String::from_utf8_lossy(&o.stdout).into_owned() + &stderr(&o);
-    assert!(out.contains("Seccomp:\t2"), "the profile is installed: {out}");
+    assert!(
+        out.contains("Seccomp:\t2"),
+        "the profile is installed: {out}"
+    );
     assert!(
         out.contains("rmdir: '/tmp/x': Operation not permitted"),
         "a denied call is denied: {out}"

@@ -84,11 +84,8 @@ pub fn cached(runsc: &Path, root: &Path) -> Result<Probe, ProbeError> {
         return Ok(p);
     }
     let p = ask(runsc)?;
-    let _ = crate::state::write_cache_file(
-        &dir,
-        &name,
-        &serde_json::to_vec(&p).expect("serialises"),
-    );
+    let _ =
+        crate::state::write_cache_file(&dir, &name, &serde_json::to_vec(&p).expect("serialises"));
     Ok(p)
 }
 
@@ -205,7 +202,10 @@ mod tests {
             parse_platforms("kvm\nsystrap\nptrace\n"),
             ["kvm", "systrap", "ptrace"]
         );
-        assert_eq!(parse_default_platform(FLAGS_2022).as_deref(), Some("ptrace"));
+        assert_eq!(
+            parse_default_platform(FLAGS_2022).as_deref(),
+            Some("ptrace")
+        );
         assert_eq!(
             parse_default_platform(FLAGS_2024).as_deref(),
             Some("systrap")
@@ -221,7 +221,10 @@ mod tests {
             platforms: vec!["kvm".into(), "ptrace".into()],
             default_platform: "ptrace".into(),
         };
-        let (r, s) = (Path::new("/usr/bin/runsc"), Path::new("/etc/moat/config.toml"));
+        let (r, s) = (
+            Path::new("/usr/bin/runsc"),
+            Path::new("/etc/moat/config.toml"),
+        );
         assert_eq!(p.platform(None, r, s).unwrap(), "ptrace");
         assert_eq!(p.platform(Some("kvm"), r, s).unwrap(), "kvm");
         assert_eq!(

@@ -361,7 +361,6 @@ pub fn invoked_name() -> Option<String> {
         .filter(|n| !n.is_empty())
 }
 
-
 /// The namespace types `[restricted] host_namespaces` may name (spec type names).
 pub const HOST_NAMESPACE_TYPES: [&str; 4] = ["pid", "network", "ipc", "uts"];
 
@@ -747,7 +746,10 @@ platform = "kvm"
         assert_eq!(net.default_policy, Mode::Restricted);
         assert!(!net.network_none && net.allowed_capabilities.is_empty());
         assert_eq!(net.host_namespaces, ["network"]);
-        assert_eq!(as_name(text, "moat-gvisor").platform.as_deref(), Some("kvm"));
+        assert_eq!(
+            as_name(text, "moat-gvisor").platform.as_deref(),
+            Some("kvm")
+        );
         assert_eq!(plain.platform, None);
         // The operator's way off a gVisor default (annotations cannot).
         let text =

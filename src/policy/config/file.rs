@@ -12,10 +12,7 @@ use serde::de::{self, Unexpected, Visitor};
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
-use super::{
-    lsm_list, parse_pool, parse_size, Config, Mode, ALIAS_HINT,
-    HOST_NAMESPACE_TYPES,
-};
+use super::{lsm_list, parse_pool, parse_size, Config, Mode, ALIAS_HINT, HOST_NAMESPACE_TYPES};
 
 /// The whole file: the top-level keys and tables, and the `[alias.NAME]` tables.
 #[derive(Deserialize)]
@@ -562,8 +559,7 @@ impl TryFrom<String> for Platform {
         // Which names exist depends on the runsc found, checked at create
         // (`gvisor::probe`); here only that it can be one.
         if !p.is_empty()
-            && p
-                .bytes()
+            && p.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         {
             Ok(Platform(p))
