@@ -133,6 +133,7 @@ on_both_runscs!(
     gvisor_pod_app_seccomp_applies_under_a_sandbox_without_one,
     gvisor_ids_never_reach_another_by_prefix,
     seccomp_errno_and_exec_as_each_runsc_applies_them,
+    platform_is_one_this_runsc_lists_and_defaults_to_its_own,
     control_socket_unreachable_from_host_users_and_host_network_containers,
 );
 
@@ -1942,4 +1943,93 @@ fn seccomp_errno_and_exec_as_each_runsc_applies_them() {
         eprintln!("runsc {release}: exec'd process filtered: {filtered} ({out})");
     }
     e.ok(&["delete", "--force", &id]);
+}
+
+/// `[gvisor] platform` is checked against what the runsc found lists (`runsc help
+/// platforms`), and without it the container gets runsc's own default (`runsc flags`):
+/// ptrace for 20221219, systrap for 20240729. The answer is cached under the root.
+fn platform_is_one_this_runsc_lists_and_defaults_to_its_own() {
+    if !usable("platform_is_one_this_runsc_lists_and_defaults_to_its_own") {
+        return;
+    }
+    let release = runsc_release();
+    let default = if release >= 20230621 {
+        "systrap"
+    } else {
+        "ptrace"
+    };
+    let mut e = Env::new("plat");
+    let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["sleep", "600"]);
+    let open = e.dir.join("open.toml");
+    std::fs::write(&open, "default_policy = \"open\"\n").unwrap();
+    e.config = Some(open);
+    let id = e.id("d");
+    e.ok(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(e.root().join(&id).join("state.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        rec["backend"]["platform"], default,
+        "runsc {release}'s default"
+    );
+    e.ok(&["start", &id]);
+    assert_eq!(e.ok(&["exec", &id, "echo", "up"]).trim(), "up");
+    e.ok(&["delete", "--force", &id]);
+    let cached: Vec<_> = std::fs::read_dir(e.root().join("@cache/runsc"))
+        .unwrap()
+        .flatten()
+        .map(|f| std::fs::read_to_string(f.path()).unwrap())
+        .collect();
+    assert_eq!(cached.len(), 1, "one probe for one binary: {cached:?}");
+    assert!(
+        cached[0].contains(&format!("\"default_platform\":\"{default}\"")),
+        "{cached:?}"
+    );
+
+    // A name this runsc does not list: one line naming it, nothing left.
+    let bad = if release >= 20230621 {
+        "nosuch"
+    } else {
+        "systrap"
+    };
+    let cfg = e.dir.join("bad.toml");
+    std::fs::write(
+        &cfg,
+        format!("default_policy = \"open\"\n[gvisor]\nplatform = \"{bad}\"\n"),
+    )
+    .unwrap();
+    e.config = Some(cfg);
+    let id = e.id("bad");
+    let o = e.run(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("gvisor.platform \"{bad}\"")) && err.contains("not a platform of"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!e.root().join(&id).exists(), "no state dir left behind");
+    assert!(runsc_files(&e.root(), &id).is_empty(), "no runsc state");
+
+    // Each platform it lists runs a container.
+    let listed = Command::new(runsc())
+        .args(["help", "platforms"])
+        .run_output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned()
+        + &String::from_utf8_lossy(&listed.stderr);
+    for p in listed.split_whitespace().filter(|p| *p != "kvm") {
+        let cfg = e.dir.join(format!("{p}.toml"));
+        std::fs::write(
+            &cfg,
+            format!("default_policy = \"open\"\n[gvisor]\nplatform = \"{p}\"\n"),
+        )
+        .unwrap();
+        e.config = Some(cfg);
+        let id = e.id(p);
+        e.ok(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+        e.ok(&["start", &id]);
+        assert_eq!(e.ok(&["exec", &id, "echo", p]).trim(), p, "platform {p}");
+        e.ok(&["delete", "--force", &id]);
+    }
 }
