@@ -13,15 +13,133 @@ use support::{is_root, missing, mkbundle, require_root, stderr_of as stderr, Run
 
 const MOAT: &str = env!("CARGO_BIN_EXE_moat");
 
-fn runsc_installed() -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("runsc").is_file()))
-        .unwrap_or(false)
+/// Which runsc a test runs against: every test below runs twice (a module per test, with
+/// `runsc_on_path` and `runsc_from_env`), once with each.
+#[derive(Clone, Copy)]
+enum Which {
+    /// The first runsc in PATH (Debian 12's 20221219 here).
+    OnPath,
+    /// The first path of `MOAT_TEST_RUNSC` (`:`-separated; scripts/test sets it to runsc
+    /// 20240729, see scripts/lib/runsc-newer).
+    FromEnv,
 }
+
+thread_local! {
+    /// The runsc the test on this thread runs against (each test has its own thread).
+    static RUNSC: std::cell::RefCell<Option<PathBuf>> = const { std::cell::RefCell::new(None) };
+    /// `p` or `e` (which runsc), in every name the test makes.
+    static VARIANT: std::cell::Cell<char> = const { std::cell::Cell::new('x') };
+}
+
+fn path_runsc() -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("runsc"))
+            .find(|r| r.is_file())
+    })
+}
+
+fn env_runsc() -> Option<PathBuf> {
+    std::env::var_os("MOAT_TEST_RUNSC")
+        .and_then(|v| std::env::split_paths(&v).find(|p| !p.as_os_str().is_empty()))
+}
+
+/// Runs `test` with the runsc `which` names, or says loudly why it cannot.
+fn with_runsc(which: Which, name: &str, test: fn()) {
+    let runsc = match which {
+        Which::OnPath => path_runsc(),
+        Which::FromEnv => env_runsc(),
+    };
+    let Some(runsc) = runsc.filter(|r| r.is_file()) else {
+        missing(&match which {
+            Which::OnPath => format!("runsc not installed ({name})"),
+            Which::FromEnv => format!(
+                "MOAT_TEST_RUNSC names no runsc (a second release to test against, e.g. \
+                 scripts/lib/runsc-newer's) ({name})"
+            ),
+        });
+        return;
+    };
+    eprintln!("== {name} against {}", runsc.display());
+    RUNSC.with(|r| *r.borrow_mut() = Some(runsc));
+    VARIANT.with(|v| {
+        v.set(match which {
+            Which::OnPath => 'p',
+            Which::FromEnv => 'e',
+        })
+    });
+    test();
+}
+
+/// The runsc of this test.
+fn runsc() -> PathBuf {
+    RUNSC
+        .with(|r| r.borrow().clone())
+        .or_else(path_runsc)
+        .expect("runsc")
+}
+
+/// `PATH` with this test's runsc's directory first: moat looks runsc up in PATH.
+fn test_path() -> std::ffi::OsString {
+    let dir = runsc().parent().unwrap().to_path_buf();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(dir).chain(std::env::split_paths(&rest))).unwrap()
+}
+
+/// The release of this test's runsc, from `runsc --version` (e.g. 20240729).
+fn runsc_release() -> u32 {
+    let out = Command::new(runsc())
+        .arg("--version")
+        .run_output()
+        .expect("runsc --version");
+    let v = String::from_utf8_lossy(&out.stdout);
+    v.split(['~', '.'])
+        .find_map(|w| (w.len() == 8).then(|| w.parse().ok()).flatten())
+        .unwrap_or_else(|| panic!("no release in {v:?}"))
+}
+
+/// Each test named, as a module with one test per runsc.
+macro_rules! on_both_runscs {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+            fn runsc_on_path() {
+                super::with_runsc(super::Which::OnPath, stringify!($name), super::$name);
+            }
+            #[test]
+            #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+            fn runsc_from_env() {
+                super::with_runsc(super::Which::FromEnv, stringify!($name), super::$name);
+            }
+        }
+    )*};
+}
+
+on_both_runscs!(
+    lifecycle_under_gvisor,
+    native_and_gvisor_side_by_side,
+    kill_created_and_stopped_like_runc,
+    foreground_run_passes_the_status_and_removes_the_record,
+    alias_selects_gvisor_and_ignores_a_native_annotation,
+    events_update_pause_and_ps,
+    restricted_policy_reaches_runsc_and_verify_checks_it,
+    host_network_refused_under_restricted_and_explained,
+    host_netns_path_refused_under_restricted,
+    case_variant_and_duplicate_keys_are_refused_under_gvisor,
+    runsc_config_holds_only_what_moat_read,
+    gvisor_pod_lifecycle,
+    gvisor_pod_join_needs_moats_own_pod_sandbox,
+    gvisor_pod_app_seccomp_applies_under_a_sandbox_without_one,
+    gvisor_ids_never_reach_another_by_prefix,
+    seccomp_errno_and_exec_as_each_runsc_applies_them,
+    platform_is_one_this_runsc_lists_and_defaults_to_its_own,
+    control_socket_unreachable_from_host_users_and_host_network_containers,
+);
 
 /// True when the test can run; says why not otherwise.
 fn usable(test: &str) -> bool {
-    if !runsc_installed() {
+    if !runsc().is_file() {
         missing(&format!("runsc not installed ({test})"));
         return false;
     }
@@ -44,7 +162,9 @@ struct Env {
 
 impl Env {
     fn new(name: &str) -> Env {
-        let tag = format!("gvt{}-{name}", std::process::id());
+        // The two runs of a test (one per runsc) run side by side: apart by a letter.
+        let variant = VARIANT.with(std::cell::Cell::get);
+        let tag = format!("gvt{}{variant}-{name}", std::process::id());
         let dir = std::env::temp_dir().join(&tag);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -83,6 +203,7 @@ impl Env {
         let mut c = Command::new(MOAT);
         c.arg("--root").arg(self.root()).stdin(Stdio::null());
         c.env_remove("MOAT_RUNTIME").env_remove("MOAT_CONFIG");
+        c.env("PATH", test_path());
         if let Some(cfg) = &self.config {
             c.env("MOAT_CONFIG", cfg);
         }
@@ -158,8 +279,6 @@ fn output(c: &mut Command, dir: &Path) -> Output {
     out
 }
 
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn lifecycle_under_gvisor() {
     if !usable("lifecycle_under_gvisor") {
         return;
@@ -252,8 +371,6 @@ fn lifecycle_under_gvisor() {
     assert!(stderr(&o).contains("does not exist"));
 }
 
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn native_and_gvisor_side_by_side() {
     if !usable("native_and_gvisor_side_by_side") {
         return;
@@ -337,8 +454,6 @@ fn runsc_missing_is_a_clear_error_and_leaves_nothing() {
     assert!(!e.root().join(&id).exists());
 }
 
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn kill_created_and_stopped_like_runc() {
     if !usable("kill_created_and_stopped") {
         return;
@@ -377,8 +492,6 @@ fn kill_created_and_stopped_like_runc() {
     assert!(!e.root().join(&id).exists());
 }
 
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn foreground_run_passes_the_status_and_removes_the_record() {
     if !usable("foreground_run") {
         return;
@@ -400,8 +513,6 @@ fn foreground_run_passes_the_status_and_removes_the_record() {
     assert!(!e.root().join(&id).exists(), "record removed after the run");
 }
 
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn alias_selects_gvisor_and_ignores_a_native_annotation() {
     if !usable("alias") {
         return;
@@ -456,8 +567,6 @@ fn alias_selects_gvisor_and_ignores_a_native_annotation() {
     e.ok(&["delete", "--force", &id]);
 }
 
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn events_update_pause_and_ps() {
     if !usable("events_update_pause_and_ps") {
         return;
@@ -566,8 +675,6 @@ fn runsc_processes(root: &Path) -> Vec<i32> {
     pids
 }
 
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn restricted_policy_reaches_runsc_and_verify_checks_it() {
     if !usable("restricted_policy_reaches_runsc_and_verify_checks_it") {
         return;
@@ -738,8 +845,6 @@ fn restricted_policy_reaches_runsc_and_verify_checks_it() {
     e.ok(&["delete", &id]);
 }
 
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn host_network_refused_under_restricted_and_explained() {
     if !usable("host_network_refused_under_restricted_and_explained") {
         return;
@@ -779,8 +884,6 @@ fn host_network_refused_under_restricted_and_explained() {
 /// Docker's `--network host` passes the host's network namespace by path: under RESTRICTED
 /// the policy's floor refuses it, and where `[restricted] host_namespaces` lets it through
 /// natively, gVisor still refuses it (runsc would serve it with host sockets).
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn host_netns_path_refused_under_restricted() {
     if !usable("host_netns_path_refused_under_restricted") {
         return;
@@ -836,8 +939,6 @@ fn runsc_files(root: &Path, id: &str) -> Vec<String> {
 /// runsc applied `process."Capabilities"` (CAP_SYS_ADMIN inside the sentry) while moat's
 /// policy never saw it. Refused at create, before anything exists (no state directory,
 /// no runsc state, no sandbox), for a duplicate key too, and in an exec process file.
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn case_variant_and_duplicate_keys_are_refused_under_gvisor() {
     if !usable("case_variant_and_duplicate_keys_are_refused_under_gvisor") {
         return;
@@ -922,8 +1023,6 @@ fn case_variant_and_duplicate_keys_are_refused_under_gvisor() {
 /// runsc's config.json is moat's typed spec serialised, never the engine's document:
 /// fields moat does not know (planted at several depths) are not in it; the one opaque
 /// field on the pass-through list, `linux.resources.network`, reaches runsc.
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn runsc_config_holds_only_what_moat_read() {
     if !usable("runsc_config_holds_only_what_moat_read") {
         return;
@@ -1098,6 +1197,7 @@ impl Env {
             .arg(self.root())
             .args(["create", "--bundle"]);
         c.arg(bundle).arg("--pid-file").arg(&pid_file).arg(id);
+        c.env("PATH", test_path());
         c.env_remove("MOAT_RUNTIME").env_remove("MOAT_CONFIG");
         c.stdin(Stdio::null())
             .stdout(std::fs::File::create(&out).unwrap())
@@ -1159,8 +1259,6 @@ fn status_field(pid: i32, field: &str) -> Option<String> {
         })
 }
 
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn gvisor_pod_lifecycle() {
     if !usable("gvisor_pod_lifecycle") {
         return;
@@ -1170,7 +1268,17 @@ fn gvisor_pod_lifecycle() {
         return;
     }
     let mut e = Env::new("pod");
-    let sb = e.id("sb");
+    // As long as the CRI's (64 hex): runsc 20240729's control socket file under this root,
+    // `…/@runsc/runsc-<id>.sock`, is then longer than a sockaddr_un holds (108 bytes).
+    let sb = e.id(&format!("sb{}", "0".repeat(58)));
+    assert!(
+        e.root()
+            .join("@runsc")
+            .join(format!("runsc-{sb}.sock"))
+            .as_os_str()
+            .len()
+            > 108
+    );
     let sbb = e.pod_sandbox("sbb", &sb);
     let sb_pid_file = e.dir.join("sb.pid");
     e.ok(&[
@@ -1364,6 +1472,8 @@ fn gvisor_pod_lifecycle() {
         .unwrap()
         .flatten()
         .map(|f| f.file_name())
+        // `@cache`: what the runsc binary supports (src/gvisor/probe.rs), not a record.
+        .filter(|n| n != "@cache")
         .collect();
     assert_eq!(left, ["@runsc"], "records left");
     assert_eq!(
@@ -1373,8 +1483,6 @@ fn gvisor_pod_lifecycle() {
     );
 }
 
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn gvisor_pod_join_needs_moats_own_pod_sandbox() {
     if !usable("gvisor_pod_join_needs_moats_own_pod_sandbox") {
         return;
@@ -1391,6 +1499,7 @@ fn gvisor_pod_join_needs_moats_own_pod_sandbox() {
             .arg(&other_root)
             .args(args)
             .stdin(Stdio::null());
+        c.env("PATH", test_path());
         c.env_remove("MOAT_RUNTIME").env_remove("MOAT_CONFIG");
         output(&mut c, &dir)
     };
@@ -1525,8 +1634,6 @@ fn gvisor_pod_join_needs_moats_own_pod_sandbox() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn gvisor_pod_app_seccomp_applies_under_a_sandbox_without_one() {
     if !usable("gvisor_pod_app_seccomp_applies_under_a_sandbox_without_one") {
         return;
@@ -1542,6 +1649,7 @@ fn gvisor_pod_app_seccomp_applies_under_a_sandbox_without_one() {
     let moat = |args: &[&str], out: &Path| {
         let mut c = Command::new(MOAT);
         c.arg("--root").arg(&root).args(args).stdin(Stdio::null());
+        c.env("PATH", test_path());
         c.env_remove("MOAT_RUNTIME").env("MOAT_CONFIG", &open);
         c.stdout(std::fs::File::create(out).unwrap())
             .stderr(std::fs::File::create(out.with_extension("err")).unwrap());
@@ -1601,8 +1709,6 @@ fn gvisor_pod_app_seccomp_applies_under_a_sandbox_without_one() {
 /// gVisor id that begins or is begun by another gVisor container's is refused at create,
 /// leaving nothing; and a runsc call for an id runsc has no exact state for (a lost
 /// container) is never made, so it cannot reach another container by prefix.
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn gvisor_ids_never_reach_another_by_prefix() {
     if !usable("gvisor_ids_never_reach_another_by_prefix") {
         return;
@@ -1642,24 +1748,6 @@ fn gvisor_ids_never_reach_another_by_prefix() {
     );
 }
 
-/// The runsc binaries the control-socket test runs against: the one on PATH, then each of
-/// `MOAT_TEST_RUNSC` (paths separated by `:`, e.g. an unpacked newer runsc).
-fn runscs() -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("runsc"))
-                .filter(|r| r.is_file())
-                .take(1)
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(extra) = std::env::var_os("MOAT_TEST_RUNSC") {
-        out.extend(std::env::split_paths(&extra).filter(|p| !p.as_os_str().is_empty()));
-    }
-    out
-}
-
 /// The bundle `name` in `e` without a network namespace: the host's network.
 fn host_network_bundle(e: &Env, name: &str, annotations: &[(&str, &str)]) -> PathBuf {
     let b = e.bundle(name, annotations, &["sleep", "600"]);
@@ -1677,8 +1765,6 @@ fn host_network_bundle(e: &Env, name: &str, annotations: &[(&str, &str)]) -> Pat
 /// reachable from no namespace the container does not own: a gVisor container sharing the
 /// host's network (OPEN), then an unprivileged host user and a host-network container try
 /// runsc 20221219's abstract name and the file a newer runsc records.
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn control_socket_unreachable_from_host_users_and_host_network_containers() {
     if !usable("control_socket_unreachable_from_host_users_and_host_network_containers") {
         return;
@@ -1687,8 +1773,8 @@ fn control_socket_unreachable_from_host_users_and_host_network_containers() {
         return;
     };
     let host_net = support::sockets::netns_of(i32::try_from(std::process::id()).unwrap()).unwrap();
-    for runsc in runscs() {
-        eprintln!("== {}", runsc.display());
+    {
+        let runsc = runsc();
         let mut e = Env::new("ctl");
         let cfg = e.dir.join("open.toml");
         std::fs::write(
@@ -1773,5 +1859,177 @@ fn control_socket_unreachable_from_host_users_and_host_network_containers() {
             !mounts.contains(pin.to_str().unwrap()),
             "the control namespace's pin is left mounted"
         );
+    }
+}
+
+/// The engine's seccomp profile under gVisor, as each runsc applies it (OPEN: the engine's
+/// profile, not moat's): denied calls of the container's process are denied, with EPERM
+/// whatever `errnoRet` says, and processes started with `exec` run without the filter.
+/// Both are runsc's (20221219 and 20240729 alike; docs/gvisor.md, "What gVisor honours"):
+/// this test pins them, so a runsc that changes either fails it until the docs say so.
+fn seccomp_errno_and_exec_as_each_runsc_applies_them() {
+    if !usable("seccomp_errno_and_exec_as_each_runsc_applies_them") {
+        return;
+    }
+    let release = runsc_release();
+    let mut e = Env::new("scmp");
+    let cfg = e.dir.join("open.toml");
+    std::fs::write(&cfg, "default_policy = \"open\"\n").unwrap();
+    e.config = Some(cfg);
+    let script = "mkdir /tmp/a; rmdir /tmp/x; grep Seccomp: /proc/self/status";
+    let profile = serde_json::json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "architectures": ["SCMP_ARCH_X86_64"],
+        "syscalls": [
+            {"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38},
+            {"names": ["rmdir"], "action": "SCMP_ACT_ERRNO"}
+        ]
+    });
+    let with_profile = |b: &Path| {
+        let cfg = b.join("config.json");
+        let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+        spec["linux"]["seccomp"] = profile.clone();
+        std::fs::write(&cfg, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+    };
+
+    // The container's process: a foreground run, its output the script's.
+    let b = e.bundle("run", &[("moat.runtime", "gvisor")], &["sh", "-c", script]);
+    with_profile(&b);
+    let id = e.id("run");
+    let o = e.run(&["run", "--bundle", b.to_str().unwrap(), &id]);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &stderr(&o);
+    assert!(
+        out.contains("Seccomp:\t2"),
+        "the profile is installed: {out}"
+    );
+    assert!(
+        out.contains("rmdir: '/tmp/x': Operation not permitted"),
+        "a denied call is denied: {out}"
+    );
+    let enosys = out.contains("/tmp/a': Function not implemented");
+    let eperm = out.contains("/tmp/a': Operation not permitted");
+    assert!(enosys || eperm, "mkdir is denied: {out}");
+    if release <= 20240729 {
+        assert!(
+            eperm,
+            "runsc {release} was documented to answer errnoRet 38 with EPERM; it now \
+             honours it: update docs/gvisor.md ({out})"
+        );
+        eprintln!("GAP (runsc {release}): errnoRet 38 answered with EPERM");
+    }
+
+    // A process started with exec.
+    let b = e.bundle("long", &[("moat.runtime", "gvisor")], &["sleep", "600"]);
+    with_profile(&b);
+    let id = e.id("long");
+    e.ok(&["create", "--bundle", b.to_str().unwrap(), &id]);
+    e.ok(&["start", &id]);
+    let out = e.ok(&[
+        "exec",
+        &id,
+        "sh",
+        "-c",
+        "mkdir /tmp/b && echo made; grep Seccomp: /proc/self/status",
+    ]);
+    let filtered = out.contains("Seccomp:\t2");
+    if release <= 20240729 {
+        assert!(
+            !filtered && out.contains("made") && out.contains("Seccomp:\t0"),
+            "runsc {release} was documented to start exec'd processes without the \
+             container's filter; it now applies it: update docs/gvisor.md ({out})"
+        );
+        eprintln!("GAP (runsc {release}): exec'd processes run without the filter");
+    } else {
+        eprintln!("runsc {release}: exec'd process filtered: {filtered} ({out})");
+    }
+    e.ok(&["delete", "--force", &id]);
+}
+
+/// `[gvisor] platform` is checked against what the runsc found lists (`runsc help
+/// platforms`), and without it the container gets runsc's own default (`runsc flags`):
+/// ptrace for 20221219, systrap for 20240729. The answer is cached under the root.
+fn platform_is_one_this_runsc_lists_and_defaults_to_its_own() {
+    if !usable("platform_is_one_this_runsc_lists_and_defaults_to_its_own") {
+        return;
+    }
+    let release = runsc_release();
+    let default = if release >= 20230621 {
+        "systrap"
+    } else {
+        "ptrace"
+    };
+    let mut e = Env::new("plat");
+    let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["sleep", "600"]);
+    let open = e.dir.join("open.toml");
+    std::fs::write(&open, "default_policy = \"open\"\n").unwrap();
+    e.config = Some(open);
+    let id = e.id("d");
+    e.ok(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(e.root().join(&id).join("state.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        rec["backend"]["platform"], default,
+        "runsc {release}'s default"
+    );
+    e.ok(&["start", &id]);
+    assert_eq!(e.ok(&["exec", &id, "echo", "up"]).trim(), "up");
+    e.ok(&["delete", "--force", &id]);
+    let cached: Vec<_> = std::fs::read_dir(e.root().join("@cache/runsc"))
+        .unwrap()
+        .flatten()
+        .map(|f| std::fs::read_to_string(f.path()).unwrap())
+        .collect();
+    assert_eq!(cached.len(), 1, "one probe for one binary: {cached:?}");
+    assert!(
+        cached[0].contains(&format!("\"default_platform\":\"{default}\"")),
+        "{cached:?}"
+    );
+
+    // A name this runsc does not list: one line naming it, nothing left.
+    let bad = if release >= 20230621 {
+        "nosuch"
+    } else {
+        "systrap"
+    };
+    let cfg = e.dir.join("bad.toml");
+    std::fs::write(
+        &cfg,
+        format!("default_policy = \"open\"\n[gvisor]\nplatform = \"{bad}\"\n"),
+    )
+    .unwrap();
+    e.config = Some(cfg);
+    let id = e.id("bad");
+    let o = e.run(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("gvisor.platform \"{bad}\"")) && err.contains("not a platform of"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!e.root().join(&id).exists(), "no state dir left behind");
+    assert!(runsc_files(&e.root(), &id).is_empty(), "no runsc state");
+
+    // Each platform it lists runs a container.
+    let listed = Command::new(runsc())
+        .args(["help", "platforms"])
+        .run_output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned()
+        + &String::from_utf8_lossy(&listed.stderr);
+    for p in listed.split_whitespace().filter(|p| *p != "kvm") {
+        let cfg = e.dir.join(format!("{p}.toml"));
+        std::fs::write(
+            &cfg,
+            format!("default_policy = \"open\"\n[gvisor]\nplatform = \"{p}\"\n"),
+        )
+        .unwrap();
+        e.config = Some(cfg);
+        let id = e.id(p);
+        e.ok(&["create", "--bundle", bundle.to_str().unwrap(), &id]);
+        e.ok(&["start", &id]);
+        assert_eq!(e.ok(&["exec", &id, "echo", p]).trim(), p, "platform {p}");
+        e.ok(&["delete", "--force", &id]);
     }
 }

@@ -357,7 +357,7 @@ fn run_and_update_killed_at_every_step() {
     }
 }
 
-/// The gVisor path (runsc, `--platform=ptrace` by moat's default): create killed before
+/// The gVisor path (runsc, with its default platform): create killed before
 /// and after `runsc create`, start before `runsc start`, delete before and after `runsc
 /// delete`; then `delete --force` leaves nothing (state dir, runsc's files under
 /// `<root>/@runsc`, a sandbox or gofer process, the sandbox's cgroup) and the id works again.

@@ -483,10 +483,23 @@ pub fn delete(
         pod::end_waiter(rec)?;
     }
     crate::linux::killpoint::at("delete", "parent", "gvisor.runsc");
-    let out = Runsc::quiet(gv, g, "delete")
+    let mut out = Runsc::quiet(gv, g, "delete")
         .flag("force", force)
         .id(&rec.id)
         .output()?;
+    // runsc 20240729 takes a sandbox that has exited but is not reaped yet (a zombie, where
+    // the caller's subreaper reaps late) for a running one and refuses a plain delete; for
+    // runc's delete, and for moat's state, that container is stopped.
+    if !force
+        && out.code != 0
+        && out.stderr.contains("not stopped")
+        && status(g, rec, gv)?.0 == Status::Stopped
+    {
+        out = Runsc::quiet(gv, g, "delete")
+            .flag("force", true)
+            .id(&rec.id)
+            .output()?;
+    }
     crate::linux::killpoint::at("delete", "parent", "gvisor.state");
     if out.code == 0 || (force && out.not_exist()) {
         if out.code != 0 {

@@ -169,10 +169,15 @@ pub fn features_json() -> Value {
         .and_then(|c| select::find_runsc(c).ok())
         .map(|p: PathBuf| p.display().to_string())
         .unwrap_or_default();
-    let platform = config.map_or_else(
-        || crate::policy::config::GVISOR_PLATFORMS[0].to_string(),
-        |c| c.policy.platform,
-    );
+    // The configured platform, else what the runsc found runs by default.
+    let platform = config
+        .and_then(|c| c.policy.platform)
+        .or_else(|| {
+            super::probe::ask(std::path::Path::new(&runsc))
+                .ok()
+                .map(|p| p.default_platform)
+        })
+        .unwrap_or_default();
     json!({
         "ociVersionMin": "1.0.0",
         "ociVersionMax": "1.0.2-dev",

@@ -32,6 +32,7 @@ mod exec;
 mod extra;
 mod pod;
 pub mod policy;
+mod probe;
 mod runsc;
 pub mod select;
 pub mod spec;

@@ -374,6 +374,21 @@ fn waiter(
     exit_code(wait_container(socket, sandbox_pid, call))
 }
 
+/// Connects to the socket file `p`. A sockaddr_un holds 108 bytes, and runsc's root under
+/// an engine's state directory with a 64-hex id makes a longer path (runsc binds and
+/// connects it its own way): then through the directory, as a name relative to it.
+fn connect_path(p: &std::path::Path) -> Option<std::os::unix::net::UnixStream> {
+    const SUN_PATH: usize = 108;
+    if p.as_os_str().len() < SUN_PATH {
+        return std::os::unix::net::UnixStream::connect(p).ok();
+    }
+    let (dir, name) = (p.parent()?, p.file_name()?);
+    std::env::set_current_dir(dir).ok()?;
+    let conn = std::os::unix::net::UnixStream::connect(name);
+    let _ = std::env::set_current_dir("/");
+    conn.ok()
+}
+
 /// `containerManager.Wait` over the sandbox's control socket: the container's wait status,
 /// `None` when the sandbox went away, answered with an error, or the peer is not the
 /// sandbox process `sandbox_pid`.
@@ -384,7 +399,7 @@ fn wait_container(socket: &ControlSocket, sandbox_pid: i32, call: &[u8]) -> Opti
             let addr = std::os::unix::net::SocketAddr::from_abstract_name(name).ok()?;
             std::os::unix::net::UnixStream::connect_addr(&addr).ok()?
         }
-        ControlSocket::Path(p) => std::os::unix::net::UnixStream::connect(p).ok()?,
+        ControlSocket::Path(p) => connect_path(p)?,
     };
     // The sandbox itself listens (runsc create binds the socket and hands it over).
     let peer =

@@ -108,6 +108,32 @@ fn without_moat(vars: impl Iterator<Item = (OsString, OsString)>) -> Vec<(OsStri
         .collect()
 }
 
+/// `runsc ARGS` with no global flags, captured ([`Runsc::output`]): for asking a runsc
+/// binary about itself (`super::probe`), where no container exists yet.
+pub fn plain_output(runsc: &std::path::Path, args: &[&str]) -> Result<Output> {
+    let gv = Gvisor {
+        runsc: runsc.into(),
+        root: std::path::PathBuf::new(),
+        platform: String::new(),
+        network: String::new(),
+        oci_seccomp: false,
+        systemd_cgroup: false,
+        pod: None,
+        control_netns: None,
+    };
+    let mut argv: Vec<OsString> = vec![runsc.as_os_str().into()];
+    argv.extend(args.iter().map(OsString::from));
+    Runsc {
+        gv: &gv,
+        argv,
+        log: None,
+        cgroup_procs: None,
+        sub: args.first().copied().unwrap_or_default().to_string(),
+        id: None,
+    }
+    .output()
+}
+
 impl<'a> Runsc<'a> {
     /// `runsc <global flags> <sub>`; the global flags replay the record (root, platform,
     /// network, seccomp, systemd) and pass this call's `--log`, `--log-format`, `--debug`.

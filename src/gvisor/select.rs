@@ -347,6 +347,18 @@ pub fn prepare(
         decision.not_applied.push(super::pod::resources_note(&spec));
     }
     let runsc = find_runsc(&sel.config)?;
+    // What this runsc has (cached per binary under the root): the platform is one it
+    // lists, runsc's own default where the config names none. An app container of a pod
+    // takes its sandbox's flags instead.
+    let platform = if sandbox.is_none() {
+        super::probe::cached(&runsc, &g.root)?.platform(
+            cfg.platform.as_deref(),
+            &runsc,
+            &sel.config.source,
+        )?
+    } else {
+        String::new()
+    };
     let network = network_mode(&spec)?;
     let egress = super::egress::plan(
         &mut spec,
@@ -396,8 +408,9 @@ pub fn prepare(
             Gvisor {
                 runsc,
                 root: state_root.join(RUNSC_ROOT),
-                // `[gvisor] platform`, checked by the config reader (default ptrace).
-                platform: cfg.platform.clone(),
+                // Recorded even when it is runsc's default, so every later call, and
+                // `verify`, names the same one.
+                platform,
                 network: network.into(),
                 // A pod sandbox's flags are its app containers' too, and any of them may
                 // bring a profile (runsc ignores one without --oci-seccomp).

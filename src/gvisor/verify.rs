@@ -148,12 +148,18 @@ fn checks(g: &Context, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result
         flag(&argv, "root").unwrap_or("").into(),
         flag(&argv, "root") == Some(root.as_str()),
     );
-    // runsc passes only flags that differ from its defaults to the sandbox.
-    let platform = flag(&argv, "platform").unwrap_or("ptrace");
+    // runsc passes only flags that differ from its defaults to the sandbox: without one,
+    // the sandbox runs this runsc's default platform.
+    let platform = match flag(&argv, "platform") {
+        Some(p) => p.to_string(),
+        None => super::probe::cached(&gv.runsc, &g.root)
+            .map(|p| p.default_platform)
+            .unwrap_or_else(|e| format!("unknown ({e})")),
+    };
     add(
         "runsc --platform",
         gv.platform.clone(),
-        platform.into(),
+        platform.clone(),
         platform == gv.platform,
     );
     let network = flag(&argv, "network").unwrap_or("sandbox");

@@ -41,7 +41,7 @@
 //! [gvisor]
 //! runtime = "native"              # default runtime: "native" or "gvisor"
 //! runsc_path = "/usr/bin/runsc"
-//! platform = "ptrace"             # runsc --platform: "ptrace" or "kvm" (runsc 20221219)
+//! platform = "systrap"            # runsc --platform: one `runsc help platforms` lists; default: runsc's own
 //!
 //! [userns]
 //! default = "engine"              # default of moat.userns: "engine" or "auto"
@@ -169,7 +169,9 @@ pub struct Config {
     pub force_nesting: bool,
     pub runtime_gvisor: bool,
     pub runsc_path: Option<String>,
-    pub platform: String,
+    /// `[gvisor] platform`: runsc's `--platform`; `None`: runsc's own default. Checked
+    /// against what the runsc found lists at create (`gvisor::probe`).
+    pub platform: Option<String>,
     /// `[userns] default = "auto"`: containers get a range from the pool by default.
     pub userns_auto: bool,
     /// The host-wide pool `moat.userns=auto` allocates from (`[userns] pool`).
@@ -307,7 +309,7 @@ impl Default for Config {
             force_nesting: false,
             runtime_gvisor: false,
             runsc_path: None,
-            platform: GVISOR_PLATFORMS[0].into(),
+            platform: None,
             userns_auto: false,
             userns_pool: USERNS_POOL,
             userns_size: USERNS_SIZE,
@@ -358,12 +360,6 @@ pub fn invoked_name() -> Option<String> {
         })
         .filter(|n| !n.is_empty())
 }
-
-/// `[gvisor] platform`: runsc's `--platform`, recorded at create and replayed on every
-/// runsc call. Only what runsc 20221219 has (no systrap there); the first is the default,
-/// pinned because runsc's own default changed between releases and KVM hangs on hosts
-/// without VMX/SVM.
-pub const GVISOR_PLATFORMS: [&str; 2] = ["ptrace", "kvm"];
 
 /// The namespace types `[restricted] host_namespaces` may name (spec type names).
 pub const HOST_NAMESPACE_TYPES: [&str; 4] = ["pid", "network", "ipc", "uts"];
@@ -650,13 +646,18 @@ force_nesting = true
     }
 
     #[test]
-    fn gvisor_platform_is_one_runsc_has() {
-        assert_eq!(cfg("").unwrap().platform, "ptrace");
-        assert_eq!(
-            cfg("[gvisor]\nplatform = \"kvm\"\n").unwrap().platform,
-            "kvm"
-        );
-        for bad in ["systrap", "KVM", ""] {
+    fn gvisor_platform_is_a_name() {
+        assert_eq!(cfg("").unwrap().platform, None);
+        for name in ["kvm", "systrap", "ptrace"] {
+            assert_eq!(
+                cfg(&format!("[gvisor]\nplatform = \"{name}\"\n"))
+                    .unwrap()
+                    .platform
+                    .as_deref(),
+                Some(name)
+            );
+        }
+        for bad in ["KVM", "", "--debug", "a b"] {
             let e = cfg(&format!("[gvisor]\nplatform = \"{bad}\"\n")).unwrap_err();
             let msg = e.to_string();
             assert!(
@@ -745,8 +746,11 @@ platform = "kvm"
         assert_eq!(net.default_policy, Mode::Restricted);
         assert!(!net.network_none && net.allowed_capabilities.is_empty());
         assert_eq!(net.host_namespaces, ["network"]);
-        assert_eq!(as_name(text, "moat-gvisor").platform, "kvm");
-        assert_eq!(plain.platform, "ptrace");
+        assert_eq!(
+            as_name(text, "moat-gvisor").platform.as_deref(),
+            Some("kvm")
+        );
+        assert_eq!(plain.platform, None);
         // The operator's way off a gVisor default (annotations cannot).
         let text =
             "[gvisor]\nruntime = \"gvisor\"\n[alias.moat-native.gvisor]\nruntime = \"native\"\n";

@@ -1,0 +1,237 @@
+//! What the runsc binary a container is handed to supports: its version, its platforms and
+//! its default platform, asked of runsc itself (`runsc --version`, `runsc help platforms`,
+//! `runsc flags`), since releases differ (20221219 has ptrace and kvm, ptrace the
+//! default; 20240729 adds systrap, its default).
+//!
+//! Asking costs three runsc starts (~15 ms each), so the answer is cached under moat's root
+//! in `@cache/runsc/`, one file per binary, named by what identifies that file's content on
+//! this host: device, inode, size, mtime and ctime. A binary replaced or rewritten in place
+//! gets another name; a stale file is never read for it. Only gVisor creates (and `verify`)
+//! look: the native path never stats runsc.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// What one runsc binary says about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Probe {
+    /// `runsc --version`'s version, e.g. `0.0~20240729.0`.
+    pub version: String,
+    /// The names `runsc help platforms` lists.
+    pub platforms: Vec<String>,
+    /// `--platform`'s default in `runsc flags`.
+    pub default_platform: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("{runsc}: {what}")]
+    Run { runsc: PathBuf, what: String },
+    #[error("{runsc}: cannot tell {what} from `runsc {args}`: {output:?}")]
+    Parse {
+        runsc: PathBuf,
+        what: &'static str,
+        args: &'static str,
+        output: String,
+    },
+    #[error(
+        "gvisor.platform {name:?} ({source_file}): not a platform of {runsc} (runsc {version} \
+         has {list}; kvm also needs /dev/kvm with VMX/SVM)"
+    )]
+    Platform {
+        name: String,
+        source_file: PathBuf,
+        runsc: PathBuf,
+        version: String,
+        list: String,
+    },
+}
+
+/// The cache directory under a moat root.
+fn cache_dir(root: &Path) -> PathBuf {
+    root.join("@cache").join("runsc")
+}
+
+/// The cache file's name for `runsc` as it is now.
+fn key(runsc: &Path) -> std::io::Result<String> {
+    let m = std::fs::metadata(runsc)?;
+    Ok(format!(
+        "{:x}-{}-{}-{}.{}-{}.{}.json",
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec()
+    ))
+}
+
+/// The probe of `runsc`, from the cache under `root` when it holds one for this binary,
+/// else asked and stored (a failed store only costs the next create the same time).
+pub fn cached(runsc: &Path, root: &Path) -> Result<Probe, ProbeError> {
+    let name = key(runsc).map_err(|e| ProbeError::Run {
+        runsc: runsc.into(),
+        what: e.to_string(),
+    })?;
+    let dir = cache_dir(root);
+    if let Some(p) = std::fs::read(dir.join(&name))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Probe>(&b).ok())
+    {
+        return Ok(p);
+    }
+    let p = ask(runsc)?;
+    let _ =
+        crate::state::write_cache_file(&dir, &name, &serde_json::to_vec(&p).expect("serialises"));
+    Ok(p)
+}
+
+/// Asks `runsc` (no cache).
+pub fn ask(runsc: &Path) -> Result<Probe, ProbeError> {
+    let run = |args: &'static [&'static str]| -> Result<String, ProbeError> {
+        let out = super::runsc::plain_output(runsc, args).map_err(|e| ProbeError::Run {
+            runsc: runsc.into(),
+            what: format!("{e:#}"),
+        })?;
+        if out.code != 0 {
+            return Err(ProbeError::Run {
+                runsc: runsc.into(),
+                what: format!("`runsc {}` failed: {}", args.join(" "), out.error()),
+            });
+        }
+        // Go's flag package and runsc's help write to stderr or stdout by release.
+        let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+        s.push_str(&out.stderr);
+        Ok(s)
+    };
+    let parse_err = |what, args, output: &str| ProbeError::Parse {
+        runsc: runsc.into(),
+        what,
+        args,
+        output: output.chars().take(200).collect(),
+    };
+    let v = run(&["--version"])?;
+    let version = parse_version(&v).ok_or_else(|| parse_err("its version", "--version", &v))?;
+    let p = run(&["help", "platforms"])?;
+    let platforms = parse_platforms(&p);
+    if platforms.is_empty() {
+        return Err(parse_err("its platforms", "help platforms", &p));
+    }
+    let f = run(&["flags"])?;
+    let default_platform =
+        parse_default_platform(&f).ok_or_else(|| parse_err("its default platform", "flags", &f))?;
+    Ok(Probe {
+        version,
+        platforms,
+        default_platform,
+    })
+}
+
+impl Probe {
+    /// The platform a container gets: the configured one if this runsc has it, else
+    /// runsc's own default.
+    pub fn platform(
+        &self,
+        configured: Option<&str>,
+        runsc: &Path,
+        source: &Path,
+    ) -> Result<String, ProbeError> {
+        match configured {
+            None => Ok(self.default_platform.clone()),
+            Some(p) if self.platforms.iter().any(|q| q == p) => Ok(p.to_string()),
+            Some(p) => Err(ProbeError::Platform {
+                name: p.into(),
+                source_file: source.into(),
+                runsc: runsc.into(),
+                version: self.version.clone(),
+                list: self.platforms.join(", "),
+            }),
+        }
+    }
+}
+
+/// `runsc version 0.0~20240729.0` → `0.0~20240729.0`.
+fn parse_version(out: &str) -> Option<String> {
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix("runsc version "))
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// One platform name a line (`kvm`, `systrap`, `ptrace`).
+fn parse_platforms(out: &str) -> Vec<String> {
+    out.lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Go's flag listing: `  -platform string` then its usage ending `(default "systrap")`.
+fn parse_default_platform(out: &str) -> Option<String> {
+    let mut lines = out.lines();
+    lines.find(|l| l.trim() == "-platform string")?;
+    let usage = lines.next()?;
+    let rest = &usage[usage.find("(default \"")? + "(default \"".len()..];
+    Some(rest[..rest.find('"')?].to_string()).filter(|p| !p.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The outputs of runsc 20221219 and 20240729, as printed.
+    const FLAGS_2022: &str = "  -panic-log string\n    \tfile path where panic reports and other Go's runtime messages are written.\n  -platform string\n    \tspecifies which platform to use: ptrace (default), kvm. (default \"ptrace\")\n  -platform_device_path string\n    \tpath to a platform-specific device file\n";
+    const FLAGS_2024: &str = "  -platform string\n    \tspecifies which platform to use: systrap (default), ptrace, kvm. (default \"systrap\")\n  -platform_device_path string\n";
+
+    #[test]
+    fn parses_both_releases() {
+        assert_eq!(
+            parse_version("runsc version 0.0~20221219.0\nspec: 1.0.2-dev\n").as_deref(),
+            Some("0.0~20221219.0")
+        );
+        assert_eq!(parse_platforms("kvm\nptrace\n"), ["kvm", "ptrace"]);
+        assert_eq!(
+            parse_platforms("kvm\nsystrap\nptrace\n"),
+            ["kvm", "systrap", "ptrace"]
+        );
+        assert_eq!(
+            parse_default_platform(FLAGS_2022).as_deref(),
+            Some("ptrace")
+        );
+        assert_eq!(
+            parse_default_platform(FLAGS_2024).as_deref(),
+            Some("systrap")
+        );
+        assert_eq!(parse_default_platform("  -platform string\n"), None);
+        assert_eq!(parse_version("usage: runsc"), None);
+    }
+
+    #[test]
+    fn platform_is_one_runsc_lists_and_defaults_to_its_own() {
+        let p = Probe {
+            version: "0.0~20221219.0".into(),
+            platforms: vec!["kvm".into(), "ptrace".into()],
+            default_platform: "ptrace".into(),
+        };
+        let (r, s) = (
+            Path::new("/usr/bin/runsc"),
+            Path::new("/etc/moat/config.toml"),
+        );
+        assert_eq!(p.platform(None, r, s).unwrap(), "ptrace");
+        assert_eq!(p.platform(Some("kvm"), r, s).unwrap(), "kvm");
+        assert_eq!(
+            p.platform(Some("systrap"), r, s).unwrap_err().to_string(),
+            "gvisor.platform \"systrap\" (/etc/moat/config.toml): not a platform of \
+             /usr/bin/runsc (runsc 0.0~20221219.0 has kvm, ptrace; kvm also needs /dev/kvm \
+             with VMX/SVM)"
+        );
+    }
+}
