@@ -307,10 +307,11 @@ fn allowed_names_resolve_and_connect_others_are_refused_and_answers_rotate() {
             "{n}"
         );
     }
-    let cg = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    // Its own cgroup, next to the container's, in every hierarchy.
+    let cg = cgroups_of(pid);
     assert!(
-        !cg.contains(&c.id),
-        "the forwarder is in the container's cgroup: {cg}"
+        cg.iter().all(|p| *p == format!("/moat/{}@dns", c.id)),
+        "the forwarder's cgroups: {cg:?}"
     );
     assert_eq!(status_field(pid, "Uid"), "65534\t65534\t65534\t65534");
     assert_eq!(status_field(pid, "CapEff"), "0000000000000000");
