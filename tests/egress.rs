@@ -1371,7 +1371,8 @@ fn gvisor_nothing_left_after_a_killed_create() {
         assert_eq!(fwd.len(), 1, "{point}: no forwarder after the kill");
         let cgs = fs::read_to_string(format!("/proc/{}/cgroup", fwd[0])).unwrap_or_default();
         assert!(
-            cgs.lines().all(|l| l.ends_with(&format!("{}@dns", again.id))),
+            cgs.lines()
+                .all(|l| l.ends_with(&format!("{}@dns", again.id))),
             "{point}: the forwarder's cgroups: {cgs}"
         );
     }

@@ -1036,7 +1036,10 @@ fn a_flooding_container_cannot_push_the_forwarder_past_its_cgroup() {
         .as_u64()
         .or(u["memory_usage"].as_u64())
         .unwrap();
-    assert!(u["memory_usage"].as_u64().unwrap() > 0, "nothing charged: {u}");
+    assert!(
+        u["memory_usage"].as_u64().unwrap() > 0,
+        "nothing charged: {u}"
+    );
     assert!(peak <= memory, "memory peak {peak} over {memory}: {u}");
     assert!(
         cgroups_of(pid)
@@ -1048,7 +1051,7 @@ fn a_flooding_container_cannot_push_the_forwarder_past_its_cgroup() {
     // It serves on once the trickling clients are done (each bounded, in the script).
     let _ = stall.wait(CALL_TIMEOUT);
     assert!(
-        forwarders_in(world.inode()).contains(&(pid as i32)),
+        forwarders_in(world.inode()).contains(&i32::try_from(pid).unwrap()),
         "the forwarder died"
     );
     let a = lookup(&ctx, &c.id, "last.allowed.test");

@@ -630,10 +630,18 @@ fn forwarder_cgroup(
         return (want, "no forwarder recorded".into(), false);
     };
     if let Some(why) = &r.no_cgroup {
-        return (want, format!("none: unlimited, in moat's own cgroup ({why})"), false);
+        return (
+            want,
+            format!("none: unlimited, in moat's own cgroup ({why})"),
+            false,
+        );
     }
     let Some(u) = r.cgroup.as_deref().and_then(CgroupUse::read) else {
-        return (want, format!("{}: missing", r.cgroup.unwrap_or_default()), false);
+        return (
+            want,
+            format!("{}: missing", r.cgroup.unwrap_or_default()),
+            false,
+        );
     };
     // Where the forwarder is: its own cgroup in every hierarchy, never the container's.
     let own = std::fs::read_to_string(format!("/proc/{}/cgroup", r.pid)).unwrap_or_default();

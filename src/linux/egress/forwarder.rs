@@ -411,10 +411,12 @@ impl CgroupUse {
                 .find(|h| !h.v2 && h.controllers.iter().any(|c| c == controller))
                 .or_else(|| {
                     cg.hierarchies.iter().find(|h| {
-                        h.v2 && crate::linux::read_kernel_file(h.dir(path).join("cgroup.controllers"))
-                            .unwrap_or_default()
-                            .split_whitespace()
-                            .any(|c| c == controller)
+                        h.v2 && crate::linux::read_kernel_file(
+                            h.dir(path).join("cgroup.controllers"),
+                        )
+                        .unwrap_or_default()
+                        .split_whitespace()
+                        .any(|c| c == controller)
                     })
                 })
                 .map(|h| (h.dir(path), h.v2))
@@ -429,7 +431,10 @@ impl CgroupUse {
             read(dir, file)
                 .unwrap_or_default()
                 .lines()
-                .find_map(|l| l.strip_prefix(&format!("{key} ")).and_then(|n| n.parse().ok()))
+                .find_map(|l| {
+                    l.strip_prefix(&format!("{key} "))
+                        .and_then(|n| n.parse().ok())
+                })
                 .unwrap_or(0)
         };
         let mut u = CgroupUse {

@@ -165,7 +165,8 @@ mod tests {
     fn run(argv: &[&str]) -> Result<(i32, String)> {
         let out = memfd(c"test-out")?;
         let cs: Vec<CString> = argv.iter().map(|a| CString::new(*a).unwrap()).collect();
-        let (pid, pidfd) = spawn_in_cgroups(&cs[0], &cs, &[], [None, Some(out.as_fd()), None], &[], None)?;
+        let (pid, pidfd) =
+            spawn_in_cgroups(&cs[0], &cs, &[], [None, Some(out.as_fd()), None], &[], None)?;
         // The pidfd from clone refers to the child (musl's clone passes it through too).
         // SAFETY: siginfo_t is plain data; all zeroes is a valid value.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
