@@ -1335,6 +1335,7 @@ fn gvisor_nothing_left_after_a_killed_create() {
         "create:parent:gvisor.egress",
         "create:parent:gvisor.Prepared",
         "create:parent:gvisor.Runsc",
+        "create:parent:Dns.cgroup",
     ] {
         let mut ctx = ctx_in(&env, "gkill", &ns, "");
         if !gvisor(&mut ctx) {
@@ -1363,12 +1364,16 @@ fn gvisor_nothing_left_after_a_killed_create() {
             "{point}: left behind: {:?}",
             ctx.traces(&id)
         );
-        // The same id again, whole: its forwarder comes up.
+        // The same id again, whole: its forwarder comes up, in its own cgroup next to
+        // the sandbox's, in every hierarchy.
         let again = ctx.create_ok("k");
-        assert_eq!(
-            outside_processes_in(ino, &again.id).len(),
-            1,
-            "{point}: no forwarder after the kill"
+        let fwd = outside_processes_in(ino, &again.id);
+        assert_eq!(fwd.len(), 1, "{point}: no forwarder after the kill");
+        let cgs = fs::read_to_string(format!("/proc/{}/cgroup", fwd[0])).unwrap_or_default();
+        assert!(
+            cgs.lines()
+                .all(|l| l.ends_with(&format!("{}@dns", again.id))),
+            "{point}: the forwarder's cgroups: {cgs}"
         );
     }
 }

@@ -307,10 +307,11 @@ fn allowed_names_resolve_and_connect_others_are_refused_and_answers_rotate() {
             "{n}"
         );
     }
-    let cg = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    // Its own cgroup, next to the container's, in every hierarchy.
+    let cg = cgroups_of(pid);
     assert!(
-        !cg.contains(&c.id),
-        "the forwarder is in the container's cgroup: {cg}"
+        cg.iter().all(|p| *p == format!("/moat/{}@dns", c.id)),
+        "the forwarder's cgroups: {cg:?}"
     );
     assert_eq!(status_field(pid, "Uid"), "65534\t65534\t65534\t65534");
     assert_eq!(status_field(pid, "CapEff"), "0000000000000000");
@@ -404,7 +405,11 @@ fn a_killed_create_or_a_delete_leaves_no_forwarder() {
     ctx.write_config();
     // create killed right before and right after the forwarder starts (debug builds).
     if cfg!(debug_assertions) {
-        for point in ["create:parent:Dns", "create:parent:Ready"] {
+        for point in [
+            "create:parent:Dns",
+            "create:parent:Dns.cgroup",
+            "create:parent:Ready",
+        ] {
             let id = ctx.id(&point.replace(':', "-").to_lowercase());
             let mut cmd = ctx.cmd();
             cmd.env("MOAT_TEST_KILL_AT", point)
@@ -650,7 +655,7 @@ fn the_forwarder_holds_at_most_its_limits_and_counts_the_rest() {
     let m = moat_stats(&ctx, &c.id);
     assert_eq!(
         m["dns_forwarder_limits"],
-        json!({"names": 20, "answers": 2}),
+        json!({"names": 20, "answers": 2, "memory": 64 << 20, "pids": 80}),
         "{m}"
     );
     let v = ctx.moat(&["verify", &c.id]).ok();
@@ -868,5 +873,189 @@ fn update_egress_narrows_without_waiting_for_the_forwarder() {
     assert!(!a.contains("Address: 198.51.100"), "{a}");
     ctx.moat(&["delete", "--force", &c.id]).ok();
     assert!(forwarders_in(world.inode()).is_empty());
+    ctx.assert_no_trace(&c.id);
+}
+
+/// A file of the forwarder's cgroup (`/moat/<id>@dns`, next to the container's): from the
+/// controller's v1 hierarchy, or the cgroup v2 one.
+fn fwd_cgroup_file(id: &str, controller: &str, v1: &str, v2: &str) -> Option<String> {
+    let rel = format!("moat/{id}@dns");
+    [
+        format!("/sys/fs/cgroup/{controller}/{rel}/{v1}"),
+        format!("/sys/fs/cgroup/{rel}/{v2}"),
+    ]
+    .iter()
+    .find_map(|p| fs::read_to_string(p).ok())
+    .map(|s| s.trim().to_string())
+}
+
+/// The cgroup paths of `pid`, one per hierarchy (`/proc/<pid>/cgroup`).
+fn cgroups_of(pid: i64) -> Vec<String> {
+    fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2).map(str::to_string))
+        .collect()
+}
+
+/// The forwarder runs in a cgroup of its own next to the container's, in every hierarchy
+/// (never the container's: its egress programs, limits, freeze and kill are the
+/// container's), with `[egress] forwarder_memory` and `forwarder_pids` in force, shown by
+/// `verify` and `events --stats`; delete removes it.
+#[test]
+#[ignore = "needs root: real containers, a network namespace, dnsmasq"]
+fn the_forwarder_runs_in_a_cgroup_of_its_own_with_its_limits() {
+    if !require_root() {
+        return;
+    }
+    let Some(world) = World::new("cg") else {
+        return;
+    };
+    let ctx = ctx_with(
+        &world,
+        "dns-cg",
+        "allowed.test:80",
+        &format!("resolvers = [\"{DNS}\"]\nforwarder_memory = \"24m\"\nforwarder_pids = 20\n"),
+    );
+    let c = ctx.create_ok("c");
+    ctx.moat(&["start", &c.id]).ok();
+    let a = lookup(&ctx, &c.id, "allowed.test");
+    assert!(a.contains(&format!("Address: {ALLOWED}")), "{a}");
+    let rec = forwarder(&ctx, &c.id);
+    let pid = rec["pid"].as_i64().unwrap();
+    let sibling = format!("/moat/{}@dns", c.id);
+    assert_eq!(rec["cgroup"], json!(sibling), "{rec}");
+    let own = cgroups_of(pid);
+    assert!(!own.is_empty());
+    assert!(
+        own.iter().all(|p| *p == sibling),
+        "the forwarder's cgroups: {own:?}"
+    );
+    let init = c.state()["pid"].as_i64().unwrap();
+    let container = format!("/moat/{}", c.id);
+    assert!(
+        cgroups_of(init).iter().all(|p| *p == container),
+        "the init's cgroups: {:?}",
+        cgroups_of(init)
+    );
+    let mem = fwd_cgroup_file(&c.id, "memory", "memory.limit_in_bytes", "memory.max");
+    assert_eq!(mem.as_deref(), Some("25165824"), "memory limit");
+    let pids = fwd_cgroup_file(&c.id, "pids", "pids.max", "pids.max");
+    assert_eq!(pids.as_deref(), Some("20"), "pids limit");
+    let v = ctx.moat(&["verify", &c.id]).ok();
+    let row = v
+        .stdout
+        .lines()
+        .find(|l| l.contains("dns cgroup"))
+        .unwrap_or_else(|| panic!("verify: {}", v.stdout));
+    assert!(row.starts_with("ok"), "{row}");
+    assert!(row.contains("memory 25165824 bytes, 20 pids"), "{row}");
+    let m = moat_stats(&ctx, &c.id);
+    let u = &m["dns_forwarder_cgroup"];
+    eprintln!("events --stats: dns_forwarder_cgroup {u}");
+    assert_eq!(u["path"], json!(sibling), "{m}");
+    assert_eq!(u["memory_limit"], json!(24 << 20), "{m}");
+    assert_eq!(u["pids_limit"], json!(20), "{m}");
+    assert!(u["memory_usage"].as_u64().unwrap() > 0, "{m}");
+    assert!(u["pids_current"].as_u64().unwrap() >= 1, "{m}");
+    assert_eq!(m["dns_forwarder_limits"]["memory"], json!(24 << 20), "{m}");
+    ctx.moat(&["delete", "--force", &c.id]).ok();
+    assert!(forwarders_in(world.inode()).is_empty());
+    ctx.assert_no_trace(&c.id);
+}
+
+/// The container floods its forwarder: distinct names under an allowed wildcard, many at
+/// once, with TCP clients trickling a byte a second to hold its threads. What the
+/// forwarder takes is charged to its own cgroup and held there: its tasks never pass
+/// `forwarder_pids` (the threads past it are refused, counted), its memory never passes
+/// `forwarder_memory`, and it serves on once the flood ends.
+#[test]
+#[ignore = "needs root: real containers, a network namespace, dnsmasq"]
+fn a_flooding_container_cannot_push_the_forwarder_past_its_cgroup() {
+    if !require_root() {
+        return;
+    }
+    let Some(world) = World::new("flood") else {
+        return;
+    };
+    let (memory, max_pids) = (16u64 << 20, 6u64);
+    let ctx = ctx_with(
+        &world,
+        "dns-flood",
+        "*.allowed.test:80",
+        &format!(
+            "resolvers = [\"{DNS}\"]\nforwarder_memory = \"16m\"\nforwarder_pids = {max_pids}\n"
+        ),
+    );
+    let c = ctx.create_ok("f");
+    ctx.moat(&["start", &c.id]).ok();
+    let rec = forwarder(&ctx, &c.id);
+    let (pid, fwd) = (
+        rec["pid"].as_i64().unwrap(),
+        rec["addr"].as_str().unwrap().to_string(),
+    );
+    let stall = ctx.moat_bg(&[
+        "exec",
+        &c.id,
+        "sh",
+        "-c",
+        &format!(
+            "i=0; while [ $i -lt 40 ]; do i=$((i+1)); \
+             (while :; do printf x; sleep 1; done) | nc {fwd} 53 >/dev/null 2>&1 & \
+             sleep 0.1; done; sleep 30"
+        ),
+    ]);
+    let flood = ctx.moat_bg(&[
+        "exec",
+        &c.id,
+        "sh",
+        "-c",
+        "i=0; while [ $i -lt 240 ]; do timeout 5 nslookup -type=a f$i.allowed.test \
+         >/dev/null 2>&1 & i=$((i+1)); [ $((i % 40)) = 0 ] && wait; done; wait; echo flooded",
+    ]);
+    let mut most = 0u64;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(8) {
+        let n: u64 = fwd_cgroup_file(&c.id, "pids", "pids.current", "pids.current")
+            .and_then(|s| s.parse().ok())
+            .expect("the forwarder's pids.current");
+        most = most.max(n);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = flood.wait(Duration::from_secs(90));
+    assert!(out.stdout.contains("flooded"), "{}", out.stderr);
+    let m = moat_stats(&ctx, &c.id);
+    let u = &m["dns_forwarder_cgroup"];
+    eprintln!("under the flood: most tasks {most}; {u}; {}", m["egress"]);
+    assert!(most <= max_pids, "{most} tasks in the forwarder's cgroup");
+    assert!(
+        u["pids_limit_hits"].as_u64().unwrap() > 0,
+        "the flood never reached forwarder_pids: {u}"
+    );
+    let peak = u["memory_peak"]
+        .as_u64()
+        .or(u["memory_usage"].as_u64())
+        .unwrap();
+    assert!(
+        u["memory_usage"].as_u64().unwrap() > 0,
+        "nothing charged: {u}"
+    );
+    assert!(peak <= memory, "memory peak {peak} over {memory}: {u}");
+    assert!(
+        cgroups_of(pid)
+            .iter()
+            .all(|p| *p == format!("/moat/{}@dns", c.id)),
+        "{:?}",
+        cgroups_of(pid)
+    );
+    // It serves on once the trickling clients are done (each bounded, in the script).
+    let _ = stall.wait(CALL_TIMEOUT);
+    assert!(
+        forwarders_in(world.inode()).contains(&i32::try_from(pid).unwrap()),
+        "the forwarder died"
+    );
+    let a = lookup(&ctx, &c.id, "last.allowed.test");
+    assert!(a.contains(&format!("Address: {ALLOWED}")), "{a}");
+    ctx.moat(&["delete", "--force", &c.id]).ok();
     ctx.assert_no_trace(&c.id);
 }

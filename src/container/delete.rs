@@ -143,8 +143,9 @@ pub fn destroy(dir: ContainerDir, rec: &Record) -> Result<()> {
             }
         }
     }
-    // The DNS forwarder exits with the init; a delete does not wait for that.
-    crate::linux::egress::forwarder::stop(&dir.file(""));
+    // The DNS forwarder exits with the init; a delete does not wait for that, and removes
+    // its cgroup (next to the container's).
+    crate::linux::egress::forwarder::stop(&dir.file(""), rec.cgroup.as_ref());
     crate::linux::killpoint::at("delete", "parent", "state");
     dir.remove()?;
     Ok(())

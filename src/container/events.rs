@@ -175,6 +175,9 @@ fn emit_stats(
     s.network_interfaces = stats::network_interfaces(rec.pid);
     s.moat.dns_forwarder = fwd.map(|d| if d.alive() { "running" } else { "exited" });
     s.moat.dns_forwarder_limits = fwd.and_then(|d| d.limits);
+    s.moat.dns_forwarder_cgroup = fwd
+        .and_then(|d| d.cgroup.as_deref())
+        .and_then(crate::linux::egress::forwarder::CgroupUse::read);
     for dest in capped {
         if let Some(u) = fs_use(rec.pid, dest) {
             s.moat.filesystems.insert(dest.clone(), u);

@@ -173,7 +173,7 @@ pub fn replace_egress(c: &Container, text: &str) -> Result<()> {
     let state = c.dir.file("");
     enforce::replace_with(&dir, &new, forwarder, |t| {
         if let Err(e) = crate::linux::egress::forwarder::reconfigure(&state, &new, t) {
-            crate::linux::egress::forwarder::stop(&state);
+            crate::linux::egress::forwarder::stop(&state, None);
             crate::log::warn(&format!(
                 "container {}: the new egress list is in force; {e}: the DNS forwarder was \
                  stopped (names no longer resolve)",

@@ -245,6 +245,8 @@ pub fn native(c: &Container) -> Result<Verdict> {
             if e.has_names() {
                 let (want, actual, ok) = forwarder_in_force(&dir.file(""), e);
                 add("dns forwarder", want, actual, ok);
+                let (want, actual, ok) = forwarder_cgroup(&dir.file(""), rec, e);
+                add("dns cgroup", want, actual, ok);
             }
         }
     }
@@ -605,6 +607,62 @@ fn forwarder_in_force(dir: &std::path::Path, e: &policy::egress::Egress) -> (Str
             )
         }
     }
+}
+
+/// The DNS forwarder's cgroup (next to the container's): the forwarder in it, and its
+/// memory and pids limits in force as `[egress] forwarder_memory`/`forwarder_pids` set.
+fn forwarder_cgroup(
+    dir: &std::path::Path,
+    rec: &state::Record,
+    e: &policy::egress::Egress,
+) -> (String, String, bool) {
+    use crate::linux::egress::forwarder::{self, CgroupUse, Recorded};
+    let path = rec
+        .cgroup
+        .as_ref()
+        .map(|c| forwarder::cgroup_path(&c.path))
+        .unwrap_or_default();
+    let want = format!(
+        "{path}: memory {} bytes, {} pids",
+        e.forwarder.memory, e.forwarder.pids
+    );
+    let Some(r) = Recorded::load(dir) else {
+        return (want, "no forwarder recorded".into(), false);
+    };
+    if let Some(why) = &r.no_cgroup {
+        return (
+            want,
+            format!("none: unlimited, in moat's own cgroup ({why})"),
+            false,
+        );
+    }
+    let Some(u) = r.cgroup.as_deref().and_then(CgroupUse::read) else {
+        return (
+            want,
+            format!("{}: missing", r.cgroup.unwrap_or_default()),
+            false,
+        );
+    };
+    // Where the forwarder is: its own cgroup in every hierarchy, never the container's.
+    let own = std::fs::read_to_string(format!("/proc/{}/cgroup", r.pid)).unwrap_or_default();
+    let inside = r.alive()
+        && own
+            .lines()
+            .filter_map(|l| l.splitn(3, ':').nth(2))
+            .all(|p| p == u.path);
+    let show = |v: Option<u64>| v.map_or("unlimited".into(), |v| v.to_string());
+    let actual = format!(
+        "{}: memory {} bytes, {} pids{}",
+        u.path,
+        show(u.memory_limit),
+        show(u.pids_limit),
+        if inside { "" } else { ", forwarder not in it" }
+    );
+    let ok = inside
+        && u.path == path
+        && u.memory_limit == Some(e.forwarder.memory)
+        && u.pids_limit == Some(u64::from(e.forwarder.pids));
+    (want, actual, ok)
 }
 
 /// The egress rules in force, read back from the kernel: moat's programs on every hook of

@@ -148,7 +148,10 @@ fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
         .output();
     forget(gv, id);
     if let Ok(dir) = ContainerDir::open(root, id) {
-        crate::linux::egress::forwarder::stop(&dir.file(""));
+        crate::linux::egress::forwarder::stop(
+            &dir.file(""),
+            rec.as_ref().and_then(|r| r.cgroup.as_ref()),
+        );
         let _ = dir.remove();
     }
     // The egress programs' cgroup (super::egress), empty once the sandbox is gone.
@@ -509,7 +512,7 @@ pub fn delete(
         // runsc's delete and the state dir's removal left the sandbox's cgroup, and
         // `runsc delete --force` of a container it no longer knows succeeds without
         // touching it: removed here where it is empty (nothing of the sandbox runs).
-        crate::linux::egress::forwarder::stop(&dir.file(""));
+        crate::linux::egress::forwarder::stop(&dir.file(""), rec.cgroup.as_ref());
         if !app {
             // The egress programs' cgroup (super::egress) goes with its programs; it is
             // empty once runsc's delete has ended the sandbox.
@@ -536,7 +539,7 @@ pub fn delete(
     // state but not its cgroup: the container is gone all the same.
     if matches!(runsc_state(g, gv, &rec.id), Ok(None)) {
         forget(gv, &rec.id);
-        crate::linux::egress::forwarder::stop(&dir.file(""));
+        crate::linux::egress::forwarder::stop(&dir.file(""), rec.cgroup.as_ref());
         if let Some(cg) = leftover_cgroup(&dir, rec) {
             if let Err(e) = cg.remove() {
                 crate::log::warn(&format!("remove the sandbox's cgroup: {e}"));

@@ -254,6 +254,14 @@ pub fn start_forwarder(
     let Some(st) = super::cmds::runsc_state(g, gv, id)? else {
         bail!("egress names: runsc no longer knows the sandbox it created");
     };
-    forwarder::start(d, &dir.file(""), id, &p.egress, &inst.v2, st.pid)?.keep();
+    // gVisor runs as root only (`select` refuses a rootless caller).
+    let site = forwarder::Site {
+        id,
+        init_pid: st.pid,
+        v2: &inst.v2,
+        cgroup: &p.path,
+        rootless: false,
+    };
+    forwarder::start(d, &dir.file(""), &p.egress, &site)?.keep();
     Ok(())
 }

@@ -58,6 +58,8 @@
 //! # resolvers = ["10.0.0.2"]       # the forwarder's upstreams; unset: the engine's resolv.conf
 //! forwarder_names = 1024          # names whose answers the DNS forwarder holds at once
 //! forwarder_answers = 8           # addresses held per name (names * answers <= 12288)
+//! forwarder_memory = "64m"        # the forwarder's cgroup (a sibling of the container's): memory
+//! forwarder_pids = 80             # … and tasks (its threads: 64 clients at most, and its own)
 //! allow_raw_sockets = false       # CAP_NET_RAW kept: every packet judged, packet sockets refused
 //!
 //! [alias.moat-open]               # when invoked as moat-open (a symlink to moat)
@@ -205,7 +207,8 @@ pub struct Config {
     /// `[egress] resolvers`: where the forwarder sends queries, and the resolvers DNS
     /// stays open to at a metadata address; `None`: the engine's resolv.conf.
     pub egress_resolvers: Option<Vec<std::net::SocketAddr>>,
-    /// `[egress] forwarder_names`, `forwarder_answers`: the DNS forwarder's bounds.
+    /// `[egress] forwarder_names`, `forwarder_answers`, `forwarder_memory`,
+    /// `forwarder_pids`: the DNS forwarder's bounds.
     pub egress_forwarder: super::egress::ForwarderLimits,
     /// `[egress] allow_raw_sockets`: under RESTRICTED with an egress policy in force,
     /// `CAP_NET_RAW` (when `[restricted] allowed_capabilities` keeps it) no longer voids
@@ -569,6 +572,15 @@ mod tests {
             (f.egress_forwarder.names, f.egress_forwarder.answers),
             (10, 3)
         );
+        let f = super::Config::from_str(
+            "[egress]\nforwarder_memory = \"16m\"\nforwarder_pids = 12\n",
+            p,
+        )
+        .unwrap();
+        assert_eq!(
+            (f.egress_forwarder.memory, f.egress_forwarder.pids),
+            (16 << 20, 12)
+        );
         let raw = super::Config::from_str("[egress]\nallow_raw_sockets = true\n", p).unwrap();
         assert!(raw.egress_allow_raw_sockets);
         assert!(!super::Config::default().egress_allow_raw_sockets);
@@ -584,6 +596,10 @@ mod tests {
             ("[egress]\nforwarder_answers = 65\n", "at most 64"),
             ("[egress]\nforwarder_names = 100000\n", "at most 12288"),
             ("[egress]\nforwarder_names = -1\n", "forwarder_names"),
+            ("[egress]\nforwarder_memory = \"1m\"\n", "at least 8388608"),
+            ("[egress]\nforwarder_memory = 0\n", "forwarder_memory"),
+            ("[egress]\nforwarder_pids = 1\n", "at least 2"),
+            ("[egress]\nforwarder_pids = -3\n", "forwarder_pids"),
         ] {
             let e = super::Config::from_str(bad, p).unwrap_err().to_string();
             assert!(e.contains(word), "{bad}: {e}");

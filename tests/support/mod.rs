@@ -750,7 +750,8 @@ impl Ctx {
 
     /// The leak auditor, scoped to this test's root, id and cgroup subtree: what is still
     /// there of `id` — its state dir, its cgroup in any hierarchy (`/moat/<id>` or `/<id>`, below
-    /// the fleet budget's `/moat` too), a process in such a cgroup, a mount under this
+    /// the fleet budget's `/moat` too) and its DNS forwarder's next to it (`…@dns`), a
+    /// process in such a cgroup, a mount under this
     /// test's directory, a range of the userns pool or a share of the rootfs budget held
     /// for it.
     pub fn traces(&self, id: &str) -> Vec<String> {
@@ -766,8 +767,10 @@ impl Ctx {
         // `/<id>` too: where runsc puts a gVisor sandbox whose spec names no cgroupsPath
         // (moat's OPEN policy places none).
         let top = format!("/{id}");
+        // The DNS forwarder's cgroup, next to the container's (`<path>@dns`).
+        let (fwd, fwd_top) = (format!("{cg_suffix}@dns"), format!("{top}@dns"));
         for h in hierarchies {
-            for p in [&cg_suffix, &top] {
+            for p in [&cg_suffix, &top, &fwd, &fwd_top] {
                 let cg = h.join(p.trim_start_matches('/'));
                 if cg.is_dir() {
                     left.push(format!("cgroup {}", cg.display()));
@@ -782,13 +785,12 @@ impl Ctx {
                 let cgs = fs::read_to_string(e.path().join("cgroup")).unwrap_or_default();
                 let ours = cgs.lines().any(|l| {
                     let p = l.splitn(3, ':').nth(2).unwrap_or("");
-                    p == cg_suffix
-                        || p.starts_with(&format!("{cg_suffix}/"))
-                        || p == top
-                        || p.starts_with(&format!("{top}/"))
+                    [&cg_suffix, &top, &fwd, &fwd_top]
+                        .iter()
+                        .any(|c| p == c.as_str() || p.starts_with(&format!("{c}/")))
                 });
                 if ours && !is_gone(pid) {
-                    left.push(format!("process {pid} in {cg_suffix}"));
+                    left.push(format!("process {pid} in {cg_suffix} or {fwd}"));
                 }
             }
         }

@@ -74,6 +74,9 @@ pub struct Moat {
     /// Its bounds (`[egress] forwarder_names`, `forwarder_answers`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dns_forwarder_limits: Option<crate::policy::egress::ForwarderLimits>,
+    /// Its cgroup (next to the container's): limits in force, use, hits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_forwarder_cgroup: Option<crate::linux::egress::forwarder::CgroupUse>,
     /// The egress policy's refusals, counted by its programs in the kernel (absent
     /// without a policy).
     #[serde(skip_serializing_if = "Option::is_none")]

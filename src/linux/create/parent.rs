@@ -313,13 +313,15 @@ fn dns(
         crate::linux::egress::EgressError::NoCgroup(format!("cgroup {}", cgroup.path))
     })?;
     let state = dir.file("");
-    Ok(Some(crate::linux::egress::forwarder::start(
-        p,
-        &state,
-        &plan.opts.id,
-        e,
-        &v2,
+    let site = crate::linux::egress::forwarder::Site {
+        id: &plan.opts.id,
         init_pid,
+        v2: &v2,
+        cgroup: &cgroup.path,
+        rootless: plan.opts.rootless,
+    };
+    Ok(Some(crate::linux::egress::forwarder::start(
+        p, &state, e, &site,
     )?))
 }
 

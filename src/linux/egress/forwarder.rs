@@ -45,7 +45,8 @@ use super::{
     admit, count, gauge, record_name, revoke, Installed, STATS_HELD_ADDRS, STATS_HELD_NAMES,
     STATS_REFUSED_FULL, STATS_REFUSED_NAMES, STATS_REFUSED_REBIND,
 };
-use crate::linux::sys;
+use crate::linux::cgroups::{Cgroup, Layout};
+use crate::linux::{killpoint, sys};
 use crate::policy::egress::{Egress, Entry, ForwarderLimits, Range, RANGES, TCP, UDP};
 use crate::spec::{Mount, Spec};
 
@@ -208,6 +209,13 @@ pub struct Recorded {
     /// Its bounds, for `events --stats` (absent in a record of an older moat).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<ForwarderLimits>,
+    /// Its cgroup's path below each hierarchy root ([`cgroup_path`]), absent when it runs
+    /// without one (`no_cgroup` says why) or in a record of an older moat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    /// Why it has no cgroup of its own (rootless, no delegated subtree there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_cgroup: Option<String>,
 }
 
 impl Recorded {
@@ -238,10 +246,221 @@ impl Recorded {
     }
 }
 
-/// Stops the forwarder recorded in the state directory `dir` (delete, delete --force).
-pub fn stop(dir: &Path) {
+/// Stops the forwarder recorded in the state directory `dir` (delete, delete --force,
+/// a refused `update`), and with `container` (the container's cgroup: delete) removes
+/// the forwarder's cgroup, found from the container's path whatever the record says (a
+/// create killed between making it and recording it).
+pub fn stop(dir: &Path, container: Option<&Cgroup>) {
     if let Some(r) = Recorded::load(dir) {
         r.kill();
+    }
+    if let Some(c) = container.filter(|c| !c.path.is_empty()) {
+        remove_cgroup(&cgroup_path(&c.path));
+    }
+}
+
+// ---- The forwarder's cgroup ----
+//
+// A sibling of the container's cgroup, in every hierarchy moat may write: never the
+// container's own subtree (the egress programs on its cgroup v2 directory would bind the
+// forwarder's upstream queries, and the container's limits, freeze and kill would reach
+// it), never moat's caller's (an engine's shim, a user's shell: unlimited and shared).
+// Its memory and pids limits are `[egress] forwarder_memory` and `forwarder_pids`.
+
+/// Appended to the container's cgroup path to name the forwarder's: `@` is in no container
+/// id, so no other container's default cgroup (`/moat/<id>`) is ever this one.
+pub const CGROUP_SUFFIX: &str = "@dns";
+
+/// The forwarder's cgroup path for the container's `container` (below each hierarchy
+/// root).
+pub fn cgroup_path(container: &str) -> String {
+    format!("{}{CGROUP_SUFFIX}", container.trim_end_matches('/'))
+}
+
+/// The forwarder's cgroup at `path` as it is now: the host's hierarchies in which its
+/// directory exists; `None` in none.
+pub fn found_cgroup(path: &str) -> Option<Cgroup> {
+    let layout = Layout::detect().ok()?;
+    let mut cg = Cgroup::planned(&layout, path);
+    cg.hierarchies.retain(|h| h.dir(path).is_dir());
+    (!cg.hierarchies.is_empty()).then_some(cg)
+}
+
+/// Kills whatever runs in the forwarder's cgroup at `path` and removes it, in every
+/// hierarchy (nothing when there is none).
+pub fn remove_cgroup(path: &str) {
+    let Some(cg) = found_cgroup(path) else {
+        return;
+    };
+    if let Err(e) = cg.kill_all(libc::SIGKILL, Duration::from_secs(2)) {
+        crate::log::warn(&format!("the DNS forwarder's cgroup: {e}"));
+    }
+    if let Err(e) = cg.remove() {
+        crate::log::warn(&format!("remove the DNS forwarder's cgroup: {e}"));
+    }
+}
+
+/// Makes the forwarder's cgroup next to the container's `container` and sets its limits;
+/// `Ok(Err(why))` when a rootless caller may not (no delegated cgroup there): the
+/// forwarder then runs in moat's own cgroup, unlimited, as `verify` says. As root a
+/// cgroup that cannot be made or limited fails the create.
+fn make_cgroup(
+    container: &str,
+    limits: &ForwarderLimits,
+    rootless: bool,
+) -> Result<Result<Cgroup, String>, ForwarderError> {
+    let path = cgroup_path(container);
+    let failed = |e: crate::linux::cgroups::CgroupError| {
+        ForwarderError::Failed(format!("its cgroup {path}: {e}"))
+    };
+    let layout = Layout::detect().map_err(failed)?;
+    let cg = if rootless {
+        let Some(h) = layout.hierarchies.into_iter().find(|h| h.v2) else {
+            return Ok(Err("the host has no cgroup v2 hierarchy".into()));
+        };
+        match Cgroup::create_rootless(h, path.clone()).map_err(failed)? {
+            Ok(cg) => cg,
+            Err(crate::linux::cgroups::NoCgroup(why)) => return Ok(Err(why)),
+        }
+    } else {
+        Cgroup::create(layout, path.clone()).map_err(failed)?
+    };
+    killpoint::at("create", "parent", "Dns.cgroup");
+    if cg.v2_dir().is_none() {
+        // Its v2 directory is what keeps it out of the caller's (and so out of whatever
+        // programs are attached there).
+        let _ = cg.remove();
+        if rootless {
+            return Ok(Err("its cgroup v2 directory is not writable".into()));
+        }
+        return Err(ForwarderError::Failed(format!(
+            "its cgroup {path}: no writable cgroup v2 hierarchy"
+        )));
+    }
+    let res = crate::spec::Resources {
+        memory: Some(crate::spec::Memory {
+            limit: Some(i64::try_from(limits.memory).unwrap_or(i64::MAX)),
+            ..Default::default()
+        }),
+        pids: Some(crate::spec::Pids {
+            limit: i64::from(limits.pids),
+        }),
+        ..Default::default()
+    };
+    if let Err(e) = cg.update(&res) {
+        if rootless {
+            crate::log::warn(&format!(
+                "egress names: the DNS forwarder's cgroup {path} takes no limits: {e}"
+            ));
+        } else {
+            let _ = cg.remove();
+            return Err(failed(e));
+        }
+    }
+    Ok(Ok(cg))
+}
+
+/// Each hierarchy's `cgroup.procs` of `cg`, open for writing: the forwarder is born
+/// there ([`sys::spawn_in_cgroups`]).
+fn procs_files(cg: &Cgroup) -> Result<Vec<OwnedFd>, ForwarderError> {
+    cg.hierarchies
+        .iter()
+        .map(|h| {
+            let f = h.dir(&cg.path).join("cgroup.procs");
+            let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes())
+                .map_err(|_| ForwarderError::Failed(format!("{} holds a NUL", f.display())))?;
+            sys::openat(
+                crate::linux::path::cwd(),
+                &c,
+                libc::O_WRONLY | libc::O_CLOEXEC,
+                0,
+            )
+            .map_err(io_err(format!("open {}", f.display())))
+        })
+        .collect()
+}
+
+/// What `verify` and `events --stats` read of the forwarder's cgroup: its limits in force
+/// and its use, from the hierarchy of each controller (v1 first, as the container's).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CgroupUse {
+    /// Its path below each hierarchy root.
+    pub path: String,
+    /// `memory.limit_in_bytes` (v1) or `memory.max` (v2), in bytes; `None`: unlimited or
+    /// not readable.
+    pub memory_limit: Option<u64>,
+    pub memory_usage: Option<u64>,
+    /// The highest usage seen (v1 `memory.max_usage_in_bytes`, v2 `memory.peak`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_peak: Option<u64>,
+    /// Times it hit the limit (v1 `memory.failcnt`, v2 `memory.events` max).
+    pub memory_limit_hits: u64,
+    pub pids_limit: Option<u64>,
+    pub pids_current: Option<u64>,
+    /// Thread creations refused at the limit (`pids.events` max).
+    pub pids_limit_hits: u64,
+}
+
+impl CgroupUse {
+    /// Read from the cgroup at `path`; `None` when it exists nowhere.
+    pub fn read(path: &str) -> Option<CgroupUse> {
+        let cg = found_cgroup(path)?;
+        let dir_of = |controller: &str| {
+            cg.hierarchies
+                .iter()
+                .find(|h| !h.v2 && h.controllers.iter().any(|c| c == controller))
+                .or_else(|| {
+                    cg.hierarchies.iter().find(|h| {
+                        h.v2 && crate::linux::read_kernel_file(
+                            h.dir(path).join("cgroup.controllers"),
+                        )
+                        .unwrap_or_default()
+                        .split_whitespace()
+                        .any(|c| c == controller)
+                    })
+                })
+                .map(|h| (h.dir(path), h.v2))
+        };
+        let read = |dir: &Path, file: &str| {
+            crate::linux::read_kernel_file(dir.join(file))
+                .ok()
+                .map(|s| s.trim().to_string())
+        };
+        let num = |dir: &Path, file: &str| read(dir, file).and_then(|s| s.parse::<u64>().ok());
+        let event = |dir: &Path, file: &str, key: &str| {
+            read(dir, file)
+                .unwrap_or_default()
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix(&format!("{key} "))
+                        .and_then(|n| n.parse().ok())
+                })
+                .unwrap_or(0)
+        };
+        let mut u = CgroupUse {
+            path: path.to_string(),
+            ..Default::default()
+        };
+        if let Some((d, v2)) = dir_of("memory") {
+            if v2 {
+                u.memory_limit = num(&d, "memory.max");
+                u.memory_usage = num(&d, "memory.current");
+                u.memory_peak = num(&d, "memory.peak");
+                u.memory_limit_hits = event(&d, "memory.events", "max");
+            } else {
+                // v1 reports "unlimited" as a page-rounded LONG_MAX.
+                u.memory_limit = num(&d, "memory.limit_in_bytes").filter(|&l| l < 1 << 62);
+                u.memory_usage = num(&d, "memory.usage_in_bytes");
+                u.memory_peak = num(&d, "memory.max_usage_in_bytes");
+                u.memory_limit_hits = num(&d, "memory.failcnt").unwrap_or(0);
+            }
+        }
+        if let Some((d, _)) = dir_of("pids") {
+            u.pids_limit = num(&d, "pids.max");
+            u.pids_current = num(&d, "pids.current");
+            u.pids_limit_hits = event(&d, "pids.events", "max");
+        }
+        Some(u)
     }
 }
 
@@ -299,9 +518,11 @@ fn control_path(dir: &Path) -> io::Result<(OwnedFd, PathBuf)> {
     Ok((fd, short))
 }
 
-/// The forwarder create started, killed when dropped unless [`Running::keep`] was called.
+/// The forwarder create started, killed (and its cgroup removed) when dropped unless
+/// [`Running::keep`] was called.
 pub struct Running {
     pidfd: Option<OwnedFd>,
+    cgroup: Option<Cgroup>,
     pub recorded: Recorded,
 }
 
@@ -309,6 +530,7 @@ impl Running {
     /// Create succeeded: the forwarder lives as long as the container's init.
     pub fn keep(mut self) {
         self.pidfd = None;
+        self.cgroup = None;
     }
 }
 
@@ -318,7 +540,23 @@ impl Drop for Running {
             let _ = sys::pidfd_send_signal(p.as_fd(), libc::SIGKILL);
             let _ = sys::poll_readable_within(p.as_fd(), Duration::from_secs(2));
         }
+        if let Some(cg) = self.cgroup.take() {
+            let _ = cg.kill_all(libc::SIGKILL, Duration::from_secs(2));
+            let _ = cg.remove();
+        }
     }
+}
+
+/// Where create starts the forwarder: for the container `id` whose init is `init_pid`
+/// (ready, so its network namespace is final), its programs on the cgroup v2 directory
+/// `v2` of the container's cgroup `cgroup` (the path below each hierarchy root, next to
+/// which the forwarder's goes), `rootless` as the container's create.
+pub struct Site<'a> {
+    pub id: &'a str,
+    pub init_pid: i32,
+    pub v2: &'a Path,
+    pub cgroup: &'a str,
+    pub rootless: bool,
 }
 
 /// What create sends the forwarder first.
@@ -330,17 +568,15 @@ struct Config {
     state: PathBuf,
 }
 
-/// Starts the forwarder for the container whose init is `init_pid` (ready, so its network
-/// namespace is final), its programs on the cgroup v2 directory `cgroup_v2`; writes the
-/// resolv.conf and the record in the state directory `dir`.
+/// Starts the forwarder at `site`, in a cgroup of its own next to the container's; writes
+/// the resolv.conf and the record in the state directory `dir`.
 pub fn start(
     plan: &Plan,
     dir: &Path,
-    id: &str,
     egress: &Egress,
-    cgroup_v2: &Path,
-    init_pid: i32,
+    site: &Site<'_>,
 ) -> Result<Running, ForwarderError> {
+    let (id, init_pid, cgroup_v2) = (site.id, site.init_pid, site.v2);
     let exe = crate::linux::exeseal::original_path()
         .ok_or_else(|| ForwarderError::Failed("cannot tell where moat's binary is".into()))?
         .with_file_name(BINARY);
@@ -383,7 +619,34 @@ pub fn start(
     // One malloc arena (glibc builds): a thread per message would otherwise give each
     // thread its own, pages the forwarder keeps.
     let env = [std::ffi::CString::new("MALLOC_ARENA_MAX=1").expect("no NUL")];
-    let (pid, pidfd) = sys::spawn(
+    let (cgroup, no_cgroup) = match make_cgroup(site.cgroup, &egress.forwarder, site.rootless)? {
+        Ok(cg) => (Some(cg), None),
+        Err(why) => {
+            crate::log::warn(&format!(
+                "egress names: the DNS forwarder runs without a cgroup of its own, unlimited: {why}"
+            ));
+            (None, Some(why))
+        }
+    };
+    // Owned from here: a failure below kills the forwarder and removes its cgroup.
+    let mut running = Running {
+        pidfd: None,
+        cgroup,
+        recorded: Recorded {
+            pid: 0,
+            start: 0,
+            addr: plan.first,
+            limits: Some(egress.forwarder),
+            cgroup: None,
+            no_cgroup,
+        },
+    };
+    let procs = match &running.cgroup {
+        Some(cg) => procs_files(cg)?,
+        None => Vec::new(),
+    };
+    let procs: Vec<_> = procs.iter().map(AsFd::as_fd).collect();
+    let (pid, pidfd) = sys::spawn_in_cgroups(
         &path,
         &argv,
         &env,
@@ -392,18 +655,13 @@ pub fn start(
             Some(theirs.as_fd()),
             Some(devnull.as_fd()),
         ],
+        &procs,
+        None,
     )
     .map_err(io_err(format!("run {}", exe.display())))?;
     drop(theirs);
-    let mut running = Running {
-        pidfd: Some(pidfd),
-        recorded: Recorded {
-            pid,
-            start: 0,
-            addr: plan.first,
-            limits: Some(egress.forwarder),
-        },
-    };
+    running.pidfd = Some(pidfd);
+    running.recorded.pid = pid;
     let cfg = serde_json::to_vec(&Config {
         id: id.to_string(),
         egress: serde_json::to_value(egress).expect("serialises"),
@@ -453,12 +711,9 @@ pub fn start(
     let start = crate::state::process_start_time(pid)
         .map(|(_, s)| s)
         .ok_or_else(|| ForwarderError::Failed("exited right after starting".into()))?;
-    running.recorded = Recorded {
-        pid,
-        start,
-        addr,
-        limits: Some(egress.forwarder),
-    };
+    running.recorded.start = start;
+    running.recorded.addr = addr;
+    running.recorded.cgroup = running.cgroup.as_ref().map(|c| c.path.clone());
     let json = serde_json::to_vec(&running.recorded).expect("serialises");
     let rec = dir.join(RECORD_FILE);
     std::fs::write(&rec, json).map_err(io_err(format!("write {}", rec.display())))?;
@@ -1496,6 +1751,7 @@ mod tests {
         let lim = ForwarderLimits {
             names: 2,
             answers: 2,
+            ..ForwarderLimits::default()
         };
         let mut h = Held::default();
         let now = Instant::now();

@@ -94,7 +94,7 @@ pub use process::{
 pub use seccomp::syscall_numbers;
 pub use seccomp::{seccomp_flags_known, seccomp_set_filter, syscall_ints};
 pub use signal::{kill, pidfd_send_signal, reset_signals};
-pub use spawn::{spawn, spawn_in_cgroup};
+pub use spawn::{spawn_in_cgroup, spawn_in_cgroups};
 pub use startup::{args, process_init};
 #[cfg(feature = "steptrace")]
 pub use steptrace::steptrace;

@@ -922,7 +922,7 @@ mod tests {
     #[should_panic(expected = "not faked: spawn")]
     fn a_call_without_a_fake_panics() {
         Fake::new().run(|| {
-            let _ = sys::spawn(c"/bin/true", &[], &[], [None, None, None]);
+            let _ = sys::spawn_in_cgroups(c"/bin/true", &[], &[], [None, None, None], &[], None);
         });
     }
 

@@ -7,23 +7,24 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use super::{owned, Result};
 
-/// What [`spawn`] hands its child.
+/// What [`spawn_in_cgroups`] hands its child.
 struct SpawnArgs {
     path: *const libc::c_char,
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
     /// Descriptors to become the child's 0, 1 and 2; -1 keeps moat's.
     stdio: [RawFd; 3],
-    /// A cgroup's `cgroup.procs`, open for writing, that the child moves itself into
-    /// before it executes; -1 for none.
-    cgroup_procs: RawFd,
+    /// `cgroup.procs` files (one per hierarchy), open for writing, that the child moves
+    /// itself into before it executes: `cgroups_len` of them at `cgroups`.
+    cgroups: *const RawFd,
+    cgroups_len: usize,
     /// A network namespace the child enters before it executes; -1 for none.
     netns: RawFd,
     /// Written by the child, in moat's memory, when it cannot execute.
     errno: libc::c_int,
 }
 
-/// The child of [`spawn`], on its own stack in moat's memory: it may only make system
+/// The child of [`spawn_in_cgroups`], on its own stack in moat's memory: it may only make system
 /// calls, which is all it does.
 extern "C" fn spawn_child(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the SpawnArgs on the parent's stack, which the parent does not
@@ -45,9 +46,11 @@ extern "C" fn spawn_child(arg: *mut libc::c_void) -> libc::c_int {
                 libc::_exit(127);
             }
         }
-        if a.cgroup_procs >= 0 && libc::write(a.cgroup_procs, b"0".as_ptr().cast(), 1) != 1 {
-            a.errno = *libc::__errno_location();
-            libc::_exit(127);
+        for i in 0..a.cgroups_len {
+            if libc::write(*a.cgroups.add(i), b"0".as_ptr().cast(), 1) != 1 {
+                a.errno = *libc::__errno_location();
+                libc::_exit(127);
+            }
         }
         if a.netns >= 0 && libc::setns(a.netns, libc::CLONE_NEWNET) != 0 {
             a.errno = *libc::__errno_location();
@@ -66,26 +69,9 @@ extern "C" fn spawn_child(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
-/// Starts `path` in a child that shares moat's memory until it executes
-/// (`CLONE_VM|CLONE_VFORK`, as `posix_spawn` does, so no page table is copied) and
-/// returns its pid and a pidfd taken at clone time (`CLONE_PIDFD`: no window in which
-/// the pid could be reused). `stdio` replaces the child's 0-2 where given. Every other
-/// descriptor must be close-on-exec. Unlike glibc's `posix_spawn` (behind std's
-/// `Command`), the child does not walk all 64 signal dispositions, since moat installs
-/// no handler: it restores SIGPIPE and empties its mask, and executes.
-pub fn spawn(
-    path: &CStr,
-    argv: &[CString],
-    envp: &[CString],
-    stdio: [Option<BorrowedFd<'_>>; 3],
-) -> Result<(libc::pid_t, OwnedFd)> {
-    not_faked!("spawn");
-    spawn_in_cgroup(path, argv, envp, stdio, None, None)
-}
-
-/// As [`spawn`], the child first moving itself into the cgroup whose `cgroup.procs` is
-/// `cgroup_procs` (open for writing), so that it and everything it starts are born there,
-/// and entering the network namespace `netns` (only the child: moat stays where it is).
+/// [`spawn_in_cgroups`] into one cgroup at most: the one whose `cgroup.procs` is
+/// `cgroup_procs` (open for writing), so that the child and everything it starts are born
+/// there.
 pub fn spawn_in_cgroup(
     path: &CStr,
     argv: &[CString],
@@ -95,17 +81,43 @@ pub fn spawn_in_cgroup(
     netns: Option<BorrowedFd<'_>>,
 ) -> Result<(libc::pid_t, OwnedFd)> {
     not_faked!("spawn_in_cgroup");
+    spawn_in_cgroups(path, argv, envp, stdio, cgroup_procs.as_slice(), netns)
+}
+
+/// Starts `path` in a child that shares moat's memory until it executes
+/// (`CLONE_VM|CLONE_VFORK`, as `posix_spawn` does, so no page table is copied) and
+/// returns its pid and a pidfd taken at clone time (`CLONE_PIDFD`: no window in which
+/// the pid could be reused). `stdio` replaces the child's 0-2 where given. Every other
+/// descriptor must be close-on-exec. Unlike glibc's `posix_spawn` (behind std's
+/// `Command`), the child does not walk all 64 signal dispositions, since moat installs
+/// no handler: it restores SIGPIPE and empties its mask, and executes.
+///
+/// The child first writes itself to each `cgroup.procs` of `cgroup_procs` (one a
+/// hierarchy, open for writing: a cgroup of every hierarchy of a v1 or hybrid host) in
+/// turn, so every page and task it makes from its first is charged there, then enters
+/// the network namespace `netns` where given (only the child: moat stays where it is).
+pub fn spawn_in_cgroups(
+    path: &CStr,
+    argv: &[CString],
+    envp: &[CString],
+    stdio: [Option<BorrowedFd<'_>>; 3],
+    cgroup_procs: &[BorrowedFd<'_>],
+    netns: Option<BorrowedFd<'_>>,
+) -> Result<(libc::pid_t, OwnedFd)> {
+    not_faked!("spawn_in_cgroups");
     const STACK: usize = 32 * 1024;
     let mut a: Vec<*const libc::c_char> = argv.iter().map(|s| s.as_ptr()).collect();
     a.push(std::ptr::null());
     let mut e: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
     e.push(std::ptr::null());
+    let cgroups: Vec<RawFd> = cgroup_procs.iter().map(|f| f.as_raw_fd()).collect();
     let mut args = SpawnArgs {
         path: path.as_ptr(),
         argv: a.as_ptr(),
         envp: e.as_ptr(),
         stdio: stdio.map(|f| f.map_or(-1, |f| f.as_raw_fd())),
-        cgroup_procs: cgroup_procs.map_or(-1, |f| f.as_raw_fd()),
+        cgroups: cgroups.as_ptr(),
+        cgroups_len: cgroups.len(),
         netns: netns.map_or(-1, |f| f.as_raw_fd()),
         errno: 0,
     };
@@ -153,7 +165,8 @@ mod tests {
     fn run(argv: &[&str]) -> Result<(i32, String)> {
         let out = memfd(c"test-out")?;
         let cs: Vec<CString> = argv.iter().map(|a| CString::new(*a).unwrap()).collect();
-        let (pid, pidfd) = spawn(&cs[0], &cs, &[], [None, Some(out.as_fd()), None])?;
+        let (pid, pidfd) =
+            spawn_in_cgroups(&cs[0], &cs, &[], [None, Some(out.as_fd()), None], &[], None)?;
         // The pidfd from clone refers to the child (musl's clone passes it through too).
         // SAFETY: siginfo_t is plain data; all zeroes is a valid value.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };

@@ -90,6 +90,8 @@ struct Egress {
     resolvers: Option<Vec<Resolver>>,
     forwarder_names: Option<u32>,
     forwarder_answers: Option<u32>,
+    forwarder_memory: Option<Size>,
+    forwarder_pids: Option<u32>,
     allow_raw_sockets: Option<bool>,
 }
 
@@ -152,6 +154,12 @@ impl Egress {
         }
         if let Some(n) = self.forwarder_answers {
             c.egress_forwarder.answers = n;
+        }
+        if let Some(Size(n)) = self.forwarder_memory {
+            c.egress_forwarder.memory = n.unsigned_abs();
+        }
+        if let Some(n) = self.forwarder_pids {
+            c.egress_forwarder.pids = n;
         }
         if let Some(r) = self.allow_raw_sockets {
             c.egress_allow_raw_sockets = r;

@@ -459,13 +459,22 @@ pub struct Egress {
     pub packets: bool,
 }
 
-/// The bounds of the DNS forwarder's state: the names whose answers it holds admitted at
-/// once, and the addresses held per name. An answer past either is not admitted (counted:
-/// the forwarder's `full` stats slot). Their product stays within the trie's room.
+/// The bounds of the DNS forwarder: of its state, the names whose answers it holds
+/// admitted at once and the addresses held per name (an answer past either is not
+/// admitted, counted in the forwarder's `full` stats slot; their product stays within the
+/// trie's room); of its cgroup (a sibling of the container's), the memory and the tasks it
+/// may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForwarderLimits {
     pub names: u32,
     pub answers: u32,
+    /// Bytes of memory its cgroup may charge (`[egress] forwarder_memory`); a record of an
+    /// older moat, without it, reads the default.
+    #[serde(default = "ForwarderLimits::default_memory")]
+    pub memory: u64,
+    /// Tasks (its threads) its cgroup may hold (`[egress] forwarder_pids`).
+    #[serde(default = "ForwarderLimits::default_pids")]
+    pub pids: u32,
 }
 
 impl ForwarderLimits {
@@ -473,12 +482,27 @@ impl ForwarderLimits {
     pub const MAX_HELD: u32 = 12288;
     /// An answer's records past this are never needed (DNS over UDP answers ~30 A records).
     pub const MAX_ANSWERS: u32 = 64;
+    /// The least memory a forwarder starts in: its binary's pages, its heap and a thread
+    /// stack's touched pages, with room.
+    pub const MIN_MEMORY: u64 = 8 << 20;
+    /// Its main thread and one client thread.
+    pub const MIN_PIDS: u32 = 2;
+
+    fn default_memory() -> u64 {
+        64 << 20
+    }
+
+    fn default_pids() -> u32 {
+        // The main thread and the 64 client threads it runs at most, with room.
+        80
+    }
 
     fn is_default(&self) -> bool {
         *self == ForwarderLimits::default()
     }
 
-    /// Refuses limits of 0 or whose product exceeds [`ForwarderLimits::MAX_HELD`].
+    /// Refuses limits of 0 or whose product exceeds [`ForwarderLimits::MAX_HELD`], and a
+    /// cgroup the forwarder cannot start in.
     pub fn check(&self) -> Result<(), String> {
         if self.names == 0 || self.answers == 0 {
             return Err("forwarder_names and forwarder_answers must be at least 1".into());
@@ -498,6 +522,20 @@ impl ForwarderLimits {
                 Self::MAX_HELD
             ));
         }
+        if self.memory < Self::MIN_MEMORY {
+            return Err(format!(
+                "forwarder_memory = {}: at least {} (8m)",
+                self.memory,
+                Self::MIN_MEMORY
+            ));
+        }
+        if self.pids < Self::MIN_PIDS {
+            return Err(format!(
+                "forwarder_pids = {}: at least {}",
+                self.pids,
+                Self::MIN_PIDS
+            ));
+        }
         Ok(())
     }
 }
@@ -507,6 +545,8 @@ impl Default for ForwarderLimits {
         ForwarderLimits {
             names: 1024,
             answers: 8,
+            memory: Self::default_memory(),
+            pids: Self::default_pids(),
         }
     }
 }
