@@ -170,7 +170,9 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
     } else {
         "process"
     };
-    let attrs = Attrs::from_process(&process, field, filters, req.preserve_fds)?.on_host(&host);
+    let attrs = Attrs::from_process(&process, field, filters, req.preserve_fds)?
+        .memory_policy(spec.linux().memory_policy.as_ref())?
+        .on_host(&host);
     let opts = ExecOpts {
         console_socket: req.console_socket.clone(),
         pid_file: req.pid_file.clone(),
@@ -251,6 +253,10 @@ fn build_process(
             msg: e.message,
         })?;
         p.terminal |= a.tty;
+        // As runc: a process file without execCPUAffinity runs with the container's.
+        if p.exec_cpu_affinity.is_none() {
+            p.exec_cpu_affinity = spec_process.exec_cpu_affinity.clone();
+        }
         return Ok(p);
     }
     if a.command.is_empty() {

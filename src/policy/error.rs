@@ -95,8 +95,6 @@ pub enum PolicyError {
          what it cannot judge"
     )]
     UnknownKey { key: String },
-    #[error("{key}: a runtime-spec 1.3 field moat does not apply; refused rather than dropped")]
-    NotApplied { key: String },
     #[error(
         "process.scheduler: {what} is refused under RESTRICTED (the cpu cgroup bounds only \
          CFS time: a realtime or raised-priority process starves the host's CPUs)"

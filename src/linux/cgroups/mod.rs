@@ -36,6 +36,7 @@ use crate::spec;
 use files::{collect_pids, create_in, read_file, remove_tree, write_file};
 pub use layout::{nsdelegate, resolve_path, Layout};
 pub use placement::Placement;
+pub use v2::pids_max;
 pub use rootless::NoCgroup;
 // For the fuzz targets (src/fuzzing.rs).
 #[cfg(any(fuzzing, test))]

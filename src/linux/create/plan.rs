@@ -354,8 +354,12 @@ impl Plan {
         if decision.egress.as_ref().is_some_and(|e| e.packets) {
             seccomp.push(seccomp::floor(policy::PACKET_PROFILE, cache)?);
         }
-        let mut attrs =
-            Attrs::from_process(p, "process", seccomp, opts.preserve_fds)?.on_host(&host);
+        let mut attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)?
+            .memory_policy(linux.memory_policy.as_ref())?
+            .on_host(&host);
+        // Checked above, kept in the spec for later execs: the spec makes
+        // execCPUAffinity inapplicable to the init.
+        attrs.exec_affinity = None;
         attrs.pass_listen_fds(opts.listen_fds);
         if opts.rootless {
             rootless_checks(&spec, &ns)?;

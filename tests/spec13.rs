@@ -1,0 +1,277 @@
+//! Fields runtime-spec 1.3 added, on real containers and the real kernel:
+//! `linux.memoryPolicy` (read back from `/proc/self/numa_maps`, which names the task's
+//! policy), `process.execCPUAffinity` (from `Cpus_allowed_list`), `pids.limit: 0`, and
+//! `memory.checkBeforeUpdate` (on this host's cgroup v1 memory controller).
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::*;
+
+/// The policy `/proc/self/numa_maps` names for the first mapping of the process that
+/// reads it (a task's own policy where the mapping has none).
+const NUMA_POLICY: &str = "head -1 /proc/self/numa_maps | cut -d' ' -f2-";
+
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn every_memory_policy_mode_reaches_the_init() {
+    if !require_root() {
+        return;
+    }
+    // This host has node 0 (every NUMA kernel has): each mode with it, as the kernel
+    // prints it back (mm/mempolicy.c mpol_to_str).
+    let cases: [(Value, &str); 8] = [
+        (json!({"mode": "MPOL_BIND", "nodes": "0"}), "bind:0 "),
+        (
+            json!({"mode": "MPOL_INTERLEAVE", "nodes": "0", "flags": ["MPOL_F_STATIC_NODES"]}),
+            "interleave=static:0 ",
+        ),
+        (
+            json!({"mode": "MPOL_BIND", "nodes": "0", "flags": ["MPOL_F_RELATIVE_NODES"]}),
+            "bind=relative:0 ",
+        ),
+        (json!({"mode": "MPOL_PREFERRED", "nodes": "0"}), "prefer:0 "),
+        (json!({"mode": "MPOL_PREFERRED_MANY", "nodes": "0"}), "prefer (many):0 "),
+        (
+            json!({"mode": "MPOL_WEIGHTED_INTERLEAVE", "nodes": "0"}),
+            "weighted interleave:0 ",
+        ),
+        (json!({"mode": "MPOL_LOCAL"}), "local "),
+        (json!({"mode": "MPOL_DEFAULT"}), "default "),
+    ];
+    for (i, (policy, want)) in cases.into_iter().enumerate() {
+        let mut ctx = Ctx::new(&format!("mpol{i}"));
+        ctx.set("/linux/memoryPolicy", policy.clone()).sh(NUMA_POLICY);
+        let (out, _) = run_to_end(&ctx, "c");
+        assert!(out.starts_with(want), "{policy}: numa_maps says {out:?}");
+    }
+}
+
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn the_memory_policy_reaches_exec_and_bad_ones_are_refused() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("mpol-exec");
+    ctx.restricted()
+        .set(
+            "/linux/memoryPolicy",
+            json!({"mode": "MPOL_BIND", "nodes": "0", "flags": ["MPOL_F_STATIC_NODES"]}),
+        )
+        .args(&["sleep", "60"]);
+    let c = ctx.create_ok("c");
+    c.start();
+    let out = c.moat(&["exec", &c.id, "sh", "-c", NUMA_POLICY]).ok();
+    assert!(out.stdout.starts_with("bind=static:0 "), "{out:#?}");
+    drop(c);
+    // Refused before anything is made, naming the field: a mode or flag no kernel has, a
+    // node list that does not parse or does not fit the mode (checked by moat), and a
+    // node this host lacks (refused by the kernel in the init).
+    for (i, (policy, field)) in [
+        (json!({"mode": "MPOL_NOPE"}), "linux.memoryPolicy.mode: unknown mode"),
+        (
+            json!({"mode": "MPOL_BIND", "nodes": "0", "flags": ["MPOL_F_NOPE"]}),
+            "linux.memoryPolicy.flags[0]: unknown flag",
+        ),
+        (json!({"mode": "MPOL_BIND"}), "linux.memoryPolicy.nodes: MPOL_BIND needs"),
+        (json!({"mode": "MPOL_LOCAL", "nodes": "0"}), "linux.memoryPolicy.nodes: MPOL_LOCAL takes no"),
+        (json!({"mode": "MPOL_BIND", "nodes": "0-x"}), "linux.memoryPolicy.nodes: "),
+        (json!({"mode": "MPOL_BIND", "nodes": "63"}), "linux.memoryPolicy: set_mempolicy"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut ctx = Ctx::new(&format!("mpol-bad{i}"));
+        ctx.set("/linux/memoryPolicy", policy.clone()).sh("true");
+        let id = ctx.id("c");
+        let b = ctx.bundle_str();
+        let out = ctx.moat(&["run", "--bundle", &b, &id]).fails();
+        assert!(out.stderr.contains(field), "{policy}: {}", out.stderr);
+        ctx.assert_no_trace(&id);
+    }
+}
+
+fn cpus_allowed(status: &str) -> String {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap_or_else(|| panic!("no Cpus_allowed_list in {status:?}"))
+        .trim()
+        .to_string()
+}
+
+/// `process.execCPUAffinity`: not the init's (the spec says so), every exec's: the
+/// container's, or a process file's own. Needs two CPUs (CI and this host have them).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn exec_cpu_affinity_places_execs_and_not_the_init() {
+    if !require_root() {
+        return;
+    }
+    let own = cpus_allowed(&read("/proc/self/status"));
+    assert_eq!(own, "0-1", "this test needs CPUs 0 and 1 and no pinning");
+    let mut ctx = Ctx::new("affinity");
+    ctx.set("/process/execCPUAffinity", json!({"initial": "0", "final": "1"}))
+        .args(&["sleep", "60"]);
+    let c = ctx.create_ok("c");
+    c.start();
+    let init = cpus_allowed(&read(format!("/proc/{}/status", c.pid())));
+    assert_eq!(init, own, "the init keeps moat's affinity");
+    let status = "cat /proc/self/status";
+    let out = c.moat(&["exec", &c.id, "sh", "-c", status]).ok();
+    assert_eq!(cpus_allowed(&out.stdout), "1", "the container's final");
+    // A process file's own affinity wins; one without keeps the container's (runc).
+    for (aff, want) in [(Some(json!({"final": "0"})), "0"), (None, "1")] {
+        let mut p = json!({"args": ["sh", "-c", status], "cwd": "/", "user": {"uid": 0, "gid": 0}});
+        if let Some(a) = aff {
+            p["execCPUAffinity"] = a;
+        }
+        let file = ctx.dir.join("process.json");
+        std::fs::write(&file, p.to_string()).unwrap();
+        let out = c
+            .moat(&["exec", "--process", file.to_str().unwrap(), &c.id])
+            .ok();
+        assert_eq!(cpus_allowed(&out.stdout), want, "{p}");
+    }
+    // Each mask is applied: a CPU this host lacks fails the exec at that step, naming it.
+    for (aff, field) in [
+        (json!({"initial": "63"}), "process.execCPUAffinity.initial"),
+        (json!({"final": "63"}), "process.execCPUAffinity.final"),
+    ] {
+        let p = json!({"args": ["true"], "cwd": "/", "execCPUAffinity": aff});
+        let file = ctx.dir.join("process.json");
+        std::fs::write(&file, p.to_string()).unwrap();
+        let out = c
+            .moat(&["exec", "--process", file.to_str().unwrap(), &c.id])
+            .fails();
+        assert!(out.stderr.contains(field), "{aff}: {}", out.stderr);
+    }
+    drop(c);
+    // A list that does not parse is refused at create, naming it, leaving nothing.
+    let mut bad = Ctx::new("affinity-bad");
+    bad.set("/process/execCPUAffinity", json!({"final": "1-0"}))
+        .sh("true");
+    let id = bad.id("c");
+    let b = bad.bundle_str();
+    let out = bad.moat(&["run", "--bundle", &b, &id]).fails();
+    assert!(
+        out.stderr.contains("process.execCPUAffinity.final: range \"1-0\""),
+        "{}",
+        out.stderr
+    );
+    bad.assert_no_trace(&id);
+}
+
+/// runtime-spec 1.3: `pids.limit` 0 is a limit (written as 1, as runc 1.4 does: no fork),
+/// -1 none; at create and at update, under OPEN and RESTRICTED (whose floor replaces only
+/// a limit below 0).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_pids_limit_of_zero_forbids_forks() {
+    if !require_root() {
+        return;
+    }
+    // Builtins only past the first line: a fork fails under pids.max 1.
+    let script = "read m < /sys/fs/cgroup/pids/pids.max; echo max=$m; \
+                  if ( : ); then echo forked; else echo no-fork; fi";
+    for restricted in [false, true] {
+        let mut ctx = Ctx::new(&format!("pids0-{restricted}"));
+        if restricted {
+            ctx.restricted();
+        }
+        ctx.set("/linux/resources/pids", json!({"limit": 0})).sh(script);
+        let (out, _) = run_to_end(&ctx, "c");
+        assert!(out.contains("max=1\n"), "restricted={restricted}: {out}");
+        assert!(out.contains("no-fork"), "restricted={restricted}: {out}");
+    }
+    let mut ctx = Ctx::new("pids-1");
+    ctx.set("/linux/resources/pids", json!({"limit": -1}))
+        .sh("read m < /sys/fs/cgroup/pids/pids.max; echo max=$m");
+    let (out, _) = run_to_end(&ctx, "c");
+    assert_eq!(out.trim(), "max=max");
+    // update: 0 is a limit too (runc 1.5's --pids-limit 0), and a pids object without a
+    // limit changes nothing.
+    let mut ctx = Ctx::new("pids0-upd");
+    ctx.set("/linux/resources/pids", json!({"limit": 100}))
+        .args(&["sleep", "60"]);
+    let c = ctx.create_ok("c");
+    c.start();
+    let dir = v1_cgroup_dir(c.pid(), "pids").expect("pids cgroup");
+    c.moat(&["update", "--pids-limit", "0", &c.id]).ok();
+    assert_eq!(read(dir.join("pids.max")).trim(), "1");
+    let doc = ctx.dir.join("res.json");
+    std::fs::write(&doc, r#"{"pids": {}}"#).unwrap();
+    c.moat(&["update", "--resources", doc.to_str().unwrap(), &c.id])
+        .ok();
+    assert_eq!(read(dir.join("pids.max")).trim(), "1");
+}
+
+/// `memory.checkBeforeUpdate`: an update to a memory limit at or below the container's
+/// usage is refused, naming it, and the limit stays. The usage is clean page cache (a
+/// file written to a disk-backed bind and synced), which the v1 kernel would reclaim to
+/// take the lower limit: without the check the same update goes through (the control).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn check_before_update_refuses_a_limit_below_usage() {
+    if !require_root() {
+        return;
+    }
+    let disk = std::env::temp_dir().join(format!("moat-cbu-{}", std::process::id()));
+    std::fs::create_dir_all(&disk).unwrap();
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(disk.clone());
+    let mut ctx = Ctx::new("cbu");
+    ctx.set("/linux/resources/memory", json!({"limit": 256 << 20}))
+        .push(
+            "/mounts",
+            json!({"destination": "/disk", "type": "bind", "source": disk.to_str().unwrap(),
+                   "options": ["rbind", "rw"]}),
+        )
+        .sh("dd if=/dev/zero of=/disk/f bs=1M count=32 2>/dev/null && sync && echo written && sleep 60");
+    let c = ctx.create_ok("c");
+    c.start();
+    assert!(
+        wait_until(Duration::from_secs(20), || c.stdout().contains("written")),
+        "the container did not write its file: {}",
+        c.stderr()
+    );
+    let dir = v1_cgroup_dir(c.pid(), "memory").expect("memory cgroup");
+    let usage: u64 = read(dir.join("memory.usage_in_bytes")).trim().parse().unwrap();
+    assert!(usage > 16 << 20, "usage {usage}");
+    let update = |body: Value| {
+        let doc = ctx.dir.join("res.json");
+        std::fs::write(&doc, json!({"memory": body}).to_string()).unwrap();
+        c.moat(&["update", "--resources", doc.to_str().unwrap(), &c.id])
+    };
+    let out = update(json!({"limit": 16 << 20, "checkBeforeUpdate": true})).fails();
+    assert!(
+        out.stderr
+            .contains("linux.resources.memory.limit: memory limit 16777216 is not above"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        read(dir.join("memory.limit_in_bytes")).trim(),
+        (256u64 << 20).to_string()
+    );
+    // Above the usage: taken.
+    update(json!({"limit": 200 << 20, "checkBeforeUpdate": true})).ok();
+    assert_eq!(
+        read(dir.join("memory.limit_in_bytes")).trim(),
+        (200u64 << 20).to_string()
+    );
+    // The control: without the check the kernel reclaims the cache and takes it.
+    update(json!({"limit": 16 << 20})).ok();
+    assert_eq!(
+        read(dir.join("memory.limit_in_bytes")).trim(),
+        (16u64 << 20).to_string()
+    );
+}
