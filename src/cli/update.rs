@@ -281,10 +281,10 @@ mod tests {
         assert_eq!(r.block_io.as_ref().unwrap().weight, Some(300));
         assert!(r.memory.is_none() && r.pids.is_none());
 
-        // Unlimited memory takes swap along; pids 0 is "unchanged".
+        // Unlimited memory takes swap along; pids 0 is a limit (runtime-spec 1.3, runc 1.4).
         let r = flags(&["--memory", "-1", "--pids-limit", "0", "c1"]);
         assert_eq!(r.memory.as_ref().unwrap().swap, Some(-1));
-        assert!(r.pids.is_none());
+        assert_eq!(r.pids.unwrap().limit, Some(0));
         let r = flags(&["--memory", "-1", "--memory-swap", "1g", "c1"]);
         assert_eq!(r.memory.as_ref().unwrap().swap, Some(1 << 30));
 

@@ -120,7 +120,7 @@ mod tests {
                 nodes: vec![3]
             }
         );
-        assert_eq!(policy("MPOL_DEFAULT", None, &[]).unwrap().nodes, vec![]);
+        assert_eq!(policy("MPOL_DEFAULT", None, &[]).unwrap().nodes, Vec::<libc::c_ulong>::new());
         assert_eq!(policy("MPOL_LOCAL", Some(""), &[]).unwrap().mode, 4);
         assert_eq!(policy("MPOL_PREFERRED", None, &[]).unwrap().mode, 1);
         assert_eq!(

@@ -41,7 +41,7 @@ fn restricted_drops_everything_and_says_so() {
             .as_ref()
             .unwrap()
             .limit,
-        4096
+        Some(4096)
     );
     assert_eq!(s.linux().cgroups_path.as_deref(), Some("/moat/c1"));
 }

@@ -87,7 +87,11 @@ pub struct Process {
     pub scheduler: Option<Scheduler>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io_priority: Option<IoPriority>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "execCPUAffinity",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub exec_cpu_affinity: Option<ExecCpuAffinity>,
 }
 
