@@ -228,7 +228,8 @@ fn spec_fields_moat_does_not_apply_are_refused_under_both_policies() {
             let b = ctx.bundle_str();
             let out = ctx.moat(&["run", "--bundle", &b, &id]).fails();
             assert!(
-                out.stderr.contains(&format!("{key}: refused: moat does not")),
+                out.stderr
+                    .contains(&format!("{key}: refused: moat does not")),
                 "{key} (restricted={restricted}): {}",
                 out.stderr
             );

@@ -33,7 +33,10 @@ fn every_memory_policy_mode_reaches_the_init() {
             "bind=relative:0 ",
         ),
         (json!({"mode": "MPOL_PREFERRED", "nodes": "0"}), "prefer:0 "),
-        (json!({"mode": "MPOL_PREFERRED_MANY", "nodes": "0"}), "prefer (many):0 "),
+        (
+            json!({"mode": "MPOL_PREFERRED_MANY", "nodes": "0"}),
+            "prefer (many):0 ",
+        ),
         (
             json!({"mode": "MPOL_WEIGHTED_INTERLEAVE", "nodes": "0"}),
             "weighted interleave:0 ",
@@ -43,7 +46,8 @@ fn every_memory_policy_mode_reaches_the_init() {
     ];
     for (i, (policy, want)) in cases.into_iter().enumerate() {
         let mut ctx = Ctx::new(&format!("mpol{i}"));
-        ctx.set("/linux/memoryPolicy", policy.clone()).sh(NUMA_POLICY);
+        ctx.set("/linux/memoryPolicy", policy.clone())
+            .sh(NUMA_POLICY);
         let (out, _) = run_to_end(&ctx, "c");
         assert!(out.starts_with(want), "{policy}: numa_maps says {out:?}");
     }
@@ -71,15 +75,30 @@ fn the_memory_policy_reaches_exec_and_bad_ones_are_refused() {
     // node list that does not parse or does not fit the mode (checked by moat), and a
     // node this host lacks (refused by the kernel in the init).
     for (i, (policy, field)) in [
-        (json!({"mode": "MPOL_NOPE"}), "linux.memoryPolicy.mode: unknown mode"),
+        (
+            json!({"mode": "MPOL_NOPE"}),
+            "linux.memoryPolicy.mode: unknown mode",
+        ),
         (
             json!({"mode": "MPOL_BIND", "nodes": "0", "flags": ["MPOL_F_NOPE"]}),
             "linux.memoryPolicy.flags[0]: unknown flag",
         ),
-        (json!({"mode": "MPOL_BIND"}), "linux.memoryPolicy.nodes: MPOL_BIND needs"),
-        (json!({"mode": "MPOL_LOCAL", "nodes": "0"}), "linux.memoryPolicy.nodes: MPOL_LOCAL takes no"),
-        (json!({"mode": "MPOL_BIND", "nodes": "0-x"}), "linux.memoryPolicy.nodes: "),
-        (json!({"mode": "MPOL_BIND", "nodes": "63"}), "linux.memoryPolicy: set_mempolicy"),
+        (
+            json!({"mode": "MPOL_BIND"}),
+            "linux.memoryPolicy.nodes: MPOL_BIND needs",
+        ),
+        (
+            json!({"mode": "MPOL_LOCAL", "nodes": "0"}),
+            "linux.memoryPolicy.nodes: MPOL_LOCAL takes no",
+        ),
+        (
+            json!({"mode": "MPOL_BIND", "nodes": "0-x"}),
+            "linux.memoryPolicy.nodes: ",
+        ),
+        (
+            json!({"mode": "MPOL_BIND", "nodes": "63"}),
+            "linux.memoryPolicy: set_mempolicy",
+        ),
     ]
     .into_iter()
     .enumerate()
@@ -114,8 +133,11 @@ fn exec_cpu_affinity_places_execs_and_not_the_init() {
     let own = cpus_allowed(&read("/proc/self/status"));
     assert_eq!(own, "0-1", "this test needs CPUs 0 and 1 and no pinning");
     let mut ctx = Ctx::new("affinity");
-    ctx.set("/process/execCPUAffinity", json!({"initial": "0", "final": "1"}))
-        .args(&["sleep", "60"]);
+    ctx.set(
+        "/process/execCPUAffinity",
+        json!({"initial": "0", "final": "1"}),
+    )
+    .args(&["sleep", "60"]);
     let c = ctx.create_ok("c");
     c.start();
     let init = cpus_allowed(&read(format!("/proc/{}/status", c.pid())));
@@ -158,7 +180,8 @@ fn exec_cpu_affinity_places_execs_and_not_the_init() {
     let b = bad.bundle_str();
     let out = bad.moat(&["run", "--bundle", &b, &id]).fails();
     assert!(
-        out.stderr.contains("process.execCPUAffinity.final: range \"1-0\""),
+        out.stderr
+            .contains("process.execCPUAffinity.final: range \"1-0\""),
         "{}",
         out.stderr
     );
@@ -182,7 +205,8 @@ fn a_pids_limit_of_zero_forbids_forks() {
         if restricted {
             ctx.restricted();
         }
-        ctx.set("/linux/resources/pids", json!({"limit": 0})).sh(script);
+        ctx.set("/linux/resources/pids", json!({"limit": 0}))
+            .sh(script);
         let (out, err) = run_to_end(&ctx, "c");
         assert_eq!(out, "max=1\n", "restricted={restricted}: {err}");
         assert!(err.contains("fork"), "restricted={restricted}: {err}");
@@ -244,7 +268,10 @@ fn check_before_update_refuses_a_limit_below_usage() {
         c.stderr()
     );
     let dir = v1_cgroup_dir(c.pid(), "memory").expect("memory cgroup");
-    let usage: u64 = read(dir.join("memory.usage_in_bytes")).trim().parse().unwrap();
+    let usage: u64 = read(dir.join("memory.usage_in_bytes"))
+        .trim()
+        .parse()
+        .unwrap();
     assert!(usage > 16 << 20, "usage {usage}");
     let update = |body: Value| {
         let doc = ctx.dir.join("res.json");

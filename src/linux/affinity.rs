@@ -35,12 +35,10 @@ impl ExecAffinity {
         let mask = |v: &Option<String>, name: &str| -> Result<_, AffinityError> {
             match v.as_deref().map(str::trim) {
                 None | Some("") => Ok(None),
-                Some(list) => cpulist::parse(list)
-                    .map(Some)
-                    .map_err(|err| AffinityError {
-                        field: format!("{process}.execCPUAffinity.{name}"),
-                        err,
-                    }),
+                Some(list) => cpulist::parse(list).map(Some).map_err(|err| AffinityError {
+                    field: format!("{process}.execCPUAffinity.{name}"),
+                    err,
+                }),
             }
         };
         Ok(ExecAffinity {

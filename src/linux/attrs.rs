@@ -372,8 +372,9 @@ impl Attrs {
         }
         // Before any filter: a profile may deny set_mempolicy.
         if let Some(m) = &self.mempolicy {
-            m.apply()
-                .step(Step::Scheduler, || "linux.memoryPolicy: set_mempolicy".into())?;
+            m.apply().step(Step::Scheduler, || {
+                "linux.memoryPolicy: set_mempolicy".into()
+            })?;
         }
         if self.no_new_privs {
             sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)

@@ -77,7 +77,10 @@ impl MemPolicy {
             "MPOL_DEFAULT" | "MPOL_LOCAL" if n != 0 => Err(MemPolicyError::NoNodes {
                 mode: p.mode.clone(),
             }),
-            "MPOL_BIND" | "MPOL_INTERLEAVE" | "MPOL_PREFERRED_MANY" | "MPOL_WEIGHTED_INTERLEAVE"
+            "MPOL_BIND"
+            | "MPOL_INTERLEAVE"
+            | "MPOL_PREFERRED_MANY"
+            | "MPOL_WEIGHTED_INTERLEAVE"
                 if n == 0 =>
             {
                 Err(MemPolicyError::NeedsNodes {
@@ -120,11 +123,16 @@ mod tests {
                 nodes: vec![3]
             }
         );
-        assert_eq!(policy("MPOL_DEFAULT", None, &[]).unwrap().nodes, Vec::<libc::c_ulong>::new());
+        assert_eq!(
+            policy("MPOL_DEFAULT", None, &[]).unwrap().nodes,
+            Vec::<libc::c_ulong>::new()
+        );
         assert_eq!(policy("MPOL_LOCAL", Some(""), &[]).unwrap().mode, 4);
         assert_eq!(policy("MPOL_PREFERRED", None, &[]).unwrap().mode, 1);
         assert_eq!(
-            policy("MPOL_WEIGHTED_INTERLEAVE", Some("0"), &[]).unwrap().mode,
+            policy("MPOL_WEIGHTED_INTERLEAVE", Some("0"), &[])
+                .unwrap()
+                .mode,
             6
         );
     }
@@ -132,12 +140,42 @@ mod tests {
     #[test]
     fn bad_policies_name_the_field() {
         for (mode, nodes, flags, want) in [
-            ("MPOL_NOPE", None, &[][..], "linux.memoryPolicy.mode: unknown mode \"MPOL_NOPE\""),
-            ("MPOL_BIND", Some("0"), &["MPOL_F_X"][..], "linux.memoryPolicy.flags[0]: unknown flag \"MPOL_F_X\""),
-            ("MPOL_BIND", None, &[][..], "linux.memoryPolicy.nodes: MPOL_BIND needs at least one node"),
-            ("MPOL_INTERLEAVE", Some(" "), &[][..], "linux.memoryPolicy.nodes: MPOL_INTERLEAVE needs at least one node"),
-            ("MPOL_DEFAULT", Some("0"), &[][..], "linux.memoryPolicy.nodes: MPOL_DEFAULT takes no nodes"),
-            ("MPOL_BIND", Some("x"), &[][..], "linux.memoryPolicy.nodes: \"x\" is not a number"),
+            (
+                "MPOL_NOPE",
+                None,
+                &[][..],
+                "linux.memoryPolicy.mode: unknown mode \"MPOL_NOPE\"",
+            ),
+            (
+                "MPOL_BIND",
+                Some("0"),
+                &["MPOL_F_X"][..],
+                "linux.memoryPolicy.flags[0]: unknown flag \"MPOL_F_X\"",
+            ),
+            (
+                "MPOL_BIND",
+                None,
+                &[][..],
+                "linux.memoryPolicy.nodes: MPOL_BIND needs at least one node",
+            ),
+            (
+                "MPOL_INTERLEAVE",
+                Some(" "),
+                &[][..],
+                "linux.memoryPolicy.nodes: MPOL_INTERLEAVE needs at least one node",
+            ),
+            (
+                "MPOL_DEFAULT",
+                Some("0"),
+                &[][..],
+                "linux.memoryPolicy.nodes: MPOL_DEFAULT takes no nodes",
+            ),
+            (
+                "MPOL_BIND",
+                Some("x"),
+                &[][..],
+                "linux.memoryPolicy.nodes: \"x\" is not a number",
+            ),
         ] {
             let e = policy(mode, nodes, flags).unwrap_err();
             assert!(e.starts_with(want), "{e}");

@@ -116,7 +116,10 @@ pub enum PolicyError {
         promise: &'static str,
         how: &'static str,
     },
-    #[error("linux.resources.rdma: the rdma controller is not supported by moat")]
+    #[error(
+        "linux.resources.rdma: refused: moat does not apply the rdma cgroup controller \
+         (`moat features` says cgroup.rdma false)"
+    )]
     UpdateRdma,
 }
 

@@ -328,7 +328,9 @@ pub fn fleet_budget(cfg: &Config) -> Option<(String, spec::Resources)> {
             limit: Some(m),
             ..Default::default()
         }),
-        pids: cfg.fleet_pids.map(|limit| spec::Pids { limit: Some(limit) }),
+        pids: cfg
+            .fleet_pids
+            .map(|limit| spec::Pids { limit: Some(limit) }),
         cpu: cfg.fleet_cpus.map(|c| spec::Cpu {
             quota: Some(cpu_quota(c, 100_000)),
             period: Some(100_000),

@@ -210,13 +210,21 @@ impl Cgroup {
                 m.swap,
                 "swap",
                 "memory+swap",
-                if v2 { "memory.current" } else { "memory.memsw.usage_in_bytes" },
+                if v2 {
+                    "memory.current"
+                } else {
+                    "memory.memsw.usage_in_bytes"
+                },
             ),
             (
                 m.limit,
                 "limit",
                 "memory",
-                if v2 { "memory.current" } else { "memory.usage_in_bytes" },
+                if v2 {
+                    "memory.current"
+                } else {
+                    "memory.usage_in_bytes"
+                },
             ),
         ];
         for (value, field, what, file) in checks {

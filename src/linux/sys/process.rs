@@ -304,19 +304,15 @@ pub fn set_mempolicy(mode: libc::c_int, nodes: &[libc::c_ulong]) -> Result<()> {
     } else {
         // The kernel reads `maxnode - 1` bits (mm/mempolicy.c get_nodes), so one more than
         // the mask holds: exactly `nodes.len()` words are read.
-        (nodes.as_ptr(), nodes.len() * libc::c_ulong::BITS as usize + 1)
+        (
+            nodes.as_ptr(),
+            nodes.len() * libc::c_ulong::BITS as usize + 1,
+        )
     };
     // SAFETY: `ptr` is NULL with maxnode 0, or points at `nodes`, whose words cover the
     // `maxnode - 1` bits the kernel reads; the kernel copies the mask and keeps no pointer.
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_set_mempolicy,
-            mode,
-            ptr,
-            maxnode as libc::c_ulong,
-        )
-    })
-    .map(drop)
+    check(unsafe { libc::syscall(libc::SYS_set_mempolicy, mode, ptr, maxnode as libc::c_ulong) })
+        .map(drop)
 }
 
 /// sched_setaffinity(2): the CPUs `pid` (0: the calling thread) may run on, one bit per
