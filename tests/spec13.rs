@@ -302,3 +302,61 @@ fn check_before_update_refuses_a_limit_below_usage() {
         (16u64 << 20).to_string()
     );
 }
+
+/// The pid a pidfd names (`Pid:` in its fdinfo), and that it is one.
+fn pidfd_pid(fd: &std::os::fd::OwnedFd) -> i32 {
+    use std::os::fd::AsRawFd;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap();
+    assert_eq!(link.to_str(), Some("anon_inode:[pidfd]"), "not a pidfd");
+    read(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
+        .lines()
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .expect("Pid: in a pidfd's fdinfo")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// `--pidfd-socket` (runc 1.5): create, run and exec each send a pidfd of the process they
+/// made; a socket nobody listens on fails the call naming it, leaving nothing.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn pidfd_socket_receives_the_container_process() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("pidfd");
+    ctx.args(&["sleep", "60"]);
+    let (sock, listener) = console_socket(&ctx.dir);
+    let sock = sock.to_str().unwrap().to_string();
+    let b = ctx.bundle_str();
+    let id = ctx.id("c");
+    let c = ctx.guard(&id);
+    ctx.moat(&["create", "--pidfd-socket", &sock, "--bundle", &b, &id])
+        .ok();
+    let fds = receive_fds(&listener, Duration::from_secs(5)).expect("create sent no fd");
+    assert_eq!(fds.len(), 1);
+    assert_eq!(pidfd_pid(&fds[0]), c.pid(), "create: the init's pidfd");
+    c.start();
+    ctx.moat(&["exec", "-d", "--pidfd-socket", &sock, &id, "sleep", "61"])
+        .ok();
+    let fds = receive_fds(&listener, Duration::from_secs(5)).expect("exec sent no fd");
+    let pid = pidfd_pid(&fds[0]);
+    assert_eq!(read(format!("/proc/{pid}/cmdline")), "sleep\x0061\x00");
+    drop(c);
+    let id = ctx.id("r");
+    let r = ctx.guard(&id);
+    ctx.moat(&["run", "-d", "--pidfd-socket", &sock, "--bundle", &b, &id])
+        .ok();
+    let fds = receive_fds(&listener, Duration::from_secs(5)).expect("run sent no fd");
+    assert_eq!(pidfd_pid(&fds[0]), r.pid(), "run: the init's pidfd");
+    drop(r);
+    // Nobody listening: refused, naming the flag, nothing left.
+    let gone = ctx.dir.join("nobody.sock");
+    let id = ctx.id("n");
+    let out = ctx
+        .moat(&["create", "--pidfd-socket", gone.to_str().unwrap(), "--bundle", &b, &id])
+        .fails();
+    assert!(out.stderr.contains("--pidfd-socket"), "{}", out.stderr);
+    ctx.assert_no_trace(&id);
+}

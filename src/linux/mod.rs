@@ -25,6 +25,7 @@ pub mod mount;
 pub mod namespaces;
 pub mod notify;
 pub mod path;
+pub mod pidfd;
 pub mod procfs;
 pub mod rootfs;
 pub mod rootless;

@@ -190,6 +190,8 @@ pub enum Error {
     },
     #[error("pidfd_open of the container init (pid {pid})")]
     PidfdOpen { pid: i32, source: io::Error },
+    #[error(transparent)]
+    PidfdSocket(#[from] crate::linux::pidfd::PidfdSocketError),
     #[error("receive the pty master")]
     PtyMaster(#[source] io::Error),
     #[error("no pty master received")]

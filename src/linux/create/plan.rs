@@ -30,6 +30,8 @@ pub struct Options {
     /// Absolute and lexically clean.
     pub bundle: PathBuf,
     pub console_socket: Option<PathBuf>,
+    /// Where a pidfd of the init is sent once it exists (`--pidfd-socket`).
+    pub pidfd_socket: Option<PathBuf>,
     /// Absolute (relative to the caller's cwd).
     pub pid_file: Option<PathBuf>,
     pub no_pivot: bool,
