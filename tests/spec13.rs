@@ -355,8 +355,55 @@ fn pidfd_socket_receives_the_container_process() {
     let gone = ctx.dir.join("nobody.sock");
     let id = ctx.id("n");
     let out = ctx
-        .moat(&["create", "--pidfd-socket", gone.to_str().unwrap(), "--bundle", &b, &id])
+        .moat(&[
+            "create",
+            "--pidfd-socket",
+            gone.to_str().unwrap(),
+            "--bundle",
+            &b,
+            &id,
+        ])
         .fails();
     assert!(out.stderr.contains("--pidfd-socket"), "{}", out.stderr);
     ctx.assert_no_trace(&id);
+}
+
+/// `linux.mountLabel`: on a host without SELinux ignored as runc ignores it, with a warning
+/// in the `--log` file and none on stderr; on an SELinux host refused, naming it (moat does
+/// not label mounts).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_mount_label_is_ignored_with_a_log_warning_without_selinux() {
+    if !require_root() {
+        return;
+    }
+    let selinux = std::path::Path::new("/sys/fs/selinux/enforce").exists();
+    let mut ctx = Ctx::new("mountlabel");
+    ctx.set(
+        "/linux/mountLabel",
+        json!("system_u:object_r:container_file_t:s0:c1,c2"),
+    )
+    .sh("echo ran");
+    let log = ctx.dir.join("moat.log");
+    let id = ctx.id("c");
+    let b = ctx.bundle_str();
+    let out = ctx.moat(&["--log", log.to_str().unwrap(), "run", "--bundle", &b, &id]);
+    if selinux {
+        let out = out.fails();
+        assert!(
+            out.stderr.contains("linux.mountLabel: refused"),
+            "{}",
+            out.stderr
+        );
+        ctx.assert_no_trace(&id);
+        return;
+    }
+    let out = out.ok();
+    assert_eq!(out.stdout, "ran\n");
+    assert!(!out.stderr.contains("mountLabel"), "{}", out.stderr);
+    assert!(
+        read(&log).contains("linux.mountLabel ignored: the host has no SELinux"),
+        "{}",
+        read(&log)
+    );
 }

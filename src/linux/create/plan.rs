@@ -408,6 +408,15 @@ impl Plan {
             Vec::new()
         };
         devs.extend(linux.devices.iter().cloned());
+        // runc ignores a mount label where the host has no SELinux, and so does moat (said
+        // in the `--log`); where it has, moat would have to label the mounts, which it
+        // does not do: refused rather than dropped.
+        if linux.mount_label.as_deref().is_some_and(|l| !l.is_empty()) {
+            if host.selinux {
+                return Err(Error::MountLabel);
+            }
+            crate::log::warn_log("linux.mountLabel ignored: the host has no SELinux (as runc)");
+        }
         let personality = match &linux.personality {
             None => None,
             Some(pers) => Some(match pers.domain.as_str() {
