@@ -203,6 +203,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(a.resources.pids, Some(spec::Pids { limit: Some(4096) }));
+        // runtime-spec 1.3: 0 is a limit (the tightest), kept; a pids without a limit
+        // changes nothing and lifts nothing.
+        for kept in [serde_json::json!({"limit": 0}), serde_json::json!({})] {
+            let asked = res(serde_json::json!({ "pids": kept }));
+            let a = admit(Mode::Restricted, &Config::default(), &asked).unwrap();
+            assert_eq!(a.resources, asked);
+            assert!(a.changes.is_empty(), "{:?}", a.changes);
+        }
     }
 
     #[test]
