@@ -147,6 +147,12 @@ pub fn warn(msg: &str) {
     eprintln!("moat: warning: {msg}");
 }
 
+/// A warning for the `--log` file alone (nothing on stderr): a field accepted and ignored
+/// as runc ignores it, which a conformance suite must not see in the process's output.
+pub fn warn_log(msg: &str) {
+    write("warning", msg);
+}
+
 /// The policy's summary of a container (`policy::Decision::report`): in the `--log` file at
 /// level warning; on stderr only without `--log` (and not under conmon) or when the config
 /// asks (`stderr`).

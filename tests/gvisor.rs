@@ -982,7 +982,7 @@ fn case_variant_and_duplicate_keys_are_refused_under_gvisor() {
     rdt["linux"]["intelRdt"] = serde_json::json!({"closID": "x"});
     refused(
         serde_json::to_vec(&rdt).unwrap(),
-        "linux.intelRdt: Intel RDT is not supported by moat",
+        "linux.intelRdt: refused: moat does not apply Intel RDT",
     );
 
     // exec: a process file with "Capabilities" is refused, whatever the policy.

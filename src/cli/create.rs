@@ -14,6 +14,9 @@ pub struct Args {
     /// Unix socket to send the pty master to when process.terminal is true
     #[arg(long = "console-socket")]
     pub console_socket: Option<PathBuf>,
+    /// Unix socket to send a pidfd of the container's init to (SCM_RIGHTS), as runc 1.5
+    #[arg(long = "pidfd-socket")]
+    pub pidfd_socket: Option<PathBuf>,
     /// File to write the container init's pid to
     #[arg(long = "pid-file")]
     pub pid_file: Option<PathBuf>,
@@ -41,6 +44,7 @@ impl Args {
             id: self.id.clone(),
             bundle: self.bundle.clone(),
             console_socket: self.console_socket.clone(),
+            pidfd_socket: self.pidfd_socket.clone(),
             pid_file: self.pid_file.clone(),
             no_pivot: self.no_pivot,
             no_new_keyring: self.no_new_keyring,

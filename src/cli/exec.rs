@@ -33,6 +33,9 @@ pub struct Args {
     /// File to write the process pid to
     #[arg(long = "pid-file")]
     pub pid_file: Option<PathBuf>,
+    /// Unix socket to send a pidfd of the exec'd process to (SCM_RIGHTS), as runc 1.5
+    #[arg(long = "pidfd-socket")]
+    pub pidfd_socket: Option<PathBuf>,
     /// SELinux label for the process
     #[arg(long = "process-label")]
     pub process_label: Option<String>,
@@ -76,6 +79,7 @@ impl Args {
             command: self.command.clone(),
             process: self.process.clone(),
             console_socket: self.console_socket.clone(),
+            pidfd_socket: self.pidfd_socket.clone(),
             cwd: self.cwd.clone(),
             env: self.env.clone(),
             tty: self.tty,

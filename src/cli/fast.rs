@@ -178,6 +178,7 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
     let create = |id| create::Args {
         bundle: sub.bundle.unwrap_or_else(|| PathBuf::from(".")),
         console_socket: sub.console_socket.clone(),
+        pidfd_socket: None,
         pid_file: sub.pid_file.clone(),
         no_pivot: sub.no_pivot.unwrap_or(false),
         no_new_keyring: sub.no_new_keyring.unwrap_or(false),
@@ -196,6 +197,7 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
         "exec" if sub.command.is_empty() && sub.process.is_none() => return None,
         "exec" => Command::Exec(Box::new(exec::Args {
             console_socket: sub.console_socket,
+            pidfd_socket: None,
             cwd: sub.cwd,
             env: sub.env,
             tty: sub.tty.unwrap_or(false),

@@ -57,7 +57,7 @@ pub struct Args {
     /// Total memory usage (memory + swap); -1 for unlimited swap
     #[arg(long = "memory-swap", value_parser = parse_size, allow_negative_numbers = true)]
     pub memory_swap: Option<i64>,
-    /// Maximum number of pids in the container (0: unchanged, -1: unlimited)
+    /// Maximum number of pids in the container (-1: unlimited)
     #[arg(long = "pids-limit", allow_negative_numbers = true)]
     pub pids_limit: Option<i64>,
     /// Intel RDT/CAT L3 cache schema (not supported)
@@ -133,7 +133,7 @@ pub fn from_flags(a: &Args) -> Resources {
     Resources {
         memory: (memory != spec::Memory::default()).then_some(memory),
         cpu: (cpu != spec::Cpu::default()).then_some(cpu),
-        pids: a.pids_limit.map(|limit| spec::Pids { limit }),
+        pids: a.pids_limit.map(|limit| spec::Pids { limit: Some(limit) }),
         block_io: a.blkio_weight.map(|w| spec::BlockIo {
             weight: Some(w),
             ..Default::default()
@@ -256,7 +256,7 @@ mod tests {
         let r = flags(&["--memory", "64m", "--pids-limit", "20", "c1"]);
         assert_eq!(r.memory.as_ref().unwrap().limit, Some(64 << 20));
         assert_eq!(r.memory.as_ref().unwrap().swap, None);
-        assert_eq!(r.pids.as_ref().unwrap().limit, 20);
+        assert_eq!(r.pids.as_ref().unwrap().limit, Some(20));
         assert!(r.cpu.is_none() && r.block_io.is_none());
 
         let r = flags(&[
@@ -281,10 +281,10 @@ mod tests {
         assert_eq!(r.block_io.as_ref().unwrap().weight, Some(300));
         assert!(r.memory.is_none() && r.pids.is_none());
 
-        // Unlimited memory takes swap along; pids 0 is "unchanged".
+        // Unlimited memory takes swap along; pids 0 is a limit (runtime-spec 1.3, runc 1.4).
         let r = flags(&["--memory", "-1", "--pids-limit", "0", "c1"]);
         assert_eq!(r.memory.as_ref().unwrap().swap, Some(-1));
-        assert!(r.pids.is_none());
+        assert_eq!(r.pids.unwrap().limit, Some(0));
         let r = flags(&["--memory", "-1", "--memory-swap", "1g", "c1"]);
         assert_eq!(r.memory.as_ref().unwrap().swap, Some(1 << 30));
 

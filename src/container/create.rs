@@ -22,6 +22,8 @@ pub struct Request {
     pub bundle: PathBuf,
     /// Where the pty master goes when `process.terminal` is true.
     pub console_socket: Option<PathBuf>,
+    /// Where a pidfd of the init goes (runc 1.5's `--pidfd-socket`).
+    pub pidfd_socket: Option<PathBuf>,
     pub pid_file: Option<PathBuf>,
     /// `MS_MOVE` + chroot instead of `pivot_root`.
     pub no_pivot: bool,
@@ -136,6 +138,7 @@ fn create_native(
         id: req.id.clone(),
         bundle,
         console_socket: req.console_socket.clone(),
+        pidfd_socket: req.pidfd_socket.clone(),
         pid_file: req.pid_file.as_ref().map(|p| cwd.join(p)),
         no_pivot: req.no_pivot,
         new_keyring: !req.no_new_keyring,

@@ -64,6 +64,8 @@ pub struct Request {
     /// A process.json; the other process flags are then ignored.
     pub process: Option<PathBuf>,
     pub console_socket: Option<PathBuf>,
+    /// Where a pidfd of the exec'd process goes (runc 1.5's `--pidfd-socket`).
+    pub pidfd_socket: Option<PathBuf>,
     pub cwd: Option<String>,
     /// `KEY=VALUE`, replacing the container's value of `KEY`.
     pub env: Vec<String>,
@@ -170,7 +172,9 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
     } else {
         "process"
     };
-    let attrs = Attrs::from_process(&process, field, filters, req.preserve_fds)?.on_host(&host);
+    let attrs = Attrs::from_process(&process, field, filters, req.preserve_fds)?
+        .memory_policy(spec.linux().memory_policy.as_ref())?
+        .on_host(&host);
     let opts = ExecOpts {
         console_socket: req.console_socket.clone(),
         pid_file: req.pid_file.clone(),
@@ -185,6 +189,12 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
                 record: rec.clone(),
             }),
     };
+    // Connected before anything runs: nobody listening fails the exec here.
+    let pidfd_socket = req
+        .pidfd_socket
+        .as_deref()
+        .map(crate::linux::pidfd::PidfdSocket::connect)
+        .transpose()?;
     // Row 2.
     crate::linux::killpoint::mark("exec", "parent", "plan");
     let plan = Plan::new(rec, &attrs, opts)?;
@@ -207,6 +217,13 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
     // Rows 3–13.
     let started = exec::exec(plan)?;
     crate::log::debug_with(|| format!("container {}: exec'd process {}", rec.id, started.pid));
+    if let Some(sock) = pidfd_socket {
+        if let Err(e) = sock.send(started.pid, "setns") {
+            // The caller asked to hold the process: one it cannot hold does not run on.
+            let _ = sys::kill(started.pid, libc::SIGKILL);
+            return Err(e.into());
+        }
+    }
     if req.detach {
         return Ok(0);
     }
@@ -251,6 +268,10 @@ fn build_process(
             msg: e.message,
         })?;
         p.terminal |= a.tty;
+        // As runc: a process file without execCPUAffinity runs with the container's.
+        if p.exec_cpu_affinity.is_none() {
+            p.exec_cpu_affinity = spec_process.exec_cpu_affinity.clone();
+        }
         return Ok(p);
     }
     if a.command.is_empty() {

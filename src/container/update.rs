@@ -278,12 +278,10 @@ pub fn parse_resources(bytes: &[u8]) -> Result<Resources> {
     Ok(res)
 }
 
-/// runc's update semantics: a pids limit of 0 changes nothing, and unlimited memory
-/// without a swap value means unlimited swap too (or the memsw limit would refuse it).
+/// runc's update semantics: unlimited memory without a swap value means unlimited swap
+/// too (or the memsw limit would refuse it). (A pids limit of 0 is a limit, as
+/// runtime-spec 1.3 and runc 1.4 read it; a `pids` without a limit changes nothing.)
 pub fn normalize(res: &mut Resources) {
-    if res.pids.as_ref().is_some_and(|p| p.limit == 0) {
-        res.pids = None;
-    }
     if let Some(m) = &mut res.memory {
         if m.limit == Some(-1) && m.swap.is_none() {
             m.swap = Some(-1);
@@ -304,7 +302,7 @@ mod tests {
         let e = parse_resources(b"{\"memory\": ").unwrap_err();
         assert!(format!("{e:#}").contains("line 1"), "{e:#}");
         let r = parse_resources(br#"{"pids":{"limit":5},"devices":[{"allow":true}]}"#).unwrap();
-        assert_eq!(r.pids.unwrap().limit, 5);
+        assert_eq!(r.pids.unwrap().limit, Some(5));
         assert_eq!(r.devices.len(), 1, "the policy decides about device rules");
     }
 }

@@ -411,7 +411,7 @@ pub fn native(c: &Container) -> Result<Verdict> {
                 .resources
                 .as_ref()
                 .and_then(|r| r.pids.as_ref())
-                .map(|p| p.limit)
+                .and_then(|p| p.limit)
         }) {
             let got = rec
                 .cgroup
@@ -423,14 +423,10 @@ pub fn native(c: &Container) -> Result<Verdict> {
                 .resources
                 .as_ref()
                 .and_then(|r| r.pids.as_ref())
-                .map(|p| p.limit)
+                .and_then(|p| p.limit)
                 .unwrap_or(want);
-            add(
-                "pids.max",
-                spec_limit.to_string(),
-                got.clone(),
-                got == spec_limit.to_string(),
-            );
+            let written = crate::linux::cgroups::pids_max(spec_limit);
+            add("pids.max", written.clone(), got.clone(), got == written);
         }
         // Probe: a fork joined to the container with its confinement tries denied calls.
         let attrs = Attrs::from_process(spec.process(), "process", programs, 0)?.on_host(&host);

@@ -282,7 +282,14 @@ fn remove_empty_everywhere(path: &str) {
     }
 }
 
+/// The sentry's processes are not host processes a pidfd could name.
+const NO_PIDFD: &str = "--pidfd-socket is not supported for gVisor containers (their \
+     processes live in the sentry, where no host pidfd names them)";
+
 pub fn create(g: &Context, a: &create_req::Request, sel: Selection) -> Result<i32> {
+    if a.pidfd_socket.is_some() {
+        bail!(NO_PIDFD);
+    }
     // --no-pivot and --no-new-keyring mean nothing to the sentry; --preserve-fds > 0 is
     // refused in prepare.
     let p = select::prepare(g, &a.bundle, &a.id, a.preserve_fds, sel)?;
@@ -290,6 +297,9 @@ pub fn create(g: &Context, a: &create_req::Request, sel: Selection) -> Result<i3
 }
 
 pub fn run(g: &Context, a: &create_req::RunRequest, sel: Selection) -> Result<i32> {
+    if a.create.pidfd_socket.is_some() {
+        bail!(NO_PIDFD);
+    }
     if a.keep {
         bail!("--keep is not supported for gVisor containers (runsc removes its container when the process exits)");
     }

@@ -43,6 +43,12 @@ pub fn exec(
     gv: &Gvisor,
     a: &exec_req::Request,
 ) -> Result<i32> {
+    if a.pidfd_socket.is_some() {
+        anyhow::bail!(
+            "--pidfd-socket is not supported for gVisor containers (their processes live in \
+             the sentry, where no host pidfd names them)"
+        );
+    }
     // An app container of a pod whose waiter is gone has exited for the engine, though
     // runsc may still run it (`super::pod`).
     if super::pod::app_sandbox(gv).is_some() && !rec.alive() {

@@ -238,6 +238,13 @@ pub fn check(spec: &Spec, preserve_fds: u32) -> Result<()> {
     {
         bail!("process.selinuxLabel: SELinux is not supported by gVisor");
     }
+    // runtime-spec 1.3 fields the native path applies and runsc would drop.
+    if spec.linux().memory_policy.is_some() {
+        bail!("linux.memoryPolicy: refused: gVisor does not apply it (the sentry's memory is placed by the host)");
+    }
+    if process.exec_cpu_affinity.is_some() {
+        bail!("process.execCPUAffinity: refused: gVisor does not apply it (exec'd processes live in the sentry)");
+    }
     Ok(())
 }
 
@@ -589,6 +596,19 @@ mod tests {
             .contains("--preserve-fds 1"));
         let se = spec(r#"{"process":{"args":["sh"],"selinuxLabel":"system_u:x"}}"#);
         assert!(check(&se, 0).unwrap_err().to_string().contains("SELinux"));
+        let mp =
+            spec(r#"{"process":{"args":["sh"]},"linux":{"memoryPolicy":{"mode":"MPOL_LOCAL"}}}"#);
+        let aff = spec(r#"{"process":{"args":["sh"],"execCPUAffinity":{"final":"0"}}}"#);
+        if crate::linux::sys::geteuid() == 0 {
+            assert!(check(&mp, 0)
+                .unwrap_err()
+                .to_string()
+                .starts_with("linux.memoryPolicy: refused"));
+            assert!(check(&aff, 0)
+                .unwrap_err()
+                .to_string()
+                .starts_with("process.execCPUAffinity: refused"));
+        }
         assert!(check(&spec("{}"), 0).is_err());
     }
 

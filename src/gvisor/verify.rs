@@ -225,7 +225,7 @@ fn checks(g: &Context, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result
     }
     let res = spec.linux().resources.clone().unwrap_or_default();
     if let Some(cg) = &cg {
-        let pids = res.pids.as_ref().map(|p| p.limit).filter(|&l| l > 0);
+        let pids = res.pids.as_ref().and_then(|p| p.limit).filter(|&l| l >= 0);
         let memory = res.memory.as_ref().and_then(|m| m.limit);
         limits(&mut add, "sandbox", cg, pids, memory);
     }
@@ -245,7 +245,7 @@ fn checks(g: &Context, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result
                     path: fleet.clone(),
                     ..cg.clone()
                 };
-                let pids = budget.pids.as_ref().map(|p| p.limit);
+                let pids = budget.pids.as_ref().and_then(|p| p.limit);
                 let memory = budget.memory.as_ref().and_then(|m| m.limit);
                 limits(&mut add, "fleet", &parent, pids, memory);
             }

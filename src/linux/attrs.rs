@@ -59,6 +59,10 @@ pub enum AttrError {
     IoprioPriority { process: String },
     #[error("{process}.scheduler.policy: unknown policy {policy:?}")]
     SchedPolicy { process: String, policy: String },
+    #[error(transparent)]
+    Affinity(#[from] super::affinity::AffinityError),
+    #[error(transparent)]
+    MemPolicy(#[from] super::mempolicy::MemPolicyError),
 }
 
 /// The largest uid or gid a process may be given (runc's limit too).
@@ -84,6 +88,12 @@ pub struct Attrs {
     pub host: Option<HostFacts>,
     pub scheduler: Option<Scheduler>,
     pub ioprio: Option<(i32, i32)>,
+    /// `linux.memoryPolicy`: the container's, for the init and every exec'd process
+    /// ([`Attrs::memory_policy`]).
+    pub mempolicy: Option<super::mempolicy::MemPolicy>,
+    /// `process.execCPUAffinity`: applied by an exec's joiner and exec'd process only
+    /// (never by `apply`); create checks it and leaves it out of the init's attributes.
+    pub exec_affinity: Option<super::affinity::ExecAffinity>,
     pub cwd: String,
     pub args: Vec<CString>,
     pub env: Vec<CString>,
@@ -266,6 +276,11 @@ impl Attrs {
                 });
             }
         }
+        let exec_affinity = p
+            .exec_cpu_affinity
+            .as_ref()
+            .map(|a| super::affinity::ExecAffinity::from_spec(a, field))
+            .transpose()?;
         let env = p.env.clone();
         let path_env = env
             .iter()
@@ -287,6 +302,8 @@ impl Attrs {
             host: None,
             scheduler: p.scheduler.clone(),
             ioprio,
+            mempolicy: None,
+            exec_affinity,
             cwd: p.cwd.clone(),
             args: cstrings(&p.args, &format!("{field}.args"))?,
             env: cstrings(&env, &format!("{field}.env"))?,
@@ -295,6 +312,18 @@ impl Attrs {
             console_size: p.console_size,
             preserve_fds,
         })
+    }
+
+    /// The container's `linux.memoryPolicy`, checked here (before anything is made), set
+    /// by `apply` in the init and in every exec'd process, as runc sets it in both.
+    pub fn memory_policy(
+        mut self,
+        policy: Option<&crate::spec::MemoryPolicy>,
+    ) -> Result<Attrs, AttrError> {
+        self.mempolicy = policy
+            .map(super::mempolicy::MemPolicy::from_spec)
+            .transpose()?;
+        Ok(self)
     }
 
     /// Socket activation (create and run only; `container/startup.rs` decides whether the
@@ -340,6 +369,12 @@ impl Attrs {
         }
         if let Some((class, prio)) = self.ioprio {
             sys::ioprio_set(class, prio).step(Step::Scheduler, || "process.ioPriority".into())?;
+        }
+        // Before any filter: a profile may deny set_mempolicy.
+        if let Some(m) = &self.mempolicy {
+            m.apply().step(Step::Scheduler, || {
+                "linux.memoryPolicy: set_mempolicy".into()
+            })?;
         }
         if self.no_new_privs {
             sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)
@@ -760,6 +795,11 @@ mod tests {
                 }),
                 scheduler: None,
                 ioprio: Some((2, 4)),
+                mempolicy: Some(crate::linux::mempolicy::MemPolicy {
+                    mode: 2,
+                    nodes: vec![1],
+                }),
+                exec_affinity: None,
                 cwd: "/work".into(),
                 args: vec![CString::new("sh").unwrap()],
                 env: Vec::new(),
@@ -816,6 +856,11 @@ mod tests {
             let seccomp = ("seccomp", named("seccomp_set_filter"));
             assert!(lsm < record::position(calls, "seccomp", named("seccomp_set_filter")));
             assert!(lsm < record::position(calls, "bounding drop", prctl(libc::PR_CAPBSET_DROP)));
+            // The memory policy is set before any filter, which may deny set_mempolicy.
+            let mpol = record::position(calls, "set_mempolicy", named("set_mempolicy"));
+            assert_eq!(calls[mpol].arg("mode"), Some("2"));
+            assert_eq!(calls[mpol].arg("nodes"), Some("[0x1]"));
+            assert!(mpol < record::position(calls, "seccomp", named("seccomp_set_filter")));
             // Bounding set first (while CAP_SETPCAP is effective), then the ids.
             for id in ["setgroups", "setresgid", "setresuid"] {
                 assert_before(calls, (bset.0, &bset.1), (id, named(id)));

@@ -3,11 +3,13 @@
 //! (rlimits, user, capabilities, seccomp, AppArmor) → exec. `create` holds the sequence
 //! (plan → parent → child).
 
+pub mod affinity;
 pub mod apparmor;
 pub mod attrs;
 pub mod capabilities;
 pub mod cgroups;
 pub mod console;
+pub mod cpulist;
 pub mod create;
 pub mod devices;
 pub mod egress;
@@ -18,10 +20,12 @@ pub mod hostfacts;
 pub mod idmap;
 pub mod kernelfs;
 pub mod killpoint;
+pub mod mempolicy;
 pub mod mount;
 pub mod namespaces;
 pub mod notify;
 pub mod path;
+pub mod pidfd;
 pub mod procfs;
 pub mod rootfs;
 pub mod rootless;

@@ -95,8 +95,6 @@ pub enum PolicyError {
          what it cannot judge"
     )]
     UnknownKey { key: String },
-    #[error("{key}: a runtime-spec 1.3 field moat does not apply; refused rather than dropped")]
-    NotApplied { key: String },
     #[error(
         "process.scheduler: {what} is refused under RESTRICTED (the cpu cgroup bounds only \
          CFS time: a realtime or raised-priority process starves the host's CPUs)"
@@ -118,7 +116,10 @@ pub enum PolicyError {
         promise: &'static str,
         how: &'static str,
     },
-    #[error("linux.resources.rdma: the rdma controller is not supported by moat")]
+    #[error(
+        "linux.resources.rdma: refused: moat does not apply the rdma cgroup controller \
+         (`moat features` says cgroup.rdma false)"
+    )]
     UpdateRdma,
 }
 

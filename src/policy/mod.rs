@@ -211,17 +211,10 @@ fn audit(spec: &Spec, cfg: &Config, id: &str, host: &HostFacts, floor: &FloorFac
     }
 }
 
-/// Fields of runtime-spec 1.3 moat reads as unknown keys because it does not apply them
-/// yet: refused under any policy, since running without them would drop them silently.
-const NOT_APPLIED: [&str; 2] = ["linux.memoryPolicy", "process.execCPUAffinity"];
-
 /// Keys of config.json no field of moat's spec types reads: refused under RESTRICTED (a
 /// field nobody judged), ignored and reported under OPEN, as OCI asks of a runtime.
 fn unknown_keys(spec: &Spec, restricted: bool, d: &mut Decision) -> Result<(), PolicyError> {
     for k in &spec.unknown_keys {
-        if NOT_APPLIED.contains(&k.as_str()) {
-            return Err(PolicyError::NotApplied { key: k.clone() });
-        }
         if restricted {
             return Err(PolicyError::UnknownKey { key: k.clone() });
         }

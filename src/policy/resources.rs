@@ -48,8 +48,8 @@ impl Asked {
 /// gets the config's (`[restricted] memory`, `pids`, `cpus`), and so does a
 /// `linux.resources.unified` `memory.max`, `pids.max` or `cpu.max` of `max`. "Sets no
 /// limit" is what the cgroup writers make of it: a memory limit or cpu quota below 0 is
-/// unlimited and 0 unset (not written); a pids limit of 0 or below is written as `max`
-/// (0 was runc's "unlimited"); a cpu period without a quota is written on cgroup v2 as
+/// unlimited and 0 unset (not written); a negative pids limit is written as `max` (0 is
+/// a limit since runtime-spec 1.3: written as 1, as runc 1.4 does); a cpu period without a quota is written on cgroup v2 as
 /// `max PERIOD`. An unset value is the floor's at create and unchanged at update. The
 /// floor sets no swap limit, so `memory.swap` and `memory.swap.max` lift nothing and stay.
 pub(super) fn floor_limits(res: &mut spec::Resources, cfg: &Config, asked: Asked) -> Vec<Change> {
@@ -82,13 +82,13 @@ pub(super) fn floor_limits(res: &mut spec::Resources, cfg: &Config, asked: Asked
         }
     }
     if let Some(pids) = cfg.pids {
-        let given = res.pids.as_ref().map(|p| p.limit);
+        let given = res.pids.as_ref().and_then(|p| p.limit);
         let replace = match given {
-            Some(v) => v <= 0,
+            Some(v) => v < 0,
             None => asked == Asked::Create,
         };
         if replace {
-            res.pids = Some(spec::Pids { limit: pids });
+            res.pids = Some(spec::Pids { limit: Some(pids) });
             push(
                 "linux.resources.pids.limit",
                 asked.detail(given.unwrap_or(0), pids),
@@ -328,7 +328,9 @@ pub fn fleet_budget(cfg: &Config) -> Option<(String, spec::Resources)> {
             limit: Some(m),
             ..Default::default()
         }),
-        pids: cfg.fleet_pids.map(|limit| spec::Pids { limit }),
+        pids: cfg
+            .fleet_pids
+            .map(|limit| spec::Pids { limit: Some(limit) }),
         cpu: cfg.fleet_cpus.map(|c| spec::Cpu {
             quota: Some(cpu_quota(c, 100_000)),
             period: Some(100_000),

@@ -41,7 +41,7 @@ fn restricted_drops_everything_and_says_so() {
             .as_ref()
             .unwrap()
             .limit,
-        4096
+        Some(4096)
     );
     assert_eq!(s.linux().cgroups_path.as_deref(), Some("/moat/c1"));
 }
@@ -1575,10 +1575,28 @@ fn unknown_keys_are_refused_under_restricted_ignored_and_reported_under_open() {
         .map(|c| c.field.as_str())
         .collect();
     assert_eq!(ignored, ["linux.futureField", "process.user.username"]);
-    // A runtime-spec 1.3 field moat does not apply is refused under OPEN too.
+    // The runtime-spec 1.3 fields moat applies are fields, not unknown keys: kept as sent.
     v["linux"]["memoryPolicy"] = serde_json::json!({"mode": "MPOL_BIND", "nodes": "0"});
+    v["process"]["execCPUAffinity"] = serde_json::json!({"initial": "0", "final": "0-1"});
     let bytes = serde_json::to_vec(&v).unwrap();
-    let mut spec = Spec::parse_file(&bytes, std::path::Path::new("config.json")).unwrap();
-    let e = apply(&mut spec, &open, "c1", &HostFacts::default(), &facts()).unwrap_err();
-    assert!(e.to_string().starts_with("linux.memoryPolicy: "), "{e}");
+    let spec = Spec::parse_file(&bytes, std::path::Path::new("config.json")).unwrap();
+    assert_eq!(
+        spec.unknown_keys,
+        ["linux.futureField", "process.user.username"]
+    );
+    let mut restricted = spec.clone();
+    restricted.unknown_keys.clear();
+    apply(
+        &mut restricted,
+        &Config::default(),
+        "c1",
+        &HostFacts::default(),
+        &facts(),
+    )
+    .unwrap();
+    assert_eq!(restricted.linux().memory_policy, spec.linux().memory_policy);
+    assert_eq!(
+        restricted.process().exec_cpu_affinity,
+        spec.process().exec_cpu_affinity
+    );
 }

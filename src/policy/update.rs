@@ -97,7 +97,7 @@ mod tests {
         assert_eq!(r.memory.as_ref().unwrap().limit, Some(256 << 20));
         // The floor sets no swap limit: what was asked stays.
         assert_eq!(r.memory.as_ref().unwrap().swap, Some(-1));
-        assert_eq!(r.pids.as_ref().unwrap().limit, 100);
+        assert_eq!(r.pids.as_ref().unwrap().limit, Some(100));
         let cpu = r.cpu.as_ref().unwrap();
         assert_eq!((cpu.quota, cpu.period), (Some(50_000), Some(100_000)));
         assert_eq!(cpu.shares, Some(512));
@@ -202,7 +202,15 @@ mod tests {
             &res(serde_json::json!({"pids": {"limit": -1}})),
         )
         .unwrap();
-        assert_eq!(a.resources.pids, Some(spec::Pids { limit: 4096 }));
+        assert_eq!(a.resources.pids, Some(spec::Pids { limit: Some(4096) }));
+        // runtime-spec 1.3: 0 is a limit (the tightest), kept; a pids without a limit
+        // changes nothing and lifts nothing.
+        for kept in [serde_json::json!({"limit": 0}), serde_json::json!({})] {
+            let asked = res(serde_json::json!({ "pids": kept }));
+            let a = admit(Mode::Restricted, &Config::default(), &asked).unwrap();
+            assert_eq!(a.resources, asked);
+            assert!(a.changes.is_empty(), "{:?}", a.changes);
+        }
     }
 
     #[test]
@@ -228,7 +236,7 @@ mod tests {
         for mode in [Mode::Restricted, Mode::Open] {
             let a = admit(mode, &cfg(), &asked).unwrap();
             assert!(a.resources.devices.is_empty(), "{mode}");
-            assert_eq!(a.resources.pids, Some(spec::Pids { limit: 50 }));
+            assert_eq!(a.resources.pids, Some(spec::Pids { limit: Some(50) }));
             assert_eq!(fields(&a), ["linux.resources.devices"]);
             let line = summary("c1", mode, &cfg(), &a.changes).unwrap();
             assert!(line.contains("linux.resources.devices: ignored"), "{line}");

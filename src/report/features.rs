@@ -15,7 +15,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::Result;
-use crate::linux::{capabilities, hostfacts::HostFacts, namespaces, seccomp, sys};
+use crate::linux::{capabilities, hostfacts::HostFacts, mempolicy, namespaces, seccomp, sys};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -28,6 +28,9 @@ pub struct Features {
     mount_options: Vec<&'static str>,
     linux: Linux,
     annotations: BTreeMap<&'static str, String>,
+    /// Annotations of `config.json` that change what moat does (runtime-spec 1.3; a
+    /// value ending in `.` is a prefix): moat's own `moat.*`, which only tighten.
+    potentially_unsafe_config_annotations: Vec<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -39,8 +42,25 @@ struct Linux {
     seccomp: Seccomp,
     apparmor: Enabled,
     selinux: Enabled,
-    intel_rdt: Enabled,
+    intel_rdt: IntelRdt,
     mount_extensions: MountExtensions,
+    memory_policy: MemoryPolicy,
+    net_devices: Enabled,
+}
+
+#[derive(Serialize)]
+struct IntelRdt {
+    enabled: bool,
+    schemata: bool,
+    monitoring: bool,
+}
+
+/// The modes and flags of `linux.memoryPolicy` moat recognises (whether the kernel has
+/// them is the kernel's to say at create).
+#[derive(Serialize)]
+struct MemoryPolicy {
+    modes: Vec<&'static str>,
+    flags: Vec<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -178,12 +198,24 @@ pub fn features() -> Features {
             selinux: Enabled {
                 enabled: host.selinux,
             },
-            intel_rdt: Enabled { enabled: false },
+            // No resctrl support in moat: linux.intelRdt is refused.
+            intel_rdt: IntelRdt {
+                enabled: false,
+                schemata: false,
+                monitoring: false,
+            },
             mount_extensions: MountExtensions {
                 idmap: Enabled { enabled: idmap },
             },
+            memory_policy: MemoryPolicy {
+                modes: sorted(mempolicy::MODES.iter().map(|(m, _)| *m).collect()),
+                flags: sorted(mempolicy::FLAGS.iter().map(|(f, _)| *f).collect()),
+            },
+            // linux.netDevices is refused.
+            net_devices: Enabled { enabled: false },
         },
         annotations,
+        potentially_unsafe_config_annotations: vec!["moat."],
     }
 }
 
@@ -238,6 +270,11 @@ mod tests {
         assert_eq!(l["cgroup"]["rdma"], false);
         assert_eq!(l["intelRdt"]["enabled"], false);
         assert_eq!(l["mountExtensions"]["idmap"]["enabled"], true);
+        assert_eq!(v["ociVersionMax"], "1.3.0");
+        assert_eq!(l["memoryPolicy"]["modes"].as_array().unwrap().len(), 7);
+        assert_eq!(l["memoryPolicy"]["flags"].as_array().unwrap().len(), 3);
+        assert_eq!(l["netDevices"]["enabled"], false);
+        assert_eq!(v["potentiallyUnsafeConfigAnnotations"][0], "moat.");
         let sc = &l["seccomp"];
         assert!(sc["archs"]
             .as_array()

@@ -354,7 +354,7 @@ fn go_merge(earlier: serde_json::Value, later: serde_json::Value) -> serde_json:
 }
 
 /// After [`check`] found one: the path of every key of `bytes` that is no field of the
-/// struct holding it (`linux.memoryPolicy`, `mounts[2].foo`), in document order; a case
+/// struct holding it (`linux.futureField`, `mounts[2].foo`), in document order; a case
 /// variant [`check`] took as its field is none. Off the plain path.
 pub fn unknown_keys<T: Checked>(bytes: &[u8]) -> Vec<String> {
     fn walk(v: &serde_json::Value, node: &Node, pos: Pos, path: &str, out: &mut Vec<String>) {

@@ -19,8 +19,8 @@ impl Resources {
         if let Some(c) = &u.cpu {
             merge_cpu(self.cpu.get_or_insert_with(Cpu::default), c);
         }
-        if u.pids.is_some() {
-            self.pids = u.pids.clone();
+        if let Some(limit) = u.pids.as_ref().and_then(|p| p.limit) {
+            self.pids = Some(super::Pids { limit: Some(limit) });
         }
         if let Some(b) = &u.block_io {
             merge_block_io(self.block_io.get_or_insert_with(BlockIo::default), b);
@@ -144,7 +144,7 @@ mod tests {
             (c.shares, c.quota, c.cpus.as_deref()),
             (Some(100), Some(5000), Some("0"))
         );
-        assert_eq!(r.pids.as_ref().unwrap().limit, 5);
+        assert_eq!(r.pids.as_ref().unwrap().limit, Some(5));
         assert_eq!(r.devices.len(), 1);
         assert_eq!(r.hugepage_limits.len(), 2);
         assert_eq!(r.hugepage_limits[0].limit, 4194304);

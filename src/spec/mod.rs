@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// The OCI runtime-spec version moat implements and reports.
-pub const OCI_VERSION: &str = "1.2.0";
+pub const OCI_VERSION: &str = "1.3.0";
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -87,6 +87,34 @@ pub struct Process {
     pub scheduler: Option<Scheduler>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io_priority: Option<IoPriority>,
+    #[serde(
+        default,
+        rename = "execCPUAffinity",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub exec_cpu_affinity: Option<ExecCpuAffinity>,
+}
+
+/// `process.execCPUAffinity` (runtime-spec 1.3): the CPUs a process may run on while
+/// moat puts it into the container (`initial`) and once it is there (`final`), as CPU
+/// lists (`0-3,7`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ExecCpuAffinity {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial: Option<String>,
+    #[serde(default, rename = "final", skip_serializing_if = "Option::is_none")]
+    pub final_: Option<String>,
+}
+
+/// `linux.memoryPolicy` (runtime-spec 1.3): the NUMA policy set_mempolicy(2) gives the
+/// container's processes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MemoryPolicy {
+    pub mode: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -234,6 +262,8 @@ pub struct Linux {
     pub mount_label: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub personality: Option<Personality>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_policy: Option<MemoryPolicy>,
     /// Fields moat refuses rather than ignores (see `validate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intel_rdt: Option<serde_json::Value>,
@@ -389,9 +419,12 @@ pub struct Cpu {
     pub idle: Option<i64>,
 }
 
+/// `linux.resources.pids` as runtime-spec 1.3 reads it: `limit` is optional (unset: leave
+/// `pids.max` alone), `-1` (any negative) is no limit, and `0` is a limit like any other.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Pids {
-    pub limit: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -216,20 +216,23 @@ pub fn validate(spec: &mut Spec) -> Result<(), Invalid> {
     if linux.intel_rdt.is_some() {
         return Err(invalid(
             "linux.intelRdt",
-            "Intel RDT is not supported by moat",
+            "refused: moat does not apply Intel RDT (no resctrl support: `moat features` says \
+             intelRdt.enabled false)",
         ));
     }
     if linux.net_devices.is_some() {
         return Err(invalid(
             "linux.netDevices",
-            "moving network devices is not supported by moat",
+            "refused: moat does not move network devices into a container (`moat features` \
+             says netDevices.enabled false)",
         ));
     }
     if let Some(r) = &linux.resources {
         if r.rdma.is_some() {
             return Err(invalid(
                 "linux.resources.rdma",
-                "the rdma controller is not supported by moat",
+                "refused: moat does not apply the rdma cgroup controller (`moat features` says \
+                 cgroup.rdma false)",
             ));
         }
     }

@@ -37,6 +37,7 @@ use files::{collect_pids, create_in, read_file, remove_tree, write_file};
 pub use layout::{nsdelegate, resolve_path, Layout};
 pub use placement::Placement;
 pub use rootless::NoCgroup;
+pub use v2::pids_max;
 // For the fuzz targets (src/fuzzing.rs).
 #[cfg(any(fuzzing, test))]
 pub use {layout::parse_mountinfo, rootless::rootless_path};

@@ -121,8 +121,9 @@ fn conversions() {
     assert_eq!(v2::io_weight(10), 1);
     assert_eq!(v2::io_weight(500), 4950);
     assert_eq!(v2::io_weight(1000), 10_000);
-    assert_eq!(v2::pids_max(0), "max");
+    assert_eq!(v2::pids_max(0), "1");
     assert_eq!(v2::pids_max(-1), "max");
+    assert_eq!(v2::pids_max(-2), "max");
     assert_eq!(v2::pids_max(42), "42");
     assert_eq!(
         v2::cpu_max(Some(50_000), Some(100_000)).unwrap(),
@@ -322,7 +323,7 @@ fn v2_values() {
         ("cpu.max.burst", "1000"),
         ("cpuset.cpus", "0-1"),
         ("cpuset.mems", "0"),
-        ("pids.max", "max"),
+        ("pids.max", "1"),
         ("io.weight", "49508:0 10000"),
         ("io.max", "8:0 rbps=1048576"),
         ("hugetlb.2MB.max", "4194304"),
@@ -443,7 +444,7 @@ fn v2_rootless_without_cgroup() {
     };
     cg.apply(&devices_only).unwrap();
     let pids = Resources {
-        pids: Some(spec::Pids { limit: 10 }),
+        pids: Some(spec::Pids { limit: Some(10) }),
         ..devices_only
     };
     let e = cg.apply(&pids).unwrap_err().to_string();

@@ -153,6 +153,7 @@ impl Cgroup {
     /// When the kernel refuses a value, the files already written are restored and the
     /// refusal is returned.
     pub fn update(&self, res: &Resources) -> Result<(), CgroupError> {
+        self.check_memory_usage(res)?;
         if let Some(scope) = &self.systemd {
             // systemd first, so that its view and the files agree; the files then get
             // every value (systemd knows only some).
@@ -177,6 +178,68 @@ impl Cgroup {
                 ));
             }
             return Err(e);
+        }
+        Ok(())
+    }
+}
+
+impl Cgroup {
+    /// `linux.resources.memory.checkBeforeUpdate` (runtime-spec 1.3): a new memory (or
+    /// memory+swap) limit at or below what the container uses now is refused before
+    /// anything is written. On cgroup v2 the kernel would take such a limit and OOM-kill
+    /// to meet it; this is runc's check there (`memory.current`). On cgroup v1 runc checks
+    /// nothing, and the kernel reclaims towards the new limit and refuses it (EBUSY) only
+    /// when reclaim falls short: a page cache it can drop lets a limit below usage through.
+    /// The spec makes the refusal a MUST, so moat checks on v1 too, against
+    /// `memory.usage_in_bytes` (`memory.memsw.usage_in_bytes` for memory+swap). A usage
+    /// that cannot be read lets the update through, as runc's best-effort check does.
+    fn check_memory_usage(&self, res: &Resources) -> Result<(), CgroupError> {
+        let Some(m) = res
+            .memory
+            .as_ref()
+            .filter(|m| m.check_before_update == Some(true))
+        else {
+            return Ok(());
+        };
+        let Ok((dir, v2)) = self.dir_for("memory", "linux.resources.memory") else {
+            return Ok(());
+        };
+        let usage = |file: &str| -> Option<u64> { read_file(&dir, file).ok()?.trim().parse().ok() };
+        let checks = [
+            (
+                m.swap,
+                "swap",
+                "memory+swap",
+                if v2 {
+                    "memory.current"
+                } else {
+                    "memory.memsw.usage_in_bytes"
+                },
+            ),
+            (
+                m.limit,
+                "limit",
+                "memory",
+                if v2 {
+                    "memory.current"
+                } else {
+                    "memory.usage_in_bytes"
+                },
+            ),
+        ];
+        for (value, field, what, file) in checks {
+            let Some(limit) = value.and_then(|v| u64::try_from(v).ok()).filter(|&v| v > 0) else {
+                continue;
+            };
+            if let Some(used) = usage(file).filter(|&u| limit <= u) {
+                return Err(CgroupError::Invalid {
+                    field: format!("linux.resources.memory.{field}"),
+                    msg: format!(
+                        "{what} limit {limit} is not above the container's usage {used} \
+                         ({file}); refused (checkBeforeUpdate)"
+                    ),
+                });
+            }
         }
         Ok(())
     }
@@ -241,7 +304,7 @@ mod tests {
         let tmp = TempDir::new("update-fields");
         let cg = fake(&tmp);
         let res = Resources {
-            pids: Some(spec::Pids { limit: 20 }),
+            pids: Some(spec::Pids { limit: Some(20) }),
             devices: vec![spec::DeviceCgroup {
                 allow: false,
                 access: Some("rwm".into()),
@@ -254,6 +317,34 @@ mod tests {
         assert_eq!(read(&tmp, "cpu", "cpu.shares"), "1024\n");
         assert_eq!(read(&tmp, "devices", "devices.deny"), "");
         assert_eq!(read(&tmp, "devices", "devices.allow"), "");
+    }
+
+    #[test]
+    fn check_before_update_refuses_a_limit_not_above_usage() {
+        let tmp = TempDir::new("update-check");
+        let cg = fake(&tmp);
+        let dir = tmp.0.join("memory/moat/ct");
+        fs::write(dir.join("memory.usage_in_bytes"), "1048576\n").unwrap();
+        fs::write(dir.join("memory.limit_in_bytes"), "").unwrap();
+        let limit = |limit: i64, check: Option<bool>| Resources {
+            memory: Some(spec::Memory {
+                limit: Some(limit),
+                check_before_update: check,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let e = cg.update(&limit(1_048_576, Some(true))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "linux.resources.memory.limit: memory limit 1048576 is not above the container's \
+             usage 1048576 (memory.usage_in_bytes); refused (checkBeforeUpdate)"
+        );
+        assert_eq!(read(&tmp, "memory", "memory.limit_in_bytes"), "");
+        // Above usage, or without the check: written.
+        cg.update(&limit(2_097_152, Some(true))).unwrap();
+        cg.update(&limit(4096, None)).unwrap();
+        assert_eq!(read(&tmp, "memory", "memory.limit_in_bytes"), "20971524096");
     }
 
     #[test]
@@ -330,7 +421,7 @@ mod tests {
                 limit: Some(64 << 20),
                 ..Default::default()
             }),
-            pids: Some(spec::Pids { limit: 20 }),
+            pids: Some(spec::Pids { limit: Some(20) }),
             ..Default::default()
         };
         // A device program cannot attach to a plain directory: apply would fail here.

@@ -28,12 +28,12 @@ fn set_resources(cg: &Cgroup, res: &Resources, devices: bool) -> Result<(), Cgro
     if let Some(m) = &res.memory {
         memory(cg, m)?;
     }
-    if let Some(p) = &res.pids {
+    if let Some(limit) = res.pids.as_ref().and_then(|p| p.limit) {
         let (dir, _) = cg.dir_for("pids", "linux.resources.pids")?;
         write_file(
             &dir,
             "pids.max",
-            &v2::pids_max(p.limit),
+            &v2::pids_max(limit),
             "linux.resources.pids.limit",
         )?;
     }

@@ -110,11 +110,11 @@ pub fn apply_limits(dir: &Path, res: &Resources) -> Result<(), CgroupError> {
     if let Some(c) = &res.cpu {
         cpu(dir, c)?;
     }
-    if let Some(p) = &res.pids {
+    if let Some(limit) = res.pids.as_ref().and_then(|p| p.limit) {
         write(
             dir,
             "pids.max",
-            &pids_max(p.limit),
+            &pids_max(limit),
             "linux.resources.pids.limit",
         )?;
     }
@@ -134,11 +134,14 @@ pub fn apply_limits(dir: &Path, res: &Resources) -> Result<(), CgroupError> {
     Ok(())
 }
 
+/// `pids.max` for a runtime-spec 1.3 limit: a negative one is `max`, and 0 is written
+/// as 1, as runc does (systemd's TasksMax cannot be 0, and both drivers must agree; with
+/// the init counted, 1 forbids every fork as 0 would).
 pub fn pids_max(limit: i64) -> String {
-    if limit <= 0 {
-        "max".into()
-    } else {
-        limit.to_string()
+    match limit {
+        l if l > 0 => l.to_string(),
+        0 => "1".into(),
+        _ => "max".into(),
     }
 }
 

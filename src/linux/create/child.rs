@@ -582,6 +582,7 @@ pub(crate) mod tests {
             id: "order".into(),
             bundle: dir.clone(),
             console_socket: None,
+            pidfd_socket: None,
             pid_file: None,
             no_pivot: false,
             new_keyring: false,

@@ -77,6 +77,8 @@ pub enum Error {
     SysctlNotPrivate { key: String },
     #[error("linux.sysctl.{key}: invalid key")]
     SysctlKey { key: String },
+    #[error("linux.mountLabel: refused: moat does not label mounts (context=) on an SELinux host")]
+    MountLabel,
     #[error("linux.personality.domain: unknown domain {domain:?}")]
     Personality { domain: String },
     #[error("linux.namespaces: a rootless container needs a user namespace (`moat spec --rootless` writes one)")]
@@ -190,6 +192,8 @@ pub enum Error {
     },
     #[error("pidfd_open of the container init (pid {pid})")]
     PidfdOpen { pid: i32, source: io::Error },
+    #[error(transparent)]
+    PidfdSocket(#[from] crate::linux::pidfd::PidfdSocketError),
     #[error("receive the pty master")]
     PtyMaster(#[source] io::Error),
     #[error("no pty master received")]

@@ -576,6 +576,11 @@ fn ready(
     } else {
         None
     };
+    // `--pidfd-socket`: before the init is released, so a failure is create's and undoes
+    // it (the guard kills the init).
+    if let Some(path) = &plan.opts.pidfd_socket {
+        crate::linux::pidfd::PidfdSocket::connect(path)?.send(init_pid, "standard")?;
+    }
     let console = match &console_relay {
         Some(sock) => Some(
             sys::recv_with_fd(sock.as_fd(), &mut [0u8; 64])

@@ -30,6 +30,8 @@ pub struct Options {
     /// Absolute and lexically clean.
     pub bundle: PathBuf,
     pub console_socket: Option<PathBuf>,
+    /// Where a pidfd of the init is sent once it exists (`--pidfd-socket`).
+    pub pidfd_socket: Option<PathBuf>,
     /// Absolute (relative to the caller's cwd).
     pub pid_file: Option<PathBuf>,
     pub no_pivot: bool,
@@ -354,8 +356,12 @@ impl Plan {
         if decision.egress.as_ref().is_some_and(|e| e.packets) {
             seccomp.push(seccomp::floor(policy::PACKET_PROFILE, cache)?);
         }
-        let mut attrs =
-            Attrs::from_process(p, "process", seccomp, opts.preserve_fds)?.on_host(&host);
+        let mut attrs = Attrs::from_process(p, "process", seccomp, opts.preserve_fds)?
+            .memory_policy(linux.memory_policy.as_ref())?
+            .on_host(&host);
+        // Checked above, kept in the spec for later execs: the spec makes
+        // execCPUAffinity inapplicable to the init.
+        attrs.exec_affinity = None;
         attrs.pass_listen_fds(opts.listen_fds);
         if opts.rootless {
             rootless_checks(&spec, &ns)?;
@@ -402,6 +408,15 @@ impl Plan {
             Vec::new()
         };
         devs.extend(linux.devices.iter().cloned());
+        // runc ignores a mount label where the host has no SELinux, and so does moat (said
+        // in the `--log`); where it has, moat would have to label the mounts, which it
+        // does not do: refused rather than dropped.
+        if linux.mount_label.as_deref().is_some_and(|l| !l.is_empty()) {
+            if host.selinux {
+                return Err(Error::MountLabel);
+            }
+            crate::log::warn_log("linux.mountLabel ignored: the host has no SELinux (as runc)");
+        }
         let personality = match &linux.personality {
             None => None,
             Some(pers) => Some(match pers.domain.as_str() {

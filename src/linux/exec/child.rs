@@ -50,6 +50,7 @@ pub(super) fn joiner(j: Joining<'_>) -> Result<Never, InitFailure> {
 /// rlimits set while still on the host with the caller's privileges (raising a hard
 /// limit needs them); the exec'd process inherits them.
 fn place(attrs: &Attrs, placement: Placement) -> Result<(), InitFailure> {
+    initial_affinity(attrs)?;
     crate::linux::create::enter_cgroup(placement)?;
     sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
     for (i, &(res, soft, hard)) in attrs.rlimits.iter().enumerate() {
@@ -60,6 +61,25 @@ fn place(attrs: &Attrs, placement: Placement) -> Result<(), InitFailure> {
         })?;
     }
     Ok(())
+}
+
+/// `process.execCPUAffinity.initial`, before the cgroups are entered (on a unified
+/// hierarchy the joiner was cloned into the container's cgroup already, and the kernel
+/// narrows the mask to its cpuset).
+fn initial_affinity(attrs: &Attrs) -> Result<(), InitFailure> {
+    match &attrs.exec_affinity {
+        Some(a) => a.apply_initial(),
+        None => Ok(()),
+    }
+}
+
+/// `process.execCPUAffinity.final`, the exec'd process's first act: it is in the
+/// container's cgroups, whose cpuset reset the mask the joiner had.
+fn final_affinity(attrs: &Attrs) -> Result<(), InitFailure> {
+    match &attrs.exec_affinity {
+        Some(a) => a.apply_final(),
+        None => Ok(()),
+    }
 }
 
 /// Row 6: still in moat's own pid and mount namespaces: moat's own procfs, which the
@@ -114,6 +134,7 @@ fn exec_process(
     console_sock: Option<&OwnedFd>,
     probe: bool,
 ) -> Result<Never, InitFailure> {
+    final_affinity(attrs)?;
     crate::linux::killpoint::at("exec", "process", "console");
     let root = console(attrs, console_sock)?;
     crate::linux::killpoint::at("exec", "process", "attrs");

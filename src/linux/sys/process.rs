@@ -293,3 +293,41 @@ pub fn swap_umask(mask: u32) -> u32 {
     // SAFETY: always succeeds.
     unsafe { libc::umask(mask) as u32 }
 }
+
+/// set_mempolicy(2) for the calling thread (inherited at fork, kept across execve).
+/// `mode` carries the mode's flags (`MPOL_F_*`); `nodes` is the node mask, empty for the
+/// modes that take none (passed as NULL).
+pub fn set_mempolicy(mode: libc::c_int, nodes: &[libc::c_ulong]) -> Result<()> {
+    fake!("set_mempolicy", mode, nodes);
+    let (ptr, maxnode) = if nodes.is_empty() {
+        (std::ptr::null(), 0)
+    } else {
+        // The kernel reads `maxnode - 1` bits (mm/mempolicy.c get_nodes), so one more than
+        // the mask holds: exactly `nodes.len()` words are read.
+        (
+            nodes.as_ptr(),
+            nodes.len() * libc::c_ulong::BITS as usize + 1,
+        )
+    };
+    // SAFETY: `ptr` is NULL with maxnode 0, or points at `nodes`, whose words cover the
+    // `maxnode - 1` bits the kernel reads; the kernel copies the mask and keeps no pointer.
+    check(unsafe { libc::syscall(libc::SYS_set_mempolicy, mode, ptr, maxnode as libc::c_ulong) })
+        .map(drop)
+}
+
+/// sched_setaffinity(2): the CPUs `pid` (0: the calling thread) may run on, one bit per
+/// CPU. The kernel ignores bits above its own CPU count and intersects the mask with the
+/// task's cpuset (EINVAL when nothing is left).
+pub fn sched_setaffinity(pid: libc::pid_t, cpus: &[libc::c_ulong]) -> Result<()> {
+    fake!("sched_setaffinity", pid, cpus);
+    // SAFETY: `cpus` is a valid buffer of exactly the length passed; the kernel copies it.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_sched_setaffinity,
+            pid,
+            std::mem::size_of_val(cpus),
+            cpus.as_ptr(),
+        )
+    })
+    .map(drop)
+}

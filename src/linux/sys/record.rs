@@ -488,6 +488,14 @@ impl Arg for [u32] {
     }
 }
 
+/// CPU and node masks, as their words in hex.
+impl Arg for [libc::c_ulong] {
+    fn show(&self, _: &HashMap<RawFd, String>) -> String {
+        let words: Vec<String> = self.iter().map(|w| format!("{w:#x}")).collect();
+        format!("[{}]", words.join(","))
+    }
+}
+
 /// Bytes written, as text (procfs values, LSM labels).
 impl Arg for [u8] {
     fn show(&self, _: &HashMap<RawFd, String>) -> String {

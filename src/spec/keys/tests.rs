@@ -204,7 +204,7 @@ fn other_roots_and_syntax() {
     );
     // A resources document folds from its top: "Limit" is a second value for "limit".
     let r: Resources = crate::spec::from_slice(br#"{"pids":{"limit":1,"Limit":2}}"#).unwrap();
-    assert_eq!(r.pids.unwrap().limit, 2);
+    assert_eq!(r.pids.unwrap().limit, Some(2));
     let e = check::<Spec>(br#"{"process":{"args":[1,}}"#).unwrap_err();
     assert_eq!(e.field, "process.args[1]");
     assert!(e.message.contains("line 1"), "{e}");
@@ -326,7 +326,7 @@ fn case_variants_in_resources_are_taken_as_the_field() {
     let res = spec.linux.unwrap().resources.unwrap();
     let cpu = res.cpu.unwrap();
     assert_eq!((cpu.shares, cpu.cpus.as_deref()), (Some(100), Some("0")));
-    assert_eq!(res.pids.unwrap().limit, 7);
+    assert_eq!(res.pids.unwrap().limit, Some(7));
     assert!(res.devices.is_empty());
     // A key given twice as written is still refused.
     let e = refused(r#"{"linux":{"resources":{"CPU":{},"CPU":{}}}}"#);

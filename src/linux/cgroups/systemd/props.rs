@@ -99,12 +99,14 @@ fn from_resources_v2(res: &spec::Resources, devices_text: &str) -> Result<Vec<Pr
             Some(n) => out.push(Prop::U64("MemorySwapMax", n.parse().unwrap_or(INFINITY))),
         }
     }
-    if let Some(p) = &res.pids {
-        match p.limit {
-            n if n > 0 => out.push(Prop::U64("TasksMax", u64::try_from(n).unwrap_or(INFINITY))),
-            -1 => out.push(Prop::U64("TasksMax", INFINITY)),
-            _ => {}
-        }
+    if let Some(limit) = res.pids.as_ref().and_then(|p| p.limit) {
+        // As the cgroupfs writers (`v2::pids_max`): 0 is 1, a negative limit none.
+        let n = match limit {
+            n if n > 0 => u64::try_from(n).unwrap_or(INFINITY),
+            0 => 1,
+            _ => INFINITY,
+        };
+        out.push(Prop::U64("TasksMax", n));
     }
     if let Some(c) = &res.cpu {
         if let Some(s) = c.shares.filter(|&s| s != 0) {

@@ -1,0 +1,184 @@
+//! `linux.memoryPolicy` (runtime-spec 1.3): the NUMA memory policy of the container's
+//! processes, set with set_mempolicy(2) by the init and by every exec'd process before
+//! their execve (a policy is per task, inherited at fork and kept across execve), as runc
+//! does. Checked in the parent, where a bad mode, flag or node list fails the create (or
+//! exec) before anything is made.
+
+use super::cpulist;
+use super::sys;
+use crate::spec::MemoryPolicy;
+
+/// The modes, as `<linux/mempolicy.h>` numbers them.
+pub const MODES: [(&str, libc::c_int); 7] = [
+    ("MPOL_DEFAULT", 0),
+    ("MPOL_PREFERRED", 1),
+    ("MPOL_BIND", 2),
+    ("MPOL_INTERLEAVE", 3),
+    ("MPOL_LOCAL", 4),
+    ("MPOL_PREFERRED_MANY", 5),
+    ("MPOL_WEIGHTED_INTERLEAVE", 6),
+];
+
+/// The mode flags, or-ed into the mode.
+pub const FLAGS: [(&str, libc::c_int); 3] = [
+    ("MPOL_F_NUMA_BALANCING", 1 << 13),
+    ("MPOL_F_RELATIVE_NODES", 1 << 14),
+    ("MPOL_F_STATIC_NODES", 1 << 15),
+];
+
+/// A memory policy the spec asks for that cannot be set; each names the field.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum MemPolicyError {
+    #[error("linux.memoryPolicy.mode: unknown mode {0:?} (one of MPOL_DEFAULT, MPOL_PREFERRED, MPOL_BIND, MPOL_INTERLEAVE, MPOL_LOCAL, MPOL_PREFERRED_MANY, MPOL_WEIGHTED_INTERLEAVE)")]
+    Mode(String),
+    #[error("linux.memoryPolicy.flags[{index}]: unknown flag {flag:?} (one of MPOL_F_NUMA_BALANCING, MPOL_F_RELATIVE_NODES, MPOL_F_STATIC_NODES)")]
+    Flag { index: usize, flag: String },
+    #[error("linux.memoryPolicy.nodes: {0}")]
+    Nodes(#[from] cpulist::ListError),
+    #[error("linux.memoryPolicy.nodes: {mode} takes no nodes")]
+    NoNodes { mode: String },
+    #[error("linux.memoryPolicy.nodes: {mode} needs at least one node")]
+    NeedsNodes { mode: String },
+}
+
+/// What set_mempolicy(2) is called with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemPolicy {
+    /// The mode with its flags or-ed in.
+    pub mode: libc::c_int,
+    pub nodes: Vec<libc::c_ulong>,
+}
+
+impl MemPolicy {
+    /// The spec's policy checked as runc checks it: a known mode and flags, and nodes as
+    /// the mode wants them (none for `MPOL_DEFAULT` and `MPOL_LOCAL`, at least one for
+    /// the binding and interleaving modes, any for `MPOL_PREFERRED`). Whether the nodes
+    /// exist, and flags the kernel refuses together, are the kernel's to say (at create).
+    pub fn from_spec(p: &MemoryPolicy) -> Result<MemPolicy, MemPolicyError> {
+        let mode = MODES
+            .iter()
+            .find(|(n, _)| *n == p.mode)
+            .map(|(_, m)| *m)
+            .ok_or_else(|| MemPolicyError::Mode(p.mode.clone()))?;
+        let mut flags = 0;
+        for (index, f) in p.flags.iter().enumerate() {
+            flags |= FLAGS
+                .iter()
+                .find(|(n, _)| n == f)
+                .map(|(_, v)| *v)
+                .ok_or_else(|| MemPolicyError::Flag {
+                    index,
+                    flag: f.clone(),
+                })?;
+        }
+        let nodes = cpulist::parse(p.nodes.as_deref().unwrap_or(""))?;
+        let n = cpulist::count(&nodes);
+        match p.mode.as_str() {
+            "MPOL_DEFAULT" | "MPOL_LOCAL" if n != 0 => Err(MemPolicyError::NoNodes {
+                mode: p.mode.clone(),
+            }),
+            "MPOL_BIND"
+            | "MPOL_INTERLEAVE"
+            | "MPOL_PREFERRED_MANY"
+            | "MPOL_WEIGHTED_INTERLEAVE"
+                if n == 0 =>
+            {
+                Err(MemPolicyError::NeedsNodes {
+                    mode: p.mode.clone(),
+                })
+            }
+            _ => Ok(MemPolicy {
+                mode: mode | flags,
+                nodes,
+            }),
+        }
+    }
+
+    /// In the child, before the execve (and before any seccomp filter, which may deny the
+    /// call): the calling task's policy.
+    pub fn apply(&self) -> std::io::Result<()> {
+        sys::set_mempolicy(self.mode, &self.nodes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(mode: &str, nodes: Option<&str>, flags: &[&str]) -> Result<MemPolicy, String> {
+        MemPolicy::from_spec(&MemoryPolicy {
+            mode: mode.into(),
+            nodes: nodes.map(Into::into),
+            flags: flags.iter().map(|f| f.to_string()).collect(),
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn modes_flags_and_nodes() {
+        assert_eq!(
+            policy("MPOL_BIND", Some("0-1"), &["MPOL_F_STATIC_NODES"]).unwrap(),
+            MemPolicy {
+                mode: 2 | 1 << 15,
+                nodes: vec![3]
+            }
+        );
+        assert_eq!(
+            policy("MPOL_DEFAULT", None, &[]).unwrap().nodes,
+            Vec::<libc::c_ulong>::new()
+        );
+        assert_eq!(policy("MPOL_LOCAL", Some(""), &[]).unwrap().mode, 4);
+        assert_eq!(policy("MPOL_PREFERRED", None, &[]).unwrap().mode, 1);
+        assert_eq!(
+            policy("MPOL_WEIGHTED_INTERLEAVE", Some("0"), &[])
+                .unwrap()
+                .mode,
+            6
+        );
+    }
+
+    #[test]
+    fn bad_policies_name_the_field() {
+        for (mode, nodes, flags, want) in [
+            (
+                "MPOL_NOPE",
+                None,
+                &[][..],
+                "linux.memoryPolicy.mode: unknown mode \"MPOL_NOPE\"",
+            ),
+            (
+                "MPOL_BIND",
+                Some("0"),
+                &["MPOL_F_X"][..],
+                "linux.memoryPolicy.flags[0]: unknown flag \"MPOL_F_X\"",
+            ),
+            (
+                "MPOL_BIND",
+                None,
+                &[][..],
+                "linux.memoryPolicy.nodes: MPOL_BIND needs at least one node",
+            ),
+            (
+                "MPOL_INTERLEAVE",
+                Some(" "),
+                &[][..],
+                "linux.memoryPolicy.nodes: MPOL_INTERLEAVE needs at least one node",
+            ),
+            (
+                "MPOL_DEFAULT",
+                Some("0"),
+                &[][..],
+                "linux.memoryPolicy.nodes: MPOL_DEFAULT takes no nodes",
+            ),
+            (
+                "MPOL_BIND",
+                Some("x"),
+                &[][..],
+                "linux.memoryPolicy.nodes: \"x\" is not a number",
+            ),
+        ] {
+            let e = policy(mode, nodes, flags).unwrap_err();
+            assert!(e.starts_with(want), "{e}");
+        }
+    }
+}
