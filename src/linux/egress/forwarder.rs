@@ -343,7 +343,7 @@ fn make_cgroup(
             ..Default::default()
         }),
         pids: Some(crate::spec::Pids {
-            limit: i64::from(limits.pids),
+            limit: Some(i64::from(limits.pids)),
         }),
         ..Default::default()
     };
