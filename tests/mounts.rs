@@ -5,6 +5,7 @@ mod support;
 
 use std::ffi::CString;
 use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use support::*;
@@ -460,4 +461,33 @@ fn proc_as_symlink_in_rootfs_is_refused() {
     let out = out.fails();
     assert!(out.stderr.contains("/proc"), "{}", out.stderr);
     ctx.assert_no_trace(&c.id);
+}
+
+/// runc's mask.bats "duplicate paths": a masked path listed twice (or spelled twice, `/x/`)
+/// is masked once. Before, the second mask was stacked on the first: OPEN had two mounts at
+/// the path. Both policies.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_masked_path_listed_twice_is_masked_once() {
+    if !require_root() {
+        return;
+    }
+    for restricted in [false, true] {
+        let mut ctx = Ctx::new("maskdup");
+        fs::create_dir_all(ctx.rootfs().join("testdir")).unwrap();
+        fs::write(ctx.rootfs().join("testdir/key"), "k\n").unwrap();
+        fs::write(ctx.rootfs().join("testfile"), "secret\n").unwrap();
+        for p in ["/testdir", "/testfile", "/testdir/", "/testfile", "/./testdir"] {
+            ctx.push("/linux/maskedPaths", json!(p));
+        }
+        if restricted {
+            ctx.restricted();
+        }
+        ctx.sh(
+            "grep -c ' /testdir ' /proc/self/mountinfo; grep -c ' /testfile ' /proc/self/mountinfo; \
+             ls -A /testdir; cat /testfile; echo end",
+        );
+        let (out, err) = run_to_end(&ctx, "c");
+        assert_eq!(out, "1\n1\nend\n", "restricted={restricted}: {err}");
+    }
 }

@@ -325,7 +325,7 @@ pub fn plan(
         cgroup_mounts,
         new_cgroupns,
         default_devices: !dev_is_bind,
-        masked: l.masked_paths.clone(),
+        masked: once_each(&l.masked_paths),
         readonly_paths: l.readonly_paths.clone(),
         no_pivot,
         idmap_root: None,
@@ -338,6 +338,22 @@ pub fn plan(
         binds_from_parent: false,
         binds_by_source: false,
     })
+}
+
+/// The masked paths, each once: a path listed again (as the same lexical path: `/a/`,
+/// `/a/./b/..`) is masked once, as runc does. A second mask stacked on the first one would
+/// land on moat's own mount, which the lookup refuses as a swapped path.
+fn once_each(paths: &[String]) -> Vec<String> {
+    let mut seen: Vec<Vec<&str>> = Vec::new();
+    let mut out = Vec::new();
+    for p in paths {
+        let comps = path::components(p);
+        if !seen.contains(&comps) {
+            seen.push(comps);
+            out.push(p.clone());
+        }
+    }
+    out
 }
 
 /// `/proc` as a bind of the host's `/proc` (runc's start_hello.bats "rootless with host
