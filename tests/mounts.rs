@@ -491,3 +491,45 @@ fn a_masked_path_listed_twice_is_masked_once() {
         assert_eq!(out, "1\n1\nend\n", "restricted={restricted}: {err}");
     }
 }
+
+/// runc's idmap.bats "idmap mount with relative path": a relative mount destination is
+/// taken relative to `/` with a warning (runc: deprecated, still accepted), under both
+/// policies; a relative one climbing with `..` stays inside the rootfs like any other.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_relative_mount_destination_is_taken_from_the_root() {
+    if !require_root() {
+        return;
+    }
+    for restricted in [false, true] {
+        let mut ctx = Ctx::new("reldest");
+        let src = host_src(&ctx, "src");
+        let escape = format!("moat-reldest-{}-{restricted}", std::process::id());
+        ctx.push(
+            "/mounts",
+            json!({"destination": "mnt/rel", "type": "bind", "source": src, "options": ["bind"]}),
+        );
+        ctx.push(
+            "/mounts",
+            json!({"destination": format!("../../../../{escape}"), "type": "tmpfs",
+                   "source": "tmpfs", "options": ["nosuid", "size=1m"]}),
+        );
+        if restricted {
+            ctx.restricted();
+        }
+        ctx.sh(&format!(
+            "cat /mnt/rel/file; grep -c ' /{escape} ' /proc/self/mountinfo"
+        ));
+        let c = ctx.create_ok("c");
+        let create_err = c.out.as_ref().map(|o| o.stderr.clone()).unwrap_or_default();
+        let out = c.start_and_wait();
+        assert_eq!(out, "from-host\n1\n", "restricted={restricted}: {}", c.stderr());
+        assert!(
+            create_err.contains("mounts[")
+                && create_err.contains("\"mnt/rel\" is not absolute; taken as relative to /"),
+            "no warning: {create_err}"
+        );
+        assert!(!Path::new(&format!("/{escape}")).exists(), "made on the host");
+        assert!(ctx.rootfs().join(&escape).is_dir());
+    }
+}

@@ -76,6 +76,24 @@ pub fn validate(spec: &mut Spec) -> Result<(), Invalid> {
         }
         drop_repeated_namespaces(&mut linux.namespaces);
     }
+    for (i, m) in spec.mounts.iter_mut().enumerate() {
+        if m.destination.is_empty() {
+            return Err(invalid(
+                format!("mounts[{i}].destination"),
+                "must not be empty",
+            ));
+        }
+        // runc takes a relative destination as relative to `/` (deprecated, with a
+        // warning). Made absolute here, so every later reader (the policy's floor, which
+        // matches destinations, the plan, runsc's copy of the spec) sees one form.
+        if !m.destination.starts_with('/') {
+            crate::log::warn(&format!(
+                "mounts[{i}].destination: {:?} is not absolute; taken as relative to /, as runc does",
+                m.destination
+            ));
+            m.destination = format!("/{}", m.destination);
+        }
+    }
     let spec = &*spec;
     let major = spec.oci_version.split('.').next().unwrap_or("");
     if major != "1" {
@@ -97,14 +115,6 @@ pub fn validate(spec: &mut Spec) -> Result<(), Invalid> {
             return Err(invalid(
                 "process.cwd",
                 format!("{:?} is not an absolute path", p.cwd),
-            ));
-        }
-    }
-    for (i, m) in spec.mounts.iter().enumerate() {
-        if !m.destination.starts_with('/') {
-            return Err(invalid(
-                format!("mounts[{i}].destination"),
-                format!("{:?} is not an absolute path", m.destination),
             ));
         }
     }
