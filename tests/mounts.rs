@@ -573,3 +573,47 @@ fn many_mounts_under_a_low_descriptor_limit() {
         assert_eq!(out, "20\n20\nfrom-host\n", "userns={userns}: {err}");
     }
 }
+
+/// runc's mounts.bats "tmpfs mount mode= inherit", "explicit mode=", "mode=1777 default":
+/// a tmpfs over an existing directory takes that directory's mode unless the options set
+/// `mode=`; over one moat creates, the tmpfs default (1777), the directories made on the
+/// way 0755. The rootfs's directory itself is not changed.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_tmpfs_keeps_the_mode_of_the_directory_it_covers() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("tmpfsmode");
+    ctx.set("/root/readonly", json!(false));
+    for d in ["inherit", "explicit"] {
+        let p = ctx.rootfs().join(d);
+        fs::create_dir(&p).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o710)).unwrap();
+    }
+    let _ = fs::remove_dir_all(ctx.rootfs().join("non-existent"));
+    for (dest, opts) in [
+        ("/inherit", json!(["rw", "nodev", "nosuid"])),
+        ("/explicit", json!(["rw", "nodev", "nosuid", "mode=1500"])),
+        ("/non-existent/foo/bar", json!(["rw", "nodev", "nosuid"])),
+    ] {
+        ctx.push(
+            "/mounts",
+            json!({"destination": dest, "type": "tmpfs", "source": "tmpfs", "options": opts}),
+        );
+    }
+    ctx.sh("stat -c %a /inherit /explicit /non-existent/foo/bar; cat /proc/self/mountinfo");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert!(out.starts_with("710\n1500\n1777\n"), "{out}{err}");
+    let (_, sup) = mount_opts(&out, "/inherit");
+    assert!(sup.iter().any(|o| o == "mode=710"), "{sup:?}");
+    let (_, sup) = mount_opts(&out, "/explicit");
+    assert!(sup.iter().any(|o| o == "mode=1500"), "{sup:?}");
+    let (_, sup) = mount_opts(&out, "/non-existent/foo/bar");
+    assert!(!sup.iter().any(|o| o.starts_with("mode=")), "{sup:?}");
+    let mode = |p: &str| fs::metadata(ctx.rootfs().join(p)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("explicit"), 0o710);
+    for p in ["non-existent", "non-existent/foo", "non-existent/foo/bar"] {
+        assert_eq!(mode(p), 0o755, "{p}");
+    }
+}

@@ -746,6 +746,38 @@ fn mount_target(mounts: &Mounts, dest: &str, dir: bool) -> std::io::Result<Owned
     }
 }
 
+/// The target of a tmpfs, and its options with the mode of the directory it covers
+/// (runc 1.5, mounts.bats "tmpfs mount mode= inherit"): a tmpfs over an existing
+/// directory keeps that directory's permissions unless the options set `mode=`; over one
+/// moat creates, the tmpfs default (1777). The mode is read from the fd the mount goes on.
+fn tmpfs_target(
+    mounts: &Mounts,
+    dest: &str,
+    opts: &Options,
+) -> std::io::Result<(OwnedFd, Option<Options>)> {
+    if opts.data.iter().any(|(k, _)| k == "mode") {
+        return Ok((mount_target(mounts, dest, true)?, None));
+    }
+    let flags = libc::O_PATH | libc::O_DIRECTORY;
+    let existing = if moat_named(&path::components(dest)) {
+        mounts.open_moat(dest, flags)
+    } else {
+        mounts.root().open_at(dest, flags)
+    };
+    match existing {
+        Ok(fd) => {
+            let mode = sys::fstat(fd.as_fd())?.st_mode & 0o7777;
+            let mut o = opts.clone();
+            o.data.insert(0, ("mode".into(), Some(format!("{mode:04o}"))));
+            Ok((fd, Some(o)))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            Ok((mount_target(mounts, dest, true)?, None))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Mounts one spec entry; returns the attached mount's fd (to pin) and whether it is a
 /// recursive tree. `prebuilt` is the idmapped copy of a bind's source the parent made.
 fn mount_one(
@@ -803,8 +835,17 @@ fn mount_one(
             (tree, rec)
         }
         Kind::Fs { fstype, source } => {
-            let target = mount_target(mounts, &m.destination, true).step(Step::Mounts, what)?;
-            let Some((mnt, opts, rec)) = new_fs_or_fallback(fstype, source.as_deref(), &m.opts)
+            let (target, inherited) = if fstype == "tmpfs" {
+                tmpfs_target(mounts, &m.destination, &m.opts).step(Step::Mounts, what)?
+            } else {
+                let t = mount_target(mounts, &m.destination, true).step(Step::Mounts, what)?;
+                (t, None)
+            };
+            let opts = match inherited {
+                Some(o) => std::borrow::Cow::Owned(o),
+                None => std::borrow::Cow::Borrowed(&m.opts),
+            };
+            let Some((mnt, opts, rec)) = new_fs_or_fallback(fstype, source.as_deref(), &opts)
                 .step(Step::Mounts, || {
                     format!("{}: new {fstype} filesystem", what())
                 })?
