@@ -617,3 +617,130 @@ fn a_tmpfs_keeps_the_mode_of_the_directory_it_covers() {
         assert_eq!(mode(p), 0o755, "{p}");
     }
 }
+
+/// runc's mounts.bats "bind mount through a dangling symlink component" and "through a
+/// trailing dangling symlink": a destination whose symlinks lead to nothing yet gets what
+/// they point at created, inside the rootfs, and the bind lands there (a file, then a
+/// directory). Both policies.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_bind_through_a_dangling_symlink_lands_where_it_points() {
+    if !require_root() {
+        return;
+    }
+    for restricted in [false, true] {
+        let mut ctx = Ctx::new("dangling");
+        let src = host_src(&ctx, "src");
+        let r = ctx.rootfs();
+        let _ = fs::remove_file(r.join("etc/hosts"));
+        std::os::unix::fs::symlink("/tmp/foo/bar", r.join("jump")).unwrap();
+        std::os::unix::fs::symlink("/jump/baz/hosts", r.join("etc/hosts")).unwrap();
+        std::os::unix::fs::symlink("/tmp/dir", r.join("etc/dir")).unwrap();
+        let _ = fs::remove_dir_all(r.join("tmp/foo"));
+        ctx.push(
+            "/mounts",
+            json!({"destination": "/etc/hosts", "type": "bind", "source": src.join("file"), "options": ["bind"]}),
+        );
+        ctx.push(
+            "/mounts",
+            json!({"destination": "/etc/dir", "type": "bind", "source": src, "options": ["bind"]}),
+        );
+        if restricted {
+            ctx.restricted();
+        }
+        ctx.sh(
+            "cat /tmp/foo/bar/baz/hosts /tmp/dir/file; \
+             grep -c ' /tmp/foo/bar/baz/hosts ' /proc/self/mountinfo; \
+             grep -c ' /tmp/dir ' /proc/self/mountinfo",
+        );
+        let (out, err) = run_to_end(&ctx, "c");
+        assert_eq!(
+            out, "from-host\nfrom-host\n1\n1\n",
+            "restricted={restricted}: {err}"
+        );
+        assert!(r.join("tmp/foo/bar/baz/hosts").is_file());
+        assert!(r.join("tmp/dir").is_dir());
+    }
+}
+
+/// The attack on the above: dangling symlinks that point out of the rootfs (absolute at a
+/// host directory, relative climbing past `/`), one of them swapped in and out by a racer
+/// during the creates. What they point at is created inside the rootfs, never on the host.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn dangling_symlinks_out_of_the_rootfs_create_nothing_on_the_host() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("danglingout");
+    let src = host_src(&ctx, "src");
+    // On the host's disk /tmp, not below the test's directory: that is in /dev/shm, and
+    // `/dev` of the container is a tmpfs of its own.
+    let host = std::env::temp_dir().join(format!("moat-danglingout-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&host);
+    fs::create_dir_all(&host).unwrap();
+    let host_s = host.to_str().unwrap().to_string();
+    let r = ctx.rootfs();
+    std::os::unix::fs::symlink(format!("{host_s}/abs"), r.join("etc/abs")).unwrap();
+    std::os::unix::fs::symlink(
+        format!("../../../../../../..{host_s}/rel"),
+        r.join("etc/rel"),
+    )
+    .unwrap();
+    // The racer's pair: a directory and a symlink to the host, exchanged in a loop.
+    fs::create_dir_all(r.join("race/real")).unwrap();
+    std::os::unix::fs::symlink(&host_s, r.join("race/link")).unwrap();
+    std::os::unix::fs::symlink("/race/real/made", r.join("etc/race")).unwrap();
+    for (dest, source) in [
+        ("/etc/abs/sub", src.clone()),
+        ("/etc/rel", src.join("file")),
+        ("/etc/race", src.join("file")),
+    ] {
+        ctx.push(
+            "/mounts",
+            json!({"destination": dest, "type": "bind", "source": source, "options": ["bind"]}),
+        );
+    }
+    ctx.sh("cat /etc/abs/sub/file /etc/rel");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let racer = {
+        let stop = stop.clone();
+        let (a, b) = (
+            CString::new(r.join("race/real").to_str().unwrap()).unwrap(),
+            CString::new(r.join("race/link").to_str().unwrap()).unwrap(),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: NUL-terminated paths (musl has no renameat2 wrapper).
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+            }
+        })
+    };
+    let mut ran = 0;
+    for i in 0..20 {
+        let (c, out) = ctx.create(&format!("c{i}"));
+        if out.code == 0 {
+            ran += 1;
+            let _ = c.start_and_wait();
+        }
+        drop(c);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    racer.join().unwrap();
+    let left: Vec<_> = fs::read_dir(&host).unwrap().map(|e| e.unwrap().path()).collect();
+    fs::remove_dir_all(&host).unwrap();
+    assert!(left.is_empty(), "created on the host: {left:?}");
+    assert!(ran > 0, "no create got through the race");
+    let host_in_root = r.join(host_s.trim_start_matches('/'));
+    assert!(host_in_root.join("abs/sub").is_dir(), "absolute link not made inside");
+    assert!(host_in_root.join("rel").is_file(), "relative link not made inside");
+}
