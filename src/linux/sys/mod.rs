@@ -85,10 +85,10 @@ pub use net::{
     socketpair_seqpacket, unix_stream_pair,
 };
 pub use process::{
-    clone_fork, execve, exit_now, fexecve, hard_rlimit, soft_rlimit, ioprio_set, join_session_keyring,
+    clone_fork, execve, exit_now, fexecve, hard_rlimit, ioprio_set, join_session_keyring,
     personality, pidfd_getfd, pidfd_open, prctl, prctl5, prlimit, sched_setattr, setdomainname,
-    sethostname, setns, setsid, swap_umask, umask, unshare, waitpid, waitpid_nohang, Forked,
-    SchedAttr,
+    sethostname, setns, setsid, soft_rlimit, swap_umask, umask, unshare, waitpid, waitpid_nohang,
+    Forked, SchedAttr,
 };
 #[cfg(test)]
 pub use seccomp::syscall_numbers;
