@@ -477,7 +477,13 @@ fn a_masked_path_listed_twice_is_masked_once() {
         fs::create_dir_all(ctx.rootfs().join("testdir")).unwrap();
         fs::write(ctx.rootfs().join("testdir/key"), "k\n").unwrap();
         fs::write(ctx.rootfs().join("testfile"), "secret\n").unwrap();
-        for p in ["/testdir", "/testfile", "/testdir/", "/testfile", "/./testdir"] {
+        for p in [
+            "/testdir",
+            "/testfile",
+            "/testdir/",
+            "/testfile",
+            "/./testdir",
+        ] {
             ctx.push("/linux/maskedPaths", json!(p));
         }
         if restricted {
@@ -523,13 +529,21 @@ fn a_relative_mount_destination_is_taken_from_the_root() {
         let c = ctx.create_ok("c");
         let create_err = c.out.as_ref().map(|o| o.stderr.clone()).unwrap_or_default();
         let out = c.start_and_wait();
-        assert_eq!(out, "from-host\n1\n", "restricted={restricted}: {}", c.stderr());
+        assert_eq!(
+            out,
+            "from-host\n1\n",
+            "restricted={restricted}: {}",
+            c.stderr()
+        );
         assert!(
             create_err.contains("mounts[")
                 && create_err.contains("\"mnt/rel\" is not absolute; taken as relative to /"),
             "no warning: {create_err}"
         );
-        assert!(!Path::new(&format!("/{escape}")).exists(), "made on the host");
+        assert!(
+            !Path::new(&format!("/{escape}")).exists(),
+            "made on the host"
+        );
         assert!(ctx.rootfs().join(&escape).is_dir());
     }
 }
@@ -648,11 +662,9 @@ fn a_bind_through_a_dangling_symlink_lands_where_it_points() {
         if restricted {
             ctx.restricted();
         }
-        ctx.sh(
-            "cat /tmp/foo/bar/baz/hosts /tmp/dir/file; \
+        ctx.sh("cat /tmp/foo/bar/baz/hosts /tmp/dir/file; \
              grep -c ' /tmp/foo/bar/baz/hosts ' /proc/self/mountinfo; \
-             grep -c ' /tmp/dir ' /proc/self/mountinfo",
-        );
+             grep -c ' /tmp/dir ' /proc/self/mountinfo");
         let (out, err) = run_to_end(&ctx, "c");
         assert_eq!(
             out, "from-host\nfrom-host\n1\n1\n",
@@ -736,11 +748,120 @@ fn dangling_symlinks_out_of_the_rootfs_create_nothing_on_the_host() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     racer.join().unwrap();
-    let left: Vec<_> = fs::read_dir(&host).unwrap().map(|e| e.unwrap().path()).collect();
+    let left: Vec<_> = fs::read_dir(&host)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     fs::remove_dir_all(&host).unwrap();
     assert!(left.is_empty(), "created on the host: {left:?}");
     assert!(ran > 0, "no create got through the race");
     let host_in_root = r.join(host_s.trim_start_matches('/'));
-    assert!(host_in_root.join("abs/sub").is_dir(), "absolute link not made inside");
-    assert!(host_in_root.join("rel").is_file(), "relative link not made inside");
+    assert!(
+        host_in_root.join("abs/sub").is_dir(),
+        "absolute link not made inside"
+    );
+    assert!(
+        host_in_root.join("rel").is_file(),
+        "relative link not made inside"
+    );
+}
+
+/// runc's mounts.bats "mount order, container bind-mount source" (and its userns variant):
+/// binds whose sources are host paths inside the rootfs, below what earlier mounts of
+/// the same spec put there, are made in order and find those mounts (a tree of binds
+/// copied whole onto `/final`). In a user namespace the host sources sit below a
+/// directory closed to container root, so the parent opens them; the ones inside the
+/// rootfs the init opens itself.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn bind_sources_inside_the_rootfs_are_found_after_earlier_mounts() {
+    if !require_root() {
+        return;
+    }
+    let map = json!([{"containerID": 0, "hostID": 3_300_000_000u32, "size": 65536}]);
+    for userns in [false, true] {
+        let mut ctx = Ctx::new("mntorder");
+        let r = ctx.rootfs();
+        let r_s = r.to_str().unwrap().to_string();
+        fs::create_dir_all(r.join("mnt")).unwrap();
+        fs::create_dir_all(r.join("final")).unwrap();
+        let bs = ctx.dir.join("bind-src");
+        for sub in ["a/x", "b/y", "c/z"] {
+            fs::create_dir_all(bs.join(sub)).unwrap();
+            fs::write(bs.join(sub).join("file"), format!("{sub}\n")).unwrap();
+            let top = &sub[..1];
+            std::os::unix::fs::symlink(top, bs.join(format!("sym-{top}"))).unwrap();
+        }
+        fs::set_permissions(&bs, fs::Permissions::from_mode(0o750)).unwrap();
+        if userns {
+            ctx.push("/linux/namespaces", json!({"type": "user"}));
+            ctx.set("/linux/uidMappings", map.clone())
+                .set("/linux/gidMappings", map.clone());
+        }
+        let bs_s = bs.to_str().unwrap();
+        for (src, dst) in [
+            (format!("{bs_s}/a"), "/mnt".to_string()),
+            (format!("{bs_s}/sym-b"), "/mnt/x".to_string()),
+            (format!("{bs_s}/c"), "/mnt/x/y".to_string()),
+            (format!("{bs_s}/sym-a"), "/mnt/x/y/z".to_string()),
+            (format!("{r_s}/mnt/x"), format!("{r_s}/mnt/x/y/z/x")),
+            (format!("{r_s}/mnt/x/y"), format!("{r_s}/mnt/x/y/z")),
+            (format!("{r_s}/mnt"), format!("{r_s}/final")),
+        ] {
+            ctx.push(
+                "/mounts",
+                json!({"source": src, "destination": dst, "type": "bind",
+                       "options": ["rbind", "rprivate"]}),
+            );
+        }
+        ctx.args(&["cat", "/final/x/y/z/z/x/y/z/x/file"]);
+        let (out, err) = run_to_end(&ctx, "c");
+        assert_eq!(out, "a/x\n", "userns={userns}: {err}");
+    }
+}
+
+/// The attack on the above: a bind source inside the rootfs that is (or passes) a symlink
+/// to a host directory is resolved inside the rootfs, never on the host: the container
+/// gets the rootfs's own directory of that name, not the host's.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_bind_source_inside_the_rootfs_never_follows_a_symlink_to_the_host() {
+    if !require_root() {
+        return;
+    }
+    for restricted in [false, true] {
+        let mut ctx = Ctx::new("srcinroot");
+        // On the host's /tmp: the test's directory is in /dev/shm, and the container's
+        // `/dev` is a tmpfs of its own.
+        let host = std::env::temp_dir().join(format!(
+            "moat-srcinroot-{}-{restricted}",
+            std::process::id()
+        ));
+        fs::create_dir_all(&host).unwrap();
+        fs::write(host.join("file"), "host\n").unwrap();
+        let r = ctx.rootfs();
+        let decoy = r.join(host.strip_prefix("/").unwrap());
+        fs::create_dir_all(&decoy).unwrap();
+        fs::write(decoy.join("file"), "decoy\n").unwrap();
+        std::os::unix::fs::symlink(&host, r.join("evil")).unwrap();
+        std::os::unix::fs::symlink(host.join("file"), r.join("evil-file")).unwrap();
+        let r_s = r.to_str().unwrap();
+        ctx.push(
+            "/mounts",
+            json!({"source": format!("{r_s}/evil"), "destination": "/mnt/e", "type": "bind",
+                   "options": ["rbind"]}),
+        );
+        ctx.push(
+            "/mounts",
+            json!({"source": format!("{r_s}/evil-file"), "destination": "/mnt/f", "type": "bind",
+                   "options": ["bind"]}),
+        );
+        if restricted {
+            ctx.restricted();
+        }
+        ctx.sh("cat /mnt/e/file /mnt/f");
+        let (out, err) = run_to_end(&ctx, "c");
+        fs::remove_dir_all(&host).unwrap();
+        assert_eq!(out, "decoy\ndecoy\n", "restricted={restricted}: {err}");
+    }
 }

@@ -23,7 +23,16 @@ use crate::spec::Spec;
 #[derive(Debug, Clone)]
 pub enum Kind {
     /// A bind mount of a host path.
-    Bind { source: PathBuf, is_dir: bool },
+    Bind {
+        source: PathBuf,
+        is_dir: bool,
+        /// The source lies (lexically) inside the rootfs: the container path it names
+        /// there. The init resolves it itself, inside its root (`RESOLVE_IN_ROOT`), when
+        /// it comes to this mount, so what earlier mounts put there is found (runc's
+        /// mounts.bats "mount order, container bind-mount source") and a symlink in the
+        /// rootfs cannot lead it to the host. `is_dir` is then read from what it opened.
+        in_root: Option<String>,
+    },
     /// A new filesystem instance.
     Fs {
         fstype: String,
@@ -112,7 +121,7 @@ impl Plan {
     pub fn parent_built(&self, m: &MountPlan) -> bool {
         m.idmap.is_some()
             || ((self.idmap_root.is_some() || self.binds_from_parent)
-                && matches!(m.kind, Kind::Bind { .. }))
+                && matches!(m.kind, Kind::Bind { in_root: None, .. }))
     }
 
     /// How many mount fds the parent sends the child.
@@ -152,6 +161,8 @@ pub enum PlanError {
         source_path: PathBuf,
         err: std::io::Error,
     },
+    #[error("mounts[{index}].source: an idmapped bind of a path inside the rootfs ({}) is not supported", .source_path.display())]
+    IdmapInRoot { index: usize, source_path: PathBuf },
     #[error("mounts[{index}].destination: cannot bind over the container root")]
     BindOverRoot { index: usize },
     #[error("mounts[{index}].type: a mount that is not a bind needs a filesystem type")]
@@ -256,10 +267,19 @@ pub fn plan(
             } else {
                 bundle.join(src)
             };
+            let in_root = crate::spec::validate::inside(&rootfs, &source);
+            if in_root.is_some() && idmap.is_some() {
+                return Err(PlanError::IdmapInRoot {
+                    index,
+                    source_path: source,
+                });
+            }
             // A source moat itself makes once the plan is done (the notify socket, the
-            // DNS forwarder's resolv.conf in the state directory) cannot be looked up yet.
+            // DNS forwarder's resolv.conf in the state directory) cannot be looked up yet;
+            // one inside the rootfs is looked up by the init, in order.
             let is_dir = match made_later.iter().find(|(p, _)| *p == source) {
                 Some((_, is_dir)) => *is_dir,
+                None if in_root.is_some() => false,
                 None => std::fs::metadata(&source)
                     .map_err(|err| PlanError::BindSource {
                         index,
@@ -274,7 +294,11 @@ pub fn plan(
             if path::components(&m.destination) == ["dev"] {
                 dev_is_bind = true;
             }
-            Kind::Bind { source, is_dir }
+            Kind::Bind {
+                source,
+                is_dir,
+                in_root,
+            }
         } else if typ == "cgroup" || typ == "cgroup2" {
             Kind::Cgroup
         } else {
@@ -768,7 +792,8 @@ fn tmpfs_target(
         Ok(fd) => {
             let mode = sys::fstat(fd.as_fd())?.st_mode & 0o7777;
             let mut o = opts.clone();
-            o.data.insert(0, ("mode".into(), Some(format!("{mode:04o}"))));
+            o.data
+                .insert(0, ("mode".into(), Some(format!("{mode:04o}"))));
             Ok((fd, Some(o)))
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
@@ -788,33 +813,58 @@ fn mount_one(
 ) -> Result<Option<(OwnedFd, bool)>, InitFailure> {
     let what = || format!("mounts[{}] {}", m.index, m.destination);
     let (mnt, recursive) = match &m.kind {
-        Kind::Bind { source, is_dir } => {
-            let target = mount_target(mounts, &m.destination, *is_dir).step(Step::Mounts, what)?;
-            let prebuilt_tree = prebuilt.is_some() && !(p.binds_by_source && m.idmap.is_none());
-            let tree = match prebuilt {
-                // The source, opened by the parent in this mount namespace: cloned here.
-                Some(src) if p.binds_by_source && m.idmap.is_none() => {
-                    mount::clone_tree(src.as_fd(), "", m.opts.recursive)
+        Kind::Bind {
+            source,
+            is_dir,
+            in_root,
+        } => {
+            // A source inside the rootfs: resolved now, inside the root, after the mounts
+            // before it.
+            let (own, is_dir) = match in_root {
+                Some(at) => {
+                    let fd = mounts
+                        .root()
+                        .open_at(at, libc::O_PATH)
                         .step(Step::Mounts, || {
-                            format!("{}: clone {}", what(), source.display())
-                        })?
+                            format!("{}: source {at} inside the rootfs", what())
+                        })?;
+                    let st = sys::fstat(fd.as_fd()).step(Step::Mounts, what)?;
+                    (Some(fd), st.st_mode & libc::S_IFMT == libc::S_IFDIR)
                 }
-                Some(t) => t,
-                None if p.parent_built(m) => {
-                    return Err(InitFailure::new(
-                        Step::Mounts,
-                        format!("{}: no idmapped mount from the parent", what()),
-                    ))
-                }
-                // A host path from the engine: followed as the host resolves it (runc too).
-                None => mount::clone_tree(
-                    path::cwd(),
-                    source.to_str().unwrap_or_default(),
-                    m.opts.recursive,
-                )
-                .step(Step::Mounts, || {
-                    format!("{}: clone {}", what(), source.display())
-                })?,
+                None => (None, *is_dir),
+            };
+            let target = mount_target(mounts, &m.destination, is_dir).step(Step::Mounts, what)?;
+            let prebuilt_tree = prebuilt.is_some() && !(p.binds_by_source && m.idmap.is_none());
+            let tree = match (own, prebuilt) {
+                (Some(src), _) => mount::clone_tree(src.as_fd(), "", m.opts.recursive)
+                    .step(Step::Mounts, || {
+                        format!("{}: clone {}", what(), source.display())
+                    })?,
+                (None, prebuilt) => match prebuilt {
+                    // The source, opened by the parent in this mount namespace: cloned here.
+                    Some(src) if p.binds_by_source && m.idmap.is_none() => {
+                        mount::clone_tree(src.as_fd(), "", m.opts.recursive)
+                            .step(Step::Mounts, || {
+                                format!("{}: clone {}", what(), source.display())
+                            })?
+                    }
+                    Some(t) => t,
+                    None if p.parent_built(m) => {
+                        return Err(InitFailure::new(
+                            Step::Mounts,
+                            format!("{}: no idmapped mount from the parent", what()),
+                        ))
+                    }
+                    // A host path from the engine: followed as the host resolves it (runc too).
+                    None => mount::clone_tree(
+                        path::cwd(),
+                        source.to_str().unwrap_or_default(),
+                        m.opts.recursive,
+                    )
+                    .step(Step::Mounts, || {
+                        format!("{}: clone {}", what(), source.display())
+                    })?,
+                },
             };
             let rec = m.opts.recursive || m.idmap.as_ref().is_some_and(|i| i.recursive);
             if p.refuse_kernel_binds {
@@ -1390,6 +1440,7 @@ mod tests {
                     kind: Kind::Bind {
                         source: "/srv/data".into(),
                         is_dir: true,
+                        in_root: None,
                     },
                     opts: mount::parse_options(&["rbind".into(), "ro".into()]),
                     idmap: None,
