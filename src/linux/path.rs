@@ -170,22 +170,16 @@ impl Root {
         Ok(done)
     }
 
-    /// `path` itself when it exists (resolved as [`Root::open_at`] does), else the path
-    /// its dangling symlinks name ([`Root::dangling_target`]).
-    fn creation_path(&self, path: &str) -> io::Result<String> {
-        match self.open_at(path, libc::O_PATH) {
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                Ok(self.dangling_target(path)?.join("/"))
-            }
-            _ => Ok(path.to_string()),
-        }
-    }
-
     /// Makes sure `path` exists as a directory inside the root, creating missing components
     /// relative to their parent's fd, and returns an `O_PATH` fd of it. A dangling symlink
     /// on the way is followed inside the root: what it points at is created.
     pub fn mkdir_all(&self, path: &str, mode: u32) -> io::Result<OwnedFd> {
-        let path = self.creation_path(path)?;
+        let path = match self.open_at(path, libc::O_PATH | libc::O_DIRECTORY) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                self.dangling_target(path)?.join("/")
+            }
+            r => return r,
+        };
         let comps = components(&path);
         let mut cur = sys::dup_cloexec(self.fd.as_fd())?;
         for i in 0..comps.len() {
