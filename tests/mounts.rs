@@ -865,3 +865,166 @@ fn a_bind_source_inside_the_rootfs_never_follows_a_symlink_to_the_host() {
         assert_eq!(out, "decoy\ndecoy\n", "restricted={restricted}: {err}");
     }
 }
+
+/// runc 1.5's bind flags (mounts_sshfs.bats, with its tmpfs fallback): a bind with flag
+/// options gets exactly those under OPEN (the source's `ro`, `nosuid`, `nodev`, `noexec`,
+/// `nosymfollow` not named are cleared; atime kept unless an atime option is given); with
+/// none it keeps the source's. In a user namespace of the container's own the source's
+/// lockable flags stay unless named, and naming one to clear fails the create. RESTRICTED
+/// applies the options on top of the source's flags (nothing the host set is dropped
+/// without being named).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn bind_flags_are_the_options_given_and_locked_ones_stay() {
+    if !require_root() {
+        return;
+    }
+    const RO: u64 = libc::MS_RDONLY;
+    const NOSUID: u64 = libc::MS_NOSUID;
+    const NODEV: u64 = libc::MS_NODEV;
+    const NOEXEC: u64 = libc::MS_NOEXEC;
+    const NOSYMFOLLOW: u64 = 256; // MS_NOSYMFOLLOW
+    const NODIRATIME: u64 = libc::MS_NODIRATIME;
+    // (user namespace, RESTRICTED, the source's flags, the options, in the container's
+    // per-mount options, not there; None: the create fails)
+    type Case = (
+        bool,
+        bool,
+        u64,
+        &'static str,
+        &'static [&'static str],
+        Option<&'static [&'static str]>,
+    );
+    let cases: &[Case] = &[
+        (
+            false,
+            false,
+            RO | NOEXEC | NOSYMFOLLOW | NODIRATIME,
+            "bind",
+            &["ro", "noexec", "nosymfollow", "nodiratime"],
+            Some(&["rw"]),
+        ),
+        (
+            false,
+            false,
+            RO | NOEXEC | NOSYMFOLLOW | NODIRATIME,
+            "bind,dev",
+            &["rw", "nodiratime"],
+            Some(&["ro", "noexec", "nosymfollow"]),
+        ),
+        (
+            false,
+            false,
+            RO,
+            "bind,nosuid,nodev,rprivate",
+            &["rw", "nosuid", "nodev"],
+            Some(&["ro"]),
+        ),
+        (
+            false,
+            false,
+            NODEV | NOSUID | NOEXEC,
+            "bind,ro",
+            &["ro"],
+            Some(&["nosuid", "nodev", "noexec"]),
+        ),
+        (
+            true,
+            false,
+            RO | NOEXEC | NOSYMFOLLOW | NODIRATIME,
+            "bind,dev",
+            &["ro", "noexec", "nodiratime"],
+            Some(&["rw", "nosymfollow"]),
+        ),
+        (
+            true,
+            false,
+            RO,
+            "bind,nosuid,nodev,rprivate",
+            &["ro", "nosuid", "nodev"],
+            Some(&[]),
+        ),
+        (true, false, RO, "bind,rw,nosuid,nodev,rprivate", &[], None),
+        (
+            true,
+            false,
+            NODEV | NOSUID | NOEXEC,
+            "bind,ro",
+            &["ro", "nosuid", "nodev", "noexec"],
+            Some(&[]),
+        ),
+        (
+            true,
+            false,
+            NODEV | NOSYMFOLLOW,
+            "bind,rw",
+            &["rw", "nodev"],
+            Some(&["nosymfollow"]),
+        ),
+        (
+            false,
+            true,
+            NODEV | NOSUID | NOEXEC | RO,
+            "bind,nosuid",
+            &["ro", "nosuid", "nodev", "noexec"],
+            Some(&[]),
+        ),
+    ];
+    let map = json!([{"containerID": 0, "hostID": 3_300_000_000u32, "size": 65536}]);
+    for &(userns, restricted, src_flags, opts, there, absent) in cases {
+        let what =
+            format!("userns={userns} restricted={restricted} source={src_flags:#x} options={opts}");
+        let mut ctx = Ctx::new("bindflags");
+        let src = HostMount::tmpfs(&ctx.dir.join("src"));
+        let t = CString::new(src.0.to_str().unwrap()).unwrap();
+        // SAFETY: NUL-terminated path; the flags of a bind remount of the test's tmpfs.
+        let rc = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                t.as_ptr(),
+                std::ptr::null(),
+                (libc::MS_BIND | libc::MS_REMOUNT | src_flags) as libc::c_ulong,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "{what}: remount the source");
+        fs::create_dir_all(ctx.rootfs().join("mnt")).unwrap();
+        if userns {
+            ctx.push("/linux/namespaces", json!({"type": "user"}));
+            ctx.set("/linux/uidMappings", map.clone())
+                .set("/linux/gidMappings", map.clone());
+        }
+        if restricted {
+            ctx.restricted();
+        }
+        let options: Vec<&str> = opts.split(',').collect();
+        ctx.push(
+            "/mounts",
+            json!({"destination": "/mnt", "type": "bind", "source": src.0, "options": options}),
+        );
+        ctx.args(&["cat", "/proc/self/mountinfo"]);
+        let Some(absent) = absent else {
+            let (c, out) = ctx.create("c");
+            let out = out.fails();
+            assert!(
+                out.stderr.contains("cannot clear locked flags ro")
+                    && out.stderr.contains("Operation not permitted"),
+                "{what}: {}",
+                out.stderr
+            );
+            ctx.assert_no_trace(&c.id);
+            continue;
+        };
+        let (out, err) = run_to_end(&ctx, "c");
+        let (per, _) = mount_opts(&out, "/mnt");
+        for o in there {
+            assert!(
+                per.iter().any(|p| p == o),
+                "{what}: {o} missing in {per:?} {err}"
+            );
+        }
+        for o in absent {
+            assert!(!per.iter().any(|p| p == o), "{what}: {o} kept in {per:?}");
+        }
+    }
+}

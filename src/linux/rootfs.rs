@@ -113,6 +113,15 @@ pub struct Plan {
     /// in the host's namespace carries no lock). Set for a direct create (the init is
     /// born in its mount namespace); a staged one gets trees cloned on the host.
     pub binds_by_source: bool,
+    /// The container has a user namespace of its own: a bind's lockable flags (`ro`,
+    /// `nosuid`, `nodev`, `noexec`, atime) that its source has stay, as the kernel locks
+    /// them there ([`bind_attrs`]).
+    pub userns: bool,
+    /// OPEN: a bind with flag options gets exactly those (runc's "mount --bind -o"
+    /// semantics: `bind,ro` of a `nosuid` source is not `nosuid`); RESTRICTED applies them on
+    /// top of the source's flags, so no flag the host set is dropped without being named
+    /// ([`bind_attrs`]).
+    pub bind_flags_exact: bool,
 }
 
 impl Plan {
@@ -361,6 +370,8 @@ pub fn plan(
         dev_ro_last,
         binds_from_parent: false,
         binds_by_source: false,
+        userns,
+        bind_flags_exact: false,
     })
 }
 
@@ -870,7 +881,8 @@ fn mount_one(
             if p.refuse_kernel_binds {
                 refuse_kernel_root(m, tree.as_fd(), &p.allowed_bind_devices)?;
             }
-            mount::set_attrs(tree.as_fd(), &m.opts)
+            let attrs = bind_attrs(p, m, tree.as_fd())?;
+            mount::set_attrs(tree.as_fd(), &attrs)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
             mount::attach(tree.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
             if p.refuse_kernel_binds && rec {
@@ -915,6 +927,120 @@ fn mount_one(
             .step(Step::Mounts, || format!("{}: propagation", what()))?;
     }
     Ok(Some((mnt, recursive)))
+}
+
+/// The attributes a bind's top mount gets, as runc 1.5 sets them (mounts_sshfs.bats).
+/// Without flag options it keeps the source's flags. With some (OPEN), the result is
+/// exactly what they say, as `mount --bind -o` would mean: `ro`, `nosuid`, `nodev`,
+/// `noexec` and `nosymfollow` not named are cleared; the atime flags change only when
+/// `noatime`, `relatime`, `strictatime` or `nodiratime` is given (mount(2) keeps them
+/// otherwise; `atime`/`diratime` alone change nothing, as with runc). In a user namespace
+/// of the container's own the kernel locks the source's `ro`, `nosuid`, `nodev`, `noexec`
+/// and atime: those not named are kept, one named to be cleared (`rw` of a read-only
+/// source) fails the create, as does another atime. RESTRICTED applies the options on top
+/// of the source's flags (nothing the host set is dropped unless an option names it).
+fn bind_attrs(p: &Plan, m: &MountPlan, tree: BorrowedFd<'_>) -> Result<Options, InitFailure> {
+    const LOCKABLE: u64 = sys::MOUNT_ATTR_RDONLY
+        | sys::MOUNT_ATTR_NOSUID
+        | sys::MOUNT_ATTR_NODEV
+        | sys::MOUNT_ATTR_NOEXEC;
+    const ATIME: u64 = sys::MOUNT_ATTR__ATIME | sys::MOUNT_ATTR_NODIRATIME;
+    let what = || format!("mounts[{}] {}", m.index, m.destination);
+    let mut o = m.opts.clone();
+    if !p.bind_flags_exact || !o.flags_given {
+        return Ok(o);
+    }
+    let (mut set, mut clr) = (
+        o.set & !ATIME,
+        (o.clr | ((LOCKABLE | sys::MOUNT_ATTR_NOSYMFOLLOW) & !o.set)) & !ATIME,
+    );
+    if o.atime_given {
+        set |= o.set & ATIME;
+        clr |= ATIME;
+    }
+    if p.userns {
+        let st = sys::fstatfs(tree).step(Step::Mounts, || format!("{}: source flags", what()))?;
+        // f_flags is a signed word under glibc, unsigned under musl.
+        #[allow(clippy::unnecessary_cast)]
+        let f = st.f_flags as u64;
+        let mut locked = 0;
+        for (st_flag, attr) in [
+            (libc::ST_RDONLY, sys::MOUNT_ATTR_RDONLY),
+            (libc::ST_NOSUID, sys::MOUNT_ATTR_NOSUID),
+            (libc::ST_NODEV, sys::MOUNT_ATTR_NODEV),
+            (libc::ST_NOEXEC, sys::MOUNT_ATTR_NOEXEC),
+        ] {
+            if f & st_flag as u64 != 0 {
+                locked |= attr;
+            }
+        }
+        let named = m.opts.clr & locked;
+        if named != 0 {
+            return Err(InitFailure::new(
+                Step::Mounts,
+                format!(
+                    "{}: cannot clear locked flags {} of the source in the container's user namespace: Operation not permitted",
+                    what(),
+                    attr_names(named)
+                ),
+            ));
+        }
+        set |= locked;
+        clr &= !locked;
+        if o.atime_given {
+            let atime = |noatime: bool, relatime: bool, nodiratime: bool| {
+                let mode = if noatime {
+                    sys::MOUNT_ATTR_NOATIME
+                } else if relatime {
+                    sys::MOUNT_ATTR_RELATIME
+                } else {
+                    sys::MOUNT_ATTR_STRICTATIME
+                };
+                mode | if nodiratime {
+                    sys::MOUNT_ATTR_NODIRATIME
+                } else {
+                    0
+                }
+            };
+            // <linux/statfs.h>; libc names it only for some targets.
+            const ST_RELATIME: u64 = 0x1000;
+            #[allow(clippy::unnecessary_cast)]
+            let source = atime(
+                f & libc::ST_NOATIME as u64 != 0,
+                f & ST_RELATIME != 0,
+                f & libc::ST_NODIRATIME as u64 != 0,
+            );
+            if set & ATIME != source {
+                return Err(InitFailure::new(
+                    Step::Mounts,
+                    format!(
+                        "{}: cannot change the locked atime flags of the source in the container's user namespace: Operation not permitted",
+                        what()
+                    ),
+                ));
+            }
+        }
+        // The source's atime stays: the kernel refuses to touch it there.
+        set &= !ATIME;
+        clr &= !ATIME;
+    }
+    o.set = set;
+    o.clr = clr;
+    Ok(o)
+}
+
+fn attr_names(attrs: u64) -> String {
+    [
+        (sys::MOUNT_ATTR_RDONLY, "ro"),
+        (sys::MOUNT_ATTR_NOSUID, "nosuid"),
+        (sys::MOUNT_ATTR_NODEV, "nodev"),
+        (sys::MOUNT_ATTR_NOEXEC, "noexec"),
+    ]
+    .iter()
+    .filter(|(a, _)| attrs & a != 0)
+    .map(|(_, n)| *n)
+    .collect::<Vec<_>>()
+    .join(",")
 }
 
 /// RESTRICTED: the bind's own mount, before it is attached, must not be a kernel
@@ -1462,6 +1588,8 @@ mod tests {
             dev_ro_last: false,
             binds_from_parent: false,
             binds_by_source: false,
+            userns: false,
+            bind_flags_exact: false,
         }
     }
 
