@@ -970,7 +970,10 @@ fn bind_attrs(p: &Plan, m: &MountPlan, tree: BorrowedFd<'_>) -> Result<Options, 
             (libc::ST_NODEV, sys::MOUNT_ATTR_NODEV),
             (libc::ST_NOEXEC, sys::MOUNT_ATTR_NOEXEC),
         ] {
-            if f & st_flag as u64 != 0 {
+            // ST_* are c_ulong: u64 here, but not on every target.
+            #[allow(clippy::unnecessary_cast)]
+            let bit = st_flag as u64;
+            if f & bit != 0 {
                 locked |= attr;
             }
         }
