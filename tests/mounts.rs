@@ -920,6 +920,15 @@ fn bind_flags_are_the_options_given_and_locked_ones_stay() {
             &["rw", "nosuid", "nodev"],
             Some(&["ro"]),
         ),
+        // Propagation is no flag: the source's flags stay.
+        (
+            false,
+            false,
+            RO | NOSUID | NOEXEC,
+            "rbind,rprivate",
+            &["ro", "nosuid", "noexec"],
+            Some(&["rw"]),
+        ),
         (
             false,
             false,

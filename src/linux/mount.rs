@@ -108,7 +108,8 @@ pub fn parse_options(opts: &[String]) -> Options {
                 continue;
             }
         };
-        if !rec {
+        // Propagation options (`prop`) are no flags.
+        if !rec && (set | clr) != 0 {
             o.flags_given = true;
             o.atime_given |= matches!(
                 opt.as_str(),
@@ -268,6 +269,23 @@ mod tests {
                 ("newinstance".into(), None)
             ]
         );
+    }
+
+    #[test]
+    fn which_options_count_as_flags_of_a_bind() {
+        for (opts, flags, atime) in [
+            (&["rbind", "rprivate"][..], false, false),
+            (&["bind", "rro", "rnosuid", "shared"][..], false, false),
+            (&["bind", "mode=755", "idmap"][..], false, false),
+            (&["bind", "dev"][..], true, false),
+            (&["bind", "atime"][..], true, false),
+            (&["bind", "diratime"][..], true, false),
+            (&["bind", "ro", "nodiratime"][..], true, true),
+            (&["bind", "relatime"][..], true, true),
+        ] {
+            let o = p(opts);
+            assert_eq!((o.flags_given, o.atime_given), (flags, atime), "{opts:?}");
+        }
     }
 
     #[test]
