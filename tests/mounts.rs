@@ -5,6 +5,7 @@ mod support;
 
 use std::ffi::CString;
 use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use support::*;
@@ -460,4 +461,579 @@ fn proc_as_symlink_in_rootfs_is_refused() {
     let out = out.fails();
     assert!(out.stderr.contains("/proc"), "{}", out.stderr);
     ctx.assert_no_trace(&c.id);
+}
+
+/// runc's mask.bats "duplicate paths": a masked path listed twice (or spelled twice, `/x/`)
+/// is masked once. Before, the second mask was stacked on the first: OPEN had two mounts at
+/// the path. Both policies.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_masked_path_listed_twice_is_masked_once() {
+    if !require_root() {
+        return;
+    }
+    for restricted in [false, true] {
+        let mut ctx = Ctx::new("maskdup");
+        fs::create_dir_all(ctx.rootfs().join("testdir")).unwrap();
+        fs::write(ctx.rootfs().join("testdir/key"), "k\n").unwrap();
+        fs::write(ctx.rootfs().join("testfile"), "secret\n").unwrap();
+        for p in [
+            "/testdir",
+            "/testfile",
+            "/testdir/",
+            "/testfile",
+            "/./testdir",
+        ] {
+            ctx.push("/linux/maskedPaths", json!(p));
+        }
+        if restricted {
+            ctx.restricted();
+        }
+        ctx.sh(
+            "grep -c ' /testdir ' /proc/self/mountinfo; grep -c ' /testfile ' /proc/self/mountinfo; \
+             ls -A /testdir; cat /testfile; echo end",
+        );
+        let (out, err) = run_to_end(&ctx, "c");
+        assert_eq!(out, "1\n1\nend\n", "restricted={restricted}: {err}");
+    }
+}
+
+/// runc's idmap.bats "idmap mount with relative path": a relative mount destination is
+/// taken relative to `/` with a warning (runc: deprecated, still accepted), under both
+/// policies; a relative one climbing with `..` stays inside the rootfs like any other.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_relative_mount_destination_is_taken_from_the_root() {
+    if !require_root() {
+        return;
+    }
+    for restricted in [false, true] {
+        let mut ctx = Ctx::new("reldest");
+        let src = host_src(&ctx, "src");
+        let escape = format!("moat-reldest-{}-{restricted}", std::process::id());
+        ctx.push(
+            "/mounts",
+            json!({"destination": "mnt/rel", "type": "bind", "source": src, "options": ["bind"]}),
+        );
+        ctx.push(
+            "/mounts",
+            json!({"destination": format!("../../../../{escape}"), "type": "tmpfs",
+                   "source": "tmpfs", "options": ["nosuid", "size=1m"]}),
+        );
+        if restricted {
+            ctx.restricted();
+        }
+        ctx.sh(&format!(
+            "cat /mnt/rel/file; grep -c ' /{escape} ' /proc/self/mountinfo"
+        ));
+        let c = ctx.create_ok("c");
+        let create_err = c.out.as_ref().map(|o| o.stderr.clone()).unwrap_or_default();
+        let out = c.start_and_wait();
+        assert_eq!(
+            out,
+            "from-host\n1\n",
+            "restricted={restricted}: {}",
+            c.stderr()
+        );
+        assert!(
+            create_err.contains("mounts[")
+                && create_err.contains("\"mnt/rel\" is not absolute; taken as relative to /"),
+            "no warning: {create_err}"
+        );
+        assert!(
+            !Path::new(&format!("/{escape}")).exists(),
+            "made on the host"
+        );
+        assert!(ctx.rootfs().join(&escape).is_dir());
+    }
+}
+
+/// runc's idmap.bats "mount source fds are cleaned up" (20 idmapped mounts under
+/// `RLIMIT_NOFILE` 20): the spec's descriptor limit holds for the container's process,
+/// not for moat setting it up. Before, the limit went on the init first and the init ran
+/// out of descriptors half way: "receive an idmapped mount: No buffer space available"
+/// (the kernel truncates SCM_RIGHTS it cannot install) in a user namespace, EMFILE on a
+/// clone without one.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn many_mounts_under_a_low_descriptor_limit() {
+    if !require_root() {
+        return;
+    }
+    let map = json!([{"containerID": 0, "hostID": 3_300_000_000u32, "size": 65536}]);
+    for userns in [false, true] {
+        let mut ctx = Ctx::new("nofile");
+        let src = host_src(&ctx, "src");
+        if userns {
+            ctx.push("/linux/namespaces", json!({"type": "user"}));
+            ctx.set("/linux/uidMappings", map.clone())
+                .set("/linux/gidMappings", map.clone());
+        }
+        for i in 0..30 {
+            // Container root in the user namespace may not create them in the rootfs.
+            fs::create_dir_all(ctx.rootfs().join(format!("mnt/m{i}"))).unwrap();
+            ctx.push(
+                "/mounts",
+                json!({"destination": format!("/mnt/m{i}"), "type": "bind", "source": src,
+                       "options": ["bind"]}),
+            );
+        }
+        ctx.set(
+            "/process/rlimits",
+            json!([{"type": "RLIMIT_NOFILE", "soft": 20, "hard": 20}]),
+        );
+        ctx.sh("ulimit -n; ulimit -Hn; cat /mnt/m29/file");
+        let (out, err) = run_to_end(&ctx, "c");
+        assert_eq!(out, "20\n20\nfrom-host\n", "userns={userns}: {err}");
+    }
+}
+
+/// runc's mounts.bats "tmpfs mount mode= inherit", "explicit mode=", "mode=1777 default":
+/// a tmpfs over an existing directory takes that directory's mode unless the options set
+/// `mode=`; over one moat creates, the tmpfs default (1777), the directories made on the
+/// way 0755. The rootfs's directory itself is not changed.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_tmpfs_keeps_the_mode_of_the_directory_it_covers() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("tmpfsmode");
+    ctx.set("/root/readonly", json!(false));
+    for d in ["inherit", "explicit"] {
+        let p = ctx.rootfs().join(d);
+        fs::create_dir(&p).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o710)).unwrap();
+    }
+    let _ = fs::remove_dir_all(ctx.rootfs().join("non-existent"));
+    for (dest, opts) in [
+        ("/inherit", json!(["rw", "nodev", "nosuid"])),
+        ("/explicit", json!(["rw", "nodev", "nosuid", "mode=1500"])),
+        ("/non-existent/foo/bar", json!(["rw", "nodev", "nosuid"])),
+    ] {
+        ctx.push(
+            "/mounts",
+            json!({"destination": dest, "type": "tmpfs", "source": "tmpfs", "options": opts}),
+        );
+    }
+    ctx.sh("stat -c %a /inherit /explicit /non-existent/foo/bar; cat /proc/self/mountinfo");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert!(out.starts_with("710\n1500\n1777\n"), "{out}{err}");
+    let (_, sup) = mount_opts(&out, "/inherit");
+    assert!(sup.iter().any(|o| o == "mode=710"), "{sup:?}");
+    let (_, sup) = mount_opts(&out, "/explicit");
+    assert!(sup.iter().any(|o| o == "mode=1500"), "{sup:?}");
+    let (_, sup) = mount_opts(&out, "/non-existent/foo/bar");
+    assert!(!sup.iter().any(|o| o.starts_with("mode=")), "{sup:?}");
+    let mode = |p: &str| fs::metadata(ctx.rootfs().join(p)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("explicit"), 0o710);
+    for p in ["non-existent", "non-existent/foo", "non-existent/foo/bar"] {
+        assert_eq!(mode(p), 0o755, "{p}");
+    }
+}
+
+/// runc's mounts.bats "bind mount through a dangling symlink component" and "through a
+/// trailing dangling symlink": a destination whose symlinks lead to nothing yet gets what
+/// they point at created, inside the rootfs, and the bind lands there (a file, then a
+/// directory). Both policies.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_bind_through_a_dangling_symlink_lands_where_it_points() {
+    if !require_root() {
+        return;
+    }
+    for restricted in [false, true] {
+        let mut ctx = Ctx::new("dangling");
+        let src = host_src(&ctx, "src");
+        let r = ctx.rootfs();
+        let _ = fs::remove_file(r.join("etc/hosts"));
+        std::os::unix::fs::symlink("/tmp/foo/bar", r.join("jump")).unwrap();
+        std::os::unix::fs::symlink("/jump/baz/hosts", r.join("etc/hosts")).unwrap();
+        std::os::unix::fs::symlink("/tmp/dir", r.join("etc/dir")).unwrap();
+        let _ = fs::remove_dir_all(r.join("tmp/foo"));
+        ctx.push(
+            "/mounts",
+            json!({"destination": "/etc/hosts", "type": "bind", "source": src.join("file"), "options": ["bind"]}),
+        );
+        ctx.push(
+            "/mounts",
+            json!({"destination": "/etc/dir", "type": "bind", "source": src, "options": ["bind"]}),
+        );
+        if restricted {
+            ctx.restricted();
+        }
+        ctx.sh("cat /tmp/foo/bar/baz/hosts /tmp/dir/file; \
+             grep -c ' /tmp/foo/bar/baz/hosts ' /proc/self/mountinfo; \
+             grep -c ' /tmp/dir ' /proc/self/mountinfo");
+        let (out, err) = run_to_end(&ctx, "c");
+        assert_eq!(
+            out, "from-host\nfrom-host\n1\n1\n",
+            "restricted={restricted}: {err}"
+        );
+        assert!(r.join("tmp/foo/bar/baz/hosts").is_file());
+        assert!(r.join("tmp/dir").is_dir());
+    }
+}
+
+/// The attack on the above: dangling symlinks that point out of the rootfs (absolute at a
+/// host directory, relative climbing past `/`), one of them swapped in and out by a racer
+/// during the creates. What they point at is created inside the rootfs, never on the host.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn dangling_symlinks_out_of_the_rootfs_create_nothing_on_the_host() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("danglingout");
+    let src = host_src(&ctx, "src");
+    // On the host's disk /tmp, not below the test's directory: that is in /dev/shm, and
+    // `/dev` of the container is a tmpfs of its own.
+    let host = std::env::temp_dir().join(format!("moat-danglingout-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&host);
+    fs::create_dir_all(&host).unwrap();
+    let host_s = host.to_str().unwrap().to_string();
+    let r = ctx.rootfs();
+    std::os::unix::fs::symlink(format!("{host_s}/abs"), r.join("etc/abs")).unwrap();
+    std::os::unix::fs::symlink(
+        format!("../../../../../../..{host_s}/rel"),
+        r.join("etc/rel"),
+    )
+    .unwrap();
+    // The racer's pair: a directory and a symlink to the host, exchanged in a loop.
+    fs::create_dir_all(r.join("race/real")).unwrap();
+    std::os::unix::fs::symlink(&host_s, r.join("race/link")).unwrap();
+    std::os::unix::fs::symlink("/race/real/made", r.join("etc/race")).unwrap();
+    for (dest, source) in [
+        ("/etc/abs/sub", src.clone()),
+        ("/etc/rel", src.join("file")),
+        ("/etc/race", src.join("file")),
+    ] {
+        ctx.push(
+            "/mounts",
+            json!({"destination": dest, "type": "bind", "source": source, "options": ["bind"]}),
+        );
+    }
+    ctx.sh("cat /etc/abs/sub/file /etc/rel");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let racer = {
+        let stop = stop.clone();
+        let (a, b) = (
+            CString::new(r.join("race/real").to_str().unwrap()).unwrap(),
+            CString::new(r.join("race/link").to_str().unwrap()).unwrap(),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: NUL-terminated paths (musl has no renameat2 wrapper).
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+            }
+        })
+    };
+    let mut ran = 0;
+    for i in 0..20 {
+        let (c, out) = ctx.create(&format!("c{i}"));
+        if out.code == 0 {
+            ran += 1;
+            let _ = c.start_and_wait();
+        }
+        drop(c);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    racer.join().unwrap();
+    let left: Vec<_> = fs::read_dir(&host)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    fs::remove_dir_all(&host).unwrap();
+    assert!(left.is_empty(), "created on the host: {left:?}");
+    assert!(ran > 0, "no create got through the race");
+    let host_in_root = r.join(host_s.trim_start_matches('/'));
+    assert!(
+        host_in_root.join("abs/sub").is_dir(),
+        "absolute link not made inside"
+    );
+    assert!(
+        host_in_root.join("rel").is_file(),
+        "relative link not made inside"
+    );
+}
+
+/// runc's mounts.bats "mount order, container bind-mount source" (and its userns variant):
+/// binds whose sources are host paths inside the rootfs, below what earlier mounts of
+/// the same spec put there, are made in order and find those mounts (a tree of binds
+/// copied whole onto `/final`). In a user namespace the host sources sit below a
+/// directory closed to container root, so the parent opens them; the ones inside the
+/// rootfs the init opens itself.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn bind_sources_inside_the_rootfs_are_found_after_earlier_mounts() {
+    if !require_root() {
+        return;
+    }
+    let map = json!([{"containerID": 0, "hostID": 3_300_000_000u32, "size": 65536}]);
+    for userns in [false, true] {
+        let mut ctx = Ctx::new("mntorder");
+        let r = ctx.rootfs();
+        let r_s = r.to_str().unwrap().to_string();
+        fs::create_dir_all(r.join("mnt")).unwrap();
+        fs::create_dir_all(r.join("final")).unwrap();
+        let bs = ctx.dir.join("bind-src");
+        for sub in ["a/x", "b/y", "c/z"] {
+            fs::create_dir_all(bs.join(sub)).unwrap();
+            fs::write(bs.join(sub).join("file"), format!("{sub}\n")).unwrap();
+            let top = &sub[..1];
+            std::os::unix::fs::symlink(top, bs.join(format!("sym-{top}"))).unwrap();
+        }
+        fs::set_permissions(&bs, fs::Permissions::from_mode(0o750)).unwrap();
+        if userns {
+            ctx.push("/linux/namespaces", json!({"type": "user"}));
+            ctx.set("/linux/uidMappings", map.clone())
+                .set("/linux/gidMappings", map.clone());
+        }
+        let bs_s = bs.to_str().unwrap();
+        for (src, dst) in [
+            (format!("{bs_s}/a"), "/mnt".to_string()),
+            (format!("{bs_s}/sym-b"), "/mnt/x".to_string()),
+            (format!("{bs_s}/c"), "/mnt/x/y".to_string()),
+            (format!("{bs_s}/sym-a"), "/mnt/x/y/z".to_string()),
+            (format!("{r_s}/mnt/x"), format!("{r_s}/mnt/x/y/z/x")),
+            (format!("{r_s}/mnt/x/y"), format!("{r_s}/mnt/x/y/z")),
+            (format!("{r_s}/mnt"), format!("{r_s}/final")),
+        ] {
+            ctx.push(
+                "/mounts",
+                json!({"source": src, "destination": dst, "type": "bind",
+                       "options": ["rbind", "rprivate"]}),
+            );
+        }
+        ctx.args(&["cat", "/final/x/y/z/z/x/y/z/x/file"]);
+        let (out, err) = run_to_end(&ctx, "c");
+        assert_eq!(out, "a/x\n", "userns={userns}: {err}");
+    }
+}
+
+/// The attack on the above: a bind source inside the rootfs that is (or passes) a symlink
+/// to a host directory is resolved inside the rootfs, never on the host: the container
+/// gets the rootfs's own directory of that name, not the host's.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_bind_source_inside_the_rootfs_never_follows_a_symlink_to_the_host() {
+    if !require_root() {
+        return;
+    }
+    for restricted in [false, true] {
+        let mut ctx = Ctx::new("srcinroot");
+        // On the host's /tmp: the test's directory is in /dev/shm, and the container's
+        // `/dev` is a tmpfs of its own.
+        let host = std::env::temp_dir().join(format!(
+            "moat-srcinroot-{}-{restricted}",
+            std::process::id()
+        ));
+        fs::create_dir_all(&host).unwrap();
+        fs::write(host.join("file"), "host\n").unwrap();
+        let r = ctx.rootfs();
+        let decoy = r.join(host.strip_prefix("/").unwrap());
+        fs::create_dir_all(&decoy).unwrap();
+        fs::write(decoy.join("file"), "decoy\n").unwrap();
+        std::os::unix::fs::symlink(&host, r.join("evil")).unwrap();
+        std::os::unix::fs::symlink(host.join("file"), r.join("evil-file")).unwrap();
+        let r_s = r.to_str().unwrap();
+        ctx.push(
+            "/mounts",
+            json!({"source": format!("{r_s}/evil"), "destination": "/mnt/e", "type": "bind",
+                   "options": ["rbind"]}),
+        );
+        ctx.push(
+            "/mounts",
+            json!({"source": format!("{r_s}/evil-file"), "destination": "/mnt/f", "type": "bind",
+                   "options": ["bind"]}),
+        );
+        if restricted {
+            ctx.restricted();
+        }
+        ctx.sh("cat /mnt/e/file /mnt/f");
+        let (out, err) = run_to_end(&ctx, "c");
+        fs::remove_dir_all(&host).unwrap();
+        assert_eq!(out, "decoy\ndecoy\n", "restricted={restricted}: {err}");
+    }
+}
+
+/// runc 1.5's bind flags (mounts_sshfs.bats, with its tmpfs fallback): a bind with flag
+/// options gets exactly those under OPEN (the source's `ro`, `nosuid`, `nodev`, `noexec`,
+/// `nosymfollow` not named are cleared; atime kept unless an atime option is given); with
+/// none it keeps the source's. In a user namespace of the container's own the source's
+/// lockable flags stay unless named, and naming one to clear fails the create. RESTRICTED
+/// applies the options on top of the source's flags (nothing the host set is dropped
+/// without being named).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn bind_flags_are_the_options_given_and_locked_ones_stay() {
+    if !require_root() {
+        return;
+    }
+    const RO: u64 = libc::MS_RDONLY;
+    const NOSUID: u64 = libc::MS_NOSUID;
+    const NODEV: u64 = libc::MS_NODEV;
+    const NOEXEC: u64 = libc::MS_NOEXEC;
+    const NOSYMFOLLOW: u64 = 256; // MS_NOSYMFOLLOW
+    const NODIRATIME: u64 = libc::MS_NODIRATIME;
+    // (user namespace, RESTRICTED, the source's flags, the options, in the container's
+    // per-mount options, not there; None: the create fails)
+    type Case = (
+        bool,
+        bool,
+        u64,
+        &'static str,
+        &'static [&'static str],
+        Option<&'static [&'static str]>,
+    );
+    let cases: &[Case] = &[
+        (
+            false,
+            false,
+            RO | NOEXEC | NOSYMFOLLOW | NODIRATIME,
+            "bind",
+            &["ro", "noexec", "nosymfollow", "nodiratime"],
+            Some(&["rw"]),
+        ),
+        (
+            false,
+            false,
+            RO | NOEXEC | NOSYMFOLLOW | NODIRATIME,
+            "bind,dev",
+            &["rw", "nodiratime"],
+            Some(&["ro", "noexec", "nosymfollow"]),
+        ),
+        (
+            false,
+            false,
+            RO,
+            "bind,nosuid,nodev,rprivate",
+            &["rw", "nosuid", "nodev"],
+            Some(&["ro"]),
+        ),
+        // Propagation is no flag: the source's flags stay.
+        (
+            false,
+            false,
+            RO | NOSUID | NOEXEC,
+            "rbind,rprivate",
+            &["ro", "nosuid", "noexec"],
+            Some(&["rw"]),
+        ),
+        (
+            false,
+            false,
+            NODEV | NOSUID | NOEXEC,
+            "bind,ro",
+            &["ro"],
+            Some(&["nosuid", "nodev", "noexec"]),
+        ),
+        (
+            true,
+            false,
+            RO | NOEXEC | NOSYMFOLLOW | NODIRATIME,
+            "bind,dev",
+            &["ro", "noexec", "nodiratime"],
+            Some(&["rw", "nosymfollow"]),
+        ),
+        (
+            true,
+            false,
+            RO,
+            "bind,nosuid,nodev,rprivate",
+            &["ro", "nosuid", "nodev"],
+            Some(&[]),
+        ),
+        (true, false, RO, "bind,rw,nosuid,nodev,rprivate", &[], None),
+        (
+            true,
+            false,
+            NODEV | NOSUID | NOEXEC,
+            "bind,ro",
+            &["ro", "nosuid", "nodev", "noexec"],
+            Some(&[]),
+        ),
+        (
+            true,
+            false,
+            NODEV | NOSYMFOLLOW,
+            "bind,rw",
+            &["rw", "nodev"],
+            Some(&["nosymfollow"]),
+        ),
+        (
+            false,
+            true,
+            NODEV | NOSUID | NOEXEC | RO,
+            "bind,nosuid",
+            &["ro", "nosuid", "nodev", "noexec"],
+            Some(&[]),
+        ),
+    ];
+    let map = json!([{"containerID": 0, "hostID": 3_300_000_000u32, "size": 65536}]);
+    for &(userns, restricted, src_flags, opts, there, absent) in cases {
+        let what =
+            format!("userns={userns} restricted={restricted} source={src_flags:#x} options={opts}");
+        let mut ctx = Ctx::new("bindflags");
+        let src = HostMount::tmpfs(&ctx.dir.join("src"));
+        let t = CString::new(src.0.to_str().unwrap()).unwrap();
+        // SAFETY: NUL-terminated path; the flags of a bind remount of the test's tmpfs.
+        let rc = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                t.as_ptr(),
+                std::ptr::null(),
+                (libc::MS_BIND | libc::MS_REMOUNT | src_flags) as libc::c_ulong,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "{what}: remount the source");
+        fs::create_dir_all(ctx.rootfs().join("mnt")).unwrap();
+        if userns {
+            ctx.push("/linux/namespaces", json!({"type": "user"}));
+            ctx.set("/linux/uidMappings", map.clone())
+                .set("/linux/gidMappings", map.clone());
+        }
+        if restricted {
+            ctx.restricted();
+        }
+        let options: Vec<&str> = opts.split(',').collect();
+        ctx.push(
+            "/mounts",
+            json!({"destination": "/mnt", "type": "bind", "source": src.0, "options": options}),
+        );
+        ctx.args(&["cat", "/proc/self/mountinfo"]);
+        let Some(absent) = absent else {
+            let (c, out) = ctx.create("c");
+            let out = out.fails();
+            assert!(
+                out.stderr.contains("cannot clear locked flags ro")
+                    && out.stderr.contains("Operation not permitted"),
+                "{what}: {}",
+                out.stderr
+            );
+            ctx.assert_no_trace(&c.id);
+            continue;
+        };
+        let (out, err) = run_to_end(&ctx, "c");
+        let (per, _) = mount_opts(&out, "/mnt");
+        for o in there {
+            assert!(
+                per.iter().any(|p| p == o),
+                "{what}: {o} missing in {per:?} {err}"
+            );
+        }
+        for o in absent {
+            assert!(!per.iter().any(|p| p == o), "{what}: {o} kept in {per:?}");
+        }
+    }
 }

@@ -26,6 +26,11 @@ pub struct Options {
     /// Filesystem parameters passed to `fsconfig` (`mode=755` → ("mode", Some("755"))).
     pub data: Vec<(String, Option<String>)>,
     pub idmap: bool,
+    /// Some flag option of the top mount was given (set or clear: `ro`, `dev`, `atime`, …).
+    pub flags_given: bool,
+    /// `noatime`, `relatime`, `strictatime` or `nodiratime` was given: the options that
+    /// change the atime flags of a bind remount (mount(2) keeps them otherwise).
+    pub atime_given: bool,
 }
 
 const ATIME: u64 = sys::MOUNT_ATTR__ATIME;
@@ -55,7 +60,10 @@ pub fn parse_options(opts: &[String]) -> Options {
             "noatime" => (sys::MOUNT_ATTR_NOATIME, ATIME, false),
             "relatime" => (sys::MOUNT_ATTR_RELATIME, ATIME, false),
             "strictatime" => (sys::MOUNT_ATTR_STRICTATIME, ATIME, false),
-            "atime" | "norelatime" | "nostrictatime" => continue,
+            "atime" | "norelatime" | "nostrictatime" => {
+                o.flags_given = true;
+                continue;
+            }
             "nodiratime" => (sys::MOUNT_ATTR_NODIRATIME, 0, false),
             "diratime" => (0, sys::MOUNT_ATTR_NODIRATIME, false),
             "nosymfollow" => (sys::MOUNT_ATTR_NOSYMFOLLOW, 0, false),
@@ -100,6 +108,14 @@ pub fn parse_options(opts: &[String]) -> Options {
                 continue;
             }
         };
+        // Propagation options (`prop`) are no flags.
+        if !rec && (set | clr) != 0 {
+            o.flags_given = true;
+            o.atime_given |= matches!(
+                opt.as_str(),
+                "noatime" | "relatime" | "strictatime" | "nodiratime"
+            );
+        }
         if rec {
             o.rec_set = (o.rec_set & !clr) | set;
             o.rec_clr = (o.rec_clr & !set) | clr;
@@ -253,6 +269,23 @@ mod tests {
                 ("newinstance".into(), None)
             ]
         );
+    }
+
+    #[test]
+    fn which_options_count_as_flags_of_a_bind() {
+        for (opts, flags, atime) in [
+            (&["rbind", "rprivate"][..], false, false),
+            (&["bind", "rro", "rnosuid", "shared"][..], false, false),
+            (&["bind", "mode=755", "idmap"][..], false, false),
+            (&["bind", "dev"][..], true, false),
+            (&["bind", "atime"][..], true, false),
+            (&["bind", "diratime"][..], true, false),
+            (&["bind", "ro", "nodiratime"][..], true, true),
+            (&["bind", "relatime"][..], true, true),
+        ] {
+            let o = p(opts);
+            assert_eq!((o.flags_given, o.atime_given), (flags, atime), "{opts:?}");
+        }
     }
 
     #[test]

@@ -44,6 +44,11 @@ pub fn components(path: &str) -> Vec<&str> {
     out
 }
 
+/// The components of a path as written (`..` kept, `.` and empty ones dropped).
+fn raw_components(path: &str) -> impl DoubleEndedIterator<Item = &str> {
+    path.split('/').filter(|c| !c.is_empty() && *c != ".")
+}
+
 fn cstr(s: &str) -> io::Result<CString> {
     CString::new(s).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
@@ -106,10 +111,76 @@ impl Root {
         sys::fchdir(fd.as_fd())
     }
 
+    /// The path `path` names inside the root once its dangling symlinks are followed as
+    /// if what they point at existed (runc 1.5's "hallucinated" path, mounts.bats "bind
+    /// mount through a dangling symlink component"): `/etc/hosts -> /jump/baz/hosts` with
+    /// `/jump -> /tmp/foo/bar` and no `/tmp/foo` gives `tmp/foo/bar/baz/hosts`. Each link
+    /// is read by `readlinkat` relative to the fd of its directory, opened from the root
+    /// one name at a time without following anything; an absolute target starts again at
+    /// the root and `..` never climbs above it, so the result is a path inside the root
+    /// with no symlink in it (as it was read). It is only a name: what is created is
+    /// created through [`Root::mkdir_all`]'s confined lookups, so a racer who swaps a
+    /// component afterwards still cannot lead it out of the root.
+    pub fn dangling_target(&self, path: &str) -> io::Result<Vec<String>> {
+        const MAX_LINKS: usize = 40; // the kernel's own limit
+        let mut todo: std::collections::VecDeque<String> =
+            raw_components(path).map(String::from).collect();
+        let mut done: Vec<String> = Vec::new();
+        // fds[k] is the directory `done[..k]`, for as long as it exists.
+        let mut fds: Vec<OwnedFd> = vec![sys::dup_cloexec(self.fd.as_fd())?];
+        let mut links = 0;
+        while let Some(c) = todo.pop_front() {
+            if c == ".." {
+                done.pop();
+                fds.truncate(done.len() + 1);
+                continue;
+            }
+            if fds.len() != done.len() + 1 {
+                // Below a missing component: nothing there to be a link.
+                done.push(c);
+                continue;
+            }
+            let dir = fds.last().expect("the root").as_fd();
+            let name = cstr(&c)?;
+            match sys::readlinkat(dir, &name) {
+                Ok(target) => {
+                    links += 1;
+                    if links > MAX_LINKS {
+                        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+                    }
+                    let target = String::from_utf8(target)
+                        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+                    if target.starts_with('/') {
+                        done.clear();
+                        fds.truncate(1);
+                    }
+                    for t in raw_components(&target).rev() {
+                        todo.push_front(t.to_string());
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    // Not a link: step into it, following nothing.
+                    fds.push(sys::openat(dir, &name, libc::O_PATH | libc::O_NOFOLLOW, 0)?);
+                    done.push(c);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => done.push(c),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
     /// Makes sure `path` exists as a directory inside the root, creating missing components
-    /// relative to their parent's fd, and returns an `O_PATH` fd of it.
+    /// relative to their parent's fd, and returns an `O_PATH` fd of it. A dangling symlink
+    /// on the way is followed inside the root: what it points at is created.
     pub fn mkdir_all(&self, path: &str, mode: u32) -> io::Result<OwnedFd> {
-        let comps = components(path);
+        let path = match self.open_at(path, libc::O_PATH | libc::O_DIRECTORY) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                self.dangling_target(path)?.join("/")
+            }
+            r => return r,
+        };
+        let comps = components(&path);
         let mut cur = sys::dup_cloexec(self.fd.as_fd())?;
         for i in 0..comps.len() {
             let prefix = comps[..=i].join("/");
@@ -138,14 +209,17 @@ impl Root {
     }
 
     /// Makes sure `path` exists (as an empty regular file if missing) and returns an
-    /// `O_PATH` fd of it. Used as the target of file bind mounts and masks.
+    /// `O_PATH` fd of it. Used as the target of file bind mounts and masks. A dangling
+    /// symlink on the way or at the end is followed inside the root, as in
+    /// [`Root::mkdir_all`].
     pub fn mkfile(&self, path: &str, mode: u32) -> io::Result<OwnedFd> {
         match self.open_at(path, libc::O_PATH) {
             Ok(fd) => return Ok(fd),
             Err(e) if e.raw_os_error() != Some(libc::ENOENT) => return Err(e),
             Err(_) => {}
         }
-        let comps = components(path);
+        let path = self.dangling_target(path)?.join("/");
+        let comps = components(&path);
         let Some((name, parent)) = comps.split_last() else {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         };
@@ -283,6 +357,40 @@ mod tests {
         assert!(dir.join("rootfs/moat-file").is_file());
         assert!(!Path::new("/moat-created").exists());
         assert!(!Path::new("/moat-file").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn dangling_symlinks_name_a_path_inside_the_root() {
+        let dir = std::env::temp_dir().join(format!("moat-dangling-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let r = dir.join("rootfs");
+        std::fs::create_dir_all(r.join("etc")).unwrap();
+        std::fs::create_dir_all(r.join("tmp")).unwrap();
+        let link = |target: &str, at: &str| std::os::unix::fs::symlink(target, r.join(at)).unwrap();
+        link("/tmp/foo/bar", "jump");
+        link("/jump/baz/hosts", "etc/hosts");
+        link("../tmp/x", "etc/rel");
+        link("/../../../../host/dir", "etc/abs-out");
+        link("../../../../../host/dir/f", "etc/rel-out");
+        link("loop2", "loop1");
+        link("loop1", "loop2");
+        let root = Root::open(&r).unwrap();
+        let t = |p: &str| root.dangling_target(p).map(|v| v.join("/"));
+        assert_eq!(t("/etc/hosts").unwrap(), "tmp/foo/bar/baz/hosts");
+        assert_eq!(t("/etc/rel/y").unwrap(), "tmp/x/y");
+        assert_eq!(t("/etc/abs-out/new").unwrap(), "host/dir/new");
+        assert_eq!(t("/etc/rel-out").unwrap(), "host/dir/f");
+        assert_eq!(t("/missing/../etc/hosts").unwrap(), "tmp/foo/bar/baz/hosts");
+        assert_eq!(
+            t("/loop1").err().and_then(|e| e.raw_os_error()),
+            Some(libc::ELOOP)
+        );
+        // What is made through them is made inside the root.
+        root.mkfile("/etc/hosts", 0o644).unwrap();
+        assert!(r.join("tmp/foo/bar/baz/hosts").is_file());
+        root.mkdir_all("/etc/abs-out/new", 0o755).unwrap();
+        assert!(r.join("host/dir/new").is_dir());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -23,7 +23,16 @@ use crate::spec::Spec;
 #[derive(Debug, Clone)]
 pub enum Kind {
     /// A bind mount of a host path.
-    Bind { source: PathBuf, is_dir: bool },
+    Bind {
+        source: PathBuf,
+        is_dir: bool,
+        /// The source lies (lexically) inside the rootfs: the container path it names
+        /// there. The init resolves it itself, inside its root (`RESOLVE_IN_ROOT`), when
+        /// it comes to this mount, so what earlier mounts put there is found (runc's
+        /// mounts.bats "mount order, container bind-mount source") and a symlink in the
+        /// rootfs cannot lead it to the host. `is_dir` is then read from what it opened.
+        in_root: Option<String>,
+    },
     /// A new filesystem instance.
     Fs {
         fstype: String,
@@ -104,6 +113,15 @@ pub struct Plan {
     /// in the host's namespace carries no lock). Set for a direct create (the init is
     /// born in its mount namespace); a staged one gets trees cloned on the host.
     pub binds_by_source: bool,
+    /// The container has a user namespace of its own: a bind's lockable flags (`ro`,
+    /// `nosuid`, `nodev`, `noexec`, atime) that its source has stay, as the kernel locks
+    /// them there ([`bind_attrs`]).
+    pub userns: bool,
+    /// OPEN: a bind with flag options gets exactly those (runc's "mount --bind -o"
+    /// semantics: `bind,ro` of a `nosuid` source is not `nosuid`); RESTRICTED applies them on
+    /// top of the source's flags, so no flag the host set is dropped without being named
+    /// ([`bind_attrs`]).
+    pub bind_flags_exact: bool,
 }
 
 impl Plan {
@@ -112,7 +130,7 @@ impl Plan {
     pub fn parent_built(&self, m: &MountPlan) -> bool {
         m.idmap.is_some()
             || ((self.idmap_root.is_some() || self.binds_from_parent)
-                && matches!(m.kind, Kind::Bind { .. }))
+                && matches!(m.kind, Kind::Bind { in_root: None, .. }))
     }
 
     /// How many mount fds the parent sends the child.
@@ -152,6 +170,8 @@ pub enum PlanError {
         source_path: PathBuf,
         err: std::io::Error,
     },
+    #[error("mounts[{index}].source: an idmapped bind of a path inside the rootfs ({}) is not supported", .source_path.display())]
+    IdmapInRoot { index: usize, source_path: PathBuf },
     #[error("mounts[{index}].destination: cannot bind over the container root")]
     BindOverRoot { index: usize },
     #[error("mounts[{index}].type: a mount that is not a bind needs a filesystem type")]
@@ -256,10 +276,19 @@ pub fn plan(
             } else {
                 bundle.join(src)
             };
+            let in_root = crate::spec::validate::inside(&rootfs, &source);
+            if in_root.is_some() && idmap.is_some() {
+                return Err(PlanError::IdmapInRoot {
+                    index,
+                    source_path: source,
+                });
+            }
             // A source moat itself makes once the plan is done (the notify socket, the
-            // DNS forwarder's resolv.conf in the state directory) cannot be looked up yet.
+            // DNS forwarder's resolv.conf in the state directory) cannot be looked up yet;
+            // one inside the rootfs is looked up by the init, in order.
             let is_dir = match made_later.iter().find(|(p, _)| *p == source) {
                 Some((_, is_dir)) => *is_dir,
+                None if in_root.is_some() => false,
                 None => std::fs::metadata(&source)
                     .map_err(|err| PlanError::BindSource {
                         index,
@@ -274,7 +303,11 @@ pub fn plan(
             if path::components(&m.destination) == ["dev"] {
                 dev_is_bind = true;
             }
-            Kind::Bind { source, is_dir }
+            Kind::Bind {
+                source,
+                is_dir,
+                in_root,
+            }
         } else if typ == "cgroup" || typ == "cgroup2" {
             Kind::Cgroup
         } else {
@@ -325,7 +358,7 @@ pub fn plan(
         cgroup_mounts,
         new_cgroupns,
         default_devices: !dev_is_bind,
-        masked: l.masked_paths.clone(),
+        masked: once_each(&l.masked_paths),
         readonly_paths: l.readonly_paths.clone(),
         no_pivot,
         idmap_root: None,
@@ -337,7 +370,25 @@ pub fn plan(
         dev_ro_last,
         binds_from_parent: false,
         binds_by_source: false,
+        userns,
+        bind_flags_exact: false,
     })
+}
+
+/// The masked paths, each once: a path listed again (as the same lexical path: `/a/`,
+/// `/a/./b/..`) is masked once, as runc does. A second mask stacked on the first one would
+/// land on moat's own mount, which the lookup refuses as a swapped path.
+fn once_each(paths: &[String]) -> Vec<String> {
+    let mut seen: Vec<Vec<&str>> = Vec::new();
+    let mut out = Vec::new();
+    for p in paths {
+        let comps = path::components(p);
+        if !seen.contains(&comps) {
+            seen.push(comps);
+            out.push(p.clone());
+        }
+    }
+    out
 }
 
 /// `/proc` as a bind of the host's `/proc` (runc's start_hello.bats "rootless with host
@@ -730,6 +781,39 @@ fn mount_target(mounts: &Mounts, dest: &str, dir: bool) -> std::io::Result<Owned
     }
 }
 
+/// The target of a tmpfs, and its options with the mode of the directory it covers
+/// (runc 1.5, mounts.bats "tmpfs mount mode= inherit"): a tmpfs over an existing
+/// directory keeps that directory's permissions unless the options set `mode=`; over one
+/// moat creates, the tmpfs default (1777). The mode is read from the fd the mount goes on.
+fn tmpfs_target(
+    mounts: &Mounts,
+    dest: &str,
+    opts: &Options,
+) -> std::io::Result<(OwnedFd, Option<Options>)> {
+    if opts.data.iter().any(|(k, _)| k == "mode") {
+        return Ok((mount_target(mounts, dest, true)?, None));
+    }
+    let flags = libc::O_PATH | libc::O_DIRECTORY;
+    let existing = if moat_named(&path::components(dest)) {
+        mounts.open_moat(dest, flags)
+    } else {
+        mounts.root().open_at(dest, flags)
+    };
+    match existing {
+        Ok(fd) => {
+            let mode = sys::fstat(fd.as_fd())?.st_mode & 0o7777;
+            let mut o = opts.clone();
+            o.data
+                .insert(0, ("mode".into(), Some(format!("{mode:04o}"))));
+            Ok((fd, Some(o)))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            Ok((mount_target(mounts, dest, true)?, None))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Mounts one spec entry; returns the attached mount's fd (to pin) and whether it is a
 /// recursive tree. `prebuilt` is the idmapped copy of a bind's source the parent made.
 fn mount_one(
@@ -740,39 +824,65 @@ fn mount_one(
 ) -> Result<Option<(OwnedFd, bool)>, InitFailure> {
     let what = || format!("mounts[{}] {}", m.index, m.destination);
     let (mnt, recursive) = match &m.kind {
-        Kind::Bind { source, is_dir } => {
-            let target = mount_target(mounts, &m.destination, *is_dir).step(Step::Mounts, what)?;
-            let prebuilt_tree = prebuilt.is_some() && !(p.binds_by_source && m.idmap.is_none());
-            let tree = match prebuilt {
-                // The source, opened by the parent in this mount namespace: cloned here.
-                Some(src) if p.binds_by_source && m.idmap.is_none() => {
-                    mount::clone_tree(src.as_fd(), "", m.opts.recursive)
+        Kind::Bind {
+            source,
+            is_dir,
+            in_root,
+        } => {
+            // A source inside the rootfs: resolved now, inside the root, after the mounts
+            // before it.
+            let (own, is_dir) = match in_root {
+                Some(at) => {
+                    let fd = mounts
+                        .root()
+                        .open_at(at, libc::O_PATH)
                         .step(Step::Mounts, || {
-                            format!("{}: clone {}", what(), source.display())
-                        })?
+                            format!("{}: source {at} inside the rootfs", what())
+                        })?;
+                    let st = sys::fstat(fd.as_fd()).step(Step::Mounts, what)?;
+                    (Some(fd), st.st_mode & libc::S_IFMT == libc::S_IFDIR)
                 }
-                Some(t) => t,
-                None if p.parent_built(m) => {
-                    return Err(InitFailure::new(
-                        Step::Mounts,
-                        format!("{}: no idmapped mount from the parent", what()),
-                    ))
-                }
-                // A host path from the engine: followed as the host resolves it (runc too).
-                None => mount::clone_tree(
-                    path::cwd(),
-                    source.to_str().unwrap_or_default(),
-                    m.opts.recursive,
-                )
-                .step(Step::Mounts, || {
-                    format!("{}: clone {}", what(), source.display())
-                })?,
+                None => (None, *is_dir),
+            };
+            let target = mount_target(mounts, &m.destination, is_dir).step(Step::Mounts, what)?;
+            let prebuilt_tree = prebuilt.is_some() && !(p.binds_by_source && m.idmap.is_none());
+            let tree = match (own, prebuilt) {
+                (Some(src), _) => mount::clone_tree(src.as_fd(), "", m.opts.recursive)
+                    .step(Step::Mounts, || {
+                        format!("{}: clone {}", what(), source.display())
+                    })?,
+                (None, prebuilt) => match prebuilt {
+                    // The source, opened by the parent in this mount namespace: cloned here.
+                    Some(src) if p.binds_by_source && m.idmap.is_none() => {
+                        mount::clone_tree(src.as_fd(), "", m.opts.recursive)
+                            .step(Step::Mounts, || {
+                                format!("{}: clone {}", what(), source.display())
+                            })?
+                    }
+                    Some(t) => t,
+                    None if p.parent_built(m) => {
+                        return Err(InitFailure::new(
+                            Step::Mounts,
+                            format!("{}: no idmapped mount from the parent", what()),
+                        ))
+                    }
+                    // A host path from the engine: followed as the host resolves it (runc too).
+                    None => mount::clone_tree(
+                        path::cwd(),
+                        source.to_str().unwrap_or_default(),
+                        m.opts.recursive,
+                    )
+                    .step(Step::Mounts, || {
+                        format!("{}: clone {}", what(), source.display())
+                    })?,
+                },
             };
             let rec = m.opts.recursive || m.idmap.as_ref().is_some_and(|i| i.recursive);
             if p.refuse_kernel_binds {
                 refuse_kernel_root(m, tree.as_fd(), &p.allowed_bind_devices)?;
             }
-            mount::set_attrs(tree.as_fd(), &m.opts)
+            let attrs = bind_attrs(p, m, tree.as_fd())?;
+            mount::set_attrs(tree.as_fd(), &attrs)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
             mount::attach(tree.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
             if p.refuse_kernel_binds && rec {
@@ -787,8 +897,17 @@ fn mount_one(
             (tree, rec)
         }
         Kind::Fs { fstype, source } => {
-            let target = mount_target(mounts, &m.destination, true).step(Step::Mounts, what)?;
-            let Some((mnt, opts, rec)) = new_fs_or_fallback(fstype, source.as_deref(), &m.opts)
+            let (target, inherited) = if fstype == "tmpfs" {
+                tmpfs_target(mounts, &m.destination, &m.opts).step(Step::Mounts, what)?
+            } else {
+                let t = mount_target(mounts, &m.destination, true).step(Step::Mounts, what)?;
+                (t, None)
+            };
+            let opts = match inherited {
+                Some(o) => std::borrow::Cow::Owned(o),
+                None => std::borrow::Cow::Borrowed(&m.opts),
+            };
+            let Some((mnt, opts, rec)) = new_fs_or_fallback(fstype, source.as_deref(), &opts)
                 .step(Step::Mounts, || {
                     format!("{}: new {fstype} filesystem", what())
                 })?
@@ -808,6 +927,123 @@ fn mount_one(
             .step(Step::Mounts, || format!("{}: propagation", what()))?;
     }
     Ok(Some((mnt, recursive)))
+}
+
+/// The attributes a bind's top mount gets, as runc 1.5 sets them (mounts_sshfs.bats).
+/// Without flag options it keeps the source's flags. With some (OPEN), the result is
+/// exactly what they say, as `mount --bind -o` would mean: `ro`, `nosuid`, `nodev`,
+/// `noexec` and `nosymfollow` not named are cleared; the atime flags change only when
+/// `noatime`, `relatime`, `strictatime` or `nodiratime` is given (mount(2) keeps them
+/// otherwise; `atime`/`diratime` alone change nothing, as with runc). In a user namespace
+/// of the container's own the kernel locks the source's `ro`, `nosuid`, `nodev`, `noexec`
+/// and atime: those not named are kept, one named to be cleared (`rw` of a read-only
+/// source) fails the create, as does another atime. RESTRICTED applies the options on top
+/// of the source's flags (nothing the host set is dropped unless an option names it).
+fn bind_attrs(p: &Plan, m: &MountPlan, tree: BorrowedFd<'_>) -> Result<Options, InitFailure> {
+    const LOCKABLE: u64 = sys::MOUNT_ATTR_RDONLY
+        | sys::MOUNT_ATTR_NOSUID
+        | sys::MOUNT_ATTR_NODEV
+        | sys::MOUNT_ATTR_NOEXEC;
+    const ATIME: u64 = sys::MOUNT_ATTR__ATIME | sys::MOUNT_ATTR_NODIRATIME;
+    let what = || format!("mounts[{}] {}", m.index, m.destination);
+    let mut o = m.opts.clone();
+    if !p.bind_flags_exact || !o.flags_given {
+        return Ok(o);
+    }
+    let (mut set, mut clr) = (
+        o.set & !ATIME,
+        (o.clr | ((LOCKABLE | sys::MOUNT_ATTR_NOSYMFOLLOW) & !o.set)) & !ATIME,
+    );
+    if o.atime_given {
+        set |= o.set & ATIME;
+        clr |= ATIME;
+    }
+    if p.userns {
+        let st = sys::fstatfs(tree).step(Step::Mounts, || format!("{}: source flags", what()))?;
+        // f_flags is a signed word under glibc, unsigned under musl.
+        #[allow(clippy::unnecessary_cast)]
+        let f = st.f_flags as u64;
+        let mut locked = 0;
+        for (st_flag, attr) in [
+            (libc::ST_RDONLY, sys::MOUNT_ATTR_RDONLY),
+            (libc::ST_NOSUID, sys::MOUNT_ATTR_NOSUID),
+            (libc::ST_NODEV, sys::MOUNT_ATTR_NODEV),
+            (libc::ST_NOEXEC, sys::MOUNT_ATTR_NOEXEC),
+        ] {
+            // ST_* are c_ulong: u64 here, but not on every target.
+            #[allow(clippy::unnecessary_cast)]
+            let bit = st_flag as u64;
+            if f & bit != 0 {
+                locked |= attr;
+            }
+        }
+        let named = m.opts.clr & locked;
+        if named != 0 {
+            return Err(InitFailure::new(
+                Step::Mounts,
+                format!(
+                    "{}: cannot clear locked flags {} of the source in the container's user namespace: Operation not permitted",
+                    what(),
+                    attr_names(named)
+                ),
+            ));
+        }
+        set |= locked;
+        clr &= !locked;
+        if o.atime_given {
+            let atime = |noatime: bool, relatime: bool, nodiratime: bool| {
+                let mode = if noatime {
+                    sys::MOUNT_ATTR_NOATIME
+                } else if relatime {
+                    sys::MOUNT_ATTR_RELATIME
+                } else {
+                    sys::MOUNT_ATTR_STRICTATIME
+                };
+                mode | if nodiratime {
+                    sys::MOUNT_ATTR_NODIRATIME
+                } else {
+                    0
+                }
+            };
+            // <linux/statfs.h>; libc names it only for some targets.
+            const ST_RELATIME: u64 = 0x1000;
+            #[allow(clippy::unnecessary_cast)]
+            let source = atime(
+                f & libc::ST_NOATIME as u64 != 0,
+                f & ST_RELATIME != 0,
+                f & libc::ST_NODIRATIME as u64 != 0,
+            );
+            if set & ATIME != source {
+                return Err(InitFailure::new(
+                    Step::Mounts,
+                    format!(
+                        "{}: cannot change the locked atime flags of the source in the container's user namespace: Operation not permitted",
+                        what()
+                    ),
+                ));
+            }
+        }
+        // The source's atime stays: the kernel refuses to touch it there.
+        set &= !ATIME;
+        clr &= !ATIME;
+    }
+    o.set = set;
+    o.clr = clr;
+    Ok(o)
+}
+
+fn attr_names(attrs: u64) -> String {
+    [
+        (sys::MOUNT_ATTR_RDONLY, "ro"),
+        (sys::MOUNT_ATTR_NOSUID, "nosuid"),
+        (sys::MOUNT_ATTR_NODEV, "nodev"),
+        (sys::MOUNT_ATTR_NOEXEC, "noexec"),
+    ]
+    .iter()
+    .filter(|(a, _)| attrs & a != 0)
+    .map(|(_, n)| *n)
+    .collect::<Vec<_>>()
+    .join(",")
 }
 
 /// RESTRICTED: the bind's own mount, before it is attached, must not be a kernel
@@ -1333,6 +1569,7 @@ mod tests {
                     kind: Kind::Bind {
                         source: "/srv/data".into(),
                         is_dir: true,
+                        in_root: None,
                     },
                     opts: mount::parse_options(&["rbind".into(), "ro".into()]),
                     idmap: None,
@@ -1354,6 +1591,8 @@ mod tests {
             dev_ro_last: false,
             binds_from_parent: false,
             binds_by_source: false,
+            userns: false,
+            bind_flags_exact: false,
         }
     }
 

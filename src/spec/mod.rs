@@ -605,6 +605,8 @@ impl Spec {
     pub fn load(bundle: &Path) -> Result<Spec, LoadError> {
         let mut spec = Self::read(bundle)?;
         validate::validate(&mut spec)?;
+        let rootfs = spec.rootfs(bundle);
+        validate::strip_rootfs(&mut spec, &rootfs);
         Ok(spec)
     }
 

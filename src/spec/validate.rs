@@ -61,6 +61,44 @@ fn drop_repeated_namespaces(namespaces: &mut Vec<super::Namespace>) {
     *namespaces = kept;
 }
 
+/// The container path a host path names when it lies lexically inside the rootfs
+/// (`/bundle/rootfs/mnt/x` → `/mnt/x`), else `None`. Lexical, as runc's check is: the
+/// rootfs spelt another way (through a host symlink) is a host path like any other.
+pub fn inside(rootfs: &std::path::Path, source: &std::path::Path) -> Option<String> {
+    let clean = |p: &std::path::Path| -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for c in p.components() {
+            match c {
+                std::path::Component::Normal(s) => out.push(s.to_string_lossy().into_owned()),
+                std::path::Component::ParentDir => {
+                    out.pop();
+                }
+                _ => {}
+            }
+        }
+        out
+    };
+    let (root, src) = (clean(rootfs), clean(source));
+    if rootfs.is_absolute() != source.is_absolute() || !src.starts_with(&root) {
+        return None;
+    }
+    Some(format!("/{}", src[root.len()..].join("/")))
+}
+
+/// Mount destinations written as host paths inside the rootfs (`/bundle/rootfs/mnt`, as
+/// runc's mounts.bats writes some) made container paths (`/mnt`), as runc strips the
+/// rootfs from them; before the policy and the plan read them.
+pub fn strip_rootfs(spec: &mut Spec, rootfs: &std::path::Path) {
+    if !rootfs.is_absolute() {
+        return;
+    }
+    for m in &mut spec.mounts {
+        if let Some(p) = inside(rootfs, std::path::Path::new(&m.destination)) {
+            m.destination = p;
+        }
+    }
+}
+
 pub fn validate(spec: &mut Spec) -> Result<(), Invalid> {
     if let Some(linux) = spec.linux.as_mut() {
         for (i, d) in linux.devices.iter_mut().enumerate() {
@@ -75,6 +113,24 @@ pub fn validate(spec: &mut Spec) -> Result<(), Invalid> {
             }
         }
         drop_repeated_namespaces(&mut linux.namespaces);
+    }
+    for (i, m) in spec.mounts.iter_mut().enumerate() {
+        if m.destination.is_empty() {
+            return Err(invalid(
+                format!("mounts[{i}].destination"),
+                "must not be empty",
+            ));
+        }
+        // runc takes a relative destination as relative to `/` (deprecated, with a
+        // warning). Made absolute here, so every later reader (the policy's floor, which
+        // matches destinations, the plan, runsc's copy of the spec) sees one form.
+        if !m.destination.starts_with('/') {
+            crate::log::warn(&format!(
+                "mounts[{i}].destination: {:?} is not absolute; taken as relative to /, as runc does",
+                m.destination
+            ));
+            m.destination = format!("/{}", m.destination);
+        }
     }
     let spec = &*spec;
     let major = spec.oci_version.split('.').next().unwrap_or("");
@@ -97,14 +153,6 @@ pub fn validate(spec: &mut Spec) -> Result<(), Invalid> {
             return Err(invalid(
                 "process.cwd",
                 format!("{:?} is not an absolute path", p.cwd),
-            ));
-        }
-    }
-    for (i, m) in spec.mounts.iter().enumerate() {
-        if !m.destination.starts_with('/') {
-            return Err(invalid(
-                format!("mounts[{i}].destination"),
-                format!("{:?} is not an absolute path", m.destination),
             ));
         }
     }

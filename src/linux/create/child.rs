@@ -267,12 +267,23 @@ fn attributes(
         // which TIOCSTI could type into. Before `apply`, so no profile can refuse it.
         sys::setsid().step(Step::Console, || "setsid".into())?;
     }
+    // The mounts moat holds are closed before the spec's RLIMIT_NOFILE goes in: the
+    // parent gave the init room for them (`create::parent::nofile_for_setup`); lowering a
+    // limit needs no privilege, and no profile is loaded yet to refuse it.
+    let root = sys::dup_cloexec(mounts.root().fd()).step(Step::Cwd, || "hold the root".into())?;
+    drop(mounts);
+    for &(res, soft, hard) in &plan.attrs.rlimits {
+        if res == libc::RLIMIT_NOFILE as libc::c_int {
+            sys::prlimit(0, res, soft, hard)
+                .step(Step::Exec, || "process.rlimits: RLIMIT_NOFILE".into())?;
+        }
+    }
     // cwd is resolved inside the held root (a spec path: in-root symlinks followed).
-    let exe = plan.attrs.apply(mounts.root().fd(), &mut |listener| {
+    let exe = plan.attrs.apply(root.as_fd(), &mut |listener| {
         ch.send_parent(&ToParent::Listener, Some(listener.as_fd()))
             .step(Step::Seccomp, || "send the listener to moat".into())
     })?;
-    drop(mounts);
+    drop(root);
     if let Some(peer) = &pty {
         console::make_stdio(peer)?;
     }

@@ -449,6 +449,11 @@ fn fork(
 /// written.
 fn release(plan: &Plan, child: i32, record: &Record, parent_ch: &Channel) -> Result<(), Error> {
     for (index, &(res, soft, hard)) in plan.attrs.rlimits.iter().enumerate() {
+        let (soft, hard) = if res == libc::RLIMIT_NOFILE as libc::c_int {
+            nofile_for_setup(soft, hard)
+        } else {
+            (soft, hard)
+        };
         sys::prlimit(child, res, soft, hard).map_err(|source| Error::Rlimit {
             index,
             resource: crate::linux::attrs::rlimit_name(res),
@@ -475,6 +480,22 @@ fn release(plan: &Plan, child: i32, record: &Record, parent_ch: &Channel) -> Res
         send_idmapped(plan, parent_ch, userns_pid, child)?;
     }
     Ok(())
+}
+
+/// `RLIMIT_NOFILE` while the init sets the container up: the spec's limits where they
+/// raise moat's own (which needs the parent's privilege), moat's own where they are lower.
+/// The init holds a descriptor per mount it makes (and receives one per bind the parent
+/// opened) until its root is done; a spec's low limit (runc's idmap.bats: 20, with 20
+/// idmapped mounts) would fail that half way, where runc sets the limits only once the
+/// init is ready. The init lowers the limit to the spec's itself once its mounts are
+/// closed (`create::child::attributes`), which needs no privilege.
+fn nofile_for_setup(soft: u64, hard: u64) -> (u64, u64) {
+    let res = libc::RLIMIT_NOFILE as libc::c_int;
+    let (Ok(own_soft), Ok(own_hard)) = (sys::soft_rlimit(res), sys::hard_rlimit(res)) else {
+        return (soft, hard);
+    };
+    let hard = hard.max(own_hard);
+    (soft.max(own_soft).min(hard), hard)
 }
 
 /// The child's messages up to `Ready`: row 9's id maps of a staged user namespace, the

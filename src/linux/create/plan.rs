@@ -382,6 +382,7 @@ impl Plan {
         let mut rootfs = rootfs;
         let restricted = decision.policy == crate::policy::Mode::Restricted;
         rootfs.strict_missing = restricted;
+        rootfs.bind_flags_exact = !restricted;
         rootfs.refuse_kernel_binds = restricted && decision.enforced;
         rootfs.allowed_bind_devices = cfg
             .allowed_devices

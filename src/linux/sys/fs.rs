@@ -77,7 +77,7 @@ pub fn openat(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int, mode: u32) -
 /// The text of the symlink `path` names relative to `dir` (never followed).
 pub fn readlinkat(dir: BorrowedFd<'_>, path: &CStr) -> Result<Vec<u8>> {
     fake!("readlinkat", dir, path);
-    let mut buf = vec![0u8; 256];
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
     // SAFETY: valid dirfd, NUL-terminated path, and a buffer of the length passed.
     let n = check_len(unsafe {
         libc::readlinkat(
@@ -88,7 +88,8 @@ pub fn readlinkat(dir: BorrowedFd<'_>, path: &CStr) -> Result<Vec<u8>> {
         ) as libc::c_long
     })? as usize;
     if n == buf.len() {
-        // Longer than any link moat reads (procfs's `thread-self`): refuse, never truncate.
+        // Longer than any link the kernel stores (PATH_MAX with its NUL): refuse, never
+        // truncate.
         return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
     }
     buf.truncate(n);

@@ -87,8 +87,8 @@ pub use net::{
 pub use process::{
     clone_fork, execve, exit_now, fexecve, hard_rlimit, ioprio_set, join_session_keyring,
     personality, pidfd_getfd, pidfd_open, prctl, prctl5, prlimit, sched_setaffinity, sched_setattr,
-    set_mempolicy, setdomainname, sethostname, setns, setsid, swap_umask, umask, unshare, waitpid,
-    waitpid_nohang, Forked, SchedAttr,
+    set_mempolicy, setdomainname, sethostname, setns, setsid, soft_rlimit, swap_umask, umask,
+    unshare, waitpid, waitpid_nohang, Forked, SchedAttr,
 };
 #[cfg(test)]
 pub use seccomp::syscall_numbers;

@@ -252,6 +252,18 @@ pub fn hard_rlimit(resource: libc::c_int) -> Result<u64> {
     Ok(old.rlim_max)
 }
 
+/// The soft limit of `resource` for the calling process.
+pub fn soft_rlimit(resource: libc::c_int) -> Result<u64> {
+    fake!("soft_rlimit", resource);
+    let mut old = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: new is NULL; old points at a valid rlimit64 the kernel fills.
+    check_int(unsafe { libc::prlimit64(0, resource as _, std::ptr::null(), &mut old) })?;
+    Ok(old.rlim_cur)
+}
+
 pub fn ioprio_set(class: i32, prio: i32) -> Result<()> {
     fake!("ioprio_set", class, prio);
     const IOPRIO_WHO_PROCESS: i32 = 1;
