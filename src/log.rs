@@ -153,16 +153,20 @@ pub fn warn_log(msg: &str) {
     write("warning", msg);
 }
 
-/// The policy's summary of a container (`policy::Decision::report`): in the `--log` file at
-/// level warning; on stderr only without `--log` (and not under conmon) or when the config
-/// asks (`stderr`).
-pub fn warn_policy(msg: &str, stderr: bool) {
+/// The policy's summary of a container (`policy::Decision::report`, `update`): in the
+/// `--log` file at level warning; on stderr without `--log` (and not under conmon) or when
+/// the config asks (`stderr`). At create (`container_stderr`: moat's stderr is the
+/// container's) only when that stderr is a terminal, a person reading it: a script's or a
+/// conformance suite's stderr then holds what runc's would.
+pub fn warn_policy(msg: &str, stderr: bool, container_stderr: bool) {
+    use std::io::IsTerminal;
     let has_file = {
         let s = SINK.lock().unwrap_or_else(|e| e.into_inner());
         s.file.is_some()
     };
     write("warning", msg);
-    if stderr || (!has_file && !parent_is_conmon()) {
+    let person = !container_stderr || std::io::stderr().is_terminal();
+    if stderr || (!has_file && person && !parent_is_conmon()) {
         eprintln!("moat: warning: {msg}");
     }
 }

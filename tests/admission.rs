@@ -7,6 +7,8 @@
 
 mod support;
 
+use std::fs;
+
 use serde_json::{json, Value};
 use support::*;
 
@@ -183,12 +185,14 @@ fn keys_nobody_judged_are_refused_under_restricted() {
         open.set(pointer, value).sh("true");
         let id = open.id("c");
         let b = open.bundle_str();
-        let out = open.moat(&["run", "--bundle", &b, &id]);
+        let log = open.dir.join("run.log");
+        let l = log.to_str().unwrap();
+        let out = open.moat(&["--log", l, "run", "--bundle", &b, &id]);
         assert_eq!(out.code, 0, "{key} under OPEN: {out:#?}");
+        let logged = fs::read_to_string(&log).unwrap_or_default();
         assert!(
-            out.stderr.contains(&format!("{key}: ignored")),
-            "{key}: the warning names it: {}",
-            out.stderr
+            logged.contains(&format!("{key}: ignored")),
+            "{key}: the warning names it: {logged}"
         );
         let _ = open.moat(&["delete", "--force", &id]);
     }

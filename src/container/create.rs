@@ -157,7 +157,7 @@ fn create_native(
     crate::log::debug_with(|| format!("container {}: planned", req.id));
     let (dir, created) = native::create(plan).map_err(|e| name_the_cut(e, cut.clone()))?;
     if let Some(line) = &cut {
-        crate::log::warn_policy(line, cfg.warn_stderr);
+        crate::log::warn_policy(line, cfg.warn_stderr, true);
     }
     crate::log::debug_with(|| {
         let r = &created.record;

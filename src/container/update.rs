@@ -45,7 +45,7 @@ fn admitted(c: &Container, res: &Resources) -> Result<Resources> {
     let mode = c.record.policy;
     let a = update::admit(mode, &cfg, res)?;
     if let Some(line) = update::summary(&c.record.id, mode, &cfg, &a.changes) {
-        crate::log::warn_policy(&line, cfg.warn_stderr);
+        crate::log::warn_policy(&line, cfg.warn_stderr, false);
     }
     Ok(a.resources)
 }

@@ -194,7 +194,8 @@ pub struct Config {
     /// `[alias.NAME] default_policy = "audit"`: run as OPEN, report what RESTRICTED would
     /// have cut (`default_policy` is `Open` then). An alias setting only.
     pub audit: bool,
-    /// `[log] warn_stderr`: the policy's summary line also on stderr when `--log` is given.
+    /// `[log] warn_stderr`: the policy's summary line on stderr always, not only on a terminal
+    /// without `--log`.
     pub warn_stderr: bool,
     /// `[egress] allow`: the default list of a RESTRICTED container (`None`: every
     /// destination); `moat.egress` may only narrow it.

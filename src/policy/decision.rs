@@ -106,12 +106,13 @@ impl Decision {
     }
 
     /// Logs [`Decision::summary`]: at level warning in the `--log` file always; on stderr
-    /// only without `--log` (direct use) or with `[log] warn_stderr = true`, since at
-    /// create moat's stderr is the container's and engines would show the line in every
-    /// container log.
+    /// only when it is a terminal and there is no `--log` (a person at a shell), or with
+    /// `[log] warn_stderr = true`, since at create moat's stderr is the container's:
+    /// engines would show the line in every container log, and scripts would read it
+    /// where runc prints nothing.
     pub fn report(&self, id: &str, cfg: &Config) {
         if let Some(line) = self.summary(id, cfg) {
-            crate::log::warn_policy(&line, cfg.warn_stderr);
+            crate::log::warn_policy(&line, cfg.warn_stderr, true);
         }
     }
 }
