@@ -154,17 +154,6 @@ fn unknown_namespace_type() {
 
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
-fn unknown_capability() {
-    if !require_root() {
-        return;
-    }
-    let mut ctx = Ctx::new("badcap");
-    ctx.push("/process/capabilities/bounding", json!("CAP_FLY"));
-    create_fails(&ctx, &["process.capabilities.bounding", "CAP_FLY"]);
-}
-
-#[test]
-#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn bind_mount_with_missing_source() {
     if !require_root() {
         return;

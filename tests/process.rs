@@ -448,3 +448,45 @@ fn missing_executable_fails_create_like_runc() {
     );
     ctx.assert_no_trace(&c.id);
 }
+
+/// runc 1.5 (capabilities.bats "unknown capability"): a name that is no capability of this
+/// kernel is ignored with a warning, and the container runs with the others. Under
+/// RESTRICTED it is removed like any capability the config does not allow, and the
+/// policy's record names it.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn unknown_capabilities_are_dropped_with_a_warning() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("capsunknown");
+    ctx.set(
+        "/process/capabilities",
+        json!({"bounding": caps(&["CAP_UNKNOWN", "CAP_KILL", "UNKNOWN_CAP"]),
+               "effective": caps(&["CAP_KILL", "CAP_UNKNOWN"]),
+               "permitted": caps(&["CAP_KILL"])}),
+    );
+    ctx.args(&["cat", "/proc/self/status"]);
+    let c = ctx.create_ok("c");
+    let err = c.stderr();
+    assert!(
+        err.contains("ignoring unknown or unavailable capabilities: CAP_UNKNOWN UNKNOWN_CAP"),
+        "{err}"
+    );
+    let status = c.start_and_wait();
+    let f = status_fields(&status);
+    assert_eq!(f.get("CapBnd"), Some(&hex(KILL)), "{status}{}", c.stderr());
+    assert_eq!(f["CapEff"], hex(KILL));
+    drop(c);
+
+    ctx.restricted();
+    let c = ctx.create_ok("r");
+    let policy = fs::read_to_string(ctx.state_dir(&c.id).join("policy.json")).unwrap();
+    assert!(
+        policy.contains("CAP_UNKNOWN") && policy.contains("UNKNOWN_CAP"),
+        "{policy}"
+    );
+    let status = c.start_and_wait();
+    let f = status_fields(&status);
+    assert_eq!(f.get("CapBnd"), Some(&hex(0)), "{status}{}", c.stderr());
+}

@@ -121,8 +121,7 @@ pub fn native(c: &Container) -> Result<Verdict> {
         .iter()
         .filter_map(|c| capabilities::number(c))
         .fold(0, |m, b| m | 1 << b);
-    let spec_caps =
-        capabilities::from_spec(spec.process().capabilities.as_ref(), "process.capabilities")?;
+    let spec_caps = capabilities::from_saved(spec.process().capabilities.as_ref());
     for (key, want) in [
         ("CapEff", spec_caps.effective),
         ("CapPrm", spec_caps.permitted),

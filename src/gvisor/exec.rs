@@ -122,7 +122,7 @@ fn container_bounding(shadow: &Value) -> Result<u64> {
         Some(c) => Some(serde_json::from_value(c).map_err(Refused::ShadowCapabilities)?),
         None => None,
     };
-    Ok(capabilities::from_spec(caps.as_ref(), "process.capabilities")?.bounding)
+    Ok(capabilities::from_saved(caps.as_ref()).bounding)
 }
 
 /// `--cap X` as runsc wants it (`CAP_X`), never wider than the container.

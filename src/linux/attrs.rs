@@ -43,8 +43,6 @@ pub enum AttrError {
         id: String,
         value: u32,
     },
-    #[error(transparent)]
-    Capability(#[from] capabilities::UnknownCapability),
     #[error("{process}.rlimits[{index}].type: unknown rlimit {typ:?}")]
     RlimitType {
         process: String,
@@ -230,7 +228,7 @@ impl Attrs {
             }
         }
         let caps =
-            capabilities::from_spec(p.capabilities.as_ref(), &format!("{field}.capabilities"))?;
+            capabilities::from_spec(p.capabilities.as_ref(), &format!("{field}.capabilities"));
         let mut rlimits = Vec::new();
         for (i, r) in p.rlimits.iter().enumerate() {
             let res = rlimit_resource(&r.typ).ok_or_else(|| AttrError::RlimitType {

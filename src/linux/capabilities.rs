@@ -83,49 +83,53 @@ pub struct Sets {
     pub ambient: u64,
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("{field}: unknown capability {name:?}")]
-pub struct UnknownCapability {
-    pub field: String,
-    pub name: String,
+/// Converts the spec's sets, warning once about the names it ignores. A name that is no
+/// capability (`CAP_UNKNOWN`), or one this kernel does not have, is ignored with a warning,
+/// as runc does: the one place moat drops rather than refuses what a spec asks, because
+/// engines and runc's suite send such names and dropping one grants nothing (RESTRICTED's
+/// floor has removed them before this, as capabilities it does not allow).
+pub fn from_spec(caps: Option<&spec::Capabilities>, field: &str) -> Sets {
+    let (sets, mut ignored) = masks(caps, field);
+    if !ignored.is_empty() {
+        ignored.sort_unstable();
+        ignored.dedup();
+        log::warn(&format!(
+            "{field}: ignoring unknown or unavailable capabilities: {}",
+            ignored.join(" ")
+        ));
+    }
+    sets
 }
 
-/// Converts the spec's sets. A name that is not a capability at all is an error; a real
-/// capability this kernel does not have is dropped with a warning, since asking for it
-/// cannot grant anything.
-pub fn from_spec(
-    caps: Option<&spec::Capabilities>,
-    field: &str,
-) -> Result<Sets, UnknownCapability> {
+/// [`from_spec`] without the warning: the saved spec of a container whose create warned
+/// already (exec's bounding set, `verify`).
+pub fn from_saved(caps: Option<&spec::Capabilities>) -> Sets {
+    masks(caps, "process.capabilities").0
+}
+
+/// The sets as masks, and the names that are no capability of this kernel.
+fn masks(caps: Option<&spec::Capabilities>, field: &str) -> (Sets, Vec<String>) {
     let last = last_cap();
+    let mut ignored = Vec::new();
     let Some(c) = caps else {
-        return Ok(Sets::default());
+        return (Sets::default(), ignored);
     };
-    let mask = |set: &Option<Vec<String>>, name: &str| -> Result<u64, UnknownCapability> {
+    let mut mask = |set: &Option<Vec<String>>| -> u64 {
         let mut m = 0u64;
-        for (i, n) in set.iter().flatten().enumerate() {
-            let Some(bit) = number(n) else {
-                return Err(UnknownCapability {
-                    field: format!("{field}.{name}[{i}]"),
-                    name: n.clone(),
-                });
-            };
-            if bit > last {
-                log::warn(&format!(
-                    "{field}.{name}[{i}]: {n} is not known to this kernel (last capability is {last}); skipped"
-                ));
-                continue;
+        for n in set.iter().flatten() {
+            match number(n) {
+                Some(bit) if bit <= last => m |= 1 << bit,
+                _ => ignored.push(n.clone()),
             }
-            m |= 1 << bit;
         }
-        Ok(m)
+        m
     };
     let mut sets = Sets {
-        bounding: mask(&c.bounding, "bounding")?,
-        effective: mask(&c.effective, "effective")?,
-        permitted: mask(&c.permitted, "permitted")?,
-        inheritable: mask(&c.inheritable, "inheritable")?,
-        ambient: mask(&c.ambient, "ambient")?,
+        bounding: mask(&c.bounding),
+        effective: mask(&c.effective),
+        permitted: mask(&c.permitted),
+        inheritable: mask(&c.inheritable),
+        ambient: mask(&c.ambient),
     };
     // The kernel only lets a capability be ambient if it is permitted and inheritable;
     // runc's own default spec asks for ambient caps without inheritable ones.
@@ -139,7 +143,7 @@ pub fn from_spec(
         ));
         sets.ambient &= raisable;
     }
-    Ok(sets)
+    (sets, ignored)
 }
 
 pub fn names(mask: u64) -> Vec<&'static str> {
@@ -162,12 +166,15 @@ mod tests {
     }
 
     #[test]
-    fn unknown_name_is_an_error_naming_the_field() {
+    fn unknown_names_are_ignored_and_named() {
         let c = spec::Capabilities {
             bounding: Some(vec!["CAP_KILL".into(), "CAP_FLY".into()]),
+            effective: Some(vec!["CAP_FLY".into(), "UNKNOWN_CAP".into()]),
             ..Default::default()
         };
-        let e = from_spec(Some(&c), "process.capabilities").unwrap_err();
-        assert_eq!(e.field, "process.capabilities.bounding[1]");
+        let (sets, ignored) = masks(Some(&c), "process.capabilities");
+        assert_eq!(sets.bounding, 1 << 5);
+        assert_eq!(sets.effective, 0);
+        assert_eq!(ignored, ["CAP_FLY", "CAP_FLY", "UNKNOWN_CAP"]);
     }
 }

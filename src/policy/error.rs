@@ -53,12 +53,6 @@ pub enum PolicyError {
     EgressUnenforceable { rules: String },
     #[error("egress policy: {0}")]
     EgressInvalid(String),
-    #[error("process.capabilities.{set}[{index}]: unknown capability {name:?}")]
-    UnknownCapability {
-        set: &'static str,
-        index: usize,
-        name: String,
-    },
     #[error("built-in restricted seccomp profile: {0}")]
     RestrictedProfile(serde_json::Error),
     #[error(

@@ -30,19 +30,8 @@ pub(super) fn floor(
         ("ambient", &mut caps.ambient),
     ] {
         let list = set.get_or_insert_with(Vec::new);
-        // A name that is no capability at all is an error under any policy, not something
-        // to drop quietly.
-        if let Some((i, bad)) = list
-            .iter()
-            .enumerate()
-            .find(|(_, c)| crate::linux::capabilities::number(c).is_none())
-        {
-            return Err(PolicyError::UnknownCapability {
-                set: name,
-                index: i,
-                name: bad.clone(),
-            });
-        }
+        // A name that is no capability at all is removed like any capability not allowed
+        // (runc ignores it with a warning; OPEN does the same), and the summary names it.
         let (keep, drop): (Vec<String>, Vec<String>) = list.drain(..).partition(|c| {
             name != "inheritable"
                 && crate::linux::capabilities::number(c).is_some_and(|n| allowed.contains(&n))

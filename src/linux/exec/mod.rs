@@ -164,9 +164,6 @@ pub enum ExecError {
     WaitProbe { pid: i32, err: std::io::Error },
     #[error("receive the pty master: {0}")]
     PtyMaster(std::io::Error),
-    /// A capability name in the saved spec this binary does not know.
-    #[error(transparent)]
-    Capability(#[from] super::capabilities::UnknownCapability),
     #[error(transparent)]
     Init(#[from] InitFailure),
     /// The exec'd process's seccomp listener could not reach the agent.

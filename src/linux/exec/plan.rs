@@ -53,9 +53,7 @@ impl Facts {
         while let Some(b) = dir.read_file(&state::seccomp_file(programs.len()))? {
             programs.push(b);
         }
-        let bounding =
-            capabilities::from_spec(spec.process().capabilities.as_ref(), "process.capabilities")?
-                .bounding;
+        let bounding = capabilities::from_saved(spec.process().capabilities.as_ref()).bounding;
         let filters = programs
             .iter()
             .enumerate()
