@@ -4,6 +4,7 @@
 mod support;
 
 use std::fs;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -464,6 +465,36 @@ fn run_keep_leaves_a_stopped_container() {
     assert!(!ctx.state_dir(&id).exists());
 }
 
+/// runc 1.5's `list`: a `--root` that does not exist is an error (a mistyped path must not
+/// look like a host without containers); the default root missing means no container was
+/// made yet, an empty list.
+#[test]
+#[ignore = "root: runs moat as root (scripts/test runs it with --include-ignored)"]
+fn list_fails_on_a_missing_root_flag_and_is_empty_on_a_missing_default_root() {
+    if !require_root() {
+        return;
+    }
+    let ctx = Ctx::new("list-missing");
+    let out = ctx.moat(&["list"]).fails();
+    assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&ctx.root.display().to_string()),
+        "{}",
+        out.stderr
+    );
+    assert!(!ctx.root.exists(), "list made the root");
+
+    // The default root (rootless: $XDG_RUNTIME_DIR/moat) missing.
+    let xdg = ctx.dir.join("xdg");
+    fs::create_dir_all(&xdg).unwrap();
+    let mut c = Command::new(MOAT);
+    c.env("XDG_RUNTIME_DIR", &xdg)
+        .args(["--rootless", "true", "list", "-q"]);
+    let out = run_cmd(c, &ctx.io, CALL_TIMEOUT).ok();
+    assert_eq!(out.stdout, "");
+    assert!(!xdg.join("moat").exists(), "list made the default root");
+}
+
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn list_shows_every_container_in_table_json_and_quiet_forms() {
@@ -471,6 +502,7 @@ fn list_shows_every_container_in_table_json_and_quiet_forms() {
         return;
     }
     let mut ctx = Ctx::new("list");
+    fs::create_dir_all(&ctx.root).unwrap();
     let out = ctx.moat(&["list", "--format", "json"]).ok();
     assert_eq!(
         out.stdout.trim(),
@@ -545,6 +577,7 @@ fn log_file_is_created_even_on_success() {
         return;
     }
     let ctx = Ctx::new("logok");
+    fs::create_dir_all(&ctx.root).unwrap();
     let log = ctx.dir.join("sub-log.json");
     let out = ctx.moat(&[
         "--log",

@@ -69,7 +69,7 @@ pub fn find(ctx: &Context, explicit: bool, query: &str) -> Result<(Root, String)
     let mut exact = Vec::new();
     let mut prefixed = Vec::new();
     for r in &roots {
-        for id in state::list_ids(&r.path).unwrap_or_default() {
+        for id in state::list_ids(&r.path, true).unwrap_or_default() {
             if id == query {
                 exact.push((r.clone(), id));
             } else if !query.is_empty() && id.starts_with(query) {

@@ -44,6 +44,8 @@ pub type Result<T> = anyhow::Result<T>;
 pub struct Context {
     /// The state root: `--root`, else `/run/moat` (rootless: `linux/rootless.rs`).
     pub root: PathBuf,
+    /// Whether `root` came from `--root`.
+    pub root_given: bool,
     /// `--rootless` as given; resolved on first use ([`Context::rootless`]).
     pub rootless_flag: crate::linux::rootless::Flag,
     rootless: std::cell::OnceCell<bool>,
@@ -67,6 +69,7 @@ impl Context {
     ) -> std::io::Result<Context> {
         let ctx = Context {
             root: PathBuf::new(),
+            root_given: root.is_some(),
             rootless_flag,
             rootless: std::cell::OnceCell::new(),
             systemd_cgroup,

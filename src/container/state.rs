@@ -54,7 +54,9 @@ pub fn list(ctx: &Context, req: &ListRequest) -> Result<i32> {
     let mut row_roots = Vec::new();
     for root in &roots {
         let ctx = &super::lookup::at(ctx, &root.path);
-        let ids = match state::list_ids(&ctx.root) {
+        // A missing default root holds no container yet; a missing `--root` is an error
+        // (a mistyped path would otherwise look like an empty host), as runc has it.
+        let ids = match state::list_ids(&ctx.root, req.all_roots || !ctx.root_given) {
             Ok(ids) => ids,
             // Another engine's root this caller may not read is left out of --all-roots.
             Err(_) if req.all_roots => continue,

@@ -572,11 +572,12 @@ impl Record {
     }
 }
 
-/// Ids of every container directory under the root, sorted.
-pub fn list_ids(root: &Path) -> Result<Vec<String>, StateError> {
+/// Ids of every container directory under the root, sorted; none for a root that does not
+/// exist when `missing_ok`.
+pub fn list_ids(root: &Path, missing_ok: bool) -> Result<Vec<String>, StateError> {
     let rd = match fs::read_dir(root) {
         Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if missing_ok && e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(io_err("cannot read state root", root)(e)),
     };
     let mut ids: Vec<String> = rd
