@@ -490,3 +490,45 @@ fn unknown_capabilities_are_dropped_with_a_warning() {
     let f = status_fields(&status);
     assert_eq!(f.get("CapBnd"), Some(&hex(0)), "{status}{}", c.stderr());
 }
+
+/// runc 1.5's environment (env.bats): one entry per name, the last one given; an empty
+/// `HOME=` replaced by the user's home, for the init and for exec.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn env_names_are_unique_and_an_empty_home_is_the_users() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("envdup");
+    ctx.set(
+        "/process/env",
+        json!([
+            "HOME=",
+            "ONE=two",
+            "PATH=/bin",
+            "ONE=three",
+            "HOME=/override",
+            "HOME="
+        ]),
+    );
+    ctx.args(&["env"]);
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(out, "PATH=/bin\nONE=three\nHOME=/root\n", "{err}");
+
+    ctx.args(&["sleep", "600"]);
+    let c = ctx.create_ok("e");
+    c.start().ok();
+    let process = ctx.dir.join("process.json");
+    fs::write(
+        &process,
+        json!({"args": ["env"], "cwd": "/", "user": {"uid": 0, "gid": 0},
+               "env": ["A=1", "HOME=", "A=2"]})
+        .to_string(),
+    )
+    .unwrap();
+    let out = c
+        .moat(&["exec", "--process", process.to_str().unwrap(), &c.id])
+        .ok();
+    assert_eq!(out.stdout, "A=2\nHOME=/root\n");
+    c.kill("KILL");
+}

@@ -279,7 +279,7 @@ impl Attrs {
             .as_ref()
             .map(|a| super::affinity::ExecAffinity::from_spec(a, field))
             .transpose()?;
-        let env = p.env.clone();
+        let env = dedup_env(&p.env);
         let path_env = env
             .iter()
             .find_map(|e| e.strip_prefix("PATH="))
@@ -332,6 +332,9 @@ impl Attrs {
             return;
         }
         self.preserve_fds += n;
+        self.env.retain(|e| {
+            !e.to_bytes().starts_with(b"LISTEN_FDS=") && !e.to_bytes().starts_with(b"LISTEN_PID=")
+        });
         for v in [format!("LISTEN_FDS={n}"), "LISTEN_PID=1".to_string()] {
             self.env.push(CString::new(v).expect("no NUL"));
         }
@@ -420,7 +423,8 @@ impl Attrs {
         Ok(Exe { path, env })
     }
 
-    /// runc's default: without `HOME` in `process.env`, the process gets the home of its
+    /// runc's default: without `HOME` in `process.env` (or with it empty: `dedup_env` drops
+    /// an empty one), the process gets the home of its
     /// uid in the container's `/etc/passwd`, or `/`. The file is the container's (resolved
     /// inside `root`, opened non-blocking, a regular file only, read up to 1 MiB); nothing
     /// is read when the spec sets `HOME`, as engines do.
@@ -676,9 +680,45 @@ fn write_exec_attr(attr: &str, value: &str) -> Result<(), super::procfs::ProcErr
     super::procfs::write_attr(attr, value)
 }
 
+/// `process.env` as runc 1.5 passes it to execve: one entry per name, the last one given, in
+/// the order of those last entries; an empty `HOME=` dropped, so that the home of the
+/// process's user is set instead (`Attrs::with_home`). A name given twice otherwise reaches
+/// the program twice, and which one it reads depends on its libc.
+fn dedup_env(env: &[String]) -> Vec<String> {
+    let name = |e: &str| e.split_once('=').map_or(e, |(n, _)| n).to_string();
+    let mut seen = std::collections::HashSet::new();
+    let mut out: Vec<String> = env
+        .iter()
+        .rev()
+        .filter(|e| seen.insert(name(e)))
+        .filter(|e| e.as_str() != "HOME=")
+        .cloned()
+        .collect();
+    out.reverse();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_keeps_the_last_of_each_name_and_no_empty_home() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            dedup_env(&v(&[
+                "TERM=vt100",
+                "HOME=/a",
+                "HOME=/b",
+                "TERM=xterm",
+                "FOO=bar"
+            ])),
+            v(&["HOME=/b", "TERM=xterm", "FOO=bar"])
+        );
+        assert_eq!(dedup_env(&v(&["HOME=/a", "HOME="])), v(&[]));
+        assert_eq!(dedup_env(&v(&["HOME=", "HOME=/a"])), v(&["HOME=/a"]));
+        assert_eq!(dedup_env(&v(&["ONE=two", "ONE="])), v(&["ONE="]));
+    }
 
     #[test]
     fn rlimit_and_policy_names() {
