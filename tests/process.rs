@@ -6,6 +6,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::fd::AsRawFd;
+use std::time::Duration;
 
 use support::*;
 
@@ -530,5 +531,64 @@ fn env_names_are_unique_and_an_empty_home_is_the_users() {
         .moat(&["exec", "--process", process.to_str().unwrap(), &c.id])
         .ok();
     assert_eq!(out.stdout, "A=2\nHOME=/root\n");
+    c.kill("KILL");
+}
+
+/// runc 1.5 (cpu_affinity.bats "should reset"): the container's processes may run on
+/// every CPU, not only on those of a caller pinned with taskset; for the init and exec.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn cpu_affinity_is_not_the_callers() {
+    if !require_root() {
+        return;
+    }
+    let ours = fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Cpus_allowed_list:")
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap();
+    if ours == "0" {
+        missing("this machine lets the test run on one CPU only: nothing to reset");
+        return;
+    }
+    // `taskset -c 0`, in moat's child before exec.
+    let pin = |cmd: &mut std::process::Command| {
+        // SAFETY: sched_setaffinity is async-signal-safe; the set lives on the stack.
+        unsafe {
+            before_exec(cmd, || {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(0, &mut set);
+                if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    };
+    let grep = "grep Cpus_allowed_list: /proc/self/status";
+    let mut ctx = Ctx::new("affinity");
+    ctx.sh(&format!("{grep}; sleep 600"));
+    ctx.write_config();
+    let id = ctx.id("c");
+    let mut cmd = ctx.cmd();
+    cmd.args(["create", "--bundle", &ctx.bundle_str(), &id]);
+    pin(&mut cmd);
+    let mut c = ctx.guard(&id);
+    c.out = Some(ctx.run(cmd).ok());
+    c.start().ok();
+    let want = format!("Cpus_allowed_list:\t{ours}\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || c.stdout() == want),
+        "init: {:?}, want {want:?}",
+        c.stdout()
+    );
+    let mut cmd = ctx.cmd();
+    cmd.args(["exec", &id, "sh", "-c", grep]);
+    pin(&mut cmd);
+    let out = ctx.run(cmd).ok();
+    assert_eq!(out.stdout, want, "exec");
     c.kill("KILL");
 }

@@ -29,6 +29,19 @@ pub struct AffinityError {
     pub err: cpulist::ListError,
 }
 
+/// The CPUs a container's process runs on when no `execCPUAffinity` says otherwise: all
+/// that its cgroup's cpuset allows, as runc 1.5 resets them, not the affinity of whoever
+/// called moat (a `taskset` around an engine or a pinned daemon must not pin every
+/// container). Made right after the cgroup is entered (the init; an exec's joiner, whose
+/// fork inherits it), so the kernel clamps the mask to the container's cpuset. A failure
+/// leaves the caller's affinity, as in runc, where it is only a warning.
+pub fn reset() {
+    // 65536 CPUs, the most a kernel configures (CONFIG_NR_CPUS); the kernel cuts a longer
+    // mask to its own and clears the CPUs outside the cpuset.
+    static ALL: [libc::c_ulong; 1024] = [libc::c_ulong::MAX; 1024];
+    let _ = sys::sched_setaffinity(0, &ALL);
+}
+
 impl ExecAffinity {
     /// `process` is where the field came from (`process`, or the exec process file).
     pub fn from_spec(a: &ExecCpuAffinity, process: &str) -> Result<ExecAffinity, AffinityError> {

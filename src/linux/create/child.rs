@@ -74,6 +74,7 @@ fn init(
 /// Returns the state JSON hooks get.
 fn enter(plan: &Plan, placement: Placement, ch: &Channel) -> Result<Vec<u8>, InitFailure> {
     enter_cgroup(placement)?;
+    crate::linux::affinity::reset();
     // Nothing in the container may ptrace or read /proc/<pid>/* of this process before exec.
     if !plan.dumpable_until_mapped {
         sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;

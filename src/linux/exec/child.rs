@@ -52,6 +52,15 @@ pub(super) fn joiner(j: Joining<'_>) -> Result<Never, InitFailure> {
 fn place(attrs: &Attrs, placement: Placement) -> Result<(), InitFailure> {
     initial_affinity(attrs)?;
     crate::linux::create::enter_cgroup(placement)?;
+    // Neither mask given: every CPU of the cgroup, not the caller's (runc resets only
+    // then; with an initial mask alone that one stays).
+    if attrs
+        .exec_affinity
+        .as_ref()
+        .is_none_or(|a| a.initial.is_none() && a.final_.is_none())
+    {
+        crate::linux::affinity::reset();
+    }
     sys::prctl(libc::PR_SET_DUMPABLE, 0).step(Step::Namespaces, || "PR_SET_DUMPABLE".into())?;
     for (i, &(res, soft, hard)) in attrs.rlimits.iter().enumerate() {
         sys::prlimit(0, res, soft, hard).step(Step::Exec, || {
