@@ -148,3 +148,31 @@ fn pty_peer_belongs_to_the_process_user() {
         c.kill("KILL");
     }
 }
+
+/// runc's foreground terminal (`run` and `exec -t` without `--console-socket`) relays the
+/// pty with `ONLCR` cleared when moat's own output is a file or a pipe: a script reads the
+/// program's `\n`, not the pty's `\r\n` (nine of runc 1.5's tests compare such lines).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn foreground_terminal_to_a_file_keeps_the_programs_newlines() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("onlcr");
+    ctx.set("/process/terminal", json!(true));
+    ctx.sh("printf 'a\\nb\\n'");
+    let id = ctx.id("run");
+    let b = ctx.bundle_str();
+    let out = ctx.moat(&["run", "--bundle", &b, &id]).ok();
+    assert_eq!(out.stdout, "a\nb\n", "run -t: {out:#?}");
+
+    ctx.args(&["sleep", "600"]);
+    ctx.set("/process/terminal", json!(false));
+    let c = ctx.create_ok("c");
+    c.start().ok();
+    let out = c
+        .moat(&["exec", "-t", &c.id, "sh", "-c", "printf 'c\\nd\\n'"])
+        .ok();
+    assert_eq!(out.stdout, "c\nd\n", "exec -t: {out:#?}");
+    c.kill("KILL");
+}

@@ -172,9 +172,13 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
     } else {
         "process"
     };
-    let attrs = Attrs::from_process(&process, field, filters, req.preserve_fds)?
+    let mut attrs = Attrs::from_process(&process, field, filters, req.preserve_fds)?
         .memory_policy(spec.linux().memory_policy.as_ref())?
         .on_host(&host);
+    // moat relays the pty (no console socket) to a file or pipe: the program's own bytes.
+    attrs.clear_onlcr = attrs.terminal
+        && req.console_socket.is_none()
+        && !std::io::IsTerminal::is_terminal(&std::io::stdout());
     let opts = ExecOpts {
         console_socket: req.console_socket.clone(),
         pid_file: req.pid_file.clone(),

@@ -98,6 +98,11 @@ pub struct Attrs {
     pub path_env: String,
     pub terminal: bool,
     pub console_size: Option<ConsoleSize>,
+    /// The terminal's `\n` stays `\n` (`ONLCR` cleared): set by the parent when it relays
+    /// the pty to an output that is not a terminal itself (a file, a pipe), as runc does,
+    /// so that scripts read the program's own bytes. On a terminal the caller's is raw
+    /// and the pty's `\r\n` is what it displays.
+    pub clear_onlcr: bool,
     pub preserve_fds: u32,
 }
 
@@ -308,6 +313,7 @@ impl Attrs {
             path_env,
             terminal: p.terminal,
             console_size: p.console_size,
+            clear_onlcr: false,
             preserve_fds,
         })
     }
@@ -844,6 +850,7 @@ mod tests {
                 path_env: "/usr/bin:/bin".into(),
                 terminal: false,
                 console_size: None,
+                clear_onlcr: false,
                 preserve_fds: 2,
             }
         }

@@ -92,11 +92,18 @@ pub fn mount_console(mounts: &mut Mounts, peer: BorrowedFd<'_>) -> Result<(), In
         .step(Step::Console, || "/dev/console".into())
 }
 
+/// Sends the master to the console socket, after setting the size and (`clear_onlcr`:
+/// moat relays it to a file or pipe) clearing `ONLCR`: before the program runs, so none of
+/// its output is translated.
 pub fn send_master(
     sock: BorrowedFd<'_>,
     master: BorrowedFd<'_>,
     size: Option<ConsoleSize>,
+    clear_onlcr: bool,
 ) -> Result<(), InitFailure> {
+    if clear_onlcr {
+        sys::clear_onlcr(master).step(Step::Console, || "clear ONLCR on the pty".into())?;
+    }
     if let Some(s) = size {
         sys::set_winsize(master, s.height, s.width)
             .step(Step::Console, || "set console size".into())?;

@@ -194,7 +194,12 @@ fn rootfs(
         console::give_to_user(peer.as_fd(), plan.attrs.uid)?;
         console::mount_console(&mut mounts, peer.as_fd())?;
         if let Some(sock) = console_sock {
-            console::send_master(sock.as_fd(), master.as_fd(), plan.attrs.console_size)?;
+            console::send_master(
+                sock.as_fd(),
+                master.as_fd(),
+                plan.attrs.console_size,
+                plan.attrs.clear_onlcr,
+            )?;
         }
         Some(peer)
     } else {

@@ -363,6 +363,11 @@ impl Plan {
         // execCPUAffinity inapplicable to the init.
         attrs.exec_affinity = None;
         attrs.pass_listen_fds(opts.listen_fds);
+        // A foreground run relaying the pty to a file or pipe: the program's own bytes.
+        attrs.clear_onlcr = attrs.terminal
+            && opts.foreground
+            && opts.console_socket.is_none()
+            && !std::io::IsTerminal::is_terminal(&std::io::stdout());
         if opts.rootless {
             rootless_checks(&spec, &ns)?;
         }

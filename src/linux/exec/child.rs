@@ -162,7 +162,12 @@ fn console(attrs: &Attrs, console_sock: Option<&OwnedFd>) -> Result<Root, InitFa
         let (master, peer) = console::open_pty(&root)?;
         console::give_to_user(peer.as_fd(), attrs.uid)?;
         if let Some(sock) = console_sock {
-            console::send_master(sock.as_fd(), master.as_fd(), attrs.console_size)?;
+            console::send_master(
+                sock.as_fd(),
+                master.as_fd(),
+                attrs.console_size,
+                attrs.clear_onlcr,
+            )?;
         }
         drop(master);
         console::make_stdio(&peer)?;

@@ -98,7 +98,7 @@ pub use spawn::{spawn_in_cgroup, spawn_in_cgroups};
 pub use startup::{args, process_init};
 #[cfg(feature = "steptrace")]
 pub use steptrace::steptrace;
-pub use tty::{get_winsize, pty_peer, set_pty_owner, set_winsize, unlockpt};
+pub use tty::{clear_onlcr, get_winsize, pty_peer, set_pty_owner, set_winsize, unlockpt};
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};

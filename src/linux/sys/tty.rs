@@ -56,6 +56,17 @@ pub fn unlockpt(master: BorrowedFd<'_>) -> Result<()> {
     .map(drop)
 }
 
+/// Clears `ONLCR` on the terminal of `fd` (a pty master sets its peer's): a `\n` the
+/// program writes is read from the master as `\n`, not `\r\n`.
+pub fn clear_onlcr(fd: BorrowedFd<'_>) -> Result<()> {
+    fake!("clear_onlcr", fd);
+    use nix::sys::termios::{tcgetattr, tcsetattr, OutputFlags, SetArg};
+    let mut t = tcgetattr(fd)?;
+    t.output_flags.remove(OutputFlags::ONLCR);
+    tcsetattr(fd, SetArg::TCSANOW, &t)?;
+    Ok(())
+}
+
 /// Opens the peer (slave) end of a pty master without a path lookup (TIOCGPTPEER).
 pub fn pty_peer(master: BorrowedFd<'_>) -> Result<OwnedFd> {
     fake!("pty_peer", master);
