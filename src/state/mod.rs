@@ -73,11 +73,13 @@ pub enum StateError {
     Exists(String),
     #[error("invalid container id {0:?}: {1}")]
     InvalidId(String, &'static str),
-    #[error("{what} {path}: {source}")]
+    /// The io error is part of the line, not a source: the error printer joins sources
+    /// with ": ", and the reason would appear twice.
+    #[error("{what} {path}: {err}")]
     Io {
         what: &'static str,
         path: PathBuf,
-        source: io::Error,
+        err: io::Error,
     },
     #[error("{path}: corrupt state: {reason}")]
     Corrupt { path: PathBuf, reason: Corruption },
@@ -116,10 +118,10 @@ pub enum RecordError {
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StateError + 'a {
-    move |source| StateError::Io {
+    move |err| StateError::Io {
         what,
         path: path.to_path_buf(),
-        source,
+        err,
     }
 }
 
