@@ -436,3 +436,37 @@ fn start_waits_for_the_init_at_most_the_sync_timeout() {
         "the init that did not exec was not killed"
     );
 }
+
+/// runc (hooks.bats "startContainer hook should inherit process environment"): a
+/// startContainer hook without an `env` of its own runs with the process's, `HOME`
+/// included; one with an `env` keeps it.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn start_container_hook_without_env_gets_the_process_env() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("hookenv");
+    let log = HookLog::new(&mut ctx);
+    ctx.set("/process/env", json!(["PATH=/bin", "ONE=two", "FOO=bar"]));
+    ctx.set(
+        "/hooks",
+        json!({"startContainer": [
+            {"path": "/bin/sh", "args": ["sh", "-c", "env | sort > /hooklog/inherited"]},
+            {"path": "/bin/sh", "args": ["sh", "-c", "env | sort > /hooklog/own"],
+             "env": ["PATH=/bin", "OWN=1"]},
+        ]}),
+    );
+    ctx.args(&["true"]);
+    let (_, err) = run_to_end(&ctx, "c");
+    let inherited = read(log.dir.join("inherited"));
+    for want in ["FOO=bar", "HOME=/root", "ONE=two", "PATH=/bin"] {
+        assert!(
+            inherited.lines().any(|l| l == want),
+            "{want} missing: {inherited}{err}"
+        );
+    }
+    let own = read(log.dir.join("own"));
+    assert!(own.lines().any(|l| l == "OWN=1"), "{own}");
+    assert!(!own.contains("ONE=two"), "{own}");
+}

@@ -309,7 +309,20 @@ fn ready(ch: &Channel, fifo: &OwnedFd) -> Result<(), InitFailure> {
 /// Row 15: startContainer hooks, then signals and `execve` (`attrs::exec`).
 fn exec(plan: &Plan, state: &[u8], exe: &crate::linux::attrs::Exe) -> Result<Never, InitFailure> {
     if let Some(h) = &plan.hooks {
-        hooks::run("startContainer", &h.start_container, state)
+        // A startContainer hook without an `env` of its own gets the process's, as runc's
+        // hooks always have (not the spec's rule, but what hooks written for runc expect).
+        let env: Vec<String> = exe
+            .env
+            .as_ref()
+            .unwrap_or(&plan.attrs.env)
+            .iter()
+            .map(|e| e.to_string_lossy().into_owned())
+            .collect();
+        let mut start = h.start_container.clone();
+        for hook in start.iter_mut().filter(|h| h.env.is_empty()) {
+            hook.env.clone_from(&env);
+        }
+        hooks::run("startContainer", &start, state)
             .map_err(|e| InitFailure::new(Step::Hooks, e.to_string()))?;
     }
     Err(plan.attrs.exec(exe))
