@@ -592,3 +592,36 @@ fn cpu_affinity_is_not_the_callers() {
     assert_eq!(out.stdout, want, "exec");
     c.kill("KILL");
 }
+
+/// runc 1.5 (personality.bats "with exec", scheduler.bats): `linux.personality` and
+/// `process.scheduler` hold for an exec'd process as for the init.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn personality_and_scheduler_hold_for_exec() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("persona");
+    ctx.set("/linux/personality", json!({"domain": "LINUX32"}));
+    ctx.set("/process/scheduler", json!({"policy": "SCHED_BATCH"}));
+    let probe = "uname -m; grep ^policy /proc/self/sched";
+    ctx.sh(&format!("{probe}; sleep 600"));
+    let c = ctx.create_ok("c");
+    c.start().ok();
+    // SCHED_BATCH is policy 3.
+    let want = |out: &str| {
+        let l: Vec<String> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        l == ["i686", "policy:3"]
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || want(&c.stdout())),
+        "init: {:?}",
+        c.stdout()
+    );
+    let out = c.moat(&["exec", &c.id, "sh", "-c", probe]).ok();
+    assert!(want(&out.stdout), "exec: {:?}", out.stdout);
+    c.kill("KILL");
+}

@@ -175,6 +175,13 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
     let mut attrs = Attrs::from_process(&process, field, filters, req.preserve_fds)?
         .memory_policy(spec.linux().memory_policy.as_ref())?
         .on_host(&host);
+    // The container's execution domain, as the init has it (create refused a domain moat
+    // does not know, so the saved spec names a known one).
+    attrs.personality = spec
+        .linux()
+        .personality
+        .as_ref()
+        .and_then(|p| crate::linux::attrs::personality(&p.domain));
     // moat relays the pty (no console socket) to a file or pipe: the program's own bytes.
     attrs.clear_onlcr = attrs.terminal
         && req.console_socket.is_none()

@@ -103,6 +103,9 @@ pub struct Attrs {
     /// so that scripts read the program's own bytes. On a terminal the caller's is raw
     /// and the pty's `\r\n` is what it displays.
     pub clear_onlcr: bool,
+    /// `linux.personality` of an exec'd process (the container's; the init sets its own
+    /// in create's row 12), set before the filters are loaded.
+    pub personality: Option<libc::c_ulong>,
     pub preserve_fds: u32,
 }
 
@@ -314,6 +317,7 @@ impl Attrs {
             terminal: p.terminal,
             console_size: p.console_size,
             clear_onlcr: false,
+            personality: None,
             preserve_fds,
         })
     }
@@ -686,6 +690,16 @@ fn write_exec_attr(attr: &str, value: &str) -> Result<(), super::procfs::ProcErr
     super::procfs::write_attr(attr, value)
 }
 
+/// The `personality(2)` value of a `linux.personality.domain`; `None` for one moat does not
+/// know.
+pub fn personality(domain: &str) -> Option<libc::c_ulong> {
+    match domain {
+        "LINUX" => Some(0),
+        "LINUX32" => Some(0x0008),
+        _ => None,
+    }
+}
+
 /// `process.env` as runc 1.5 passes it to execve: one entry per name, the last one given, in
 /// the order of those last entries; an empty `HOME=` dropped, so that the home of the
 /// process's user is set instead (`Attrs::with_home`). A name given twice otherwise reaches
@@ -851,6 +865,7 @@ mod tests {
                 terminal: false,
                 console_size: None,
                 clear_onlcr: false,
+                personality: None,
                 preserve_fds: 2,
             }
         }

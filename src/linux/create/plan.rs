@@ -425,15 +425,11 @@ impl Plan {
         }
         let personality = match &linux.personality {
             None => None,
-            Some(pers) => Some(match pers.domain.as_str() {
-                "LINUX" => 0,
-                "LINUX32" => 0x0008,
-                other => {
-                    return Err(Error::Personality {
-                        domain: other.to_string(),
-                    })
-                }
-            }),
+            Some(pers) => Some(crate::linux::attrs::personality(&pers.domain).ok_or_else(
+                || Error::Personality {
+                    domain: pers.domain.clone(),
+                },
+            )?),
         };
         let dumpable_until_mapped =
             opts.rootless && sys::geteuid() != 0 && ns.has_new(libc::CLONE_NEWUSER);

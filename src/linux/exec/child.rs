@@ -146,6 +146,9 @@ fn exec_process(
     final_affinity(attrs)?;
     crate::linux::killpoint::at("exec", "process", "console");
     let root = console(attrs, console_sock)?;
+    if let Some(p) = attrs.personality {
+        sys::personality(p).step(Step::Personality, || "linux.personality".into())?;
+    }
     crate::linux::killpoint::at("exec", "process", "attrs");
     let exe = apply_attrs(attrs, ch, root)?;
     crate::linux::killpoint::at("exec", "process", "execve");
