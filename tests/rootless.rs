@@ -527,6 +527,10 @@ fn rootless_sysfs_and_devpts_fallbacks() {
     let mut b = Bundle::new(&user, "f");
     // What a rootful spec asks for: a fresh sysfs (no network namespace of its own: the
     // kernel refuses it) and devpts gid=5 (not mapped by a self-mapping).
+    b.config["linux"]["namespaces"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|n| n["type"] != "network");
     let mounts = b.config["mounts"].as_array_mut().unwrap();
     for m in mounts.iter_mut() {
         match m["destination"].as_str() {
@@ -544,4 +548,32 @@ fn rootless_sysfs_and_devpts_fallbacks() {
     // Devices are the host's nodes, bound: writing /dev/null works inside.
     b.args("echo x > /dev/null && head -c 4 /dev/zero | wc -c");
     assert_eq!(b.as_user(&user, &["run", "s2"]).ok().stdout.trim(), "4");
+}
+
+/// moat's own recipe runs on moat: `moat spec --rootless` gives a spec the default policy
+/// (RESTRICTED) runs rootless, with a network namespace of its own (`lo` up) and a fresh
+/// read-only sysfs, where runc's rootless spec shares the host's network namespace and
+/// binds the host's /sys (both refused by RESTRICTED).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn rootless_spec_runs_under_the_default_policy() {
+    if !require_root_and_uidmap() {
+        return;
+    }
+    let user = TestUser::new("d", true);
+    let mut b = Bundle::new(&user, "d");
+    b.args(
+        "readlink /proc/self/ns/net; cat /sys/class/net/lo/flags; \
+         grep ' /sys sysfs ' /proc/self/mounts | cut -d' ' -f4 | cut -d, -f1",
+    );
+    let out = b
+        .as_user_env(&user, &[("MOAT_CONFIG", "")], &["run", "d1"])
+        .ok();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out:?}");
+    assert_ne!(lines[0], host_ns("net"), "the host's network namespace");
+    // IFF_UP | IFF_LOOPBACK (| IFF_RUNNING, which the kernel reports from 0x40).
+    let flags = u32::from_str_radix(lines[1].trim_start_matches("0x"), 16).unwrap();
+    assert_eq!(flags & 0x9, 0x9, "lo is not up: {}", lines[1]);
+    assert_eq!(lines[2], "ro", "{out:?}");
 }

@@ -37,23 +37,19 @@ pub fn spec(rootless: bool) -> Value {
     if !rootless {
         devpts.push("gid=5");
     }
-    let sys = if rootless {
-        json!({"destination": "/sys", "type": "none", "source": "/sys",
-               "options": ["rbind", "nosuid", "noexec", "nodev", "ro"]})
-    } else {
-        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs",
-               "options": ["nosuid", "noexec", "nodev", "ro"]})
-    };
-    let mut namespaces = vec![json!({"type": "pid"})];
-    if !rootless {
-        namespaces.push(json!({"type": "network"}));
-    }
-    namespaces.extend([
+    // Rootless too: a network namespace of its own (lo up at create) and so a fresh
+    // read-only sysfs, where runc's rootless spec shares the host's network namespace and
+    // binds the host's /sys, both of which RESTRICTED refuses.
+    let sys = json!({"destination": "/sys", "type": "sysfs", "source": "sysfs",
+                     "options": ["nosuid", "noexec", "nodev", "ro"]});
+    let namespaces = vec![
+        json!({"type": "pid"}),
+        json!({"type": "network"}),
         json!({"type": "ipc"}),
         json!({"type": "uts"}),
         json!({"type": "mount"}),
         json!({"type": "cgroup"}),
-    ]);
+    ];
     let mut linux = json!({
         "namespaces": namespaces,
         "maskedPaths": MASKED_PATHS,
