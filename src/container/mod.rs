@@ -262,13 +262,17 @@ pub struct Inherited {
 }
 
 impl Inherited {
-    /// Every fd above the passed range close-on-exec; returns the number of
+    /// Every fd the caller leaked above the passed range closed, so that not even the
+    /// container's init holds one before its execve (runc's "detect fd leak" test reads
+    /// a created init's fds), and every other one close-on-exec; returns the number of
     /// socket-activation fds passed on.
     pub fn sweep(self) -> Result<u32> {
         use anyhow::Context;
         // Checked by before_fork: the sum fits below the first fd that was not open.
-        let first = crate::linux::sys::FdNumber(3 + self.preserve_fds + self.listen);
-        crate::linux::sys::close_range_from(first, true).context("close_range")?;
+        let first = 3 + self.preserve_fds + self.listen;
+        startup::close_leaked(first).context("close the caller's other descriptors")?;
+        crate::linux::sys::close_range_from(crate::linux::sys::FdNumber(first), true)
+            .context("close_range")?;
         Ok(self.listen)
     }
 }
