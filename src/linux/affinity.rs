@@ -2,8 +2,8 @@
 //! moat puts it into the container (`initial`, set by the joiner as its first act, before
 //! it enters the container's cgroups) and once it is there (`final`, set by the exec'd
 //! process before anything else, so before its execve). Entering a cpuset cgroup resets a
-//! task's affinity to the cgroup's CPUs, which is why there are two; without `final` the
-//! kernel's choice stands (runc 1.5 does the same). The spec makes the field inapplicable
+//! task's affinity to the cgroup's CPUs, which is why there are two; with neither mask the
+//! process is reset to every CPU its cgroup allows, as runc 1.5 resets it (`reset`). The spec makes the field inapplicable
 //! to the container's init: create checks it and keeps it in the container's spec, where it
 //! is the default of every `exec` without a process file of its own that sets it, as
 //! runc's is. The kernel intersects each mask with the task's cpuset: a mask with no CPU
