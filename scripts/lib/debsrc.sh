@@ -14,6 +14,9 @@ DEBSRC_DIR=${DEBSRC_DIR:-/var/cache/moat-debsrc}
 # tarballs the mirror no longer serves (runtime-tools).
 DEBSRC_SUITES=${DEBSRC_SUITES:-"debian:bookworm debian:bookworm-updates debian-security:bookworm-security debian:trixie"}
 DEBSRC_MIRROR=${DEBSRC_MIRROR:-http://deb.debian.org}
+# Extra apt options for the update, e.g. "-o Acquire::Check-Valid-Until=false" for a suite
+# (forky, sid) whose Release file on the mirror is past its Valid-Until date.
+DEBSRC_APTOPTS=${DEBSRC_APTOPTS:-}
 
 debsrc_apt() {
 	apt-cache -o Dir::Etc::SourceList="$DEBSRC_DIR/sources.list" -o Dir::Etc::SourceParts=/nonexistent \
@@ -32,7 +35,7 @@ debsrc_update() {
 	mv "$DEBSRC_DIR/sources.list.new" "$DEBSRC_DIR/sources.list"
 	apt-get -q -o Dir::Etc::SourceList="$DEBSRC_DIR/sources.list" -o Dir::Etc::SourceParts=/nonexistent \
 		-o Dir::State::Lists="$DEBSRC_DIR/lists" -o Dir::Cache="$DEBSRC_DIR/apt" \
-		-o APT::Sandbox::User=root update >&2 || die "apt-get update of the private deb-src list failed"
+		-o APT::Sandbox::User=root $DEBSRC_APTOPTS update >&2 || die "apt-get update of the private deb-src list failed"
 }
 
 # debsrc_stanza PKG VERSION -- print the Sources stanza of PKG at VERSION (empty if none).
