@@ -524,16 +524,20 @@ fn alias_selects_gvisor_and_ignores_a_native_annotation() {
     // container runs under gVisor, and the ignored annotation is reported.
     let nid = e.id("n");
     let native = e.bundle("nb", &[("moat.runtime", "native")], &["true"]);
+    // The warning goes to the `--log` file (create's stderr is the container's).
+    let log = e.dir.join("alias.log");
     let o = output(
         Command::new(&alias)
+            .arg("--log")
+            .arg(&log)
             .arg("--root")
             .arg(e.root())
             .args(["create", "--bundle", native.to_str().unwrap(), &nid])
             .stdin(Stdio::null()),
         &e.dir,
     );
-    let err = stderr(&o);
-    assert!(o.status.success(), "{err}");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         err.contains("annotations.moat.runtime: ignored") && err.contains("[alias.NAME]"),
         "{err}"

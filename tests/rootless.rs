@@ -560,7 +560,7 @@ fn rootless_spec_runs_under_the_default_policy() {
     if !require_root_and_uidmap() {
         return;
     }
-    let user = TestUser::new("d", true);
+    let user = TestUser::new("g", true);
     let mut b = Bundle::new(&user, "d");
     b.args(
         "readlink /proc/self/ns/net; cat /sys/class/net/lo/flags; \

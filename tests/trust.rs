@@ -36,7 +36,11 @@ fn an_image_annotation_moat_policy_open_stays_restricted() {
     }
     let mut ctx = Ctx::new("trust-annot");
     // The config has an OPEN alias, but moat is not invoked by its name.
-    let cfg = config(&ctx, "[alias.moat-open]\ndefault_policy = \"open\"\n");
+    // `[log] warn_stderr`: the warning on create's stderr, which is not a terminal here.
+    let cfg = config(
+        &ctx,
+        "[alias.moat-open]\ndefault_policy = \"open\"\n[log]\nwarn_stderr = true\n",
+    );
     ctx.use_config(&cfg)
         .set("/annotations", json!({"moat.policy": "open"}))
         .sh(STATUS);
