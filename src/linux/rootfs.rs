@@ -959,10 +959,11 @@ fn bind_attrs(p: &Plan, m: &MountPlan, tree: BorrowedFd<'_>) -> Result<Options, 
         clr |= ATIME;
     }
     if p.userns {
-        let st = sys::fstatfs(tree).step(Step::Mounts, || format!("{}: source flags", what()))?;
-        // f_flags is a signed word under glibc, unsigned under musl.
+        // statvfs's f_flag (ST_*) is the same word on every libc this builds for.
+        let st = sys::fstatvfs(tree).step(Step::Mounts, || format!("{}: source flags", what()))?;
+        // c_ulong: u64 here, but not on every target.
         #[allow(clippy::unnecessary_cast)]
-        let f = st.f_flags as u64;
+        let f = st.f_flag as u64;
         let mut locked = 0;
         for (st_flag, attr) in [
             (libc::ST_RDONLY, sys::MOUNT_ATTR_RDONLY),
@@ -970,10 +971,8 @@ fn bind_attrs(p: &Plan, m: &MountPlan, tree: BorrowedFd<'_>) -> Result<Options, 
             (libc::ST_NODEV, sys::MOUNT_ATTR_NODEV),
             (libc::ST_NOEXEC, sys::MOUNT_ATTR_NOEXEC),
         ] {
-            // ST_* are c_ulong: u64 here, but not on every target.
             #[allow(clippy::unnecessary_cast)]
-            let bit = st_flag as u64;
-            if f & bit != 0 {
+            if f & st_flag as u64 != 0 {
                 locked |= attr;
             }
         }
