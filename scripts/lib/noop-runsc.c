@@ -1,7 +1,9 @@
 /* noop-runsc: stands in for runsc when scripts/bench measures moat's own cost per gVisor
  * call. It does no work but keep the one piece of runsc state moat reads before naming
  * an id to runsc: `create ID` makes `<root>/ID_sandbox:ID.state` (src/gvisor/runsc.rs
- * known_exactly), `delete ID` removes it; every other call exits 0 at once.
+ * known_exactly), `delete ID` removes it; it answers the three questions moat's probe asks
+ * of a runsc (src/gvisor/probe.rs: --version, help platforms, flags) as runsc 20221219
+ * does; every other call exits 0 at once.
  * Built by scripts/bench with `gcc -O2 -static`, so its start costs what /bin/true's does. */
 #include <fcntl.h>
 #include <stdio.h>
@@ -18,6 +20,18 @@ int main(int argc, char **argv)
 			sub = argv[i];
 		else if (argv[i][0] != '-')
 			id = argv[i];
+	}
+	if (argc == 2 && !strcmp(argv[1], "--version")) {
+		puts("runsc version 0.0~noop");
+		return 0;
+	}
+	if (sub && !strcmp(sub, "help")) {
+		puts("ptrace");
+		return 0;
+	}
+	if (sub && !strcmp(sub, "flags")) {
+		puts("  -platform string\n    \tspecifies which platform to use (default \"ptrace\")");
+		return 0;
 	}
 	if (!root || !sub || !id)
 		return 0;
