@@ -72,20 +72,24 @@ impl TestUser {
             sub: 0,
         };
         if with_subids {
-            if sub_start("/etc/subuid", &user.name).is_none() {
-                let r = format!(
-                    "{0}-{1}",
-                    300000 + uid * 65536,
-                    300000 + uid * 65536 + 65535
-                );
-                userdb(&[
-                    "usermod",
-                    "--add-subuids",
-                    &r,
-                    "--add-subgids",
-                    &r,
-                    &user.name,
-                ]);
+            // useradd may give one range and not the other (it allocates each on its own):
+            // the missing one starts where the other does, or both at a range of our own.
+            let (u, g) = (
+                sub_start("/etc/subuid", &user.name),
+                sub_start("/etc/subgid", &user.name),
+            );
+            if u.is_none() || g.is_none() {
+                let start = u.or(g).unwrap_or(300000 + uid * 65536);
+                let r = format!("{start}-{}", start + 65535);
+                let mut args = vec!["usermod"];
+                if u.is_none() {
+                    args.extend(["--add-subuids", r.as_str()]);
+                }
+                if g.is_none() {
+                    args.extend(["--add-subgids", r.as_str()]);
+                }
+                args.push(&user.name);
+                userdb(&args);
             }
             user.sub = sub_start("/etc/subuid", &user.name).expect("subuid range");
             assert_eq!(
