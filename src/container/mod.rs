@@ -270,7 +270,8 @@ impl Inherited {
         use anyhow::Context;
         // Checked by before_fork: the sum fits below the first fd that was not open.
         let first = 3 + self.preserve_fds + self.listen;
-        startup::close_leaked(first).context("close the caller's other descriptors")?;
+        crate::linux::sys::close_inherited_from(crate::linux::sys::FdNumber(first))
+            .context("close the caller's other descriptors")?;
         crate::linux::sys::close_range_from(crate::linux::sys::FdNumber(first), true)
             .context("close_range")?;
         Ok(self.listen)

@@ -77,27 +77,6 @@ fn take() -> Inherited {
     }
 }
 
-/// Closes every descriptor from `first` up that the caller passed: those without
-/// close-on-exec, since every descriptor moat opens has it and one the caller's execve
-/// carried cannot. They are nobody's in moat (no object owns them), and the container
-/// gets only `3 .. first`.
-pub fn close_leaked(first: u32) -> std::io::Result<()> {
-    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    for fd in fds {
-        if u32::try_from(fd).is_ok_and(|n| n >= first)
-            && fcntl(fd, FcntlArg::F_GETFD)
-                .is_ok_and(|f| !FdFlag::from_bits_truncate(f).contains(FdFlag::FD_CLOEXEC))
-        {
-            nix::unistd::close(fd)?;
-        }
-    }
-    Ok(())
-}
-
 fn inherited() -> &'static Inherited {
     INHERITED.get_or_init(take)
 }

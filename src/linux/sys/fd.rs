@@ -54,6 +54,29 @@ pub fn close_range_from(first: FdNumber, cloexec_only: bool) -> Result<()> {
     check(unsafe { libc::syscall(libc::SYS_close_range, first.0, u32::MAX, flags) }).map(drop)
 }
 
+/// Closes every descriptor from `first` up that the caller passed: those without
+/// close-on-exec, since every descriptor moat opens has it and one the caller's execve
+/// carried cannot. They are nobody's in moat (no object owns them).
+pub fn close_inherited_from(first: FdNumber) -> Result<()> {
+    fake!("close_inherited_from", first);
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in fds {
+        if u32::try_from(fd).is_ok_and(|n| n >= first.0) {
+            // SAFETY: F_GETFD only reads the descriptor's flags.
+            let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                // SAFETY: the descriptor came from the caller's execve and no object in
+                // this process owns it (every descriptor moat opens is close-on-exec).
+                check_int(unsafe { libc::close(fd) })?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A close-on-exec duplicate of `fd` numbered `min` or higher.
 pub fn dup_cloexec_from(fd: BorrowedFd<'_>, min: FdNumber) -> Result<OwnedFd> {
     fake!("dup_cloexec_from", fd, min);

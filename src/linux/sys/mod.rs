@@ -62,9 +62,9 @@ mod tty;
 
 pub use creds::{capget, capset, getegid, geteuid, setfsids, setgroups, setresgid, setresuid};
 pub use fd::{
-    at_fdcwd, borrow_stdio, clear_cloexec, close_all_but, close_range_from, close_raw, dup2,
-    dup_cloexec, dup_cloexec_from, ioctl_int, memfd, pipe, poll_readable, poll_readable_within,
-    read, write, FdNumber,
+    at_fdcwd, borrow_stdio, clear_cloexec, close_all_but, close_inherited_from, close_range_from,
+    close_raw, dup2, dup_cloexec, dup_cloexec_from, ioctl_int, memfd, pipe, poll_readable,
+    poll_readable_within, read, write, FdNumber,
 };
 pub use fs::{
     fchdir, fchownat_empty, flock_exclusive, flock_shared, fstat, fstatfs, fstatvfs, getcwd,
