@@ -298,22 +298,27 @@ class GvisorRun:
     def report(self):
         lines = ["", f"gVisor hand-off, foreground `run` of /bin/true (moat {self.job['moat']}), ms:", ""]
         lines.append("| runsc | platform | runsc median [min–max] | moat median [min–max] | moat/runsc "
-                     "| moat − runsc, paired: median (p10–p90) | outside runsc: runsc / moat |")
-        lines.append("|---|---|---:|---:|---:|---:|---:|")
+                     "| moat − runsc, paired: median (p10–p90) | outside runsc: runsc / moat "
+                     "| hand-off / runsc median |")
+        lines.append("|---|---|---:|---:|---:|---:|---:|---:|")
         csv_rows, raw_rows, medians = [], [], {}
         for cell in self.cells:
             r, m = self.series(cell, "runsc"), self.series(cell, "moat")
             if not r or not m:
-                lines.append(f"| {cell.version} | {cell.platform} | — | — | — | — | — |")
+                lines.append(f"| {cell.version} | {cell.platform} | — | — | — | — | — | — |")
                 continue
             mr, mm = statistics.median(r), statistics.median(m)
             medians[(cell.version, cell.platform)] = (mr, mm)
             d = self.paired(cell)
             dtxt = f"{fmt(statistics.median(d))} ({fmt(quantile(d, 0.1))}–{fmt(quantile(d, 0.9))})" if d else "—"
             orr, om = self.series(cell, "runsc", True), self.series(cell, "moat", True)
-            otxt = f"{fmt(statistics.median(orr))} / {fmt(statistics.median(om))}" if orr and om else "—"
+            otxt, share = "—", "—"
+            if orr and om:
+                otxt = f"{fmt(statistics.median(orr))} / {fmt(statistics.median(om))}"
+                share = f"{(statistics.median(om) - statistics.median(orr)) / mr * 100:.1f} %"
             lines.append(f"| {cell.version} | {cell.platform} | {fmt(mr)} [{fmt(min(r))}–{fmt(max(r))}] "
-                         f"| {fmt(mm)} [{fmt(min(m))}–{fmt(max(m))}] | **{mm / mr:.3f}** | {dtxt} | {otxt} |")
+                         f"| {fmt(mm)} [{fmt(min(m))}–{fmt(max(m))}] | **{mm / mr:.3f}** | {dtxt} | {otxt} "
+                         f"| {share} |")
             metric = f"gvisor_run_{cell.version}_{cell.platform}_ms"
             for way, s in (("runsc", r), ("moat-gvisor", m)):
                 csv_rows.append([metric, way, len(s), f"{statistics.median(s):.4f}", f"{min(s):.4f}",
@@ -335,7 +340,9 @@ class GvisorRun:
                      f"round in a shuffled order. runsc: its flags as moat passed them ("
                      + "; ".join(f"{c.version} {c.platform}: `{' '.join(c.flags)}`" for c in self.cells)
                      + ") and the spec moat wrote. moat/runsc is the ratio of the medians. Outside runsc: "
-                     "the call minus the `runsc run` process's exec-to-exit (tracefs).")
+                     "the call minus the `runsc run` process's exec-to-exit (tracefs); the hand-off is "
+                     "moat's median of it less runsc's, against runsc's median run: moat's own cost "
+                     "without runsc's own variation (±100 ms a run on a loaded host).")
         for msg in self.notes:
             lines.append(f"\n> NOTE: {msg}")
         text = "\n".join(lines) + "\n"
