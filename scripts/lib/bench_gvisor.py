@@ -288,6 +288,10 @@ class GvisorRun:
         k = 4 if outside else 3
         return [s[k] for s in self.samples if s[0] is cell and s[1] == way and s[k] is not None]
 
+    def life(self, cell, way):
+        """The `runsc run` process's exec-to-exit inside each call."""
+        return [s[3] - s[4] for s in self.samples if s[0] is cell and s[1] == way and s[4] is not None]
+
     def paired(self, cell):
         by = {}
         for c, way, it, ms, _ in self.samples:
@@ -299,26 +303,28 @@ class GvisorRun:
         lines = ["", f"gVisor hand-off, foreground `run` of /bin/true (moat {self.job['moat']}), ms:", ""]
         lines.append("| runsc | platform | runsc median [min–max] | moat median [min–max] | moat/runsc "
                      "| moat − runsc, paired: median (p10–p90) | outside runsc: runsc / moat "
-                     "| hand-off / runsc median |")
-        lines.append("|---|---|---:|---:|---:|---:|---:|---:|")
+                     "| hand-off / runsc median | runsc's own life: moat's/runsc's |")
+        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
         csv_rows, raw_rows, medians = [], [], {}
         for cell in self.cells:
             r, m = self.series(cell, "runsc"), self.series(cell, "moat")
             if not r or not m:
-                lines.append(f"| {cell.version} | {cell.platform} | — | — | — | — | — | — |")
+                lines.append(f"| {cell.version} | {cell.platform} | — | — | — | — | — | — | — |")
                 continue
             mr, mm = statistics.median(r), statistics.median(m)
             medians[(cell.version, cell.platform)] = (mr, mm)
             d = self.paired(cell)
             dtxt = f"{fmt(statistics.median(d))} ({fmt(quantile(d, 0.1))}–{fmt(quantile(d, 0.9))})" if d else "—"
             orr, om = self.series(cell, "runsc", True), self.series(cell, "moat", True)
-            otxt, share = "—", "—"
+            otxt, share, life = "—", "—", "—"
             if orr and om:
                 otxt = f"{fmt(statistics.median(orr))} / {fmt(statistics.median(om))}"
                 share = f"{(statistics.median(om) - statistics.median(orr)) / mr * 100:.1f} %"
+                lr, lm = self.life(cell, "runsc"), self.life(cell, "moat")
+                life = f"{statistics.median(lm) / statistics.median(lr):.3f}"
             lines.append(f"| {cell.version} | {cell.platform} | {fmt(mr)} [{fmt(min(r))}–{fmt(max(r))}] "
                          f"| {fmt(mm)} [{fmt(min(m))}–{fmt(max(m))}] | **{mm / mr:.3f}** | {dtxt} | {otxt} "
-                         f"| {share} |")
+                         f"| {share} | {life} |")
             metric = f"gvisor_run_{cell.version}_{cell.platform}_ms"
             for way, s in (("runsc", r), ("moat-gvisor", m)):
                 csv_rows.append([metric, way, len(s), f"{statistics.median(s):.4f}", f"{min(s):.4f}",
@@ -342,7 +348,9 @@ class GvisorRun:
                      + ") and the spec moat wrote. moat/runsc is the ratio of the medians. Outside runsc: "
                      "the call minus the `runsc run` process's exec-to-exit (tracefs); the hand-off is "
                      "moat's median of it less runsc's, against runsc's median run: moat's own cost "
-                     "without runsc's own variation (±100 ms a run on a loaded host).")
+                     "without runsc's own variation (±100 ms a run on a loaded host). runsc's own "
+                     "life: the ratio of the medians of that exec-to-exit, moat's way to runsc's: "
+                     "above 1, runsc itself ran longer when moat started it.")
         for msg in self.notes:
             lines.append(f"\n> NOTE: {msg}")
         text = "\n".join(lines) + "\n"
