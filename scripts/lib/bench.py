@@ -347,7 +347,14 @@ class Bench:
         noop = job.get("gvisor_noop")
         self.gvisor_noop_rt = Runtime(110, noop, job) if noop else None
         self.tracer = None
+        self.tracefs_mounted = False
         if self.gvisor and "gvisor" in job["tests"]:
+            # Mounted at /sys/kernel/tracing for the run when it is not (as the profile
+            # does), unmounted at the end.
+            if not os.path.isdir("/sys/kernel/tracing/instances"):
+                self.tracefs_mounted = subprocess.run(
+                    ["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"],
+                    stderr=subprocess.DEVNULL).returncode == 0
             try:
                 self.tracer = RunscTracer()
             except OSError as e:
@@ -947,6 +954,8 @@ def main():
     finally:
         if bench.tracer:
             bench.tracer.close()
+        if bench.tracefs_mounted:
+            subprocess.run(["umount", "/sys/kernel/tracing"])
         # Whatever is left in the runtime roots (interrupt, failure) goes.
         for rt in bench.runtimes + bench.gvisor:
             try:
