@@ -206,6 +206,132 @@ ctr_up() {
 	return 1
 }
 
+# ensure_cri_client -- what scripts/lib/cri.py and its siblings need: python3's gRPC, protobuf
+# and grpc_tools.protoc, and gogo.proto (api.proto imports it). Installed only when missing:
+# bookworm's grpc_tools.protoc also imports pkg_resources, which python3-grpc-tools does not
+# depend on; forky's (the world's, which has no network) imports it no longer, and has no
+# python3-pkg-resources.
+ensure_cri_client() {
+	if /usr/bin/python3 -c 'import grpc, google.protobuf, grpc_tools.protoc' 2>/dev/null &&
+		[[ -f /usr/share/gocode/src/github.com/gogo/protobuf/gogoproto/gogo.proto ]]; then
+		return 0
+	fi
+	ensure_pkgs python3-grpcio python3-protobuf python3-grpc-tools python3-pkg-resources \
+		golang-github-gogo-protobuf-dev
+}
+
+# containerd_major -- the installed containerd's major version (1 on Debian 12, 2 on forky).
+containerd_major() {
+	containerd --version | awk '{ v = $3; sub(/^v/, "", v); split(v, p, "."); print p[1] }'
+}
+
+# containerd_config KEY=VALUE... -- print a private containerd's config.toml in the format
+# of the installed containerd: version 2 for 1.x (the CRI's settings in one plugin,
+# io.containerd.grpc.v1.cri), version 3 for 2.x (io.containerd.cri.v1.images holds the
+# snapshotter and the sandbox image, io.containerd.cri.v1.runtime the CNI network,
+# oom_score_adj and the runtime handlers; io.containerd.grpc.v1.cri only the streaming
+# server). Keys: dir (root, state and opt below it), sock, cri (on|off), sandbox (image),
+# cni_conf, cni_bin, handler, binary (its BinaryName), runtime_root (its Root, optional),
+# systemd_cgroup (true|false, default false). restrict_oom_score_adj: sandboxes ask for
+# oom_score_adj -998, which needs CAP_SYS_RESOURCE; root on this host lacks it
+# (CapBnd 000001fffeffffff), so create would fail.
+containerd_config() {
+	local kv dir='' sock='' cri=on sandbox='' cni_conf='' cni_bin='' handler='' binary='' runtime_root=''
+	local systemd_cgroup=false disabled images runtime
+	for kv in "$@"; do
+		case ${kv%%=*} in
+		dir | sock | cri | sandbox | cni_conf | cni_bin | handler | binary | runtime_root | systemd_cgroup)
+			printf -v "${kv%%=*}" '%s' "${kv#*=}" ;;
+		*) die "containerd_config: unknown key ${kv%%=*}" ;;
+		esac
+	done
+	disabled='"io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"'
+	[[ $cri == on ]] || disabled="\"io.containerd.grpc.v1.cri\", $disabled"
+	if (($(containerd_major) >= 2)); then
+		images='plugins."io.containerd.cri.v1.images"' runtime='plugins."io.containerd.cri.v1.runtime"'
+		cat <<EOF
+version = 3
+root = "$dir/root"
+state = "$dir/state"
+disabled_plugins = [$disabled]
+
+[grpc]
+  address = "$sock"
+[ttrpc]
+  address = "$sock.ttrpc"
+[debug]
+  level = "info"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$dir/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+[$images]
+  snapshotter = "overlayfs"
+  [$images.pinned_images]
+    sandbox = "$sandbox"
+
+[$runtime]
+  enable_selinux = false
+  restrict_oom_score_adj = true
+  [$runtime.cni]
+    conf_dir = "$cni_conf"
+    bin_dirs = ["$cni_bin"]
+  [$runtime.containerd]
+    default_runtime_name = "$handler"
+    [$runtime.containerd.runtimes.$handler]
+      runtime_type = "io.containerd.runc.v2"
+      [$runtime.containerd.runtimes.$handler.options]
+        BinaryName = "$binary"
+${runtime_root:+        Root = \"$runtime_root\"
+}        SystemdCgroup = $systemd_cgroup
+EOF
+		return
+	fi
+	cat <<EOF
+version = 2
+root = "$dir/root"
+state = "$dir/state"
+disabled_plugins = [$disabled]
+
+[grpc]
+  address = "$sock"
+[ttrpc]
+  address = "$sock.ttrpc"
+[debug]
+  level = "info"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$dir/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$sandbox"
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    conf_dir = "$cni_conf"
+    bin_dir = "$cni_bin"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "$handler"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.$handler]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.$handler.options]
+        BinaryName = "$binary"
+${runtime_root:+        Root = \"$runtime_root\"
+}        SystemdCgroup = $systemd_cgroup
+EOF
+}
+
 # containerd_up CONFIG SOCK LOG -- start containerd with CONFIG in the background (its
 # output to LOG), DAEMON_PID its pid, and wait until it answers on SOCK; dies, showing
 # LOG's tail, when it does not.
