@@ -242,6 +242,14 @@ pub fn check(spec: &Spec, preserve_fds: u32) -> Result<()> {
     if spec.linux().memory_policy.is_some() {
         bail!("linux.memoryPolicy: refused: gVisor does not apply it (the sentry's memory is placed by the host)");
     }
+    if spec
+        .linux()
+        .resources
+        .as_ref()
+        .is_some_and(|r| r.rdma.is_some())
+    {
+        bail!("linux.resources.rdma: refused: gVisor does not apply it (runsc's rdma controller is a no-op)");
+    }
     if process.exec_cpu_affinity.is_some() {
         bail!("process.execCPUAffinity: refused: gVisor does not apply it (exec'd processes live in the sentry)");
     }
