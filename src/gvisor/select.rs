@@ -607,6 +607,9 @@ mod tests {
         let mp =
             spec(r#"{"process":{"args":["sh"]},"linux":{"memoryPolicy":{"mode":"MPOL_LOCAL"}}}"#);
         let aff = spec(r#"{"process":{"args":["sh"],"execCPUAffinity":{"final":"0"}}}"#);
+        let rdma = spec(
+            r#"{"process":{"args":["sh"]},"linux":{"resources":{"rdma":{"rxe0":{"hcaHandles":1}}}}}"#,
+        );
         if crate::linux::sys::geteuid() == 0 {
             assert!(check(&mp, 0)
                 .unwrap_err()
@@ -616,6 +619,10 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .starts_with("process.execCPUAffinity: refused"));
+            assert!(check(&rdma, 0)
+                .unwrap_err()
+                .to_string()
+                .starts_with("linux.resources.rdma: refused: gVisor does not apply it"));
         }
         assert!(check(&spec("{}"), 0).is_err());
     }
