@@ -228,8 +228,8 @@ fn no_update_lifts_a_limit_of_the_floor_under_restricted() {
 /// Device rules in an update are never written, under either policy (as runc: containerd's
 /// UpdateContainerResources sends the container's rules with every resize), and never
 /// dropped quietly: the warning names them, the rest of the update is written (through
-/// the floor under RESTRICTED: pids 50 is a tightening). rdma is refused under both, as
-/// at create.
+/// the floor under RESTRICTED: pids 50 is a tightening). rdma limits likewise (runc's
+/// update reads none): left out with a warning naming them, the rest written.
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn device_rules_in_an_update_are_never_written_and_said_so() {
@@ -252,13 +252,19 @@ fn device_rules_in_an_update_are_never_written_and_said_so() {
         assert_eq!(Limit::Pids.read(pid), Some(50), "{mode}");
         let after = read(v1_cgroup_dir(pid, "devices").unwrap().join("devices.list"));
         assert_eq!(before, after, "{mode}: the device rules changed");
-        std::fs::write(&file, r#"{"rdma":{"mlx5_0":{"hcaHandles":1}}}"#).unwrap();
-        let out = ctx.moat(&["update", "--resources", f, &c.id]).fails();
+        std::fs::write(
+            &file,
+            r#"{"pids":{"limit":40},"rdma":{"mlx5_0":{"hcaHandles":1}}}"#,
+        )
+        .unwrap();
+        let out = ctx.moat(&["update", "--resources", f, &c.id]).ok();
         assert!(
-            out.stderr.contains("linux.resources.rdma"),
-            "{mode}: {}",
+            out.stderr
+                .contains("linux.resources.rdma: ignored device(s) mlx5_0"),
+            "{mode}: rdma dropped without a word: {}",
             out.stderr
         );
+        assert_eq!(Limit::Pids.read(pid), Some(40), "{mode}");
         c.moat(&["delete", "--force", &c.id]).ok();
     }
 }

@@ -242,6 +242,14 @@ pub fn check(spec: &Spec, preserve_fds: u32) -> Result<()> {
     if spec.linux().memory_policy.is_some() {
         bail!("linux.memoryPolicy: refused: gVisor does not apply it (the sentry's memory is placed by the host)");
     }
+    if spec
+        .linux()
+        .resources
+        .as_ref()
+        .is_some_and(|r| r.rdma.is_some())
+    {
+        bail!("linux.resources.rdma: refused: gVisor does not apply it (runsc's rdma controller is a no-op)");
+    }
     if process.exec_cpu_affinity.is_some() {
         bail!("process.execCPUAffinity: refused: gVisor does not apply it (exec'd processes live in the sentry)");
     }
@@ -599,6 +607,9 @@ mod tests {
         let mp =
             spec(r#"{"process":{"args":["sh"]},"linux":{"memoryPolicy":{"mode":"MPOL_LOCAL"}}}"#);
         let aff = spec(r#"{"process":{"args":["sh"],"execCPUAffinity":{"final":"0"}}}"#);
+        let rdma = spec(
+            r#"{"process":{"args":["sh"]},"linux":{"resources":{"rdma":{"rxe0":{"hcaHandles":1}}}}}"#,
+        );
         if crate::linux::sys::geteuid() == 0 {
             assert!(check(&mp, 0)
                 .unwrap_err()
@@ -608,6 +619,10 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .starts_with("process.execCPUAffinity: refused"));
+            assert!(check(&rdma, 0)
+                .unwrap_err()
+                .to_string()
+                .starts_with("linux.resources.rdma: refused: gVisor does not apply it"));
         }
         assert!(check(&spec("{}"), 0).is_err());
     }

@@ -167,7 +167,7 @@ pub const TABLE: &[Row] = &[
     row("linux.resources.blockIO", true, Kept, "weights and throttles: restrictions", None),
     row("linux.resources.hugepageLimits", true, Kept, "limits", None),
     row("linux.resources.network", false, Kept, "a class id and priorities (cgroup v1 net_cls, net_prio)", None),
-    row("linux.resources.rdma", false, Refused, "moat does not apply the rdma controller", p(r#"{"mlx5_0":{"hcaHandles":3}}"#, "")),
+    row("linux.resources.rdma", false, Kept, "limits on the HCA handles and objects per RDMA device (refused where the host has no rdma controller); update leaves them as create wrote them, as runc", None),
     row("linux.resources.unified", false, Tightened, "cgroup v2 files written last: a key that would lift a floor limit (memory.max, pids.max, cpu.max) gets the floor's value", None),
     row("linux.rootfsPropagation", false, Kept, "propagation of the container's own mounts; it cannot mount (no CAP_SYS_ADMIN, the seccomp floor)", None),
     row("linux.seccomp", true, Tightened, "moat's restricted profile where the engine sends none; the deny floor stacked as a second filter on the engine's", p(r#"{"defaultAction":"SCMP_ACT_ALLOW"}"#, "grep -q '^Seccomp:[[:space:]]*2$' /proc/self/status && ! unshare -U true 2>/dev/null")),

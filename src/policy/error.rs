@@ -110,11 +110,6 @@ pub enum PolicyError {
         promise: &'static str,
         how: &'static str,
     },
-    #[error(
-        "linux.resources.rdma: refused: moat does not apply the rdma cgroup controller \
-         (`moat features` says cgroup.rdma false)"
-    )]
-    UpdateRdma,
 }
 
 /// Why a `linux.namespaces[].path` could not be examined for the floor facts.

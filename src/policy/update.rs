@@ -9,8 +9,8 @@
 //! either policy (update never rewrites them, as runc): containerd's
 //! UpdateContainerResources sends the container's rules with every update, so refusing
 //! them would refuse every Kubernetes resize; they are left out aloud (a warning naming
-//! them), never quietly. rdma is refused either way, as create refuses it
-//! (`spec::validate`).
+//! them), never quietly. rdma limits are not written either, as runc's update reads none
+//! (the limits create wrote stay): left out aloud in the same way.
 
 use super::decision::{config_name, summary_items};
 use super::resources::{floor_limits, Asked};
@@ -28,14 +28,27 @@ pub struct Admitted {
 const DEVICES_DROPPED: &str = "update never rewrites device rules (as runc); recreate the \
      container to change them";
 
+/// Why rdma limits are left alone.
+const RDMA_DROPPED: &str = "update never rewrites rdma limits (as runc); the limits create \
+     wrote stay; recreate the container to change them";
+
 /// The resources an update of a container created under `mode` may write, from the
 /// `requested` ones (after `container::update::normalize`, runc's reading of its flags).
 pub fn admit(mode: Mode, cfg: &Config, requested: &Resources) -> Result<Admitted, PolicyError> {
-    if requested.rdma.is_some() {
-        return Err(PolicyError::UpdateRdma);
-    }
     let mut resources = requested.clone();
     let mut changes = Vec::new();
+    if let Some(rdma) = resources.rdma.take() {
+        let devices: Vec<&str> = rdma
+            .as_object()
+            .map(|m| m.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        changes.push(Change {
+            field: "linux.resources.rdma".into(),
+            action: "ignored",
+            detail: format!("device(s) {}", devices.join(", ")),
+            reason: RDMA_DROPPED,
+        });
+    }
     if !resources.devices.is_empty() {
         changes.push(Change {
             field: "linux.resources.devices".into(),
@@ -244,12 +257,23 @@ mod tests {
     }
 
     #[test]
-    fn rdma_is_refused_in_both_modes() {
-        let asked = res(serde_json::json!({"rdma": {"mlx5_0": {"hcaHandles": 1}}}));
-        for mode in [Mode::Restricted, Mode::Open] {
-            let e = admit(mode, &cfg(), &asked).unwrap_err();
-            assert!(matches!(e, PolicyError::UpdateRdma), "{mode}: {e:?}");
-            assert!(e.to_string().starts_with("linux.resources.rdma: "), "{e}");
+    fn rdma_is_left_out_aloud_in_both_modes() {
+        let asked = res(serde_json::json!({"rdma": {"mlx5_0": {"hcaHandles": 1}},
+                                           "pids": {"limit": 500}}));
+        for mode in [Mode::Open, Mode::Restricted] {
+            let a = admit(mode, &cfg(), &asked).unwrap();
+            assert_eq!(a.resources.rdma, None, "{mode}");
+            assert_eq!(
+                a.resources.pids.as_ref().unwrap().limit,
+                Some(500),
+                "{mode}"
+            );
+            let c = &a.changes[0];
+            assert_eq!(c.field, "linux.resources.rdma");
+            assert_eq!(
+                (c.action, c.detail.as_str()),
+                ("ignored", "device(s) mlx5_0")
+            );
         }
     }
 

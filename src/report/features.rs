@@ -179,7 +179,8 @@ pub fn features() -> Features {
                 // The systemd cgroup driver, for root and through a user's manager.
                 systemd: true,
                 systemd_user: true,
-                rdma: false,
+                // Applied where the host has the rdma controller, refused where not.
+                rdma: crate::linux::cgroups::Layout::detect().is_ok_and(|l| l.offers("rdma")),
             },
             seccomp: Seccomp {
                 enabled: true,
@@ -267,7 +268,8 @@ mod tests {
         assert_eq!(l["capabilities"][0], "CAP_CHOWN");
         assert_eq!(l["cgroup"]["systemd"], true);
         assert_eq!(l["cgroup"]["systemdUser"], true);
-        assert_eq!(l["cgroup"]["rdma"], false);
+        let rdma = crate::linux::cgroups::Layout::detect().is_ok_and(|l| l.offers("rdma"));
+        assert_eq!(l["cgroup"]["rdma"], rdma);
         assert_eq!(l["intelRdt"]["enabled"], false);
         assert_eq!(l["mountExtensions"]["idmap"]["enabled"], true);
         assert_eq!(v["ociVersionMax"], "1.3.0");

@@ -33,7 +33,7 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::OnceLock;
 
@@ -64,8 +64,14 @@ pub type OpaqueShape = (&'static str, &'static str, fn() -> Node);
 
 /// Fields moat keeps as opaque JSON whose content has a runtime-spec shape. Keys inside
 /// them are checked like any struct's.
-pub const OPAQUE_SHAPES: &[OpaqueShape] =
-    &[("Resources", "network", trace::<super::NetworkResources>)];
+pub const OPAQUE_SHAPES: &[OpaqueShape] = &[
+    ("Resources", "network", trace::<super::NetworkResources>),
+    (
+        "Resources",
+        "rdma",
+        trace::<BTreeMap<String, super::RdmaLimit>>,
+    ),
+];
 
 /// A type whose JSON is checked before it is parsed; the shape is traced once.
 pub trait Checked: DeserializeOwned {

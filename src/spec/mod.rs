@@ -349,6 +349,63 @@ pub struct NetworkResources {
     pub priorities: Vec<InterfacePriority>,
 }
 
+/// One device's entry of `linux.resources.rdma` (runtime-spec `LinuxRdma`): the most
+/// HCA handles and HCA objects the container's cgroup may hold on that RDMA device. moat
+/// keeps the field as opaque JSON ([`Resources::rdma`]) and reads it with [`rdma_limits`];
+/// the values are read signed so that a negative one is named as such.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RdmaLimit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hca_handles: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hca_objects: Option<i64>,
+}
+
+/// The kernel's limit for an `rdma.max` value: it parses an `int` and takes `S32_MAX` as
+/// `max` (runtime-spec's `uint32` above this is refused by the kernel with EINVAL).
+pub const RDMA_VALUE_MAX: i64 = i32::MAX as i64;
+
+/// `linux.resources.rdma` read and checked: device name to limits, or the field (JSON
+/// path) and why not. A device name is one `rdma.max` token: printable ASCII without
+/// `/`, at most 63 bytes (the kernel's `IB_DEVICE_NAME_MAX` with its NUL); each value
+/// 0 to [`RDMA_VALUE_MAX`].
+pub fn rdma_limits(v: &serde_json::Value) -> Result<BTreeMap<String, RdmaLimit>, (String, String)> {
+    let field = "linux.resources.rdma";
+    let serde_json::Value::Object(map) = v else {
+        return Err((
+            field.into(),
+            "must be an object of device name to limits".into(),
+        ));
+    };
+    let mut out = BTreeMap::new();
+    for (dev, limits) in map {
+        let f = format!("{field}[{dev:?}]");
+        let ok = !dev.is_empty()
+            && dev.len() <= 63
+            && dev.bytes().all(|b| b.is_ascii_graphic() && b != b'/');
+        if !ok {
+            return Err((
+                f,
+                "not an RDMA device name (1 to 63 printable ASCII characters, no space or '/')"
+                    .into(),
+            ));
+        }
+        let l: RdmaLimit =
+            serde_json::from_value(limits.clone()).map_err(|e| (f.clone(), e.to_string()))?;
+        for (value, name) in [(l.hca_handles, "hcaHandles"), (l.hca_objects, "hcaObjects")] {
+            if let Some(n) = value.filter(|n| !(0..=RDMA_VALUE_MAX).contains(n)) {
+                return Err((
+                    format!("{f}.{name}"),
+                    format!("{n} is out of range: a count from 0 to {RDMA_VALUE_MAX}"),
+                ));
+            }
+        }
+        out.insert(dev.clone(), l);
+    }
+    Ok(out)
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct InterfacePriority {
     pub name: String,

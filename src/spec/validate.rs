@@ -276,12 +276,10 @@ pub fn validate(spec: &mut Spec) -> Result<(), Invalid> {
         ));
     }
     if let Some(r) = &linux.resources {
-        if r.rdma.is_some() {
-            return Err(invalid(
-                "linux.resources.rdma",
-                "refused: moat does not apply the rdma cgroup controller (`moat features` says \
-                 cgroup.rdma false)",
-            ));
+        // Whether the host has the controller is the cgroup plan's to say (it knows the
+        // hierarchies); the shape is checked here, before anything exists.
+        if let Some(v) = &r.rdma {
+            super::rdma_limits(v).map_err(|(field, reason)| invalid(field, reason))?;
         }
     }
     for (i, d) in linux.devices.iter().enumerate() {
@@ -398,5 +396,69 @@ mod tests {
         }
         // `/../dev/x` is `/dev/x`: `..` at the root stays there, as the kernel resolves it.
         assert_eq!(device("/../dev/x").unwrap(), "/dev/x");
+    }
+
+    /// `linux.resources.rdma` is checked before anything exists: each device name is one
+    /// `rdma.max` token, each value a count the kernel takes.
+    #[test]
+    fn rdma_names_and_values_are_checked() {
+        let check = |rdma: &str| {
+            let j = format!(
+                r#"{{"ociVersion":"1.3.0","process":{{"args":["x"],"cwd":"/"}},
+                    "linux":{{"resources":{{"rdma":{rdma}}}}}}}"#
+            );
+            validate(&mut spec(&j)).map_err(|e| e.to_string())
+        };
+        check(r#"{"mlx5_0":{"hcaHandles":3,"hcaObjects":1000},"rxe0":{},"x":{"hcaObjects":0}}"#)
+            .unwrap();
+        check(r#"{"rxe0":{"hcaHandles":2147483647}}"#).unwrap();
+        let long = "d".repeat(64);
+        for (rdma, want) in [
+            (
+                r#"{"":{"hcaHandles":1}}"#.to_string(),
+                r#"linux.resources.rdma[""]: not an RDMA device name"#,
+            ),
+            (
+                r#"{"rxe 0":{"hcaHandles":1}}"#.into(),
+                r#"linux.resources.rdma["rxe 0"]: not an RDMA device name"#,
+            ),
+            (
+                r#"{"rxe0\nmlx5_0":{"hcaHandles":1}}"#.into(),
+                r#"linux.resources.rdma["rxe0\nmlx5_0"]: not an RDMA device name"#,
+            ),
+            (r#"{"../rxe0":{}}"#.into(), "not an RDMA device name"),
+            (format!(r#"{{"{long}":{{}}}}"#), "not an RDMA device name"),
+            (
+                r#"{"rxe0":{"hcaHandles":-1}}"#.into(),
+                r#"linux.resources.rdma["rxe0"].hcaHandles: -1 is out of range: a count from 0 to 2147483647"#,
+            ),
+            (
+                r#"{"rxe0":{"hcaObjects":-5}}"#.into(),
+                r#"linux.resources.rdma["rxe0"].hcaObjects: -5 is out of range"#,
+            ),
+            (
+                r#"{"rxe0":{"hcaObjects":4294967295}}"#.into(),
+                "4294967295 is out of range",
+            ),
+            (
+                r#"{"rxe0":{"hcaHandles":"3"}}"#.into(),
+                r#"linux.resources.rdma["rxe0"]: invalid type: string"#,
+            ),
+            (
+                r#"{"rxe0":{"hcaHandle":3}}"#.into(),
+                r#"linux.resources.rdma["rxe0"]: unknown field `hcaHandle`"#,
+            ),
+            (
+                r#"{"rxe0":3}"#.into(),
+                r#"linux.resources.rdma["rxe0"]: invalid type"#,
+            ),
+            ("[]".into(), "linux.resources.rdma: must be an object"),
+        ] {
+            let e = check(&rdma).unwrap_err();
+            assert!(
+                e.starts_with("config.json: ") && e.contains(want),
+                "{rdma}: {e}"
+            );
+        }
     }
 }

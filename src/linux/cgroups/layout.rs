@@ -38,6 +38,14 @@ impl Layout {
     }
 }
 
+impl Layout {
+    /// Whether a hierarchy offers `controller` (a v1 mount of it, or the v2 root's
+    /// `cgroup.controllers`).
+    pub fn offers(&self, controller: &str) -> bool {
+        self.hierarchies.iter().any(|h| h.has(controller))
+    }
+}
+
 fn v2_hierarchy(mount: PathBuf) -> Hierarchy {
     let controllers = crate::linux::read_kernel_file(mount.join("cgroup.controllers"))
         .unwrap_or_default()

@@ -136,6 +136,28 @@ fn errno(e: &io::Error) -> String {
     }
 }
 
+/// Why no hierarchy offers `controller`, from `/proc/cgroups` (`name hierarchy
+/// num_cgroups enabled` lines).
+pub fn missing_controller_reason(proc_cgroups: &str, controller: &str) -> String {
+    let line = proc_cgroups
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&controller));
+    match line {
+        None => format!(
+            "this kernel has no {controller} controller (not in /proc/cgroups: built without it)"
+        ),
+        Some(f) if f.get(3) == Some(&"0") => format!(
+            "the {controller} controller is disabled on this host (/proc/cgroups: enabled 0, \
+             cgroup_disable= on the kernel command line)"
+        ),
+        Some(_) => format!(
+            "no mounted hierarchy offers the {controller} controller (no cgroup v1 mount of it, \
+             and not in the cgroup v2 root's cgroup.controllers)"
+        ),
+    }
+}
+
 /// One mounted cgroup hierarchy.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hierarchy {
@@ -442,6 +464,23 @@ impl Cgroup {
             PathBuf::from(CGROUP_ROOT),
             "no hierarchy on this host provides it",
         ))
+    }
+
+    /// Refuses, before anything is made, a controller that no hierarchy of the cgroup
+    /// offers (a v1 mount bound to it, or the v2 root's `cgroup.controllers`), with the
+    /// reason the host gives: for a controller only some kernels have (`rdma`), which a
+    /// limit write in a made cgroup would find missing too late.
+    pub fn require_controller(&self, controller: &str, field: &str) -> Result<(), CgroupError> {
+        if self.path.is_empty() || self.hierarchies.iter().any(|h| h.has(controller)) {
+            return Ok(());
+        }
+        let proc_cgroups = crate::linux::read_kernel_file("/proc/cgroups").unwrap_or_default();
+        Err(CgroupError::Unavailable {
+            field: field.into(),
+            controller: controller.into(),
+            path: PathBuf::from(CGROUP_ROOT),
+            reason: missing_controller_reason(&proc_cgroups, controller),
+        })
     }
 
     /// The v2 directory on a hybrid or pure v2 host, if moat could create it.

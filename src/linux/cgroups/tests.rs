@@ -276,14 +276,14 @@ fn v2_create_enables_controllers_top_down() {
     let root = tmp.0.join("cg");
     assert_eq!(cg.path, "/moat/ct");
     assert!(root.join("moat/ct").is_dir());
-    // Only the missing ones, one write each; rdma is offered but not wanted.
+    // Only the missing ones, one write each.
     assert_eq!(
         read(&root, "cgroup.subtree_control"),
-        "memory pids\n+cpuset+cpu+io+hugetlb"
+        "memory pids\n+cpuset+cpu+io+hugetlb+rdma"
     );
     assert_eq!(
         read(&root.join("moat"), "cgroup.subtree_control"),
-        "+cpuset+cpu+io+memory+pids+hugetlb"
+        "+cpuset+cpu+io+memory+pids+hugetlb+rdma"
     );
     // The leaf never gets controllers enabled (no internal processes).
     assert!(!read(&root.join("moat/ct"), "cgroup.controllers").contains('+'));
@@ -483,4 +483,103 @@ fn state_roundtrip() {
     // Older or hand-written state without the new fields still loads.
     let old: Cgroup = serde_json::from_str(r#"{"path":"/moat/x"}"#).unwrap();
     assert!(old.hierarchies.is_empty());
+}
+
+#[test]
+fn rdma_max_lines_name_only_the_limits_given() {
+    let tmp = TempDir::new("v2rdma");
+    let _cg = fake_v2(&tmp);
+    let leaf = tmp.0.join("cg/moat/ct");
+    touch(&leaf, &["rdma.max"]);
+    let res: Resources = serde_json::from_value(serde_json::json!({"rdma": {
+        "rxe0": {"hcaHandles": 1},
+        "mlx5_0": {"hcaHandles": 3, "hcaObjects": 1000},
+        "mlx5_1": {"hcaObjects": 0},
+        "mlx5_2": {}
+    }}))
+    .unwrap();
+    v2::apply_limits(&leaf, &res).unwrap();
+    // One write per device (a fake file keeps them all, in the map's order).
+    assert_eq!(
+        read(&leaf, "rdma.max"),
+        "mlx5_0 hca_handle=3 hca_object=1000mlx5_1 hca_object=0mlx5_2rxe0 hca_handle=1"
+    );
+    // No rdma.max: the controller is not enabled for this cgroup, said so.
+    fs::remove_file(leaf.join("rdma.max")).unwrap();
+    fs::write(leaf.join("cgroup.controllers"), "cpu memory\n").unwrap();
+    let e = v2::apply_limits(&leaf, &res).unwrap_err().to_string();
+    assert!(
+        e.starts_with("linux.resources.rdma[\"mlx5_0\"]: cannot use the rdma controller")
+            && e.contains("not enabled in cgroup.controllers"),
+        "{e}"
+    );
+}
+
+/// v1: the `rdma` hierarchy when one is mounted; on a hybrid host without one, the
+/// unified mount where its root offers rdma (as hugetlb on this development host).
+#[test]
+fn rdma_goes_to_the_v1_hierarchy_or_the_unified_one() {
+    let tmp = TempDir::new("v1rdma");
+    let hier = |name: &str, controllers: &[&str], v2: bool| {
+        let mount = tmp.0.join(name);
+        touch(&mount.join("moat/ct"), &["rdma.max", "cgroup.controllers"]);
+        Hierarchy {
+            mount,
+            controllers: controllers.iter().map(|c| c.to_string()).collect(),
+            v2,
+        }
+    };
+    let res: Resources =
+        serde_json::from_value(serde_json::json!({"rdma": {"rxe0": {"hcaHandles": 2}}})).unwrap();
+    let cg = |hierarchies| Cgroup {
+        path: "/moat/ct".into(),
+        hierarchies,
+        ..Default::default()
+    };
+    let v1 = hier("rdma", &["rdma"], false);
+    let unified = hier("unified", &["hugetlb", "rdma"], true);
+    cg(vec![v1.clone(), unified.clone()]).apply(&res).unwrap();
+    assert_eq!(read(&v1.dir("/moat/ct"), "rdma.max"), "rxe0 hca_handle=2");
+    assert_eq!(read(&unified.dir("/moat/ct"), "rdma.max"), "");
+    let pids = hier("pids", &["pids"], false);
+    cg(vec![pids, unified.clone()]).apply(&res).unwrap();
+    assert_eq!(
+        read(&unified.dir("/moat/ct"), "rdma.max"),
+        "rxe0 hca_handle=2"
+    );
+}
+
+#[test]
+fn a_missing_rdma_controller_is_refused_with_the_hosts_reason() {
+    let planned = Cgroup {
+        path: "/moat/ct".into(),
+        hierarchies: vec![Hierarchy {
+            mount: "/sys/fs/cgroup/unified".into(),
+            controllers: vec!["hugetlb".into()],
+            v2: true,
+        }],
+        ..Default::default()
+    };
+    let e = planned
+        .require_controller("rdma", "linux.resources.rdma")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("linux.resources.rdma: cannot use the rdma controller at /sys/fs/cgroup: "),
+        "{e}"
+    );
+    let head = "#subsys_name\thierarchy\tnum_cgroups\tenabled\npids\t8\t8\t1\n";
+    let reason = |extra: &str| missing_controller_reason(&format!("{head}{extra}"), "rdma");
+    assert!(reason("").starts_with("this kernel has no rdma controller"));
+    assert!(reason("rdma\t0\t1\t0\n").starts_with("the rdma controller is disabled"));
+    assert!(reason("rdma\t0\t1\t1\n").starts_with("no mounted hierarchy offers"));
+    // Offered, or no cgroup at all (rootless without one: the limits go with a warning).
+    let mut offered = planned.clone();
+    offered.hierarchies[0].controllers.push("rdma".into());
+    offered
+        .require_controller("rdma", "linux.resources.rdma")
+        .unwrap();
+    Cgroup::default()
+        .require_controller("rdma", "linux.resources.rdma")
+        .unwrap();
 }

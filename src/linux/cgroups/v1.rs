@@ -47,6 +47,11 @@ fn set_resources(cg: &Cgroup, res: &Resources, devices: bool) -> Result<(), Cgro
     if let Some(n) = &res.network {
         network(cg, n)?;
     }
+    if let Some(r) = &res.rdma {
+        // The v1 `rdma` hierarchy when mounted, else the unified one of a hybrid host.
+        let (dir, _) = cg.dir_for("rdma", "linux.resources.rdma")?;
+        v2::rdma(&dir, r)?;
+    }
     if let Some(u) = res.unified.as_ref().filter(|u| !u.is_empty()) {
         let Some(dir) = cg.v2_dir() else {
             return Err(CgroupError::invalid(

@@ -14,7 +14,7 @@ use crate::spec::{self, Resources};
 
 /// Controllers moat may need below its cgroup; enabled top-down where the parent offers
 /// them.
-const WANTED: [&str; 6] = ["cpuset", "cpu", "io", "memory", "pids", "hugetlb"];
+const WANTED: [&str; 7] = ["cpuset", "cpu", "io", "memory", "pids", "hugetlb", "rdma"];
 
 /// The name moat gives its device programs, to tell them from other people's on update.
 const PROG_NAME: &str = "moat_dev";
@@ -74,6 +74,7 @@ fn first_request(res: &Resources) -> Option<(&'static str, &'static str)> {
             "linux.resources.hugepageLimits",
         ),
         (res.network.is_some(), "net_cls", "linux.resources.network"),
+        (res.rdma.is_some(), "rdma", "linux.resources.rdma"),
         (unified, "unified", "linux.resources.unified"),
     ]
     .into_iter()
@@ -128,8 +129,50 @@ pub fn apply_limits(dir: &Path, res: &Resources) -> Result<(), CgroupError> {
             "cgroup v2 has no net_cls/net_prio controllers; match on the cgroup path instead",
         ));
     }
+    if let Some(r) = &res.rdma {
+        rdma(dir, r)?;
+    }
     if let Some(u) = &res.unified {
         write_unified(dir, u)?;
+    }
+    Ok(())
+}
+
+/// The `rdma.max` lines for `linux.resources.rdma`, one per device: only the limits the
+/// spec gives, as runc writes them (the kernel leaves a key the line does not name as it
+/// is; a new cgroup has `max` for both).
+pub fn rdma_lines(v: &serde_json::Value) -> Result<Vec<(String, String)>, CgroupError> {
+    let limits = spec::rdma_limits(v).map_err(|(f, msg)| CgroupError::invalid(f, msg))?;
+    Ok(limits
+        .into_iter()
+        .map(|(dev, l)| {
+            let mut line = dev.clone();
+            for (value, key) in [(l.hca_handles, "hca_handle"), (l.hca_objects, "hca_object")] {
+                if let Some(n) = value {
+                    line.push_str(&format!(" {key}={n}"));
+                }
+            }
+            (dev, line)
+        })
+        .collect())
+}
+
+/// Writes `rdma.max` (the same file on cgroup v1 and v2). A device the kernel does not
+/// know is ENODEV, said in words.
+pub fn rdma(dir: &Path, v: &serde_json::Value) -> Result<(), CgroupError> {
+    for (dev, line) in rdma_lines(v)? {
+        let field = format!("linux.resources.rdma[{dev:?}]");
+        write(dir, "rdma.max", &line, &field).map_err(|e| match e {
+            CgroupError::Write { ref err, .. } if err.raw_os_error() == Some(libc::ENODEV) => {
+                CgroupError::invalid(
+                    field.clone(),
+                    format!(
+                        "no RDMA device {dev:?} on this host (/sys/class/infiniband lists them)"
+                    ),
+                )
+            }
+            e => e,
+        })?;
     }
     Ok(())
 }

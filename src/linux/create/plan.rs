@@ -276,6 +276,15 @@ impl Plan {
             let planned = Cgroup::planned(&layout, &path);
             (CgroupPlan::Host { layout, path }, planned)
         };
+        // A controller only some kernels have, refused before anything is made.
+        if spec
+            .linux()
+            .resources
+            .as_ref()
+            .is_some_and(|r| r.rdma.is_some())
+        {
+            planned.require_controller("rdma", "linux.resources.rdma")?;
+        }
         // A fleet budget is a host-wide cgroup: never a rootless caller's.
         let fleet = match (policy::fleet_budget(cfg), &cgroup) {
             (Some((path, res)), CgroupPlan::Host { layout, .. }) => {
