@@ -19,7 +19,8 @@
 //! The binary reaches the sandbox as a read-only bind mount at [`DEST`], under the
 //! sentry's own `/dev` tmpfs (not in the rootfs, which may be read-only or hostile). Its
 //! source is a copy of moat under the state root's `@cache/gvisor`, never moat's own
-//! file: a write that got through the mount would change that copy only.
+//! file: what gets through the mount reaches that copy only (runsc 20240729 lets a
+//! container that remounts it read-write chmod it; [`binary`] replaces such a copy).
 
 use std::ffi::{CString, OsString};
 use std::io;
@@ -125,7 +126,17 @@ fn binary(dir: &Path) -> Result<PathBuf> {
         m.mtime_nsec()
     );
     let dst = dir.join(&name);
-    if std::fs::metadata(&dst).is_ok_and(|d| d.len() == m.size()) {
+    // Reused only as it was made: runsc 20240729 (directfs) lets a container that remounts
+    // its bind mount read-write chmod the host file (writes, truncation and utimes still
+    // fail with EROFS; seen inside a sandbox with CAP_SYS_ADMIN and CAP_DAC_OVERRIDE). A
+    // copy whose metadata changed is replaced for the containers created after.
+    let intact = |d: &std::fs::Metadata| {
+        d.is_file()
+            && d.len() == m.size()
+            && d.mode() & 0o7777 == 0o555
+            && d.uid() == sys::geteuid()
+    };
+    if std::fs::symlink_metadata(&dst).is_ok_and(|d| intact(&d)) {
         return Ok(dst);
     }
     std::fs::DirBuilder::new()
@@ -142,6 +153,16 @@ fn binary(dir: &Path) -> Result<PathBuf> {
     if let Err(e) = made {
         let _ = std::fs::remove_file(&tmp);
         return Err(e).with_context(|| format!("copy {} to {}", src.display(), dst.display()));
+    }
+    // Copies of other builds are no use to later creates; the sandboxes started with one
+    // hold it through their mounts.
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let n = e.file_name();
+            if n.to_string_lossy().starts_with("moat-") && n != name.as_str() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
     Ok(dst)
 }
