@@ -92,21 +92,28 @@ pub fn wrap_spec(spec: &mut Spec, cache: &Path) -> Result<()> {
     if filter.flags & FLAG_NEW_LISTENER != 0 {
         return Err(Error::Notify.into());
     }
-    let binary = binary(&cache.join("gvisor"))?;
-    let Some(process) = spec.process.as_mut() else {
+    if spec.process.is_none() {
         return Ok(());
-    };
-    let nnp = process.no_new_privileges == Some(true);
-    process.args = wrap(&filter, nnp, &process.args);
-    spec.mounts.push(spec::Mount {
-        destination: DEST.into(),
-        typ: Some("bind".into()),
-        source: Some(binary.display().to_string()),
-        options: ["bind", "ro", "nosuid", "nodev"].map(String::from).to_vec(),
-        uid_mappings: Vec::new(),
-        gid_mappings: Vec::new(),
-    });
+    }
+    let binary = binary(&cache.join("gvisor"))?;
+    apply(spec, &filter, &binary);
     Ok(())
+}
+
+/// The process through the trampoline at [`DEST`], a read-only bind mount of `binary`.
+fn apply(spec: &mut Spec, filter: &seccomp::Filter, binary: &Path) {
+    if let Some(process) = spec.process.as_mut() {
+        let nnp = process.no_new_privileges == Some(true);
+        process.args = wrap(filter, nnp, &process.args);
+        spec.mounts.push(spec::Mount {
+            destination: DEST.into(),
+            typ: Some("bind".into()),
+            source: Some(binary.display().to_string()),
+            options: ["bind", "ro", "nosuid", "nodev"].map(String::from).to_vec(),
+            uid_mappings: Vec::new(),
+            gid_mappings: Vec::new(),
+        });
+    }
 }
 
 const FLAG_NEW_LISTENER: u32 = 8;
@@ -278,5 +285,53 @@ mod tests {
         assert_eq!(p[2], "nnp");
         assert_eq!(p[3], args[3]);
         assert!(prefix_of(&["sh".to_string()], false).is_none());
+    }
+
+    #[test]
+    fn the_process_runs_through_a_read_only_trampoline() {
+        let mut s = Spec::parse(
+            br#"{"process":{"args":["sh","-c","x"],"cwd":"/","noNewPrivileges":true},
+                 "mounts":[{"destination":"/dev","type":"tmpfs","source":"tmpfs"}],
+                 "linux":{"seccomp":{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[
+                   {"names":["mkdir"],"action":"SCMP_ACT_ERRNO","errnoRet":38}]}}}"#,
+        )
+        .unwrap();
+        let f = seccomp::compile(s.linux().seccomp.as_ref().unwrap()).unwrap();
+        apply(&mut s, &f, Path::new("/cache/moat-x"));
+        let args = &s.process.as_ref().unwrap().args;
+        assert_eq!(args[..3], [DEST, MARKER, "nnp"]);
+        assert_eq!(args[4..], ["sh", "-c", "x"]);
+        let decoded = seccomp::Filter::from_bytes(&unhex(args[3].as_bytes()).unwrap()).unwrap();
+        assert_eq!(decoded.to_bytes(), f.to_bytes());
+        // After /dev (the sentry's tmpfs), read-only, no set-id, no devices.
+        let m = s.mounts.last().unwrap();
+        assert_eq!(s.mounts.len(), 2);
+        assert_eq!(m.destination, DEST);
+        assert_eq!(m.source.as_deref(), Some("/cache/moat-x"));
+        assert_eq!(m.options, ["bind", "ro", "nosuid", "nodev"]);
+        // runsc keeps its own conversion as the outer layer.
+        assert!(s.linux().seccomp.is_some());
+    }
+
+    #[test]
+    fn notify_is_refused_and_no_profile_changes_nothing() {
+        let mut s = Spec::parse(
+            br#"{"process":{"args":["sh"],"cwd":"/"},"linux":{"seccomp":{
+                 "defaultAction":"SCMP_ACT_ALLOW","listenerPath":"/run/agent.sock",
+                 "syscalls":[{"names":["mkdir"],"action":"SCMP_ACT_NOTIFY"}]}}}"#,
+        )
+        .unwrap();
+        let dir = std::env::temp_dir().join(format!("moat-scx-{}", std::process::id()));
+        let e = wrap_spec(&mut s, &dir).unwrap_err();
+        assert!(format!("{e:#}").contains("SCMP_ACT_NOTIFY"), "{e:#}");
+        assert!(
+            !dir.join("gvisor").exists(),
+            "no copy made for a refused profile"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut s = Spec::parse(br#"{"process":{"args":["sh"],"cwd":"/"}}"#).unwrap();
+        wrap_spec(&mut s, Path::new("/nonexistent")).unwrap();
+        assert_eq!(s.process.unwrap().args, ["sh"]);
+        assert!(s.mounts.is_empty());
     }
 }
