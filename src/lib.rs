@@ -46,6 +46,12 @@ pub mod entry {
     pub use crate::container::startup::capture;
     pub use crate::linux::sys::process_init;
 
+    /// moat as the seccomp trampoline inside a gVisor sandbox (`gvisor::seccomp_exec`):
+    /// its status when it was started as one (it execs the container's process on success).
+    pub fn gvisor_seccomp_exec() -> Option<i32> {
+        crate::gvisor::seccomp_exec::main_if_trampoline(&crate::linux::sys::args())
+    }
+
     /// `moat-dns` (src/bin/moat-dns.rs): the per-container DNS forwarder of egress names.
     pub fn dns_forwarder() -> i32 {
         crate::linux::egress::forwarder::main()

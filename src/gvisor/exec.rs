@@ -77,8 +77,12 @@ pub fn exec(
     let mut r = Runsc::new(gv, g, "exec");
     let restricted = rec.policy == crate::policy::Mode::Restricted;
     let process = match (&a.process, a.tty) {
-        (Some(p), tty) => Some(process_file(dir, p, restricted.then_some(&shadow), tty)?),
-        (None, true) => Some(write_process(dir, &argv_process(&shadow, a, bounding)?)?),
+        (Some(p), tty) => Some(process_file(dir, p, &shadow, restricted, tty)?),
+        (None, true) => {
+            let mut p = argv_process(&shadow, a, bounding)?;
+            under_container_filter(&shadow, &mut p);
+            Some(write_process(dir, &p)?)
+        }
         (None, false) => {
             if a.command.is_empty() {
                 return Err(RequestError::NoCommand.into());
@@ -107,13 +111,42 @@ pub fn exec(
         .flag("detach", a.detach)
         .id(&rec.id);
     if a.process.is_none() && !a.tty {
-        r = r.args(&a.command);
+        let nnp = shadow
+            .pointer("/process/noNewPrivileges")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let mut argv = container_prefix(&shadow, nnp).unwrap_or_default();
+        argv.extend(a.command.iter().cloned());
+        r = r.args(&argv);
     }
     if a.detach {
         r.check_detach_bug()?;
         return r.wait();
     }
     Err(r.exec())
+}
+
+/// The seccomp trampoline's prefix of the container's process (`super::seccomp_exec`),
+/// when the container has a profile.
+fn container_prefix(shadow: &Value, nnp: bool) -> Option<Vec<String>> {
+    let args: Vec<String> =
+        serde_json::from_value(shadow.pointer("/process/args")?.clone()).ok()?;
+    super::seccomp_exec::prefix_of(&args, nnp)
+}
+
+/// Runs process `p` under the container's filter, as its own process runs: runsc starts
+/// exec'd processes without the profile.
+fn under_container_filter(shadow: &Value, p: &mut Value) {
+    let nnp = p
+        .get("noNewPrivileges")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if let Some(mut args) = container_prefix(shadow, nnp) {
+        if let Some(a) = p.get("args").and_then(Value::as_array) {
+            args.extend(a.iter().filter_map(|s| s.as_str().map(String::from)));
+        }
+        p["args"] = json!(args);
+    }
 }
 
 fn container_bounding(shadow: &Value) -> Result<u64> {
@@ -196,17 +229,18 @@ fn write_process(dir: &ContainerDir, p: &Value) -> Result<PathBuf> {
 }
 
 /// `--process F`: moat's serialisation of the file, with `terminal: true` for `--tty`.
-/// Under RESTRICTED (`shadow` given) it is cut to the container's capabilities, with NNP:
+/// Under RESTRICTED it is cut to the container's capabilities, with NNP:
 /// engines send full process specs with their default capabilities on every exec (podman
 /// does), which the sentry would grant.
 fn process_file(
     dir: &ContainerDir,
     path: &Path,
-    shadow: Option<&Value>,
+    shadow: &Value,
+    restricted: bool,
     tty: bool,
 ) -> Result<PathBuf> {
     let mut p = super::spec::read_process(path)?;
-    if let Some(shadow) = shadow {
+    if restricted {
         let container = shadow.get("process").cloned().unwrap_or_else(|| json!({}));
         let removed = super::policy::restrict_exec(&mut p, &container);
         if !removed.is_empty() {
@@ -219,6 +253,7 @@ fn process_file(
     if tty {
         p["terminal"] = json!(true);
     }
+    under_container_filter(shadow, &mut p);
     write_process(dir, &p)
 }
 

@@ -34,6 +34,7 @@ mod pod;
 pub mod policy;
 mod probe;
 mod runsc;
+pub mod seccomp_exec;
 pub mod select;
 pub mod spec;
 pub mod verify;

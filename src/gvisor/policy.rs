@@ -4,7 +4,7 @@
 //! | control | under gVisor |
 //! |---|---|
 //! | capabilities, `noNewPrivileges` | applied by the sentry from the spec (NNP is always on there) |
-//! | seccomp | moat's profile (or the engine's) applied by the sentry: moat passes `--oci-seccomp`. The floor is not stacked: runsc takes one profile, and the container's system calls are served by the sentry, not the host kernel the floor protects |
+//! | seccomp | moat's profile (or the engine's) applied by the sentry: moat passes `--oci-seccomp`, and installs its own compiled filter in the container's process and exec'd ones (`super::seccomp_exec`). The floor is not stacked: runsc takes one profile, and the container's system calls are served by the sentry, not the host kernel the floor protects |
 //! | resource limits, `cgroupsPath` under the fleet cgroup | written by runsc into the sandbox's host cgroup; moat creates and caps the fleet parent first |
 //! | AppArmor | not applied by runsc: moat does not set its profile (a profile the engine names is ignored, with runsc's warning) |
 //! | masked / read-only paths, sysctl | not applied as such (listed by `policy explain`, recorded in `policy.json`) |

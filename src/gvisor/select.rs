@@ -401,7 +401,11 @@ pub fn prepare(
     let rootfs = spec.rootfs(&bundle);
     // Serialised from the typed spec: runsc reads what the policy saw (super::spec). Before
     // anything exists: a pass-through field of the wrong shape is refused here.
-    let runsc_config = super::spec::config_json(&spec, &bundle, &rootfs)?;
+    // The profile's errnos and exec'd processes' filter: moat's own filter, installed
+    // inside the sandbox in front of the process (super::seccomp_exec); runsc's stays.
+    let mut runsc_spec = spec.clone();
+    super::seccomp_exec::wrap_spec(&mut runsc_spec, &g.root.join("@cache"))?;
+    let runsc_config = super::spec::config_json(&runsc_spec, &bundle, &rootfs)?;
     let state_root = g.root.clone();
     let dir = ContainerDir::create(&state_root, id)?;
     if let Err(e) = prefix_free(&state_root, id) {

@@ -1,0 +1,337 @@
+//! The container's seccomp filter installed by moat inside the sandbox, in front of the
+//! container's process and of every process started with `exec`.
+//!
+//! runsc's OCI conversion turns every `SCMP_ACT_ERRNO` into EPERM (it has no field for
+//! `errnoRet`/`defaultErrnoRet`) and `runsc exec` starts processes without the profile
+//! (`Seccomp: 0`; runsc 20221219 and 20240729). The sentry itself emulates seccomp(2)
+//! with the kernel's semantics, errno data included. So moat compiles the profile as for
+//! a native container and runs its own binary first inside the sandbox: a hidden entry
+//! ([`MARKER`] as its first argument) that sets no_new_privs when the process asks for it,
+//! installs the compiled program with seccomp(2) and execve's the real argv. After the
+//! execve the process's argv, exe and comm are the real ones.
+//!
+//! runsc keeps applying its own conversion of the same profile (`--oci-seccomp`) to the
+//! container's process: an outer layer, so the result is never weaker than runsc's
+//! alone. Where both filters return ERRNO, the newest filter's errno is returned (the
+//! kernel's rule, and the sentry's: an `errnoRet` of 38 under runsc's EPERM came back as
+//! ENOSYS on both runscs).
+//!
+//! The binary reaches the sandbox as a read-only bind mount at [`DEST`], under the
+//! sentry's own `/dev` tmpfs (not in the rootfs, which may be read-only or hostile). Its
+//! source is a copy of moat under the state root's `@cache/gvisor`, never moat's own
+//! file: what gets through the mount reaches that copy only (runsc 20240729 lets a
+//! container that remounts it read-write chmod it; [`binary`] replaces such a copy).
+
+use std::ffi::{CString, OsString};
+use std::io;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::linux::{seccomp, sys};
+use crate::spec::{self, Spec};
+
+/// The first argument that makes moat the trampoline: `DEST MARKER NNP FILTER ARGV…`.
+pub const MARKER: &str = "--moat-gvisor-seccomp-exec";
+
+/// Where the trampoline is inside the sandbox.
+pub const DEST: &str = "/dev/.moat-seccomp-exec";
+
+/// How many arguments precede the real argv.
+const PREFIX: usize = 4;
+
+/// Why a profile cannot be installed this way.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("linux.seccomp: SCMP_ACT_NOTIFY is not supported for gVisor containers (no listener reaches a seccomp agent from inside the sandbox)")]
+    Notify,
+    #[error(transparent)]
+    Compile(#[from] seccomp::SeccompError),
+    #[error("no path to moat's own binary (for the seccomp trampoline)")]
+    NoBinary,
+}
+
+/// The arguments that run `args` under `filter`: the trampoline's prefix, then `args`.
+fn wrap(filter: &seccomp::Filter, nnp: bool, args: &[String]) -> Vec<String> {
+    let hex: String = filter
+        .to_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut v = vec![
+        DEST.to_string(),
+        MARKER.to_string(),
+        if nnp { "nnp" } else { "-" }.to_string(),
+        hex,
+    ];
+    v.extend(args.iter().cloned());
+    v
+}
+
+/// The trampoline's prefix of a process's args (the container's, as runsc was given
+/// them), with no_new_privs set to `nnp`; `None` when the container has no profile.
+pub fn prefix_of(args: &[String], nnp: bool) -> Option<Vec<String>> {
+    if args.len() < PREFIX || args[0] != DEST || args[1] != MARKER {
+        return None;
+    }
+    let mut p = args[..PREFIX].to_vec();
+    p[2] = if nnp { "nnp" } else { "-" }.to_string();
+    Some(p)
+}
+
+/// Rewrites the spec runsc is given when it has a profile: the process runs through the
+/// trampoline, which is bind-mounted read-only at [`DEST`]. `cache`: the state root's
+/// `@cache`.
+pub fn wrap_spec(spec: &mut Spec, cache: &Path) -> Result<()> {
+    let Some(profile) = spec.linux().seccomp.clone() else {
+        return Ok(());
+    };
+    let filter = seccomp::compile_cached(&profile, None, Some(&cache.join("seccomp")))
+        .map_err(Error::Compile)?;
+    if filter.flags & FLAG_NEW_LISTENER != 0 {
+        return Err(Error::Notify.into());
+    }
+    if spec.process.is_none() {
+        return Ok(());
+    }
+    let binary = binary(&cache.join("gvisor"))?;
+    apply(spec, &filter, &binary);
+    Ok(())
+}
+
+/// The process through the trampoline at [`DEST`], a read-only bind mount of `binary`.
+fn apply(spec: &mut Spec, filter: &seccomp::Filter, binary: &Path) {
+    if let Some(process) = spec.process.as_mut() {
+        let nnp = process.no_new_privileges == Some(true);
+        process.args = wrap(filter, nnp, &process.args);
+        spec.mounts.push(spec::Mount {
+            destination: DEST.into(),
+            typ: Some("bind".into()),
+            source: Some(binary.display().to_string()),
+            options: ["bind", "ro", "nosuid", "nodev"].map(String::from).to_vec(),
+            uid_mappings: Vec::new(),
+            gid_mappings: Vec::new(),
+        });
+    }
+}
+
+const FLAG_NEW_LISTENER: u32 = 8;
+
+/// moat's binary as a read-only copy under `dir`, made once per build of moat (keyed by
+/// the original file's device, inode, size and modification time).
+fn binary(dir: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let src = crate::linux::exeseal::original_path().ok_or(Error::NoBinary)?;
+    let m = std::fs::metadata(&src).with_context(|| format!("stat {}", src.display()))?;
+    let name = format!(
+        "moat-{:x}-{:x}-{:x}-{:x}.{}",
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec()
+    );
+    let dst = dir.join(&name);
+    // Reused only as it was made: runsc 20240729 (directfs) lets a container that remounts
+    // its bind mount read-write chmod the host file (writes, truncation and utimes still
+    // fail with EROFS; seen inside a sandbox with CAP_SYS_ADMIN and CAP_DAC_OVERRIDE). A
+    // copy whose metadata changed is replaced for the containers created after.
+    let intact = |d: &std::fs::Metadata| {
+        d.is_file()
+            && d.len() == m.size()
+            && d.mode() & 0o7777 == 0o555
+            && d.uid() == sys::geteuid()
+    };
+    if std::fs::symlink_metadata(&dst).is_ok_and(|d| intact(&d)) {
+        return Ok(dst);
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("mkdir {}", dir.display()))?;
+    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+    let made = (|| -> io::Result<()> {
+        std::fs::copy(&src, &tmp)?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o555))?;
+        std::fs::rename(&tmp, &dst)
+    })();
+    if let Err(e) = made {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("copy {} to {}", src.display(), dst.display()));
+    }
+    // Copies of other builds are no use to later creates; the sandboxes started with one
+    // hold it through their mounts.
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let n = e.file_name();
+            if n.to_string_lossy().starts_with("moat-") && n != name.as_str() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    Ok(dst)
+}
+
+/// The trampoline, when moat was started as one (inside the sandbox); `None` otherwise.
+/// It never returns on success: the real process replaces it.
+pub fn main_if_trampoline(args: &[OsString]) -> Option<i32> {
+    if args.get(1).is_none_or(|a| a != MARKER) {
+        return None;
+    }
+    let (code, msg) = run(args);
+    eprintln!("moat: seccomp: {msg}");
+    Some(code)
+}
+
+/// Installs the filter and execs; returns the exit status and the reason on failure.
+fn run(args: &[OsString]) -> (i32, String) {
+    if args.len() <= PREFIX {
+        return (126, "no command".into());
+    }
+    let Some(filter) = unhex(args[3].as_bytes()).and_then(|b| seccomp::Filter::from_bytes(&b))
+    else {
+        return (126, "the filter argument does not decode".into());
+    };
+    let argv: Vec<CString> = match args[PREFIX..]
+        .iter()
+        .map(|a| CString::new(a.clone().into_vec()))
+        .collect()
+    {
+        Ok(v) => v,
+        Err(_) => return (126, "an argument holds a NUL byte".into()),
+    };
+    let name = args[PREFIX].to_string_lossy().into_owned();
+    // Looked up before the filter is installed (as runc's init does): the profile may deny
+    // what the lookup uses.
+    let path = match lookup(&args[PREFIX]) {
+        Some(p) => p,
+        None => return (127, format!("{name:?}: executable file not found in $PATH")),
+    };
+    if args[2] == "nnp" {
+        if let Err(e) = sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1) {
+            return (126, format!("prctl(PR_SET_NO_NEW_PRIVS): {e}"));
+        }
+    }
+    // Flags: none. The sentry has no audit log (LOG) and no host speculation controls
+    // (SPEC_ALLOW); TSYNC is moot in this single thread; NOTIFY was refused at create.
+    if let Err(e) = sys::seccomp_set_filter(0, &filter.prog) {
+        return (126, format!("seccomp(SECCOMP_SET_MODE_FILTER): {e}"));
+    }
+    let envp: Vec<CString> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut kv = k.into_vec();
+            kv.push(b'=');
+            kv.extend(v.into_vec());
+            CString::new(kv).ok()
+        })
+        .collect();
+    // moat's start-up ignores SIGPIPE (`sys::process_init`); the sentry started this
+    // process with the default, and an ignored disposition would survive the execve.
+    sys::signal_default(libc::SIGPIPE);
+    let e = sys::execve(&path, &argv, &envp);
+    (
+        if e.raw_os_error() == Some(libc::ENOENT) {
+            127
+        } else {
+            126
+        },
+        format!("exec {name:?}: {e}"),
+    )
+}
+
+/// `name` as execvp finds it: as given when it holds a `/`, else the first regular file
+/// of that name in `$PATH` (runc's default PATH without one).
+fn lookup(name: &std::ffi::OsStr) -> Option<CString> {
+    let file = |p: Vec<u8>| -> Option<CString> {
+        let c = CString::new(p).ok()?;
+        let st = sys::stat(&c).ok()?;
+        (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(c)
+    };
+    if name.as_bytes().contains(&b'/') {
+        return CString::new(name.as_bytes()).ok();
+    }
+    let path = std::env::var_os("PATH")
+        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    path.as_bytes().split(|b| *b == b':').find_map(|dir| {
+        let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
+        file([dir, b"/", name.as_bytes()].concat())
+    })
+}
+
+fn unhex(s: &[u8]) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    s.chunks_exact(2)
+        .map(|c| u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefix_round_trips_the_filter() {
+        let f = seccomp::Filter::from_bytes(&[0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0xff, 0x7f]).unwrap();
+        let args = wrap(&f, false, &["sh".into(), "-c".into(), "x".into()]);
+        assert_eq!(&args[4..], ["sh", "-c", "x"]);
+        let b = unhex(args[3].as_bytes()).unwrap();
+        assert_eq!(b, f.to_bytes());
+        let p = prefix_of(&args, true).unwrap();
+        assert_eq!(p[..2], [DEST, MARKER]);
+        assert_eq!(p[2], "nnp");
+        assert_eq!(p[3], args[3]);
+        assert!(prefix_of(&["sh".to_string()], false).is_none());
+    }
+
+    #[test]
+    fn the_process_runs_through_a_read_only_trampoline() {
+        let mut s = Spec::parse(
+            br#"{"process":{"args":["sh","-c","x"],"cwd":"/","noNewPrivileges":true},
+                 "mounts":[{"destination":"/dev","type":"tmpfs","source":"tmpfs"}],
+                 "linux":{"seccomp":{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[
+                   {"names":["mkdir"],"action":"SCMP_ACT_ERRNO","errnoRet":38}]}}}"#,
+        )
+        .unwrap();
+        let f = seccomp::compile(s.linux().seccomp.as_ref().unwrap()).unwrap();
+        apply(&mut s, &f, Path::new("/cache/moat-x"));
+        let args = &s.process.as_ref().unwrap().args;
+        assert_eq!(args[..3], [DEST, MARKER, "nnp"]);
+        assert_eq!(args[4..], ["sh", "-c", "x"]);
+        let decoded = seccomp::Filter::from_bytes(&unhex(args[3].as_bytes()).unwrap()).unwrap();
+        assert_eq!(decoded.to_bytes(), f.to_bytes());
+        // After /dev (the sentry's tmpfs), read-only, no set-id, no devices.
+        let m = s.mounts.last().unwrap();
+        assert_eq!(s.mounts.len(), 2);
+        assert_eq!(m.destination, DEST);
+        assert_eq!(m.source.as_deref(), Some("/cache/moat-x"));
+        assert_eq!(m.options, ["bind", "ro", "nosuid", "nodev"]);
+        // runsc keeps its own conversion as the outer layer.
+        assert!(s.linux().seccomp.is_some());
+    }
+
+    #[test]
+    fn notify_is_refused_and_no_profile_changes_nothing() {
+        let mut s = Spec::parse(
+            br#"{"process":{"args":["sh"],"cwd":"/"},"linux":{"seccomp":{
+                 "defaultAction":"SCMP_ACT_ALLOW","listenerPath":"/run/agent.sock",
+                 "syscalls":[{"names":["mkdir"],"action":"SCMP_ACT_NOTIFY"}]}}}"#,
+        )
+        .unwrap();
+        let dir = std::env::temp_dir().join(format!("moat-scx-{}", std::process::id()));
+        let e = wrap_spec(&mut s, &dir).unwrap_err();
+        assert!(format!("{e:#}").contains("SCMP_ACT_NOTIFY"), "{e:#}");
+        assert!(
+            !dir.join("gvisor").exists(),
+            "no copy made for a refused profile"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut s = Spec::parse(br#"{"process":{"args":["sh"],"cwd":"/"}}"#).unwrap();
+        wrap_spec(&mut s, Path::new("/nonexistent")).unwrap();
+        assert_eq!(s.process.unwrap().args, ["sh"]);
+        assert!(s.mounts.is_empty());
+    }
+}
