@@ -121,6 +121,7 @@ on_both_runscs!(
     native_and_gvisor_side_by_side,
     kill_created_and_stopped_like_runc,
     foreground_run_passes_the_status_and_removes_the_record,
+    a_failed_foreground_run_leaves_no_cgroup_runsc_made,
     alias_selects_gvisor_and_ignores_a_native_annotation,
     events_update_pause_and_ps,
     restricted_policy_reaches_runsc_and_verify_checks_it,
@@ -515,6 +516,73 @@ fn foreground_run_passes_the_status_and_removes_the_record() {
     );
     assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "fg-out");
+    assert!(!e.root().join(&id).exists(), "record removed after the run");
+}
+
+/// A runsc whose sandbox fails to start after it made the sandbox's cgroup (seen under
+/// strace with 20221219): the foreground run's clean-up removes that cgroup in every
+/// hierarchy, as delete does. The stand-in runsc makes the cgroup where runsc would (the
+/// spec's cgroupsPath, `/<id>` without one) and fails; every other call is the real one's.
+fn a_failed_foreground_run_leaves_no_cgroup_runsc_made() {
+    if !usable("failed_foreground_run") {
+        return;
+    }
+    let mut e = Env::new("fgfail");
+    let id = e.id("c");
+    let bundle = e.bundle("b", &[], &["true"]);
+    let made = e.dir.join("made");
+    let fake = e.dir.join("runsc");
+    std::fs::write(
+        &fake,
+        format!(
+            r#"#!/bin/sh
+run= bundle= prev= last=
+for a; do
+  [ "$prev" = --bundle ] && bundle=$a
+  case "$a" in run) run=1;; --bundle=*) bundle=${{a#--bundle=}};; esac
+  prev=$a last=$a
+done
+if [ -n "$run" ]; then
+  p=$(grep -o '"cgroupsPath": *"[^"]*"' "$bundle/config.json" | sed 's/.*"\([^"]*\)"$/\1/')
+  [ -n "$p" ] || p=/$last
+  for h in /sys/fs/cgroup/*/; do mkdir -p "$h${{p#/}}"; done
+  echo "$p" >{made}
+  echo "starting sandbox: failed" >&2
+  exit 1
+fi
+exec {real} "$@"
+"#,
+            made = made.display(),
+            real = runsc().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cfg = e.dir.join("config.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[gvisor]\nruntime = \"gvisor\"\nrunsc_path = \"{}\"\n",
+            fake.display()
+        ),
+    )
+    .unwrap();
+    e.config = Some(cfg);
+    let o = e.run(&["run", "--bundle", bundle.to_str().unwrap(), &id]);
+    assert!(!o.status.success(), "the stand-in runsc's run fails");
+    let path = std::fs::read_to_string(&made).expect("the stand-in made a cgroup");
+    let path = path.trim().trim_start_matches('/');
+    assert!(!path.is_empty());
+    let left: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
+        .unwrap()
+        .flatten()
+        .map(|h| h.path().join(path))
+        .filter(|d| d.is_dir())
+        .collect();
+    for d in &left {
+        let _ = std::fs::remove_dir(d);
+    }
+    assert!(left.is_empty(), "runsc's cgroup left behind: {left:?}");
     assert!(!e.root().join(&id).exists(), "record removed after the run");
 }
 

@@ -152,6 +152,16 @@ fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
             &dir.file(""),
             rec.as_ref().and_then(|r| r.cgroup.as_ref()),
         );
+        // A runsc that failed after making the sandbox's cgroup (a sandbox that did not
+        // start) leaves it, and its `delete --force` of a container it never recorded
+        // does not look: removed where empty, as delete does. Not for a pod's app
+        // container, whose cgroup is the sandbox's.
+        if pod::app_sandbox(gv).is_none() {
+            if let Some(cg) = rec.as_ref().and_then(|r| leftover_cgroup(&dir, r)) {
+                cg.remove_empty();
+                remove_empty_everywhere(&cg.path);
+            }
+        }
         let _ = dir.remove();
     }
     // The egress programs' cgroup (super::egress), empty once the sandbox is gone.
