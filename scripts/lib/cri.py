@@ -50,7 +50,7 @@ import argparse
 import glob
 import json
 import os
-import shutil
+import re
 import subprocess
 import sys
 import tempfile
@@ -72,7 +72,13 @@ def load_cri_api(proto, proto_paths, out_dir):
     wkt = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")  # descriptor.proto
     src = os.path.join(out_dir, "src")
     os.makedirs(src)
-    shutil.copy(proto, os.path.join(src, "api.proto"))                 # module name api_pb2
+    # module name api_pb2. A newer cri-api marks registry credentials `[debug_redact = true]`
+    # (a field option of protobuf 22, for logs only: the wire format is the same), which an
+    # older grpc_tools' protoc (forky's 1.14) refuses as unknown: dropped from the copy.
+    with open(proto, encoding="utf-8") as f:
+        text = re.sub(r"\s*\[debug_redact\s*=\s*true\]", "", f.read())
+    with open(os.path.join(src, "api.proto"), "w", encoding="utf-8") as f:
+        f.write(text)
     args = ["grpc_tools.protoc", "-I", src]
     for p in proto_paths:
         args += ["-I", p]
