@@ -206,18 +206,18 @@ ctr_up() {
 	return 1
 }
 
-# ensure_cri_client -- what scripts/lib/cri.py and its siblings need: python3's gRPC, protobuf
-# and grpc_tools.protoc, and gogo.proto (api.proto imports it). Installed only when missing:
-# bookworm's grpc_tools.protoc also imports pkg_resources, which python3-grpc-tools does not
-# depend on; forky's (the world's, which has no network) imports it no longer, and has no
-# python3-pkg-resources.
+# ensure_cri_client [--no-gogo] -- what scripts/lib/cri.py and its siblings need: python3's
+# gRPC, protobuf and grpc_tools.protoc (bookworm's protoc imports pkg_resources, which
+# python3-grpc-tools does not depend on; forky's needs none and has no such package), and
+# gogo.proto, which api.proto before cri-api 0.3x imports (--no-gogo: the caller installs it
+# only where its api.proto imports it). Installed only when missing: the world and the VM
+# guests carry them and are offline.
 ensure_cri_client() {
-	if /usr/bin/python3 -c 'import grpc, google.protobuf, grpc_tools.protoc' 2>/dev/null &&
-		[[ -f /usr/share/gocode/src/github.com/gogo/protobuf/gogoproto/gogo.proto ]]; then
-		return 0
-	fi
-	ensure_pkgs python3-grpcio python3-protobuf python3-grpc-tools python3-pkg-resources \
-		golang-github-gogo-protobuf-dev
+	/usr/bin/python3 -c 'import grpc, google.protobuf, grpc_tools' 2>/dev/null ||
+		ensure_pkgs python3-grpcio python3-protobuf python3-grpc-tools
+	/usr/bin/python3 -c 'import grpc_tools.protoc' 2>/dev/null || ensure_pkgs python3-pkg-resources
+	[[ ${1:-} == --no-gogo || -f /usr/share/gocode/src/github.com/gogo/protobuf/gogoproto/gogo.proto ]] ||
+		ensure_pkgs golang-github-gogo-protobuf-dev
 }
 
 # containerd_major -- the installed containerd's major version (1 on Debian 12, 2 on forky).

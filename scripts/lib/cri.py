@@ -4,7 +4,7 @@
 Usage: cri.py --socket SOCK --handler NAME --image REF --proto API_PROTO
               --cgroup-driver cgroupfs|systemd --cgroup-parent BASE
               [--runtime-root DIR] [--proto-path DIR]... [--log-dir DIR] [--timeout S]
-              [--expect-status KEY:VALUE]...
+              [--expect-status KEY:VALUE]... [--pod-pids-limit N]
 
 The CRI messages come from the CRI API's own api.proto (k8s.io/cri-api
 pkg/apis/runtime/v1, as vendored in the containerd source package the daemon was
@@ -31,6 +31,14 @@ exit code); with --expect-status, lines of an exec'd process's
 RemovePodSandbox; and then nothing left: no process, no runtime state under
 --runtime-root, no cgroup, no mount, no network namespace.
 
+With the systemd driver, systemd's view too: the pod slice and each
+container's scope (cri-containerd-<id>.scope) active with the ControlGroup the
+process is in, the scope's MemoryMax the container's limit (and the update's),
+every scope gone once its container is, the slice gone after the kubelet's
+stop. --pod-pids-limit N makes the pod slice first, with TasksMax=N, as a
+kubelet does for its podPidsLimit (StartTransientUnit on the system bus,
+through busctl), and reads pids.max back from the slice's cgroup.
+
 Prints one `ok - STEP (N ms)` or `not ok - STEP: DETAIL` line per check (the
 time is the CRI calls' own), `# ...` comments, and exits 1 if a check failed.
 Whatever happens, the pod is stopped and removed before exit and the pod-level
@@ -42,7 +50,7 @@ import argparse
 import glob
 import json
 import os
-import shutil
+import re
 import subprocess
 import sys
 import tempfile
@@ -64,7 +72,13 @@ def load_cri_api(proto, proto_paths, out_dir):
     wkt = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")  # descriptor.proto
     src = os.path.join(out_dir, "src")
     os.makedirs(src)
-    shutil.copy(proto, os.path.join(src, "api.proto"))                 # module name api_pb2
+    # module name api_pb2. A newer cri-api marks registry credentials `[debug_redact = true]`
+    # (a field option of protobuf 22, for logs only: the wire format is the same), which an
+    # older grpc_tools' protoc (forky's 1.14) refuses as unknown: dropped from the copy.
+    with open(proto, encoding="utf-8") as f:
+        text = re.sub(r"\s*\[debug_redact\s*=\s*true\]", "", f.read())
+    with open(os.path.join(src, "api.proto"), "w", encoding="utf-8") as f:
+        f.write(text)
     args = ["grpc_tools.protoc", "-I", src]
     for p in proto_paths:
         args += ["-I", p]
@@ -149,6 +163,26 @@ def cpu_quota(dirs):
     return (-1 if q == "max" else int(q)), int(p)
 
 
+def unit_props(unit, *props):
+    """{property: value} of a systemd UNIT (systemctl show)."""
+    r = subprocess.run(["systemctl", "show", "--property=" + ",".join(props), unit],
+                       capture_output=True, text=True, check=False)
+    return dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+
+
+def unit_gone(unit, wait=10.0):
+    """UNIT is unloaded or inactive (waiting up to WAIT seconds: systemd drops a scope
+    once its last process is gone)."""
+    end = time.monotonic() + wait
+    while True:
+        p = unit_props(unit, "ActiveState", "LoadState")
+        if p.get("LoadState") == "not-found" or p.get("ActiveState") in ("inactive", ""):
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.2)
+
+
 def mounts_naming(words):
     with open("/proc/self/mountinfo", encoding="utf-8") as f:
         return [line.split(" - ")[0].split()[4] for line in f if any(w in line for w in words)]
@@ -172,6 +206,7 @@ class Pod:
         self.ids = []            # every sandbox/container id made, for the leftovers check
         self.pids = []           # every process seen, likewise
         self.cgroups = set()     # every container cgroup directory seen
+        self.scopes = set()      # every systemd scope seen (systemd driver)
         self.netns = None
         self.uid = str(uuid.uuid4())
         self.pod_cgroup = self.pod_cgroup_parent()
@@ -289,8 +324,43 @@ class Pod:
         pid = self.info(st)["pid"]
         self.pids.append(pid)
         self.cgroups.update(cgroup_dirs(pid).values())
+        self.systemd_scope(name, pid, memory_max=128 << 20)
         self.saw_state(cid)
         return cid, pid
+
+    def systemd_scope(self, what, pid, memory_max=None):
+        """(systemd driver) PID's cgroup is an active scope in the pod slice, as systemd says."""
+        if self.a.cgroup_driver != "systemd":
+            return
+        d = cgroup_dirs(pid).get("", "")
+        unit = os.path.basename(d)
+        if not unit.endswith(".scope") or os.path.basename(os.path.dirname(d)) != self.pod_cgroup:
+            raise Fail(f"{what}: cgroup {d} is not a scope in {self.pod_cgroup}")
+        self.scopes.add(unit)
+        p = unit_props(unit, "ActiveState", "ControlGroup", "Slice", "MemoryMax")
+        cg = d[len(cgroup_mounts()[""]):]
+        if (p.get("ActiveState"), p.get("ControlGroup"), p.get("Slice")) != ("active", cg, self.pod_cgroup):
+            raise Fail(f"{what}: systemd says {unit} is {p}, want active, ControlGroup {cg}, "
+                       f"Slice {self.pod_cgroup}")
+        if memory_max is not None and p.get("MemoryMax") != str(memory_max):
+            raise Fail(f"{what}: {unit} MemoryMax {p.get('MemoryMax')}, want {memory_max}")
+
+    def make_pod_slice(self):
+        """The pod slice with TasksMax, as a kubelet's systemd cgroup manager makes it."""
+        n = self.a.pod_pids_limit
+        r = subprocess.run(
+            ["busctl", "call", "--timeout=30", "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+             "org.freedesktop.systemd1.Manager", "StartTransientUnit", "ssa(sv)a(sa(sv))",
+             self.pod_cgroup, "replace", "3", "Description", "s", "moat e2e pod",
+             "DefaultDependencies", "b", "false", "TasksMax", "t", str(n), "0"],
+            capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            raise Fail(f"StartTransientUnit {self.pod_cgroup}: {r.stderr.strip()}")
+        end = time.monotonic() + 10
+        while unit_props(self.pod_cgroup, "ActiveState").get("ActiveState") != "active":
+            if time.monotonic() > end:
+                raise Fail(f"{self.pod_cgroup} not active: {unit_props(self.pod_cgroup, 'ActiveState')}")
+            time.sleep(0.1)
 
     def saw_state(self, ident):
         """The runtime keeps state for IDENT under --runtime-root (so its absence later means something)."""
@@ -326,6 +396,12 @@ class Pod:
               f"handler {self.a.handler}, {self.a.cgroup_driver} pod cgroup {self.pod_cgroup}",
               flush=True)
 
+        if self.a.pod_pids_limit is not None:
+            if not self.check(f"pod slice {self.pod_cgroup} made first with TasksMax="
+                              f"{self.a.pod_pids_limit} (a kubelet's podPidsLimit)",
+                              self.make_pod_slice):
+                return
+
         def run_sandbox():
             resp = self.call("RunPodSandbox", api.RunPodSandboxRequest(
                 config=self.sandbox_config(), runtime_handler=self.a.handler))
@@ -354,6 +430,7 @@ class Pod:
             if not mounts_naming([self.pod_id]):
                 raise Fail(f"no mount names the sandbox {self.pod_id}")
             self.saw_state(self.pod_id)
+            self.systemd_scope("pause", info["pid"])
         if not self.check("RunPodSandbox: pause running in the pod cgroup, CNI network up",
                           run_sandbox):
             return
@@ -365,6 +442,24 @@ class Pod:
         for name in ("app", "side"):
             self.check(f"{name} joined the sandbox's network, IPC and UTS namespaces (by path)",
                        lambda n=name: self.joined(n))
+
+        if self.a.cgroup_driver == "systemd":
+            def pod_slice():
+                p = unit_props(self.pod_cgroup, "ActiveState", "ControlGroup", "TasksMax")
+                if p.get("ActiveState") != "active":
+                    raise Fail(f"{self.pod_cgroup}: {p}")
+                d = cgroup_mounts()[""] + p.get("ControlGroup", "")
+                have = read(d + "/pids.max") if os.path.exists(d + "/pids.max") else None
+                if self.a.pod_pids_limit is not None and (
+                        p.get("TasksMax"), have) != (str(self.a.pod_pids_limit),) * 2:
+                    raise Fail(f"TasksMax {p.get('TasksMax')}, {d}/pids.max {have}, "
+                               f"want {self.a.pod_pids_limit}")
+                print(f"# {self.pod_cgroup}: {p}, pids.max {have}; scopes {sorted(self.scopes)}",
+                      flush=True)
+            self.check("systemd: pod slice active" + (
+                f", TasksMax and pids.max {self.a.pod_pids_limit}"
+                if self.a.pod_pids_limit is not None else "") + "; pause and containers in scopes of it",
+                pod_slice)
 
         def exec_sync():
             r = self.exec_sync(self.ctrs["app"],
@@ -409,6 +504,11 @@ class Pod:
             after = memory_limit(dirs), cpu_quota(dirs)
             if after != (96 << 20, (20000, 100000)):
                 raise Fail(f"cgroup files say {after} after the update, want {(96 << 20, (20000, 100000))}")
+            if self.a.cgroup_driver == "systemd":
+                unit = os.path.basename(dirs[""])
+                mm = unit_props(unit, "MemoryMax").get("MemoryMax")
+                if mm != str(96 << 20):
+                    raise Fail(f"systemd says {unit} MemoryMax {mm} after the update, want {96 << 20}")
         self.check("UpdateContainerResources: memory 128->96 MiB, cpu quota 50->20 ms in the cgroup files",
                    update)
 
@@ -473,6 +573,10 @@ class Pod:
             found += [f"mount {m}" for m in mounts_naming(self.ids + ([self.netns] if self.netns else []))]
             if self.netns and os.path.exists(self.netns):
                 found.append(f"netns {self.netns}")
+            if self.a.cgroup_driver == "systemd" and not self.scopes:
+                raise Fail("no systemd scope was seen")
+            found += [f"unit {u}: {unit_props(u, 'ActiveState', 'LoadState')}"
+                      for u in sorted(self.scopes) if not unit_gone(u)]
             if found:
                 raise Fail("; ".join(found))
         self.check("nothing left: no process, runtime state, container cgroup, mount or netns",
@@ -487,6 +591,8 @@ class Pod:
             if r.returncode != 0 and "not loaded" not in r.stderr:
                 raise Fail(f"systemctl stop {self.pod_cgroup}: {r.stderr.strip()}")
             left = [d for d in glob.glob(f"/sys/fs/cgroup/**/{self.pod_cgroup}", recursive=True)]
+            if not unit_gone(self.pod_cgroup):
+                left.append(f"unit {unit_props(self.pod_cgroup, 'ActiveState', 'LoadState')}")
         else:
             left = []
             for mnt in set(cgroup_mounts().values()):
@@ -534,7 +640,11 @@ def main():
     ap.add_argument("--timeout", type=float, default=60)
     ap.add_argument("--expect-status", action="append", default=[], metavar="KEY:VALUE",
                     help="a line an exec'd process's /proc/self/status must hold (e.g. NoNewPrivs:1)")
+    ap.add_argument("--pod-pids-limit", type=int, default=None, metavar="N",
+                    help="make the pod slice first with TasksMax=N (systemd driver only)")
     a = ap.parse_args()
+    if a.pod_pids_limit is not None and a.cgroup_driver != "systemd":
+        ap.error("--pod-pids-limit is implemented for --cgroup-driver systemd only")
     a.proto_path = a.proto_path or ["/usr/share/gocode/src"]
 
     with tempfile.TemporaryDirectory(prefix="cri-api.") as gen:
