@@ -122,9 +122,35 @@ pub struct Plan {
     /// top of the source's flags, so no flag the host set is dropped without being named
     /// ([`bind_attrs`]).
     pub bind_flags_exact: bool,
+    /// `linux.mountLabel` on a host with SELinux: the `context=` every filesystem moat
+    /// mounts gets, as runc labels them ([`Plan::context_for`]).
+    pub mount_label: Option<String>,
 }
 
 impl Plan {
+    /// The filesystem parameters of a mount of `fstype` with the mount label added as
+    /// runc adds it (`label.FormatMountLabel`): every filesystem it mounts but procfs and
+    /// sysfs, which SELinux labels itself (genfs) and refuses a `context=` for, and cgroupfs,
+    /// which runc mounts without one. Binds take no filesystem parameters: they keep
+    /// their source's labels. A spec that names a context option itself keeps its own.
+    pub fn context_for(
+        &self,
+        fstype: &str,
+        data: &[(String, Option<String>)],
+    ) -> Vec<(String, Option<String>)> {
+        let mut data = data.to_vec();
+        let own = |k: &str| matches!(k, "context" | "fscontext" | "defcontext" | "rootcontext");
+        if let Some(label) = &self.mount_label {
+            if !matches!(fstype, "proc" | "sysfs" | "cgroup" | "cgroup2")
+                && !data.iter().any(|(k, _)| own(k))
+            {
+                // fsconfig takes the value as it is: no quotes around an MCS range's commas.
+                data.push(("context".into(), Some(label.clone())));
+            }
+        }
+        data
+    }
+
     /// Whether the parent makes this mount: idmapped binds, and with moat's own user
     /// namespace every bind, whose source container root may have no way to reach.
     pub fn parent_built(&self, m: &MountPlan) -> bool {
@@ -372,6 +398,7 @@ pub fn plan(
         binds_by_source: false,
         userns,
         bind_flags_exact: false,
+        mount_label: None,
     })
 }
 
@@ -907,7 +934,7 @@ fn mount_one(
                 Some(o) => std::borrow::Cow::Owned(o),
                 None => std::borrow::Cow::Borrowed(&m.opts),
             };
-            let Some((mnt, opts, rec)) = new_fs_or_fallback(fstype, source.as_deref(), &opts)
+            let Some((mnt, opts, rec)) = new_fs_or_fallback(p, fstype, source.as_deref(), &opts)
                 .step(Step::Mounts, || {
                     format!("{}: new {fstype} filesystem", what())
                 })?
@@ -1120,14 +1147,23 @@ fn detach(mnt: BorrowedFd<'_>) {
 /// The flag says whether the mount is a recursive tree. `None`: nothing to mount (mqueue, and the host has no /dev/mqueue either; message
 /// queues still work, only their listing under /dev/mqueue is missing).
 fn new_fs_or_fallback(
+    p: &Plan,
     fstype: &str,
     source: Option<&str>,
     opts: &Options,
 ) -> std::io::Result<Option<(OwnedFd, Options, bool)>> {
-    let err = match mount::new_fs(fstype, source, &opts.data) {
+    let labelled = p.context_for(fstype, &opts.data);
+    let mut err = match mount::new_fs(fstype, source, &labelled) {
         Ok(m) => return Ok(Some((m, opts.clone(), false))),
         Err(e) => e,
     };
+    // runc: "older kernels do not support labeling of /dev/mqueue": mounted without.
+    if fstype == "mqueue" && labelled.len() != opts.data.len() {
+        err = match mount::new_fs(fstype, source, &opts.data) {
+            Ok(m) => return Ok(Some((m, opts.clone(), false))),
+            Err(e) => e,
+        };
+    }
     if !super::rootless::in_user_namespace() {
         return Err(err);
     }
@@ -1149,7 +1185,7 @@ fn new_fs_or_fallback(
         (_, Some(libc::EINVAL | libc::EPERM)) if opts.data.iter().any(|(k, _)| ids(k)) => {
             let data: Vec<_> = opts.data.iter().filter(|(k, _)| !ids(k)).cloned().collect();
             Ok(Some((
-                mount::new_fs(fstype, source, &data)?,
+                mount::new_fs(fstype, source, &p.context_for(fstype, &data))?,
                 opts.clone(),
                 false,
             )))
@@ -1205,12 +1241,15 @@ fn mount_cgroup(mounts: &Mounts, p: &Plan, m: &MountPlan) -> Result<(OwnedFd, bo
         "tmpfs",
         Some("cgroup"),
         // A directory per hierarchy and a link per co-mounted name, capped (when the spec
-        // leaves it writable) like every tmpfs moat makes.
-        &[
-            ("mode".into(), Some("755".into())),
-            ("size".into(), Some("64k".into())),
-            ("nr_inodes".into(), Some("256".into())),
-        ],
+        // leaves it writable) like every tmpfs moat makes; labelled as runc labels it.
+        &p.context_for(
+            "tmpfs",
+            &[
+                ("mode".into(), Some("755".into())),
+                ("size".into(), Some("64k".into())),
+                ("nr_inodes".into(), Some("256".into())),
+            ],
+        ),
     )
     .step(Step::Mounts, || format!("{}: tmpfs", what()))?;
     mount::attach(tmpfs.as_fd(), target.as_fd()).step(Step::Mounts, what)?;
@@ -1461,7 +1500,7 @@ pub fn finalize(p: &Plan, mounts: &mut Mounts) -> Result<(), InitFailure> {
             let src = match (&first_dir, is_dir) {
                 (_, false) => mount::clone_tree(null.as_fd(), "", false),
                 (Some(first), true) => mount::clone_tree(first.as_fd(), "", false),
-                (None, true) => empty_tmpfs(),
+                (None, true) => empty_tmpfs(p),
             }
             .step(Step::MaskedPaths, || m.clone())?;
             mount::attach(src.as_fd(), target.as_fd()).step(Step::MaskedPaths, || m.clone())?;
@@ -1493,16 +1532,20 @@ pub fn finalize(p: &Plan, mounts: &mut Mounts) -> Result<(), InitFailure> {
     Ok(())
 }
 
-fn empty_tmpfs() -> std::io::Result<OwnedFd> {
+/// The mask of a directory; runc labels it with the mount label too.
+fn empty_tmpfs(p: &Plan) -> std::io::Result<OwnedFd> {
     let fs = mount::new_fs(
         "tmpfs",
         Some("tmpfs"),
-        &[
-            ("size".into(), Some("0".into())),
-            // Its root directory alone: nothing can ever be created in it.
-            ("nr_inodes".into(), Some("1".into())),
-            ("mode".into(), Some("555".into())),
-        ],
+        &p.context_for(
+            "tmpfs",
+            &[
+                ("size".into(), Some("0".into())),
+                // Its root directory alone: nothing can ever be created in it.
+                ("nr_inodes".into(), Some("1".into())),
+                ("mode".into(), Some("555".into())),
+            ],
+        ),
     )?;
     mount::setattr(
         fs.as_fd(),
@@ -1592,7 +1635,91 @@ mod tests {
             binds_by_source: false,
             userns: false,
             bind_flags_exact: false,
+            mount_label: None,
         }
+    }
+
+    /// `linux.mountLabel` on an SELinux host: every filesystem moat makes gets `context=`
+    /// (the spec's tmpfs, devpts and mqueue, and the tmpfs masking a directory), procfs,
+    /// sysfs and cgroupfs none; a spec's own context option is kept; a bind has no
+    /// filesystem parameters at all. Fails when the label is not passed on.
+    #[test]
+    fn the_mount_label_goes_on_every_filesystem_runc_labels() {
+        const LABEL: &str = "system_u:object_r:container_file_t:s0:c1,c2";
+        let mut p = plan();
+        p.mounts.push(fs(3, "/sys", "sysfs", &["ro"]));
+        p.mounts.push(fs(4, "/dev/pts", "devpts", &["newinstance"]));
+        p.mounts.push(fs(5, "/dev/mqueue", "mqueue", &[]));
+        p.mounts.push(fs(
+            6,
+            "/run",
+            "tmpfs",
+            &["context=system_u:object_r:mine_t:s0"],
+        ));
+        p.mount_label = Some(LABEL.into());
+        let calls = record(&p);
+        // The filesystem contexts (fsopen's returned fds) by type, in order.
+        let fsopens: Vec<(String, String)> = calls
+            .iter()
+            .filter(|c| c.name == "fsopen")
+            .map(|c| {
+                let t = c
+                    .arg("fstype")
+                    .unwrap_or_default()
+                    .trim_matches('"')
+                    .to_string();
+                (t, c.ret.clone().unwrap_or_default())
+            })
+            .collect();
+        let contexts = |fd: &str| -> Vec<String> {
+            calls
+                .iter()
+                .filter(|c| {
+                    c.name == "fsconfig"
+                        && c.arg("fs") == Some(fd)
+                        && c.arg("key").is_some_and(|k| k.contains("context"))
+                })
+                .map(|c| {
+                    format!(
+                        "{}={}",
+                        c.arg("key").unwrap_or_default(),
+                        c.arg("value").unwrap_or_default()
+                    )
+                })
+                .collect()
+        };
+        let got: Vec<(String, Vec<String>)> = fsopens
+            .iter()
+            .map(|(t, fd)| (t.clone(), contexts(fd)))
+            .collect();
+        let label = format!("\"context\"=\"{LABEL}\"");
+        let mine = "\"context\"=\"system_u:object_r:mine_t:s0\"".to_string();
+        assert_eq!(
+            got,
+            vec![
+                ("proc".into(), vec![]),
+                ("tmpfs".into(), vec![label.clone()]),
+                ("sysfs".into(), vec![]),
+                ("devpts".into(), vec![label.clone()]),
+                ("mqueue".into(), vec![label.clone()]),
+                ("tmpfs".into(), vec![mine]),
+                // The mask of /proc/acpi.
+                ("tmpfs".into(), vec![label]),
+            ],
+            "{}",
+            record::show(&calls)
+        );
+        // Without a label (no SELinux, or none asked for), no context anywhere.
+        p.mount_label = None;
+        p.mounts.truncate(6);
+        let calls = record(&p);
+        assert!(
+            !calls.iter().any(
+                |c| c.name == "fsconfig" && c.arg("key").is_some_and(|k| k.contains("context"))
+            ),
+            "{}",
+            record::show(&calls)
+        );
     }
 
     /// `mount_all` → `pivot` → `finalize` under the fake.

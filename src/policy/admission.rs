@@ -174,7 +174,7 @@ pub const TABLE: &[Row] = &[
     row("linux.sysctl", false, Kept, "only sysctls of namespaces the container owns (checked against them at create)", None),
     row("linux.maskedPaths", false, Tightened, "runc's default masked paths added where the engine left them out", p("[]", "test ! -s /proc/kcore")),
     row("linux.readonlyPaths", false, Tightened, "runc's default read-only paths added where the engine left them out", p("[]", "! echo 1 > /proc/sys/kernel/domainname 2>/dev/null")),
-    row("linux.mountLabel", false, Kept, "an SELinux label for the container's mounts: ignored where the host has no SELinux (a warning in the --log, as runc); refused where it has (moat does not label mounts)", None),
+    row("linux.mountLabel", false, Kept, "an SELinux label for the container's mounts: ignored where the host has no SELinux (a warning in the --log, as runc); where it has, every filesystem moat mounts gets it as `context=` as runc gives it (not procfs, sysfs, cgroupfs, nor binds; mqueue without it where the kernel refuses it)", None),
     row("linux.personality", true, Kept, "the execution domain (LINUX, LINUX32)", None),
     row("linux.memoryPolicy", true, Kept, "the NUMA policy of the container's processes (set_mempolicy): a preference or binding among the nodes the cgroup's cpuset.mems allows, never another", p(r#"{"mode":"MPOL_BIND","nodes":"0","flags":["MPOL_F_STATIC_NODES"]}"#, "grep -q ' bind=static:0 ' /proc/self/numa_maps")),
     row("linux.intelRdt", false, Refused, "moat does not apply Intel RDT", p(r#"{"closID":"moat"}"#, "")),

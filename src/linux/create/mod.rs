@@ -77,8 +77,6 @@ pub enum Error {
     SysctlNotPrivate { key: String },
     #[error("linux.sysctl.{key}: invalid key")]
     SysctlKey { key: String },
-    #[error("linux.mountLabel: refused: moat does not label mounts (context=) on an SELinux host")]
-    MountLabel,
     #[error("linux.personality.domain: unknown domain {domain:?}")]
     Personality { domain: String },
     #[error("linux.namespaces: a rootless container needs a user namespace (`moat spec --rootless` writes one)")]

@@ -424,13 +424,13 @@ impl Plan {
         };
         devs.extend(linux.devices.iter().cloned());
         // runc ignores a mount label where the host has no SELinux, and so does moat (said
-        // in the `--log`); where it has, moat would have to label the mounts, which it
-        // does not do: refused rather than dropped.
-        if linux.mount_label.as_deref().is_some_and(|l| !l.is_empty()) {
+        // in the `--log`); where it has, every filesystem moat mounts gets it (`context=`).
+        if let Some(label) = linux.mount_label.as_deref().filter(|l| !l.is_empty()) {
             if host.selinux {
-                return Err(Error::MountLabel);
+                rootfs.mount_label = Some(label.to_string());
+            } else {
+                crate::log::warn_log("linux.mountLabel ignored: the host has no SELinux (as runc)");
             }
-            crate::log::warn_log("linux.mountLabel ignored: the host has no SELinux (as runc)");
         }
         let personality = match &linux.personality {
             None => None,
