@@ -242,6 +242,9 @@ pub fn check(spec: &Spec, preserve_fds: u32) -> Result<()> {
     if spec.linux().memory_policy.is_some() {
         bail!("linux.memoryPolicy: refused: gVisor does not apply it (the sentry's memory is placed by the host)");
     }
+    if !spec.linux().net_devices().is_empty() {
+        bail!("linux.netDevices: refused: moat moves interfaces only into a native container's network namespace (runsc's sandbox takes its own)");
+    }
     if process.exec_cpu_affinity.is_some() {
         bail!("process.execCPUAffinity: refused: gVisor does not apply it (exec'd processes live in the sentry)");
     }

@@ -1,0 +1,335 @@
+//! `linux.netDevices` (runtime-spec 1.3): host interfaces moved into the container's
+//! network namespace by the parent, over rtnetlink, as runc 1.3+ does.
+//!
+//! For each interface, in the map's (sorted) order: looked up by name in moat's own
+//! (the host's) network namespace; its permanent addresses of global scope read (the
+//! kernel drops every address when an interface changes namespace; runc carries exactly
+//! these over: dynamic ones live only as long as their source, and host- or link-scoped
+//! ones mean nothing elsewhere); set down on the host; moved and renamed in one
+//! `RTM_SETLINK` (`IFLA_NET_NS_FD` with `IFLA_IFNAME`, so the name is never taken in
+//! either namespace half way); then, through a netlink socket opened inside the
+//! container's namespace, the addresses added back and the interface set up (always, as
+//! runc). MTU and MAC address move with the device.
+//!
+//! Nothing is moved back: on delete (or a failed create) the namespace goes with its last
+//! process, and the kernel returns a physical interface to the host's initial network
+//! namespace (renamed `devN` if its name is taken there) and destroys a virtual one (a
+//! veth takes its peer with it), as it does for runc. An interface moved into a
+//! namespace joined by path stays there with that namespace.
+//!
+//! This runs only for a spec with `linux.netDevices`; the netlink crates cost nothing to
+//! any other container (no start-up work, no socket).
+
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
+    NLM_F_DUMP_INTR, NLM_F_EXCL, NLM_F_MULTIPART, NLM_F_REQUEST,
+};
+use netlink_packet_route::address::{
+    AddressAttribute, AddressHeaderFlags, AddressMessage, AddressScope,
+};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+use super::sys;
+
+/// A move that failed, naming the interface (its key in `linux.netDevices`) and the step.
+#[derive(Debug, thiserror::Error)]
+pub enum NetdevError {
+    #[error("linux.netDevices[{host:?}]: {what}")]
+    Step {
+        host: String,
+        what: String,
+        source: io::Error,
+    },
+    #[error(
+        "linux.netDevices: refused: the container's network namespace is moat's own (the \
+         host's): the interfaces would only be renamed on the host"
+    )]
+    HostNamespace,
+    #[error("linux.netDevices: {what}")]
+    Namespace {
+        what: &'static str,
+        source: io::Error,
+    },
+}
+
+/// Moves `devices` ((host name, name in the container), as `spec::Linux::net_devices`
+/// gives them) into the network namespace of process `pid` (the init, or the staged
+/// intermediate that made the namespace). Stops at the first failure; what was moved
+/// before it goes with the namespace when the create is rolled back.
+pub fn move_into(pid: i32, devices: &[(&str, &str)]) -> Result<(), NetdevError> {
+    if devices.is_empty() {
+        return Ok(());
+    }
+    let ns_err = |what| move |source| NetdevError::Namespace { what, source };
+    let path = format!("/proc/{pid}/ns/net\0");
+    let path = std::ffi::CStr::from_bytes_with_nul(path.as_bytes()).expect("one NUL, at the end");
+    let target = sys::openat(super::path::cwd(), path, libc::O_RDONLY, 0)
+        .map_err(ns_err("open the container's network namespace"))?;
+    let own = sys::openat(
+        super::path::cwd(),
+        c"/proc/thread-self/ns/net",
+        libc::O_RDONLY,
+        0,
+    )
+    .map_err(ns_err("open moat's own network namespace"))?;
+    let id = |fd: BorrowedFd<'_>| sys::fstat(fd).map(|st| (st.st_dev, st.st_ino));
+    let target_id =
+        id(target.as_fd()).map_err(ns_err("fstat the container's network namespace"))?;
+    let own_id = id(own.as_fd()).map_err(ns_err("fstat moat's own network namespace"))?;
+    if target_id == own_id {
+        return Err(NetdevError::HostNamespace);
+    }
+    let mut host = Route::open().map_err(ns_err("open a netlink socket on the host"))?;
+    let mut inside = Route::open_in(target.as_fd()).map_err(ns_err(
+        "open a netlink socket in the container's network namespace",
+    ))?;
+    for &(from, to) in devices {
+        move_one(&mut host, &mut inside, target.as_fd(), from, to)?;
+    }
+    Ok(())
+}
+
+fn move_one(
+    host: &mut Route,
+    inside: &mut Route,
+    target: BorrowedFd<'_>,
+    from: &str,
+    to: &str,
+) -> Result<(), NetdevError> {
+    let step = |what: String| {
+        move |source| NetdevError::Step {
+            host: from.to_string(),
+            what,
+            source,
+        }
+    };
+    let link = host.link(from).map_err(step(
+        "no such interface in the host's network namespace".into(),
+    ))?;
+    let index = link.header.index;
+    let was_up = link.header.flags.contains(LinkFlags::Up);
+    let addrs = host
+        .addresses(index)
+        .map_err(step("read its addresses".into()))?;
+    host.set_up(index, false)
+        .map_err(step("set it down on the host".into()))?;
+    let mut moved = LinkMessage::default();
+    moved.header.index = index;
+    moved.attributes = vec![
+        LinkAttribute::IfName(to.to_string()),
+        LinkAttribute::NetNsFd(target.as_raw_fd()),
+    ];
+    if let Err(e) = host.request(RouteNetlinkMessage::SetLink(moved), 0) {
+        if was_up {
+            // Still on the host (the move is one operation): as it was.
+            let _ = host.set_up(index, true);
+        }
+        return Err(step(format!(
+            "move it into the container's network namespace as {to:?}"
+        ))(e));
+    }
+    let index = inside
+        .link(to)
+        .map_err(step(format!(
+            "find {to:?} in the container's network namespace"
+        )))?
+        .header
+        .index;
+    for (addr, prefix) in addrs {
+        let mut m = AddressMessage::default();
+        m.header.family = match addr {
+            IpAddr::V4(_) => AddressFamily::Inet,
+            IpAddr::V6(_) => AddressFamily::Inet6,
+        };
+        m.header.prefix_len = prefix;
+        m.header.index = index;
+        m.attributes = vec![
+            AddressAttribute::Local(addr),
+            AddressAttribute::Address(addr),
+        ];
+        inside
+            .request(
+                RouteNetlinkMessage::NewAddress(m),
+                NLM_F_CREATE | NLM_F_EXCL,
+            )
+            .map_err(step(format!(
+                "add its address {addr}/{prefix} in the container"
+            )))?;
+    }
+    inside
+        .set_up(index, true)
+        .map_err(step(format!("set {to:?} up in the container")))?;
+    Ok(())
+}
+
+/// An rtnetlink socket of one network namespace, and its requests' sequence numbers.
+struct Route {
+    sock: Socket,
+    seq: u32,
+}
+
+impl Route {
+    /// A socket in the calling thread's network namespace.
+    fn open() -> io::Result<Route> {
+        let mut sock = Socket::new(NETLINK_ROUTE)?;
+        sock.bind_auto()?;
+        sock.connect(&SocketAddr::new(0, 0))?;
+        Ok(Route { sock, seq: 0 })
+    }
+
+    /// A socket in the network namespace `ns`: opened by a thread of its own that enters
+    /// it (a socket keeps the namespace it was made in), so moat's own thread never
+    /// leaves the host's.
+    fn open_in(ns: BorrowedFd<'_>) -> io::Result<Route> {
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                sys::setns(ns, libc::CLONE_NEWNET)?;
+                Route::open()
+            })
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")))
+        })
+    }
+
+    fn send(&mut self, msg: RouteNetlinkMessage, flags: u16) -> io::Result<u32> {
+        self.seq = self.seq.wrapping_add(1);
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST | flags;
+        header.sequence_number = self.seq;
+        let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(msg));
+        packet.finalize();
+        let mut buf = vec![0; packet.buffer_len()];
+        packet.serialize(&mut buf);
+        self.sock.send(&buf, 0)?;
+        Ok(self.seq)
+    }
+
+    /// The messages answering request `seq`, datagram by datagram, until `done` says the
+    /// answer is complete. An error message ends it with that error.
+    fn answers(
+        &mut self,
+        seq: u32,
+        mut each: impl FnMut(&NetlinkHeader, RouteNetlinkMessage),
+        done: impl Fn(&NetlinkHeader) -> bool,
+    ) -> io::Result<()> {
+        loop {
+            let (buf, _) = self.sock.recv_from_full()?;
+            let mut off = 0;
+            while off < buf.len() {
+                let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&buf[off..])
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                let len = usize::try_from(m.header.length).unwrap_or(usize::MAX);
+                if len == 0 {
+                    break;
+                }
+                off = off.saturating_add((len + 3) & !3);
+                if m.header.sequence_number != seq {
+                    continue;
+                }
+                let header = m.header;
+                match m.payload {
+                    NetlinkPayload::Error(e) => {
+                        return match e.code {
+                            Some(code) => Err(io::Error::from_raw_os_error(-code.get())),
+                            None => Ok(()),
+                        }
+                    }
+                    NetlinkPayload::Done(_) => return Ok(()),
+                    NetlinkPayload::InnerMessage(inner) => {
+                        each(&header, inner);
+                        if done(&header) {
+                            return Ok(());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// A request answered by an acknowledgement (or an error).
+    fn request(&mut self, msg: RouteNetlinkMessage, flags: u16) -> io::Result<()> {
+        let seq = self.send(msg, NLM_F_ACK | flags)?;
+        self.answers(seq, |_, _| {}, |_| false)
+    }
+
+    /// The link named `name`.
+    fn link(&mut self, name: &str) -> io::Result<LinkMessage> {
+        let mut m = LinkMessage::default();
+        m.attributes = vec![LinkAttribute::IfName(name.to_string())];
+        let seq = self.send(RouteNetlinkMessage::GetLink(m), 0)?;
+        let mut found = None;
+        self.answers(
+            seq,
+            |_, r| {
+                if let RouteNetlinkMessage::NewLink(l) = r {
+                    found = Some(l);
+                }
+            },
+            |h| h.flags & NLM_F_MULTIPART == 0,
+        )?;
+        found.ok_or_else(|| io::Error::from_raw_os_error(libc::ENODEV))
+    }
+
+    /// Sets link `index` up or down.
+    fn set_up(&mut self, index: u32, up: bool) -> io::Result<()> {
+        let mut m = LinkMessage::default();
+        m.header.index = index;
+        m.header.change_mask = LinkFlags::Up;
+        if up {
+            m.header.flags = LinkFlags::Up;
+        }
+        self.request(RouteNetlinkMessage::SetLink(m), 0)
+    }
+
+    /// The permanent addresses of global scope of link `index`, as (address, prefix
+    /// length). A dump the kernel marks interrupted (the table changed under it) is read
+    /// again.
+    fn addresses(&mut self, index: u32) -> io::Result<Vec<(IpAddr, u8)>> {
+        for _ in 0..5 {
+            let seq = self.send(
+                RouteNetlinkMessage::GetAddress(AddressMessage::default()),
+                NLM_F_DUMP,
+            )?;
+            let mut out = Vec::new();
+            let mut interrupted = false;
+            self.answers(
+                seq,
+                |h, r| {
+                    interrupted |= h.flags & NLM_F_DUMP_INTR != 0;
+                    let RouteNetlinkMessage::NewAddress(a) = r else {
+                        return;
+                    };
+                    if a.header.index != index
+                        || a.header.scope != AddressScope::Universe
+                        || !a.header.flags.contains(AddressHeaderFlags::Permanent)
+                    {
+                        return;
+                    }
+                    let local = a.attributes.iter().find_map(|x| match x {
+                        AddressAttribute::Local(ip) => Some(*ip),
+                        _ => None,
+                    });
+                    let address = a.attributes.iter().find_map(|x| match x {
+                        AddressAttribute::Address(ip) => Some(*ip),
+                        _ => None,
+                    });
+                    if let Some(ip) = local.or(address) {
+                        out.push((ip, a.header.prefix_len));
+                    }
+                },
+                |_| false,
+            )?;
+            if !interrupted {
+                return Ok(out);
+            }
+        }
+        Err(io::Error::from_raw_os_error(libc::EINTR))
+    }
+}
