@@ -5,11 +5,13 @@
 //! (the host's) network namespace; its permanent addresses of global scope read (the
 //! kernel drops every address when an interface changes namespace; runc carries exactly
 //! these over: dynamic ones live only as long as their source, and host- or link-scoped
-//! ones mean nothing elsewhere); set down on the host; moved and renamed in one
-//! `RTM_SETLINK` (`IFLA_NET_NS_FD` with `IFLA_IFNAME`, so the name is never taken in
-//! either namespace half way); then, through a netlink socket opened inside the
-//! container's namespace, the addresses added back and the interface set up (always, as
-//! runc). MTU and MAC address move with the device.
+//! ones mean nothing elsewhere); set down on the host; moved and renamed by one
+//! `RTM_SETLINK` (`IFLA_NET_NS_FD` with `IFLA_IFNAME`, as runc); then, through a netlink
+//! socket opened inside the container's namespace, the addresses added back and the
+//! interface set up (always, as runc). MTU and MAC address move with the device. The
+//! kernel renames only after the move (unless the host name is taken inside), so a new
+//! name the container's namespace already has is refused before anything changes, and an
+//! interface a failed rename left inside is moved back.
 //!
 //! Nothing is moved back: on delete (or a failed create) the namespace goes with its last
 //! process, and the kernel returns a physical interface to the host's initial network
@@ -90,18 +92,26 @@ pub fn move_into(pid: i32, devices: &[(&str, &str)]) -> Result<(), NetdevError> 
         "open a netlink socket in the container's network namespace",
     ))?;
     for &(from, to) in devices {
-        move_one(&mut host, &mut inside, target.as_fd(), from, to)?;
+        move_one(
+            &mut host,
+            &mut inside,
+            (target.as_fd(), own.as_fd()),
+            from,
+            to,
+        )?;
     }
     Ok(())
 }
 
+/// Moves one interface; `ns` is (the container's network namespace, moat's own).
 fn move_one(
     host: &mut Route,
     inside: &mut Route,
-    target: BorrowedFd<'_>,
+    ns: (BorrowedFd<'_>, BorrowedFd<'_>),
     from: &str,
     to: &str,
 ) -> Result<(), NetdevError> {
+    let (target, own) = ns;
     let step = |what: String| {
         move |source| NetdevError::Step {
             host: from.to_string(),
@@ -114,6 +124,15 @@ fn move_one(
     ))?;
     let index = link.header.index;
     let was_up = link.header.flags.contains(LinkFlags::Up);
+    // The kernel moves the interface first and renames it inside after: a name taken
+    // there would fail the rename with the interface already moved. Refused before.
+    if inside.link(to).is_ok() {
+        return Err(step(format!(
+            "the container's network namespace already has an interface named {to:?}"
+        ))(io::Error::from_raw_os_error(libc::EEXIST)));
+    }
+    // Whether a failed move may have left it inside under its host name (see below).
+    let from_taken_inside = inside.link(from).is_ok();
     let addrs = host
         .addresses(index)
         .map_err(step("read its addresses".into()))?;
@@ -126,9 +145,16 @@ fn move_one(
         LinkAttribute::NetNsFd(target.as_raw_fd()),
     ];
     if let Err(e) = host.request(RouteNetlinkMessage::SetLink(moved), 0) {
-        if was_up {
-            // Still on the host (the move is one operation): as it was.
-            let _ = host.set_up(index, true);
+        // A rename refused inside after the move (a name taken in between) leaves the
+        // interface there under its host name: brought back, then as it was.
+        if let (false, Ok(l)) = (from_taken_inside, inside.link(from)) {
+            let mut back = LinkMessage::default();
+            back.header.index = l.header.index;
+            back.attributes = vec![LinkAttribute::NetNsFd(own.as_raw_fd())];
+            let _ = inside.request(RouteNetlinkMessage::SetLink(back), 0);
+        }
+        if let (true, Ok(l)) = (was_up, host.link(from)) {
+            let _ = host.set_up(l.header.index, true);
         }
         return Err(step(format!(
             "move it into the container's network namespace as {to:?}"
