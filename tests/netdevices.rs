@@ -212,7 +212,10 @@ fn refused(ctx: &Ctx, v: &Veth, case: &str, want: &str) -> Vec<String> {
     if out.code == 0 {
         wrong.push(format!("{case}: created"));
     } else if lines.len() != 1 || !lines[0].contains(want) {
-        wrong.push(format!("{case}: want one line with {want:?}, got {:?}", out.stderr));
+        wrong.push(format!(
+            "{case}: want one line with {want:?}, got {:?}",
+            out.stderr
+        ));
     }
     if out.code != 0 {
         let left = ctx.traces(&id);

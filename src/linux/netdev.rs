@@ -153,8 +153,14 @@ fn move_one(
             back.attributes = vec![LinkAttribute::NetNsFd(own.as_raw_fd())];
             let _ = inside.request(RouteNetlinkMessage::SetLink(back), 0);
         }
-        if let (true, Ok(l)) = (was_up, host.link(from)) {
-            let _ = host.set_up(l.header.index, true);
+        if let Ok(l) = host.link(from) {
+            // Moved there and back, it lost its addresses on the way.
+            for &(addr, prefix) in &addrs {
+                let _ = host.add_address(l.header.index, addr, prefix);
+            }
+            if was_up {
+                let _ = host.set_up(l.header.index, true);
+            }
         }
         return Err(step(format!(
             "move it into the container's network namespace as {to:?}"
@@ -168,22 +174,8 @@ fn move_one(
         .header
         .index;
     for (addr, prefix) in addrs {
-        let mut m = AddressMessage::default();
-        m.header.family = match addr {
-            IpAddr::V4(_) => AddressFamily::Inet,
-            IpAddr::V6(_) => AddressFamily::Inet6,
-        };
-        m.header.prefix_len = prefix;
-        m.header.index = index;
-        m.attributes = vec![
-            AddressAttribute::Local(addr),
-            AddressAttribute::Address(addr),
-        ];
         inside
-            .request(
-                RouteNetlinkMessage::NewAddress(m),
-                NLM_F_CREATE | NLM_F_EXCL,
-            )
+            .add_address(index, addr, prefix)
             .map_err(step(format!(
                 "add its address {addr}/{prefix} in the container"
             )))?;
@@ -301,6 +293,25 @@ impl Route {
             |h| h.flags & NLM_F_MULTIPART == 0,
         )?;
         found.ok_or_else(|| io::Error::from_raw_os_error(libc::ENODEV))
+    }
+
+    /// Adds `addr`/`prefix` to link `index` (an address it has already is an error).
+    fn add_address(&mut self, index: u32, addr: IpAddr, prefix: u8) -> io::Result<()> {
+        let mut m = AddressMessage::default();
+        m.header.family = match addr {
+            IpAddr::V4(_) => AddressFamily::Inet,
+            IpAddr::V6(_) => AddressFamily::Inet6,
+        };
+        m.header.prefix_len = prefix;
+        m.header.index = index;
+        m.attributes = vec![
+            AddressAttribute::Local(addr),
+            AddressAttribute::Address(addr),
+        ];
+        self.request(
+            RouteNetlinkMessage::NewAddress(m),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
     }
 
     /// Sets link `index` up or down.
