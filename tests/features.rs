@@ -2,8 +2,9 @@
 //! host with a real container, so a claim that stops being true fails here. containerd 2.x
 //! and CRI-O read `linux.namespaces` (`user`: user-namespaced pods),
 //! `linux.mountExtensions.idmap.enabled` (idmapped mounts), `mountOptions` (`rro`:
-//! recursive read-only mounts) and the spec versions; `shape` in src/report/features.rs
-//! checks the rest of the document's form.
+//! recursive read-only mounts), `linux.netDevices.enabled` (a veth end moved in) and the
+//! spec versions; `shape` in src/report/features.rs checks the rest of the document's
+//! form.
 
 mod support;
 
@@ -143,6 +144,30 @@ fn every_claim_engines_read_holds_on_this_host() {
         // Host uid 0 is container uid 0 through the mount's map (unmapped: 65534).
         script += "stat -c idmap-owner=%u /ws/root-owned;";
     }
+    // linux.netDevices: one end of a veth pair made here moved in, renamed, into this
+    // container's network namespace (owned by its user namespace); the kernel destroys
+    // the pair with that namespace (tests/netdevices.rs tries the rest).
+    let netdev = f["linux"]["netDevices"]["enabled"] == true;
+    let veth = format!("mfe{}", std::process::id());
+    let _veth = netdev.then(|| {
+        support::host(&[
+            "ip",
+            "link",
+            "add",
+            &format!("{veth}a"),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &format!("{veth}b"),
+        ]);
+        ctx.set(
+            "/linux/netDevices",
+            json!({ format!("{veth}a"): {"name": "feat0"} }),
+        );
+        script += "test -e /sys/class/net/feat0 && echo netdev=moved;";
+        DelLink(format!("{veth}b"))
+    });
     ctx.sh(&script);
     let (out, err) = run_to_end(&ctx, "c");
     let lines: Vec<&str> = out.lines().collect();
@@ -165,5 +190,23 @@ fn every_claim_engines_read_holds_on_this_host() {
             lines.contains(&"idmap-owner=0"),
             "idmap: not mapped\n{out}{err}"
         );
+    }
+    assert!(netdev, "features says netDevices.enabled false");
+    assert!(
+        lines.contains(&"netdev=moved"),
+        "netDevices: not moved in\n{out}{err}"
+    );
+}
+
+/// Deletes a host interface when dropped, if it is still there.
+struct DelLink(String);
+
+impl Drop for DelLink {
+    fn drop(&mut self) {
+        if Path::new("/sys/class/net").join(&self.0).exists() {
+            let mut c = Command::new("ip");
+            c.args(["link", "del", "dev", &self.0]);
+            let _ = support::run_cmd(c, &tmp_base(), support::CALL_TIMEOUT);
+        }
     }
 }

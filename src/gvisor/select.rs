@@ -250,6 +250,9 @@ pub fn check(spec: &Spec, preserve_fds: u32) -> Result<()> {
     {
         bail!("linux.resources.rdma: refused: gVisor does not apply it (runsc's rdma controller is a no-op)");
     }
+    if !spec.linux().net_devices().is_empty() {
+        bail!("linux.netDevices: refused: moat moves interfaces only into a native container's network namespace (runsc's sandbox takes its own)");
+    }
     if process.exec_cpu_affinity.is_some() {
         bail!("process.execCPUAffinity: refused: gVisor does not apply it (exec'd processes live in the sentry)");
     }

@@ -35,8 +35,8 @@ fn retype<T: serde::de::DeserializeOwned + serde::Serialize>(
 }
 
 /// The opaque fields runsc 20221219 reads. The others moat keeps opaque
-/// (`linux.intelRdt`, `linux.netDevices`, `linux.resources.rdma`) are dropped: runsc
-/// ignores them (its rdma controller is a no-op).
+/// (`linux.intelRdt`, `linux.resources.rdma`) are dropped: runsc ignores them (its rdma
+/// controller is a no-op). (`linux.netDevices` never gets here: `select` refuses it.)
 pub const PASS_THROUGH: &[PassThrough] = &[PassThrough {
     field: "linux.resources.network",
     why: "runsc writes net_cls.classid and net_prio.ifpriomap of the sandbox's host cgroup",

@@ -23,6 +23,7 @@ pub mod killpoint;
 pub mod mempolicy;
 pub mod mount;
 pub mod namespaces;
+pub mod netdev;
 pub mod notify;
 pub mod path;
 pub mod pidfd;

@@ -178,7 +178,9 @@ pub const TABLE: &[Row] = &[
     row("linux.personality", true, Kept, "the execution domain (LINUX, LINUX32)", None),
     row("linux.memoryPolicy", true, Kept, "the NUMA policy of the container's processes (set_mempolicy): a preference or binding among the nodes the cgroup's cpuset.mems allows, never another", p(r#"{"mode":"MPOL_BIND","nodes":"0","flags":["MPOL_F_STATIC_NODES"]}"#, "grep -q ' bind=static:0 ' /proc/self/numa_maps")),
     row("linux.intelRdt", false, Refused, "moat does not apply Intel RDT", p(r#"{"closID":"moat"}"#, "")),
-    row("linux.netDevices", false, Refused, "moat does not move network devices", p(r#"{"eth9":{"name":"eth9"}}"#, "")),
+    // The probe names the host's usual uplink behind a missing interface (moved in sorted
+    // order): were the refusal ever lost, the move would stop at the missing one.
+    row("linux.netDevices", true, Tightened, "a host interface is moved into the container's own network namespace only if [restricted] net_devices names it (exactly, or by a prefix ending in `*`; none by default): any other is refused, the host's uplink with it; never into the host's namespace, never with moat.network=none", p(r#"{"0-moat-none":{},"eth0":{"name":"eth9"}}"#, "")),
 ];
 
 /// The row that decides `path` (a path as `tests::paths` names it): its own, or the nearest

@@ -14,6 +14,7 @@
 //! accept_voided = []              # of those, ones kept although they void a promise (moat policy table)
 //! allowed_devices = []            # character devices kept beyond the built-in list: "c 195:*"
 //! host_namespaces = []            # host namespaces allowed: "pid", "network", "ipc", "uts"
+//! net_devices = []                # host interfaces linux.netDevices may move: "veth-ci0", "veth-*"
 //! rootfs = "writable"             # default of moat.rootfs: "writable", "ephemeral", "readonly"
 //!                                 # (readonly_rootfs = true|false: the older spelling)
 //! rootfs_size = "512m"            # bytes of data and inodes of an ephemeral root's writes
@@ -135,6 +136,10 @@ pub struct Config {
     /// container keeps when its spec lists them, beyond the built-in allow-list
     /// (`policy::devices`).
     pub allowed_devices: Vec<super::devices::AllowedDevice>,
+    /// `[restricted] net_devices`: the host interfaces (exact names, or prefixes ending in
+    /// `*`) a RESTRICTED container's `linux.netDevices` may move into its network
+    /// namespace; none by default.
+    pub net_devices: Vec<String>,
     pub readonly_rootfs: bool,
     /// `[restricted] rootfs = "ephemeral"`: the default root is writable, bounded, and
     /// throw-away (see `policy::ephemeral_rootfs`). With both `rootfs` and the older
@@ -292,6 +297,7 @@ impl Default for Config {
             allowed_capabilities: Vec::new(),
             accept_voided: Vec::new(),
             allowed_devices: Vec::new(),
+            net_devices: Vec::new(),
             readonly_rootfs: false,
             ephemeral_rootfs: false,
             rootfs_readonly: false,
@@ -809,6 +815,29 @@ platform = "kvm"
             cfg("[userns]\npool = \"100000:1000\"\n").is_err(),
             "size > pool"
         );
+    }
+
+    #[test]
+    fn net_devices_are_interface_names_or_prefixes() {
+        let c = cfg("[restricted]\nnet_devices = [\"veth-ci0\", \"veth-*\"]\n").unwrap();
+        assert_eq!(c.net_devices, ["veth-ci0", "veth-*"]);
+        assert!(Config::default().net_devices.is_empty());
+        for (bad, why) in [
+            ("[\"*\"]", "every interface of the host"),
+            ("[\"\"]", "every interface of the host"),
+            ("[\"a/b\"]", "contains '/'"),
+            ("[\"eth*0\"]", "contains '*'"),
+            ("[\"0123456789abcdef\"]", "longer than 15 bytes"),
+            ("\"veth-*\"", "expected a sequence"),
+        ] {
+            let e = cfg(&format!("[restricted]\n\nnet_devices = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("/etc/moat/config.toml:3: restricted.net_devices") && e.contains(why),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

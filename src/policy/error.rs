@@ -110,6 +110,17 @@ pub enum PolicyError {
         promise: &'static str,
         how: &'static str,
     },
+    /// A host interface `[restricted] net_devices` does not name.
+    #[error(
+        "linux.netDevices[{host:?}]: moving the host's interface {host:?} into a container is \
+         refused under RESTRICTED (allow with [restricted] net_devices = [\"{host}\"])"
+    )]
+    NetDeviceNotAllowed { host: String },
+    #[error(
+        "linux.netDevices: refused with moat.network=none (an interface moved in would give \
+         the container the network it is denied)"
+    )]
+    NetDevicesNetworkNone,
 }
 
 /// Why a `linux.namespaces[].path` could not be examined for the floor facts.

@@ -163,6 +163,10 @@ fn apply_with(
     // After moat.network=none, which gives the container a namespace of its own.
     if restricted {
         namespaces::namespace_floor(spec, cfg, floor, &mut d)?;
+        namespaces::net_devices_floor(spec, cfg)?;
+    }
+    if sel.network_none && !spec.linux().net_devices().is_empty() {
+        return Err(PolicyError::NetDevicesNetworkNone);
     }
     if !sel.network_none {
         egress::decide(wanted_egress, cfg, restricted, floor, &mut d)?;

@@ -25,6 +25,20 @@ pub fn refused_host_namespaces(
         .collect()
 }
 
+/// RESTRICTED: `linux.netDevices` moves only the host interfaces `[restricted]
+/// net_devices` names (exactly, or by a prefix ending in `*`); none by default. An
+/// interface moved in takes the host's traffic on it along, and on the host it is gone:
+/// the uplink would cut the host off the network. The first one not listed refuses the
+/// create, before anything is moved.
+pub(super) fn net_devices_floor(spec: &Spec, cfg: &Config) -> Result<(), PolicyError> {
+    for (host, _) in spec.linux().net_devices() {
+        if !super::lsm_listed(&cfg.net_devices, host) {
+            return Err(PolicyError::NetDeviceNotAllowed { host: host.into() });
+        }
+    }
+    Ok(())
+}
+
 /// RESTRICTED: the container does not share the host's pid, network, ipc or uts namespace
 /// (no entry, or a path to the namespace moat itself runs in) unless `[restricted]
 /// host_namespaces` names the type. Without its own pid namespace container root (host

@@ -1600,3 +1600,58 @@ fn unknown_keys_are_refused_under_restricted_ignored_and_reported_under_open() {
         spec.process().exec_cpu_affinity
     );
 }
+
+#[test]
+fn net_devices_move_only_listed_interfaces_under_restricted() {
+    let with = |devices: serde_json::Value| {
+        let mut s = podman_like();
+        s.linux.as_mut().unwrap().net_devices = Some(serde_json::from_value(devices).unwrap());
+        s
+    };
+    let run = |s: &mut Spec, cfg: &Config| {
+        apply(s, cfg, "c1", &HostFacts::default(), &facts()).map_err(|e| e.to_string())
+    };
+    let two = serde_json::json!({"veth-a1": {"name": "eth0"}, "eth0": {}});
+    // Nothing listed (the default): the first interface is refused, naming it.
+    let e = run(&mut with(two.clone()), &Config::default()).unwrap_err();
+    assert_eq!(
+        e,
+        "linux.netDevices[\"eth0\"]: moving the host's interface \"eth0\" into a container is \
+         refused under RESTRICTED (allow with [restricted] net_devices = [\"eth0\"])"
+    );
+    // A prefix lets its interfaces through, not the others.
+    let prefix = Config {
+        net_devices: vec!["veth-*".into()],
+        ..Config::default()
+    };
+    run(
+        &mut with(serde_json::json!({"veth-a1": {"name": "eth0"}})),
+        &prefix,
+    )
+    .unwrap();
+    let e = run(&mut with(two.clone()), &prefix).unwrap_err();
+    assert!(e.starts_with("linux.netDevices[\"eth0\"]"), "{e}");
+    // An exact name matches only itself.
+    let exact = Config {
+        net_devices: vec!["veth-a".into()],
+        ..Config::default()
+    };
+    let e = run(&mut with(serde_json::json!({"veth-a1": {}})), &exact).unwrap_err();
+    assert!(e.starts_with("linux.netDevices[\"veth-a1\"]"), "{e}");
+    // OPEN follows runc: any interface.
+    let open = Config {
+        default_policy: Mode::Open,
+        ..Config::default()
+    };
+    run(&mut with(two.clone()), &open).unwrap();
+    // moat.network=none denies the network an interface would bring, under both.
+    let none = Config {
+        network_none: true,
+        ..open
+    };
+    let e = run(&mut with(two), &none).unwrap_err();
+    assert!(
+        e.starts_with("linux.netDevices: refused with moat.network=none"),
+        "{e}"
+    );
+}

@@ -212,8 +212,9 @@ pub fn features() -> Features {
                 modes: sorted(mempolicy::MODES.iter().map(|(m, _)| *m).collect()),
                 flags: sorted(mempolicy::FLAGS.iter().map(|(f, _)| *f).collect()),
             },
-            // linux.netDevices is refused.
-            net_devices: Enabled { enabled: false },
+            // linux.netDevices: moved by the native create (`linux/netdev.rs`); refused for
+            // a rootless or gVisor container, as runc refuses a rootless one.
+            net_devices: Enabled { enabled: true },
         },
         annotations,
         potentially_unsafe_config_annotations: vec!["moat."],
@@ -275,7 +276,7 @@ mod tests {
         assert_eq!(v["ociVersionMax"], "1.3.0");
         assert_eq!(l["memoryPolicy"]["modes"].as_array().unwrap().len(), 7);
         assert_eq!(l["memoryPolicy"]["flags"].as_array().unwrap().len(), 3);
-        assert_eq!(l["netDevices"]["enabled"], false);
+        assert_eq!(l["netDevices"]["enabled"], true);
         assert_eq!(v["potentiallyUnsafeConfigAnnotations"][0], "moat.");
         let sc = &l["seccomp"];
         assert!(sc["archs"]

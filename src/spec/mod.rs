@@ -264,11 +264,36 @@ pub struct Linux {
     pub personality: Option<Personality>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_policy: Option<MemoryPolicy>,
+    /// `linux.netDevices` (runtime-spec 1.3): host interface name → what it becomes in
+    /// the container's network namespace (`linux/netdev.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_devices: Option<BTreeMap<String, NetDevice>>,
     /// Fields moat refuses rather than ignores (see `validate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intel_rdt: Option<serde_json::Value>,
+}
+
+/// One `linux.netDevices` entry: the interface's name in the container (`None` or empty:
+/// the host's name is kept).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NetDevice {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub net_devices: Option<serde_json::Value>,
+    pub name: Option<String>,
+}
+
+impl Linux {
+    /// The interfaces `linux.netDevices` moves, as (host name, name in the container), in
+    /// the map's (sorted) order.
+    pub fn net_devices(&self) -> Vec<(&str, &str)> {
+        self.net_devices
+            .iter()
+            .flatten()
+            .map(|(host, d)| {
+                let name = d.name.as_deref().filter(|n| !n.is_empty()).unwrap_or(host);
+                (host.as_str(), name)
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

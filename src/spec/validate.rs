@@ -41,6 +41,76 @@ pub fn device_path(path: &str) -> Option<String> {
     (comps.len() >= 2 && comps[0] == "dev").then(|| format!("/{}", comps.join("/")))
 }
 
+/// The longest interface name the kernel takes: `IFNAMSIZ` (16) less its NUL.
+pub const IFNAME_MAX: usize = 15;
+
+/// Why the kernel would refuse `name` as an interface name (its `dev_valid_name`: empty,
+/// longer than [`IFNAME_MAX`] bytes, `.` or `..`, a `/`, `:` or white space), or a NUL
+/// (which would cut it short); `None` when it is valid.
+pub fn interface_name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("an interface name must not be empty".into());
+    }
+    if name.len() > IFNAME_MAX {
+        return Some(format!(
+            "{name:?} is longer than {IFNAME_MAX} bytes (the kernel's IFNAMSIZ)"
+        ));
+    }
+    if name == "." || name == ".." {
+        return Some(format!("{name:?} is not an interface name"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| matches!(c, '/' | ':' | '\0') || c.is_ascii_whitespace() || *c == '\x0b')
+    {
+        return Some(format!(
+            "{name:?} contains {c:?}, which no interface name may hold"
+        ));
+    }
+    None
+}
+
+/// `linux.netDevices`: a network namespace of the container's own to move them into (as
+/// runc: without one they would land in the host's), valid names on both sides, and no
+/// two interfaces given the same name in the container.
+fn net_devices(linux: &super::Linux) -> Result<(), Invalid> {
+    let devices = linux.net_devices();
+    if devices.is_empty() {
+        return Ok(());
+    }
+    if !linux.namespaces.iter().any(|n| n.typ == "network") {
+        return Err(invalid(
+            "linux.netDevices",
+            "needs a network namespace of the container's own (linux.namespaces has no \
+             \"network\" entry: the interfaces would stay in the host's)",
+        ));
+    }
+    for (i, &(host, name)) in devices.iter().enumerate() {
+        if let Some(why) = interface_name_problem(host) {
+            return Err(invalid(format!("linux.netDevices[{host:?}]"), why));
+        }
+        let explicit = linux
+            .net_devices
+            .as_ref()
+            .and_then(|m| m.get(host))
+            .and_then(|d| d.name.as_deref())
+            .filter(|n| !n.is_empty());
+        if let Some(why) = explicit.and_then(interface_name_problem) {
+            return Err(invalid(format!("linux.netDevices[{host:?}].name"), why));
+        }
+        if let Some((other, _)) = devices[..i].iter().find(|(_, n)| *n == name) {
+            return Err(invalid(
+                format!("linux.netDevices[{host:?}]"),
+                format!(
+                    "would be named {name:?} in the container, as linux.netDevices[{other:?}] \
+                     would"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Checks the spec, and normalises what the rest of moat must see in one form only.
 /// runc takes a namespace listed twice alike (same type, same or no path) as one: an
 /// engine that appends one the spec already has (runc's delete.bats adds a cgroup
@@ -268,13 +338,7 @@ pub fn validate(spec: &mut Spec) -> Result<(), Invalid> {
              intelRdt.enabled false)",
         ));
     }
-    if linux.net_devices.is_some() {
-        return Err(invalid(
-            "linux.netDevices",
-            "refused: moat does not move network devices into a container (`moat features` \
-             says netDevices.enabled false)",
-        ));
-    }
+    net_devices(linux)?;
     if let Some(r) = &linux.resources {
         // Whether the host has the controller is the cgroup plan's to say (it knows the
         // hierarchies); the shape is checked here, before anything exists.
@@ -359,6 +423,70 @@ mod tests {
         ))
         .unwrap_err();
         assert_eq!(e.field, "linux.intelRdt");
+    }
+
+    fn net_devices(devices: &str, namespaces: &str) -> Result<(), Invalid> {
+        validate(&mut spec(&format!(
+            r#"{{"ociVersion":"1.3.0","linux":{{"namespaces":{namespaces},"netDevices":{devices}}}}}"#
+        )))
+    }
+
+    #[test]
+    fn net_devices_need_a_network_namespace_and_valid_distinct_names() {
+        let own = r#"[{"type":"network"},{"type":"mount"}]"#;
+        net_devices(
+            r#"{"veth1":{},"veth2":{"name":"eth0"},"veth3":{"name":""}}"#,
+            own,
+        )
+        .unwrap();
+        net_devices(
+            r#"{"a":{}}"#,
+            r#"[{"type":"network","path":"/run/netns/x"}]"#,
+        )
+        .unwrap();
+        net_devices("{}", "[]").unwrap();
+        let e = net_devices(r#"{"veth1":{}}"#, r#"[{"type":"mount"}]"#).unwrap_err();
+        assert_eq!(e.field, "linux.netDevices");
+        assert!(e.reason.contains("network namespace"), "{e}");
+        for (devices, field) in [
+            (r#"{"a/b":{}}"#, r#"linux.netDevices["a/b"]"#),
+            (r#"{"..":{}}"#, r#"linux.netDevices[".."]"#),
+            (
+                r#"{"veth1":{"name":"."}}"#,
+                r#"linux.netDevices["veth1"].name"#,
+            ),
+            (
+                r#"{"veth1":{"name":"a:b"}}"#,
+                r#"linux.netDevices["veth1"].name"#,
+            ),
+            (
+                r#"{"veth1":{"name":"a b"}}"#,
+                r#"linux.netDevices["veth1"].name"#,
+            ),
+            (
+                r#"{"veth1":{"name":"a\u0000"}}"#,
+                r#"linux.netDevices["veth1"].name"#,
+            ),
+            (
+                r#"{"veth1":{"name":"0123456789abcdef"}}"#,
+                r#"linux.netDevices["veth1"].name"#,
+            ),
+            (
+                r#"{"0123456789abcdef":{}}"#,
+                r#"linux.netDevices["0123456789abcdef"]"#,
+            ),
+            (
+                r#"{"a":{"name":"x"},"b":{"name":"x"}}"#,
+                r#"linux.netDevices["b"]"#,
+            ),
+            (r#"{"a":{},"b":{"name":"a"}}"#, r#"linux.netDevices["b"]"#),
+        ] {
+            let e = net_devices(devices, own).unwrap_err();
+            assert_eq!(e.field, field, "{devices}: {e}");
+            assert!(!e.to_string().contains('\n'), "one line: {e}");
+        }
+        // The longest name the kernel takes.
+        net_devices(r#"{"veth1":{"name":"0123456789abcde"}}"#, own).unwrap();
     }
 
     #[test]

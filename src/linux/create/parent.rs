@@ -555,9 +555,12 @@ fn serve(
     }
 }
 
-/// Row 11: prestart and createRuntime hooks, in the container's namespaces' view of
-/// the init's pid.
+/// Row 11: `linux.netDevices` moved into the container's network namespace (made by
+/// now, and entered by `init_pid`, direct or staged), then prestart and createRuntime
+/// hooks, in the container's namespaces' view of the init's pid: hooks and the
+/// container's own createContainer hooks already see the interfaces, as runc's do.
 fn hooks(plan: &Plan, record: &Record, init_pid: i32, parent_ch: &Channel) -> Result<(), Error> {
+    crate::linux::netdev::move_into(init_pid, &plan.spec.linux().net_devices())?;
     let st = state_json(record, "creating", init_pid);
     if let Some(h) = &plan.spec.hooks {
         hooks::run("prestart", &h.prestart, &st)?;

@@ -379,6 +379,9 @@ impl Plan {
             && !std::io::IsTerminal::is_terminal(&std::io::stdout());
         if opts.rootless {
             rootless_checks(&spec, &ns)?;
+            if !linux.net_devices().is_empty() {
+                return Err(Error::NetDevicesRootless);
+            }
         }
         if userns_pool.is_some() && !ns.has_new(libc::CLONE_NEWUSER) && ns.user_join.is_none() {
             return Err(Error::IdmapNoUserns);

@@ -53,6 +53,7 @@ struct Restricted {
     accept_voided: Option<Vec<Capability>>,
     allowed_devices: Option<Vec<AllowedDevice>>,
     host_namespaces: Option<Vec<HostNamespace>>,
+    net_devices: Option<Vec<NetDeviceName>>,
     readonly_rootfs: Option<bool>,
     rootfs: Option<Rootfs>,
     rootfs_size: Option<Size>,
@@ -301,6 +302,9 @@ impl Restricted {
         if let Some(l) = &self.host_namespaces {
             c.host_namespaces = l.iter().map(|x| x.0.clone()).collect();
         }
+        if let Some(l) = &self.net_devices {
+            c.net_devices = l.iter().map(|x| x.0.clone()).collect();
+        }
         if let Some(r) = self.readonly_rootfs {
             c.readonly_rootfs = r;
         }
@@ -497,6 +501,35 @@ impl TryFrom<String> for AllowedDevice {
     type Error = String;
     fn try_from(s: String) -> Result<Self, String> {
         crate::policy::devices::parse_allowed(&s).map(AllowedDevice)
+    }
+}
+
+/// `[restricted] net_devices`: a host interface name, or a prefix of one ending in `*`.
+/// `"*"` alone is refused: it would let any container take any interface, the host's
+/// uplink included.
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct NetDeviceName(String);
+impl TryFrom<String> for NetDeviceName {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        let name = s.strip_suffix('*').unwrap_or(&s);
+        if name.is_empty() {
+            return Err(format!(
+                "{s:?} would allow every interface of the host, its uplink too: name the \
+                 interfaces, or a prefix of theirs such as \"veth-*\""
+            ));
+        }
+        if name.contains('*') {
+            return Err(format!(
+                "{s:?} contains '*' before its end (only a trailing '*' makes a prefix)"
+            ));
+        }
+        // A prefix is checked as the start of a name: only its length may fall short.
+        if let Some(why) = crate::spec::validate::interface_name_problem(name) {
+            return Err(why);
+        }
+        Ok(NetDeviceName(s))
     }
 }
 

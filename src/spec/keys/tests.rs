@@ -40,7 +40,6 @@ fn shape_is_traced_from_the_types() {
         opaque,
         [
             "linux.intelRdt",
-            "linux.netDevices",
             "linux.resources.network",
             "linux.resources.rdma"
         ]
