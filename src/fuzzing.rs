@@ -17,7 +17,7 @@ pub const ANNOTATIONS: &[&str] = &policy::ANNOTATIONS;
 
 /// `moat spec`'s config.json, for structure-aware targets to edit.
 pub fn default_spec() -> serde_json::Value {
-    spec::default::spec(false)
+    spec::default::spec(false, true)
 }
 
 /// The host facts the policy is fuzzed against: a cgroup v2 host with its own namespaces,
@@ -74,7 +74,7 @@ fn policy_then_seccomp(spec: &mut Spec) {
 /// The default spec (`moat spec`) with `annotations` set, through validation and the policy:
 /// annotations are the image's, so every value is the attacker's.
 pub fn annotations(annotations: &[(String, String)]) {
-    let mut v = spec::default::spec(false);
+    let mut v = spec::default::spec(false, true);
     v["annotations"] = annotations
         .iter()
         .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
@@ -91,7 +91,7 @@ pub fn exec_process(bytes: &[u8]) {
         return;
     };
     let init: Spec =
-        serde_json::from_value(spec::default::spec(false)).expect("the default spec parses");
+        serde_json::from_value(spec::default::spec(false, true)).expect("the default spec parses");
     let _ = policy::restrict_exec(&mut p, init.process());
 }
 
@@ -129,7 +129,7 @@ pub fn config_toml(bytes: &[u8]) {
         return;
     };
     let mut spec: Spec =
-        serde_json::from_value(spec::default::spec(false)).expect("the default spec parses");
+        serde_json::from_value(spec::default::spec(false, true)).expect("the default spec parses");
     let _ = policy::apply(&mut spec, &cfg, "fuzz", &HostFacts::default(), &floor());
 }
 

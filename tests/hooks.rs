@@ -291,7 +291,7 @@ fn failing_start_container_hook_is_reported_by_the_init() {
     c.wait_stopped(Duration::from_secs(20));
     let said = created.stderr_now();
     assert!(
-        said.contains("container init: hooks: error running hook startContainer"),
+        said.contains("container init: hooks: error running startContainer hook #0: "),
         "the init's stderr: {said:?}"
     );
     let text = std::fs::read_to_string(&log).unwrap();

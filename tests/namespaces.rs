@@ -50,6 +50,30 @@ fn requested_namespaces_are_new_and_the_others_are_the_hosts() {
     }
 }
 
+/// `moat spec` lists a cgroup namespace exactly where `runc spec` does: on a cgroup v2-only
+/// host (cgroup2 mounted at /sys/fs/cgroup), not on a v1 or hybrid one, where runc's tests
+/// read the host's cgroup paths from inside the container.
+#[test]
+fn moat_spec_has_a_cgroup_namespace_only_on_a_cgroup_v2_only_host() {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let v2_only = mountinfo.lines().any(|l| {
+        let (pre, post) = l.split_once(" - ").unwrap_or((l, ""));
+        pre.split(' ').nth(4) == Some("/sys/fs/cgroup") && post.starts_with("cgroup2 ")
+    });
+    let types: Vec<&str> = moat_default_spec()["linux"]["namespaces"]
+        .as_array()
+        .expect("namespaces")
+        .iter()
+        .map(|n| n["type"].as_str().expect("type"))
+        .collect();
+    let expected: &[&str] = if v2_only {
+        &["pid", "network", "ipc", "uts", "mount", "cgroup"]
+    } else {
+        &["pid", "network", "ipc", "uts", "mount"]
+    };
+    assert_eq!(types, expected, "cgroup v2 only: {v2_only}");
+}
+
 /// runc's delete.bats appends a cgroup namespace to a spec that lists one: a namespace
 /// listed twice alike is taken once (a warning), as runc does, and the container runs in
 /// a new one; the same type with a path and without is refused, naming the entry, before

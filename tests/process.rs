@@ -626,6 +626,33 @@ fn personality_and_scheduler_hold_for_exec() {
     c.kill("KILL");
 }
 
+/// runc (scheduler.bats "scheduler vs cpus"): SCHED_DEADLINE in a container bounded to a
+/// cpuset fails with the kernel's EPERM, said in runc's words, and leaves nothing behind.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_deadline_scheduler_in_a_cpuset_is_refused_in_runcs_words() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("schedcpus");
+    ctx.set("/linux/resources/cpu/cpus", json!("0"));
+    ctx.set(
+        "/process/scheduler",
+        json!({"policy": "SCHED_DEADLINE", "nice": 19, "runtime": 42000,
+               "deadline": 1000000, "period": 1000000}),
+    );
+    let (c, out) = ctx.create("c");
+    let out = out.fails();
+    assert!(
+        out.stderr
+            .contains("process scheduler can't be used together with AllowedCPUs"),
+        "{}",
+        out.stderr
+    );
+    drop(c);
+    ctx.assert_no_trace(&ctx.id("c"));
+}
+
 /// runc 1.5 (create.bats "detect fd leak"): a created init, before its execve, holds
 /// nothing of the caller's but stdio (and the preserved fds): the fds a careless caller
 /// leaked into moat are closed, not only close-on-exec.

@@ -27,6 +27,7 @@ pub fn run(_g: &Global, a: Args) -> Result<i32> {
     let path = a.bundle.join("config.json");
     let json = serde_json::to_string_pretty(&crate::spec::default::spec(
         a.rootless.as_deref() == Some("true"),
+        crate::linux::cgroups::unified_mode(),
     ))?;
     let mut f = match std::fs::OpenOptions::new()
         .write(true)

@@ -175,6 +175,7 @@ pub fn native(dir: ContainerDir, rec: &Record, req: &Request) -> anyhow::Result<
     let mut attrs = Attrs::from_process(&process, field, filters, req.preserve_fds)?
         .memory_policy(spec.linux().memory_policy.as_ref())?
         .on_host(&host);
+    attrs.cpuset_cpus = crate::linux::attrs::cpuset_cpus(spec.linux());
     // The container's execution domain, as the init has it (create refused a domain moat
     // does not know, so the saved spec names a known one).
     attrs.personality = spec

@@ -85,6 +85,10 @@ pub struct Attrs {
     /// never decides them from its own view of `/sys`.
     pub host: Option<HostFacts>,
     pub scheduler: Option<Scheduler>,
+    /// `linux.resources.cpu.cpus` is set: an EPERM from `sched_setattr` is then the
+    /// cpuset's doing (SCHED_DEADLINE wants every CPU of its root domain), said in runc's
+    /// words, which engines and runc's suite look for.
+    pub cpuset_cpus: bool,
     pub ioprio: Option<(i32, i32)>,
     /// `linux.memoryPolicy`: the container's, for the init and every exec'd process
     /// ([`Attrs::memory_policy`]).
@@ -307,6 +311,7 @@ impl Attrs {
             selinux: p.selinux_label.clone().filter(|a| !a.is_empty()),
             host: None,
             scheduler: p.scheduler.clone(),
+            cpuset_cpus: false,
             ioprio,
             mempolicy: None,
             exec_affinity,
@@ -376,7 +381,15 @@ impl Attrs {
                 sched_period: s.period,
                 ..Default::default()
             };
-            sys::sched_setattr(&mut attr).step(Step::Scheduler, || "process.scheduler".into())?;
+            let set = sys::sched_setattr(&mut attr);
+            let by_cpuset = self.cpuset_cpus
+                && set.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EPERM);
+            set.step(Step::Scheduler, || match by_cpuset {
+                true => "process.scheduler: process scheduler can't be used together with \
+                         AllowedCPUs (linux.resources.cpu.cpus)"
+                    .into(),
+                false => "process.scheduler".into(),
+            })?;
         }
         if let Some((class, prio)) = self.ioprio {
             sys::ioprio_set(class, prio).step(Step::Scheduler, || "process.ioPriority".into())?;
@@ -690,6 +703,16 @@ fn write_exec_attr(attr: &str, value: &str) -> Result<(), super::procfs::ProcErr
     super::procfs::write_attr(attr, value)
 }
 
+/// Whether `linux.resources.cpu.cpus` bounds the container to a cpuset ([`Attrs::cpuset_cpus`]).
+pub fn cpuset_cpus(linux: &crate::spec::Linux) -> bool {
+    linux
+        .resources
+        .as_ref()
+        .and_then(|r| r.cpu.as_ref())
+        .and_then(|c| c.cpus.as_deref())
+        .is_some_and(|c| !c.is_empty())
+}
+
 /// The `personality(2)` value of a `linux.personality.domain`; `None` for one moat does not
 /// know.
 pub fn personality(domain: &str) -> Option<libc::c_ulong> {
@@ -852,6 +875,7 @@ mod tests {
                     moat_profile_loaded: false,
                 }),
                 scheduler: None,
+                cpuset_cpus: false,
                 ioprio: Some((2, 4)),
                 mempolicy: Some(crate::linux::mempolicy::MemPolicy {
                     mode: 2,

@@ -14,21 +14,21 @@ use crate::spec::Hook;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HookError {
-    #[error("error running hook {kind}[{index}] {path}: cannot start: {source}")]
+    #[error("error running {kind} hook #{index}: {path}: cannot start: {source}")]
     Spawn {
         kind: &'static str,
         index: usize,
         path: String,
         source: std::io::Error,
     },
-    #[error("error running hook {kind}[{index}] {path}: {status}")]
+    #[error("error running {kind} hook #{index}: {path}: {status}")]
     Failed {
         kind: &'static str,
         index: usize,
         path: String,
         status: super::signal::ChildEnd,
     },
-    #[error("error running hook {kind}[{index}] {path}: timed out after {secs}s and was killed")]
+    #[error("error running {kind} hook #{index}: {path}: timed out after {secs}s and was killed")]
     Timeout {
         kind: &'static str,
         index: usize,

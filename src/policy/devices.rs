@@ -430,7 +430,7 @@ mod tests {
     /// What podman's `--privileged` sends on a host like the test VM's: every node of
     /// the host's /dev, block ones included, and `a *:* rwm` after the deny-all.
     fn privileged() -> Spec {
-        let mut s: Spec = serde_json::from_value(crate::spec::default::spec(false)).unwrap();
+        let mut s: Spec = serde_json::from_value(crate::spec::default::spec(false, true)).unwrap();
         let linux = s.linux.get_or_insert_with(Default::default);
         linux.devices = vec![
             dev("c", "/dev/null", 1, 3),
@@ -751,7 +751,7 @@ mod tests {
             .iter()
             .any(|c| c.field == "linux.resources.devices"));
         // An empty spec gets deny-all too: no mknod-anything left.
-        let mut s: Spec = serde_json::from_value(crate::spec::default::spec(false)).unwrap();
+        let mut s: Spec = serde_json::from_value(crate::spec::default::spec(false, true)).unwrap();
         s.linux.as_mut().unwrap().resources = None;
         super::super::apply(&mut s, &Config::default(), "e", &Default::default(), &facts).unwrap();
         assert_eq!(

@@ -5,7 +5,7 @@ use super::*;
 use crate::spec::{self, Mount, Namespace};
 
 fn podman_like() -> Spec {
-    let mut v = crate::spec::default::spec(false);
+    let mut v = crate::spec::default::spec(false, true);
     v["process"]["capabilities"]["bounding"] =
         serde_json::json!(["CAP_CHOWN", "CAP_NET_RAW", "CAP_SYS_CHROOT"]);
     v["process"]["noNewPrivileges"] = serde_json::json!(false);
@@ -1533,7 +1533,7 @@ fn a_capability_that_voids_a_promise_in_force_is_refused_unless_accepted() {
 
 #[test]
 fn unknown_keys_are_refused_under_restricted_ignored_and_reported_under_open() {
-    let json = serde_json::to_vec(&crate::spec::default::spec(false)).unwrap();
+    let json = serde_json::to_vec(&crate::spec::default::spec(false, true)).unwrap();
     let mut v: serde_json::Value = serde_json::from_slice(&json).unwrap();
     v["linux"]["futureField"] = serde_json::json!({"x": 1});
     v["process"]["user"]["username"] = serde_json::json!("root");

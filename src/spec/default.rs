@@ -25,7 +25,10 @@ pub const READONLY_PATHS: [&str; 5] = [
     "/proc/sysrq-trigger",
 ];
 
-pub fn spec(rootless: bool) -> Value {
+/// `cgroupns`: give the container a cgroup namespace of its own. runc's starter spec has one
+/// only on a cgroup v2-only host (`moat spec` passes whether this host is one), so that on a
+/// v1 or hybrid host the container sees its cgroup paths as runc's tests and tools expect.
+pub fn spec(rootless: bool, cgroupns: bool) -> Value {
     let caps = json!(["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]);
     let mut devpts = vec![
         "nosuid",
@@ -42,14 +45,16 @@ pub fn spec(rootless: bool) -> Value {
     // binds the host's /sys, both of which RESTRICTED refuses.
     let sys = json!({"destination": "/sys", "type": "sysfs", "source": "sysfs",
                      "options": ["nosuid", "noexec", "nodev", "ro"]});
-    let namespaces = vec![
+    let mut namespaces = vec![
         json!({"type": "pid"}),
         json!({"type": "network"}),
         json!({"type": "ipc"}),
         json!({"type": "uts"}),
         json!({"type": "mount"}),
-        json!({"type": "cgroup"}),
     ];
+    if cgroupns {
+        namespaces.push(json!({"type": "cgroup"}));
+    }
     let mut linux = json!({
         "namespaces": namespaces,
         "maskedPaths": MASKED_PATHS,

@@ -491,7 +491,7 @@ mod tests {
 
     #[test]
     fn accepts_runc_default() {
-        let mut s: Spec = serde_json::from_value(crate::spec::default::spec(false)).unwrap();
+        let mut s: Spec = serde_json::from_value(crate::spec::default::spec(false, true)).unwrap();
         validate(&mut s).unwrap();
     }
 

@@ -13,13 +13,16 @@ pub struct Layout {
     pub hierarchies: Vec<Hierarchy>,
 }
 
+/// Whether the host is cgroup v2 only: cgroup2 mounted at `/sys/fs/cgroup` (not v1 or hybrid).
+pub fn unified_mode() -> bool {
+    nix::sys::statfs::statfs(Path::new(CGROUP_ROOT))
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+}
+
 impl Layout {
     pub fn detect() -> Result<Layout, CgroupError> {
         let root = Path::new(CGROUP_ROOT);
-        let is_v2 = nix::sys::statfs::statfs(root)
-            .map(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
-            .unwrap_or(false);
-        if is_v2 {
+        if unified_mode() {
             return Ok(Layout {
                 unified: true,
                 hierarchies: vec![v2_hierarchy(root.into())],

@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::spec;
 
 use files::{collect_pids, create_in, read_file, remove_tree, write_file};
-pub use layout::{nsdelegate, resolve_path, Layout};
+pub use layout::{nsdelegate, resolve_path, unified_mode, Layout};
 pub use placement::Placement;
 pub use rootless::NoCgroup;
 pub use v2::pids_max;

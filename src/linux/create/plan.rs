@@ -371,6 +371,7 @@ impl Plan {
         // Checked above, kept in the spec for later execs: the spec makes
         // execCPUAffinity inapplicable to the init.
         attrs.exec_affinity = None;
+        attrs.cpuset_cpus = crate::linux::attrs::cpuset_cpus(linux);
         attrs.pass_listen_fds(opts.listen_fds);
         // A foreground run relaying the pty to a file or pipe: the program's own bytes.
         attrs.clear_onlcr = attrs.terminal

@@ -223,7 +223,7 @@ fn go_folding() {
 /// A podman-like spec of ~10 KB: the default spec with podman's mounts, environment,
 /// annotations and a full seccomp profile.
 pub(crate) fn podman_like() -> Vec<u8> {
-    let mut v = crate::spec::default::spec(false);
+    let mut v = crate::spec::default::spec(false, true);
     v["linux"]["seccomp"] = serde_json::from_str(crate::policy::RESTRICTED_PROFILE).unwrap();
     for i in 0..12 {
         v["annotations"][format!("io.podman.annotations.k{i}")] = "value".into();
