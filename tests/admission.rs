@@ -209,13 +209,11 @@ fn spec_fields_moat_does_not_apply_are_refused_under_both_policies() {
     if !require_root() {
         return;
     }
-    let cases: [(&str, Value); 1] = [
-        (
-            "/linux/intelRdt",
-            json!({"closID": "moat", "l3CacheSchema": "L3:0=f", "memBwSchema": "MB:0=100",
+    let cases: [(&str, Value); 1] = [(
+        "/linux/intelRdt",
+        json!({"closID": "moat", "l3CacheSchema": "L3:0=f", "memBwSchema": "MB:0=100",
                    "schemata": ["L3:0=f"], "enableMonitoring": true}),
-        ),
-    ];
+    )];
     for (i, (pointer, value)) in cases.into_iter().enumerate() {
         let key = pointer.trim_start_matches('/').replace('/', ".");
         for restricted in [false, true] {
