@@ -417,6 +417,35 @@ resolve_runtime() {
 	command -v "$r" 2>/dev/null
 }
 
+# runsc_select -- the runsc moat hands gVisor containers to: RUNSC (which must be an
+# executable: a missing one fails the script, never passes it), else Debian's /usr/bin/runsc
+# (installed when missing). Sets RUNSC to its absolute path.
+runsc_select() {
+	if [[ -z ${RUNSC:-} ]]; then
+		ensure_cmds /usr/bin/runsc:runsc
+		RUNSC=/usr/bin/runsc
+	fi
+	[[ -x $RUNSC ]] || die "RUNSC=$RUNSC is not an executable"
+	RUNSC=$(realpath "$RUNSC")
+}
+
+# runsc_wrap MOAT DIR -- print the path of DIR/moat, a wrapper starting MOAT with RUNSC's
+# directory first in PATH (moat finds runsc in PATH, which the engines set themselves) and
+# argv[0] kept (an alias symlinked to the wrapper stays that alias), as scripts/e2e-gvisor.
+runsc_wrap() {
+	mkdir -p "$2"
+	printf '#!/bin/bash\nPATH=%q:$PATH exec -a "$0" %q "$@"\n' "$(dirname "$RUNSC")" "$1" >"$2/moat"
+	chmod 0755 "$2" "$2/moat"
+	printf '%s\n' "$2/moat"
+}
+
+# runsc_default_platform -- RUNSC's default --platform (`runsc flags`, on stderr), the one moat passes
+# when [gvisor] platform names none (src/gvisor/probe.rs).
+runsc_default_platform() {
+	"$RUNSC" flags 2>&1 | awk '$1 == "-platform" && $2 == "string" { p = 1; next }
+		p && match($0, /\(default "[^"]*"\)/) { s = substr($0, RSTART + 10, RLENGTH - 12); print s; exit }'
+}
+
 # rootfs_version -- the stamp mkrootfs writes; changes when busybox or the layout does.
 MOAT_ROOTFS_LAYOUT=1
 rootfs_version() {
