@@ -33,8 +33,10 @@ pub enum MemPolicyError {
     Mode(String),
     #[error("linux.memoryPolicy.flags[{index}]: unknown flag {flag:?} (one of MPOL_F_NUMA_BALANCING, MPOL_F_RELATIVE_NODES, MPOL_F_STATIC_NODES)")]
     Flag { index: usize, flag: String },
+    /// The list's own reason in the message, not as a source: a chained report
+    /// (`{:#}`) would print it twice.
     #[error("linux.memoryPolicy.nodes: {0}")]
-    Nodes(#[from] cpulist::ListError),
+    Nodes(cpulist::ListError),
     #[error("linux.memoryPolicy.nodes: {mode} takes no nodes")]
     NoNodes { mode: String },
     #[error("linux.memoryPolicy.nodes: {mode} needs at least one node")]
@@ -71,7 +73,8 @@ impl MemPolicy {
                     flag: f.clone(),
                 })?;
         }
-        let nodes = cpulist::parse(p.nodes.as_deref().unwrap_or(""))?;
+        let nodes =
+            cpulist::parse(p.nodes.as_deref().unwrap_or("")).map_err(MemPolicyError::Nodes)?;
         let n = cpulist::count(&nodes);
         match p.mode.as_str() {
             "MPOL_DEFAULT" | "MPOL_LOCAL" if n != 0 => Err(MemPolicyError::NoNodes {
@@ -180,5 +183,21 @@ mod tests {
             let e = policy(mode, nodes, flags).unwrap_err();
             assert!(e.starts_with(want), "{e}");
         }
+    }
+
+    #[test]
+    fn a_node_list_error_is_said_once_in_a_chained_report() {
+        let e = MemPolicy::from_spec(&MemoryPolicy {
+            mode: "MPOL_BIND".into(),
+            nodes: Some("9000".into()),
+            flags: Vec::new(),
+        })
+        .unwrap_err();
+        let chained = format!("{:#}", anyhow::Error::from(e));
+        assert_eq!(
+            chained.matches("the largest number the kernel has").count(),
+            1,
+            "{chained}"
+        );
     }
 }
