@@ -173,35 +173,43 @@ fn tmpcopyup_never_follows_a_symlink_out_of_the_rootfs() {
     );
 }
 
-/// The race: while creates copy the directory, a racer exchanges a real directory of it
-/// with a symlink to a host directory (and back) in a loop. Each create either copies
-/// the real directory or is refused; the host's file never reaches a container.
+/// The race: while creates copy the directory, a racer exchanges its real directories
+/// and files with symlinks to a host directory and a host file (and back) in a loop.
+/// Each create either copies the image's entries or is refused; the host's file never
+/// reaches a container.
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn tmpcopyup_racing_a_symlink_swap_never_copies_the_host() {
     if !require_root() {
         return;
     }
+    const PAIRS: usize = 3;
     let host = HostSecret::new("race");
     let mut ctx = Ctx::new("copyuprace");
     let d = ctx.rootfs().join("race");
-    // Many entries, so the copy takes long enough to meet the racer.
-    for i in 0..40 {
+    // Few pairs, so each is swapped often and a copy meets the racer in its window.
+    for i in 0..PAIRS {
         let sub = d.join(format!("real{i}"));
         fs::create_dir_all(&sub).unwrap();
         fs::write(sub.join("secret"), "image\n").unwrap();
         symlink(&host.dir, d.join(format!("link{i}"))).unwrap();
+        fs::write(d.join(format!("file{i}")), "image\n").unwrap();
+        symlink(host.dir.join("secret"), d.join(format!("flink{i}"))).unwrap();
     }
     ctx.push("/mounts", tmpcopyup("/race", &[]));
-    ctx.sh("cat /race/*/secret 2>/dev/null; echo done");
+    ctx.sh("cat /race/*/secret /race/* 2>/dev/null; echo done");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let racer = {
         let stop = stop.clone();
-        let pairs: Vec<(CString, CString)> = (0..40)
+        let pairs: Vec<(CString, CString)> = (0..PAIRS)
             .map(|i| {
                 let p = |n: &str| CString::new(d.join(n).to_str().unwrap()).unwrap();
-                (p(&format!("real{i}")), p(&format!("link{i}")))
+                [
+                    (p(&format!("real{i}")), p(&format!("link{i}"))),
+                    (p(&format!("file{i}")), p(&format!("flink{i}"))),
+                ]
             })
+            .flatten()
             .collect();
         std::thread::spawn(move || {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -248,6 +256,67 @@ fn tmpcopyup_racing_a_symlink_swap_never_copies_the_host() {
         "nothing of the image copied:\n{outs}"
     );
     assert!(host.untouched(), "written on the host");
+}
+
+/// The same race made certain: the create is held between its look at a regular file
+/// and its open of it (a debug stall point), and the file is exchanged with a symlink to
+/// a host file in that window. The create is refused; the host file is not copied.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn tmpcopyup_file_swapped_for_a_symlink_after_its_stat_is_refused() {
+    if !require_root() {
+        return;
+    }
+    let host = HostSecret::new("swap");
+    let mut ctx = Ctx::new("copyupswap");
+    let d = ctx.rootfs().join("swap");
+    fs::create_dir_all(&d).unwrap();
+    fs::write(d.join("entry"), "image\n").unwrap();
+    // Outside the copied directory: only `entry` is looked at.
+    symlink(host.dir.join("secret"), ctx.rootfs().join("decoy")).unwrap();
+    ctx.push("/mounts", tmpcopyup("/swap", &[]));
+    ctx.sh("cat /swap/entry");
+    ctx.write_config();
+    let id = ctx.id("c");
+    let mut cmd = ctx.cmd();
+    cmd.env("MOAT_TEST_STALL_AT", "create:child:tmpcopyup")
+        .args(["create", "--bundle", &ctx.bundle_str(), &id]);
+    let create = spawn_bg(cmd, &ctx.io);
+    let guard = ctx.guard(&id);
+    // Inside the two-second window (the create reaches its mounts well before 1 s).
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let (a, b) = (
+        CString::new(d.join("entry").to_str().unwrap()).unwrap(),
+        CString::new(ctx.rootfs().join("decoy").to_str().unwrap()).unwrap(),
+    );
+    // SAFETY: NUL-terminated paths (musl has no renameat2 wrapper).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(r, 0, "exchange: {}", std::io::Error::last_os_error());
+    let out = create.wait(std::time::Duration::from_secs(30));
+    let mut guard = guard;
+    if out.code == 0 {
+        guard.out = Some(out);
+        let seen = guard.start_and_wait();
+        assert!(!seen.contains(&host.text), "host content copied: {seen}");
+        panic!("the swap missed the window (the create copied {seen:?}): not tested");
+    }
+    assert!(
+        out.stderr
+            .contains("tmpcopyup: /swap/entry: changed while it was copied"),
+        "{}",
+        out.stderr
+    );
+    drop(guard);
+    ctx.assert_no_trace(&id);
 }
 
 /// The copy is bounded by the tmpfs's size: an image directory larger than `size=` fails

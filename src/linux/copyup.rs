@@ -105,6 +105,8 @@ fn copy_entry(
     };
     let st = sys::fstatat_nofollow(src, name).map_err(io)?;
     let kind = st.st_mode & libc::S_IFMT;
+    // The window between the look and the open, held open for the race test.
+    super::killpoint::stall("create", "child", "tmpcopyup");
     let perm = st.st_mode & 0o7777;
     match kind {
         libc::S_IFDIR => {
