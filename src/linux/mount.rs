@@ -257,6 +257,15 @@ mod tests {
         parse_options(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
     }
 
+    /// `tmpcopyup` is moat's to act on: never a filesystem parameter for the kernel.
+    #[test]
+    fn tmpcopyup_is_no_filesystem_data() {
+        let o = p(&["tmpcopyup", "size=1m"]);
+        assert!(o.copyup);
+        assert_eq!(o.data, vec![("size".into(), Some("1m".into()))]);
+        assert!(!p(&["size=1m"]).copyup);
+    }
+
     #[test]
     fn flags_and_data() {
         let o = p(&[
