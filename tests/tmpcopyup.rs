@@ -202,14 +202,13 @@ fn tmpcopyup_racing_a_symlink_swap_never_copies_the_host() {
     let racer = {
         let stop = stop.clone();
         let pairs: Vec<(CString, CString)> = (0..PAIRS)
-            .map(|i| {
+            .flat_map(|i| {
                 let p = |n: &str| CString::new(d.join(n).to_str().unwrap()).unwrap();
                 [
                     (p(&format!("real{i}")), p(&format!("link{i}"))),
                     (p(&format!("file{i}")), p(&format!("flink{i}"))),
                 ]
             })
-            .flatten()
             .collect();
         std::thread::spawn(move || {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
