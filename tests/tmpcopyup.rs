@@ -384,3 +384,53 @@ fn tmpcopyup_under_restricted() {
     let (out, err) = run_to_end(&ctx, "c");
     assert_eq!(out, "alpha\n - tmpfs \n", "{err}");
 }
+
+/// A tree deeper than the copy's bound is refused, naming where it stopped.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn tmpcopyup_of_a_too_deep_tree_is_refused() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("copyupdeep");
+    let mut d = ctx.rootfs().join("deep");
+    for _ in 0..130 {
+        d.push("d");
+    }
+    fs::create_dir_all(&d).unwrap();
+    ctx.push("/mounts", tmpcopyup("/deep", &[]));
+    let (c, out) = ctx.create("c");
+    assert_ne!(out.code, 0, "created");
+    assert!(
+        out.stderr.contains("deeper than 128 directories; refused"),
+        "{}",
+        out.stderr
+    );
+    let id = c.id.clone();
+    drop(c);
+    ctx.assert_no_trace(&id);
+}
+
+/// The copy is of the image: a mount below the destination (an earlier spec bind of a
+/// host directory) is not entered; its mount point is copied as an empty directory.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn tmpcopyup_does_not_copy_a_mount_below_the_destination() {
+    if !require_root() {
+        return;
+    }
+    let host = HostSecret::new("submount");
+    let mut ctx = Ctx::new("copyupsub");
+    let d = ctx.rootfs().join("data");
+    fs::create_dir_all(d.join("sub")).unwrap();
+    fs::write(d.join("a"), "alpha\n").unwrap();
+    ctx.push(
+        "/mounts",
+        json!({"destination": "/data/sub", "type": "bind", "source": host.dir, "options": ["bind"]}),
+    );
+    ctx.push("/mounts", tmpcopyup("/data", &[]));
+    ctx.sh("cat /data/a; ls -a /data/sub | tr '\\n' ' '; echo");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(out, "alpha\n. .. \n", "{err}");
+    assert!(host.untouched(), "written on the host");
+}
