@@ -434,3 +434,24 @@ fn tmpcopyup_does_not_copy_a_mount_below_the_destination() {
     assert_eq!(out, "alpha\n. .. \n", "{err}");
     assert!(host.untouched(), "written on the host");
 }
+
+/// In a user namespace of its own (`moat.userns=auto`, the rootfs idmapped): the copy
+/// keeps the owners the container sees, container root's and another mapped user's.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn tmpcopyup_in_a_user_namespace_keeps_the_owners() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("copyupuserns");
+    let d = ctx.rootfs().join("data");
+    fs::create_dir_all(&d).unwrap();
+    fs::write(d.join("a"), "alpha\n").unwrap();
+    fs::write(d.join("b"), "beta\n").unwrap();
+    chown(&d.join("b"), 1234, 1234);
+    ctx.set("/annotations", json!({"moat.userns": "auto"}));
+    ctx.push("/mounts", tmpcopyup("/data", &[]));
+    ctx.sh("cat /data/a; stat -c '%n %u:%g' /data/a /data/b; awk '{print ($2 != 0)}' /proc/self/uid_map");
+    let (out, err) = run_to_end(&ctx, "c");
+    assert_eq!(out, "alpha\n/data/a 0:0\n/data/b 1234:1234\n1\n", "{err}");
+}
