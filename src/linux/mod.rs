@@ -9,6 +9,7 @@ pub mod attrs;
 pub mod capabilities;
 pub mod cgroups;
 pub mod console;
+pub mod copyup;
 pub mod cpulist;
 pub mod create;
 pub mod devices;

@@ -31,6 +31,9 @@ pub struct Options {
     /// `noatime`, `relatime`, `strictatime` or `nodiratime` was given: the options that
     /// change the atime flags of a bind remount (mount(2) keeps them otherwise).
     pub atime_given: bool,
+    /// `tmpcopyup`: a tmpfs starts with a copy of the directory it covers (`linux::copyup`);
+    /// never passed to the kernel.
+    pub copyup: bool,
 }
 
 const ATIME: u64 = sys::MOUNT_ATTR__ATIME;
@@ -97,7 +100,11 @@ pub fn parse_options(opts: &[String]) -> Options {
                 continue;
             }
             // Remount requests and runc's own extensions carry no meaning for a fresh mount.
-            "remount" | "defaults" | "async" | "nomand" | "tmpcopyup" => continue,
+            "tmpcopyup" => {
+                o.copyup = true;
+                continue;
+            }
+            "remount" | "defaults" | "async" | "nomand" => continue,
             s if s.starts_with("X-mount.") || s.starts_with("x-") => continue,
             s => {
                 let (k, v) = match s.split_once('=') {
@@ -248,6 +255,15 @@ mod tests {
 
     fn p(v: &[&str]) -> Options {
         parse_options(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    /// `tmpcopyup` is moat's to act on: never a filesystem parameter for the kernel.
+    #[test]
+    fn tmpcopyup_is_no_filesystem_data() {
+        let o = p(&["tmpcopyup", "size=1m"]);
+        assert!(o.copyup);
+        assert_eq!(o.data, vec![("size".into(), Some("1m".into()))]);
+        assert!(!p(&["size=1m"]).copyup);
     }
 
     #[test]

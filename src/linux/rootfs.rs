@@ -180,6 +180,8 @@ pub enum PlanError {
         rootfs: PathBuf,
         err: std::io::Error,
     },
+    #[error("mounts[{index}].options: tmpcopyup applies to a tmpfs mount only")]
+    CopyupNotTmpfs { index: usize },
     #[error("mounts[{index}].uidMappings: only bind mounts can be idmapped")]
     IdmapNotBind { index: usize },
     #[error(
@@ -345,6 +347,9 @@ pub fn plan(
                 source: m.source.clone(),
             }
         };
+        if opts.copyup && !matches!(&kind, Kind::Fs { fstype, .. } if fstype == "tmpfs") {
+            return Err(PlanError::CopyupNotTmpfs { index });
+        }
         // /proc and /sys must be the real filesystems: LSM labels, sysctls and masks are
         // written through them (CVE-2019-16884). rootless specs bind the host's /sys.
         let comps = path::components(&m.destination);
@@ -941,6 +946,12 @@ fn mount_one(
             else {
                 return Ok(None);
             };
+            if m.opts.copyup && !rec {
+                // Into the detached tmpfs, before its attributes (`ro`) and its attach.
+                super::copyup::copy_tree(target.as_fd(), mnt.as_fd(), &m.destination)
+                    .map_err(std::io::Error::from)
+                    .step(Step::Mounts, what)?;
+            }
             mount::set_attrs(mnt.as_fd(), &opts)
                 .step(Step::Mounts, || format!("{}: set attributes", what()))?;
             mount::attach(mnt.as_fd(), target.as_fd()).step(Step::Mounts, what)?;

@@ -129,6 +129,80 @@ pub fn fchownat_empty(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> Result<()> {
     .map(drop)
 }
 
+/// `fstatat(2)` of the name `name` in `dir`, never following a symlink.
+pub fn fstatat_nofollow(dir: BorrowedFd<'_>, name: &CStr) -> Result<libc::stat> {
+    fake!("fstatat_nofollow", dir, name);
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: valid dirfd, NUL-terminated name; fstatat fills the buffer on success.
+    check_int(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    // SAFETY: initialised by the successful call (and zeroed before).
+    Ok(unsafe { st.assume_init() })
+}
+
+/// `fchownat(2)` of the name `name` in `dir`, a symlink itself rather than its target.
+pub fn fchownat_nofollow(dir: BorrowedFd<'_>, name: &CStr, uid: u32, gid: u32) -> Result<()> {
+    fake!("fchownat_nofollow", dir, name, uid, gid);
+    // SAFETY: valid dirfd and NUL-terminated name.
+    check_int(unsafe {
+        libc::fchownat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            uid,
+            gid,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
+}
+
+/// `fchmod(2)`.
+pub fn fchmod(fd: BorrowedFd<'_>, mode: u32) -> Result<()> {
+    fake!("fchmod", fd, mode);
+    // SAFETY: plain syscall on a valid fd.
+    check_int(unsafe { libc::fchmod(fd.as_raw_fd(), mode) }).map(drop)
+}
+
+/// `fchmodat(2)` of the name `name` in `dir` (a name only the caller can reach: a
+/// symlink there would be followed).
+pub fn fchmodat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<()> {
+    fake!("fchmodat", dir, name, mode);
+    // SAFETY: valid dirfd and NUL-terminated name.
+    check_int(unsafe { libc::fchmodat(dir.as_raw_fd(), name.as_ptr(), mode, 0) }).map(drop)
+}
+
+/// Calls `each` with every name in the directory `dir` (an `O_PATH` fd is enough), but
+/// `.` and `..`, as the kernel lists them; stops at the first error `each` returns.
+/// The listing streams: a directory of any size costs one buffer.
+pub fn for_each_dir_entry(
+    dir: BorrowedFd<'_>,
+    each: &mut dyn FnMut(&CStr) -> Result<()>,
+) -> Result<()> {
+    fake!("for_each_dir_entry", dir);
+    let fd = openat(
+        dir,
+        c".",
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        0,
+    )?;
+    let mut d = nix::dir::Dir::from(fd).map_err(io::Error::from)?;
+    for entry in d.iter() {
+        let entry = entry.map_err(io::Error::from)?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        each(name)?;
+    }
+    Ok(())
+}
+
 pub fn fstat(fd: BorrowedFd<'_>) -> Result<libc::stat> {
     fake!("fstat", fd);
     let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();

@@ -67,10 +67,10 @@ pub use fd::{
     poll_readable_within, read, write, FdNumber,
 };
 pub use fs::{
-    fchdir, fchownat_empty, flock_exclusive, flock_shared, fstat, fstatfs, fstatvfs, getcwd,
-    mkdirat, mkfifo, mknodat, openat, openat2, read_file, readlinkat, stat, statfs, symlinkat,
-    write_file, OpenHow, RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS,
-    RESOLVE_NO_SYMLINKS, RESOLVE_NO_XDEV,
+    fchdir, fchmod, fchmodat, fchownat_empty, fchownat_nofollow, flock_exclusive, flock_shared,
+    for_each_dir_entry, fstat, fstatat_nofollow, fstatfs, fstatvfs, getcwd, mkdirat, mkfifo,
+    mknodat, openat, openat2, read_file, readlinkat, stat, statfs, symlinkat, write_file, OpenHow,
+    RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_NO_XDEV,
 };
 pub use mount::{
     chroot, fsconfig, fsmount, fsopen, missing_mount_api, mount, mount_id, mount_setattr,
