@@ -347,6 +347,12 @@ fn staged_namespaces(
 ) -> Result<(), InitFailure> {
     // Before anything is joined: the mount namespace is still moat's own.
     procfs::open_own()?;
+    // With moat's credentials, which the kernel checks on the write (`procfs`).
+    let timens_offsets = if plan.ns.time_offsets.is_empty() {
+        None
+    } else {
+        Some(procfs::open_timens_offsets().step(Step::Namespaces, || "linux.timeOffsets".into())?)
+    };
     if let Some(j) = &plan.ns.user_join {
         sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
         become_root()?;
@@ -375,8 +381,8 @@ fn staged_namespaces(
             format!("unshare namespaces {flags:#x}")
         })?;
     }
-    if !plan.ns.time_offsets.is_empty() {
-        procfs::write_timens_offsets(&plan.ns.time_offsets)
+    if let Some(file) = timens_offsets {
+        procfs::write_timens_offsets(&file, &plan.ns.time_offsets)
             .step(Step::Namespaces, || "linux.timeOffsets".into())?;
     }
     if plan.ns.late_init {
