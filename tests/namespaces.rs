@@ -604,3 +604,99 @@ fn join_every_namespace(restricted: bool) {
         c.wait_stopped(std::time::Duration::from_secs(20));
     }
 }
+
+/// runc's userns.bats "userns join external namespaces [wrong userns owner]": a
+/// container joins a user namespace by path (an earlier container's, kept by a bind
+/// mount) and a network namespace that user namespace does not own (one made by the
+/// test, owned by the host's). runc joins every other namespace before the user
+/// namespace (a permission error skipped and retried after it), so moat does: joined
+/// after the user namespace, as container root, setns of that network namespace was
+/// refused (EPERM). Under both policies (the network namespace is not the host's).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_user_namespace_joined_with_a_network_namespace_it_does_not_own() {
+    if !require_root() {
+        return;
+    }
+    for restricted in [false, true] {
+        join_userns_and_foreign_netns(restricted);
+    }
+}
+
+fn join_userns_and_foreign_netns(restricted: bool) {
+    let mut ctx = Ctx::new("usernsowner");
+    if restricted {
+        ctx.restricted();
+    }
+    /// Bind mounts of namespace files this test made, detached when dropped.
+    struct Binds(Vec<std::path::PathBuf>);
+    impl Drop for Binds {
+        fn drop(&mut self) {
+            for p in &self.0 {
+                let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+                // SAFETY: umount2(2) of a bind this test made.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+        }
+    }
+    let mut binds = Binds(Vec::new());
+    mapped_userns(&mut ctx);
+    ctx.args(&["sleep", "infinity"]);
+    let target = ctx.create_ok("target");
+    let userns = ctx.dir.join("userns");
+    fs::write(&userns, "").unwrap();
+    host(&[
+        "mount",
+        "--bind",
+        &format!("/proc/{}/ns/user", target.pid()),
+        userns.to_str().unwrap(),
+    ]);
+    binds.0.push(userns.clone());
+    target.moat(&["delete", "--force", &target.id]).ok();
+
+    // A network namespace of the host's user namespace, made here and kept by a bind.
+    let netns = ctx.dir.join("netns");
+    fs::write(&netns, "").unwrap();
+    host(&[
+        "unshare",
+        "--net",
+        "--",
+        "mount",
+        "--bind",
+        "/proc/self/ns/net",
+        netns.to_str().unwrap(),
+    ]);
+    binds.0.push(netns.clone());
+
+    let path = |p: &Path| json!(p.to_str().unwrap());
+    for ns in ctx.config["linux"]["namespaces"].as_array_mut().unwrap() {
+        match ns["type"].as_str().unwrap() {
+            "user" => ns["path"] = path(&userns),
+            "network" => ns["path"] = path(&netns),
+            _ => {}
+        }
+    }
+    let linux = ctx.config["linux"].as_object_mut().unwrap();
+    linux.remove("uidMappings");
+    linux.remove("gidMappings");
+    // As runc's test: sysfs needs the network namespace's owner; the host's /sys instead
+    // (RESTRICTED refuses that bind, and mounts the host's /sys read-only itself).
+    for m in ctx.config["mounts"].as_array_mut().unwrap() {
+        if m["type"] == "sysfs" && !restricted {
+            *m = json!({"destination": m["destination"], "type": "bind", "source": "/sys",
+                        "options": ["rbind"]});
+        }
+    }
+    let c = ctx.create_ok("ctr");
+    c.start();
+    let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+    for (link, want) in [
+        ("/proc/self/ns/user", format!("user:[{}]", ino(&userns))),
+        ("/proc/self/ns/net", format!("net:[{}]", ino(&netns))),
+    ] {
+        let out = c.moat(&["exec", &c.id, "readlink", link]).ok();
+        assert_eq!(out.stdout.trim(), want, "restricted {restricted}");
+    }
+    c.kill("KILL").ok();
+    c.wait_stopped(std::time::Duration::from_secs(20));
+}

@@ -353,15 +353,30 @@ fn staged_namespaces(
     } else {
         Some(procfs::open_timens_offsets().step(Step::Namespaces, || "linux.timeOffsets".into())?)
     };
-    if let Some(j) = &plan.ns.user_join {
-        sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
+    let join = |j: &crate::linux::namespaces::Join| {
+        sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))
+    };
+    // The mount namespace last: joining it moves root and cwd.
+    let others = plan.ns.joins.iter().chain(plan.ns.mount_join.iter());
+    let mut left = Vec::new();
+    if let Some(user) = &plan.ns.user_join {
+        // As runc: the others first, with moat's credentials, since the joined user
+        // namespace need not own them (a network namespace an engine made on the host);
+        // one moat may not join yet (EPERM: a rootless moat has CAP_SYS_ADMIN only in
+        // the user namespace) is joined after it, as its root.
+        for j in others {
+            match sys::setns(j.fd.as_fd(), j.flag) {
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => left.push(j),
+                r => r.step(Step::Namespaces, || format!("join {}", j.path))?,
+            }
+        }
+        join(user)?;
         become_root()?;
+    } else {
+        left.extend(others);
     }
-    for j in &plan.ns.joins {
-        sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
-    }
-    if let Some(j) = &plan.ns.mount_join {
-        sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
+    for j in left {
+        join(j)?;
     }
     for (key, value) in &plan.sysctl_joined {
         procfs::write_sysctl(key, value).step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
