@@ -267,6 +267,8 @@ fn attributes(
     mounts: rootfs::Mounts,
     pty: Option<OwnedFd>,
 ) -> Result<crate::linux::attrs::Exe, InitFailure> {
+    // Before any filter can refuse rt_sigaction: `kill` of the created init must end it.
+    sys::exit_on_terminating_signals();
     if pty.is_none() {
         // A session of its own without a terminal too (with one, make_stdio does it):
         // the caller's terminal must never be the container's controlling terminal,
