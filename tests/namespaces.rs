@@ -467,3 +467,236 @@ fn submount_stays_locked(auto: bool) {
     );
     assert!(out.ends_with("covered\n"), "auto {auto}: {out}{err}");
 }
+
+/// runc's timens.bats "runc run [simple timens + userns]": a time namespace with
+/// offsets in a new user namespace, under both policies. The offsets read back inside.
+/// Before, the intermediate opened `timens_offsets` as container root, after the user
+/// namespace: "Permission denied".
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn time_offsets_apply_in_a_new_user_namespace() {
+    if !require_root() {
+        return;
+    }
+    if !Path::new("/proc/self/ns/time").exists() {
+        missing("kernel has no time namespaces");
+        return;
+    }
+    for restricted in [false, true] {
+        time_offsets_in_userns(restricted);
+    }
+}
+
+fn time_offsets_in_userns(restricted: bool) {
+    let mut ctx = Ctx::new("timensuserns");
+    if restricted {
+        ctx.restricted();
+    }
+    mapped_userns(&mut ctx);
+    ctx.push("/linux/namespaces", json!({"type": "time"}));
+    ctx.set(
+        "/linux/timeOffsets",
+        json!({"monotonic": {"secs": 7881, "nanosecs": 2718281},
+               "boottime": {"secs": 1337, "nanosecs": 3141519}}),
+    );
+    ctx.args(&["cat", "/proc/self/timens_offsets"]);
+    let (out, err) = run_to_end(&ctx, "c");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(
+        rows.contains(&vec!["monotonic", "7881", "2718281"])
+            && rows.contains(&vec!["boottime", "1337", "3141519"]),
+        "restricted {restricted}: {out}{err}"
+    );
+}
+
+/// runc's run.bats "runc run [joining existing container namespaces]": a container with
+/// a user namespace and a time namespace with offsets, and a second one that joins every
+/// namespace of the first by `/proc/<pid>/ns/*` but its mount namespace (new; runc's
+/// empty path). The second sees the first's processes, id maps and time offsets, under
+/// both policies (nothing joined is the host's).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_container_joins_every_namespace_of_one_with_userns_and_timens() {
+    if !require_root() {
+        return;
+    }
+    if !Path::new("/proc/self/ns/time").exists() {
+        missing("kernel has no time namespaces");
+        return;
+    }
+    for restricted in [false, true] {
+        join_every_namespace(restricted);
+    }
+}
+
+fn join_every_namespace(restricted: bool) {
+    let mut ctx = Ctx::new("joinall");
+    if restricted {
+        ctx.restricted();
+    }
+    ctx.push("/linux/namespaces", json!({"type": "user"}));
+    ctx.set(
+        "/linux/uidMappings",
+        json!([{"containerID": 0, "hostID": 100000, "size": 100}]),
+    );
+    ctx.set(
+        "/linux/gidMappings",
+        json!([{"containerID": 0, "hostID": 200000, "size": 200}]),
+    );
+    ctx.push("/linux/namespaces", json!({"type": "time"}));
+    ctx.set(
+        "/linux/timeOffsets",
+        json!({"monotonic": {"secs": 7881, "nanosecs": 2718281},
+               "boottime": {"secs": 1337, "nanosecs": 3141519}}),
+    );
+    ctx.args(&["sleep", "infinity"]);
+    let target = ctx.create_ok("target");
+    target.start();
+    let pid = target.pid();
+
+    let file = |typ: &str| {
+        match typ {
+            "network" => "net",
+            "mount" => "mnt",
+            t => t,
+        }
+        .to_string()
+    };
+    for ns in ctx.config["linux"]["namespaces"].as_array_mut().unwrap() {
+        let typ = ns["type"].as_str().unwrap().to_string();
+        ns["path"] = if typ == "mount" {
+            json!("")
+        } else {
+            json!(format!("/proc/{pid}/ns/{}", file(&typ)))
+        };
+    }
+    let linux = ctx.config["linux"].as_object_mut().unwrap();
+    for key in ["uidMappings", "gidMappings", "timeOffsets"] {
+        linux.remove(key);
+    }
+    let attached = ctx.create_ok("attached");
+    attached.start();
+
+    let ps = attached.moat(&["exec", &attached.id, "ps", "aux"]).ok();
+    let sleeps = ps.stdout.lines().filter(|l| l.contains("sleep infinity"));
+    assert_eq!(sleeps.count(), 2, "{}", ps.stdout);
+    let map = |f: &str| {
+        let out = attached.moat(&["exec", &attached.id, "cat", f]).ok();
+        out.stdout
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(map("/proc/self/uid_map"), ["0", "100000", "100"]);
+    assert_eq!(map("/proc/self/gid_map"), ["0", "200000", "200"]);
+    let offsets = map("/proc/self/timens_offsets").join(" ");
+    assert!(
+        offsets.contains("monotonic 7881 2718281") && offsets.contains("boottime 1337 3141519"),
+        "{offsets}"
+    );
+    // The attached init first, reaped by this test (its subreaper): the target's pid
+    // namespace ends only once every process in it is reaped.
+    for c in [&attached, &target] {
+        c.kill("KILL").ok();
+        c.wait_stopped(std::time::Duration::from_secs(20));
+    }
+}
+
+/// runc's userns.bats "userns join external namespaces [wrong userns owner]": a
+/// container joins a user namespace by path (an earlier container's, kept by a bind
+/// mount) and a network namespace that user namespace does not own (one made by the
+/// test, owned by the host's). runc joins every other namespace before the user
+/// namespace (a permission error skipped and retried after it), so moat does: joined
+/// after the user namespace, as container root, setns of that network namespace was
+/// refused (EPERM). Under both policies (the network namespace is not the host's).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn a_user_namespace_joined_with_a_network_namespace_it_does_not_own() {
+    if !require_root() {
+        return;
+    }
+    for restricted in [false, true] {
+        join_userns_and_foreign_netns(restricted);
+    }
+}
+
+fn join_userns_and_foreign_netns(restricted: bool) {
+    let mut ctx = Ctx::new("usernsowner");
+    if restricted {
+        ctx.restricted();
+    }
+    /// Bind mounts of namespace files this test made, detached when dropped.
+    struct Binds(Vec<std::path::PathBuf>);
+    impl Drop for Binds {
+        fn drop(&mut self) {
+            for p in &self.0 {
+                let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+                // SAFETY: umount2(2) of a bind this test made.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+        }
+    }
+    let mut binds = Binds(Vec::new());
+    mapped_userns(&mut ctx);
+    ctx.args(&["sleep", "infinity"]);
+    let target = ctx.create_ok("target");
+    let userns = ctx.dir.join("userns");
+    fs::write(&userns, "").unwrap();
+    host(&[
+        "mount",
+        "--bind",
+        &format!("/proc/{}/ns/user", target.pid()),
+        userns.to_str().unwrap(),
+    ]);
+    binds.0.push(userns.clone());
+    target.moat(&["delete", "--force", &target.id]).ok();
+
+    // A network namespace of the host's user namespace, made here and kept by a bind.
+    let netns = ctx.dir.join("netns");
+    fs::write(&netns, "").unwrap();
+    host(&[
+        "unshare",
+        "--net",
+        "--",
+        "mount",
+        "--bind",
+        "/proc/self/ns/net",
+        netns.to_str().unwrap(),
+    ]);
+    binds.0.push(netns.clone());
+
+    let path = |p: &Path| json!(p.to_str().unwrap());
+    for ns in ctx.config["linux"]["namespaces"].as_array_mut().unwrap() {
+        match ns["type"].as_str().unwrap() {
+            "user" => ns["path"] = path(&userns),
+            "network" => ns["path"] = path(&netns),
+            _ => {}
+        }
+    }
+    let linux = ctx.config["linux"].as_object_mut().unwrap();
+    linux.remove("uidMappings");
+    linux.remove("gidMappings");
+    // As runc's test: sysfs needs the network namespace's owner; the host's /sys instead
+    // (RESTRICTED refuses that bind, and mounts the host's /sys read-only itself).
+    for m in ctx.config["mounts"].as_array_mut().unwrap() {
+        if m["type"] == "sysfs" && !restricted {
+            *m = json!({"destination": m["destination"], "type": "bind", "source": "/sys",
+                        "options": ["rbind"]});
+        }
+    }
+    let c = ctx.create_ok("ctr");
+    c.start();
+    let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+    for (link, want) in [
+        ("/proc/self/ns/user", format!("user:[{}]", ino(&userns))),
+        ("/proc/self/ns/net", format!("net:[{}]", ino(&netns))),
+    ] {
+        let out = c.moat(&["exec", &c.id, "readlink", link]).ok();
+        assert_eq!(out.stdout.trim(), want, "restricted {restricted}");
+    }
+    c.kill("KILL").ok();
+    c.wait_stopped(std::time::Duration::from_secs(20));
+}

@@ -626,6 +626,105 @@ fn personality_and_scheduler_hold_for_exec() {
     c.kill("KILL");
 }
 
+/// runc's scheduler.bats "scheduler is applied", its last step: an `exec --process`
+/// with a scheduler of its own (SCHED_DEADLINE with SCHED_FLAG_RESET_ON_FORK) in a
+/// container whose config says SCHED_BATCH; the exec'd process reads back with the
+/// process file's policy, flag and parameters (`chrt -p` on the host, as the test).
+/// Before, `scheduler.flags` was dropped (and an unknown flag accepted).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn an_exec_process_file_has_its_own_scheduler_and_flags() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("schedexec");
+    ctx.set(
+        "/process/scheduler",
+        json!({"policy": "SCHED_BATCH", "priority": 0, "nice": 19}),
+    );
+    ctx.args(&["sleep", "600"]);
+    let c = ctx.create_ok("c");
+    c.start();
+    let process = ctx.dir.join("process.json");
+    fs::write(
+        &process,
+        json!({"terminal": false, "args": ["/bin/sleep", "600"], "cwd": "/",
+               "user": {"uid": 0, "gid": 0},
+               "scheduler": {"policy": "SCHED_DEADLINE", "flags": ["SCHED_FLAG_RESET_ON_FORK"],
+                             "nice": 19, "priority": 0, "runtime": 42000,
+                             "deadline": 100000, "period": 1000000}})
+        .to_string(),
+    )
+    .unwrap();
+    let pid_file = ctx.dir.join("exec.pid");
+    c.moat(&[
+        "exec",
+        "-d",
+        "--pid-file",
+        pid_file.to_str().unwrap(),
+        "--process",
+        process.to_str().unwrap(),
+        &c.id,
+    ])
+    .ok();
+    let pid = read(&pid_file);
+    let out = host(&["chrt", "-p", pid.trim()]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines.len() == 3
+            && lines[0].ends_with("scheduling policy: SCHED_DEADLINE|SCHED_RESET_ON_FORK")
+            && lines[1].ends_with("priority: 0")
+            && lines[2].ends_with("runtime/deadline/period parameters: 42000/100000/1000000"),
+        "{out}"
+    );
+    // The exec'd process is this test's (its subreaper's) to reap, so the pid namespace
+    // can end.
+    let init = c.pid();
+    c.kill("KILL").ok();
+    assert!(wait_until(Duration::from_secs(20), || {
+        reap();
+        is_gone(init)
+    }));
+
+    // RESTRICTED refuses the realtime policy for an exec'd process as for the init.
+    ctx.restricted();
+    let r = ctx.create_ok("r");
+    r.start();
+    let mut cmd = ctx.cmd();
+    cmd.args(["exec", "-d", "--process", process.to_str().unwrap(), &r.id]);
+    let out = ctx.run(cmd).fails();
+    assert!(
+        out.stderr.contains("process.scheduler") && out.stderr.contains("RESTRICTED"),
+        "{}",
+        out.stderr
+    );
+    r.kill("KILL");
+}
+
+/// An unknown `process.scheduler.flags` entry is refused naming it, as runc refuses it.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn an_unknown_scheduler_flag_is_refused() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = Ctx::new("schedflag");
+    ctx.set(
+        "/process/scheduler",
+        json!({"policy": "SCHED_BATCH", "flags": ["SCHED_FLAG_NONSENSE"]}),
+    );
+    let (c, out) = ctx.create("c");
+    let out = out.fails();
+    assert!(
+        out.stderr.contains("process.scheduler.flags")
+            && out.stderr.contains("SCHED_FLAG_NONSENSE"),
+        "{}",
+        out.stderr
+    );
+    drop(c);
+    ctx.assert_no_trace(&ctx.id("c"));
+}
+
 /// runc (scheduler.bats "scheduler vs cpus"): SCHED_DEADLINE in a container bounded to a
 /// cpuset fails with the kernel's EPERM, said in runc's words, and leaves nothing behind.
 #[test]

@@ -57,6 +57,12 @@ pub enum AttrError {
     IoprioPriority { process: String },
     #[error("{process}.scheduler.policy: unknown policy {policy:?}")]
     SchedPolicy { process: String, policy: String },
+    #[error("{process}.scheduler.flags[{index}]: unknown flag {flag:?}")]
+    SchedFlag {
+        process: String,
+        index: usize,
+        flag: String,
+    },
     #[error(transparent)]
     Affinity(#[from] super::affinity::AffinityError),
     #[error(transparent)]
@@ -199,6 +205,24 @@ pub fn sched_policy(name: &str) -> Option<u32> {
     })
 }
 
+/// `sched_attr.sched_flags` of the spec's `process.scheduler.flags` (the kernel's
+/// `SCHED_FLAG_*` values); `Err` holds the index of a name the spec does not define.
+pub fn sched_flags(names: &[String]) -> Result<u64, usize> {
+    names.iter().enumerate().try_fold(0, |flags, (i, name)| {
+        Ok(flags
+            | match name.as_str() {
+                "SCHED_FLAG_RESET_ON_FORK" => 0x01,
+                "SCHED_FLAG_RECLAIM" => 0x02,
+                "SCHED_FLAG_DL_OVERRUN" => 0x04,
+                "SCHED_FLAG_KEEP_POLICY" => 0x08,
+                "SCHED_FLAG_KEEP_PARAMS" => 0x10,
+                "SCHED_FLAG_UTIL_CLAMP_MIN" => 0x20,
+                "SCHED_FLAG_UTIL_CLAMP_MAX" => 0x40,
+                _ => return Err(i),
+            })
+    })
+}
+
 impl Attrs {
     /// `field` is where `p` came from (`process`, or the exec process file), for errors.
     pub fn from_process(
@@ -283,6 +307,13 @@ impl Attrs {
                 return Err(AttrError::SchedPolicy {
                     process: field.to_string(),
                     policy: s.policy.clone(),
+                });
+            }
+            if let Err(index) = sched_flags(&s.flags) {
+                return Err(AttrError::SchedFlag {
+                    process: field.to_string(),
+                    index,
+                    flag: s.flags[index].clone(),
                 });
             }
         }
@@ -373,6 +404,8 @@ impl Attrs {
         if let Some(s) = &self.scheduler {
             let mut attr = sys::SchedAttr {
                 sched_policy: sched_policy(&s.policy).unwrap_or(0),
+                // Checked by `from_process`.
+                sched_flags: sched_flags(&s.flags).unwrap_or(0),
                 sched_nice: s.nice,
                 // A negative priority is refused by the kernel (EINVAL), as u32::MAX is.
                 sched_priority: u32::try_from(s.priority).unwrap_or(u32::MAX),

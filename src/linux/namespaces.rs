@@ -5,8 +5,9 @@
 //! the container init, in its new user namespace if any (the parent writes the id maps),
 //! and joins path namespaces itself (possible because without a new user namespace it
 //! still holds the host's capabilities). Everything else is "staged": an intermediate
-//! child joins the path namespaces first (the user namespace first of all), then unshares
-//! the new ones, and forks the init, which is what joining a pid namespace, setting time
+//! child joins the path namespaces first (as runc: the others before a joined user
+//! namespace, which need not own them, and those it may not join yet after it), then
+//! unshares the new ones, and forks the init, which is what joining a pid namespace, setting time
 //! namespace offsets, or joining host-owned namespaces from a new user namespace requires.
 //!
 //! A process must never appear in a pid namespace that others share while its root is

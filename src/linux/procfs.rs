@@ -293,14 +293,32 @@ pub fn uid_map() -> Result<String, ProcError> {
     with(|p| p.read(&format!("{}/uid_map", p.task_dir()?)))
 }
 
-/// Writes the offsets of the time namespace the caller's children will be in
-/// (`timens_offsets` is per process: `<pid>/timens_offsets`).
-pub fn write_timens_offsets(offsets: &str) -> Result<(), ProcError> {
+/// The caller's `timens_offsets`, opened for writing: the offsets of the time namespace
+/// its children will be in (the file is per process: `<pid>/timens_offsets`).
+///
+/// Open it before any user namespace is joined or unshared, and write it
+/// ([`write_timens_offsets`]) once the time namespace exists. The kernel checks
+/// `CAP_SYS_TIME` over the time namespace's owner with the credentials of whoever
+/// *opened* the file: moat's, which hold it over any user namespace it makes or joins.
+/// Opened later, by container root of a new user namespace, the open itself fails (the
+/// non-dumpable process's `/proc` files belong to the host's root, which that namespace
+/// does not map), as the offsets of runc's are written by its parent on the host.
+pub fn open_timens_offsets() -> Result<std::fs::File, ProcError> {
     with(|p| {
         let task = p.task_dir()?;
         let pid = task.split('/').next().unwrap_or_default();
-        p.write(&format!("{pid}/timens_offsets"), offsets)
+        p.open(&format!("{pid}/timens_offsets"), libc::O_WRONLY)
     })
+}
+
+/// Writes the offsets through the file [`open_timens_offsets`] opened, in one write.
+pub fn write_timens_offsets(file: &std::fs::File, offsets: &str) -> Result<(), ProcError> {
+    let rel = "timens_offsets";
+    match sys::write(file.as_fd(), offsets.as_bytes()) {
+        Ok(n) if n == offsets.len() => Ok(()),
+        Ok(_) => Err(ProcError::other(rel, "short write")),
+        Err(e) => Err(ProcError::new(rel, e)),
+    }
 }
 
 #[cfg(test)]

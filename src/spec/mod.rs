@@ -300,8 +300,18 @@ impl Linux {
 pub struct Namespace {
     #[serde(rename = "type")]
     pub typ: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// An empty path is no path (a new namespace), as runc reads it (Go's empty string;
+    /// runc's own tests write `"path": ""` for "make one").
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_is_none"
+    )]
     pub path: Option<String>,
+}
+
+fn empty_is_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.filter(|p| !p.is_empty()))
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -786,6 +796,17 @@ mod tests {
             Spec::parse(br#"{"ociVersion":"1.0.2","process":{"user":{"uid":"x"}}}"#).unwrap_err();
         assert_eq!(e.field, "process.user.uid");
         assert!(e.message.contains("invalid type"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_namespace_path_is_a_new_namespace() {
+        let s = Spec::parse(
+            br#"{"linux":{"namespaces":[{"type":"mount","path":""},{"type":"pid","path":"/p"}]}}"#,
+        )
+        .unwrap();
+        let ns = &s.linux.unwrap().namespaces;
+        assert_eq!(ns[0].path, None);
+        assert_eq!(ns[1].path.as_deref(), Some("/p"));
     }
 
     #[test]

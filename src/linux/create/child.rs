@@ -267,6 +267,8 @@ fn attributes(
     mounts: rootfs::Mounts,
     pty: Option<OwnedFd>,
 ) -> Result<crate::linux::attrs::Exe, InitFailure> {
+    // Before any filter can refuse rt_sigaction: `kill` of the created init must end it.
+    sys::exit_on_terminating_signals();
     if pty.is_none() {
         // A session of its own without a terminal too (with one, make_stdio does it):
         // the caller's terminal must never be the container's controlling terminal,
@@ -347,15 +349,36 @@ fn staged_namespaces(
 ) -> Result<(), InitFailure> {
     // Before anything is joined: the mount namespace is still moat's own.
     procfs::open_own()?;
-    if let Some(j) = &plan.ns.user_join {
-        sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
+    // With moat's credentials, which the kernel checks on the write (`procfs`).
+    let timens_offsets = if plan.ns.time_offsets.is_empty() {
+        None
+    } else {
+        Some(procfs::open_timens_offsets().step(Step::Namespaces, || "linux.timeOffsets".into())?)
+    };
+    let join = |j: &crate::linux::namespaces::Join| {
+        sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))
+    };
+    // The mount namespace last: joining it moves root and cwd.
+    let others = plan.ns.joins.iter().chain(plan.ns.mount_join.iter());
+    let mut left = Vec::new();
+    if let Some(user) = &plan.ns.user_join {
+        // As runc: the others first, with moat's credentials, since the joined user
+        // namespace need not own them (a network namespace an engine made on the host);
+        // one moat may not join yet (EPERM: a rootless moat has CAP_SYS_ADMIN only in
+        // the user namespace) is joined after it, as its root.
+        for j in others {
+            match sys::setns(j.fd.as_fd(), j.flag) {
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => left.push(j),
+                r => r.step(Step::Namespaces, || format!("join {}", j.path))?,
+            }
+        }
+        join(user)?;
         become_root()?;
+    } else {
+        left.extend(others);
     }
-    for j in &plan.ns.joins {
-        sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
-    }
-    if let Some(j) = &plan.ns.mount_join {
-        sys::setns(j.fd.as_fd(), j.flag).step(Step::Namespaces, || format!("join {}", j.path))?;
+    for j in left {
+        join(j)?;
     }
     for (key, value) in &plan.sysctl_joined {
         procfs::write_sysctl(key, value).step(Step::Sysctl, || format!("linux.sysctl {key}"))?;
@@ -375,8 +398,8 @@ fn staged_namespaces(
             format!("unshare namespaces {flags:#x}")
         })?;
     }
-    if !plan.ns.time_offsets.is_empty() {
-        procfs::write_timens_offsets(&plan.ns.time_offsets)
+    if let Some(file) = timens_offsets {
+        procfs::write_timens_offsets(&file, &plan.ns.time_offsets)
             .step(Step::Namespaces, || "linux.timeOffsets".into())?;
     }
     if plan.ns.late_init {

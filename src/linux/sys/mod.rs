@@ -93,7 +93,9 @@ pub use process::{
 #[cfg(test)]
 pub use seccomp::syscall_numbers;
 pub use seccomp::{seccomp_flags_known, seccomp_set_filter, syscall_ints};
-pub use signal::{kill, pidfd_send_signal, reset_signals, signal_default};
+pub use signal::{
+    exit_on_terminating_signals, kill, pidfd_send_signal, reset_signals, signal_default,
+};
 pub use spawn::{spawn_in_cgroup, spawn_in_cgroups};
 pub use startup::{args, process_init};
 #[cfg(feature = "steptrace")]

@@ -283,6 +283,11 @@ pub struct SchedAttr {
     pub sched_runtime: u64,
     pub sched_deadline: u64,
     pub sched_period: u64,
+    /// The utilization clamps (`SCHED_FLAG_UTIL_CLAMP_MIN`/`MAX`: the kernel refuses
+    /// those flags with a shorter struct): 0, as runc passes them, the spec having no
+    /// field for them.
+    pub sched_util_min: u32,
+    pub sched_util_max: u32,
 }
 
 pub fn sched_setattr(attr: &mut SchedAttr) -> Result<()> {

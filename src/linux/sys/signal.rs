@@ -48,3 +48,44 @@ pub fn reset_signals() {
         libc::sigprocmask(libc::SIG_SETMASK, set.as_ptr(), std::ptr::null_mut());
     }
 }
+
+/// Makes the asynchronous signals whose default action ends a process end this one, with
+/// status 128 + the signal, though it is a pid namespace's init: the kernel ignores a
+/// signal left at its default action for such an init, even one sent from an ancestor
+/// namespace (SIGKILL and SIGSTOP aside). The created init waiting for `start` must end
+/// on `kill`'s SIGTERM, as runc's does (its Go runtime handles every signal). `execve`,
+/// and [`reset_signals`] before it, give them their default back. SIGPIPE is left as it
+/// is (a write to a hook that exited early is an error, not an end); the synchronous
+/// faults are delivered by force anyway.
+pub fn exit_on_terminating_signals() {
+    fake!("exit_on_terminating_signals");
+    extern "C" fn on_signal(sig: libc::c_int) {
+        // SAFETY: _exit(2) is async-signal-safe.
+        unsafe { libc::_exit(128 + sig) }
+    }
+    for sig in [
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGALRM,
+        libc::SIGTERM,
+        libc::SIGSTKFLT,
+        libc::SIGXCPU,
+        libc::SIGXFSZ,
+        libc::SIGVTALRM,
+        libc::SIGPROF,
+        libc::SIGIO,
+        libc::SIGPWR,
+    ] {
+        // SAFETY: a zeroed sigaction with a valid handler and an empty mask; the handler
+        // only calls _exit. A failure (a signal this kernel lacks) leaves the default.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
