@@ -122,6 +122,7 @@ on_both_runscs!(
     kill_created_and_stopped_like_runc,
     foreground_run_passes_the_status_and_removes_the_record,
     a_failed_foreground_run_leaves_no_cgroup_runsc_made,
+    tmpcopyup_is_said_not_applied,
     alias_selects_gvisor_and_ignores_a_native_annotation,
     events_update_pause_and_ps,
     restricted_policy_reaches_runsc_and_verify_checks_it,
@@ -584,6 +585,56 @@ exec {real} "$@"
     }
     assert!(left.is_empty(), "runsc's cgroup left behind: {left:?}");
     assert!(!e.root().join(&id).exists(), "record removed after the run");
+}
+
+/// runsc mounts a tmpfs empty whatever its options say: a `tmpcopyup` (podman's default
+/// on --tmpfs and --read-only) is reported in the --log, and the container still runs.
+fn tmpcopyup_is_said_not_applied() {
+    if !usable("tmpcopyup") {
+        return;
+    }
+    let mut e = Env::new("tcu");
+    let id = e.id("c");
+    let bundle = e.bundle(
+        "b",
+        &[("moat.runtime", "gvisor")],
+        &["sh", "-c", "ls /etc | wc -l"],
+    );
+    let cfg = bundle.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    spec["mounts"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "destination": "/etc", "type": "tmpfs", "source": "tmpfs",
+            "options": ["tmpcopyup", "nosuid", "nodev"]
+        }));
+    std::fs::write(&cfg, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let log = e.dir.join("log");
+    let o = e.run(&[
+        "--log",
+        log.to_str().unwrap(),
+        "run",
+        "--bundle",
+        bundle.to_str().unwrap(),
+        &id,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let n = std::fs::read(&cfg).unwrap();
+    let mounts = serde_json::from_slice::<Value>(&n).unwrap()["mounts"]
+        .as_array()
+        .unwrap()
+        .len();
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        logged.contains(&format!(
+            "mounts[{}].options: tmpcopyup not applied under gVisor",
+            mounts - 1
+        )),
+        "{logged}"
+    );
+    // What runsc does today: the tmpfs starts empty (the day it copies, the warning goes).
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "0");
 }
 
 fn alias_selects_gvisor_and_ignores_a_native_annotation() {

@@ -256,6 +256,16 @@ pub fn check(spec: &Spec, preserve_fds: u32) -> Result<()> {
     if process.exec_cpu_affinity.is_some() {
         bail!("process.execCPUAffinity: refused: gVisor does not apply it (exec'd processes live in the sentry)");
     }
+    // runsc mounts a tmpfs empty whatever its options say (20221219 and 20240729 alike).
+    // podman puts tmpcopyup on every --tmpfs and --read-only tmpfs, so refusing it would
+    // refuse those containers: said in the --log instead of dropped in silence.
+    for (i, m) in spec.mounts.iter().enumerate() {
+        if m.options.iter().any(|o| o == "tmpcopyup") {
+            crate::log::warn(&format!(
+                "mounts[{i}].options: tmpcopyup not applied under gVisor (runsc mounts the tmpfs empty)"
+            ));
+        }
+    }
     Ok(())
 }
 
