@@ -165,10 +165,10 @@ fn an_exec_refused_for_a_cut_capability_names_the_cut() {
     let err = c.stderr();
     let failure = err
         .lines()
-        .find(|l| l.contains("container init: exec"))
+        .find(|l| l.starts_with("exec /bin/capped: "))
         .unwrap_or_else(|| panic!("no exec failure in {err}"));
     assert!(
-        failure.contains("Operation not permitted")
+        failure.starts_with("exec /bin/capped: operation not permitted; ")
             && failure.contains("process.capabilities: removed")
             && failure.contains(&format!("moat policy explain {}", c.id)),
         "{failure}"
