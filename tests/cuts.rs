@@ -285,8 +285,8 @@ fn an_exec_of_a_program_needing_a_cut_capability_names_the_cut() {
     assert_eq!(out.code, 255, "{}", out.stderr);
     assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
     assert!(
-        out.stderr.contains("exec failed: ")
-            && out.stderr.contains("Operation not permitted")
+        out.stderr
+            .contains("exec failed: exec /bin/capped: operation not permitted; ")
             && out
                 .stderr
                 .contains("; policy restricted changed container ")

@@ -262,7 +262,11 @@ fn client_strings_match_the_golden_file() {
     // the container's stderr), after "exec failed: " at exec.
     let script = g.ctx.rootfs().join("badinterp");
     fs::write(&script, "#!/no/such/interpreter\n").unwrap();
-    fs::set_permissions(&script, <fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755)).unwrap();
+    fs::set_permissions(
+        &script,
+        <fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )
+    .unwrap();
     g.case("exec-execve-fails", &["exec", &running, "/badinterp"]);
     g.ctx.args(&["/badinterp"]);
     let id = g.id("run-execve-fails");
@@ -321,7 +325,11 @@ fn client_strings_match_the_golden_file() {
                 got.line()
             );
             // The container's program that did not start is said bare, as runc's init says it.
-            let prefix = if got.name == "run-execve-fails" { "" } else { "moat: " };
+            let prefix = if got.name == "run-execve-fails" {
+                ""
+            } else {
+                "moat: "
+            };
             assert_eq!(
                 got.stderr,
                 format!("{prefix}{}", got.log),

@@ -187,7 +187,11 @@ mod tests {
         let c = spec::Capabilities {
             permitted: Some(vec!["CAP_KILL".into(), "CAP_CHOWN".into()]),
             inheritable: Some(vec!["CAP_KILL".into(), "CAP_NET_RAW".into()]),
-            ambient: Some(vec!["CAP_KILL".into(), "CAP_CHOWN".into(), "CAP_NET_RAW".into()]),
+            ambient: Some(vec![
+                "CAP_KILL".into(),
+                "CAP_CHOWN".into(),
+                "CAP_NET_RAW".into(),
+            ]),
             ..Default::default()
         };
         let (sets, _, unraisable) = masks(Some(&c));

@@ -43,9 +43,13 @@ pub enum MemPolicyError {
         nodes: String,
         err: cpulist::ListError,
     },
-    #[error("linux.memoryPolicy.nodes: {mode}: memory policy mode requires 0 nodes but got {count}")]
+    #[error(
+        "linux.memoryPolicy.nodes: {mode}: memory policy mode requires 0 nodes but got {count}"
+    )]
     NoNodes { mode: String, count: u32 },
-    #[error("linux.memoryPolicy.nodes: {mode}: memory policy mode requires at least one node but got 0")]
+    #[error(
+        "linux.memoryPolicy.nodes: {mode}: memory policy mode requires at least one node but got 0"
+    )]
     NeedsNodes { mode: String },
 }
 
