@@ -141,6 +141,13 @@ pub fn error(msg: &str) {
     eprintln!("moat: {msg}");
 }
 
+/// A failure the container's program reports, as runc's init does: the bare message on
+/// stderr (the container's own, after `start`), one error object in the log.
+pub fn error_bare(msg: &str) {
+    write("error", msg);
+    eprintln!("{msg}");
+}
+
 /// A warning: something was accepted but not (fully) honoured.
 pub fn warn(msg: &str) {
     write("warning", msg);

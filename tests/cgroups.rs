@@ -272,7 +272,7 @@ fn exec_cgroup_takes_runcs_controller_path_form() {
         let out = c.moat(&a).fails();
         assert!(out.stderr.contains(want), "{args:?}: {}", out.stderr);
     };
-    refused(&["--cgroup", ".."], ".. is not a sub cgroup path");
+    refused(&["--cgroup", ".."], "bad sub cgroup path: ..");
     refused(
         &["--cgroup", "nosuch"],
         "/nosuch/cgroup.procs: no such file or directory",

@@ -165,10 +165,10 @@ fn an_exec_refused_for_a_cut_capability_names_the_cut() {
     let err = c.stderr();
     let failure = err
         .lines()
-        .find(|l| l.contains("container init: exec"))
+        .find(|l| l.starts_with("exec /bin/capped: "))
         .unwrap_or_else(|| panic!("no exec failure in {err}"));
     assert!(
-        failure.contains("Operation not permitted")
+        failure.starts_with("exec /bin/capped: operation not permitted; ")
             && failure.contains("process.capabilities: removed")
             && failure.contains(&format!("moat policy explain {}", c.id)),
         "{failure}"
@@ -285,8 +285,8 @@ fn an_exec_of_a_program_needing_a_cut_capability_names_the_cut() {
     assert_eq!(out.code, 255, "{}", out.stderr);
     assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
     assert!(
-        out.stderr.contains("exec failed: ")
-            && out.stderr.contains("Operation not permitted")
+        out.stderr
+            .contains("exec failed: exec /bin/capped: operation not permitted; ")
             && out
                 .stderr
                 .contains("; policy restricted changed container ")

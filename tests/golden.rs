@@ -257,6 +257,24 @@ fn client_strings_match_the_golden_file() {
         g.ctx.assert_no_trace(&id);
     }
 
+    // The container's program found but its execve failing (a script whose interpreter is
+    // missing): said as runc's init says it, bare at run (after start the init reports on
+    // the container's stderr), after "exec failed: " at exec.
+    let script = g.ctx.rootfs().join("badinterp");
+    fs::write(&script, "#!/no/such/interpreter\n").unwrap();
+    fs::set_permissions(
+        &script,
+        <fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )
+    .unwrap();
+    g.case("exec-execve-fails", &["exec", &running, "/badinterp"]);
+    g.ctx.args(&["/badinterp"]);
+    let id = g.id("run-execve-fails");
+    let guard = g.ctx.guard(&id);
+    g.case("run-execve-fails", &["run", "--bundle", &bundle, &id]);
+    drop(guard);
+    g.ctx.assert_no_trace(&id);
+
     // --systemd-cgroup: runc's wording where systemd is not PID 1 (on a systemd host
     // the driver runs: tests/vm/systemd).
     g.ctx.args(&["true"]);
@@ -280,6 +298,8 @@ fn client_strings_match_the_golden_file() {
         "create-abs-missing",
         "create-path-missing",
         "exec-abs-missing",
+        "exec-execve-fails",
+        "run-execve-fails",
     ] {
         let got = g.get(name);
         assert_eq!(podman_exit_status(&got.stderr), 127, "{}", got.line());
@@ -304,9 +324,15 @@ fn client_strings_match_the_golden_file() {
                 "{}: one error line and one log object per failing call",
                 got.line()
             );
+            // The container's program that did not start is said bare, as runc's init says it.
+            let prefix = if got.name == "run-execve-fails" {
+                ""
+            } else {
+                "moat: "
+            };
             assert_eq!(
                 got.stderr,
-                format!("moat: {}", got.log),
+                format!("{prefix}{}", got.log),
                 "{}: the same message on stderr and in the log",
                 got.name
             );

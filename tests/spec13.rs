@@ -77,23 +77,33 @@ fn the_memory_policy_reaches_exec_and_bad_ones_are_refused() {
     for (i, (policy, field)) in [
         (
             json!({"mode": "MPOL_NOPE"}),
-            "linux.memoryPolicy.mode: unknown mode",
+            "linux.memoryPolicy.mode: invalid memory policy mode \"MPOL_NOPE\"",
+        ),
+        // No mode at all (and an empty policy): refused by moat's check in runc's words,
+        // not by the JSON reader.
+        (
+            json!({"nodes": "0-7"}),
+            "linux.memoryPolicy.mode: invalid memory policy mode \"\"",
+        ),
+        (
+            json!({}),
+            "linux.memoryPolicy.mode: invalid memory policy mode \"\"",
         ),
         (
             json!({"mode": "MPOL_BIND", "nodes": "0", "flags": ["MPOL_F_NOPE"]}),
-            "linux.memoryPolicy.flags[0]: unknown flag",
+            "linux.memoryPolicy.flags[0]: invalid memory policy flag \"MPOL_F_NOPE\"",
         ),
         (
             json!({"mode": "MPOL_BIND"}),
-            "linux.memoryPolicy.nodes: MPOL_BIND needs",
+            "linux.memoryPolicy.nodes: MPOL_BIND: memory policy mode requires at least one node",
         ),
         (
             json!({"mode": "MPOL_LOCAL", "nodes": "0"}),
-            "linux.memoryPolicy.nodes: MPOL_LOCAL takes no",
+            "linux.memoryPolicy.nodes: MPOL_LOCAL: memory policy mode requires 0 nodes but got 1",
         ),
         (
             json!({"mode": "MPOL_BIND", "nodes": "0-x"}),
-            "linux.memoryPolicy.nodes: ",
+            "linux.memoryPolicy.nodes: invalid memory policy nodes \"0-x\": ",
         ),
         (
             json!({"mode": "MPOL_BIND", "nodes": "63"}),

@@ -514,9 +514,9 @@ impl Attrs {
         crate::linux::killpoint::mark("*", "*", "execve.call");
         let e = sys::execve(&exe.path, &self.args, exe.env.as_ref().unwrap_or(&self.env));
         InitFailure {
-            step: Step::Exec,
+            step: Step::Execve,
             errno: e.raw_os_error().unwrap_or(0),
-            detail: format!("exec {:?}", self.args[0]),
+            detail: exe.path.to_string_lossy().into_owned(),
         }
     }
 
@@ -724,9 +724,8 @@ fn verify_cwd(cwd: &str) -> Result<(), InitFailure> {
 
 fn errno_text(e: &io::Error) -> String {
     match e.raw_os_error() {
-        Some(libc::ENOENT) => "no such file or directory".into(),
-        Some(libc::EACCES) => "permission denied".into(),
-        _ => e.to_string(),
+        Some(errno) => super::sync::errno_text(errno),
+        None => e.to_string(),
     }
 }
 
@@ -940,7 +939,7 @@ mod tests {
                     .expect("apply under the fake");
                 assert_eq!(exe.path.to_str(), Ok("/usr/bin/sh"));
                 let failure = a.exec(&exe);
-                assert_eq!(failure.step, Step::Exec);
+                assert_eq!(failure.step, Step::Execve);
             });
             calls
         }

@@ -89,7 +89,15 @@ pub struct Sets {
 /// engines and runc's suite send such names and dropping one grants nothing (RESTRICTED's
 /// floor has removed them before this, as capabilities it does not allow).
 pub fn from_spec(caps: Option<&spec::Capabilities>, field: &str) -> Sets {
-    let (sets, mut ignored) = masks(caps, field);
+    let (sets, mut ignored, unraisable) = masks(caps);
+    // runc tries each ambient capability and warns for the ones the kernel refuses
+    // (logrus, on stderr or in the --log): scripts and runc's suite look for its words.
+    for name in names(unraisable) {
+        log::warn(&format!(
+            "{field}.ambient: can't raise ambient capability {name}: not in both permitted \
+             and inheritable"
+        ));
+    }
     if !ignored.is_empty() {
         ignored.sort_unstable();
         ignored.dedup();
@@ -104,15 +112,16 @@ pub fn from_spec(caps: Option<&spec::Capabilities>, field: &str) -> Sets {
 /// [`from_spec`] without the warning: the saved spec of a container whose create warned
 /// already (exec's bounding set, `verify`).
 pub fn from_saved(caps: Option<&spec::Capabilities>) -> Sets {
-    masks(caps, "process.capabilities").0
+    masks(caps).0
 }
 
-/// The sets as masks, and the names that are no capability of this kernel.
-fn masks(caps: Option<&spec::Capabilities>, field: &str) -> (Sets, Vec<String>) {
+/// The sets as masks (ambient cut to what the kernel lets be raised), the names that are
+/// no capability of this kernel, and the ambient capabilities cut.
+fn masks(caps: Option<&spec::Capabilities>) -> (Sets, Vec<String>, u64) {
     let last = last_cap();
     let mut ignored = Vec::new();
     let Some(c) = caps else {
-        return (Sets::default(), ignored);
+        return (Sets::default(), ignored, 0);
     };
     let mut mask = |set: &Option<Vec<String>>| -> u64 {
         let mut m = 0u64;
@@ -131,19 +140,12 @@ fn masks(caps: Option<&spec::Capabilities>, field: &str) -> (Sets, Vec<String>) 
         inheritable: mask(&c.inheritable),
         ambient: mask(&c.ambient),
     };
-    // The kernel only lets a capability be ambient if it is permitted and inheritable;
-    // runc's own default spec asks for ambient caps without inheritable ones.
+    // The kernel only lets a capability be ambient if it is permitted and inheritable
+    // (PR_CAP_AMBIENT_RAISE fails with EPERM): the others are not raised.
     let raisable = sets.permitted & sets.inheritable;
-    if sets.ambient & !raisable != 0 {
-        // runc ignores these silently; say it in the debug log only, since engines send
-        // such specs for every container and exec.
-        log::debug(&format!(
-            "{field}.ambient: {:?} not in both permitted and inheritable; not raised",
-            names(sets.ambient & !raisable)
-        ));
-        sets.ambient &= raisable;
-    }
-    (sets, ignored)
+    let unraisable = sets.ambient & !raisable;
+    sets.ambient &= raisable;
+    (sets, ignored, unraisable)
 }
 
 pub fn names(mask: u64) -> Vec<&'static str> {
@@ -172,9 +174,28 @@ mod tests {
             effective: Some(vec!["CAP_FLY".into(), "UNKNOWN_CAP".into()]),
             ..Default::default()
         };
-        let (sets, ignored) = masks(Some(&c), "process.capabilities");
+        let (sets, ignored, _) = masks(Some(&c));
         assert_eq!(sets.bounding, 1 << 5);
         assert_eq!(sets.effective, 0);
         assert_eq!(ignored, ["CAP_FLY", "CAP_FLY", "UNKNOWN_CAP"]);
+    }
+
+    /// runc's capabilities.bats case: only an ambient capability both permitted and
+    /// inheritable is raised; the others are returned to be named.
+    #[test]
+    fn ambient_outside_permitted_and_inheritable_is_cut_and_named() {
+        let c = spec::Capabilities {
+            permitted: Some(vec!["CAP_KILL".into(), "CAP_CHOWN".into()]),
+            inheritable: Some(vec!["CAP_KILL".into(), "CAP_NET_RAW".into()]),
+            ambient: Some(vec![
+                "CAP_KILL".into(),
+                "CAP_CHOWN".into(),
+                "CAP_NET_RAW".into(),
+            ]),
+            ..Default::default()
+        };
+        let (sets, _, unraisable) = masks(Some(&c));
+        assert_eq!(sets.ambient, 1 << 5);
+        assert_eq!(names(unraisable), ["CAP_CHOWN", "CAP_NET_RAW"]);
     }
 }

@@ -26,20 +26,30 @@ pub const FLAGS: [(&str, libc::c_int); 3] = [
     ("MPOL_F_STATIC_NODES", 1 << 15),
 ];
 
-/// A memory policy the spec asks for that cannot be set; each names the field.
+/// A memory policy the spec asks for that cannot be set; each names the field, then says
+/// what is wrong in runc's words ("invalid memory policy ...", "memory policy mode
+/// requires ..."), which scripts and runc's suite look for.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum MemPolicyError {
-    #[error("linux.memoryPolicy.mode: unknown mode {0:?} (one of MPOL_DEFAULT, MPOL_PREFERRED, MPOL_BIND, MPOL_INTERLEAVE, MPOL_LOCAL, MPOL_PREFERRED_MANY, MPOL_WEIGHTED_INTERLEAVE)")]
+    /// An empty string is a policy without `mode` (`{}`), as runc reads it.
+    #[error("linux.memoryPolicy.mode: invalid memory policy mode {0:?} (one of MPOL_DEFAULT, MPOL_PREFERRED, MPOL_BIND, MPOL_INTERLEAVE, MPOL_LOCAL, MPOL_PREFERRED_MANY, MPOL_WEIGHTED_INTERLEAVE)")]
     Mode(String),
-    #[error("linux.memoryPolicy.flags[{index}]: unknown flag {flag:?} (one of MPOL_F_NUMA_BALANCING, MPOL_F_RELATIVE_NODES, MPOL_F_STATIC_NODES)")]
+    #[error("linux.memoryPolicy.flags[{index}]: invalid memory policy flag {flag:?} (one of MPOL_F_NUMA_BALANCING, MPOL_F_RELATIVE_NODES, MPOL_F_STATIC_NODES)")]
     Flag { index: usize, flag: String },
     /// The list's own reason in the message, not as a source: a chained report
     /// (`{:#}`) would print it twice.
-    #[error("linux.memoryPolicy.nodes: {0}")]
-    Nodes(cpulist::ListError),
-    #[error("linux.memoryPolicy.nodes: {mode} takes no nodes")]
-    NoNodes { mode: String },
-    #[error("linux.memoryPolicy.nodes: {mode} needs at least one node")]
+    #[error("linux.memoryPolicy.nodes: invalid memory policy nodes {nodes:?}: {err}")]
+    Nodes {
+        nodes: String,
+        err: cpulist::ListError,
+    },
+    #[error(
+        "linux.memoryPolicy.nodes: {mode}: memory policy mode requires 0 nodes but got {count}"
+    )]
+    NoNodes { mode: String, count: u32 },
+    #[error(
+        "linux.memoryPolicy.nodes: {mode}: memory policy mode requires at least one node but got 0"
+    )]
     NeedsNodes { mode: String },
 }
 
@@ -73,12 +83,16 @@ impl MemPolicy {
                     flag: f.clone(),
                 })?;
         }
-        let nodes =
-            cpulist::parse(p.nodes.as_deref().unwrap_or("")).map_err(MemPolicyError::Nodes)?;
+        let list = p.nodes.as_deref().unwrap_or("");
+        let nodes = cpulist::parse(list).map_err(|err| MemPolicyError::Nodes {
+            nodes: list.to_string(),
+            err,
+        })?;
         let n = cpulist::count(&nodes);
         match p.mode.as_str() {
             "MPOL_DEFAULT" | "MPOL_LOCAL" if n != 0 => Err(MemPolicyError::NoNodes {
                 mode: p.mode.clone(),
+                count: n,
             }),
             "MPOL_BIND"
             | "MPOL_INTERLEAVE"
@@ -147,37 +161,49 @@ mod tests {
                 "MPOL_NOPE",
                 None,
                 &[][..],
-                "linux.memoryPolicy.mode: unknown mode \"MPOL_NOPE\"",
+                "linux.memoryPolicy.mode: invalid memory policy mode \"MPOL_NOPE\"",
             ),
             (
                 "MPOL_BIND",
                 Some("0"),
                 &["MPOL_F_X"][..],
-                "linux.memoryPolicy.flags[0]: unknown flag \"MPOL_F_X\"",
+                "linux.memoryPolicy.flags[0]: invalid memory policy flag \"MPOL_F_X\"",
             ),
             (
                 "MPOL_BIND",
                 None,
                 &[][..],
-                "linux.memoryPolicy.nodes: MPOL_BIND needs at least one node",
+                "linux.memoryPolicy.nodes: MPOL_BIND: memory policy mode requires at least one node but got 0",
             ),
             (
                 "MPOL_INTERLEAVE",
                 Some(" "),
                 &[][..],
-                "linux.memoryPolicy.nodes: MPOL_INTERLEAVE needs at least one node",
+                "linux.memoryPolicy.nodes: MPOL_INTERLEAVE: memory policy mode requires at least one node",
             ),
             (
                 "MPOL_DEFAULT",
                 Some("0"),
                 &[][..],
-                "linux.memoryPolicy.nodes: MPOL_DEFAULT takes no nodes",
+                "linux.memoryPolicy.nodes: MPOL_DEFAULT: memory policy mode requires 0 nodes but got 1",
+            ),
+            (
+                "MPOL_DEFAULT",
+                Some("0-7"),
+                &[][..],
+                "linux.memoryPolicy.nodes: MPOL_DEFAULT: memory policy mode requires 0 nodes but got 8",
+            ),
+            (
+                "",
+                Some("0-7"),
+                &[][..],
+                "linux.memoryPolicy.mode: invalid memory policy mode \"\"",
             ),
             (
                 "MPOL_BIND",
                 Some("x"),
                 &[][..],
-                "linux.memoryPolicy.nodes: \"x\" is not a number",
+                "linux.memoryPolicy.nodes: invalid memory policy nodes \"x\": \"x\" is not a number",
             ),
         ] {
             let e = policy(mode, nodes, flags).unwrap_err();

@@ -75,10 +75,12 @@ pub enum Step {
     Seccomp,
     Cwd,
     Exec,
+    /// The `execve` of the container's process itself (its detail is the path).
+    Execve,
     Sync,
 }
 
-const STEPS: [Step; 22] = [
+const STEPS: [Step; 23] = [
     Step::Namespaces,
     Step::UserMapping,
     Step::Cgroup,
@@ -100,6 +102,7 @@ const STEPS: [Step; 22] = [
     Step::Seccomp,
     Step::Cwd,
     Step::Exec,
+    Step::Execve,
     Step::Sync,
 ];
 
@@ -127,6 +130,7 @@ impl Step {
             Step::Seccomp => "seccomp",
             Step::Cwd => "cwd",
             Step::Exec => "exec",
+            Step::Execve => "execve",
             Step::Sync => "sync",
         }
     }
@@ -143,6 +147,14 @@ pub struct InitFailure {
 
 impl std::fmt::Display for InitFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.step == Step::Execve {
+            // The container's program did not start: said as runc says it (Go's
+            // `exec PATH: reason`), the line scripts and runc's tests look for.
+            return match self.errno {
+                0 => write!(f, "exec {}", self.detail),
+                e => write!(f, "exec {}: {}", self.detail, errno_text(e)),
+            };
+        }
         if self.errno != 0 {
             write!(
                 f,
@@ -155,6 +167,42 @@ impl std::fmt::Display for InitFailure {
             write!(f, "{}: {}", self.step.name(), self.detail)
         }
     }
+}
+
+/// An errno as runc's messages say it: the C library's text in lower case, as Go's
+/// `syscall.Errno` prints it (glibc's wording, which Go's table follows, for the errors
+/// a path lookup or an `execve` gives; musl words a few of them differently).
+pub fn errno_text(errno: i32) -> String {
+    let text = match errno {
+        libc::E2BIG => "argument list too long",
+        libc::EACCES => "permission denied",
+        libc::EAGAIN => "resource temporarily unavailable",
+        libc::EFAULT => "bad address",
+        libc::EINVAL => "invalid argument",
+        libc::EIO => "input/output error",
+        libc::EISDIR => "is a directory",
+        libc::ELIBBAD => "accessing a corrupted shared library",
+        libc::ELOOP => "too many levels of symbolic links",
+        libc::EMFILE => "too many open files",
+        libc::ENAMETOOLONG => "file name too long",
+        libc::ENFILE => "too many open files in system",
+        libc::ENOENT => "no such file or directory",
+        libc::ENOEXEC => "exec format error",
+        libc::ENOMEM => "cannot allocate memory",
+        libc::ENOTDIR => "not a directory",
+        libc::EPERM => "operation not permitted",
+        libc::ETXTBSY => "text file busy",
+        _ => {
+            let s = io::Error::from_raw_os_error(errno).to_string();
+            let s = s.split(" (os error ").next().unwrap_or(&s);
+            let mut c = s.chars();
+            return match c.next() {
+                Some(first) => first.to_lowercase().chain(c).collect(),
+                None => String::new(),
+            };
+        }
+    };
+    text.to_string()
 }
 
 impl InitFailure {

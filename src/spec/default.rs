@@ -82,9 +82,9 @@ pub fn spec(rootless: bool, cgroupns: bool) -> Value {
             "args": ["sh"],
             "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=xterm"],
             "cwd": "/",
-            "capabilities": {
-                "bounding": caps, "effective": caps, "permitted": caps, "ambient": caps
-            },
+            // No ambient set, as runc's spec since 1.2: without inheritable the kernel
+            // raises none of them, and runc (and moat) warn about each one asked for.
+            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
             "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
             "noNewPrivileges": true
         },

@@ -110,6 +110,9 @@ pub struct ExecCpuAffinity {
 /// container's processes.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct MemoryPolicy {
+    /// Empty when the spec gives none: refused by `linux::mempolicy` in runc's words
+    /// ("invalid memory policy mode"), not by the JSON reader.
+    #[serde(default)]
     pub mode: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<String>,

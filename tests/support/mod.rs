@@ -492,8 +492,7 @@ pub fn moat_default_spec() -> &'static Value {
     })
 }
 
-/// The base config of every test: `moat spec`'s, with `terminal: false`, no ambient
-/// capabilities (so moat has nothing to warn about on stderr), `args: ["true"]`, and a
+/// The base config of every test: `moat spec`'s, with `terminal: false`, `args: ["true"]`, and a
 /// cgroup namespace of its own on every host (`moat spec`, as runc's, lists one only on a
 /// cgroup v2-only host), so that a test sees the same container on a hybrid host as on v2.
 pub fn base_config() -> Value {
@@ -505,9 +504,6 @@ pub fn base_config() -> Value {
         .expect("moat spec lists namespaces");
     if !ns.iter().any(|n| n["type"] == "cgroup") {
         ns.push(json!({"type": "cgroup"}));
-    }
-    if let Some(caps) = c["process"]["capabilities"].as_object_mut() {
-        caps.remove("ambient");
     }
     c
 }

@@ -83,7 +83,7 @@ impl Cgroup {
             };
             let sub = sub.trim_start_matches('/');
             if sub.split('/').any(|c| c == ".." || c == ".") {
-                // runc's words, unquoted as runc prints them (quoted if it holds a
+                // runc 1.5's words, unquoted as runc prints them (quoted if it holds a
                 // control character, which a log line must not carry raw).
                 let shown = if sub.chars().any(char::is_control) {
                     format!("{sub:?}")
@@ -93,7 +93,7 @@ impl Cgroup {
                 return Err(CgroupError::invalid(
                     field,
                     format!(
-                        "{shown} is not a sub cgroup path (it must stay below the container's cgroup)"
+                        "bad sub cgroup path: {shown} (it must stay below the container's cgroup)"
                     ),
                 ));
             }

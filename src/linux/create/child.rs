@@ -27,11 +27,20 @@ pub(super) fn main(
     if ch.created() {
         // After `start` (row 15) create has returned and nobody reads the socket: the init
         // says why itself, on the container's stderr and in the create call's `--log`.
-        match &plan.cut {
-            Some(cut) if matches!(err.errno, libc::EPERM | libc::EACCES) => {
-                crate::log::error(&format!("container init: {err}; {cut}"));
-            }
-            _ => crate::log::error(&format!("container init: {err}")),
+        // A failed execve of the container's program is said bare, as runc's init says it
+        // (`exec /run.sh: no such file or directory`): the line is about the container's
+        // program, and scripts written for runc look for it as the output's first line.
+        let mut msg = match err.step {
+            Step::Execve => err.to_string(),
+            _ => format!("container init: {err}"),
+        };
+        if let (Some(cut), libc::EPERM | libc::EACCES) = (&plan.cut, err.errno) {
+            msg = format!("{msg}; {cut}");
+        }
+        if err.step == Step::Execve {
+            crate::log::error_bare(&msg);
+        } else {
+            crate::log::error(&msg);
         }
         sys::exit_now(1)
     }
@@ -715,7 +724,7 @@ pub(crate) mod tests {
     pub(crate) fn reached_execve(failure: &InitFailure, calls: &[Call]) {
         assert_eq!(
             failure.step,
-            Step::Exec,
+            Step::Execve,
             "{failure}:\n{}",
             record::show(calls)
         );
