@@ -97,6 +97,12 @@ pub fn replace_egress(c: &Container, text: &str) -> Result<()> {
         }
         Some(list)
     };
+    if let Some(r) = allow.as_ref().and_then(|l| l.name_bound()) {
+        anyhow::bail!(
+            "--egress: rule {r} binds connections to a name (tls/, http/), which this moat \
+             does not enforce, natively or under gVisor; it is not run as a plain name rule"
+        );
+    }
     let new = Egress {
         allow,
         deny: match &old {

@@ -53,6 +53,12 @@ pub enum PolicyError {
     EgressUnenforceable { rules: String },
     #[error("egress policy: {0}")]
     EgressInvalid(String),
+    #[error(
+        "egress rule {rule}: binding a connection to a name (tls/, http/) is not enforced by \
+         this moat, natively or under gVisor, and moat does not run it as a plain name rule \
+         (allow the name without tls/ or http/: its addresses, whatever name a connection speaks)"
+    )]
+    EgressNameBound { rule: String },
     #[error("built-in restricted seccomp profile: {0}")]
     RestrictedProfile(serde_json::Error),
     #[error(

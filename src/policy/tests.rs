@@ -188,6 +188,47 @@ fn egress_metadata_is_refused_by_default_and_a_list_only_narrows() {
 }
 
 #[test]
+fn egress_rules_binding_a_name_are_refused_not_run_plain() {
+    // No runtime enforces tls/ or http/ yet: whichever list brings one (the annotation under
+    // OPEN or RESTRICTED, or the config's own), the container is refused, naming the rule.
+    let open = Config {
+        default_policy: Mode::Open,
+        ..Config::default()
+    };
+    let listed = Config {
+        egress_allow: Some(egress::parse_list("a.test:443,tls/b.test:443").unwrap()),
+        ..Config::default()
+    };
+    let narrow = Config {
+        egress_allow: Some(egress::parse_list("a.test:80-443").unwrap()),
+        ..Config::default()
+    };
+    for (cfg, annotation, named) in [
+        (&open, Some("10.0.0.1,tls/a.test:443"), "tls/a.test:443"),
+        (&open, Some("http/*.a.test:80"), "http/*.a.test:80"),
+        (&narrow, Some("tls/a.test:443"), "tls/a.test:443"),
+        (&narrow, Some("a.test:443,http/a.test:80"), "http/a.test:80"),
+        (&listed, None, "tls/b.test:443"),
+    ] {
+        let mut s = podman_like();
+        if let Some(a) = annotation {
+            s.annotations.insert("moat.egress".into(), a.into());
+        }
+        let e = apply(&mut s, cfg, "c1", &HostFacts::default(), &facts())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("egress rule {named}:")), "{e}");
+        assert!(e.contains("not enforced"), "{e}");
+    }
+    // The plain name stays what it was.
+    let mut s = podman_like();
+    s.annotations
+        .insert("moat.egress".into(), "a.test:443".into());
+    let d = apply(&mut s, &narrow, "c1", &HostFacts::default(), &facts()).unwrap();
+    assert_eq!(d.egress.unwrap().allow.unwrap().to_string(), "a.test:443");
+}
+
+#[test]
 fn egress_without_cgroup_bpf_refuses_a_list_and_records_the_block_absent() {
     let no_bpf = FloorFacts {
         bpf_cgroup: false,

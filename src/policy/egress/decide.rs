@@ -34,6 +34,13 @@ pub(in crate::policy) fn decide(
         }
         None => configured,
     };
+    // Before anything else about the list: a runtime that enforced the binding would take
+    // it here; none does yet, so the rule is refused by name rather than run plain.
+    if let Some(r) = allow.as_ref().and_then(|l| l.name_bound()) {
+        return Err(PolicyError::EgressNameBound {
+            rule: r.to_string(),
+        });
+    }
     let deny = if restricted && cfg.egress_deny_metadata {
         egress::deny_addrs(&cfg.egress_metadata)
     } else {

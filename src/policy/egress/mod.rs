@@ -5,7 +5,13 @@
 //! ```text
 //! list  := "none" | rule ("," rule)*
 //! rule  := [("tcp"|"udp") "/"] (v4cidr | "[" v6cidr "]" | name) [":" port ["-" port]]
+//!        | ("tls"|"http") "/" name ":" port ["-" port]
 //! ```
+//!
+//! `tls/NAME:PORT` and `http/NAME:PORT` bind a connection to the name: its TLS ClientHello
+//! must carry that SNI, or its HTTP/1 request that `Host`. No runtime of moat enforces that
+//! binding yet, so a list holding one is refused where a container would get it
+//! ([`List::name_bound`]), never run as a plain name rule.
 //!
 //! A bare address is a /32 or /128; a name is case-insensitive, its trailing dot ignored,
 //! and `*.x` matches the subdomains of `x` but not `x` itself; no protocol means TCP and
@@ -47,6 +53,18 @@ pub enum Dest {
     Name { name: String, wildcard: bool },
 }
 
+/// What a connection admitted by a rule must name, read from its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bind {
+    /// Nothing: an address rule, or a bare name rule (whose admitted addresses are reachable
+    /// whatever name the connection then speaks, docs/security.md "Shared addresses").
+    Plain,
+    /// `tls/NAME:PORT`: a TLS ClientHello whose SNI the rule's name matches.
+    Tls,
+    /// `http/NAME:PORT`: an HTTP/1 request whose `Host` the rule's name matches.
+    Http,
+}
+
 /// One allow rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
@@ -54,6 +72,8 @@ pub struct Rule {
     pub dest: Dest,
     /// Inclusive; (1, 65535) when no port is given.
     pub ports: (u16, u16),
+    /// `Plain` but for `tls/` and `http/` (always a name, TCP, with ports).
+    pub bind: Bind,
 }
 
 /// A parsed list: `none`, or rules (default deny for everything else).
@@ -131,7 +151,10 @@ impl Dest {
 impl Rule {
     /// Whether everything `other` allows, this rule allows too.
     pub fn covers(&self, other: &Rule) -> bool {
-        self.proto.covers(other.proto)
+        // A bound rule admits less than a plain one of the same name and ports (only
+        // connections naming it), never something a plain rule does not.
+        (self.bind == Bind::Plain || self.bind == other.bind)
+            && self.proto.covers(other.proto)
             && self.ports.0 <= other.ports.0
             && other.ports.1 <= self.ports.1
             && self.dest.covers(&other.dest)
@@ -140,15 +163,30 @@ impl Rule {
     pub fn is_name(&self) -> bool {
         matches!(self.dest, Dest::Name { .. })
     }
+
+    /// Whether a connection this rule admits must name the rule's name (`tls/`, `http/`).
+    pub fn is_name_bound(&self) -> bool {
+        self.bind != Bind::Plain
+    }
+}
+
+impl List {
+    /// The first rule binding connections to a name (`tls/`, `http/`): what a runtime that
+    /// does not enforce the binding must refuse rather than run as a plain name rule.
+    pub fn name_bound(&self) -> Option<&Rule> {
+        self.0.iter().find(|r| r.is_name_bound())
+    }
 }
 
 impl fmt::Display for Rule {
     /// The canonical spelling: what `policy explain` shows and a message names.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.proto {
-            Proto::Tcp => f.write_str("tcp/")?,
-            Proto::Udp => f.write_str("udp/")?,
-            Proto::Any => {}
+        match (self.bind, self.proto) {
+            (Bind::Tls, _) => f.write_str("tls/")?,
+            (Bind::Http, _) => f.write_str("http/")?,
+            (Bind::Plain, Proto::Tcp) => f.write_str("tcp/")?,
+            (Bind::Plain, Proto::Udp) => f.write_str("udp/")?,
+            (Bind::Plain, Proto::Any) => {}
         }
         match &self.dest {
             Dest::Net { addr, len } => match addr.to_ipv4_mapped() {
@@ -253,10 +291,12 @@ pub fn parse_rule(raw: &str) -> Result<Rule, ParseError> {
         return Err(err("empty rule (two commas, or a trailing one)"));
     }
     let lower = raw.to_ascii_lowercase();
-    let (proto, rest) = match lower.split_once('/') {
-        Some(("tcp", r)) => (Proto::Tcp, r),
-        Some(("udp", r)) => (Proto::Udp, r),
-        _ => (Proto::Any, lower.as_str()),
+    let (proto, bind, rest) = match lower.split_once('/') {
+        Some(("tcp", r)) => (Proto::Tcp, Bind::Plain, r),
+        Some(("udp", r)) => (Proto::Udp, Bind::Plain, r),
+        Some(("tls", r)) => (Proto::Tcp, Bind::Tls, r),
+        Some(("http", r)) => (Proto::Tcp, Bind::Http, r),
+        _ => (Proto::Any, Bind::Plain, lower.as_str()),
     };
     let (dest_text, port_text, v6) = if let Some(inner) = rest.strip_prefix('[') {
         let (addr, after) = inner
@@ -300,7 +340,24 @@ pub fn parse_rule(raw: &str) -> Result<Rule, ParseError> {
     } else {
         parse_name(dest_text).map_err(|r| err(&r))?
     };
-    Ok(Rule { proto, dest, ports })
+    if bind != Bind::Plain {
+        if !matches!(dest, Dest::Name { .. }) {
+            return Err(err(
+                "tls/ and http/ bind a connection to a name: they take a name, not an address",
+            ));
+        }
+        if port_text.is_none() {
+            return Err(err(
+                "tls/ and http/ take a port (`tls/api.example.com:443`, `http/a.example:80`)",
+            ));
+        }
+    }
+    Ok(Rule {
+        proto,
+        dest,
+        ports,
+        bind,
+    })
 }
 
 fn parse_ports(p: &str) -> Option<(u16, u16)> {
@@ -332,7 +389,8 @@ fn net(addr: Ipv6Addr, len: u8) -> Result<Dest, String> {
             Rule {
                 proto: Proto::Any,
                 dest: Dest::Net { addr: base, len },
-                ports: (1, 65535)
+                ports: (1, 65535),
+                bind: Bind::Plain,
             }
         ));
     }
@@ -746,6 +804,7 @@ fn show(addr: Ipv6Addr, len: u8) -> String {
         proto: Proto::Any,
         dest: Dest::Net { addr, len },
         ports: (1, 65535),
+        bind: Bind::Plain,
     }
     .to_string()
 }
@@ -972,6 +1031,73 @@ mod tests {
 
     fn r(s: &str) -> Rule {
         parse_rule(s).unwrap()
+    }
+
+    #[test]
+    fn name_binding_rules_parse_and_only_narrow() {
+        for (given, canon, bind) in [
+            (
+                "TLS/Api.Example.com.:443",
+                "tls/api.example.com:443",
+                Bind::Tls,
+            ),
+            ("http/a.test:80", "http/a.test:80", Bind::Http),
+            ("tls/*.a.test:443-8443", "tls/*.a.test:443-8443", Bind::Tls),
+            ("a.test:443", "a.test:443", Bind::Plain),
+            ("tcp/a.test", "tcp/a.test", Bind::Plain),
+        ] {
+            let rule = r(given);
+            assert_eq!(rule.to_string(), canon, "{given}");
+            assert_eq!(r(canon), rule);
+            assert_eq!(rule.bind, bind, "{given}");
+            assert_eq!(rule.is_name_bound(), bind != Bind::Plain);
+            if bind != Bind::Plain {
+                assert_eq!(rule.proto, Proto::Tcp, "{given}: TLS and HTTP/1 are TCP");
+            }
+        }
+        for (bad, why) in [
+            ("tls/a.test", "take a port"),
+            ("http/a.test", "take a port"),
+            ("tls/10.0.0.1:443", "not an address"),
+            ("http/[2001:db8::1]:80", "not an address"),
+            ("tls/10.0.0.0/8:443", "not an address"),
+            ("quic/a.test:443", "not an address block or a domain name"),
+        ] {
+            let e = parse_rule(bad).unwrap_err();
+            assert_eq!(e.rule, bad);
+            assert!(e.reason.contains(why), "{bad}: {}", e.reason);
+        }
+        // A bound rule admits less than the plain rule of its name and ports, never more;
+        // one binding does not cover the other.
+        let covers = |wide: &str, narrow: &str| r(wide).covers(&r(narrow));
+        assert!(covers("a.test:443", "tls/a.test:443"));
+        assert!(covers("*.test", "http/a.test:80"));
+        assert!(covers("tls/*.test:443", "tls/a.test:443"));
+        assert!(!covers("tls/a.test:443", "a.test:443"));
+        assert!(!covers("tls/a.test:443", "tcp/a.test:443"));
+        assert!(!covers("tls/a.test:443", "http/a.test:443"));
+        assert!(!covers("http/a.test:80", "tls/a.test:80"));
+        assert!(!covers("udp/a.test:443", "tls/a.test:443"));
+        assert!(!covers("a.test:443", "tls/b.test:443"));
+        let l = parse_list("a.test:443,10.0.0.1,http/b.test:80,tls/c.test:443").unwrap();
+        assert_eq!(
+            l.name_bound().map(|r| r.to_string()).as_deref(),
+            Some("http/b.test:80")
+        );
+        assert_eq!(
+            parse_list("a.test:443,10.0.0.1").unwrap().name_bound(),
+            None
+        );
+        // A recorded policy reads back the same rules.
+        let e = Egress {
+            allow: Some(l),
+            deny: Vec::new(),
+            resolvers: Vec::new(),
+            forwarder: ForwarderLimits::default(),
+            packets: false,
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(Egress::from_json(&v), Some(e));
     }
 
     #[test]
