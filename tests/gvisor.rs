@@ -2123,7 +2123,10 @@ fn seccomp_trampoline_missing_is_a_clear_error_and_leaves_nothing() {
     assert!(!e.root().join(&id).exists(), "no state dir left behind");
     assert!(
         !e.root().join("@runsc").exists()
-            || std::fs::read_dir(e.root().join("@runsc")).unwrap().next().is_none(),
+            || std::fs::read_dir(e.root().join("@runsc"))
+                .unwrap()
+                .next()
+                .is_none(),
         "no runsc container"
     );
     assert!(!e.root().join("@cache/gvisor").exists(), "no copy made");

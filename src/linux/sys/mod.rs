@@ -93,9 +93,7 @@ pub use process::{
 #[cfg(test)]
 pub use seccomp::syscall_numbers;
 pub use seccomp::{seccomp_flags_known, seccomp_set_filter, syscall_ints};
-pub use signal::{
-    exit_on_terminating_signals, kill, pidfd_send_signal, reset_signals,
-};
+pub use signal::{exit_on_terminating_signals, kill, pidfd_send_signal, reset_signals};
 pub use spawn::{spawn_in_cgroup, spawn_in_cgroups};
 pub use startup::{args, keep_args, process_init};
 #[cfg(feature = "steptrace")]
