@@ -44,12 +44,13 @@ pub mod fuzzing;
 pub mod entry {
     pub use crate::cli::{command, main};
     pub use crate::container::startup::capture;
-    pub use crate::linux::sys::process_init;
+    pub use crate::linux::sys::{keep_args, process_init};
 
-    /// moat as the seccomp trampoline inside a gVisor sandbox (`gvisor::seccomp_exec`):
-    /// its status when it was started as one (it execs the container's process on success).
-    pub fn gvisor_seccomp_exec() -> Option<i32> {
-        crate::gvisor::seccomp_exec::main_if_trampoline(&crate::linux::sys::args())
+    /// `moat-seccomp-exec` (src/bin/moat-seccomp-exec.rs), the seccomp trampoline inside a
+    /// gVisor sandbox (`gvisor::seccomp_exec`): execs the container's process on success,
+    /// else returns the status.
+    pub fn gvisor_seccomp_exec() -> i32 {
+        crate::gvisor::seccomp_exec::main(&crate::linux::sys::args())
     }
 
     /// `moat-dns` (src/bin/moat-dns.rs): the per-container DNS forwarder of egress names.

@@ -29,11 +29,6 @@ static ALLOC: alloc::Alloc = alloc::Alloc::new();
 extern "C" fn main(argc: std::ffi::c_int, argv: *const *const std::ffi::c_char) -> std::ffi::c_int {
     // SAFETY: libc calls main with argc valid argument strings.
     unsafe { entry::process_init(argc, argv) };
-    // Inside a gVisor sandbox, before anything looks at the inherited descriptors (they
-    // are the container process's).
-    if let Some(code) = entry::gvisor_seccomp_exec() {
-        std::process::exit(code);
-    }
     // Before anything is opened: which fds the caller passed, and LISTEN_* (container/startup.rs).
     entry::capture();
     std::process::exit(entry::main())

@@ -135,6 +135,7 @@ on_both_runscs!(
     gvisor_pod_app_seccomp_applies_under_a_sandbox_without_one,
     gvisor_ids_never_reach_another_by_prefix,
     seccomp_errnos_and_exec_under_the_containers_filter,
+    seccomp_trampoline_missing_is_a_clear_error_and_leaves_nothing,
     platform_is_one_this_runsc_lists_and_defaults_to_its_own,
     control_socket_unreachable_from_host_users_and_host_network_containers,
 );
@@ -2092,6 +2093,68 @@ fn seccomp_errnos_and_exec_under_the_containers_filter() {
     let out = e.ok(&["exec", "--process", proc_file.to_str().unwrap(), &id]);
     check("exec --process", &out);
     e.ok(&["delete", "--force", &id]);
+
+    // The trampoline is a copy of moat-seccomp-exec (installed next to moat), not of moat:
+    // one copy, read-only, its size the installed file's.
+    let installed = Path::new(MOAT).with_file_name("moat-seccomp-exec");
+    let size = std::fs::metadata(&installed).unwrap().len();
+    assert!(size < std::fs::metadata(MOAT).unwrap().len());
+    let copies: Vec<_> = std::fs::read_dir(e.root().join("@cache/gvisor"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    let name = copies[0].file_name().to_string_lossy().into_owned();
+    assert!(name.starts_with("moat-seccomp-exec-"), "{name}");
+    let m = copies[0].metadata().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!((m.len(), m.permissions().mode() & 0o7777), (size, 0o555));
+}
+
+/// moat without `moat-seccomp-exec` next to it: a gVisor create with a profile fails
+/// naming it, before anything exists (no state, no runsc container, no copy).
+fn seccomp_trampoline_missing_is_a_clear_error_and_leaves_nothing() {
+    if !usable("seccomp_trampoline_missing") {
+        return;
+    }
+    let mut e = Env::new("notramp");
+    let bin = e.dir.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let moat = bin.join("moat");
+    std::fs::copy(MOAT, &moat).unwrap();
+    let open = e.dir.join("open.toml");
+    std::fs::write(&open, "default_policy = \"open\"\n").unwrap();
+    e.config = Some(open);
+    let b = e.bundle("b", &[("moat.runtime", "gvisor")], &["true"]);
+    let cfg = b.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    spec["linux"]["seccomp"] = serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW"});
+    std::fs::write(&cfg, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+    let id = e.id("c");
+    let mut c = e.moat();
+    c.args(["create", "--bundle", b.to_str().unwrap(), &id]);
+    let mut c2 = Command::new(&moat);
+    c2.args(c.get_args()).stdin(Stdio::null());
+    c2.env_remove("MOAT_RUNTIME").env("PATH", test_path());
+    c2.env("MOAT_CONFIG", e.config.as_ref().unwrap());
+    let o = output(&mut c2, &e.dir);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let want = format!(
+        "the seccomp trampoline {} is missing",
+        bin.join("moat-seccomp-exec").display()
+    );
+    assert!(stderr(&o).contains(&want), "{}", stderr(&o));
+    assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
+    assert!(!e.root().join(&id).exists(), "no state dir left behind");
+    assert!(
+        !e.root().join("@runsc").exists()
+            || std::fs::read_dir(e.root().join("@runsc"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "no runsc container"
+    );
+    assert!(!e.root().join("@cache/gvisor").exists(), "no copy made");
 }
 
 /// `[gvisor] platform` is checked against what the runsc found lists (`runsc help

@@ -5,10 +5,13 @@
 //! `errnoRet`/`defaultErrnoRet`) and `runsc exec` starts processes without the profile
 //! (`Seccomp: 0`; runsc 20221219 and 20240729). The sentry itself emulates seccomp(2)
 //! with the kernel's semantics, errno data included. So moat compiles the profile as for
-//! a native container and runs its own binary first inside the sandbox: a hidden entry
-//! ([`MARKER`] as its first argument) that sets no_new_privs when the process asks for it,
-//! installs the compiled program with seccomp(2) and execve's the real argv. After the
-//! execve the process's argv, exe and comm are the real ones.
+//! a native container and runs a trampoline of its own first inside the sandbox,
+//! `moat-seccomp-exec` ([`TRAMPOLINE`], installed next to moat; [`MARKER`] as its first
+//! argument) that sets no_new_privs when the process asks for it, installs the compiled
+//! program with seccomp(2) and execve's the real argv. After the execve the process's
+//! argv, exe and comm are the real ones. A program of its own rather than moat: every
+//! page the sentry maps for an execve costs a trap under ptrace, and the small static
+//! binary is ~1/10 of moat's (docs/gvisor.md, "runsc releases").
 //!
 //! runsc keeps applying its own conversion of the same profile (`--oci-seccomp`) to the
 //! container's process: an outer layer, so the result is never weaker than runsc's
@@ -18,8 +21,8 @@
 //!
 //! The binary reaches the sandbox as a read-only bind mount at [`DEST`], under the
 //! sentry's own `/dev` tmpfs (not in the rootfs, which may be read-only or hostile). Its
-//! source is a copy of moat under the state root's `@cache/gvisor`, never moat's own
-//! file: what gets through the mount reaches that copy only (runsc 20240729 lets a
+//! source is a copy of the trampoline under the state root's `@cache/gvisor`, never the
+//! installed file: what gets through the mount reaches that copy only (runsc 20240729 lets a
 //! container that remounts it read-write chmod it; [`binary`] replaces such a copy).
 
 use std::ffi::{CString, OsString};
@@ -38,6 +41,9 @@ pub const MARKER: &str = "--moat-gvisor-seccomp-exec";
 /// Where the trampoline is inside the sandbox.
 pub const DEST: &str = "/dev/.moat-seccomp-exec";
 
+/// The trampoline's program, installed next to moat's binary.
+pub const TRAMPOLINE: &str = "moat-seccomp-exec";
+
 /// How many arguments precede the real argv.
 const PREFIX: usize = 4;
 
@@ -48,8 +54,10 @@ pub enum Error {
     Notify,
     #[error(transparent)]
     Compile(#[from] seccomp::SeccompError),
-    #[error("no path to moat's own binary (for the seccomp trampoline)")]
+    #[error("no path to moat's own binary (the seccomp trampoline {TRAMPOLINE} is installed next to it)")]
     NoBinary,
+    #[error("the seccomp trampoline {0} is missing (install it next to moat, as scripts/package does): {1}")]
+    NoTrampoline(PathBuf, io::Error),
 }
 
 /// The arguments that run `args` under `filter`: the trampoline's prefix, then `args`.
@@ -118,14 +126,21 @@ fn apply(spec: &mut Spec, filter: &seccomp::Filter, binary: &Path) {
 
 const FLAG_NEW_LISTENER: u32 = 8;
 
-/// moat's binary as a read-only copy under `dir`, made once per build of moat (keyed by
-/// the original file's device, inode, size and modification time).
+/// The trampoline ([`TRAMPOLINE`], next to moat's binary) as a read-only copy under
+/// `dir`, made once per build (keyed by the installed file's device, inode, size and
+/// modification time).
 fn binary(dir: &Path) -> Result<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    let src = crate::linux::exeseal::original_path().ok_or(Error::NoBinary)?;
-    let m = std::fs::metadata(&src).with_context(|| format!("stat {}", src.display()))?;
+    let src = crate::linux::exeseal::original_path()
+        .ok_or(Error::NoBinary)?
+        .with_file_name(TRAMPOLINE);
+    let m = std::fs::metadata(&src).map_err(|e| Error::NoTrampoline(src.clone(), e))?;
+    if !m.is_file() {
+        let e = io::Error::other("not a regular file");
+        return Err(Error::NoTrampoline(src, e).into());
+    }
     let name = format!(
-        "moat-{:x}-{:x}-{:x}-{:x}.{}",
+        "{TRAMPOLINE}-{:x}-{:x}-{:x}-{:x}.{}",
         m.dev(),
         m.ino(),
         m.size(),
@@ -161,8 +176,8 @@ fn binary(dir: &Path) -> Result<PathBuf> {
         let _ = std::fs::remove_file(&tmp);
         return Err(e).with_context(|| format!("copy {} to {}", src.display(), dst.display()));
     }
-    // Copies of other builds are no use to later creates; the sandboxes started with one
-    // hold it through their mounts.
+    // Copies of other builds (and of moat itself, the trampoline of earlier releases) are
+    // no use to later creates; the sandboxes started with one hold it through their mounts.
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
             let n = e.file_name();
@@ -174,15 +189,16 @@ fn binary(dir: &Path) -> Result<PathBuf> {
     Ok(dst)
 }
 
-/// The trampoline, when moat was started as one (inside the sandbox); `None` otherwise.
-/// It never returns on success: the real process replaces it.
-pub fn main_if_trampoline(args: &[OsString]) -> Option<i32> {
+/// The trampoline's main (inside the sandbox). It never returns on success: the real
+/// process replaces it.
+pub fn main(args: &[OsString]) -> i32 {
     if args.get(1).is_none_or(|a| a != MARKER) {
-        return None;
+        eprintln!("{TRAMPOLINE}: moat's seccomp trampoline in gVisor sandboxes; not a command");
+        return 2;
     }
     let (code, msg) = run(args);
     eprintln!("moat: seccomp: {msg}");
-    Some(code)
+    code
 }
 
 /// Installs the filter and execs; returns the exit status and the reason on failure.
@@ -227,9 +243,8 @@ fn run(args: &[OsString]) -> (i32, String) {
             CString::new(kv).ok()
         })
         .collect();
-    // moat's start-up ignores SIGPIPE (`sys::process_init`); the sentry started this
-    // process with the default, and an ignored disposition would survive the execve.
-    sys::signal_default(libc::SIGPIPE);
+    // Signal dispositions and descriptors are as the sentry gave them: the trampoline's
+    // start-up (`sys::keep_args`) changes neither, and the execve passes them on.
     let e = sys::execve(&path, &argv, &envp);
     (
         if e.raw_os_error() == Some(libc::ENOENT) {

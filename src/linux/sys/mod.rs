@@ -93,11 +93,9 @@ pub use process::{
 #[cfg(test)]
 pub use seccomp::syscall_numbers;
 pub use seccomp::{seccomp_flags_known, seccomp_set_filter, syscall_ints};
-pub use signal::{
-    exit_on_terminating_signals, kill, pidfd_send_signal, reset_signals, signal_default,
-};
+pub use signal::{exit_on_terminating_signals, kill, pidfd_send_signal, reset_signals};
 pub use spawn::{spawn_in_cgroup, spawn_in_cgroups};
-pub use startup::{args, process_init};
+pub use startup::{args, keep_args, process_init};
 #[cfg(feature = "steptrace")]
 pub use steptrace::steptrace;
 pub use tty::{clear_onlcr, get_winsize, pty_peer, set_pty_owner, set_winsize, unlockpt};

@@ -16,6 +16,22 @@ pub fn args() -> Vec<std::ffi::OsString> {
         .unwrap_or_else(|| std::env::args_os().collect())
 }
 
+/// Keeps the command line `main` received, for [`args`]; nothing else of
+/// [`process_init`] (the seccomp trampoline, `src/bin/moat-seccomp-exec.rs`, hands the
+/// container's process its descriptors and signal dispositions as they came).
+///
+/// # Safety
+/// `argv` must hold `argc` valid NUL-terminated strings, as libc passes to `main`.
+pub unsafe fn keep_args(argc: libc::c_int, argv: *const *const libc::c_char) {
+    use std::os::unix::ffi::OsStrExt;
+    let args = (0..usize::try_from(argc).unwrap_or(0))
+        // SAFETY: the caller guarantees argc valid strings.
+        .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) })
+        .map(|a| std::ffi::OsStr::from_bytes(a.to_bytes()).to_os_string())
+        .collect();
+    let _ = ARGS.set(args);
+}
+
 /// What Rust's own start-up would have done, for moat's C `main` (`src/main.rs`): keep
 /// the command line (std finds it by itself under glibc only; musl hands it to `main`
 /// alone), ignore SIGPIPE, so that a write to a closed pipe is an error rather than
@@ -25,13 +41,8 @@ pub fn args() -> Vec<std::ffi::OsString> {
 /// # Safety
 /// `argv` must hold `argc` valid NUL-terminated strings, as libc passes to `main`.
 pub unsafe fn process_init(argc: libc::c_int, argv: *const *const libc::c_char) {
-    use std::os::unix::ffi::OsStrExt;
-    let args = (0..usize::try_from(argc).unwrap_or(0))
-        // SAFETY: the caller guarantees argc valid strings.
-        .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) })
-        .map(|a| std::ffi::OsStr::from_bytes(a.to_bytes()).to_os_string())
-        .collect();
-    let _ = ARGS.set(args);
+    // SAFETY: the caller's contract is keep_args's.
+    unsafe { keep_args(argc, argv) };
     // SAFETY: setting a disposition to SIG_IGN and polling three fds are always valid.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
