@@ -181,6 +181,8 @@ pub enum Error {
     /// An idmapped mount (`linux/idmap.rs`); `what` names it.
     #[error("{what}")]
     Idmap { what: String, source: io::Error },
+    #[error("sync: the init asked to idmap mounts[{index}], which is not an idmapped bind of a path inside the rootfs")]
+    IdmapRequest { index: u32 },
     #[error("mounts[{index}].uidMappings: {what}")]
     IdmapBind {
         index: usize,
