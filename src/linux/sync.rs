@@ -18,6 +18,10 @@
 //!                                      ◀──────────────────── InitPid(pid)       (staged only: the
 //!                                                                                 grandchild is init)
 //!   Rootfs                                                    rootfs, mounts, devices, console
+//!                                      ◀──────────────────── IdmapPlease(i) + fd  (a copy of a
+//!   Idmapping    mount_setattr(MOUNT_ATTR_IDMAP) on it          bind source inside the rootfs,
+//!                Idmapped(i) ───────────────────────────────▶   any number, in the phase
+//!                                                               the child mounts in)
 //!                                      ◀──────────────────── HooksPlease
 //!   Hooks        runs prestart, createRuntime hooks
 //!                HooksDone ─────────────────────────────────▶ createContainer hooks, pivot_root
@@ -723,6 +727,16 @@ mod tests {
         let (m, fd) = p.recv_child().unwrap();
         assert!(matches!(m, ToParent::Listener));
         assert!(fd.is_some());
+        // An idmap request carries its copy's fd and is answered for the same index.
+        let asker = std::thread::scope(|s| {
+            let h = s.spawn(|| c.idmap_please(7, std::os::fd::AsFd::as_fd(&f)));
+            let (m, fd) = p.recv_child().unwrap();
+            assert!(matches!(m, ToParent::IdmapPlease(7)));
+            assert!(fd.is_some());
+            p.send_child(&ToChild::Idmapped(7)).unwrap();
+            h.join().unwrap()
+        });
+        asker.unwrap();
         c.send_parent(
             &ToParent::Failed(InitFailure {
                 step: Step::Mounts,
