@@ -727,16 +727,19 @@ mod tests {
         let (m, fd) = p.recv_child().unwrap();
         assert!(matches!(m, ToParent::Listener));
         assert!(fd.is_some());
-        // An idmap request carries its copy's fd and is answered for the same index.
-        let asker = std::thread::scope(|s| {
-            let h = s.spawn(|| c.idmap_please(7, std::os::fd::AsFd::as_fd(&f)));
-            let (m, fd) = p.recv_child().unwrap();
-            assert!(matches!(m, ToParent::IdmapPlease(7)));
-            assert!(fd.is_some());
-            p.send_child(&ToChild::Idmapped(7)).unwrap();
-            h.join().unwrap()
-        });
-        asker.unwrap();
+        // An idmap request carries its copy's fd and is answered for the same index (the
+        // answer queued first: one thread, unchecked ends).
+        p.send_child(&ToChild::Idmapped(7)).unwrap();
+        c.idmap_please(7, std::os::fd::AsFd::as_fd(&f)).unwrap();
+        let (m, fd) = p.recv_child().unwrap();
+        assert!(matches!(m, ToParent::IdmapPlease(7)));
+        assert!(fd.is_some());
+        p.send_child(&ToChild::Idmapped(8)).unwrap();
+        assert!(c.idmap_please(7, std::os::fd::AsFd::as_fd(&f)).is_err());
+        assert!(matches!(
+            p.recv_child().unwrap().0,
+            ToParent::IdmapPlease(7)
+        ));
         c.send_parent(
             &ToParent::Failed(InitFailure {
                 step: Step::Mounts,
