@@ -866,6 +866,149 @@ fn a_bind_source_inside_the_rootfs_never_follows_a_symlink_to_the_host() {
     }
 }
 
+/// runc's mounts.bats "mount order, container idmap source" (and its userns variant): the
+/// binds whose sources are inside the rootfs, below earlier mounts, are idmapped (the init
+/// clones them there, the parent idmaps the copy). The tree is found whole on `/final`, and
+/// a root-owned file on `/final`'s own mount shows the mount's mapping: host id `HOST`
+/// without a user namespace, container root with one mapping 0 to `HOST` too; on `/mnt`,
+/// the same file is not idmapped (host root; `nobody` in the user namespace).
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn idmapped_bind_sources_inside_the_rootfs_are_found_after_earlier_mounts() {
+    if !require_root() {
+        return;
+    }
+    const HOST: u32 = 3_300_000_000;
+    let map = json!([{"containerID": 0, "hostID": HOST, "size": 65536}]);
+    for userns in [false, true] {
+        let mut ctx = Ctx::new("idmaporder");
+        let r = ctx.rootfs();
+        let r_s = r.to_str().unwrap().to_string();
+        fs::create_dir_all(r.join("mnt")).unwrap();
+        fs::create_dir_all(r.join("final")).unwrap();
+        let bs = ctx.dir.join("bind-src");
+        for sub in ["a/x", "b/y", "c/z"] {
+            fs::create_dir_all(bs.join(sub)).unwrap();
+            fs::write(bs.join(sub).join("file"), format!("{sub}\n")).unwrap();
+            let top = &sub[..1];
+            std::os::unix::fs::symlink(top, bs.join(format!("sym-{top}"))).unwrap();
+        }
+        fs::write(bs.join("a/top"), "top\n").unwrap();
+        fs::set_permissions(&bs, fs::Permissions::from_mode(0o750)).unwrap();
+        if userns {
+            ctx.push("/linux/namespaces", json!({"type": "user"}));
+            ctx.set("/linux/uidMappings", map.clone())
+                .set("/linux/gidMappings", map.clone());
+        }
+        let bs_s = bs.to_str().unwrap();
+        for (src, dst, idmap) in [
+            (format!("{bs_s}/a"), "/mnt".to_string(), false),
+            (format!("{bs_s}/sym-b"), "/mnt/x".to_string(), false),
+            (format!("{bs_s}/c"), "/mnt/x/y".to_string(), false),
+            (format!("{bs_s}/sym-a"), "/mnt/x/y/z".to_string(), false),
+            (format!("{r_s}/mnt/x"), format!("{r_s}/mnt/x/y/z/x"), true),
+            (format!("{r_s}/mnt/x/y"), format!("{r_s}/mnt/x/y/z"), true),
+            (format!("{r_s}/mnt"), format!("{r_s}/final"), true),
+        ] {
+            let mut m = json!({"source": src, "destination": dst, "type": "bind",
+                               "options": ["rbind", "rprivate"]});
+            if idmap {
+                m["uidMappings"] = map.clone();
+                m["gidMappings"] = map.clone();
+            }
+            ctx.push("/mounts", m);
+        }
+        ctx.sh("cat /final/x/y/z/z/x/y/z/x/file; stat -c %u:%g /final/top /mnt/top");
+        let (out, err) = run_to_end(&ctx, "c");
+        let (idmapped, plain) = if userns {
+            ("0:0".to_string(), "65534:65534")
+        } else {
+            (format!("{HOST}:{HOST}"), "0:0")
+        };
+        assert_eq!(
+            out,
+            format!("a/x\n{idmapped}\n{plain}\n"),
+            "userns={userns}: {err}"
+        );
+    }
+}
+
+/// The attack on the above: an idmapped bind whose source inside the rootfs is (or
+/// passes) a symlink to a host directory or file is resolved inside the rootfs, never on
+/// the host: the container gets the rootfs's own directory and file of that name
+/// (idmapped), not the host's. Under both policies, with and without a user namespace.
+#[test]
+#[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
+fn an_idmapped_bind_source_inside_the_rootfs_never_follows_a_symlink_to_the_host() {
+    if !require_root() {
+        return;
+    }
+    const HOST: u32 = 3_300_000_000;
+    let map = json!([{"containerID": 0, "hostID": HOST, "size": 65536}]);
+    for restricted in [false, true] {
+        for userns in [false, true] {
+            let mut ctx = Ctx::new("idmapsrcinroot");
+            // On the host's /tmp: the test's directory is in /dev/shm, and the container's
+            // `/dev` is a tmpfs of its own.
+            let host = std::env::temp_dir().join(format!(
+                "moat-idmapsrcinroot-{}-{restricted}-{userns}",
+                std::process::id()
+            ));
+            fs::create_dir_all(&host).unwrap();
+            fs::write(host.join("file"), "host\n").unwrap();
+            let r = ctx.rootfs();
+            let decoy = r.join(host.strip_prefix("/").unwrap());
+            fs::create_dir_all(&decoy).unwrap();
+            fs::write(decoy.join("file"), "decoy\n").unwrap();
+            std::os::unix::fs::symlink(&host, r.join("evil")).unwrap();
+            std::os::unix::fs::symlink(host.join("file"), r.join("evil-file")).unwrap();
+            // Through a relative link climbing out with `..` as well.
+            let up = "../".repeat(r.components().count() + 2);
+            std::os::unix::fs::symlink(
+                format!("{up}{}", host.strip_prefix("/").unwrap().display()),
+                r.join("evil-rel"),
+            )
+            .unwrap();
+            // The targets exist: container root may not create them in a rootfs that is
+            // host root's.
+            for d in ["mnt/e", "mnt/r"] {
+                fs::create_dir_all(r.join(d)).unwrap();
+            }
+            fs::write(r.join("mnt/f"), "").unwrap();
+            let r_s = r.to_str().unwrap();
+            for (src, dst, opt) in [
+                ("evil", "/mnt/e", "rbind"),
+                ("evil-file", "/mnt/f", "bind"),
+                ("evil-rel", "/mnt/r", "rbind"),
+            ] {
+                ctx.push(
+                    "/mounts",
+                    json!({"source": format!("{r_s}/{src}"), "destination": dst,
+                           "type": "bind", "options": [opt],
+                           "uidMappings": map.clone(), "gidMappings": map.clone()}),
+                );
+            }
+            if userns {
+                ctx.push("/linux/namespaces", json!({"type": "user"}));
+                ctx.set("/linux/uidMappings", map.clone())
+                    .set("/linux/gidMappings", map.clone());
+            }
+            if restricted {
+                ctx.restricted();
+            }
+            ctx.sh("cat /mnt/e/file /mnt/f /mnt/r/file; stat -c %u /mnt/e/file");
+            let (out, err) = run_to_end(&ctx, "c");
+            fs::remove_dir_all(&host).unwrap();
+            let owner = if userns { 0 } else { HOST };
+            assert_eq!(
+                out,
+                format!("decoy\ndecoy\ndecoy\n{owner}\n"),
+                "restricted={restricted} userns={userns}: {err}"
+            );
+        }
+    }
+}
+
 /// runc 1.5's bind flags (mounts_sshfs.bats, with its tmpfs fallback): a bind with flag
 /// options gets exactly those under OPEN (the source's `ro`, `nosuid`, `nodev`, `noexec`,
 /// `nosymfollow` not named are cleared; atime kept unless an atime option is given); with

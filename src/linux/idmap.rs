@@ -4,7 +4,11 @@
 //! The parent builds them, because giving a mount an idmapping needs `CAP_SYS_ADMIN` over
 //! the filesystem's superblock (the host's): `open_tree(OPEN_TREE_CLONE)` makes a detached
 //! copy, `mount_setattr(MOUNT_ATTR_IDMAP)` with a user namespace fd idmaps it, and the fd
-//! goes to the child over the sync socket, which attaches it with `move_mount`.
+//! goes to the child over the sync socket, which attaches it with `move_mount`. A bind
+//! whose source is inside the rootfs, perhaps below earlier mounts of the same spec, exists
+//! only in the init's mount namespace, where `open_tree` must clone it: the init resolves
+//! it there (`RESOLVE_IN_ROOT`) and clones it when it comes to that mount, sends the
+//! detached copy to the parent, which idmaps it ([`idmap_detached`]), and attaches it.
 //!
 //! With an idmapping, a file stored with id X is seen as the host id the namespace maps X
 //! to: through the container's own namespace (container 0 → host S), the image's root
@@ -566,17 +570,53 @@ pub fn bind(
     m: &Idmap,
     container: Option<BorrowedFd<'_>>,
 ) -> Result<OwnedFd, IdmapError> {
-    let own;
-    let userns = if m.uid.is_empty() {
-        container.ok_or_else(|| {
+    let userns = userns_for(source, m, container)?;
+    idmapped_tree(source, opts.recursive, m.recursive, userns.as_fd())
+}
+
+/// The user namespace a bind is idmapped with: one with exactly its mappings, or the
+/// container's for `idmap`/`ridmap` without any.
+fn userns_for(
+    source: &Path,
+    m: &Idmap,
+    container: Option<BorrowedFd<'_>>,
+) -> Result<OwnedFd, IdmapError> {
+    if m.uid.is_empty() {
+        let ns = container.ok_or_else(|| {
             err(format!("{}: idmap", source.display()))(io::Error::from_raw_os_error(libc::EINVAL))
-        })?
+        })?;
+        sys::dup_cloexec(ns).map_err(err(format!("{}: idmap", source.display())))
     } else {
-        own = userns_with(&m.uid, &m.gid)
-            .map_err(err("a user namespace for the mount's uidMappings"))?;
-        own.as_fd()
-    };
-    idmapped_tree(source, opts.recursive, m.recursive, userns)
+        userns_with(&m.uid, &m.gid).map_err(err("a user namespace for the mount's uidMappings"))
+    }
+}
+
+/// Idmaps `tree`, a detached copy the init made of a bind source inside the rootfs
+/// (`source`, named in errors), as [`bind`] idmaps a host path's copy. The kernel checks
+/// that it is detached (an attached mount is refused) and that moat is privileged over its
+/// filesystem.
+pub fn idmap_detached(
+    tree: BorrowedFd<'_>,
+    source: &Path,
+    m: &Idmap,
+    container: Option<BorrowedFd<'_>>,
+) -> Result<(), IdmapError> {
+    let userns = userns_for(source, m, container)?;
+    match set_idmap(tree, m.recursive, userns.as_fd()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            let fs = sys::fstatfs(tree).map_or("unknown".into(), |st| format!("{:#x}", st.f_type));
+            Err(IdmapError {
+                what: format!(
+                    "{} is on a filesystem (magic {fs}) that does not support idmapped \
+                     mounts, or is not a detached copy (mount_setattr MOUNT_ATTR_IDMAP)",
+                    source.display()
+                ),
+                source: e,
+            })
+        }
+        Err(e) => Err(err(format!("idmap {}", source.display()))(e)),
+    }
 }
 
 #[cfg(test)]

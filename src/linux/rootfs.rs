@@ -31,6 +31,8 @@ pub enum Kind {
         /// it comes to this mount, so what earlier mounts put there is found (runc's
         /// mounts.bats "mount order, container bind-mount source") and a symlink in the
         /// rootfs cannot lead it to the host. `is_dir` is then read from what it opened.
+        /// An idmapped one is cloned there too, and the parent idmaps the detached copy
+        /// ([`IdmapInRoot`]).
         in_root: Option<String>,
     },
     /// A new filesystem instance.
@@ -151,12 +153,12 @@ impl Plan {
         data
     }
 
-    /// Whether the parent makes this mount: idmapped binds, and with moat's own user
-    /// namespace every bind, whose source container root may have no way to reach.
+    /// Whether the parent makes this mount: idmapped binds of host paths, and with moat's
+    /// own user namespace every bind of one, whose source container root may have no way
+    /// to reach. A source inside the rootfs is the init's to open, idmapped or not.
     pub fn parent_built(&self, m: &MountPlan) -> bool {
-        m.idmap.is_some()
-            || ((self.idmap_root.is_some() || self.binds_from_parent)
-                && matches!(m.kind, Kind::Bind { in_root: None, .. }))
+        matches!(m.kind, Kind::Bind { in_root: None, .. })
+            && (m.idmap.is_some() || self.idmap_root.is_some() || self.binds_from_parent)
     }
 
     /// How many mount fds the parent sends the child.
@@ -198,8 +200,6 @@ pub enum PlanError {
         source_path: PathBuf,
         err: std::io::Error,
     },
-    #[error("mounts[{index}].source: an idmapped bind of a path inside the rootfs ({}) is not supported", .source_path.display())]
-    IdmapInRoot { index: usize, source_path: PathBuf },
     #[error("mounts[{index}].destination: cannot bind over the container root")]
     BindOverRoot { index: usize },
     #[error("mounts[{index}].type: a mount that is not a bind needs a filesystem type")]
@@ -305,12 +305,6 @@ pub fn plan(
                 bundle.join(src)
             };
             let in_root = crate::spec::validate::inside(&rootfs, &source);
-            if in_root.is_some() && idmap.is_some() {
-                return Err(PlanError::IdmapInRoot {
-                    index,
-                    source_path: source,
-                });
-            }
             // A source moat itself makes once the plan is done (the notify socket, the
             // DNS forwarder's resolv.conf in the state directory) cannot be looked up yet;
             // one inside the rootfs is looked up by the init, in order.
@@ -674,7 +668,17 @@ impl Mounts {
 /// and every mount moat made, pinned, for the devices, the console and [`finalize`].
 /// `idmapped` holds the mounts the parent built (see `linux/idmap.rs`), by mount index
 /// ([`super::idmap::ROOTFS`] for the rootfs).
-pub fn mount_all(p: &Plan, idmapped: &mut Vec<(u32, OwnedFd)>) -> Result<Mounts, InitFailure> {
+/// Idmaps the detached copy of `mounts[index]`'s source inside the rootfs, which the init
+/// cloned in its own mount namespace: `mount_setattr(MOUNT_ATTR_IDMAP)` needs privilege
+/// over the source's filesystem (host root's), so the parent does it
+/// (`sync::Channel::idmap_please`); the init's fd names the same mount afterwards.
+pub type IdmapInRoot<'a> = &'a dyn Fn(u32, BorrowedFd<'_>) -> std::io::Result<()>;
+
+pub fn mount_all(
+    p: &Plan,
+    idmapped: &mut Vec<(u32, OwnedFd)>,
+    idmap_in_root: IdmapInRoot<'_>,
+) -> Result<Mounts, InitFailure> {
     sys::mount(None, c"/", None, p.propagation, None)
         .step(Step::Rootfs, || "set propagation of /".into())?;
     let rootfs = c(p.rootfs.to_str().unwrap_or_default());
@@ -699,7 +703,7 @@ pub fn mount_all(p: &Plan, idmapped: &mut Vec<(u32, OwnedFd)>) -> Result<Mounts,
     for m in &p.mounts {
         #[allow(clippy::cast_possible_truncation)] // an index into the spec's mounts
         let prebuilt = take(idmapped, m.index as u32);
-        if let Some((fd, recursive)) = mount_one(&mounts, p, m, prebuilt)? {
+        if let Some((fd, recursive)) = mount_one(&mounts, p, m, prebuilt, idmap_in_root)? {
             mounts
                 .pin(&path::components(&m.destination), fd, recursive)
                 .step(Step::Mounts, || {
@@ -853,6 +857,7 @@ fn mount_one(
     p: &Plan,
     m: &MountPlan,
     prebuilt: Option<OwnedFd>,
+    idmap_in_root: IdmapInRoot<'_>,
 ) -> Result<Option<(OwnedFd, bool)>, InitFailure> {
     let what = || format!("mounts[{}] {}", m.index, m.destination);
     let (mnt, recursive) = match &m.kind {
@@ -879,10 +884,21 @@ fn mount_one(
             let target = mount_target(mounts, &m.destination, is_dir).step(Step::Mounts, what)?;
             let prebuilt_tree = prebuilt.is_some() && !(p.binds_by_source && m.idmap.is_none());
             let tree = match (own, prebuilt) {
-                (Some(src), _) => mount::clone_tree(src.as_fd(), "", m.opts.recursive)
-                    .step(Step::Mounts, || {
-                        format!("{}: clone {}", what(), source.display())
-                    })?,
+                (Some(src), _) => {
+                    let tree = mount::clone_tree(src.as_fd(), "", m.opts.recursive)
+                        .step(Step::Mounts, || {
+                            format!("{}: clone {}", what(), source.display())
+                        })?;
+                    if m.idmap.is_some() {
+                        // Detached still, as MOUNT_ATTR_IDMAP requires.
+                        #[allow(clippy::cast_possible_truncation)]
+                        // an index into the spec's mounts
+                        idmap_in_root(m.index as u32, tree.as_fd()).step(Step::Mounts, || {
+                            format!("{}: idmap {}", what(), source.display())
+                        })?;
+                    }
+                    tree
+                }
                 (None, prebuilt) => match prebuilt {
                     // The source, opened by the parent in this mount namespace: cloned here.
                     Some(src) if p.binds_by_source && m.idmap.is_none() => {
@@ -1736,7 +1752,10 @@ mod tests {
     /// `mount_all` → `pivot` → `finalize` under the fake.
     fn record(p: &Plan) -> Vec<Call> {
         let ((), calls) = Fake::new().run(|| {
-            let mut mounts = mount_all(p, &mut Vec::new()).expect("mount_all");
+            let mut mounts = mount_all(p, &mut Vec::new(), &|_, _| {
+                Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
+            })
+            .expect("mount_all");
             // After pivot_root the old root is stacked on the new one: another mount.
             record::then("mount_id", Reply::Int(2));
             pivot(&mounts, p.no_pivot).expect("pivot");

@@ -18,6 +18,10 @@
 //!                                      ◀──────────────────── InitPid(pid)       (staged only: the
 //!                                                                                 grandchild is init)
 //!   Rootfs                                                    rootfs, mounts, devices, console
+//!                                      ◀──────────────────── IdmapPlease(i) + fd  (a copy of a
+//!   Idmapping    mount_setattr(MOUNT_ATTR_IDMAP) on it          bind source inside the rootfs,
+//!                Idmapped(i) ───────────────────────────────▶   any number, in the phase
+//!                                                               the child mounts in)
 //!                                      ◀──────────────────── HooksPlease
 //!   Hooks        runs prestart, createRuntime hooks
 //!                HooksDone ─────────────────────────────────▶ createContainer hooks, pivot_root
@@ -253,10 +257,12 @@ pub enum Kind {
     Ready,
     Failed,
     Listener,
+    IdmapPlease,
+    Idmapped,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Go,
         Kind::MountFd,
         Kind::MapsWritten,
@@ -268,6 +274,8 @@ impl Kind {
         Kind::Ready,
         Kind::Failed,
         Kind::Listener,
+        Kind::IdmapPlease,
+        Kind::Idmapped,
     ];
 
     fn tag(self) -> u8 {
@@ -282,7 +290,12 @@ impl Kind {
     pub fn to_child(self) -> bool {
         matches!(
             self,
-            Kind::Go | Kind::MountFd | Kind::MapsWritten | Kind::HooksDone | Kind::Created
+            Kind::Go
+                | Kind::MountFd
+                | Kind::MapsWritten
+                | Kind::HooksDone
+                | Kind::Created
+                | Kind::Idmapped
         )
     }
 }
@@ -296,6 +309,9 @@ pub enum ToChild {
     /// Carries the state JSON again: in a staged create only now is the init's pid known.
     HooksDone(Vec<u8>),
     Created,
+    /// The detached copy the child sent with `IdmapPlease(index)` is idmapped now (the
+    /// child's own fd names the same mount).
+    Idmapped(u32),
 }
 
 impl ToChild {
@@ -306,6 +322,7 @@ impl ToChild {
             ToChild::MapsWritten => Kind::MapsWritten,
             ToChild::HooksDone(_) => Kind::HooksDone,
             ToChild::Created => Kind::Created,
+            ToChild::Idmapped(_) => Kind::Idmapped,
         }
     }
 }
@@ -319,6 +336,10 @@ pub enum ToParent {
     Listener,
     Ready,
     Failed(InitFailure),
+    /// A detached copy (the fd next to it) of a bind source inside the rootfs that
+    /// `mounts[index]` idmaps: the init cloned it in its own mount namespace, and only
+    /// the parent, privileged over the source's filesystem, may idmap it.
+    IdmapPlease(u32),
 }
 
 impl ToParent {
@@ -330,6 +351,7 @@ impl ToParent {
             ToParent::Listener => Kind::Listener,
             ToParent::Ready => Kind::Ready,
             ToParent::Failed(_) => Kind::Failed,
+            ToParent::IdmapPlease(_) => Kind::IdmapPlease,
         }
     }
 }
@@ -347,6 +369,20 @@ pub struct Shape {
     pub late_init: bool,
 }
 
+impl Shape {
+    /// The phase in which the child makes its mounts: the direct init right after `Go`
+    /// (or, with a late init, the intermediate: after `MapsWritten` when it unshares the
+    /// user namespace), else the init once its pid is said.
+    pub fn mounting(self) -> Phase {
+        match (self.staged, self.late_init, self.userns) {
+            (false, ..) => Phase::Namespaces,
+            (true, true, false) => Phase::Namespaces,
+            (true, true, true) => Phase::Mapped,
+            (true, false, _) => Phase::Rootfs,
+        }
+    }
+}
+
 /// Where a create stands, the same on both sides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -360,6 +396,9 @@ pub enum Phase {
     Mapped,
     /// `InitPid`: the init sets up the rootfs.
     Rootfs,
+    /// `IdmapPlease`: the parent idmaps a copy the child made; `Idmapped` goes back to
+    /// the phase the child mounts in ([`Shape::mounting`]).
+    Idmapping,
     /// `HooksPlease`: the parent runs its hooks.
     Hooks,
     /// `HooksDone` with a late init: the intermediate forks it after `pivot_root`.
@@ -401,6 +440,8 @@ impl Phase {
             (P::Mapped, K::InitPid) if !shape.late_init => P::Rootfs,
             (P::Mapped, K::HooksPlease) if shape.late_init => P::Hooks,
             (P::Rootfs, K::HooksPlease) => P::Hooks,
+            (p, K::IdmapPlease) if p == shape.mounting() => P::Idmapping,
+            (P::Idmapping, K::Idmapped) => shape.mounting(),
             (P::Hooks, K::HooksDone) if shape.late_init => P::Pivoted,
             (P::Hooks, K::HooksDone) => P::Finalize,
             (P::Pivoted, K::InitPid) => P::Finalize,
@@ -596,8 +637,21 @@ impl Channel {
             Kind::MountFd if b.len() == 4 => {
                 ToChild::MountFd(u32::from_le_bytes(b[..4].try_into().expect("4 bytes")))
             }
+            Kind::Idmapped if b.len() == 4 => {
+                ToChild::Idmapped(u32::from_le_bytes(b[..4].try_into().expect("4 bytes")))
+            }
             k => return Err(bad(k.tag())),
         })
+    }
+
+    /// The child's side of `IdmapPlease`: sends the detached copy `tree` of `mounts[index]`'s
+    /// source and waits until the parent has idmapped it.
+    pub fn idmap_please(&self, index: u32, tree: BorrowedFd<'_>) -> io::Result<()> {
+        self.send_parent(&ToParent::IdmapPlease(index), Some(tree))?;
+        match self.recv_parent()? {
+            ToChild::Idmapped(i) if i == index => Ok(()),
+            m => Err(bad(m.kind().tag())),
+        }
     }
 
     pub fn send_parent(&self, m: &ToParent, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
@@ -605,6 +659,7 @@ impl Channel {
         let mut b = vec![m.kind().tag()];
         match m {
             ToParent::InitPid(pid) => b.extend_from_slice(&pid.to_le_bytes()),
+            ToParent::IdmapPlease(index) => b.extend_from_slice(&index.to_le_bytes()),
             ToParent::Failed(f) => {
                 b.push(f.step as u8);
                 b.extend_from_slice(&f.errno.to_le_bytes());
@@ -616,7 +671,10 @@ impl Channel {
             | ToParent::Listener
             | ToParent::Ready => {}
         }
-        let fd = if let ToParent::Listener = m { fd } else { None };
+        let fd = match m {
+            ToParent::Listener | ToParent::IdmapPlease(_) => fd,
+            _ => None,
+        };
         self.send(&b, fd)
     }
 
@@ -646,6 +704,9 @@ impl Channel {
             }
             Kind::HooksPlease => ToParent::HooksPlease,
             Kind::Listener if fd.is_some() => ToParent::Listener,
+            Kind::IdmapPlease if fd.is_some() && b.len() == 4 => {
+                ToParent::IdmapPlease(u32::from_le_bytes(b[..4].try_into().expect("4 bytes")))
+            }
             Kind::Ready => ToParent::Ready,
             Kind::Failed if b.len() >= 5 => {
                 let step = STEPS
@@ -670,7 +731,9 @@ fn encode_child(m: &ToChild) -> Vec<u8> {
     let mut b = vec![m.kind().tag()];
     match m {
         ToChild::Go(state) | ToChild::HooksDone(state) => b.extend_from_slice(state),
-        ToChild::MountFd(index) => b.extend_from_slice(&index.to_le_bytes()),
+        ToChild::MountFd(index) | ToChild::Idmapped(index) => {
+            b.extend_from_slice(&index.to_le_bytes())
+        }
         ToChild::MapsWritten | ToChild::Created => {}
     }
     b
@@ -712,6 +775,19 @@ mod tests {
         let (m, fd) = p.recv_child().unwrap();
         assert!(matches!(m, ToParent::Listener));
         assert!(fd.is_some());
+        // An idmap request carries its copy's fd and is answered for the same index (the
+        // answer queued first: one thread, unchecked ends).
+        p.send_child(&ToChild::Idmapped(7)).unwrap();
+        c.idmap_please(7, std::os::fd::AsFd::as_fd(&f)).unwrap();
+        let (m, fd) = p.recv_child().unwrap();
+        assert!(matches!(m, ToParent::IdmapPlease(7)));
+        assert!(fd.is_some());
+        p.send_child(&ToChild::Idmapped(8)).unwrap();
+        assert!(c.idmap_please(7, std::os::fd::AsFd::as_fd(&f)).is_err());
+        assert!(matches!(
+            p.recv_child().unwrap().0,
+            ToParent::IdmapPlease(7)
+        ));
         c.send_parent(
             &ToParent::Failed(InitFailure {
                 step: Step::Mounts,
@@ -733,7 +809,7 @@ mod tests {
     }
 
     /// Every shape a create can have, with its messages in order (one mount fd where
-    /// mount fds go; they may repeat there).
+    /// mount fds go, one idmap request where the child mounts; they may repeat there).
     fn sequences() -> Vec<(Shape, Vec<Kind>)> {
         use Kind::*;
         let shape = |staged, userns, late_init| Shape {
@@ -744,11 +820,30 @@ mod tests {
         vec![
             (
                 shape(false, false, false),
-                vec![Go, MountFd, HooksPlease, HooksDone, Ready, Created],
+                vec![
+                    Go,
+                    MountFd,
+                    IdmapPlease,
+                    Idmapped,
+                    HooksPlease,
+                    HooksDone,
+                    Ready,
+                    Created,
+                ],
             ),
             (
                 shape(true, false, false),
-                vec![Go, MountFd, InitPid, HooksPlease, HooksDone, Ready, Created],
+                vec![
+                    Go,
+                    MountFd,
+                    InitPid,
+                    IdmapPlease,
+                    Idmapped,
+                    HooksPlease,
+                    HooksDone,
+                    Ready,
+                    Created,
+                ],
             ),
             (
                 shape(true, true, false),
@@ -758,6 +853,8 @@ mod tests {
                     MapsWritten,
                     MountFd,
                     InitPid,
+                    IdmapPlease,
+                    Idmapped,
                     HooksPlease,
                     HooksDone,
                     Ready,
@@ -766,7 +863,17 @@ mod tests {
             ),
             (
                 shape(true, false, true),
-                vec![Go, MountFd, HooksPlease, HooksDone, InitPid, Ready, Created],
+                vec![
+                    Go,
+                    MountFd,
+                    IdmapPlease,
+                    Idmapped,
+                    HooksPlease,
+                    HooksDone,
+                    InitPid,
+                    Ready,
+                    Created,
+                ],
             ),
             (
                 shape(true, true, true),
@@ -775,6 +882,8 @@ mod tests {
                     UsernsReady,
                     MapsWritten,
                     MountFd,
+                    IdmapPlease,
+                    Idmapped,
                     HooksPlease,
                     HooksDone,
                     InitPid,
@@ -799,13 +908,26 @@ mod tests {
             for (i, &k) in seq.iter().enumerate() {
                 let here = p.phase.get();
                 for other in Kind::ALL {
-                    // The next message, a failure, and mount fds any number of times
-                    // (none included) where they go: in order.
-                    let repeat = other == Kind::MountFd && i > 0 && seq[i - 1] == Kind::MountFd;
-                    let no_mounts = k == Kind::MountFd && seq.get(i + 1) == Some(&other);
+                    // The next message, a failure, and mount fds and idmap requests any
+                    // number of times (none included) where they go: in order.
+                    let after = |k: Kind| i > 0 && seq[i - 1] == k;
+                    let repeat = (other == Kind::MountFd
+                        && (after(Kind::MountFd) || after(Kind::Idmapped)))
+                        || (other == Kind::IdmapPlease && after(Kind::Idmapped));
+                    let skips = |from: usize, n: usize| seq.get(from + n) == Some(&other);
+                    let no_mounts = k == Kind::MountFd
+                        && (skips(i, 1)
+                            || (seq.get(i + 1) == Some(&Kind::IdmapPlease) && skips(i, 3)));
+                    let no_idmap = k == Kind::IdmapPlease && skips(i, 2);
                     // The seccomp listener may come (any number of times) before Ready.
                     let listener = other == Kind::Listener && k == Kind::Ready;
-                    if other == k || repeat || no_mounts || listener || other == Kind::Failed {
+                    if other == k
+                        || repeat
+                        || no_mounts
+                        || no_idmap
+                        || listener
+                        || other == Kind::Failed
+                    {
                         continue;
                     }
                     let q = protocol(shape);

@@ -65,7 +65,7 @@ fn init(
     killpoint::at("create", "child", "Release");
     let mut idmapped = namespaces(plan, ch)?; // 9
     killpoint::at("create", "child", "Rootfs");
-    let (mut mounts, pty) = rootfs(plan, &mut idmapped, console_sock)?; // 10
+    let (mut mounts, pty) = rootfs(plan, ch, &mut idmapped, console_sock)?; // 10
     drop(idmapped);
     killpoint::at("create", "child", "Pivot");
     pivot(plan, ch, &mut state, &mounts)?; // 11
@@ -157,6 +157,7 @@ fn namespaces(plan: &Plan, ch: &Channel) -> Result<Vec<(u32, OwnedFd)>, InitFail
 /// fd from here on; devices; the pty.
 fn rootfs(
     plan: &Plan,
+    ch: &Channel,
     idmapped: &mut Vec<(u32, OwnedFd)>,
     console_sock: Option<&OwnedFd>,
 ) -> Result<(rootfs::Mounts, Option<OwnedFd>), InitFailure> {
@@ -191,7 +192,9 @@ fn rootfs(
     }
 
     // Root filesystem: every mount moat makes is held by fd from here on.
-    let mut mounts = rootfs::mount_all(&plan.rootfs, idmapped)?;
+    let mut mounts = rootfs::mount_all(&plan.rootfs, idmapped, &|index, tree| {
+        ch.idmap_please(index, tree)
+    })?;
     if plan.rootfs.default_devices || !plan.devices.is_empty() {
         devices::create(&mut mounts, &plan.devices, plan.userns)?;
     }

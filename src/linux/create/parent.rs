@@ -541,6 +541,12 @@ fn serve(
                 guard.0 = Some(pid);
             }
             ToParent::HooksPlease => hooks(plan, record, init_pid, parent_ch)?,
+            ToParent::IdmapPlease(index) => {
+                idmap_in_root(plan, index, fd, init_pid)?;
+                parent_ch
+                    .send_child(&ToChild::Idmapped(index))
+                    .map_err(send("sync: the copy is idmapped"))?;
+            }
             ToParent::Listener => {
                 if let (Some(fd), Some(sc)) = (fd, l.seccomp.as_ref()) {
                     send_listener(sc, fd, record, init_pid, init_pid, "creating")?;
@@ -553,6 +559,58 @@ fn serve(
             }
         }
     }
+}
+
+/// Row 10, on the init's request: idmaps the detached copy `tree` the init made of
+/// `mounts[index]`'s source inside the rootfs (`idmap::idmap_detached`). The container's
+/// user namespace, for `idmap` without mappings, is the init's (`init_pid`: the staged
+/// intermediate may be gone) or the one it joined.
+fn idmap_in_root(
+    plan: &Plan,
+    index: u32,
+    tree: Option<OwnedFd>,
+    init_pid: i32,
+) -> Result<(), Error> {
+    let m = plan.rootfs.mounts.iter().find(|m| {
+        usize::try_from(index).is_ok_and(|i| m.index == i)
+            && m.idmap.is_some()
+            && matches!(
+                m.kind,
+                rootfs::Kind::Bind {
+                    in_root: Some(_),
+                    ..
+                }
+            )
+    });
+    let (Some(m), Some(tree)) = (m, tree) else {
+        return Err(Error::IdmapRequest { index });
+    };
+    let (rootfs::Kind::Bind { source, .. }, Some(im)) = (&m.kind, &m.idmap) else {
+        return Err(Error::IdmapRequest { index });
+    };
+    let container = match (plan.ns.has_new(libc::CLONE_NEWUSER), &plan.ns.user_join) {
+        (true, _) => Some(idmap::userns_of(init_pid).map_err(Error::UsernsOf)?),
+        (false, Some(j)) => {
+            Some(
+                sys::dup_cloexec(j.fd.as_fd()).map_err(|source| Error::NsDup {
+                    path: j.path.clone(),
+                    source,
+                })?,
+            )
+        }
+        (false, None) => None,
+    };
+    idmap::idmap_detached(
+        tree.as_fd(),
+        source,
+        im,
+        container.as_ref().map(|f| f.as_fd()),
+    )
+    .map_err(|e| Error::IdmapBind {
+        index: m.index,
+        what: e.what,
+        source: e.source,
+    })
 }
 
 /// Row 11: `linux.netDevices` moved into the container's network namespace (made by
