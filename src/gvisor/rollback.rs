@@ -107,11 +107,7 @@ fn end(pid: i32, argv0: &[u8], deadline: Instant) -> End {
     // its cgroup until they have: waited for all the same.
     if state != 'Z' && state != 'X' {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if !cmdline
-            .split(|b| *b == 0)
-            .next()
-            .is_some_and(|a| a == argv0)
-        {
+        if cmdline.split(|b| *b == 0).next() != Some(argv0) {
             return End::Gone;
         }
         let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
