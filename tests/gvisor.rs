@@ -138,6 +138,8 @@ on_both_runscs!(
     seccomp_trampoline_missing_is_a_clear_error_and_leaves_nothing,
     platform_is_one_this_runsc_lists_and_defaults_to_its_own,
     control_socket_unreachable_from_host_users_and_host_network_containers,
+    a_failed_create_ends_promptly_under_a_caller_that_reaps_after_it,
+    kvm_only_where_the_cpu_can_run_it,
 );
 
 /// True when the test can run; says why not otherwise.
@@ -2244,4 +2246,179 @@ fn platform_is_one_this_runsc_lists_and_defaults_to_its_own() {
         assert_eq!(e.ok(&["exec", &id, "echo", p]).trim(), p, "platform {p}");
         e.ok(&["delete", "--force", &id]);
     }
+}
+
+/// A caller that reaps only once `create` has returned, as conmon and the shim do: a
+/// subreaper that runs `moat create …` (argv after the status file), writes
+/// `create=<rc> ms=<elapsed>` to the status file (renamed into place; moat's pid in
+/// `<status>.pid`), then reaps nothing until its stdin closes, and then everything.
+const LATE_REAPER: &str = r#"
+import ctypes, os, subprocess, sys, time
+assert ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+status, argv = sys.argv[1], sys.argv[2:]
+t = time.monotonic()
+p = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+with open(status + ".pid", "w") as f:
+    f.write(str(p.pid))
+rc = p.wait()  # waits for moat's pid alone
+with open(status + ".tmp", "w") as f:
+    f.write(f"create={rc}\nms={int((time.monotonic() - t) * 1000)}\n")
+os.rename(status + ".tmp", status)
+sys.stdin.read()
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+"#;
+
+/// A create that fails after `runsc create` started the sandbox, under a caller that reaps
+/// only after create returns: a prestart hook SIGKILLs `runsc create` (runsc runs the hooks
+/// after it saved its state, with the sandbox and the gofer up), which leaves them to the
+/// caller. `runsc delete --force` would SIGKILL the sandbox and then poll `kill(pid, 0)`,
+/// which a zombie passes, until it gave up: 5 s with 20221219, 2 min with 20240729, while
+/// conmon waits for create. Here create fails within 4 s with one line saying why, and
+/// leaves nothing: no state directory, no runsc state, lock or socket, no cgroup, no mount,
+/// no filestore in the rootfs, no live runsc process (the zombies are the caller's to reap,
+/// and once it has, no process either).
+fn a_failed_create_ends_promptly_under_a_caller_that_reaps_after_it() {
+    if !usable("a_failed_create_ends_promptly") {
+        return;
+    }
+    if !python_installed() {
+        missing("python3 (the caller that reaps late, standing in for conmon)");
+        return;
+    }
+    let mut ctx = support::Ctx::new("gvlate");
+    let id = ctx.id("c");
+    let _guard = ctx.guard(&id);
+    ctx.config["annotations"]["moat.runtime"] = Value::from("gvisor");
+    ctx.config["process"]["args"] = serde_json::json!(["sleep", "600"]);
+    ctx.config["hooks"] = serde_json::json!({
+        "prestart": [{"path": "/bin/sh", "args": ["sh", "-c", "kill -KILL $PPID"]}]
+    });
+    ctx.write_config();
+    let open = ctx.dir.join("open.toml");
+    std::fs::write(&open, "default_policy = \"open\"\n").unwrap();
+    let script = ctx.dir.join("late-reaper.py");
+    std::fs::write(&script, LATE_REAPER).unwrap();
+    let status = ctx.dir.join("late.status");
+    let err_file = ctx.dir.join("late.err");
+    let mut c = Command::new("python3");
+    c.arg(&script).arg(&status).arg(MOAT);
+    c.arg("--root").arg(&ctx.root).args(["create", "--bundle"]);
+    c.arg(&ctx.bundle).arg(&id);
+    c.env("PATH", test_path())
+        .env("MOAT_CONFIG", &open)
+        .env_remove("MOAT_RUNTIME");
+    c.stdin(Stdio::piped())
+        .stdout(std::fs::File::create(ctx.dir.join("late.out")).unwrap())
+        .stderr(std::fs::File::create(&err_file).unwrap());
+    let mut reaper = support::spawn(&mut c);
+    let rc = reaper_value(&status, "create", Duration::from_secs(30));
+    let Some(rc) = rc else {
+        // moat, started by this test: once it is gone the caller reaps, and whatever moat
+        // was waiting for ends.
+        let moat: i32 = std::fs::read_to_string(ctx.dir.join("late.status.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+            .expect("moat's pid");
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(moat),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = reaper_value(&status, "create", Duration::from_secs(10));
+        drop(reaper.stdin.take());
+        let _ = reaper.wait();
+        panic!("create did not return within 30 s under a caller that reaps late");
+    };
+    let ms = reaper_value(&status, "ms", Duration::from_secs(1));
+    let err = std::fs::read_to_string(&err_file).unwrap_or_default();
+    eprintln!("create -> {rc} after {ms:?} ms\n  stderr: {}", err.trim());
+    assert_eq!(rc, 1, "create fails");
+    let ms = ms.expect("elapsed");
+    assert!(
+        ms < 4000,
+        "create took {ms} ms to fail: the rollback waited for a reap that comes after it"
+    );
+    assert!(
+        err.contains("runsc create was killed by signal 9 (SIGKILL)"),
+        "one line saying why: {err}"
+    );
+    assert!(!err.contains("left"), "the rollback left something: {err}");
+    // While the caller still holds the zombies.
+    ctx.assert_no_trace(&id);
+    let filestore = ctx.rootfs().join(format!(".gvisor.filestore.{id}"));
+    assert!(!filestore.exists(), "{} left", filestore.display());
+    // The caller reaps; then no process of the container either.
+    drop(reaper.stdin.take());
+    let _ = reaper.wait();
+    ctx.assert_no_trace(&id);
+}
+
+/// Whether this host can run gVisor's KVM platform: /dev/kvm and VMX or SVM in the CPU's
+/// flags (x86).
+fn host_runs_kvm() -> bool {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags = cpuinfo
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == "flags").then_some(v)
+        })
+        .unwrap_or("");
+    Path::new("/dev/kvm").exists() && flags.split_whitespace().any(|f| f == "vmx" || f == "svm")
+}
+
+/// `[gvisor] platform = "kvm"`, which every runsc lists: on a host whose CPU has neither VMX
+/// nor SVM (this one: /dev/kvm is there, from a paravirtual KVM, and runsc's sandbox spins
+/// forever on it) create refuses it in one line naming why, before anything exists; on a
+/// host that can run it, a container runs on it (every call bounded: a spin fails the test).
+fn kvm_only_where_the_cpu_can_run_it() {
+    if !usable("kvm_only_where_the_cpu_can_run_it") {
+        return;
+    }
+    let mut ctx = support::Ctx::new("gvkvm");
+    ctx.config["annotations"]["moat.runtime"] = Value::from("gvisor");
+    ctx.config["process"]["args"] = serde_json::json!(["sleep", "600"]);
+    let cfg = ctx.dir.join("kvm.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "default_policy = \"open\"\n[gvisor]\nruntime = \"gvisor\"\nrunsc_path = \"{}\"\n\
+             platform = \"kvm\"\n",
+            runsc().display()
+        ),
+    )
+    .unwrap();
+    ctx.use_config(&cfg);
+    let (c, out) = ctx.create("k");
+    if host_runs_kvm() {
+        eprintln!("this host has /dev/kvm and VMX/SVM: a container runs on kvm");
+        let out = out.ok();
+        assert!(out.stderr.trim().is_empty(), "{}", out.stderr);
+        ctx.moat(&["start", &c.id]).ok();
+        let o = ctx.moat(&["exec", &c.id, "echo", "on-kvm"]).ok();
+        assert_eq!(o.stdout.trim(), "on-kvm");
+        ctx.moat(&["delete", "--force", &c.id]).ok();
+        ctx.assert_no_trace(&c.id);
+        return;
+    }
+    eprintln!("this host cannot run kvm: create must refuse it");
+    let out = out.fails();
+    let err = out.stderr.trim();
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("gvisor.platform \"kvm\"")
+            && err.contains("this host cannot run it")
+            && (err.contains("neither VMX nor SVM") || err.contains("/dev/kvm")),
+        "{err}"
+    );
+    ctx.assert_no_trace(&c.id);
+    assert!(
+        runsc_files(&ctx.root, &c.id).is_empty(),
+        "no runsc state: {:?}",
+        runsc_files(&ctx.root, &c.id)
+    );
+    assert!(sandboxes_of(&c.id).is_empty(), "no sandbox");
 }

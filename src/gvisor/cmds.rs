@@ -10,6 +10,7 @@ use anyhow::{bail, Context as _, Result};
 use serde_json::Value;
 
 use super::pod;
+use super::rollback;
 use super::runsc::Runsc;
 use super::select::{self, Prepared, Selection};
 use super::Gvisor;
@@ -133,8 +134,10 @@ pub fn state(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
     Ok(0)
 }
 
-/// Removes runsc's container (if any) and the state directory; errors are ignored (this
-/// undoes a create that failed).
+/// Removes runsc's container (if any) and the state directory, in bounded time: a sandbox
+/// left a zombie for a caller that reaps only after create returns would hold runsc's
+/// delete (`super::rollback`). Errors are ignored (this undoes a create that failed); what
+/// could not be removed is reported.
 fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
     let rec = ContainerDir::open(root, id)
         .ok()
@@ -142,10 +145,36 @@ fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
     if let Some(rec) = &rec {
         let _ = pod::end_waiter(rec);
     }
-    let _ = Runsc::quiet(gv, g, "delete")
-        .flag("force", true)
-        .id(id)
-        .output();
+    // An app container's sandbox is its pod's: runsc's delete ends only the container, over
+    // the sandbox's control socket.
+    let deadline = std::time::Instant::now() + rollback::END_WITHIN;
+    let ended = match pod::app_sandbox(gv) {
+        Some(_) => None,
+        None => rollback::end_processes(&gv.root, id, deadline),
+    };
+    let mut left = ended
+        .as_ref()
+        .map(rollback::Ended::running)
+        .unwrap_or_default();
+    match &ended {
+        // runsc's delete would poll kill(pid, 0) on the zombie until it gave up.
+        Some(e) if e.unreaped() => rollback::remove_runsc_files(&e.files, id),
+        _ => {
+            let out = Runsc::quiet(gv, g, "delete")
+                .flag("force", true)
+                .id(id)
+                .output_within(rollback::DELETE_WITHIN);
+            if matches!(out, Ok(None)) {
+                left.push(format!(
+                    "runsc delete --force did not end within {} s (killed)",
+                    rollback::DELETE_WITHIN.as_secs()
+                ));
+                if let Some(e) = &ended {
+                    rollback::remove_runsc_files(&e.files, id);
+                }
+            }
+        }
+    }
     forget(gv, id);
     if let Ok(dir) = ContainerDir::open(root, id) {
         crate::linux::egress::forwarder::stop(
@@ -154,15 +183,27 @@ fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
         );
         // A runsc that failed after making the sandbox's cgroup (a sandbox that did not
         // start) leaves it, and its `delete --force` of a container it never recorded
-        // does not look: removed where empty, as delete does. Not for a pod's app
-        // container, whose cgroup is the sandbox's.
+        // does not look; a delete moat skipped (above) leaves it too: removed once empty,
+        // as delete does. Not for a pod's app container, whose cgroup is the sandbox's.
         if pod::app_sandbox(gv).is_none() {
             if let Some(cg) = rec.as_ref().and_then(|r| leftover_cgroup(&dir, r)) {
+                if ended.is_some() {
+                    let pids = rollback::drain_cgroup(&cg, deadline);
+                    if !pids.is_empty() {
+                        left.push(format!("processes {pids:?} in cgroup {}", cg.path));
+                    }
+                }
                 cg.remove_empty();
                 remove_empty_everywhere(&cg.path);
             }
         }
         let _ = dir.remove();
+    }
+    if !left.is_empty() {
+        crate::log::warn(&format!(
+            "undoing the failed create of {id:?}: {} left",
+            left.join(", ")
+        ));
     }
     // The egress programs' cgroup (super::egress), empty once the sandbox is gone.
     if let Some(cg) = rec.and_then(|r| r.cgroup) {
@@ -184,7 +225,7 @@ fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<
     let sandbox = pod::app_sandbox(&p.gv).map(str::to_string);
     crate::linux::killpoint::at("create", "parent", "gvisor.Prepared");
     // An app container's pid file holds its waiter's pid, not the sandbox's (super::pod).
-    let code = Runsc::new(&p.gv, g, "create")
+    let raw = Runsc::new(&p.gv, g, "create")
         .in_cgroup(p.egress.as_ref().map(|(i, _)| i.procs.as_fd()))
         .opt("bundle", &p.shadow)
         .opt_some("console-socket", a.console_socket.as_ref())
@@ -193,13 +234,21 @@ fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<
             a.pid_file.as_ref().filter(|_| sandbox.is_none()),
         )
         .id(&a.id)
-        .wait()?;
+        .wait_raw()?;
     crate::linux::killpoint::at("create", "parent", "gvisor.Runsc");
     drop(p.sandbox);
-    if code != 0 {
+    if raw != 0 {
+        if let Some(log) = &g.log {
+            super::runsc::end_line(log);
+        }
         drop(p.dir);
         discard(g, &p.gv, &g.root.clone(), &a.id);
-        return Ok(code);
+        // runsc printed its error; one killed by a signal (128+N) printed none.
+        if let Some(sig) = raw.checked_sub(128).filter(|n| *n > 0) {
+            let name = nix::sys::signal::Signal::try_from(sig).map_or("?", |s| s.as_str());
+            bail!("runsc create was killed by signal {sig} ({name}); what it had made is removed");
+        }
+        return Ok(1);
     }
     if let Some((inst, plan)) = &p.egress {
         if let Err(e) = super::egress::start_forwarder(g, &p.gv, &p.dir, &a.id, inst, plan) {

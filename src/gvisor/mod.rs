@@ -33,6 +33,7 @@ mod extra;
 mod pod;
 pub mod policy;
 mod probe;
+mod rollback;
 mod runsc;
 pub mod seccomp_exec;
 pub mod select;

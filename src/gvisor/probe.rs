@@ -47,6 +47,8 @@ pub enum ProbeError {
         version: String,
         list: String,
     },
+    #[error("gvisor.platform \"kvm\" ({source_file}): this host cannot run it: {why}")]
+    Kvm { source_file: PathBuf, why: String },
 }
 
 /// The cache directory under a moat root.
@@ -153,6 +155,47 @@ impl Probe {
     }
 }
 
+/// Refuses the kvm platform on a host where gVisor's KVM platform cannot run: it runs the
+/// sentry in guest ring 0 on the CPU's virtualization extensions. Asked only of a container
+/// that gets kvm. KVM's own answers are not enough: on this project's CI host (a VM without
+/// nested virtualization whose kernel has `kvm_pvm`, the paravirtual KVM that needs no
+/// VMX/SVM) `/dev/kvm` opens and KVM_CREATE_VM, KVM_CREATE_VCPU and a KVM_RUN of a `hlt`
+/// all succeed, and runsc's sandbox then spins forever; the CPU flags tell.
+pub fn check_kvm(source: &Path) -> Result<(), ProbeError> {
+    let refuse = |why: String| ProbeError::Kvm {
+        source_file: source.into(),
+        why,
+    };
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .map_err(|e| refuse(format!("/dev/kvm: {e}")))?;
+    if cfg!(target_arch = "x86_64") {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo")
+            .map_err(|e| refuse(format!("/proc/cpuinfo: {e}")))?;
+        if !has_vmx_or_svm(&cpuinfo) {
+            return Err(refuse(
+                "the CPU has neither VMX nor SVM (/proc/cpuinfo), which gVisor's KVM platform \
+                 needs (its sandbox would spin forever); use systrap or ptrace"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the first `flags` line of /proc/cpuinfo (x86) names `vmx` or `svm`.
+fn has_vmx_or_svm(cpuinfo: &str) -> bool {
+    cpuinfo
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == "flags").then_some(v)
+        })
+        .is_some_and(|flags| flags.split_whitespace().any(|f| f == "vmx" || f == "svm"))
+}
+
 /// `runsc version 0.0~20240729.0` → `0.0~20240729.0`.
 fn parse_version(out: &str) -> Option<String> {
     out.lines()
@@ -212,6 +255,18 @@ mod tests {
         );
         assert_eq!(parse_default_platform("  -platform string\n"), None);
         assert_eq!(parse_version("usage: runsc"), None);
+    }
+
+    #[test]
+    fn kvm_needs_vmx_or_svm_in_the_cpu_flags() {
+        let flags =
+            |f: &str| format!("processor\t: 0\nflags\t\t: fpu {f} sse2\nbugs\t\t: spectre_v1\n");
+        assert!(has_vmx_or_svm(&flags("vmx")));
+        assert!(has_vmx_or_svm(&flags("svm")));
+        // This host's: a hypervisor, no virtualization extensions (`vmx flags` is another
+        // line, and `svm_lock` is not `svm`).
+        assert!(!has_vmx_or_svm(&flags("hypervisor svm_lock")));
+        assert!(!has_vmx_or_svm("processor\t: 0\nvmx flags\t: vnmi\n"));
     }
 
     #[test]

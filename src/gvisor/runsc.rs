@@ -68,7 +68,7 @@ impl Output {
 
 /// runsc writes its error object to `--log` without a newline; clients expect one object
 /// per line (containerd decodes a stream, but a later line must not run on).
-fn end_line(log: &std::path::Path) {
+pub fn end_line(log: &std::path::Path) {
     use std::io::{Read, Seek, SeekFrom, Write};
     let Ok(mut f) = std::fs::OpenOptions::new()
         .read(true)
@@ -373,21 +373,40 @@ impl<'a> Runsc<'a> {
     /// Runs runsc with stdin from /dev/null and captures its output. stdout and stderr go
     /// to anonymous files, read once runsc has exited: no pipe to drain while it runs.
     pub fn output(self) -> Result<Output> {
+        Ok(self
+            .output_bounded(None)?
+            .expect("an unbounded call always ends"))
+    }
+
+    /// As [`Runsc::output`], but runsc is SIGKILLed (and reaped) when it has not ended
+    /// within `timeout`: `None` then.
+    pub fn output_within(self, timeout: std::time::Duration) -> Result<Option<Output>> {
+        self.output_bounded(Some(timeout))
+    }
+
+    fn output_bounded(self, timeout: Option<std::time::Duration>) -> Result<Option<Output>> {
         if let Some(e) = self.unknown() {
-            return Ok(Output {
+            return Ok(Some(Output {
                 code: 1,
                 end: crate::linux::signal::ChildEnd::Exited(1),
                 stdout: Vec::new(),
                 stderr: e,
-            });
+            }));
         }
         sys::close_range_from(sys::FdNumber(3), true).context("close_range")?;
         let null = std::fs::File::open("/dev/null").context("open /dev/null")?;
         let out = sys::memfd(c"runsc-stdout").context("memfd_create")?;
         let err = sys::memfd(c"runsc-stderr").context("memfd_create")?;
-        let (pid, _pidfd) =
+        let (pid, pidfd) =
             self.spawn([Some(null.as_fd()), Some(out.as_fd()), Some(err.as_fd())])?;
         drop(null);
+        if let Some(t) = timeout {
+            if !sys::poll_readable_within(pidfd.as_fd(), t).context("wait for runsc")? {
+                let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+                let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+                return Ok(None);
+            }
+        }
         let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None)
             .context("wait for runsc")?;
         let code = match status {
@@ -401,13 +420,13 @@ impl<'a> Runsc<'a> {
             f.read_to_end(&mut buf)?;
             Ok(buf)
         };
-        Ok(Output {
+        Ok(Some(Output {
             code,
             end: status.into(),
             stdout: read(out).context("read runsc's output")?,
             stderr: String::from_utf8_lossy(&read(err).context("read runsc's output")?)
                 .into_owned(),
-        })
+        }))
     }
 }
 

@@ -379,11 +379,15 @@ pub fn prepare(
     // lists, runsc's own default where the config names none. An app container of a pod
     // takes its sandbox's flags instead.
     let platform = if sandbox.is_none() {
-        super::probe::cached(&runsc, &g.root)?.platform(
+        let p = super::probe::cached(&runsc, &g.root)?.platform(
             cfg.platform.as_deref(),
             &runsc,
             &sel.config.source,
-        )?
+        )?;
+        if p == "kvm" {
+            super::probe::check_kvm(&sel.config.source)?;
+        }
+        p
     } else {
         String::new()
     };
