@@ -167,6 +167,7 @@ struct Env {
 
 impl Env {
     fn new(name: &str) -> Env {
+        support::reap_in_background();
         // The two runs of a test (one per runsc) run side by side: apart by a letter.
         let variant = VARIANT.with(std::cell::Cell::get);
         let tag = format!("gvt{}{variant}-{name}", std::process::id());

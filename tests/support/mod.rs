@@ -90,6 +90,21 @@ pub fn become_subreaper() {
     });
 }
 
+/// Reaps orphans reparented to this process every 100 ms from a thread of its own, as
+/// conmon and the containerd shim reap on SIGCHLD. runsc 20240729's `delete` polls a killed
+/// sandbox until it is reaped (up to two minutes): with only [`reap`] calls between steps,
+/// tests blocked in such deletes side by side wait for each other's reaps.
+pub fn reap_in_background() {
+    static ONCE: Once = Once::new();
+    become_subreaper();
+    ONCE.call_once(|| {
+        std::thread::spawn(|| loop {
+            std::thread::sleep(Duration::from_millis(100));
+            reap();
+        });
+    });
+}
+
 /// Pids of children spawned through [`spawn`] and not yet waited for: the reaper leaves
 /// them alone. Held across spawn+insert so the reaper never sees an unregistered child.
 static SPAWNED: Mutex<Option<HashSet<i32>>> = Mutex::new(None);
