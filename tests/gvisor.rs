@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 mod support;
 use support::{is_root, missing, mkbundle, require_root, stderr_of as stderr, Run};
@@ -129,6 +129,7 @@ on_both_runscs!(
     host_network_refused_under_restricted_and_explained,
     host_netns_path_refused_under_restricted,
     case_variant_and_duplicate_keys_are_refused_under_gvisor,
+    spec_1_3_fields_are_applied_or_refused_under_gvisor,
     runsc_config_holds_only_what_moat_read,
     gvisor_pod_lifecycle,
     gvisor_pod_join_needs_moats_own_pod_sandbox,
@@ -742,6 +743,159 @@ fn events_update_pause_and_ps() {
     // runsc refuses to signal a paused container; SIGKILL must still end it.
     e.ok(&["kill", &id, "KILL"]);
     assert_eq!(e.wait_status(&id, "stopped")["status"], "stopped");
+    e.ok(&["delete", &id]);
+}
+
+/// Every runtime-spec 1.3 field under gVisor: what runsc would drop is refused before
+/// anything exists, naming the field (`pids.limit: 0` included: runsc writes no limit for
+/// it); `mountLabel` is ignored with a `--log` warning where the host has no SELinux, as
+/// natively; `checkBeforeUpdate` holds on update (moat writes the sandbox's cgroup), and an
+/// update to a pids limit of 0 is refused as the create is.
+fn spec_1_3_fields_are_applied_or_refused_under_gvisor() {
+    if !usable("spec_1_3_fields_are_applied_or_refused_under_gvisor") {
+        return;
+    }
+    let mut e = Env::new("spec13");
+    let id = e.id("c");
+    let bundle = e.bundle("b", &[("moat.runtime", "gvisor")], &["sleep", "600"]);
+    let b = bundle.to_str().unwrap().to_string();
+    let spec_path = bundle.join("config.json");
+    let mut good: Value = serde_json::from_slice(&std::fs::read(&spec_path).unwrap()).unwrap();
+    // A cgroup of our own, which the updates below write to.
+    good["linux"]["cgroupsPath"] = Value::String(format!("/{}/c", e.tag));
+    let _cg = CgroupGuard(format!("/{}", e.tag));
+    let cases: [(&str, &str, Value); 5] = [
+        (
+            "/linux/memoryPolicy",
+            "linux.memoryPolicy: refused",
+            json!({"mode": "MPOL_LOCAL"}),
+        ),
+        (
+            "/linux/resources/rdma",
+            "linux.resources.rdma: refused",
+            json!({"rxe0": {"hcaHandles": 1}}),
+        ),
+        (
+            "/linux/netDevices",
+            "linux.netDevices: refused",
+            json!({"eth9": {}}),
+        ),
+        (
+            "/process/execCPUAffinity",
+            "process.execCPUAffinity: refused",
+            json!({"final": "0"}),
+        ),
+        (
+            "/linux/resources/pids",
+            "linux.resources.pids.limit 0: refused under gVisor",
+            json!({"limit": 0}),
+        ),
+    ];
+    for (pointer, needle, value) in cases {
+        let mut spec = good.clone();
+        let (parent, key) = pointer.rsplit_once('/').unwrap();
+        let mut at = &mut spec;
+        for part in parent.split('/').skip(1) {
+            if at.get(part).is_none() {
+                at[part] = json!({});
+            }
+            at = at.get_mut(part).unwrap();
+        }
+        at[key] = value;
+        std::fs::write(&spec_path, serde_json::to_vec(&spec).unwrap()).unwrap();
+        let o = e.run(&["create", "--bundle", &b, &id]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{pointer}: {err}");
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(
+            !e.root().join(&id).exists(),
+            "{pointer}: state directory left"
+        );
+        assert_eq!(
+            runsc_files(&e.root(), &id),
+            Vec::<String>::new(),
+            "{pointer}"
+        );
+        assert_eq!(runsc_processes(&e.root()), Vec::<i32>::new(), "{pointer}");
+    }
+
+    // mountLabel: ignored with a --log warning where the host has no SELinux; refused
+    // where it has (runsc labels nothing).
+    let selinux = Path::new("/sys/fs/selinux/enforce").exists();
+    let mut spec = good.clone();
+    spec["linux"]["mountLabel"] = json!("system_u:object_r:container_file_t:s0:c1,c2");
+    std::fs::write(&spec_path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let log = e.dir.join("spec13.log");
+    let mut c = e.moat();
+    c.args([
+        "--log",
+        log.to_str().unwrap(),
+        "create",
+        "--bundle",
+        &b,
+        &id,
+    ]);
+    let o = output(&mut c, &e.dir);
+    if selinux {
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).contains("linux.mountLabel"), "{}", stderr(&o));
+        assert!(!e.root().join(&id).exists());
+        std::fs::write(&spec_path, serde_json::to_vec(&good).unwrap()).unwrap();
+        e.ok(&["create", "--bundle", &b, &id]);
+    } else {
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(!stderr(&o).contains("mountLabel"), "{}", stderr(&o));
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            logged.contains("linux.mountLabel ignored: the host has no SELinux"),
+            "{logged}"
+        );
+    }
+    e.ok(&["start", &id]);
+
+    // Updates: a pids limit of 0 is refused; checkBeforeUpdate refuses a memory limit at
+    // or below the sandbox's usage (the sentry's own memory counts there) and writes
+    // nothing.
+    let pids_before = e.state(&id)["pid"].as_i64().unwrap();
+    let res = e.dir.join("res.json");
+    std::fs::write(&res, json!({"pids": {"limit": 0}}).to_string()).unwrap();
+    let o = e.run(&["update", "--resources", res.to_str().unwrap(), &id]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("linux.resources.pids.limit 0: refused under gVisor"),
+        "{}",
+        stderr(&o)
+    );
+    let cgroup = std::fs::read_to_string(format!("/proc/{pids_before}/cgroup")).unwrap();
+    let memory_dir = cgroup
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))
+        .map(|p| Path::new("/sys/fs/cgroup/memory").join(p.trim_start_matches('/')));
+    let limit_before = memory_dir
+        .as_ref()
+        .and_then(|d| std::fs::read_to_string(d.join("memory.limit_in_bytes")).ok());
+    std::fs::write(
+        &res,
+        json!({"memory": {"limit": 4 << 20, "checkBeforeUpdate": true}}).to_string(),
+    )
+    .unwrap();
+    let o = e.run(&["update", "--resources", res.to_str().unwrap(), &id]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("linux.resources.memory.limit: memory limit 4194304 is not above"),
+        "{}",
+        stderr(&o)
+    );
+    if let (Some(d), Some(before)) = (&memory_dir, &limit_before) {
+        assert_eq!(
+            &std::fs::read_to_string(d.join("memory.limit_in_bytes")).unwrap(),
+            before,
+            "checkBeforeUpdate wrote the limit"
+        );
+    }
+    e.ok(&["kill", &id, "KILL"]);
+    e.wait_status(&id, "stopped");
     e.ok(&["delete", &id]);
 }
 

@@ -69,6 +69,9 @@ pub fn update(g: &Context, rec: &Record, gv: &Gvisor, res: Resources) -> Result<
              share the sandbox's host cgroup"
         );
     }
+    if let Some(e) = super::select::zero_pids_limit(Some(&res)) {
+        bail!("{e}");
+    }
     let Some(st) = runsc_state(g, gv, &rec.id)? else {
         bail!("container does not exist");
     };
@@ -82,9 +85,10 @@ pub fn update(g: &Context, rec: &Record, gv: &Gvisor, res: Resources) -> Result<
     let text = std::fs::read_to_string(format!("/proc/{}/cgroup", st.pid))
         .with_context(|| format!("read /proc/{}/cgroup", st.pid))?;
     let cg = sandbox_cgroup(st.pid, &text, Layout::detect()?)?;
-    // Device rules are not updated (`policy::update::admit`, run by `container::update`,
-    // refuses or drops them): the host's stay as runsc set them.
-    cg.apply(&res)?;
+    // As natively: device rules are left as runsc set them (`policy::update::admit`, run
+    // by `container::update`, refuses or drops them), `checkBeforeUpdate` is honoured, and
+    // the files already written are restored when the kernel refuses a value.
+    cg.update(&res)?;
     Ok(0)
 }
 

@@ -220,6 +220,19 @@ pub fn network_mode(spec: &Spec) -> Result<&'static str> {
     )
 }
 
+/// runtime-spec 1.3 makes `pids.limit: 0` a limit (no fork). runsc writes `pids.max` only
+/// for a positive limit, so it would leave the sandbox unlimited, and the sandbox's host
+/// cgroup cannot hold 0 (or runc's 1) either: the sentry's own threads count there.
+pub fn zero_pids_limit(res: Option<&crate::spec::Resources>) -> Option<String> {
+    res.and_then(|r| r.pids.as_ref())
+        .filter(|p| p.limit == Some(0))
+        .map(|_| {
+            "linux.resources.pids.limit 0: refused under gVisor (runsc would set no limit, and \
+             the sandbox's cgroup holds the sentry's own threads)"
+                .to_string()
+        })
+}
+
 /// The refusals that must happen before anything exists.
 pub fn check(spec: &Spec, preserve_fds: u32) -> Result<()> {
     if crate::linux::sys::geteuid() != 0 {
@@ -238,6 +251,20 @@ pub fn check(spec: &Spec, preserve_fds: u32) -> Result<()> {
     {
         bail!("process.selinuxLabel: SELinux is not supported by gVisor");
     }
+    // runsc labels nothing: on an SELinux host a mount label would be dropped, so it is
+    // refused as selinuxLabel is; elsewhere it is ignored as natively (and as runc does),
+    // said in the --log.
+    if let Some(label) = spec
+        .linux()
+        .mount_label
+        .as_deref()
+        .filter(|l| !l.is_empty())
+    {
+        if crate::linux::hostfacts::selinuxfs_mounted() {
+            bail!("linux.mountLabel {label:?}: SELinux is not supported by gVisor");
+        }
+        crate::log::warn_log("linux.mountLabel ignored: the host has no SELinux (as runc)");
+    }
     // runtime-spec 1.3 fields the native path applies and runsc would drop.
     if spec.linux().memory_policy.is_some() {
         bail!("linux.memoryPolicy: refused: gVisor does not apply it (the sentry's memory is placed by the host)");
@@ -252,6 +279,9 @@ pub fn check(spec: &Spec, preserve_fds: u32) -> Result<()> {
     }
     if !spec.linux().net_devices().is_empty() {
         bail!("linux.netDevices: refused: moat moves interfaces only into a native container's network namespace (runsc's sandbox takes its own)");
+    }
+    if let Some(e) = zero_pids_limit(spec.linux().resources.as_ref()) {
+        bail!("{e}");
     }
     if process.exec_cpu_affinity.is_some() {
         bail!("process.execCPUAffinity: refused: gVisor does not apply it (exec'd processes live in the sentry)");

@@ -130,7 +130,8 @@ fn parse_profiles(text: &str) -> Vec<String> {
         .collect()
 }
 
-fn selinuxfs_mounted() -> bool {
+/// Whether the host has SELinux (its filesystem mounted at /sys/fs/selinux).
+pub fn selinuxfs_mounted() -> bool {
     let Ok(dir) = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
