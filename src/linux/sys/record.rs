@@ -944,6 +944,7 @@ mod tests {
             "borrow_stdio",
             // moat's own start-up, before anything a test would record.
             "args",
+            "keep_args",
             "process_init",
         ];
         let sources = [
