@@ -172,7 +172,8 @@ fn t8_file_capability_binary_gains_nothing_under_nnp() {
             // The kernel refuses to run a "+ep" binary that cannot get its permitted
             // capabilities (they are not in the bounding set): nothing gained either.
             assert!(
-                out.stderr.contains("Operation not permitted") && out.stdout.is_empty(),
+                // runc's (Go's) words for an execve refused with EPERM.
+                out.stderr.contains("operation not permitted") && out.stdout.is_empty(),
                 "{policy:?} nnp={nnp}: {out:#?}"
             );
             continue;
