@@ -140,6 +140,7 @@ on_both_runscs!(
     platform_is_one_this_runsc_lists_and_defaults_to_its_own,
     control_socket_unreachable_from_host_users_and_host_network_containers,
     a_failed_create_ends_promptly_under_a_caller_that_reaps_after_it,
+    a_failed_create_never_ends_another_containers_sandbox,
     kvm_only_where_the_cpu_can_run_it,
 );
 
@@ -2509,6 +2510,112 @@ fn a_failed_create_ends_promptly_under_a_caller_that_reaps_after_it() {
     drop(reaper.stdin.take());
     let _ = reaper.wait();
     ctx.assert_no_trace(&id);
+}
+
+/// The sandbox and gofer pids runsc recorded for a container.
+fn runsc_pids(root: &Path, id: &str) -> (i32, i32) {
+    let f = root.join("@runsc").join(format!("{id}_sandbox:{id}.state"));
+    let v: Value = serde_json::from_slice(&std::fs::read(&f).expect("runsc state")).unwrap();
+    let pid = |p: &str| i32::try_from(v.pointer(p).and_then(Value::as_i64).unwrap()).unwrap();
+    (pid("/sandbox/pid"), pid("/goferPid"))
+}
+
+/// Undoing a failed create ends only what runsc started for that container: a pid runsc
+/// recorded may be another process's by then, another container's sandbox (same `argv[0]`)
+/// among them. Here B's prestart hook rewrites B's runsc state to name A's sandbox and
+/// gofer (standing in for the pids' reuse) and SIGKILLs `runsc create`. B's create fails and
+/// leaves nothing (its own sandbox and gofer ended through its cgroup); A's sandbox and
+/// gofer are the same processes after, and A starts and runs. With only `argv[0]` checked,
+/// or runsc's delete called on B, A's sandbox is SIGKILLed.
+fn a_failed_create_never_ends_another_containers_sandbox() {
+    if !usable("a_failed_create_never_ends_another_containers_sandbox") {
+        return;
+    }
+    if !python_installed() {
+        missing("python3 (the hook that rewrites runsc's state)");
+        return;
+    }
+    let mut ctx = support::Ctx::new("gvdecoy");
+    ctx.config["annotations"]["moat.runtime"] = Value::from("gvisor");
+    ctx.config["process"]["args"] = serde_json::json!(["sh", "-c", "echo a-runs; sleep 600"]);
+    let open = ctx.dir.join("open.toml");
+    std::fs::write(
+        &open,
+        format!(
+            "default_policy = \"open\"\n[gvisor]\nrunsc_path = \"{}\"\n",
+            runsc().display()
+        ),
+    )
+    .unwrap();
+    ctx.use_config(&open);
+    let a = ctx.create_ok("a");
+    let (sandbox, gofer) = runsc_pids(&ctx.root, &a.id);
+    // The start time of `pid` while it runs (not a zombie).
+    let started = |pid: i32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let after = stat
+            .rsplit_once(')')
+            .map(|x| x.1.to_string())
+            .unwrap_or_default();
+        let f: Vec<&str> = after.split_whitespace().collect();
+        (f.len() > 19 && f[0] != "Z" && f[0] != "X").then(|| f[19].to_string())
+    };
+    let before = (started(sandbox), started(gofer));
+    assert!(
+        before.0.is_some() && before.1.is_some(),
+        "A's sandbox and gofer run"
+    );
+
+    let b = ctx.id("b");
+    let state = ctx
+        .root
+        .join("@runsc")
+        .join(format!("{b}_sandbox:{b}.state"));
+    let rewrite = format!(
+        "import json, os\n\
+         p = {state:?}\n\
+         v = json.load(open(p))\n\
+         v['sandbox']['pid'] = {sandbox}\n\
+         v['goferPid'] = {gofer}\n\
+         open(p + '.tmp', 'w').write(json.dumps(v))\n\
+         os.rename(p + '.tmp', p)\n\
+         os.kill(os.getppid(), 9)\n",
+        state = state.display().to_string()
+    );
+    ctx.config["process"]["args"] = serde_json::json!(["sleep", "600"]);
+    ctx.config["hooks"] = serde_json::json!({
+        "prestart": [{"path": "/usr/bin/python3", "args": ["python3", "-c", rewrite]}]
+    });
+    let (bc, out) = ctx.create("b");
+    let err = out.fails().stderr;
+    assert!(
+        err.contains("runsc create was killed by signal 9 (SIGKILL)"),
+        "B's create fails saying why: {err}"
+    );
+    // B's own processes were in its cgroup, drained; the caller (this test) reaps them.
+    // (A's mounts, under the same test directory, are A's.)
+    let b_traces = || -> Vec<String> {
+        let mut t = ctx.traces(&bc.id);
+        t.retain(|t| !t.contains(&a.id));
+        t
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !b_traces().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(b_traces(), Vec::<String>::new(), "B left behind");
+
+    assert_eq!(
+        (started(sandbox), started(gofer)),
+        before,
+        "A's sandbox and gofer were ended by B's rollback"
+    );
+    ctx.config.as_object_mut().unwrap().remove("hooks");
+    ctx.moat(&["start", &a.id]).ok();
+    let st: Value = serde_json::from_str(&ctx.moat(&["state", &a.id]).ok().stdout).unwrap();
+    assert_eq!(st["status"], "running", "{st}");
+    ctx.moat(&["delete", "--force", &a.id]).ok();
+    ctx.assert_no_trace(&a.id);
 }
 
 /// Whether this host can run gVisor's KVM platform: /dev/kvm and VMX or SVM in the CPU's

@@ -157,9 +157,13 @@ fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
         .map(rollback::Ended::running)
         .unwrap_or_default();
     match &ended {
-        // runsc's delete would poll kill(pid, 0) on the zombie until it gave up.
-        Some(e) if e.unreaped() => rollback::remove_runsc_files(&e.files, id),
-        _ => {
+        // moat has ended what runsc recorded itself. runsc's delete is not called: it would
+        // poll kill(pid, 0) on a zombie until it gave up, and SIGKILL the recorded pids
+        // without asking whose they are by now.
+        Some(e) => rollback::remove_runsc_files(&e.files, id),
+        // runsc saved no state: its delete finds no process to signal, and removes what
+        // else it may have left (bounded all the same).
+        None => {
             let out = Runsc::quiet(gv, g, "delete")
                 .flag("force", true)
                 .id(id)
@@ -169,9 +173,6 @@ fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
                     "runsc delete --force did not end within {} s (killed)",
                     rollback::DELETE_WITHIN.as_secs()
                 ));
-                if let Some(e) = &ended {
-                    rollback::remove_runsc_files(&e.files, id);
-                }
             }
         }
     }

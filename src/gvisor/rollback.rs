@@ -10,13 +10,16 @@
 //! 20221219) or 2 min (20240729). conmon reaps only after moat's create has returned, so a
 //! failed create under podman hung that long, each time.
 //!
-//! So moat ends the two processes first, by pidfd (checked to still be runsc's by argv[0]
-//! and start time), and waits for their exit, at most [`END_WITHIN`]. When both are reaped
-//! (or were never there), runsc's own delete runs, bounded by [`DELETE_WITHIN`]. When one is
-//! a zombie its delete would wait on, moat removes what runsc keeps of the container itself
-//! (its state and lock files, the control socket file, the rootfs overlay's filestore) and
-//! the caller's reap finishes the rest; the sandbox's cgroup goes in `cmds::discard`. What
-//! could not be ended is reported, never waited for without bound.
+//! So moat ends the two processes itself, by pidfd, each checked to still be this
+//! container's (runsc's `argv[0]`, moat's runsc root and the container's bundle on its
+//! command line: a recorded pid may be another container's sandbox by now), and waits for
+//! their exit, at most [`END_WITHIN`]. runsc's own delete is not called where runsc saved a
+//! state: it would wait on a zombie, and signal the recorded pids without asking whose they
+//! are. moat removes what runsc keeps of the container instead (its state and lock files,
+//! the control socket file, the rootfs overlay's filestore); the caller's reap finishes the
+//! rest, and the sandbox's cgroup is drained and removed in `cmds::discard`. Without a saved
+//! state, runsc's delete runs, bounded by [`DELETE_WITHIN`]. What could not be ended is
+//! reported, never waited for without bound.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -29,8 +32,8 @@ use crate::linux::sys;
 /// address space takes a while to tear it down).
 pub const END_WITHIN: Duration = Duration::from_secs(10);
 
-/// The last resort: `runsc delete --force` of a container whose processes are gone is
-/// killed after this long.
+/// `runsc delete --force` of a container runsc saved no state for is killed after this
+/// long.
 pub const DELETE_WITHIN: Duration = Duration::from_secs(10);
 
 /// runsc's `argv[0]` for the sandbox and the gofer (both releases).
@@ -43,6 +46,9 @@ const GOFER_ARGV0: &[u8] = b"runsc-gofer";
 pub struct RunscFiles {
     pub sandbox_pid: i32,
     pub gofer_pid: i32,
+    /// The bundle runsc was given (moat's state directory of the container): on the command
+    /// line of both processes, and of no other container's.
+    pub bundle: Option<PathBuf>,
     /// runsc 20240729's control socket file (20221219: an abstract name, nothing to remove).
     pub control_socket: Option<PathBuf>,
     /// `root.path` of the spec runsc read: where runsc 20240729 keeps the rootfs overlay's
@@ -73,6 +79,7 @@ fn parse_state(v: &Value) -> RunscFiles {
     RunscFiles {
         sandbox_pid: pid("/sandbox/pid"),
         gofer_pid: pid("/goferPid"),
+        bundle: path("/bundleDir"),
         control_socket: path("/sandbox/controlSocketPath"),
         rootfs: path("/spec/root/path"),
     }
@@ -89,9 +96,41 @@ pub enum End {
     Running,
 }
 
-/// SIGKILLs `pid` if it still is the process runsc started (`argv0`), and waits until
-/// `deadline` for it to exit.
-fn end(pid: i32, argv0: &[u8], deadline: Instant) -> End {
+/// Who a process must be for moat to signal it: runsc's sandbox or gofer (`argv0`) started
+/// with moat's runsc root and this container's bundle. A pid runsc recorded may be another
+/// process's by now, another container's sandbox among them (same `argv0`): its command
+/// line names another bundle.
+struct Runscs<'a> {
+    argv0: &'a [u8],
+    root: &'a Path,
+    bundle: &'a Path,
+}
+
+impl Runscs<'_> {
+    /// `cmdline` is `/proc/PID/cmdline`: NUL-separated arguments. Both releases write
+    /// `--root=R`; the bundle is `--bundle=B` (the sandbox; 20240729's gofer) or
+    /// `--bundle B` (20221219's gofer).
+    fn started(&self, cmdline: &[u8]) -> bool {
+        use std::os::unix::ffi::OsStrExt as _;
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let flag = |name: &[u8], want: &Path| {
+            let want = want.as_os_str().as_bytes();
+            args.windows(2).any(|w| w[0] == name && w[1] == want)
+                || args.iter().any(|a| {
+                    a.strip_prefix(name)
+                        .and_then(|v| v.strip_prefix(b"="))
+                        .is_some_and(|v| v == want)
+                })
+        };
+        args.first() == Some(&self.argv0)
+            && flag(b"--root", self.root)
+            && flag(b"--bundle", self.bundle)
+    }
+}
+
+/// SIGKILLs `pid` if it still is the process runsc started for this container (`who`), and
+/// waits until `deadline` for it to exit.
+fn end(pid: i32, who: &Runscs, deadline: Instant) -> End {
     if pid <= 0 {
         return End::Gone;
     }
@@ -107,7 +146,7 @@ fn end(pid: i32, argv0: &[u8], deadline: Instant) -> End {
     // its cgroup until they have: waited for all the same.
     if state != 'Z' && state != 'X' {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if cmdline.split(|b| *b == 0).next() != Some(argv0) {
+        if !who.started(&cmdline) {
             return End::Gone;
         }
         let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
@@ -133,11 +172,6 @@ pub struct Ended {
 }
 
 impl Ended {
-    /// True when runsc's delete would wait for a reap that comes only after moat returns.
-    pub fn unreaped(&self) -> bool {
-        self.sandbox != End::Gone || self.gofer != End::Gone
-    }
-
     /// The processes left running, for the report.
     pub fn running(&self) -> Vec<String> {
         let mut left = Vec::new();
@@ -155,8 +189,21 @@ impl Ended {
 /// runsc saved no state for it (its create failed before, and reaped what it started).
 pub fn end_processes(runsc_root: &Path, id: &str, deadline: Instant) -> Option<Ended> {
     let files = read_state(runsc_root, id)?;
-    let sandbox = end(files.sandbox_pid, SANDBOX_ARGV0, deadline);
-    let gofer = end(files.gofer_pid, GOFER_ARGV0, deadline);
+    // Without the bundle nothing can be told apart: nothing is signalled.
+    let (sandbox, gofer) = match &files.bundle {
+        Some(bundle) => {
+            let who = |argv0| Runscs {
+                argv0,
+                root: runsc_root,
+                bundle,
+            };
+            (
+                end(files.sandbox_pid, &who(SANDBOX_ARGV0), deadline),
+                end(files.gofer_pid, &who(GOFER_ARGV0), deadline),
+            )
+        }
+        None => (End::Gone, End::Gone),
+    };
     Some(Ended {
         files,
         sandbox,
@@ -206,7 +253,7 @@ mod tests {
     fn state_file_fields_of_both_releases() {
         let v: Value = serde_json::from_str(
             r#"{"goferPid":12,"sandbox":{"pid":11,"controlSocketPath":"/r/@runsc/runsc-c.sock"},
-                "spec":{"root":{"path":"/b/rootfs"}}}"#,
+                "bundleDir":"/r/c","spec":{"root":{"path":"/b/rootfs"}}}"#,
         )
         .unwrap();
         assert_eq!(
@@ -214,6 +261,7 @@ mod tests {
             RunscFiles {
                 sandbox_pid: 11,
                 gofer_pid: 12,
+                bundle: Some("/r/c".into()),
                 control_socket: Some("/r/@runsc/runsc-c.sock".into()),
                 rootfs: Some("/b/rootfs".into()),
             }
@@ -236,7 +284,41 @@ mod tests {
     fn a_pid_that_is_not_runscs_is_left_alone() {
         // This test process is not runsc-sandbox: never signalled, counted as gone.
         let me = i32::try_from(std::process::id()).unwrap();
-        assert_eq!(end(me, SANDBOX_ARGV0, Instant::now()), End::Gone);
-        assert_eq!(end(0, SANDBOX_ARGV0, Instant::now()), End::Gone);
+        let who = Runscs {
+            argv0: SANDBOX_ARGV0,
+            root: Path::new("/r/@runsc"),
+            bundle: Path::new("/r/c"),
+        };
+        assert_eq!(end(me, &who, Instant::now()), End::Gone);
+        assert_eq!(end(0, &who, Instant::now()), End::Gone);
+    }
+
+    #[test]
+    fn only_this_containers_sandbox_and_gofer_are_runscs() {
+        let who = |argv0| Runscs {
+            argv0,
+            root: Path::new("/r/@runsc"),
+            bundle: Path::new("/r/c"),
+        };
+        let cmd = |s: &str| s.replace(' ', "\0").into_bytes();
+        // The command lines of both releases (shortened).
+        let sandbox_2024 =
+            cmd("runsc-sandbox --root=/r/@runsc --network=none boot --bundle=/r/c --spec-fd=7 c");
+        let gofer_2022 = cmd("runsc-gofer --root=/r/@runsc gofer --bundle /r/c --spec-fd=3");
+        let gofer_2024 = cmd("runsc-gofer --root=/r/@runsc gofer --bundle=/r/c --io-fds=5");
+        assert!(who(SANDBOX_ARGV0).started(&sandbox_2024));
+        assert!(who(GOFER_ARGV0).started(&gofer_2022));
+        assert!(who(GOFER_ARGV0).started(&gofer_2024));
+        // The pid reused by another container's sandbox, another root's, or another program.
+        for other in [
+            cmd("runsc-sandbox --root=/r/@runsc boot --bundle=/r/d d"),
+            cmd("runsc-sandbox --root=/s/@runsc boot --bundle=/r/c c"),
+            cmd("runsc-sandbox --root=/r/@runsc boot --bundle=/r/cc c"),
+            cmd("sleep --root=/r/@runsc --bundle=/r/c"),
+            cmd("runsc-sandbox --root=/r/@runsc boot"),
+        ] {
+            assert!(!who(SANDBOX_ARGV0).started(&other), "{other:?}");
+        }
+        assert!(!who(GOFER_ARGV0).started(&sandbox_2024));
     }
 }
