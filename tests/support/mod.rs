@@ -378,8 +378,12 @@ pub fn policy_env(cmd: &mut Command) {
         return;
     }
     let path = OPEN.get_or_init(|| {
-        let p = target_dir().join(format!("moat-test-open-{}.toml", std::process::id()));
-        fs::write(&p, "default_policy = \"open\"\n").expect("write open config");
+        // One file for every test binary (the content never changes), written beside a
+        // per-process name and renamed over it so a reader never sees it half-written.
+        let p = target_dir().join("moat-test-open.toml");
+        let tmp = target_dir().join(format!(".moat-test-open-{}.toml", std::process::id()));
+        fs::write(&tmp, "default_policy = \"open\"\n").expect("write open config");
+        fs::rename(&tmp, &p).expect("rename open config");
         p
     });
     cmd.env("MOAT_CONFIG", path);
