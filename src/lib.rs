@@ -26,6 +26,7 @@ macro_rules! println {
 
 mod cli;
 mod container;
+mod error_text;
 mod gvisor;
 mod linux;
 mod log;

@@ -282,12 +282,7 @@ fn call() -> i32 {
             // One line: the chain joined, outermost context first (an `ExitWith`, always
             // the outermost, is the status, not part of the message).
             let status = e.downcast_ref::<ExitWith>().map(|x| x.0);
-            let msg = e
-                .chain()
-                .skip(usize::from(status.is_some()))
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>()
-                .join(": ");
+            let msg = crate::error_text::one_line(e.chain().skip(usize::from(status.is_some())));
             log::error(&msg);
             status.unwrap_or(1)
         }

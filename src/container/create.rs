@@ -185,11 +185,7 @@ fn name_the_cut(e: native::Error, cut: Option<String>) -> anyhow::Error {
     match cut {
         Some(cut) if refused => {
             let e = anyhow::Error::from(e);
-            let msg = e
-                .chain()
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>()
-                .join(": ");
+            let msg = crate::error_text::one_line(e.chain());
             anyhow::anyhow!("{msg}; {cut}")
         }
         _ => e.into(),

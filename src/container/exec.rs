@@ -113,11 +113,7 @@ fn name_the_cut(ctx: &Context, req: &Request, e: anyhow::Error) -> anyhow::Error
         .and_then(|b| crate::policy::recorded_summary(&b, &req.id));
     match cut {
         Some(cut) => {
-            let msg = e
-                .chain()
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>()
-                .join(": ");
+            let msg = crate::error_text::one_line(e.chain());
             anyhow::anyhow!("{msg}; {cut}")
         }
         None => e,

@@ -171,7 +171,7 @@ pub fn find_runsc(config: &GvisorConfig) -> Result<PathBuf> {
                 "runsc not found ({}, runsc_path in {}: {})",
                 p.display(),
                 config.source.display(),
-                strerror(&e)
+                crate::error_text::strerror(&e)
             ),
         };
     }
@@ -186,15 +186,6 @@ pub fn find_runsc(config: &GvisorConfig) -> Result<PathBuf> {
         "runsc not found (not in PATH={path:?}; install runsc or set runsc_path in {})",
         config.source.display()
     )
-}
-
-/// The message without std's " (os error N)" suffix.
-fn strerror(e: &std::io::Error) -> String {
-    let s = e.to_string();
-    match s.find(" (os error ") {
-        Some(i) => s[..i].to_string(),
-        None => s,
-    }
 }
 
 /// `--network` for runsc 20221219, whose default `sandbox` always fails on kernels that

@@ -197,8 +197,7 @@ pub fn errno_text(errno: i32) -> String {
         libc::EPERM => "operation not permitted",
         libc::ETXTBSY => "text file busy",
         _ => {
-            let s = io::Error::from_raw_os_error(errno).to_string();
-            let s = s.split(" (os error ").next().unwrap_or(&s);
+            let s = crate::error_text::errno_text(errno);
             let mut c = s.chars();
             return match c.next() {
                 Some(first) => first.to_lowercase().chain(c).collect(),

@@ -134,14 +134,8 @@ pub enum PolicyError {
 pub enum NsPathError {
     /// `stat` failed with this errno, shown as the C library's text without std's
     /// " (os error N)" suffix.
-    #[error("{}", errno_text(*.0))]
+    #[error("{}", crate::error_text::errno_text(*.0))]
     Stat(i32),
     #[error("file name contained an unexpected NUL byte")]
     Nul,
-}
-
-/// strerror's text for `errno` (no I/O: the C library's table).
-fn errno_text(errno: i32) -> String {
-    let s = std::io::Error::from_raw_os_error(errno).to_string();
-    s.split(" (os error ").next().unwrap_or(&s).to_string()
 }

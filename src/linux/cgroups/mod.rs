@@ -46,14 +46,14 @@ pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
-    #[error("{field}: write {value} to {}: {}", path.display(), errno(err))]
+    #[error("{field}: write {value} to {}: {}", path.display(), crate::error_text::strerror(err))]
     Write {
         field: String,
         value: String,
         path: PathBuf,
         err: io::Error,
     },
-    #[error("{op} {}: {}", path.display(), errno(err))]
+    #[error("{op} {}: {}", path.display(), crate::error_text::strerror(err))]
     Io {
         op: &'static str,
         path: PathBuf,
@@ -123,16 +123,6 @@ impl CgroupError {
             e.raw_os_error(),
             Some(libc::EACCES | libc::EPERM | libc::EROFS)
         )
-    }
-}
-
-/// The error text without std's " (os error N)" suffix: messages name the file and value
-/// already, and runc users grep for the bare strerror text.
-fn errno(e: &io::Error) -> String {
-    let s = e.to_string();
-    match s.rfind(" (os error ") {
-        Some(i) if s.ends_with(')') => s[..i].to_string(),
-        _ => s,
     }
 }
 

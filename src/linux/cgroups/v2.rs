@@ -513,7 +513,7 @@ pub fn apply_devices(dir: &Path, spec_rules: &[spec::DeviceCgroup]) -> Result<()
                 field: field.into(),
                 msg: format!(
                     "the kernel refused the device program: {}{log}",
-                    super::errno(&e)
+                    crate::error_text::strerror(&e)
                 ),
             }
         }

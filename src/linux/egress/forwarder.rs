@@ -88,7 +88,7 @@ const NOBODY: u32 = 65534;
 /// Why the forwarder could not be started (create fails, and is rolled back).
 #[derive(Debug, thiserror::Error)]
 pub enum ForwarderError {
-    #[error("egress names: DNS forwarder: {what}: {}", super::errno(.err))]
+    #[error("egress names: DNS forwarder: {what}: {}", crate::error_text::strerror(.err))]
     Io { what: String, err: io::Error },
     #[error("egress names: DNS forwarder: {0}")]
     Failed(String),

@@ -68,13 +68,13 @@ pub const RING_ENTRIES: u32 = 256;
 /// Why the egress policy could not be put in force (or read back).
 #[derive(Debug, thiserror::Error)]
 pub enum EgressError {
-    #[error("egress policy: {op} {}: {}", .dir.display(), errno(.err))]
+    #[error("egress policy: {op} {}: {}", .dir.display(), crate::error_text::strerror(.err))]
     Io {
         op: &'static str,
         dir: PathBuf,
         err: io::Error,
     },
-    #[error("egress policy: the kernel refused the {hook} program: {}{log}", errno(.err))]
+    #[error("egress policy: the kernel refused the {hook} program: {}{log}", crate::error_text::strerror(.err))]
     Load {
         hook: &'static str,
         err: io::Error,
@@ -87,14 +87,6 @@ pub enum EgressError {
          refusing to run it unpoliced"
     )]
     NoCgroup(String),
-}
-
-fn errno(e: &io::Error) -> String {
-    let s = e.to_string();
-    match s.rfind(" (os error ") {
-        Some(i) if s.ends_with(')') => s[..i].to_string(),
-        _ => s,
-    }
 }
 
 /// A trie key: prefix length, then the 16 address bytes in network order.
