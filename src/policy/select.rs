@@ -112,7 +112,7 @@ pub(super) fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError
                 field: format!("annotations.{k}"),
                 action: "ignored",
                 detail: format!("{k}={v} would loosen {}", config_name(cfg)),
-                reason: IGNORED_ANNOTATION,
+                reason: IGNORED_ANNOTATION.into(),
             });
         }
     }
