@@ -92,7 +92,7 @@ pub struct Decided {
 }
 
 /// Written to `policy.json` at create and read back by every later command through
-/// `state::save_decision` / `state::load_decision` alone. A record of an older moat reads
+/// `state::ContainerDir::save_decision` / `load_decision` alone. A record of an older moat reads
 /// through [`Recorded`], which gives the fields it lacks their meaning then.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(from = "Recorded")]
