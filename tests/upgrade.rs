@@ -136,8 +136,8 @@ fn old(ctx: &Ctx, bin: &Path, args: &[&str]) -> Out {
     ctx.run(c)
 }
 
-/// Created and started by the old binary; `state`, `list`, `exec`, `ps`, `kill` and
-/// `delete` by this one: under OPEN and under RESTRICTED (whose exec replays the seccomp
+/// Created and started by the old binary; `state`, `list`, `exec`, `policy explain`,
+/// `verify`, `ps`, `kill` and `delete` by this one: under OPEN and under RESTRICTED (whose exec replays the seccomp
 /// programs and policy the old create saved).
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
@@ -192,6 +192,21 @@ fn running_container_of_the_previous_binary_is_managed_by_this_one() {
             // The old create's seccomp program reached the exec'd process.
             assert!(out.stdout.contains("Seccomp:\t2"), "{}", out.stdout);
         }
+        // The old create's policy.json, read by this binary's explain and verify.
+        let mode = if restricted { "restricted" } else { "open" };
+        let explain = ctx.moat(&["policy", "explain", &id]).ok().stdout;
+        assert!(
+            explain.starts_with(&format!("container {id}: policy {mode}\n")),
+            "{explain}"
+        );
+        let json = ctx
+            .moat(&["policy", "explain", "--format", "json", &id])
+            .ok();
+        let json: Value = serde_json::from_str(&json.stdout).unwrap();
+        assert_eq!(json["policy"], mode, "{json}");
+        let verify = ctx.moat(&["verify", "--format", "json", &id]).ok().stdout;
+        let verify: Value = serde_json::from_str(&verify).unwrap();
+        assert_eq!(verify["ok"], true, "{verify}");
         let ps = ctx.moat(&["ps", "--format", "json", &id]).ok().stdout;
         let pids: Vec<i32> = serde_json::from_str(&ps).unwrap();
         assert!(pids.contains(&pid), "{ps}");

@@ -108,24 +108,18 @@ pub fn native(c: &Container, req: &Request) -> Result<()> {
 /// The container's filesystems moat capped, from its decision (`policy.json`): `/` of an
 /// ephemeral root, and each tmpfs the policy added (`/tmp`, the workspace).
 fn capped_filesystems(c: &Container) -> Vec<String> {
-    let Some(v) = c
-        .dir
-        .read_file(crate::state::POLICY_FILE)
-        .ok()
-        .flatten()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-    else {
+    let Some(d) = c.dir.load_decision().ok().flatten() else {
         return Vec::new();
     };
     let mut out = Vec::new();
-    if v["bounded_root"].is_object() {
+    if d.bounded_root.is_some() {
         out.push("/".to_string());
     }
-    for ch in v["changes"].as_array().into_iter().flatten() {
-        if ch["field"] == "mounts" && ch["action"] == "added" {
-            if let Some(dest) = ch["detail"]
-                .as_str()
-                .and_then(|d| d.strip_prefix("tmpfs "))
+    for ch in &d.changes {
+        if ch.field == "mounts" && ch.action == "added" {
+            if let Some(dest) = ch
+                .detail
+                .strip_prefix("tmpfs ")
                 .and_then(|d| d.split(' ').next())
             {
                 out.push(dest.to_string());

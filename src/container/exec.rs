@@ -109,8 +109,8 @@ fn name_the_cut(ctx: &Context, req: &Request, e: anyhow::Error) -> anyhow::Error
     let cut = refused
         .then(|| ContainerDir::open_read(&ctx.root, &req.id).ok())
         .flatten()
-        .and_then(|d| d.read_file(crate::state::POLICY_FILE).ok().flatten())
-        .and_then(|b| crate::policy::recorded_summary(&b, &req.id));
+        .and_then(|d| d.load_decision().ok().flatten())
+        .and_then(|d| crate::policy::recorded_summary(&d, &req.id));
     match cut {
         Some(cut) => {
             let msg = crate::error_text::one_line(e.chain());

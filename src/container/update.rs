@@ -70,15 +70,15 @@ pub fn replace_egress(c: &Container, text: &str) -> Result<()> {
     use crate::linux::egress::{self as enforce, Installed};
     use crate::policy::egress::{self, Egress};
     let cfg = crate::policy::Config::load()?;
-    let policy_json = c
-        .dir
-        .read_file(crate::state::POLICY_FILE)?
-        .unwrap_or_default();
-    let mut recorded: serde_json::Value =
-        serde_json::from_slice(&policy_json).unwrap_or(serde_json::Value::Null);
-    let restricted = serde_json::from_value(recorded["policy"].clone()).ok()
-        == Some(crate::policy::Mode::Restricted);
-    let old = Egress::from_json(&recorded["egress"]);
+    let mut recorded = c.dir.load_decision()?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "container {}: no {} recorded",
+            c.record.id,
+            crate::state::POLICY_FILE
+        )
+    })?;
+    let restricted = recorded.policy == crate::policy::Mode::Restricted;
+    let old = recorded.egress.clone();
     let configured = if restricted {
         cfg.egress_allow.clone()
     } else {
@@ -188,10 +188,9 @@ pub fn replace_egress(c: &Container, text: &str) -> Result<()> {
         }
         Ok(())
     })?;
-    recorded["egress"] = serde_json::to_value(&new).expect("serialises");
-    let bytes = serde_json::to_vec_pretty(&recorded).expect("serialises");
+    recorded.egress = Some(new);
     c.dir
-        .save_file(crate::state::POLICY_FILE, &bytes)
+        .save_decision(&recorded, crate::state::Save::Replace)
         .context("cannot record the egress update")?;
     Ok(())
 }
@@ -237,11 +236,10 @@ fn with_memory_high(c: &Container, res: &Resources) -> Resources {
     }
     let share = c
         .dir
-        .read_file(crate::state::POLICY_FILE)
+        .load_decision()
         .ok()
         .flatten()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .and_then(|v| v["memory_high"].as_f64());
+        .and_then(|d| d.memory_high);
     if let Some(share) = share {
         let high = if limit > 0 {
             crate::policy::high_of(limit, share).to_string()

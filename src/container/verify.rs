@@ -65,42 +65,7 @@ pub fn native(c: &Container) -> Result<Verdict> {
         return Err(Error::NotRunning.into());
     }
     let spec = dir.load_spec()?;
-    let decision: Option<Decision> = dir
-        .read_file(state::POLICY_FILE)?
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .and_then(|v| {
-            Some(Decision {
-                policy: serde_json::from_value(v["policy"].clone()).unwrap_or(policy::Mode::Open),
-                readonly_rootfs: v["readonly_rootfs"].as_bool()?,
-                rootfs: match v["rootfs"].as_str() {
-                    Some("ephemeral") => "ephemeral",
-                    Some("readonly") => "readonly",
-                    _ if v["readonly_rootfs"] == true => "readonly",
-                    _ => "writable",
-                },
-                bounded_root: serde_json::from_value::<(u64, u64)>(serde_json::json!([
-                    v["bounded_root"]["size"],
-                    v["bounded_root"]["inodes"]
-                ]))
-                .ok()
-                .map(|(size, inodes)| policy::BoundedRoot { size, inodes }),
-                network_none: v["network_none"].as_bool()?,
-                egress: policy::egress::Egress::from_json(&v["egress"]),
-                seccomp_floor: v["seccomp_floor"].as_bool()?,
-                userns: if v["userns"] == "auto" {
-                    "auto"
-                } else {
-                    "engine"
-                },
-                userns_pool: v["userns_pool"].as_bool().unwrap_or(false),
-                changes: Vec::new(),
-                not_applied: Vec::new(),
-                host_namespaces: Vec::new(),
-                audit: Vec::new(),
-                memory_high: v["memory_high"].as_f64(),
-                enforced: true,
-            })
-        });
+    let decision: Option<Decision> = dir.load_decision()?;
     let restricted = rec.policy == policy::Mode::Restricted;
     let cfg = policy::Config::load()?;
     let pid = rec.pid;
@@ -270,7 +235,9 @@ pub fn native(c: &Container) -> Result<Verdict> {
     };
     let own_userns = std::fs::read_link(format!("/proc/{pid}/ns/user")).ok()
         != std::fs::read_link("/proc/1/ns/user").ok();
-    let asked = decision.as_ref().is_some_and(|d| d.userns == "auto");
+    let asked = decision
+        .as_ref()
+        .is_some_and(|d| d.userns == policy::Userns::Auto);
     let ok = !asked || (own_userns && root_host(&uid_map).is_some_and(|h| h != 0));
     add(
         "uid_map",
@@ -373,14 +340,11 @@ pub fn native(c: &Container) -> Result<Verdict> {
         .and_then(|r| r.unified.as_ref())
         .and_then(|u| u.get("memory.high"))
         .cloned();
-    let absent = dir
-        .read_file(state::POLICY_FILE)?
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .is_some_and(|v| {
-            v["changes"].as_array().into_iter().flatten().any(|c| {
-                c["field"] == "linux.resources.unified.memory.high" && c["action"] == "absent"
-            })
-        });
+    let absent = decision.as_ref().is_some_and(|d| {
+        d.changes
+            .iter()
+            .any(|c| c.field == "linux.resources.unified.memory.high" && c.action == "absent")
+    });
     if let Some(want) = unified_high {
         let got = rec
             .cgroup

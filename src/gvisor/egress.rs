@@ -63,7 +63,7 @@ fn not_applied(d: &mut Decision, why: &'static str) {
         field: "egress".into(),
         action: "not applied",
         detail: "the metadata endpoints are not refused".into(),
-        reason: why,
+        reason: why.into(),
     });
 }
 
@@ -181,9 +181,7 @@ fn describe(e: Option<&Egress>) -> String {
 
 /// The pod sandbox's policy as its `policy.json` records it.
 fn sandbox_egress(sb: &ContainerDir) -> Result<Option<Egress>> {
-    let raw = sb.read_file(crate::state::POLICY_FILE)?.unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_slice(&raw).unwrap_or(serde_json::Value::Null);
-    Ok(Egress::from_json(&v["egress"]))
+    Ok(sb.load_decision()?.and_then(|d| d.egress))
 }
 
 /// The cgroup the programs go on, as the record holds it (the v2 hierarchy alone: runsc

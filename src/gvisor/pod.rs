@@ -237,7 +237,8 @@ pub fn resources_note(spec: &crate::spec::Spec) -> crate::policy::Change {
                 .unwrap_or("runsc's default")
         ),
         reason: "the containers of a gVisor pod run in its sandbox, in the host cgroup and \
-                 under the limits of the pod sandbox container",
+                 under the limits of the pod sandbox container"
+            .into(),
     }
 }
 

@@ -20,7 +20,7 @@ fn note(field: &str, detail: impl Into<String>, reason: &'static str) -> Change 
         field: field.into(),
         action: "not applied",
         detail: detail.into(),
-        reason,
+        reason: reason.into(),
     }
 }
 
@@ -96,7 +96,7 @@ pub fn adjust(
                 "{}={v} would leave gVisor, which the operator chose",
                 super::select::RUNTIME_ANNOTATION
             ),
-            reason: crate::policy::IGNORED_ANNOTATION,
+            reason: crate::policy::IGNORED_ANNOTATION.into(),
         });
     }
     Ok(())
@@ -119,7 +119,8 @@ fn strip_runsc_annotations(spec: &mut Spec, d: &mut Decision) {
             action: "removed",
             detail: format!("{k}={v}"),
             reason: "runsc acts on dev.gvisor.* annotations; under RESTRICTED only the operator \
-                     configures runsc",
+                     configures runsc"
+                .into(),
         });
     }
 }

@@ -502,10 +502,7 @@ pub fn prepare(
         // Written in place: nothing reads them before the record (saved atomically, last)
         // exists, and a create that fails removes the directory.
         dir.write_new(state::SPEC_FILE, &runsc_config)?;
-        dir.write_new(
-            state::POLICY_FILE,
-            &serde_json::to_vec_pretty(&decision).expect("serialises"),
-        )?;
+        dir.save_decision(&decision, state::Save::New)?;
         let rec = Record {
             format: state::FORMAT_VERSION,
             id: id.to_string(),

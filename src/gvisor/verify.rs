@@ -22,19 +22,18 @@ pub fn verdict(g: &Context, c: &Container, gv: &Gvisor) -> anyhow::Result<Verdic
         serde_json::from_value(v).context("the container's effective spec")?
     };
     let checks = checks(g, &c.record, gv, &spec)?;
+    // As `verify --format json` has always listed them: field and detail (the reason is
+    // `policy explain`'s).
     let not_applied: Vec<policy::Change> = c
         .dir
-        .read_file(state::POLICY_FILE)?
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .and_then(|v| v.get("not_applied").cloned())
-        .and_then(|v| v.as_array().cloned())
+        .load_decision()?
+        .map(|d| d.not_applied)
         .unwrap_or_default()
-        .iter()
+        .into_iter()
         .map(|c| policy::Change {
-            field: c["field"].as_str().unwrap_or("").into(),
             action: "not applied",
-            detail: c["detail"].as_str().unwrap_or("").into(),
-            reason: "",
+            reason: "".into(),
+            ..c
         })
         .collect();
     Ok(Verdict {
@@ -304,9 +303,8 @@ fn checks(g: &Context, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result
     // a pod's app container is checked through its sandbox.
     if super::pod::app_sandbox(gv).is_none() {
         let recorded = crate::state::ContainerDir::open_read(&g.root, &rec.id)?
-            .read_file(state::POLICY_FILE)?
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .and_then(|v| policy::egress::Egress::from_json(&v["egress"]));
+            .load_decision()?
+            .and_then(|d| d.egress);
         if let Some(e) = recorded {
             let (actual, ok) = crate::container::verify::egress_in_force(rec, pid, &e);
             add("egress", e.describe(), actual, ok);

@@ -104,11 +104,19 @@ pub enum Mode {
 }
 
 impl Mode {
+    pub const ALL: [Mode; 2] = [Mode::Restricted, Mode::Open];
+
+    /// The name a record, the config and `moat.policy` use (serde's as well).
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Restricted => "restricted",
             Mode::Open => "open",
         }
+    }
+
+    /// The policy `name` names ([`Mode::as_str`]), if any.
+    pub fn parse(name: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.as_str() == name)
     }
 }
 

@@ -1,25 +1,86 @@
 //! What the policy decided for one container: the controls it gets, every change made to
 //! the engine's spec and why, and the one-line summary moat logs.
 
-use serde::Serialize;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::config::HOST_NAMESPACE_TYPES;
 use super::egress;
-use super::rootfs::BoundedRoot;
+use super::rootfs::{BoundedRoot, Rootfs};
 use super::{Config, FloorFacts, Mode};
 use crate::linux::hostfacts::HostFacts;
 
+/// Every [`Change::action`] the policy writes.
+pub const ACTIONS: [&str; 9] = [
+    "removed",
+    "set",
+    "added",
+    "replaced",
+    "kept",
+    "ignored",
+    "not applied",
+    "absent",
+    "refused",
+];
+
+/// One of [`ACTIONS`]. (An alias, not `&'static str` spelt out, which serde's derive would
+/// borrow from the input.)
+pub type Action = &'static str;
+
 /// One change the policy made to the engine's spec.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Change {
     /// The spec field, as a JSON path.
     pub field: String,
     /// What happened: `removed`, `set`, `added`, `replaced`, `kept`; `ignored` (a loosening
     /// annotation), `not applied` (a floor control this host or caller cannot apply: a
     /// warning line), `absent` (a control this host has no means for, recorded without a
-    /// warning: `memory.high` on cgroup v1).
-    pub action: &'static str,
+    /// warning: `memory.high` on cgroup v1); one of [`ACTIONS`].
+    #[serde(deserialize_with = "action")]
+    pub action: Action,
     pub detail: String,
-    pub reason: &'static str,
+    /// Written from the policy's own texts; read back from a record as it holds it.
+    #[serde(default)]
+    pub reason: Cow<'static, str>,
+}
+
+/// A recorded action, as the one of [`ACTIONS`] it names.
+fn action<'de, D: Deserializer<'de>>(d: D) -> Result<Action, D::Error> {
+    let s = <Cow<'de, str>>::deserialize(d)?;
+    ACTIONS.into_iter().find(|a| *a == s).ok_or_else(|| {
+        serde::de::Error::invalid_value(serde::de::Unexpected::Str(&s), &"a policy action")
+    })
+}
+
+/// Recorded namespace types, as the ones of [`HOST_NAMESPACE_TYPES`] they name.
+fn host_namespaces<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<&'static str>, D::Error> {
+    <Vec<Cow<'de, str>>>::deserialize(d)?
+        .iter()
+        .map(|s| {
+            HOST_NAMESPACE_TYPES
+                .into_iter()
+                .find(|t| t == s)
+                .ok_or_else(|| {
+                    serde::de::Error::invalid_value(
+                        serde::de::Unexpected::Str(s),
+                        &"a host namespace type (pid, network, ipc, uts)",
+                    )
+                })
+        })
+        .collect()
+}
+
+/// `moat.userns`: container root is an unprivileged host range (`auto`), or the engine's
+/// mappings stand (`engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Userns {
+    Auto,
+    /// Also what a record written before `moat.userns` existed reads.
+    #[default]
+    Engine,
 }
 
 /// A decision and the host facts it was made from (`container::policy::decide`), which
@@ -30,12 +91,16 @@ pub struct Decided {
     pub floor: FloorFacts,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// Written to `policy.json` at create and read back by every later command through
+/// `state::ContainerDir::save_decision` / `load_decision` alone. A record of an older moat reads
+/// through [`Recorded`], which gives the fields it lacks their meaning then.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(from = "Recorded")]
 pub struct Decision {
     pub policy: Mode,
     pub readonly_rootfs: bool,
-    /// `moat.rootfs` as selected: `writable`, `ephemeral`, `readonly`.
-    pub rootfs: &'static str,
+    /// `moat.rootfs` as selected.
+    pub rootfs: Rootfs,
     /// An ephemeral root's caps, when the container gets one (not when the spec's root is
     /// read-only anyway).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -43,8 +108,7 @@ pub struct Decision {
     pub network_none: bool,
     /// Stack `FLOOR_PROFILE` on top of the spec's own seccomp profile.
     pub seccomp_floor: bool,
-    /// `moat.userns`: `auto` (container root is an unprivileged host range) or `engine`.
-    pub userns: &'static str,
+    pub userns: Userns,
     /// moat takes the container's id range from the host pool at create (`auto`, and the
     /// engine gave no mappings of its own).
     pub userns_pool: bool,
@@ -70,9 +134,75 @@ pub struct Decision {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub egress: Option<egress::Egress>,
     /// RESTRICTED's floor was applied: false only from [`apply_unenforced`] (tests of
-    /// `verify`); not recorded.
+    /// `verify`); not recorded (a recorded decision reads as enforced).
     #[serde(skip)]
     pub enforced: bool,
+    /// Fields this moat does not know, in a record a newer moat wrote: kept, so that a
+    /// rewrite (`update --egress`) passes them on and `policy explain --format json`
+    /// shows them, but acted on by nothing here.
+    #[serde(flatten, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+/// [`Decision`] as `policy.json` holds it, the fields a record of an older moat lacks
+/// given their meaning then: no `rootfs` (before `moat.rootfs=ephemeral`: what
+/// `readonly_rootfs` says), no `userns` (`engine`), no `bounded_root`, `audit`,
+/// `memory_high`, `egress` (none).
+#[derive(Deserialize)]
+struct Recorded {
+    policy: Mode,
+    readonly_rootfs: bool,
+    #[serde(default)]
+    rootfs: Option<Rootfs>,
+    #[serde(default)]
+    bounded_root: Option<BoundedRoot>,
+    network_none: bool,
+    seccomp_floor: bool,
+    #[serde(default)]
+    userns: Userns,
+    #[serde(default)]
+    userns_pool: bool,
+    #[serde(default)]
+    changes: Vec<Change>,
+    #[serde(default)]
+    not_applied: Vec<Change>,
+    #[serde(default, deserialize_with = "host_namespaces")]
+    host_namespaces: Vec<&'static str>,
+    #[serde(default)]
+    audit: Vec<Change>,
+    #[serde(default)]
+    memory_high: Option<f64>,
+    #[serde(default)]
+    egress: Option<egress::Egress>,
+    #[serde(flatten)]
+    unknown: BTreeMap<String, serde_json::Value>,
+}
+
+impl From<Recorded> for Decision {
+    fn from(r: Recorded) -> Decision {
+        Decision {
+            policy: r.policy,
+            readonly_rootfs: r.readonly_rootfs,
+            rootfs: r.rootfs.unwrap_or(if r.readonly_rootfs {
+                Rootfs::Readonly
+            } else {
+                Rootfs::Writable
+            }),
+            bounded_root: r.bounded_root,
+            network_none: r.network_none,
+            seccomp_floor: r.seccomp_floor,
+            userns: r.userns,
+            userns_pool: r.userns_pool,
+            changes: r.changes,
+            not_applied: r.not_applied,
+            host_namespaces: r.host_namespaces,
+            audit: r.audit,
+            memory_high: r.memory_high,
+            egress: r.egress,
+            enforced: true,
+            unknown: r.unknown,
+        }
+    }
 }
 
 impl Decision {
@@ -119,36 +249,26 @@ impl Decision {
 
 /// [`Decision::summary`] of a container's recorded decision (`policy.json`), for a failure
 /// after create (`exec`); `None` when it records no change.
-pub fn recorded_summary(policy_json: &[u8], id: &str) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(policy_json).ok()?;
-    const ACTIONS: [&str; 7] = [
-        "removed",
-        "set",
-        "added",
-        "replaced",
-        "ignored",
-        "not applied",
-        "refused",
-    ];
-    let changes: Vec<Change> = ["changes", "not_applied"]
+pub fn recorded_summary(d: &Decision, id: &str) -> Option<String> {
+    // As this summary has always said them: a kept or absent control as `changed`.
+    let said: Vec<Change> = d
+        .changes
         .iter()
-        .flat_map(|k| v[*k].as_array().cloned().unwrap_or_default())
+        .chain(&d.not_applied)
         .map(|c| Change {
-            field: c["field"].as_str().unwrap_or_default().to_string(),
-            action: ACTIONS
-                .into_iter()
-                .find(|a| c["action"] == *a)
-                .unwrap_or("changed"),
-            detail: c["detail"].as_str().unwrap_or_default().to_string(),
-            reason: "",
+            action: match c.action {
+                "kept" | "absent" => "changed",
+                a => a,
+            },
+            ..c.clone()
         })
         .collect();
-    let items = summary_items(changes.iter());
+    let items = summary_items(said.iter());
     (!items.is_empty()).then(|| {
         format!(
             "policy {} changed container {id}: {items}; every change and why: moat policy \
              explain {id}",
-            v["policy"].as_str().unwrap_or("?")
+            d.policy
         )
     })
 }
@@ -213,6 +333,6 @@ pub(super) fn change(
         field: field.into(),
         action,
         detail: detail.into(),
-        reason,
+        reason: reason.into(),
     });
 }

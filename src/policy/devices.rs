@@ -465,11 +465,11 @@ mod tests {
         Decision {
             policy: super::super::Mode::Restricted,
             readonly_rootfs: false,
-            rootfs: "writable",
+            rootfs: super::super::Rootfs::Writable,
             bounded_root: None,
             network_none: false,
             seccomp_floor: false,
-            userns: "engine",
+            userns: super::super::Userns::Engine,
             userns_pool: false,
             changes: Vec::new(),
             not_applied: Vec::new(),
@@ -478,6 +478,7 @@ mod tests {
             memory_high: None,
             egress: None,
             enforced: true,
+            unknown: Default::default(),
         }
     }
 

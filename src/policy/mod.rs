@@ -33,7 +33,9 @@ pub mod update;
 use crate::linux::hostfacts::HostFacts;
 use crate::spec::Spec;
 pub use config::{Config, Mode};
-pub use decision::{recorded_summary, Change, Decided, Decision};
+#[cfg(test)]
+pub use decision::ACTIONS;
+pub use decision::{recorded_summary, Change, Decided, Decision, Userns};
 pub use error::{NsPathError, PolicyError};
 pub use facts::{FloorFacts, NsId};
 pub use lsm::{apparmor_allowed, lsm_listed, restrict_exec_lsm, selinux_type};
@@ -41,7 +43,7 @@ pub use mounts::MOUNT_TYPES;
 pub use namespaces::refused_host_namespaces;
 pub use process::{holds, priorities_floor, restrict_exec, Voids, CAPABILITIES};
 pub use resources::{fleet_budget, high_of};
-pub use rootfs::{tmpfs_caps, BoundedRoot, Rootfs, INODE_SPACE};
+pub use rootfs::{tmpfs_caps, Rootfs, INODE_SPACE};
 pub use select::IGNORED_ANNOTATION;
 
 /// moat's own seccomp profile, used when the engine gives none.
@@ -123,11 +125,15 @@ fn apply_with(
     let mut d = Decision {
         policy: sel.mode,
         readonly_rootfs: sel.rootfs == Rootfs::Readonly,
-        rootfs: sel.rootfs.as_str(),
+        rootfs: sel.rootfs,
         bounded_root: None,
         network_none: sel.network_none,
         seccomp_floor: false,
-        userns: if sel.userns_auto { "auto" } else { "engine" },
+        userns: if sel.userns_auto {
+            Userns::Auto
+        } else {
+            Userns::Engine
+        },
         userns_pool: false,
         changes: sel.ignored,
         not_applied: Vec::new(),
@@ -136,6 +142,7 @@ fn apply_with(
         memory_high: None,
         egress: None,
         enforced: enforce,
+        unknown: Default::default(),
     };
     let restricted = sel.mode == Mode::Restricted && enforce;
     if cfg.audit && sel.mode == Mode::Open {
@@ -210,7 +217,7 @@ fn audit(spec: &Spec, cfg: &Config, id: &str, host: &HostFacts, floor: &FloorFac
             field: "spec".into(),
             action: "refused",
             detail: e.to_string(),
-            reason: "RESTRICTED refuses this spec",
+            reason: "RESTRICTED refuses this spec".into(),
         }],
     }
 }

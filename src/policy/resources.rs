@@ -59,7 +59,7 @@ pub(super) fn floor_limits(res: &mut spec::Resources, cfg: &Config, asked: Asked
             field: field.into(),
             action: asked.action(),
             detail,
-            reason,
+            reason: reason.into(),
         });
     };
     if let Some(limit) = cfg.memory {

@@ -1,14 +1,15 @@
 //! `moat.rootfs`: a read-only root with writable tmpfs paths, or an ephemeral root whose
 //! writes go to a bounded tmpfs.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::decision::change;
 use super::{config, Config, Decision, PolicyError};
 use crate::spec::{Mount, Spec};
 
 /// `moat.rootfs`, in the order an annotation may move it (only up).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Rootfs {
     Writable,
     /// Writable, bounded in bytes and inodes, off the engine's storage, lost at delete.
@@ -17,14 +18,6 @@ pub enum Rootfs {
 }
 
 impl Rootfs {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Rootfs::Writable => "writable",
-            Rootfs::Ephemeral => "ephemeral",
-            Rootfs::Readonly => "readonly",
-        }
-    }
-
     pub fn of(cfg: &Config) -> Rootfs {
         match (
             cfg.readonly_rootfs || cfg.rootfs_readonly,
@@ -51,7 +44,7 @@ pub fn tmpfs_caps(size: u64, inodes: u64) -> (u64, u64) {
 
 /// The caps of an ephemeral root (`moat.rootfs=ephemeral`): its tmpfs's `size=` and
 /// `nr_inodes=`.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 pub struct BoundedRoot {
     pub size: u64,
     pub inodes: u64,

@@ -47,16 +47,16 @@ pub(super) fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError
         // `loosens`: the value asks for less than the config gives (ignored); otherwise it
         // tightens or restates the config.
         let loosens = match k.as_str() {
-            "moat.policy" => match v.as_str() {
-                "restricted" => {
+            "moat.policy" => match (Mode::parse(v), v.as_str()) {
+                (Some(Mode::Restricted), _) => {
                     sel.mode = Mode::Restricted;
                     false
                 }
-                "open" => cfg.default_policy != Mode::Open,
+                (Some(Mode::Open), _) => cfg.default_policy != Mode::Open,
                 // The operator's alone (`[alias.NAME] default_policy = "audit"`): an image
                 // asking for it would run as OPEN.
-                "audit" => true,
-                _ => return Err(bad()),
+                (None, "audit") => true,
+                (None, _) => return Err(bad()),
             },
             "moat.rootfs" => {
                 let want = match v.as_str() {
@@ -112,7 +112,7 @@ pub(super) fn select(spec: &Spec, cfg: &Config) -> Result<Selection, PolicyError
                 field: format!("annotations.{k}"),
                 action: "ignored",
                 detail: format!("{k}={v} would loosen {}", config_name(cfg)),
-                reason: IGNORED_ANNOTATION,
+                reason: IGNORED_ANNOTATION.into(),
             });
         }
     }

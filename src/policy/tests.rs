@@ -317,7 +317,7 @@ fn loosening_annotations_are_ignored_and_reported() {
         // The config's setting holds.
         assert_eq!(d.readonly_rootfs, cfg.readonly_rootfs, "{k}");
         assert_eq!(d.network_none, cfg.network_none, "{k}");
-        assert_eq!(d.userns == "auto", cfg.userns_auto, "{k}");
+        assert_eq!(d.userns == Userns::Auto, cfg.userns_auto, "{k}");
     }
     // Restating what the config gives, or tightening, is not reported.
     let mut s = podman_like();
@@ -880,15 +880,18 @@ fn rootfs_annotations_only_move_toward_readonly_and_size_only_down() {
         ..Config::default()
     };
     let (d, n) = run(&writable, &[("moat.rootfs", "ephemeral")]);
-    assert_eq!((d.rootfs, n), ("ephemeral", 0));
+    assert_eq!((d.rootfs, n), (Rootfs::Ephemeral, 0));
     assert_eq!(d.bounded_root.unwrap().size, config::ROOTFS_SIZE);
     let (d, n) = run(&eph, &[("moat.rootfs", "writable")]);
-    assert_eq!((d.rootfs, n), ("ephemeral", 1));
+    assert_eq!((d.rootfs, n), (Rootfs::Ephemeral, 1));
     let (d, n) = run(&ro, &[("moat.rootfs", "ephemeral")]);
-    assert_eq!((d.rootfs, n, d.readonly_rootfs), ("readonly", 1, true));
+    assert_eq!(
+        (d.rootfs, n, d.readonly_rootfs),
+        (Rootfs::Readonly, 1, true)
+    );
     assert!(d.bounded_root.is_none());
     let (d, n) = run(&eph, &[("moat.rootfs", "readonly")]);
-    assert_eq!((d.rootfs, n), ("readonly", 0));
+    assert_eq!((d.rootfs, n), (Rootfs::Readonly, 0));
     let (d, n) = run(&eph, &[("moat.rootfs.size", "64m")]);
     assert_eq!((d.bounded_root.unwrap().size, n), (64 << 20, 0));
     let (d, n) = run(&eph, &[("moat.rootfs.size", "2g")]);
@@ -901,7 +904,7 @@ fn rootfs_annotations_only_move_toward_readonly_and_size_only_down() {
     let mut s = podman_like();
     s.root.as_mut().unwrap().readonly = true;
     let d = apply(&mut s, &eph, "c1", &HostFacts::default(), &facts()).unwrap();
-    assert!(d.bounded_root.is_none() && d.rootfs == "ephemeral");
+    assert!(d.bounded_root.is_none() && d.rootfs == Rootfs::Ephemeral);
 }
 
 #[test]
@@ -1013,7 +1016,7 @@ fn userns_auto_adds_a_namespace_and_keeps_engine_maps() {
         &facts(),
     )
     .unwrap();
-    assert!(d.userns_pool && d.userns == "auto");
+    assert!(d.userns_pool && d.userns == Userns::Auto);
     assert!(s.linux().namespaces.iter().any(|n| n.typ == "user"));
     let mut s = podman_like();
     s.annotations.insert("moat.userns".into(), "auto".into());
@@ -1030,7 +1033,7 @@ fn userns_auto_adds_a_namespace_and_keeps_engine_maps() {
         &facts(),
     )
     .unwrap();
-    assert!(!d.userns_pool && d.userns == "auto");
+    assert!(!d.userns_pool && d.userns == Userns::Auto);
     let mut s = podman_like();
     s.annotations.insert("moat.userns".into(), "yes".into());
     assert!(apply(
@@ -1052,7 +1055,7 @@ fn userns_auto_adds_a_namespace_and_keeps_engine_maps() {
     let mut s = podman_like();
     s.annotations.insert("moat.userns".into(), "engine".into());
     let d = apply(&mut s, &cfg, "c1", &HostFacts::default(), &facts()).unwrap();
-    assert!(d.userns_pool && d.userns == "auto");
+    assert!(d.userns_pool && d.userns == Userns::Auto);
 }
 
 fn apparmor_host(loaded: &[&str]) -> HostFacts {

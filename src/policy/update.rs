@@ -46,7 +46,7 @@ pub fn admit(mode: Mode, cfg: &Config, requested: &Resources) -> Result<Admitted
             field: "linux.resources.rdma".into(),
             action: "ignored",
             detail: format!("device(s) {}", devices.join(", ")),
-            reason: RDMA_DROPPED,
+            reason: RDMA_DROPPED.into(),
         });
     }
     if !resources.devices.is_empty() {
@@ -54,7 +54,7 @@ pub fn admit(mode: Mode, cfg: &Config, requested: &Resources) -> Result<Admitted
             field: "linux.resources.devices".into(),
             action: "ignored",
             detail: format!("{} rule(s)", resources.devices.len()),
-            reason: DEVICES_DROPPED,
+            reason: DEVICES_DROPPED.into(),
         });
         resources.devices.clear();
     }

@@ -62,14 +62,14 @@ pub fn explain(req: &ExplainRequest) -> Result<i32> {
     println!(
         "user namespace: {}",
         match (decision.userns, decision.userns_pool) {
-            ("auto", true) => format!(
+            (policy::Userns::Auto, true) => format!(
                 "auto (container 0-{} mapped to a free range of the host pool {}+{}, \
                  rootfs idmapped)",
                 cfg.userns_size - 1,
                 cfg.userns_pool.0,
                 cfg.userns_pool.1
             ),
-            ("auto", false) => "auto, but the engine's own mapping is kept".into(),
+            (policy::Userns::Auto, false) => "auto, but the engine's own mapping is kept".into(),
             _ =>
                 "as the engine set it (moat.userns=auto maps root to an unprivileged range)".into(),
         }
@@ -95,25 +95,25 @@ pub fn explain(req: &ExplainRequest) -> Result<i32> {
 /// (`policy.json` in its state directory), in the bundle form's layout.
 pub fn recorded(root: &Path, id: &str, format: &str) -> Result<i32> {
     let dir = crate::state::ContainerDir::open_read(root, id)?;
-    let bytes = dir.read_file(crate::state::POLICY_FILE)?.ok_or_else(|| {
+    let d = dir.load_decision()?.ok_or_else(|| {
         anyhow::anyhow!("container {id}: no {} recorded", crate::state::POLICY_FILE)
     })?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes)?;
     if format == "json" {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        // Through a JSON value: its keys in the order this command has always printed.
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::to_value(&d)?)?
+        );
         return Ok(0);
     }
-    let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-    println!("container {id}: policy {}", s(&v["policy"]));
-    let list = |key: &str| v[key].as_array().cloned().unwrap_or_default();
-    let changes = list("changes");
-    if changes.is_empty() {
+    println!("container {id}: policy {}", d.policy);
+    if d.changes.is_empty() {
         println!("no changes: the spec ran as written");
     }
     for (title, items) in [
-        ("", changes),
-        ("not applied under gVisor:", list("not_applied")),
-        ("RESTRICTED would have (audit):", list("audit")),
+        ("", &d.changes),
+        ("not applied under gVisor:", &d.not_applied),
+        ("RESTRICTED would have (audit):", &d.audit),
     ] {
         if items.is_empty() {
             continue;
@@ -121,14 +121,9 @@ pub fn recorded(root: &Path, id: &str, format: &str) -> Result<i32> {
         if !title.is_empty() {
             println!("{title}");
         }
-        for c in &items {
-            println!(
-                "{:<34} {:<8} {}",
-                s(&c["field"]),
-                s(&c["action"]),
-                s(&c["detail"])
-            );
-            println!("{:<34} {:<8} because {}", "", "", s(&c["reason"]));
+        for c in items {
+            println!("{:<34} {:<8} {}", c.field, c.action, c.detail);
+            println!("{:<34} {:<8} because {}", "", "", c.reason);
         }
     }
     Ok(0)

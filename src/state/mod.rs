@@ -4,6 +4,7 @@
 //! |---------------|-------------------------------------------------------------------------|
 //! | `state.json`  | the [`Record`]: what `state` prints plus what later calls need           |
 //! | `config.json` | the effective spec that ran (what exec, delete's poststop hooks use)    |
+//! | `policy.json` | the policy's [`crate::policy::Decision`] (`decision.rs`)               |
 //! | `exec.fifo`   | present while the container is *created*; `start` opens and removes it  |
 //! | `rootfs-budget.json` | the bounded root's share of `[fleet] rootfs_budget` (`budget.rs`) |
 //!
@@ -22,9 +23,11 @@ use serde::{Deserialize, Serialize};
 
 mod backend;
 pub mod budget;
+mod decision;
 pub mod idpool;
 
 pub use backend::{Backend, Gvisor, PodRole};
+pub use decision::Save;
 
 use crate::linux::cgroups::Cgroup;
 use crate::spec::Spec;
@@ -95,6 +98,9 @@ pub enum Corruption {
     /// `config.json` as moat wrote it does not parse: the spec field and why.
     #[error(transparent)]
     Spec(crate::spec::JsonError),
+    /// `policy.json` does not parse as a decision: the field and why.
+    #[error("policy decision: {0}")]
+    Decision(serde_json::Error),
 }
 
 /// Why a `state.json` cannot be read as a [`Record`].

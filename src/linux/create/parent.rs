@@ -261,7 +261,7 @@ fn record(plan: &Plan, dir: &ContainerDir, cgroup: &Cgroup) -> Result<Record, Er
     for (i, f) in plan.attrs.seccomp.iter().enumerate() {
         dir.save_file(&state::seccomp_file(i), &f.to_bytes())?;
     }
-    dir.save_file(state::POLICY_FILE, &plan.decision)?;
+    dir.save_decision(&plan.decision, state::Save::Replace)?;
     if let Some(d) = &plan.dns {
         // The container's resolv.conf, bound in row 10; rewritten in place in row 14 if
         // the forwarder had to take another address.

@@ -92,8 +92,8 @@ pub struct Plan {
     pub(super) opts: Options,
     /// The spec that runs: the policy applied, the notify mount added.
     pub(super) spec: Spec,
-    /// The policy's decision as `policy.json` holds it.
-    pub(super) decision: Vec<u8>,
+    /// The policy's decision, recorded as `policy.json`.
+    pub(super) decision: crate::policy::Decision,
     /// The egress policy attached to the container's cgroup in row 6 (8 under the systemd
     /// driver), before the init runs anything.
     pub(super) egress: Option<crate::policy::egress::Egress>,
@@ -453,7 +453,7 @@ impl Plan {
         // answer whatever the policy (a joined namespace is its owner's to set up).
         let loopback_up = ns.has_new(libc::CLONE_NEWNET);
         Ok(Plan {
-            decision: serde_json::to_vec_pretty(&decision).expect("serialises"),
+            decision: decision.clone(),
             egress: decision.egress.clone(),
             dns,
             policy: decision.policy,

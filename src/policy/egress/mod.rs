@@ -496,7 +496,8 @@ pub fn widening<'a>(narrow: &'a List, wide: Option<&List>) -> Vec<&'a Rule> {
 
 /// What a container's egress is: the policy's decision, recorded in `policy.json` and
 /// enforced by `linux::egress`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Recorded")]
 pub struct Egress {
     /// Default deny with these rules; `None`: every destination but `deny`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -616,45 +617,80 @@ fn addrs<S: Serializer>(v: &[Ipv6Addr], s: S) -> Result<S::Ok, S::Error> {
     }))
 }
 
-impl Egress {
-    /// The egress policy as `policy.json` records it (`Decision.egress`); `None` when
-    /// the record has none (or it does not parse: a record moat did not write).
-    pub fn from_json(v: &serde_json::Value) -> Option<Egress> {
-        if v.is_null() {
-            return None;
-        }
-        let allow = match &v["allow"] {
-            serde_json::Value::Null => None,
-            a => {
-                let rules: Option<Vec<Rule>> = a
-                    .as_array()?
+/// [`Egress`] as `policy.json` records it: rules and addresses in their written form.
+#[derive(Deserialize)]
+struct Recorded {
+    #[serde(default)]
+    allow: Option<Vec<String>>,
+    deny: Vec<String>,
+    resolvers: Vec<String>,
+    /// Absent in a record of a moat before the forwarder's bounds: the defaults.
+    #[serde(default)]
+    forwarder: Option<ForwarderLimits>,
+    #[serde(default)]
+    packets: bool,
+}
+
+/// A recorded [`Egress`] that does not parse: which part, its text and why.
+#[derive(Debug, thiserror::Error)]
+#[error("egress {what} {value:?}: {reason}")]
+pub struct RecordedError {
+    what: &'static str,
+    value: String,
+    reason: String,
+}
+
+impl TryFrom<Recorded> for Egress {
+    type Error = RecordedError;
+
+    fn try_from(r: Recorded) -> Result<Egress, RecordedError> {
+        let bad = |what, value: &str, reason: String| RecordedError {
+            what,
+            value: value.to_string(),
+            reason,
+        };
+        let allow = r
+            .allow
+            .map(|rules| {
+                rules
                     .iter()
-                    .map(|r| parse_rule(r.as_str()?).ok())
-                    .collect();
-                Some(List(rules?))
-            }
-        };
-        let deny = v["deny"]
-            .as_array()?
+                    .map(|r| parse_rule(r).map_err(|e| bad("rule", r, e.reason)))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(List)
+            })
+            .transpose()?;
+        let deny = r
+            .deny
             .iter()
-            .map(|a| a.as_str()?.parse::<IpAddr>().ok().map(key_addr))
-            .collect::<Option<Vec<_>>>()?;
-        let resolvers = v["resolvers"]
-            .as_array()?
+            .map(|a| {
+                a.parse::<IpAddr>()
+                    .map(key_addr)
+                    .map_err(|e| bad("deny address", a, e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let resolvers = r
+            .resolvers
             .iter()
-            .map(|a| a.as_str()?.parse::<SocketAddr>().ok())
-            .collect::<Option<Vec<_>>>()?;
-        let forwarder = match &v["forwarder"] {
-            serde_json::Value::Null => ForwarderLimits::default(),
-            f => serde_json::from_value(f.clone()).ok()?,
-        };
-        Some(Egress {
+            .map(|a| {
+                a.parse::<SocketAddr>()
+                    .map_err(|e| bad("resolver", a, e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Egress {
             allow,
             deny,
             resolvers,
-            forwarder,
-            packets: v["packets"].as_bool().unwrap_or(false),
+            forwarder: r.forwarder.unwrap_or_default(),
+            packets: r.packets,
         })
+    }
+}
+
+impl Egress {
+    /// The egress policy as JSON holds it (the forwarder's configuration); `None` when
+    /// there is none or it does not parse.
+    pub fn from_json(v: &serde_json::Value) -> Option<Egress> {
+        Option::<Egress>::deserialize(v).ok().flatten()
     }
 
     /// The list form (a trie, the packet program) is needed: a list, or every packet
