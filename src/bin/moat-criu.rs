@@ -10,10 +10,17 @@
 mod wire;
 
 use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
 
 use wire::{Answer, Reply, Request};
 
 fn main() {
+    // CRIU (and what it restores) inherit fd 1: the reply goes to a copy of it, fd 1 to
+    // /dev/null.
+    let reply_fd = std::io::stdout().as_fd().try_clone_to_owned();
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2(null.as_raw_fd(), 1);
+    }
     let mut input = String::new();
     let reply: Reply = match std::io::stdin().read_to_string(&mut input) {
         Ok(_) => match serde_json::from_str::<Request>(&input) {
@@ -23,13 +30,112 @@ fn main() {
         Err(e) => Err(format!("moat-criu: read the request: {e}")),
     };
     let out = serde_json::to_vec(&reply).unwrap_or_default();
-    let _ = std::io::stdout().write_all(&out);
+    if let Ok(fd) = reply_fd {
+        let _ = std::fs::File::from(fd).write_all(&out);
+    }
 }
 
 fn run(req: Request) -> Reply {
     match req {
         Request::Version { criu } => version(criu),
+        Request::Dump(d) => dump(d),
+        Request::Restore(r) => restore(r),
     }
+}
+
+/// The restored init's pid, from CRIU's notifications (a plain `fn` is what rust-criu
+/// takes as the callback).
+static RESTORED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+fn notified(script: &str, notify: &rust_criu::rust_criu_protobuf::rpc::Criu_notify, _fd: Option<std::os::fd::RawFd>) -> i32 {
+    if script == "post-restore" || script == "setup-namespaces" {
+        RESTORED.store(notify.pid(), std::sync::atomic::Ordering::SeqCst);
+    }
+    0
+}
+
+/// `RESTORE`: cgroups ignored (moat made the container's from its record and put this
+/// helper in them, so the restored tree is born there), the mounts the dump named external
+/// bound from the paths moat gives, CRIU's log `restore.log`.
+fn restore(r: wire::Restore) -> Reply {
+    use nix::mount::{mount, MsFlags};
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+        .map_err(|e| format!("unshare a mount namespace: {e}"))?;
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_SLAVE | MsFlags::MS_REC, None::<&str>)
+        .map_err(|e| format!("make / a slave: {e}"))?;
+    mount(Some(&r.root), &r.root, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
+        .map_err(|e| format!("bind {} onto itself: {e}", r.root.display()))?;
+    let images = dir_fd(&r.images_dir, "--image-path")?;
+    let work = match &r.work_dir {
+        Some(w) => Some(dir_fd(w, "--work-path")?),
+        None => None,
+    };
+    let mut c = rust_criu::Criu::new_with_criu_path(r.criu.clone())
+        .map_err(|e| format!("criu {}: {e}", r.criu))?;
+    c.set_images_dir_fd(images.as_raw_fd());
+    if let Some(w) = &work {
+        c.set_work_dir_fd(w.as_raw_fd());
+    }
+    c.set_log_level(4);
+    c.set_log_file("restore.log".into());
+    c.set_root(r.root.display().to_string());
+    c.cgroups_mode(rust_criu::CgMode::IGNORE);
+    c.set_notify_scripts(true);
+    c.set_notify_cb(notified);
+    for (k, v) in r.ext_mnt {
+        c.set_external_mount(k, v);
+    }
+    let log = r.work_dir.as_ref().unwrap_or(&r.images_dir).join("restore.log");
+    c.restore()
+        .map_err(|e| format!("{e} (CRIU's log: {})", log.display()))?;
+    match RESTORED.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => Err(format!("CRIU restored but named no init (CRIU's log: {})", log.display())),
+        pid => Ok(Answer::Restored(pid)),
+    }
+}
+
+/// An open directory whose descriptor `criu swrk` inherits (no close-on-exec).
+fn dir_fd(path: &std::path::Path, what: &str) -> Result<std::os::fd::OwnedFd, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(path)
+        .map_err(|e| format!("{what} {}: {e}", path.display()))?;
+    let fd = std::os::fd::OwnedFd::from(f);
+    // The RPC names it by number; the child inherits it.
+    nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))
+        .map_err(|e| format!("{what} {}: {e}", path.display()))?;
+    Ok(fd)
+}
+
+/// `DUMP`: cgroups ignored (moat's record has them), CRIU's log `dump.log` in the work
+/// directory (else the image directory), as runc names it.
+fn dump(d: wire::Dump) -> Reply {
+    let images = dir_fd(&d.images_dir, "--image-path")?;
+    let work = match &d.work_dir {
+        Some(w) => Some(dir_fd(w, "--work-path")?),
+        None => None,
+    };
+    let mut c = rust_criu::Criu::new_with_criu_path(d.criu.clone())
+        .map_err(|e| format!("criu {}: {e}", d.criu))?;
+    c.set_pid(d.pid);
+    c.set_images_dir_fd(images.as_raw_fd());
+    if let Some(w) = &work {
+        c.set_work_dir_fd(w.as_raw_fd());
+    }
+    c.set_log_level(4);
+    c.set_log_file("dump.log".into());
+    c.set_root(d.root.display().to_string());
+    c.set_leave_running(d.leave_running);
+    c.cgroups_mode(rust_criu::CgMode::IGNORE);
+    for (k, v) in d.ext_mnt {
+        c.set_external_mount(k, v);
+    }
+    let log = d.work_dir.as_ref().unwrap_or(&d.images_dir).join("dump.log");
+    c.dump()
+        .map_err(|e| format!("dump of pid {}: {e} (CRIU's log: {})", d.pid, log.display()))?;
+    Ok(Answer::Dumped)
 }
 
 /// CRIU's `VERSION` answer as `major.minor.sublevel`; rust-criu folds it into one number

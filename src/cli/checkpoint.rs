@@ -128,5 +128,5 @@ pub fn run(g: &Global, a: Args) -> Result<i32> {
     let req = a.request(g)?;
     let ctx = g.context()?;
     let c = Container::open(&ctx, &req.id)?;
-    checkpoint::checkpoint(&ctx, &c, &req)
+    checkpoint::checkpoint(&ctx, c, &req)
 }

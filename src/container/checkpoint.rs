@@ -89,7 +89,7 @@ pub enum CheckpointError {
 }
 
 /// `moat checkpoint`.
-pub fn checkpoint(_ctx: &Context, c: &Container, req: &CheckpointRequest) -> Result<i32> {
+pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Result<i32> {
     if let Backend::Gvisor(_) = c.record.backend {
         return Err(CheckpointError::Gvisor("checkpoint").into());
     }
@@ -111,23 +111,97 @@ pub fn checkpoint(_ctx: &Context, c: &Container, req: &CheckpointRequest) -> Res
     if let Some(w) = &req.work_path {
         owned.refuse("--work-path", w)?;
     }
-    let version = criu::version(&criu::criu_path(req.criu.as_deref()))?;
-    let _ = req.leave_running;
-    Err(CheckpointError::NotImplemented {
-        op: "checkpoint",
-        why: "the dump through moat-criu is not wired in yet",
-        version,
+    let image_path = made("--image-path", &req.image_path)?;
+    let work_path = match &req.work_path {
+        Some(w) => Some(made("--work-path", w)?),
+        None => None,
+    };
+    // Checked again once made: what exists now is what CRIU writes into.
+    owned.refuse("--image-path", &image_path)?;
+    if let Some(w) = &work_path {
+        owned.refuse("--work-path", w)?;
     }
-    .into())
+    // Every bind mount of the spec is the host's, not the container's: dumped as
+    // external, by its destination (the name a restore maps back to a source).
+    let mut ext_mnt: Vec<(String, String)> = spec
+        .mounts
+        .iter()
+        .filter(|m| is_bind(m))
+        .map(|m| (m.destination.clone(), m.destination.clone()))
+        .collect();
+    // So is the container's view of its cgroups (binds of its own cgroup directories,
+    // without a cgroup namespace): a restore binds the new cgroup's directories there.
+    for mp in cgroup_mounts(c.record.pid)? {
+        ext_mnt.push((mp.clone(), mp));
+    }
+    criu::dump(criu::wire::Dump {
+        criu: criu::criu_path(req.criu.as_deref()),
+        pid: c.record.pid,
+        images_dir: image_path,
+        work_dir: work_path,
+        root: c.record.rootfs.clone(),
+        leave_running: req.leave_running,
+        ext_mnt,
+    })?;
+    if req.leave_running {
+        return Ok(0);
+    }
+    // runc's: a container checkpointed without --leave-running is gone (CRIU ended its
+    // processes); its state, cgroups and shares go with it.
+    drop(c);
+    super::delete::delete(
+        ctx,
+        &super::delete::Request {
+            id: req.id.clone(),
+            force: true,
+        },
+    )?;
+    Ok(0)
 }
 
-/// `moat restore`.
+/// The mount points of cgroup file systems in the init's mount namespace.
+fn cgroup_mounts(pid: i32) -> std::result::Result<Vec<String>, CheckpointError> {
+    let path = PathBuf::from(format!("/proc/{pid}/mountinfo"));
+    let text = std::fs::read_to_string(&path).map_err(|err| CheckpointError::Path {
+        flag: "the container's mounts",
+        path: path.clone(),
+        err,
+    })?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let fstype = right.split(' ').next()?;
+            let mp = left.split(' ').nth(4)?;
+            (fstype == "cgroup" || fstype == "cgroup2").then(|| mp.to_string())
+        })
+        .collect())
+}
+
+fn is_bind(m: &crate::spec::Mount) -> bool {
+    m.typ.as_deref() == Some("bind") || m.options.iter().any(|o| o == "bind" || o == "rbind")
+}
+
+/// `path` made (with its parents, mode 0700, as runc makes it) and returned.
+fn made(flag: &'static str, path: &Path) -> std::result::Result<PathBuf, CheckpointError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|err| CheckpointError::Path {
+            flag,
+            path: path.to_path_buf(),
+            err,
+        })?;
+    Ok(path.to_path_buf())
+}
+
+/// `moat restore`: the bundle planned as create plans it (policy, cgroups, record), then
+/// the image restored by CRIU into the cgroups just made; mounts the dump named external
+/// bound from the spec's sources and the new cgroup's directories.
 pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
-    // A container of that id already there: runc's refusal, before anything else.
-    if crate::state::ContainerDir::open_read(&ctx.root, &req.id).is_ok() {
-        return Err(anyhow::anyhow!("container with id exists: {}", req.id));
-    }
-    let spec = Spec::load(&req.bundle)?;
+    let mut spec = Spec::load(&req.bundle)?;
     let rootfs = spec
         .root
         .as_ref()
@@ -138,14 +212,88 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
     if let Some(w) = &req.work_path {
         owned.refuse("--work-path", w)?;
     }
-    let version = criu::version(&criu::criu_path(req.criu.as_deref()))?;
-    let _ = &req.pid_file;
-    Err(CheckpointError::NotImplemented {
-        op: "restore",
-        why: "the restore through moat-criu is not wired in yet",
-        version,
+    if spec.process.as_ref().is_some_and(|p| p.terminal) {
+        return Err(CheckpointError::Unsupported {
+            flag: "process.terminal",
+            what: "a container with a terminal",
+        }
+        .into());
     }
-    .into())
+    if ctx.systemd_cgroup || ctx.rootless() {
+        return Err(CheckpointError::Unsupported {
+            flag: if ctx.systemd_cgroup { "--systemd-cgroup" } else { "rootless" },
+            what: "such a container",
+        }
+        .into());
+    }
+    let cfg = crate::policy::Config::load()?;
+    let decided = super::policy::decide(&mut spec, &cfg, &req.id, false)?;
+    let opts = crate::linux::create::Options {
+        id: req.id.clone(),
+        bundle: req.bundle.clone(),
+        console_socket: None,
+        pidfd_socket: None,
+        pid_file: req.pid_file.clone(),
+        no_pivot: false,
+        new_keyring: true,
+        preserve_fds: 0,
+        listen_fds: 0,
+        systemd_cgroup: false,
+        foreground: false,
+        rootless: false,
+        root: ctx.root.clone(),
+        notify_socket: None,
+    };
+    let plan = crate::linux::create::Plan::new(spec, &cfg, decided, opts)?;
+    if plan.for_restore().2 {
+        return Err(CheckpointError::Unsupported {
+            flag: "moat.egress",
+            what: "an egress list that names domains (its DNS forwarder)",
+        }
+        .into());
+    }
+    let criu = criu::criu_path(req.criu.as_deref());
+    let bundle = req.bundle.clone();
+    let (images_dir, work_dir) = (req.image_path.clone(), req.work_path.clone());
+    crate::linux::create::restore(plan, |plan, cgroup| {
+        let (spec, rootfs, _) = plan.for_restore();
+        let mut ext_mnt: Vec<(String, String)> = spec
+            .mounts
+            .iter()
+            .filter(|m| is_bind(m))
+            .filter_map(|m| {
+                let src = bundle.join(m.source.as_ref()?);
+                Some((m.destination.clone(), src.display().to_string()))
+            })
+            .collect();
+        let cg_dest = spec
+            .mounts
+            .iter()
+            .find(|m| m.typ.as_deref() == Some("cgroup") || m.typ.as_deref() == Some("cgroup2"))
+            .map(|m| m.destination.clone());
+        if let Some(dest) = cg_dest {
+            for s in cgroup.mount_sources() {
+                let key = if s.name.is_empty() {
+                    dest.clone()
+                } else {
+                    format!("{}/{}", dest.trim_end_matches('/'), s.name)
+                };
+                ext_mnt.push((key, s.host_dir.display().to_string()));
+            }
+        }
+        criu::restore(
+            criu::wire::Restore {
+                criu: criu.clone(),
+                images_dir: images_dir.clone(),
+                work_dir: work_dir.clone(),
+                root: rootfs.to_path_buf(),
+                ext_mnt,
+            },
+            |pid| cgroup.add_pid(pid).map_err(|e| format!("place moat-criu: {e}")),
+        )
+        .map_err(|e| crate::linux::create::Error::Restore(e.to_string()))
+    })?;
+    Ok(0)
 }
 
 /// The directories a container can write, by device and inode: its rootfs (and the root
@@ -170,9 +318,7 @@ impl Owned {
             );
         }
         for m in &spec.mounts {
-            let bind = m.typ.as_deref() == Some("bind")
-                || m.options.iter().any(|o| o == "bind" || o == "rbind");
-            if let (true, Some(src)) = (bind, &m.source) {
+            if let (true, Some(src)) = (is_bind(m), &m.source) {
                 add("the bind source", bundle.join(src));
             }
         }

@@ -143,6 +143,13 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// `restore`'s reads of the plan: the spec that runs, the rootfs on the host, and
+    /// whether the container's egress list names domains (its DNS forwarder is not
+    /// restarted by a restore yet; the egress programs are attached in row 6, as for create).
+    pub fn for_restore(&self) -> (&Spec, &std::path::Path, bool) {
+        (&self.spec, &self.rootfs.rootfs, self.dns.is_some())
+    }
+
     /// Row 1. Takes `spec` with the policy (`cfg`) applied on the host facts it was decided
     /// from (`container::policy::decide`, probed on the host before anything is forked: the
     /// policy and the child decide LSMs and host namespaces from these facts, never from

@@ -78,10 +78,43 @@ pub fn version(criu: &str) -> Result<String, CriuError> {
     };
     match converse(&req, VERSION_DEADLINE)? {
         Answer::Version(v) => Ok(v),
+        a => Err(CriuError::Criu(format!("{HELPER} answered {a:?}"))),
+    }
+}
+
+/// How long a dump or a restore may take.
+const IMAGE_DEADLINE: Duration = Duration::from_secs(600);
+
+/// `RESTORE` of `r.images_dir`; `place` puts the helper (by pid) into the container's
+/// cgroups before it is sent the request, so CRIU and the tree it restores are born there.
+/// Answers the restored init's pid.
+pub fn restore(
+    r: wire::Restore,
+    place: impl FnOnce(i32) -> Result<(), String>,
+) -> Result<i32, CriuError> {
+    match converse_placed(&Request::Restore(r), IMAGE_DEADLINE, place)? {
+        Answer::Restored(pid) => Ok(pid),
+        a => Err(CriuError::Criu(format!("{HELPER} answered {a:?}"))),
+    }
+}
+
+/// `DUMP` of the process tree `d.pid` into `d.images_dir`.
+pub fn dump(d: wire::Dump) -> Result<(), CriuError> {
+    match converse(&Request::Dump(d), IMAGE_DEADLINE)? {
+        Answer::Dumped => Ok(()),
+        a => Err(CriuError::Criu(format!("{HELPER} answered {a:?}"))),
     }
 }
 
 fn converse(req: &Request, deadline: Duration) -> Result<Answer, CriuError> {
+    converse_placed(req, deadline, |_| Ok(()))
+}
+
+fn converse_placed(
+    req: &Request,
+    deadline: Duration,
+    place: impl FnOnce(i32) -> Result<(), String>,
+) -> Result<Answer, CriuError> {
     let path = helper()?;
     let mut child = Command::new(&path)
         .stdin(Stdio::piped())
@@ -92,6 +125,11 @@ fn converse(req: &Request, deadline: Duration) -> Result<Answer, CriuError> {
             helper: path.clone(),
             err,
         })?;
+    if let Err(e) = place(i32::try_from(child.id()).unwrap_or(0)) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(CriuError::Criu(e));
+    }
     let body = serde_json::to_vec(req).expect("serialises");
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(&body);

@@ -12,6 +12,38 @@ pub enum Request {
         /// The `criu` to run: `--criu`, else `criu` looked up on `PATH` (as runc).
         criu: String,
     },
+    /// `DUMP` of the process tree at `pid`: answers [`Answer::Dumped`].
+    Dump(Dump),
+    /// `RESTORE` of an image: answers [`Answer::Restored`].
+    Restore(Restore),
+}
+
+/// What `RESTORE` is given. moat-criu makes `root` a mount point in a mount namespace of
+/// its own (a bind onto itself), as CRIU wants the root it restores into.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restore {
+    pub criu: String,
+    pub images_dir: std::path::PathBuf,
+    pub work_dir: Option<std::path::PathBuf>,
+    pub root: std::path::PathBuf,
+    /// `ext_mnt`: the dump's external mount names (key) and the host paths bound there.
+    pub ext_mnt: Vec<(String, String)>,
+}
+
+/// What `DUMP` is given (CRIU's RPC options of the same names).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dump {
+    pub criu: String,
+    /// The container's init (host pid).
+    pub pid: i32,
+    pub images_dir: std::path::PathBuf,
+    pub work_dir: Option<std::path::PathBuf>,
+    /// The container's rootfs on the host (`root`).
+    pub root: std::path::PathBuf,
+    pub leave_running: bool,
+    /// `ext_mnt`: mount points inside the container (key) dumped as external, by the name
+    /// a restore maps back to a host path (value).
+    pub ext_mnt: Vec<(String, String)>,
 }
 
 /// What a [`Request`] got done.
@@ -19,6 +51,9 @@ pub enum Request {
 pub enum Answer {
     /// `major.minor.sublevel` (a git build's id after a `-`).
     Version(String),
+    Dumped,
+    /// The restored init's host pid.
+    Restored(i32),
 }
 
 /// The answer, or the error: one line.
