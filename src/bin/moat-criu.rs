@@ -61,6 +61,10 @@ fn restore(r: wire::Restore) -> Reply {
     use nix::mount::{mount, MsFlags};
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
         .map_err(|e| format!("unshare a mount namespace: {e}"))?;
+    if r.cgroupns {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
+            .map_err(|e| format!("unshare a cgroup namespace: {e}"))?;
+    }
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_SLAVE | MsFlags::MS_REC, None::<&str>)
         .map_err(|e| format!("make / a slave: {e}"))?;
     mount(Some(&r.root), &r.root, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)

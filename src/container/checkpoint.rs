@@ -257,6 +257,11 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
     let (images_dir, work_dir) = (req.image_path.clone(), req.work_path.clone());
     crate::linux::create::restore(plan, |plan, cgroup| {
         let (spec, rootfs, _) = plan.for_restore();
+        let cgroupns = spec.linux.as_ref().is_some_and(|l| {
+            l.namespaces
+                .iter()
+                .any(|n| n.typ == "cgroup" && n.path.is_none())
+        });
         let mut ext_mnt: Vec<(String, String)> = spec
             .mounts
             .iter()
@@ -288,6 +293,7 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
                 work_dir: work_dir.clone(),
                 root: rootfs.to_path_buf(),
                 ext_mnt,
+                cgroupns,
             },
             |pid| cgroup.add_pid(pid).map_err(|e| format!("place moat-criu: {e}")),
         )

@@ -28,6 +28,10 @@ pub struct Restore {
     pub root: std::path::PathBuf,
     /// `ext_mnt`: the dump's external mount names (key) and the host paths bound there.
     pub ext_mnt: Vec<(String, String)>,
+    /// The container has a cgroup namespace of its own: the helper, already in the
+    /// container's cgroups, unshares one before starting CRIU, so the restored tree is born
+    /// in a namespace rooted at its cgroup (CRIU, told to ignore cgroups, makes none).
+    pub cgroupns: bool,
 }
 
 /// What `DUMP` is given (CRIU's RPC options of the same names).

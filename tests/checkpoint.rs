@@ -1,0 +1,296 @@
+//! `moat checkpoint` / `moat restore` of a native container through CRIU (moat-criu):
+//! a shell loop counting into a file keeps counting from where it was after a restore,
+//! with and without `--leave-running`, in the cgroup moat made for it; and the refusals:
+//! every runc flag moat does not apply yet, image and work paths the container can write.
+//!
+//! CRIU is Debian sid's 4.2.1 with its own libraries (scripts/lib/criu-newer; Debian 12's
+//! 3.17 fails on this kernel): `MOAT_TEST_CRIU` names its `criu`, whose directory is put
+//! first in PATH for moat's calls, as runc finds `criu`. scripts/test sets it.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::*;
+
+/// The `criu` to use, or `None` (and a loud skip, or a failure under scripts/test).
+fn criu() -> Option<PathBuf> {
+    match std::env::var_os("MOAT_TEST_CRIU") {
+        Some(p) if Path::new(&p).is_file() => Some(PathBuf::from(p)),
+        _ => {
+            missing("MOAT_TEST_CRIU names no criu (scripts/lib/criu-newer prints one)");
+            None
+        }
+    }
+}
+
+/// PATH with `criu`'s directory first.
+fn path_with(criu: &Path) -> std::ffi::OsString {
+    let mut dirs = vec![criu.parent().expect("criu's directory").to_path_buf()];
+    if let Some(p) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&p));
+    }
+    std::env::join_paths(dirs).expect("PATH")
+}
+
+/// `moat ARGS…` with CRIU on PATH.
+fn moat(ctx: &Ctx, criu: &Path, args: &[&str]) -> Out {
+    let mut c = ctx.cmd();
+    c.env("PATH", path_with(criu)).args(args);
+    ctx.run(c)
+}
+
+/// A writable root whose init counts into /count every 50 ms, its stdio its own /dev/null
+/// (CRIU cannot dump a descriptor of a host file the container's mounts do not show).
+fn counter(tag: &str) -> Ctx {
+    let mut ctx = Ctx::new(tag);
+    ctx.set("/root/readonly", json!(false)).sh(
+        "exec </dev/null >/dev/null 2>&1; i=0; while :; do i=$((i+1)); echo $i >/count; sleep 0.05; done",
+    );
+    ctx
+}
+
+fn count(ctx: &Ctx) -> u64 {
+    std::fs::read_to_string(ctx.rootfs().join("count"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the counter passes `n`; returns its value.
+#[track_caller]
+fn count_past(ctx: &Ctx, n: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let c = count(ctx);
+        if c > n {
+            return c;
+        }
+        assert!(Instant::now() < deadline, "the counter stayed at {c} (waiting to pass {n})");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Checkpoint then restore, with the original stopped (runc's default: the container is
+/// gone after its checkpoint) and left running (then deleted before the restore): the
+/// restored shell counts on from its checkpointed value, not from 1; its record names it,
+/// it is in the container's cgroup, and a delete leaves nothing.
+#[test]
+#[ignore = "root: real containers, CRIU"]
+fn restored_container_counts_on() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    for leave_running in [false, true] {
+        let ctx = counter(if leave_running { "ckleave" } else { "ckstop" });
+        let c = ctx.create_ok("c");
+        c.start();
+        count_past(&ctx, 10);
+        let img = ctx.dir.join("image");
+        let img_s = img.to_str().expect("utf-8");
+        let mut args = vec!["checkpoint", "--image-path", img_s];
+        if leave_running {
+            args.push("--leave-running");
+        }
+        args.push(&c.id);
+        moat(&ctx, &criu, &args).ok();
+        let at = count(&ctx);
+        if leave_running {
+            assert_eq!(c.status(), "running");
+            count_past(&ctx, at);
+            c.moat(&["delete", "--force", &c.id]).ok();
+        } else {
+            // Gone, as runc's: no state, and the counter stopped.
+            let st = c.moat(&["state", &c.id]);
+            assert_ne!(st.code, 0, "state after checkpoint: {}", st.stdout);
+            std::thread::sleep(Duration::from_millis(300));
+            assert_eq!(count(&ctx), at, "the counter moved after the checkpoint");
+        }
+        ctx.assert_no_trace(&c.id);
+        let at = count(&ctx);
+        let b = ctx.bundle_str();
+        moat(
+            &ctx,
+            &criu,
+            &["restore", "-d", "--bundle", &b, "--image-path", img_s, &c.id],
+        )
+        .ok();
+        assert_eq!(c.status(), "running");
+        let pid = c.pid();
+        let next = count_past(&ctx, at);
+        // Counting on: a fresh start would be back near 1.
+        assert!(next > at, "restored counter {next} after checkpointed {at}");
+        let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup");
+        assert!(
+            cg.lines().all(|l| l.ends_with(&format!("/moat/{}", c.id))),
+            "restored init {pid} outside its cgroup:\n{cg}"
+        );
+        assert_eq!(
+            std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok(),
+            std::fs::read_link(format!("/proc/{pid}/ns/pid_for_children")).ok()
+        );
+        // The namespaces of its spec are its own again (the cgroup namespace is the one
+        // CRIU leaves to moat when told to ignore cgroups).
+        for ns in ["pid", "mnt", "net", "ipc", "uts", "cgroup"] {
+            assert_ne!(
+                std::fs::read_link(format!("/proc/{pid}/ns/{ns}")).ok(),
+                std::fs::read_link(format!("/proc/self/ns/{ns}")).ok(),
+                "restored into the host's {ns} namespace"
+            );
+        }
+        c.moat(&["delete", "--force", &c.id]).ok();
+        ctx.assert_no_trace(&c.id);
+    }
+}
+
+/// Every runc flag moat does not apply yet is refused, naming it, before anything is made:
+/// the container still runs, no image directory appears; a restore refused leaves no trace.
+#[test]
+#[ignore = "root: real containers"]
+fn unapplied_flags_are_refused_by_name() {
+    if !require_root() {
+        return;
+    }
+    let ctx = counter("ckflags");
+    let c = ctx.create_ok("c");
+    c.start();
+    let img = ctx.dir.join("image");
+    let img_s = img.to_str().expect("utf-8");
+    let b = ctx.bundle_str();
+    let checkpoint: &[&[&str]] = &[
+        &["--parent-path", "p"],
+        &["--tcp-established"],
+        &["--tcp-skip-in-flight"],
+        &["--link-remap"],
+        &["--ext-unix-sk"],
+        &["--shell-job"],
+        &["--lazy-pages"],
+        &["--status-fd", "1"],
+        &["--page-server", "127.0.0.1:1"],
+        &["--file-locks"],
+        &["--pre-dump"],
+        &["--empty-ns", "network"],
+        &["--auto-dedup"],
+        &["--manage-cgroups-mode", "soft"],
+    ];
+    for flag in checkpoint {
+        let mut args = vec!["checkpoint", "--image-path", img_s];
+        args.extend_from_slice(flag);
+        args.push(&c.id);
+        let out = ctx.moat(&args).fails();
+        assert!(
+            out.stderr.contains(flag[0]),
+            "checkpoint {flag:?}: the error does not name the flag: {}",
+            out.stderr
+        );
+        assert!(!img.exists(), "checkpoint {flag:?} made {}", img.display());
+        assert_eq!(c.status(), "running", "checkpoint {flag:?}");
+    }
+    let restore: &[&[&str]] = &[
+        &["--console-socket", "/nonexistent"],
+        &["--tcp-established"],
+        &["--ext-unix-sk"],
+        &["--shell-job"],
+        &["--file-locks"],
+        &["--no-subreaper"],
+        &["--no-pivot"],
+        &["--empty-ns", "network"],
+        &["--auto-dedup"],
+        &["--lazy-pages"],
+        &["--lsm-profile", "x"],
+        &["--lsm-mount-context", "x"],
+        &["--manage-cgroups-mode", "full"],
+    ];
+    let rid = ctx.id("r");
+    for flag in restore {
+        let mut args = vec!["restore", "-d", "--bundle", &b, "--image-path", img_s];
+        args.extend_from_slice(flag);
+        args.push(&rid);
+        let out = ctx.moat(&args).fails();
+        assert!(
+            out.stderr.contains(flag[0]),
+            "restore {flag:?}: the error does not name the flag: {}",
+            out.stderr
+        );
+        ctx.assert_no_trace(&rid);
+    }
+    let out = ctx
+        .moat(&["restore", "--bundle", &b, "--image-path", img_s, &rid])
+        .fails();
+    assert!(out.stderr.contains("--detach"), "{}", out.stderr);
+    ctx.assert_no_trace(&rid);
+}
+
+/// CRIU writes the images as root on the host and a restore reads them back: an image or
+/// work directory at or below the container's rootfs or a bind source of its spec (however
+/// it is spelled: the check is by device and inode, walking up) is refused before
+/// anything is made or dumped.
+#[test]
+#[ignore = "root: real containers"]
+fn image_paths_the_container_can_write_are_refused() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = counter("ckpaths");
+    let shared = ctx.dir.join("shared");
+    std::fs::create_dir_all(shared.join("sub")).expect("mkdir");
+    ctx.push(
+        "/mounts",
+        json!({"destination": "/shared", "type": "bind", "source": shared, "options": ["rbind", "rw"]}),
+    );
+    let c = ctx.create_ok("c");
+    c.start();
+    // The same directory spelled through a symlink outside the container's files.
+    let link = ctx.dir.join("link-to-rootfs");
+    std::os::unix::fs::symlink(ctx.rootfs(), &link).expect("symlink");
+    let inside = [
+        ctx.rootfs(),
+        ctx.rootfs().join("tmp/new/image"),
+        link.join("image"),
+        shared.clone(),
+        shared.join("sub/image"),
+    ];
+    let b = ctx.bundle_str();
+    let rid = ctx.id("r");
+    let outside = ctx.dir.join("image");
+    let outside_s = outside.to_str().expect("utf-8");
+    for p in &inside {
+        let p_s = p.to_str().expect("utf-8");
+        for flag in ["--image-path", "--work-path"] {
+            let (img, work) = if flag == "--image-path" {
+                (p_s, None)
+            } else {
+                (outside_s, Some(p_s))
+            };
+            let mut args = vec!["checkpoint", "--image-path", img];
+            if let Some(w) = work {
+                args.extend_from_slice(&["--work-path", w]);
+            }
+            args.push(&c.id);
+            let out = ctx.moat(&args).fails();
+            assert!(
+                out.stderr.contains(flag) && out.stderr.contains("inside"),
+                "checkpoint {flag} {p_s}: {}",
+                out.stderr
+            );
+            assert_eq!(c.status(), "running");
+            assert!(!ctx.rootfs().join("tmp/new").exists(), "{flag} {p_s} made a directory");
+            let mut args = vec!["restore", "-d", "--bundle", &b, "--image-path", img];
+            if let Some(w) = work {
+                args.extend_from_slice(&["--work-path", w]);
+            }
+            args.push(&rid);
+            let out = ctx.moat(&args).fails();
+            assert!(
+                out.stderr.contains(flag) && out.stderr.contains("inside"),
+                "restore {flag} {p_s}: {}",
+                out.stderr
+            );
+            ctx.assert_no_trace(&rid);
+        }
+    }
+    assert!(!outside.exists(), "a refused checkpoint made {}", outside.display());
+}
