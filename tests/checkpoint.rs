@@ -68,7 +68,10 @@ fn count_past(ctx: &Ctx, n: u64) -> u64 {
         if c > n {
             return c;
         }
-        assert!(Instant::now() < deadline, "the counter stayed at {c} (waiting to pass {n})");
+        assert!(
+            Instant::now() < deadline,
+            "the counter stayed at {c} (waiting to pass {n})"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -115,7 +118,15 @@ fn restored_container_counts_on() {
         moat(
             &ctx,
             &criu,
-            &["restore", "-d", "--bundle", &b, "--image-path", img_s, &c.id],
+            &[
+                "restore",
+                "-d",
+                "--bundle",
+                &b,
+                "--image-path",
+                img_s,
+                &c.id,
+            ],
         )
         .ok();
         assert_eq!(c.status(), "running");
@@ -277,7 +288,10 @@ fn image_paths_the_container_can_write_are_refused() {
                 out.stderr
             );
             assert_eq!(c.status(), "running");
-            assert!(!ctx.rootfs().join("tmp/new").exists(), "{flag} {p_s} made a directory");
+            assert!(
+                !ctx.rootfs().join("tmp/new").exists(),
+                "{flag} {p_s} made a directory"
+            );
             let mut args = vec!["restore", "-d", "--bundle", &b, "--image-path", img];
             if let Some(w) = work {
                 args.extend_from_slice(&["--work-path", w]);
@@ -292,5 +306,38 @@ fn image_paths_the_container_can_write_are_refused() {
             ctx.assert_no_trace(&rid);
         }
     }
-    assert!(!outside.exists(), "a refused checkpoint made {}", outside.display());
+    assert!(
+        !outside.exists(),
+        "a refused checkpoint made {}",
+        outside.display()
+    );
+}
+
+/// `moat features` names the CRIU moat would run and the version its RPC answers through
+/// moat-criu; without a `criu` on PATH it says so.
+#[test]
+#[ignore = "root: runs CRIU"]
+fn features_name_the_criu_in_use() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    let ctx = Ctx::new("ckfeat");
+    let out = moat(&ctx, &criu, &["features"]).ok();
+    let f: serde_json::Value = serde_json::from_str(&out.stdout).expect("features JSON");
+    let v = f["annotations"]["io.github.moat.criu"]
+        .as_str()
+        .expect("io.github.moat.criu");
+    assert!(
+        v.starts_with("4.") && v.contains(criu.to_str().expect("utf-8")),
+        "io.github.moat.criu = {v:?}"
+    );
+    let mut c = ctx.cmd();
+    c.env("PATH", "/nonexistent").arg("features");
+    let out = ctx.run(c).ok();
+    let f: serde_json::Value = serde_json::from_str(&out.stdout).expect("features JSON");
+    assert_eq!(
+        f["annotations"]["io.github.moat.criu"],
+        "unavailable: no criu on PATH"
+    );
 }

@@ -47,7 +47,11 @@ fn run(req: Request) -> Reply {
 /// takes as the callback).
 static RESTORED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-fn notified(script: &str, notify: &rust_criu::rust_criu_protobuf::rpc::Criu_notify, _fd: Option<std::os::fd::RawFd>) -> i32 {
+fn notified(
+    script: &str,
+    notify: &rust_criu::rust_criu_protobuf::rpc::Criu_notify,
+    _fd: Option<std::os::fd::RawFd>,
+) -> i32 {
     if script == "post-restore" || script == "setup-namespaces" {
         RESTORED.store(notify.pid(), std::sync::atomic::Ordering::SeqCst);
     }
@@ -65,10 +69,22 @@ fn restore(r: wire::Restore) -> Reply {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
             .map_err(|e| format!("unshare a cgroup namespace: {e}"))?;
     }
-    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_SLAVE | MsFlags::MS_REC, None::<&str>)
-        .map_err(|e| format!("make / a slave: {e}"))?;
-    mount(Some(&r.root), &r.root, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
-        .map_err(|e| format!("bind {} onto itself: {e}", r.root.display()))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_SLAVE | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| format!("make / a slave: {e}"))?;
+    mount(
+        Some(&r.root),
+        &r.root,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| format!("bind {} onto itself: {e}", r.root.display()))?;
     let images = dir_fd(&r.images_dir, "--image-path")?;
     let work = match &r.work_dir {
         Some(w) => Some(dir_fd(w, "--work-path")?),
@@ -89,11 +105,18 @@ fn restore(r: wire::Restore) -> Reply {
     for (k, v) in r.ext_mnt {
         c.set_external_mount(k, v);
     }
-    let log = r.work_dir.as_ref().unwrap_or(&r.images_dir).join("restore.log");
+    let log = r
+        .work_dir
+        .as_ref()
+        .unwrap_or(&r.images_dir)
+        .join("restore.log");
     c.restore()
         .map_err(|e| format!("{e} (CRIU's log: {})", log.display()))?;
     match RESTORED.load(std::sync::atomic::Ordering::SeqCst) {
-        0 => Err(format!("CRIU restored but named no init (CRIU's log: {})", log.display())),
+        0 => Err(format!(
+            "CRIU restored but named no init (CRIU's log: {})",
+            log.display()
+        )),
         pid => Ok(Answer::Restored(pid)),
     }
 }
@@ -108,8 +131,11 @@ fn dir_fd(path: &std::path::Path, what: &str) -> Result<std::os::fd::OwnedFd, St
         .map_err(|e| format!("{what} {}: {e}", path.display()))?;
     let fd = std::os::fd::OwnedFd::from(f);
     // The RPC names it by number; the child inherits it.
-    nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))
-        .map_err(|e| format!("{what} {}: {e}", path.display()))?;
+    nix::fcntl::fcntl(
+        fd.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .map_err(|e| format!("{what} {}: {e}", path.display()))?;
     Ok(fd)
 }
 
@@ -136,7 +162,11 @@ fn dump(d: wire::Dump) -> Reply {
     for (k, v) in d.ext_mnt {
         c.set_external_mount(k, v);
     }
-    let log = d.work_dir.as_ref().unwrap_or(&d.images_dir).join("dump.log");
+    let log = d
+        .work_dir
+        .as_ref()
+        .unwrap_or(&d.images_dir)
+        .join("dump.log");
     c.dump()
         .map_err(|e| format!("dump of pid {}: {e} (CRIU's log: {})", d.pid, log.display()))?;
     Ok(Answer::Dumped)

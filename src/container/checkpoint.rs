@@ -1,9 +1,9 @@
 //! `checkpoint` / `restore`: a native container saved to a CRIU image directory and run
-//! again from one, through moat's CRIU helper (`linux/criu`). What this build does: the
-//! requests with runc's flags (a flag moat does not apply is refused, naming it), the
-//! image and work directories checked against the container's files, and CRIU's presence
-//! and version proved through its RPC; the dump and the restore themselves are not wired
-//! in yet, and say so.
+//! again from one, through moat's CRIU helper (`linux/criu`, `moat-criu`). runc's flags
+//! (one moat does not apply yet is refused, naming it); the image and work directories
+//! refused where the container can write (its rootfs, its bind sources, by device and
+//! inode); CRIU told to ignore cgroups: a restore gets the cgroups, limits and egress
+//! programs moat's own plan makes for the bundle (as create's rows 2–6), never the image's.
 
 use std::collections::HashSet;
 use std::ffi::CString;
@@ -80,12 +80,6 @@ pub enum CheckpointError {
     Spec(String),
     #[error("CRIU: {0}")]
     Criu(#[from] criu::CriuError),
-    #[error("{op}: not implemented: {why} (CRIU {version} is usable here)")]
-    NotImplemented {
-        op: &'static str,
-        why: &'static str,
-        version: String,
-    },
 }
 
 /// `moat checkpoint`.
@@ -201,6 +195,10 @@ fn made(flag: &'static str, path: &Path) -> std::result::Result<PathBuf, Checkpo
 /// the image restored by CRIU into the cgroups just made; mounts the dump named external
 /// bound from the spec's sources and the new cgroup's directories.
 pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
+    crate::state::validate_id(&req.id)?;
+    if crate::gvisor::select(&req.bundle)?.is_some() {
+        return Err(CheckpointError::Gvisor("restore").into());
+    }
     let mut spec = Spec::load(&req.bundle)?;
     let rootfs = spec
         .root
@@ -221,7 +219,11 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
     }
     if ctx.systemd_cgroup || ctx.rootless() {
         return Err(CheckpointError::Unsupported {
-            flag: if ctx.systemd_cgroup { "--systemd-cgroup" } else { "rootless" },
+            flag: if ctx.systemd_cgroup {
+                "--systemd-cgroup"
+            } else {
+                "rootless"
+            },
             what: "such a container",
         }
         .into());
@@ -295,7 +297,11 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
                 ext_mnt,
                 cgroupns,
             },
-            |pid| cgroup.add_pid(pid).map_err(|e| format!("place moat-criu: {e}")),
+            |pid| {
+                cgroup
+                    .add_pid(pid)
+                    .map_err(|e| format!("place moat-criu: {e}"))
+            },
         )
         .map_err(|e| crate::linux::create::Error::Restore(e.to_string()))
     })?;

@@ -102,8 +102,7 @@ pub fn report(criu: Option<&str>) -> Result<i32> {
     println!("  user namespaces    max_user_namespaces={userns}");
     println!("  runsc (gVisor)     {runsc}");
     println!(
-        "  CRIU               {} (checkpoint/restore: flags and paths checked, dump and \
-         restore not wired in yet)",
+        "  CRIU               {} (checkpoint/restore of native containers, through moat-criu)",
         super::features::criu_usable(criu)
     );
     println!(

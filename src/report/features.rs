@@ -144,8 +144,9 @@ pub fn features(criu: Option<&str>) -> Features {
         "io.github.seccomp.libseccomp.version",
         seccomp::libseccomp_version(),
     );
-    // `checkpoint`/`restore` check their flags and paths and prove CRIU, but do not dump
-    // or restore yet: not enabled, whatever CRIU this host has.
+    // Not claimed yet: moat checkpoints and restores a plain native container only (no
+    // terminal, TCP, external sockets, gVisor; docs/checkpoint.md), and the engines' flows
+    // have not been run through it.
     annotations.insert("org.opencontainers.runc.checkpoint.enabled", "false".into());
     // Which CRIU `checkpoint`/`restore` would run (`criu` on PATH) and whether it answers
     // CRIU's RPC here, through moat's helper moat-criu: its version, or why not.
