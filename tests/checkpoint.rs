@@ -341,3 +341,222 @@ fn features_name_the_criu_in_use() {
         "unavailable: no criu on PATH"
     );
 }
+
+/// A checkpoint image is data: restored under a bundle whose spec gives the container less
+/// than the image's process had (a capability, no_new_privs, a seccomp filter, a namespace
+/// of its own where the spec has the host's), the restore is refused while CRIU still holds
+/// the tree stopped: the error names the difference, the restored process never runs (the
+/// counter stays), and nothing is left. The same image under its own spec then restores.
+#[test]
+#[ignore = "root: real containers, CRIU"]
+fn restore_refuses_an_image_that_differs_from_the_spec() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    let mut ctx = counter("cktamper");
+    ctx.set("/process/noNewPrivileges", json!(false));
+    let original = ctx.config.clone();
+    let c = ctx.create_ok("c");
+    c.start();
+    count_past(&ctx, 5);
+    let img = ctx.dir.join("image");
+    let img_s = img.to_str().expect("utf-8").to_string();
+    moat(&ctx, &criu, &["checkpoint", "--image-path", &img_s, &c.id]).ok();
+    ctx.assert_no_trace(&c.id);
+    let at = count(&ctx);
+    type Edit = fn(&mut Ctx);
+    let cases: &[(&str, Edit, &str)] = &[
+        (
+            "a capability fewer",
+            |ctx| {
+                let caps = json!(["CAP_AUDIT_WRITE", "CAP_NET_BIND_SERVICE"]);
+                for set in ["bounding", "effective", "permitted"] {
+                    ctx.set(&format!("/process/capabilities/{set}"), caps.clone());
+                }
+            },
+            "CapBnd",
+        ),
+        (
+            "no_new_privs",
+            |ctx| {
+                ctx.set("/process/noNewPrivileges", json!(true));
+            },
+            "no_new_privs",
+        ),
+        (
+            "a seccomp filter",
+            |ctx| {
+                ctx.set(
+                    "/linux/seccomp",
+                    json!({"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_X86_64"],
+                           "syscalls": [{"names": ["kexec_load"], "action": "SCMP_ACT_ERRNO"}]}),
+                );
+            },
+            "seccomp mode 0",
+        ),
+        (
+            "the host's network namespace",
+            |ctx| {
+                ctx.without_ns("network");
+            },
+            "net namespace",
+        ),
+        (
+            "the host's uts namespace",
+            |ctx| {
+                ctx.without_ns("uts");
+                if let Some(o) = ctx.config.as_object_mut() {
+                    o.remove("hostname");
+                }
+            },
+            "uts namespace",
+        ),
+        (
+            "the host's ipc namespace",
+            |ctx| {
+                ctx.without_ns("ipc");
+            },
+            "ipc namespace",
+        ),
+    ];
+    let b = ctx.bundle_str();
+    for (what, edit, says) in cases {
+        ctx.config = original.clone();
+        edit(&mut ctx);
+        let rid = ctx.id("r");
+        let out = moat(
+            &ctx,
+            &criu,
+            &[
+                "restore",
+                "-d",
+                "--bundle",
+                &b,
+                "--image-path",
+                &img_s,
+                &rid,
+            ],
+        )
+        .fails();
+        assert!(
+            out.stderr.contains("refused") && out.stderr.contains(says),
+            "restore under a spec with {what}: {}",
+            out.stderr
+        );
+        ctx.assert_no_trace(&rid);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            count(&ctx),
+            at,
+            "restore under a spec with {what}: the refused process ran"
+        );
+    }
+    // The image under the spec it was made with: restored, counting on.
+    ctx.config = original;
+    let rid = ctx.id("ok");
+    let r = ctx.guard(&rid);
+    moat(
+        &ctx,
+        &criu,
+        &[
+            "restore",
+            "-d",
+            "--bundle",
+            &b,
+            "--image-path",
+            &img_s,
+            &rid,
+        ],
+    )
+    .ok();
+    count_past(&ctx, at);
+    r.moat(&["delete", "--force", &rid]).ok();
+    ctx.assert_no_trace(&rid);
+}
+
+/// The container's stdio is the restore caller's: a pipe the container wrote to before
+/// its checkpoint is given, at restore, the descriptor of the same number of `moat
+/// restore` (CRIU's inherit_fd, as runc maps it), so what the restored process prints
+/// reaches the caller (here its stdout file), counting on from the checkpoint.
+#[test]
+#[ignore = "root: real containers, CRIU"]
+fn restored_stdout_reaches_the_restore_caller() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    let mut ctx = Ctx::new("ckstdio");
+    ctx.set("/root/readonly", json!(false)).sh(
+        "exec </dev/null 2>/dev/null; i=0; while :; do i=$((i+1)); echo $i; echo $i >/count; sleep 0.05; done",
+    );
+    ctx.write_config();
+    let id = ctx.id("c");
+    let c = ctx.guard(&id);
+    // `moat create` with its stdout a pipe this test reads: the container's stdout.
+    let (mut reader, writer) = std::io::pipe().expect("pipe");
+    let mut cmd = ctx.cmd();
+    cmd.args(["create", "--bundle", &ctx.bundle_str(), &id])
+        .stdin(std::process::Stdio::null())
+        .stdout(writer)
+        .stderr(std::process::Stdio::null());
+    policy_env(&mut cmd);
+    let child = spawn(&mut cmd);
+    drop(cmd);
+    assert_eq!(
+        exit_code(wait_child(child, Duration::from_secs(60))),
+        0,
+        "create"
+    );
+    c.start();
+    count_past(&ctx, 5);
+    let img = ctx.dir.join("image");
+    let img_s = img.to_str().expect("utf-8");
+    moat(&ctx, &criu, &["checkpoint", "--image-path", img_s, &id]).ok();
+    // The original is gone: its pipe's writers with it.
+    let mut before = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut before).expect("read the pipe");
+    let last: u64 = before
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("the container printed before its checkpoint");
+    let out = moat(
+        &ctx,
+        &criu,
+        &[
+            "restore",
+            "-d",
+            "--bundle",
+            &ctx.bundle_str(),
+            "--image-path",
+            img_s,
+            &id,
+        ],
+    )
+    .ok();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let printed = loop {
+        let now = out.stdout_now();
+        let past: Vec<u64> = now
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .filter(|n| *n > last)
+            .collect();
+        if past.len() >= 3 {
+            break past;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the restored container printed nothing past {last} to the restore caller: {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        printed[0],
+        last + 1,
+        "restored output does not follow the checkpointed {last}: {printed:?}"
+    );
+    c.moat(&["delete", "--force", &id]).ok();
+    ctx.assert_no_trace(&id);
+}

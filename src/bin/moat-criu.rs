@@ -46,16 +46,166 @@ fn run(req: Request) -> Reply {
 /// The restored init's pid, from CRIU's notifications (a plain `fn` is what rust-criu
 /// takes as the callback).
 static RESTORED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// What the restored tree must be (moat's plan), set before the restore starts.
+static EXPECT: std::sync::OnceLock<wire::Expect> = std::sync::OnceLock::new();
+/// Why the restored tree was refused, for the reply.
+static REFUSED: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
+/// CRIU's notifications. `pre-resume` is the last one while every restored task is still
+/// stopped under CRIU's ptrace (after `post-restore`, CRIU restores the credentials,
+/// seccomp included, then stops each task at its final `rt_sigreturn`; `pre-resume` comes
+/// before it detaches): the restored tree is compared with moat's plan there, and on a
+/// mismatch killed before it runs one restored instruction. (CRIU does not abort on a
+/// failed `pre-resume`, so the kill is ours; `post-restore` would abort, but comes before
+/// the credentials are restored, so it cannot see them.)
 fn notified(
     script: &str,
     notify: &rust_criu::rust_criu_protobuf::rpc::Criu_notify,
     _fd: Option<std::os::fd::RawFd>,
 ) -> i32 {
-    if script == "post-restore" || script == "setup-namespaces" {
-        RESTORED.store(notify.pid(), std::sync::atomic::Ordering::SeqCst);
+    use std::sync::atomic::Ordering::SeqCst;
+    if (script == "post-restore" || script == "setup-namespaces") && notify.pid() > 0 {
+        RESTORED.store(notify.pid(), SeqCst);
+    }
+    if script == "pre-resume" {
+        let pid = match RESTORED.load(SeqCst) {
+            0 => notify.pid(),
+            p => p,
+        };
+        let Some(expect) = EXPECT.get() else {
+            return 0;
+        };
+        let tree = tree(pid);
+        if let Err(why) = compare(expect, pid, &tree) {
+            // Stopped under CRIU's ptrace and not yet reaped, so the pids are still
+            // theirs: SIGKILL ends them before they resume (moat then kills what is left
+            // in the container's cgroup and removes it).
+            for p in tree.iter().rev() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*p),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            if let Ok(mut r) = REFUSED.lock() {
+                *r = Some(why);
+            }
+            return 1;
+        }
     }
     0
+}
+
+/// The init and its descendants (`/proc/<pid>/task/<tid>/children`), init first.
+fn tree(init: i32) -> Vec<i32> {
+    let mut all = vec![init];
+    let mut i = 0;
+    while i < all.len() && all.len() < 100_000 {
+        let p = all[i];
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
+            for t in tasks.flatten() {
+                let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+                all.extend(
+                    kids.split_whitespace()
+                        .filter_map(|k| k.parse::<i32>().ok()),
+                );
+            }
+        }
+        i += 1;
+    }
+    all
+}
+
+/// The first way the restored tree differs from moat's plan, in one line.
+fn compare(e: &wire::Expect, init: i32, tree: &[i32]) -> Result<(), String> {
+    use wire::NsRule;
+    for ns in &e.namespaces {
+        let got = std::fs::read_link(format!("/proc/{init}/ns/{}", ns.name))
+            .map(|l| l.display().to_string())
+            .map_err(|err| format!("the restored init's {} namespace: {err}", ns.name))?;
+        match &ns.rule {
+            NsRule::Own { host } if &got == host => {
+                return Err(format!(
+                    "restored into the host's {} namespace where the spec asks for a new one",
+                    ns.name
+                ))
+            }
+            NsRule::Host { host } if &got != host => {
+                return Err(format!(
+                    "restored into a {} namespace of its own ({got}) where the spec has the host's ({host})",
+                    ns.name
+                ))
+            }
+            NsRule::Joined { link, path } if &got != link => {
+                return Err(format!(
+                    "restored into {} namespace {got}, not the one the spec joins ({path}: {link})",
+                    ns.name
+                ))
+            }
+            _ => {}
+        }
+    }
+    for &pid in tree {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .map_err(|err| format!("restored process {pid}: status: {err}"))?;
+        let field = |k: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        let hex = |k: &str| -> Result<u64, String> {
+            field(k)
+                .and_then(|v| u64::from_str_radix(v, 16).ok())
+                .ok_or_else(|| format!("restored process {pid}: no {k} in its status"))
+        };
+        for (k, bound) in [
+            ("CapBnd", e.cap_bounding),
+            ("CapEff", e.cap_effective),
+            ("CapPrm", e.cap_permitted),
+            ("CapInh", e.cap_inheritable),
+            ("CapAmb", e.cap_ambient),
+        ] {
+            let got = hex(k)?;
+            if got & !bound != 0 {
+                return Err(format!(
+                    "restored process {pid} has {k} {got:016x}, more than the spec gives ({bound:016x})"
+                ));
+            }
+        }
+        if e.no_new_privs && field("NoNewPrivs") != Some("1") {
+            return Err(format!(
+                "restored process {pid} lacks no_new_privs, which the spec sets"
+            ));
+        }
+        if e.seccomp_filters > 0 {
+            if field("Seccomp") != Some("2") {
+                return Err(format!(
+                    "restored process {pid} has seccomp mode {}, not the filter mode (2) the spec loads",
+                    field("Seccomp").unwrap_or("?")
+                ));
+            }
+            // Counted by kernels since 5.9; an older one shows no count to compare.
+            if let Some(n) = field("Seccomp_filters").and_then(|v| v.parse::<u32>().ok()) {
+                if n < e.seccomp_filters {
+                    return Err(format!(
+                        "restored process {pid} has {n} seccomp filters, fewer than the {} moat loads",
+                        e.seccomp_filters
+                    ));
+                }
+            }
+        }
+        for dir in &e.cgroup_dirs {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs"))
+                .map_err(|err| format!("{}: {err}", dir.join("cgroup.procs").display()))?;
+            if !procs.lines().any(|l| l.trim() == pid.to_string()) {
+                return Err(format!(
+                    "restored process {pid} is not in the container's cgroup {}",
+                    dir.display()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `RESTORE`: cgroups ignored (moat made the container's from its record and put this
@@ -102,6 +252,11 @@ fn restore(r: wire::Restore) -> Reply {
     c.cgroups_mode(rust_criu::CgMode::IGNORE);
     c.set_notify_scripts(true);
     c.set_notify_cb(notified);
+    let _ = EXPECT.set(r.expect.clone());
+    for (fd, key) in &r.inherit_fd {
+        c.add_inherit_fd(*fd, key.clone())
+            .map_err(|e| format!("inherit_fd {key}: {e}"))?;
+    }
     for (k, v) in r.ext_mnt {
         c.set_external_mount(k, v);
     }
@@ -110,8 +265,14 @@ fn restore(r: wire::Restore) -> Reply {
         .as_ref()
         .unwrap_or(&r.images_dir)
         .join("restore.log");
-    c.restore()
-        .map_err(|e| format!("{e} (CRIU's log: {})", log.display()))?;
+    let done = c.restore();
+    if let Some(why) = REFUSED.lock().ok().and_then(|mut r| r.take()) {
+        return Err(format!(
+            "refused: {why}; what was restored is killed (CRIU's log: {})",
+            log.display()
+        ));
+    }
+    done.map_err(|e| format!("{e} (CRIU's log: {})", log.display()))?;
     match RESTORED.load(std::sync::atomic::Ordering::SeqCst) {
         0 => Err(format!(
             "CRIU restored but named no init (CRIU's log: {})",

@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::ffi::CString;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -128,6 +128,7 @@ pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Resul
     for mp in cgroup_mounts(c.record.pid)? {
         ext_mnt.push((mp.clone(), mp));
     }
+    record_stdio(c.record.pid, &image_path)?;
     criu::dump(criu::wire::Dump {
         criu: criu::criu_path(req.criu.as_deref()),
         pid: c.record.pid,
@@ -288,7 +289,16 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
                 ext_mnt.push((key, s.host_dir.display().to_string()));
             }
         }
-        criu::restore(
+        let expect = plan.restore_expect(cgroup);
+        // The container's stdio as the dump recorded it: a pipe is given the caller's
+        // descriptor of the same number (as runc does), through a copy that moat-criu and
+        // CRIU inherit; closed here once the restore is over.
+        let stdio = inherited_stdio(&images_dir);
+        let inherit_fd = stdio
+            .iter()
+            .map(|(fd, key)| (fd.as_raw_fd(), key.clone()))
+            .collect();
+        let restored = criu::restore(
             criu::wire::Restore {
                 criu: criu.clone(),
                 images_dir: images_dir.clone(),
@@ -296,6 +306,8 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
                 root: rootfs.to_path_buf(),
                 ext_mnt,
                 cgroupns,
+                expect,
+                inherit_fd,
             },
             |pid| {
                 cgroup
@@ -303,9 +315,71 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
                     .map_err(|e| format!("place moat-criu: {e}"))
             },
         )
-        .map_err(|e| crate::linux::create::Error::Restore(e.to_string()))
+        .map_err(|e| crate::linux::create::Error::Restore(e.to_string()));
+        drop(stdio);
+        restored
     })?;
     Ok(0)
+}
+
+/// The file in an image directory naming the container's stdio at the dump (runc's name
+/// and form: a JSON array of three `readlink`s of `/proc/<init>/fd/0..2`).
+const DESCRIPTORS: &str = "descriptors.json";
+
+/// Records the init's stdio in the image directory, for [`inherited_stdio`].
+fn record_stdio(pid: i32, images: &Path) -> std::result::Result<(), CheckpointError> {
+    let links: Vec<String> = (0..3)
+        .map(|fd| {
+            std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+                .map(|l| l.display().to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    let path = images.join(DESCRIPTORS);
+    std::fs::write(&path, serde_json::to_vec(&links).expect("serialises")).map_err(|err| {
+        CheckpointError::Path {
+            flag: "--image-path",
+            path,
+            err,
+        }
+    })
+}
+
+/// For each of the dump's stdio that was a pipe (`pipe:[N]`, the key CRIU names it by), a
+/// copy of moat's own descriptor of that number, inheritable (no close-on-exec). An image
+/// without the record, or an entry of another form, maps nothing: CRIU then restores that
+/// descriptor from the image as it would any other.
+fn inherited_stdio(images: &Path) -> Vec<(OwnedFd, String)> {
+    let Ok(text) = std::fs::read(images.join(DESCRIPTORS)) else {
+        return Vec::new();
+    };
+    let Ok(links) = serde_json::from_slice::<Vec<String>>(&text) else {
+        return Vec::new();
+    };
+    links
+        .iter()
+        .take(3)
+        .enumerate()
+        .filter(|(_, l)| {
+            l.strip_prefix("pipe:[")
+                .and_then(|r| r.strip_suffix(']'))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter_map(|(i, l)| {
+            let own = match i {
+                0 => std::io::stdin().as_fd().try_clone_to_owned(),
+                1 => std::io::stdout().as_fd().try_clone_to_owned(),
+                _ => std::io::stderr().as_fd().try_clone_to_owned(),
+            }
+            .ok()?;
+            nix::fcntl::fcntl(
+                own.as_raw_fd(),
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+            )
+            .ok()?;
+            Some((own, l.clone()))
+        })
+        .collect()
 }
 
 /// The directories a container can write, by device and inode: its rootfs (and the root

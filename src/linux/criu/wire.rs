@@ -32,6 +32,54 @@ pub struct Restore {
     /// container's cgroups, unshares one before starting CRIU, so the restored tree is born
     /// in a namespace rooted at its cgroup (CRIU, told to ignore cgroups, makes none).
     pub cgroupns: bool,
+    /// What the restored tree must be, from moat's plan for the bundle: checked by the
+    /// helper while CRIU still holds the tree stopped (its `pre-resume` notification).
+    pub expect: Expect,
+    /// `inherit_fd`: the restored files CRIU names by `key` (the container's stdio as the
+    /// dump recorded it) are given the helper's descriptor `fd` (inherited from moat).
+    pub inherit_fd: Vec<(i32, String)>,
+}
+
+/// What moat's plan says the restored tree is. A process may lose capabilities, gain
+/// seccomp filters or set no_new_privs on its own after moat started it, never the
+/// reverse: so the sets are upper bounds, the filter count and NNP lower bounds; the
+/// init's namespaces and every restored process's cgroups are exact.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expect {
+    /// The init's namespaces, by their `/proc/<pid>/ns/` name.
+    pub namespaces: Vec<NsExpect>,
+    /// Upper bounds of `CapBnd`, `CapEff`, `CapPrm`, `CapInh`, `CapAmb`.
+    pub cap_bounding: u64,
+    pub cap_effective: u64,
+    pub cap_permitted: u64,
+    pub cap_inheritable: u64,
+    pub cap_ambient: u64,
+    /// The spec's `noNewPrivileges`: then `NoNewPrivs` must be 1.
+    pub no_new_privs: bool,
+    /// The number of seccomp filters moat loads: with one or more, `Seccomp` must be 2
+    /// (filter) and `Seccomp_filters` at least this.
+    pub seccomp_filters: u32,
+    /// The container's cgroup directory in each hierarchy (host paths): every restored
+    /// process must be listed in each one's `cgroup.procs`.
+    pub cgroup_dirs: Vec<std::path::PathBuf>,
+}
+
+/// One namespace of the restored init (`/proc/<pid>/ns/<name>`, by its `readlink`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NsExpect {
+    /// `pid`, `net`, `mnt`, `ipc`, `uts`, `user`, `cgroup`, `time`.
+    pub name: String,
+    pub rule: NsRule,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NsRule {
+    /// The spec asks for a new one: anything but the host's (moat's own, this link).
+    Own { host: String },
+    /// The spec does not list it: the host's (moat's own, this link).
+    Host { host: String },
+    /// The spec joins one by path: that one (the link of the namespace file moat opened).
+    Joined { link: String, path: String },
 }
 
 /// What `DUMP` is given (CRIU's RPC options of the same names).
