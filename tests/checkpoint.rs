@@ -36,10 +36,40 @@ fn path_with(criu: &Path) -> std::ffi::OsString {
 }
 
 /// `moat ARGS…` with CRIU on PATH.
+/// Run from an empty directory of the test's (see [`cwd`]), with a CRIU user configuration
+/// naming a relative log file: nothing may land in the caller's working directory.
 fn moat(ctx: &Ctx, criu: &Path, args: &[&str]) -> Out {
+    let home = ctx.dir.join("home");
+    std::fs::create_dir_all(home.join(".criu")).expect("mkdir");
+    std::fs::write(
+        home.join(".criu/default.conf"),
+        "log-file=criu-in-cwd.log\n",
+    )
+    .expect("write");
+    std::fs::create_dir_all(cwd(ctx)).expect("mkdir");
     let mut c = ctx.cmd();
-    c.env("PATH", path_with(criu)).args(args);
+    c.env("PATH", path_with(criu))
+        .env("HOME", &home)
+        .current_dir(cwd(ctx))
+        .args(args);
     ctx.run(c)
+}
+
+/// The working directory of [`moat`]'s calls.
+fn cwd(ctx: &Ctx) -> PathBuf {
+    ctx.dir.join("cwd")
+}
+
+/// Nothing written into the callers' working directory (CRIU's logs go to the work or
+/// image directory).
+#[track_caller]
+fn assert_cwd_empty(ctx: &Ctx) {
+    let left: Vec<_> = std::fs::read_dir(cwd(ctx))
+        .expect("cwd")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left in the caller's directory: {left:?}");
 }
 
 /// A writable root whose init counts into /count every 50 ms, its stdio its own /dev/null
@@ -154,6 +184,7 @@ fn restored_container_counts_on() {
         }
         c.moat(&["delete", "--force", &c.id]).ok();
         ctx.assert_no_trace(&c.id);
+        assert_cwd_empty(&ctx);
     }
 }
 

@@ -133,6 +133,12 @@ impl Args {
     }
 }
 
+/// Kept out of line and cold: called from `cli::call`'s one `match`, the only call would
+/// otherwise be inlined there (as is any single-call static function, even at opt-level
+/// "z"), and its code and stack slots (a restore's whole plan) would sit on the path of
+/// every other command, `state` included: more text and stack pages faulted in per call.
+#[cold]
+#[inline(never)]
 pub fn run(g: &Global, a: Args) -> Result<i32> {
     let req = a.request(g)?;
     checkpoint::restore(&g.context()?, &req)

@@ -116,7 +116,15 @@ fn converse_placed(
     place: impl FnOnce(i32) -> Result<(), String>,
 ) -> Result<Answer, CriuError> {
     let path = helper()?;
+    // CRIU resolves a relative log file (its default configuration may name one) against
+    // its working directory: the work (else image) directory, never the caller's.
+    let cwd = match req {
+        Request::Dump(d) => d.work_dir.as_ref().unwrap_or(&d.images_dir).clone(),
+        Request::Restore(r) => r.work_dir.as_ref().unwrap_or(&r.images_dir).clone(),
+        Request::Version { .. } => PathBuf::from("/"),
+    };
     let mut child = Command::new(&path)
+        .current_dir(cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
