@@ -456,6 +456,8 @@ fn restore_refuses_an_image_that_differs_from_the_spec() {
         ctx.config = original.clone();
         edit(&mut ctx);
         let rid = ctx.id("r");
+        // Deletes what a wrongly accepted restore left running.
+        let _guard = ctx.guard(&rid);
         let out = moat(
             &ctx,
             &criu,
