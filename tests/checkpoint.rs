@@ -264,6 +264,16 @@ fn unapplied_flags_are_refused_by_name() {
         .fails();
     assert!(out.stderr.contains("--detach"), "{}", out.stderr);
     ctx.assert_no_trace(&rid);
+    // An image directory that is not there is named, and the restore leaves nothing.
+    let out = ctx
+        .moat(&["restore", "-d", "--bundle", &b, "--image-path", img_s, &rid])
+        .fails();
+    assert!(
+        out.stderr.contains("--image-path") && out.stderr.contains(img_s),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&rid);
 }
 
 /// CRIU writes the images as root on the host and a restore reads them back: an image or

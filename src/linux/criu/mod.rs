@@ -123,6 +123,13 @@ fn converse_placed(
         Request::Restore(r) => r.work_dir.as_ref().unwrap_or(&r.images_dir).clone(),
         Request::Version { .. } => PathBuf::from("/"),
     };
+    // A directory that is not there is the helper's to name (`--image-path …`), not a
+    // failure to start it.
+    let cwd = if cwd.is_dir() {
+        cwd
+    } else {
+        PathBuf::from("/")
+    };
     let mut child = Command::new(&path)
         .current_dir(cwd)
         .stdin(Stdio::piped())
