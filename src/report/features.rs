@@ -145,7 +145,8 @@ pub fn features(criu: Option<&str>) -> Features {
         seccomp::libseccomp_version(),
     );
     // Not claimed yet: moat checkpoints and restores a plain native container only (no
-    // terminal, TCP, external sockets, gVisor; docs/checkpoint.md), and the engines' flows
+    // terminal, TCP, external sockets, gVisor; docs/security.md "Checkpoint images are data",
+    // docs/integrations.md), and the engines' flows
     // have not been run through it.
     annotations.insert("org.opencontainers.runc.checkpoint.enabled", "false".into());
     // Which CRIU `checkpoint`/`restore` would run (`criu` on PATH) and whether it answers
