@@ -487,7 +487,7 @@ doc_snippet() {
 
 # doc_ns MOAT CMD...: CMD in a private mount namespace where moat is installed as
 # docs/integrations.md says: /usr/local/bin and /etc/moat become overlays of themselves
-# whose writes go to a temp dir (MOAT and the moat-dbus and moat-seccomp-exec beside it copied in, whatever CMD
+# whose writes go to a temp dir (MOAT and the moat-dbus, moat-seccomp-exec and moat-criu beside it copied in, whatever CMD
 # writes there), so the host keeps none of it (an /etc/moat it lacked is made for the mount
 # point and removed after, as is the temp dir).
 doc_ns() {
@@ -507,7 +507,7 @@ doc_ns() {
 			mount -t overlay -o "lowerdir=$d,upperdir=$tmp/$n.up,workdir=$tmp/$n.work" moat-doc "$d"
 		done
 		install -m 0755 "$bin" /usr/local/bin/moat
-		for b in moat-dbus moat-seccomp-exec; do
+		for b in moat-dbus moat-seccomp-exec moat-criu; do
 			if [[ -x $(dirname "$bin")/$b ]]; then install -m 0755 "$(dirname "$bin")/$b" /usr/local/bin/; fi
 		done
 		exec "$@"' doc-ns "$tmp" "$bin" "$@" || rc=$?

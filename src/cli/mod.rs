@@ -1,6 +1,7 @@
 //! The command line, flag for flag as runc has it. One file per subcommand.
 
 mod check;
+mod checkpoint;
 pub(crate) mod create;
 pub(crate) mod delete;
 mod events;
@@ -12,6 +13,7 @@ mod list;
 mod pause;
 mod policy;
 mod ps;
+mod restore;
 pub(crate) mod run;
 mod spec;
 pub(crate) mod start;
@@ -62,7 +64,7 @@ pub struct Global {
     /// Rootless mode: true, false or auto
     #[arg(long, global = true, default_value = "auto")]
     pub rootless: String,
-    /// Path to criu (accepted for compatibility; checkpointing is not supported yet)
+    /// Path to criu (default: criu on PATH), for checkpoint, restore, features and check
     #[arg(long, global = true)]
     pub criu: Option<String>,
     /// Print the version
@@ -108,6 +110,10 @@ pub enum Command {
     Update(Box<update::Args>),
     /// Show the enabled features
     Features(features::Args),
+    /// Checkpoint a running container (CRIU)
+    Checkpoint(Box<checkpoint::Args>),
+    /// Restore a container from a previous checkpoint (CRIU)
+    Restore(Box<restore::Args>),
 }
 
 /// A failure with the exit status it maps to (1 for errors, like runc).
@@ -181,6 +187,8 @@ fn light_command(name: &str) -> Option<clap::Command> {
         "events" => ("events", events::Args::augment_args),
         "update" => ("update", update::Args::augment_args),
         "features" => ("features", features::Args::augment_args),
+        "checkpoint" => ("checkpoint", checkpoint::Args::augment_args),
+        "restore" => ("restore", restore::Args::augment_args),
         _ => return None,
     };
     Some(light_root().subcommand(augment(clap::Command::new(name))))
@@ -246,11 +254,6 @@ fn call() -> i32 {
         );
         return 1;
     }
-    if let Some(criu) = &cli.global.criu {
-        log::warn(&format!(
-            "--criu {criu} accepted but ignored: checkpoint/restore is not supported yet"
-        ));
-    }
     let Some(command) = cli.command else {
         let _ = <Cli as clap::CommandFactory>::command().print_help();
         return 0;
@@ -275,6 +278,8 @@ fn call() -> i32 {
         Command::Events(a) => events::run(g, a),
         Command::Update(a) => update::run(g, *a),
         Command::Features(a) => features::run(g, a),
+        Command::Checkpoint(a) => checkpoint::run(g, *a),
+        Command::Restore(a) => restore::run(g, *a),
     };
     match result {
         Ok(code) => code,
@@ -344,7 +349,7 @@ mod tests {
             assert_eq!(subs(lsub), subs(sub), "subcommands of {name}");
             n += 1;
         }
-        assert_eq!(n, 18);
+        assert_eq!(n, 20);
     }
 
     fn both(argv: &[&str]) -> (String, String) {

@@ -193,7 +193,7 @@ fn name_the_cut(e: native::Error, cut: Option<String>) -> anyhow::Error {
 }
 
 /// Absolute and lexically clean, like runc's filepath.Abs: `state` shows it.
-fn bundle_path(cwd: &Path, bundle: &Path) -> PathBuf {
+pub fn bundle_path(cwd: &Path, bundle: &Path) -> PathBuf {
     cwd.join(bundle)
         .components()
         .fold(PathBuf::new(), |mut p, c| {

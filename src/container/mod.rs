@@ -10,6 +10,7 @@
 //! `src/gvisor/`). An operation's file checks its request first (a bad signal or format
 //! fails before the state is opened), then opens and dispatches.
 
+pub mod checkpoint;
 pub mod create;
 pub mod delete;
 mod error;

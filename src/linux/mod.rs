@@ -12,6 +12,7 @@ pub mod console;
 pub mod copyup;
 pub mod cpulist;
 pub mod create;
+pub mod criu;
 pub mod devices;
 pub mod egress;
 pub mod exec;

@@ -11,7 +11,7 @@ fn read(path: &str) -> Option<String> {
 }
 
 /// Prints the host's facts and what moat's configuration makes of them.
-pub fn report() -> Result<i32> {
+pub fn report(criu: Option<&str>) -> Result<i32> {
     let cfg = policy::Config::load()?;
     let v2_root = read("/sys/fs/cgroup/cgroup.controllers");
     let unified = read("/sys/fs/cgroup/unified/cgroup.controllers");
@@ -101,6 +101,10 @@ pub fn report() -> Result<i32> {
     );
     println!("  user namespaces    max_user_namespaces={userns}");
     println!("  runsc (gVisor)     {runsc}");
+    println!(
+        "  CRIU               {} (checkpoint/restore of native containers, through moat-criu)",
+        super::features::criu_usable(criu)
+    );
     println!(
         "  egress             {}",
         if crate::linux::namespaces::bpf_cgroup() {

@@ -15,7 +15,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::Result;
-use crate::linux::{capabilities, hostfacts::HostFacts, mempolicy, namespaces, seccomp, sys};
+use crate::linux::{capabilities, criu, hostfacts::HostFacts, mempolicy, namespaces, seccomp, sys};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -134,7 +134,7 @@ fn sorted(mut v: Vec<&'static str>) -> Vec<&'static str> {
     v
 }
 
-pub fn features() -> Features {
+pub fn features(criu: Option<&str>) -> Features {
     let last = capabilities::last_cap() as usize;
     let host = HostFacts::probe();
     // Idmapped mounts are mount_setattr(MOUNT_ATTR_IDMAP) (linux/idmap.rs).
@@ -144,7 +144,14 @@ pub fn features() -> Features {
         "io.github.seccomp.libseccomp.version",
         seccomp::libseccomp_version(),
     );
+    // Not claimed yet: moat checkpoints and restores a plain native container only (no
+    // terminal, TCP, external sockets, gVisor; docs/security.md "Checkpoint images are data",
+    // docs/integrations.md), and the engines' flows
+    // have not been run through it.
     annotations.insert("org.opencontainers.runc.checkpoint.enabled", "false".into());
+    // Which CRIU `checkpoint`/`restore` would run (`criu` on PATH) and whether it answers
+    // CRIU's RPC here, through moat's helper moat-criu: its version, or why not.
+    annotations.insert("io.github.moat.criu", criu_usable(criu));
     annotations.insert("io.github.moat.version", VERSION.into());
     // moat.egress and [egress]: whether this caller on this host can attach the egress
     // programs (cgroup BPF on the container's cgroup v2).
@@ -221,8 +228,21 @@ pub fn features() -> Features {
     }
 }
 
+/// `VERSION (PATH)` when the `criu` moat would run answers CRIU's RPC through moat-criu,
+/// else `unavailable: WHY`.
+pub fn criu_usable(flag: Option<&str>) -> String {
+    let criu = criu::criu_path(flag);
+    let Some(path) = criu::which(&criu) else {
+        return format!("unavailable: no {criu} on PATH");
+    };
+    match criu::version(&criu) {
+        Ok(v) => format!("{v} ({})", path.display()),
+        Err(e) => format!("unavailable: {}: {e}", path.display()),
+    }
+}
+
 /// Prints the features JSON.
-pub fn print() -> Result<i32> {
+pub fn print(criu: Option<&str>) -> Result<i32> {
     // Invoked as moat-gvisor (or MOAT_RUNTIME=gvisor): what the gVisor path honours.
     if crate::gvisor::wants_gvisor_features() {
         println!(
@@ -231,7 +251,7 @@ pub fn print() -> Result<i32> {
         );
         return Ok(0);
     }
-    println!("{}", serde_json::to_string_pretty(&features())?);
+    println!("{}", serde_json::to_string_pretty(&features(criu))?);
     Ok(0)
 }
 
@@ -256,7 +276,7 @@ mod tests {
 
     #[test]
     fn shape() {
-        let v = serde_json::to_value(features()).unwrap();
+        let v = serde_json::to_value(features(None)).unwrap();
         assert_eq!(v["ociVersionMin"], "1.0.0");
         assert_eq!(v["ociVersionMax"], crate::spec::OCI_VERSION);
         assert_eq!(v["hooks"].as_array().unwrap().len(), 6);

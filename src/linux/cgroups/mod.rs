@@ -481,9 +481,8 @@ impl Cgroup {
             .map(|h| h.dir(&self.path))
     }
 
-    /// Moves an existing process in (tests only: moat's own children place themselves,
-    /// see [`Placement`]).
-    #[cfg(test)]
+    /// Moves an existing process in: `restore`'s CRIU helper, before CRIU forks the
+    /// restored tree (moat's own children place themselves, see [`Placement`]).
     pub fn add_pid(&self, pid: libc::pid_t) -> Result<(), CgroupError> {
         for h in &self.hierarchies {
             write_file(&h.dir(&self.path), "cgroup.procs", &pid.to_string(), "pid")?;

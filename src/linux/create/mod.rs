@@ -45,7 +45,7 @@ use std::io;
 use std::path::PathBuf;
 
 pub(crate) use child::enter_cgroup;
-pub use parent::{create, send_listener, state_json, Created};
+pub use parent::{create, restore, send_listener, state_json, Created};
 pub use plan::{Options, Plan};
 
 use super::sync::InitFailure;
@@ -56,6 +56,9 @@ use crate::state;
 /// source of an operation's error is printed by the error chain (`cli::main` joins it).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// `restore`: CRIU (through moat-criu) did not restore the image.
+    #[error("restore: {0}")]
+    Restore(String),
     /// A `linux.namespaces` entry the namespace plan refused.
     #[error(transparent)]
     Namespaces(#[from] super::namespaces::NsError),

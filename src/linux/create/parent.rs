@@ -46,6 +46,66 @@ pub fn create(mut plan: Plan) -> Result<(ContainerDir, Created), Error> {
     }
 }
 
+/// `restore`: rows 2–6 for a finished plan (profile, state dir, cgroups, record), then
+/// `run` in place of the fork (CRIU restores the image's process tree into the cgroup
+/// just made) answering the restored init's pid, which the record then names. Anything
+/// failing undoes what was made, as for create.
+pub fn restore(
+    mut plan: Plan,
+    run: impl FnOnce(&Plan, &Cgroup) -> Result<i32, Error>,
+) -> Result<(ContainerDir, Record), Error> {
+    profile(&plan)?; // 2
+    let (dir, notify_sock) = state_dir(&plan)?; // 3
+    drop(notify_sock);
+    let restored = (|| {
+        let ids = ids(&mut plan, &dir)?; // 4
+        let share = budget(&plan, &dir)?; // 4
+        if ids || share {
+            // Refused before the plan gets here (`container::checkpoint`); never left held.
+            if ids {
+                release_ids(&plan);
+            }
+            if share {
+                release_budget(&plan);
+            }
+            return Err(Error::Restore(
+                "moat.userns=auto and bounded roots are not restored yet".into(),
+            ));
+        }
+        if let Some(planned) = plan.cgroup.planned() {
+            let json = serde_json::to_vec(&planned).expect("serialises");
+            dir.save_file(state::CGROUP_PLANNED_FILE, &json)?;
+        }
+        let cgroup = cgroup(&mut plan)?; // 5
+        let done = (|| {
+            let mut record = record(&plan, &dir, &cgroup)?; // 6
+            let pid = run(&plan, &cgroup)?;
+            let Some((_, start)) = state::process_start_time(pid) else {
+                return Err(died(pid));
+            };
+            record.pid = pid;
+            record.pid_start = start;
+            dir.save(&record)?;
+            if let Some(pf) = &plan.opts.pid_file {
+                state::write_pid_file(pf, pid)?;
+            }
+            Ok(record)
+        })();
+        if done.is_err() {
+            let _ = cgroup.kill_all(libc::SIGKILL, std::time::Duration::from_secs(5));
+            let _ = cgroup.remove();
+        }
+        done
+    })();
+    match restored {
+        Ok(r) => Ok((dir, r)),
+        Err(e) => {
+            let _ = dir.remove();
+            Err(e)
+        }
+    }
+}
+
 fn with_state_dir(plan: &mut Plan, dir: &ContainerDir) -> Result<Created, Error> {
     killpoint::at("create", "parent", "Ids");
     let ids = ids(plan, dir)?; // 4

@@ -11,6 +11,7 @@
 //! shared by every container and never the container's own.
 
 use std::ffi::CString;
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 use super::Error;
@@ -143,6 +144,88 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// `restore`'s reads of the plan: the spec that runs, the rootfs on the host, and
+    /// whether the container's egress list names domains (its DNS forwarder is not
+    /// restarted by a restore yet; the egress programs are attached in row 6, as for create).
+    pub fn for_restore(&self) -> (&Spec, &std::path::Path, bool) {
+        (&self.spec, &self.rootfs.rootfs, self.dns.is_some())
+    }
+
+    /// What the tree a restore of this plan must be, checked before it runs
+    /// (`moat-criu`, see [`crate::linux::criu::wire::Expect`]): the init's capability sets,
+    /// NNP and seccomp filters as this plan would give them, its namespaces as this plan
+    /// makes (new: not the host's) or joins them, `cgroup`'s directories.
+    pub fn restore_expect(&self, cgroup: &Cgroup) -> crate::linux::criu::wire::Expect {
+        use crate::linux::criu::wire::{Expect, NsExpect, NsRule};
+        let link = |p: &str| {
+            std::fs::read_link(p)
+                .map(|l| l.display().to_string())
+                .unwrap_or_default()
+        };
+        let kinds = [
+            ("pid", libc::CLONE_NEWPID),
+            ("net", libc::CLONE_NEWNET),
+            ("mnt", libc::CLONE_NEWNS),
+            ("ipc", libc::CLONE_NEWIPC),
+            ("uts", libc::CLONE_NEWUTS),
+            ("user", libc::CLONE_NEWUSER),
+            ("cgroup", libc::CLONE_NEWCGROUP),
+            ("time", namespaces::CLONE_NEWTIME),
+        ];
+        let joins: Vec<&namespaces::Join> = self
+            .ns
+            .joins
+            .iter()
+            .chain(self.ns.user_join.iter())
+            .chain(self.ns.mount_join.iter())
+            .collect();
+        let namespaces = kinds
+            .iter()
+            .filter(|(name, _)| std::path::Path::new(&format!("/proc/self/ns/{name}")).exists())
+            // CRIU gives every tree it restores a time namespace of its own, to carry its
+            // monotonic and boot clocks over (offsets only, nothing else): the host's one
+            // is not expected back unless the spec joins it by path.
+            .filter(|&&(_, flag)| {
+                flag != namespaces::CLONE_NEWTIME
+                    || self.ns.new & flag != 0
+                    || joins.iter().any(|j| j.flag == flag)
+            })
+            .map(|&(name, flag)| {
+                let host = link(&format!("/proc/self/ns/{name}"));
+                let rule = if let Some(j) = joins.iter().find(|j| j.flag == flag) {
+                    NsRule::Joined {
+                        link: link(&format!("/proc/self/fd/{}", j.fd.as_raw_fd())),
+                        path: j.path.clone(),
+                    }
+                } else if self.ns.new & flag != 0 {
+                    NsRule::Own { host }
+                } else {
+                    NsRule::Host { host }
+                };
+                NsExpect {
+                    name: name.to_string(),
+                    rule,
+                }
+            })
+            .collect();
+        let caps = &self.attrs.caps;
+        Expect {
+            namespaces,
+            cap_bounding: caps.bounding,
+            cap_effective: caps.effective,
+            cap_permitted: caps.permitted,
+            cap_inheritable: caps.inheritable,
+            cap_ambient: caps.ambient,
+            no_new_privs: self.attrs.no_new_privs,
+            seccomp_filters: u32::try_from(self.attrs.seccomp.len()).unwrap_or(u32::MAX),
+            cgroup_dirs: cgroup
+                .hierarchies
+                .iter()
+                .map(|h| h.dir(&cgroup.path))
+                .collect(),
+        }
+    }
+
     /// Row 1. Takes `spec` with the policy (`cfg`) applied on the host facts it was decided
     /// from (`container::policy::decide`, probed on the host before anything is forked: the
     /// policy and the child decide LSMs and host namespaces from these facts, never from

@@ -1,0 +1,477 @@
+//! `checkpoint` / `restore`: a native container saved to a CRIU image directory and run
+//! again from one, through moat's CRIU helper (`linux/criu`, `moat-criu`). runc's flags
+//! (one moat does not apply yet is refused, naming it); the image and work directories
+//! refused where the container can write (its rootfs, its bind sources, by device and
+//! inode); CRIU told to ignore cgroups: a restore gets the cgroups, limits and egress
+//! programs moat's own plan makes for the bundle (as create's rows 2–6), never the image's.
+
+use std::collections::HashSet;
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::{Container, Context, Result};
+use crate::linux::{criu, sys};
+use crate::spec::Spec;
+use crate::state::{Backend, Status};
+
+/// runc's `checkpoint` flags that moat applies.
+#[derive(Debug, Clone)]
+pub struct CheckpointRequest {
+    pub id: String,
+    /// `--image-path` (runc's default: `./checkpoint`), absolute.
+    pub image_path: PathBuf,
+    /// `--work-path`, absolute (CRIU's default: the image directory).
+    pub work_path: Option<PathBuf>,
+    pub leave_running: bool,
+    /// `--criu`: the `criu` to run (else `criu` on `PATH`).
+    pub criu: Option<String>,
+}
+
+/// runc's `restore` flags that moat applies.
+#[derive(Debug, Clone)]
+pub struct RestoreRequest {
+    pub id: String,
+    pub bundle: PathBuf,
+    pub image_path: PathBuf,
+    pub work_path: Option<PathBuf>,
+    pub pid_file: Option<PathBuf>,
+    pub criu: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// A flag of runc's moat does not apply yet: refused rather than ignored.
+    #[error("{flag}: not implemented: moat does not checkpoint or restore {what} yet")]
+    Unsupported {
+        flag: &'static str,
+        what: &'static str,
+    },
+    /// A flag's value moat refuses, and why.
+    #[error("{flag}: {why}")]
+    Flag {
+        flag: &'static str,
+        why: &'static str,
+    },
+    /// runc's text.
+    #[error("Container cannot be checkpointed in {0} state")]
+    State(&'static str),
+    /// CRIU writes (and restore reads) the images as root on the host: a directory the
+    /// container can write would let it forge them.
+    #[error("{flag} {}: inside {what} {} (a directory the container can write)", path.display(), inside.display())]
+    Inside {
+        flag: &'static str,
+        path: PathBuf,
+        what: &'static str,
+        inside: PathBuf,
+    },
+    #[error("{flag} {}: {err}", path.display())]
+    Path {
+        flag: &'static str,
+        path: PathBuf,
+        err: std::io::Error,
+    },
+    #[error(
+        "{0}: not implemented for a gVisor container (runsc's own checkpoint is not wired in yet)"
+    )]
+    Gvisor(&'static str),
+    #[error("read the container's spec: {0}")]
+    Spec(String),
+    #[error("CRIU: {0}")]
+    Criu(#[from] criu::CriuError),
+}
+
+/// `moat checkpoint`.
+pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Result<i32> {
+    if let Backend::Gvisor(_) = c.record.backend {
+        return Err(CheckpointError::Gvisor("checkpoint").into());
+    }
+    match c.record.status(&c.dir) {
+        Status::Running | Status::Paused => {}
+        s => return Err(CheckpointError::State(s.as_str()).into()),
+    }
+    let spec = c
+        .dir
+        .load_spec()
+        .map_err(|e| CheckpointError::Spec(e.to_string()))?;
+    let owned = Owned::of(
+        &c.record.bundle,
+        &c.record.rootfs,
+        &spec,
+        Some(c.record.pid),
+    );
+    owned.refuse("--image-path", &req.image_path)?;
+    if let Some(w) = &req.work_path {
+        owned.refuse("--work-path", w)?;
+    }
+    let image_path = made("--image-path", &req.image_path)?;
+    let work_path = match &req.work_path {
+        Some(w) => Some(made("--work-path", w)?),
+        None => None,
+    };
+    // Checked again once made: what exists now is what CRIU writes into.
+    owned.refuse("--image-path", &image_path)?;
+    if let Some(w) = &work_path {
+        owned.refuse("--work-path", w)?;
+    }
+    // Every bind mount of the spec is the host's, not the container's: dumped as
+    // external, by its destination (the name a restore maps back to a source).
+    let mut ext_mnt: Vec<(String, String)> = spec
+        .mounts
+        .iter()
+        .filter(|m| is_bind(m))
+        .map(|m| (m.destination.clone(), m.destination.clone()))
+        .collect();
+    // So is the container's view of its cgroups (binds of its own cgroup directories,
+    // without a cgroup namespace): a restore binds the new cgroup's directories there.
+    for mp in cgroup_mounts(c.record.pid)? {
+        ext_mnt.push((mp.clone(), mp));
+    }
+    record_stdio(c.record.pid, &image_path)?;
+    criu::dump(criu::wire::Dump {
+        criu: criu::criu_path(req.criu.as_deref()),
+        pid: c.record.pid,
+        images_dir: image_path,
+        work_dir: work_path,
+        root: c.record.rootfs.clone(),
+        leave_running: req.leave_running,
+        ext_mnt,
+    })?;
+    if req.leave_running {
+        return Ok(0);
+    }
+    // runc's: a container checkpointed without --leave-running is gone (CRIU ended its
+    // processes); its state, cgroups and shares go with it.
+    drop(c);
+    super::delete::delete(
+        ctx,
+        &super::delete::Request {
+            id: req.id.clone(),
+            force: true,
+        },
+    )?;
+    Ok(0)
+}
+
+/// The mount points of cgroup file systems in the init's mount namespace.
+fn cgroup_mounts(pid: i32) -> std::result::Result<Vec<String>, CheckpointError> {
+    let path = PathBuf::from(format!("/proc/{pid}/mountinfo"));
+    let text = std::fs::read_to_string(&path).map_err(|err| CheckpointError::Path {
+        flag: "the container's mounts",
+        path: path.clone(),
+        err,
+    })?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let fstype = right.split(' ').next()?;
+            let mp = left.split(' ').nth(4)?;
+            (fstype == "cgroup" || fstype == "cgroup2").then(|| mp.to_string())
+        })
+        .collect())
+}
+
+fn is_bind(m: &crate::spec::Mount) -> bool {
+    m.typ.as_deref() == Some("bind") || m.options.iter().any(|o| o == "bind" || o == "rbind")
+}
+
+/// `path` made (with its parents, mode 0700, as runc makes it) and returned.
+fn made(flag: &'static str, path: &Path) -> std::result::Result<PathBuf, CheckpointError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|err| CheckpointError::Path {
+            flag,
+            path: path.to_path_buf(),
+            err,
+        })?;
+    Ok(path.to_path_buf())
+}
+
+/// `moat restore`: the bundle planned as create plans it (policy, cgroups, record), then
+/// the image restored by CRIU into the cgroups just made; mounts the dump named external
+/// bound from the spec's sources and the new cgroup's directories.
+pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
+    crate::state::validate_id(&req.id)?;
+    if crate::gvisor::select(&req.bundle)?.is_some() {
+        return Err(CheckpointError::Gvisor("restore").into());
+    }
+    let mut spec = Spec::load(&req.bundle)?;
+    let rootfs = spec
+        .root
+        .as_ref()
+        .map(|r| req.bundle.join(&r.path))
+        .unwrap_or_else(|| req.bundle.join("rootfs"));
+    let owned = Owned::of(&req.bundle, &rootfs, &spec, None);
+    owned.refuse("--image-path", &req.image_path)?;
+    if let Some(w) = &req.work_path {
+        owned.refuse("--work-path", w)?;
+    }
+    if spec.process.as_ref().is_some_and(|p| p.terminal) {
+        return Err(CheckpointError::Unsupported {
+            flag: "process.terminal",
+            what: "a container with a terminal",
+        }
+        .into());
+    }
+    if ctx.systemd_cgroup || ctx.rootless() {
+        return Err(CheckpointError::Unsupported {
+            flag: if ctx.systemd_cgroup {
+                "--systemd-cgroup"
+            } else {
+                "rootless"
+            },
+            what: "such a container",
+        }
+        .into());
+    }
+    let cfg = crate::policy::Config::load()?;
+    let decided = super::policy::decide(&mut spec, &cfg, &req.id, false)?;
+    let opts = crate::linux::create::Options {
+        id: req.id.clone(),
+        bundle: req.bundle.clone(),
+        console_socket: None,
+        pidfd_socket: None,
+        pid_file: req.pid_file.clone(),
+        no_pivot: false,
+        new_keyring: true,
+        preserve_fds: 0,
+        listen_fds: 0,
+        systemd_cgroup: false,
+        foreground: false,
+        rootless: false,
+        root: ctx.root.clone(),
+        notify_socket: None,
+    };
+    let plan = crate::linux::create::Plan::new(spec, &cfg, decided, opts)?;
+    if plan.for_restore().2 {
+        return Err(CheckpointError::Unsupported {
+            flag: "moat.egress",
+            what: "an egress list that names domains (its DNS forwarder)",
+        }
+        .into());
+    }
+    let criu = criu::criu_path(req.criu.as_deref());
+    let bundle = req.bundle.clone();
+    let (images_dir, work_dir) = (req.image_path.clone(), req.work_path.clone());
+    crate::linux::create::restore(plan, |plan, cgroup| {
+        let (spec, rootfs, _) = plan.for_restore();
+        let cgroupns = spec.linux.as_ref().is_some_and(|l| {
+            l.namespaces
+                .iter()
+                .any(|n| n.typ == "cgroup" && n.path.is_none())
+        });
+        let mut ext_mnt: Vec<(String, String)> = spec
+            .mounts
+            .iter()
+            .filter(|m| is_bind(m))
+            .filter_map(|m| {
+                let src = bundle.join(m.source.as_ref()?);
+                Some((m.destination.clone(), src.display().to_string()))
+            })
+            .collect();
+        let cg_dest = spec
+            .mounts
+            .iter()
+            .find(|m| m.typ.as_deref() == Some("cgroup") || m.typ.as_deref() == Some("cgroup2"))
+            .map(|m| m.destination.clone());
+        if let Some(dest) = cg_dest {
+            for s in cgroup.mount_sources() {
+                let key = if s.name.is_empty() {
+                    dest.clone()
+                } else {
+                    format!("{}/{}", dest.trim_end_matches('/'), s.name)
+                };
+                ext_mnt.push((key, s.host_dir.display().to_string()));
+            }
+        }
+        let expect = plan.restore_expect(cgroup);
+        // The container's stdio as the dump recorded it: a pipe is given the caller's
+        // descriptor of the same number (as runc does), through a copy that moat-criu and
+        // CRIU inherit; closed here once the restore is over.
+        let stdio = inherited_stdio(&images_dir);
+        let inherit_fd = stdio
+            .iter()
+            .map(|(fd, key)| (fd.as_raw_fd(), key.clone()))
+            .collect();
+        let restored = criu::restore(
+            criu::wire::Restore {
+                criu: criu.clone(),
+                images_dir: images_dir.clone(),
+                work_dir: work_dir.clone(),
+                root: rootfs.to_path_buf(),
+                ext_mnt,
+                cgroupns,
+                expect,
+                inherit_fd,
+            },
+            |pid| {
+                cgroup
+                    .add_pid(pid)
+                    .map_err(|e| format!("place moat-criu: {e}"))
+            },
+        )
+        .map_err(|e| crate::linux::create::Error::Restore(e.to_string()));
+        drop(stdio);
+        restored
+    })?;
+    Ok(0)
+}
+
+/// The file in an image directory naming the container's stdio at the dump (runc's name
+/// and form: a JSON array of three `readlink`s of `/proc/<init>/fd/0..2`).
+const DESCRIPTORS: &str = "descriptors.json";
+
+/// Records the init's stdio in the image directory, for [`inherited_stdio`].
+fn record_stdio(pid: i32, images: &Path) -> std::result::Result<(), CheckpointError> {
+    let links: Vec<String> = (0..3)
+        .map(|fd| {
+            std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+                .map(|l| l.display().to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    let path = images.join(DESCRIPTORS);
+    std::fs::write(&path, serde_json::to_vec(&links).expect("serialises")).map_err(|err| {
+        CheckpointError::Path {
+            flag: "--image-path",
+            path,
+            err,
+        }
+    })
+}
+
+/// For each of the dump's stdio that was a pipe (`pipe:[N]`, the key CRIU names it by), a
+/// copy of moat's own descriptor of that number, inheritable (no close-on-exec). An image
+/// without the record, or an entry of another form, maps nothing: CRIU then restores that
+/// descriptor from the image as it would any other.
+fn inherited_stdio(images: &Path) -> Vec<(OwnedFd, String)> {
+    let Ok(text) = std::fs::read(images.join(DESCRIPTORS)) else {
+        return Vec::new();
+    };
+    let Ok(links) = serde_json::from_slice::<Vec<String>>(&text) else {
+        return Vec::new();
+    };
+    links
+        .iter()
+        .take(3)
+        .enumerate()
+        .filter(|(_, l)| {
+            l.strip_prefix("pipe:[")
+                .and_then(|r| r.strip_suffix(']'))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter_map(|(i, l)| {
+            let own = match i {
+                0 => std::io::stdin().as_fd().try_clone_to_owned(),
+                1 => std::io::stdout().as_fd().try_clone_to_owned(),
+                _ => std::io::stderr().as_fd().try_clone_to_owned(),
+            }
+            .ok()?;
+            nix::fcntl::fcntl(
+                own.as_raw_fd(),
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+            )
+            .ok()?;
+            Some((own, l.clone()))
+        })
+        .collect()
+}
+
+/// The directories a container can write, by device and inode: its rootfs (and the root
+/// its init has now) and every bind source of its spec.
+struct Owned {
+    dirs: Vec<((u64, u64), &'static str, PathBuf)>,
+}
+
+impl Owned {
+    fn of(bundle: &Path, rootfs: &Path, spec: &Spec, pid: Option<i32>) -> Owned {
+        let mut dirs = Vec::new();
+        let mut add = |what: &'static str, p: PathBuf| {
+            if let Some(id) = stat_id(&p) {
+                dirs.push((id, what, p));
+            }
+        };
+        add("the container's rootfs", rootfs.to_path_buf());
+        if let Some(pid) = pid {
+            add(
+                "the container's root",
+                PathBuf::from(format!("/proc/{pid}/root")),
+            );
+        }
+        for m in &spec.mounts {
+            if let (true, Some(src)) = (is_bind(m), &m.source) {
+                add("the bind source", bundle.join(src));
+            }
+        }
+        Owned { dirs }
+    }
+
+    /// Refuses `path` when it, or any directory above it, is one of the container's: the
+    /// nearest existing directory of `path` is opened and walked up by `..` to `/`.
+    fn refuse(&self, flag: &'static str, path: &Path) -> std::result::Result<(), CheckpointError> {
+        let ups = ancestors(path).map_err(|err| CheckpointError::Path {
+            flag,
+            path: path.to_path_buf(),
+            err,
+        })?;
+        for (id, what, dir) in &self.dirs {
+            if ups.contains(id) {
+                return Err(CheckpointError::Inside {
+                    flag,
+                    path: path.to_path_buf(),
+                    what,
+                    inside: dir.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn stat_id(p: &Path) -> Option<(u64, u64)> {
+    let c = CString::new(p.as_os_str().as_bytes()).ok()?;
+    let st = sys::stat(&c).ok()?;
+    Some((st.st_dev, st.st_ino))
+}
+
+/// The (device, inode) of the nearest existing directory at or above `path` and of every
+/// directory above that, up to `/`.
+fn ancestors(path: &Path) -> std::io::Result<HashSet<(u64, u64)>> {
+    let mut p = path;
+    let fd: OwnedFd = loop {
+        let c = CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        match sys::openat(
+            sys::at_fdcwd(),
+            &c,
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            0,
+        ) {
+            Ok(fd) => break fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => match p.parent() {
+                Some(up) if !up.as_os_str().is_empty() => p = up,
+                _ => return Err(e),
+            },
+            Err(e) => return Err(e),
+        }
+    };
+    let mut seen = HashSet::new();
+    let mut cur = fd;
+    loop {
+        let st = sys::fstat(cur.as_fd())?;
+        if !seen.insert((st.st_dev, st.st_ino)) {
+            return Ok(seen);
+        }
+        cur = sys::openat(
+            cur.as_fd(),
+            c"..",
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            0,
+        )?;
+    }
+}

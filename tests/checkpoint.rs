@@ -1,0 +1,605 @@
+//! `moat checkpoint` / `moat restore` of a native container through CRIU (moat-criu):
+//! a shell loop counting into a file keeps counting from where it was after a restore,
+//! with and without `--leave-running`, in the cgroup moat made for it; and the refusals:
+//! every runc flag moat does not apply yet, image and work paths the container can write.
+//!
+//! CRIU is Debian sid's 4.2.1 with its own libraries (scripts/lib/criu-newer; Debian 12's
+//! 3.17 fails on this kernel): `MOAT_TEST_CRIU` names its `criu`, whose directory is put
+//! first in PATH for moat's calls, as runc finds `criu`. scripts/test sets it.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::*;
+
+/// The `criu` to use, or `None` (and a loud skip, or a failure under scripts/test).
+fn criu() -> Option<PathBuf> {
+    match std::env::var_os("MOAT_TEST_CRIU") {
+        Some(p) if Path::new(&p).is_file() => Some(PathBuf::from(p)),
+        _ => {
+            missing("MOAT_TEST_CRIU names no criu (scripts/lib/criu-newer prints one)");
+            None
+        }
+    }
+}
+
+/// PATH with `criu`'s directory first.
+fn path_with(criu: &Path) -> std::ffi::OsString {
+    let mut dirs = vec![criu.parent().expect("criu's directory").to_path_buf()];
+    if let Some(p) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&p));
+    }
+    std::env::join_paths(dirs).expect("PATH")
+}
+
+/// `moat ARGS…` with CRIU on PATH.
+/// Run from an empty directory of the test's (see [`cwd`]), with a CRIU user configuration
+/// naming a relative log file: nothing may land in the caller's working directory.
+fn moat(ctx: &Ctx, criu: &Path, args: &[&str]) -> Out {
+    let home = ctx.dir.join("home");
+    std::fs::create_dir_all(home.join(".criu")).expect("mkdir");
+    std::fs::write(
+        home.join(".criu/default.conf"),
+        "log-file=criu-in-cwd.log\n",
+    )
+    .expect("write");
+    std::fs::create_dir_all(cwd(ctx)).expect("mkdir");
+    let mut c = ctx.cmd();
+    c.env("PATH", path_with(criu))
+        .env("HOME", &home)
+        .current_dir(cwd(ctx))
+        .args(args);
+    ctx.run(c)
+}
+
+/// The working directory of [`moat`]'s calls.
+fn cwd(ctx: &Ctx) -> PathBuf {
+    ctx.dir.join("cwd")
+}
+
+/// Nothing written into the callers' working directory (CRIU's logs go to the work or
+/// image directory).
+#[track_caller]
+fn assert_cwd_empty(ctx: &Ctx) {
+    let left: Vec<_> = std::fs::read_dir(cwd(ctx))
+        .expect("cwd")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left in the caller's directory: {left:?}");
+}
+
+/// A writable root whose init counts into /count every 50 ms, its stdio its own /dev/null
+/// (CRIU cannot dump a descriptor of a host file the container's mounts do not show).
+fn counter(tag: &str) -> Ctx {
+    let mut ctx = Ctx::new(tag);
+    ctx.set("/root/readonly", json!(false)).sh(
+        "exec </dev/null >/dev/null 2>&1; i=0; while :; do i=$((i+1)); echo $i >/count; sleep 0.05; done",
+    );
+    ctx
+}
+
+fn count(ctx: &Ctx) -> u64 {
+    std::fs::read_to_string(ctx.rootfs().join("count"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the counter passes `n`; returns its value.
+#[track_caller]
+fn count_past(ctx: &Ctx, n: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let c = count(ctx);
+        if c > n {
+            return c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the counter stayed at {c} (waiting to pass {n})"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Checkpoint then restore, with the original stopped (runc's default: the container is
+/// gone after its checkpoint) and left running (then deleted before the restore): the
+/// restored shell counts on from its checkpointed value, not from 1; its record names it,
+/// it is in the container's cgroup, and a delete leaves nothing.
+#[test]
+#[ignore = "root: real containers, CRIU"]
+fn restored_container_counts_on() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    for leave_running in [false, true] {
+        let ctx = counter(if leave_running { "ckleave" } else { "ckstop" });
+        let c = ctx.create_ok("c");
+        c.start();
+        count_past(&ctx, 10);
+        let img = ctx.dir.join("image");
+        let img_s = img.to_str().expect("utf-8");
+        let mut args = vec!["checkpoint", "--image-path", img_s];
+        if leave_running {
+            args.push("--leave-running");
+        }
+        args.push(&c.id);
+        moat(&ctx, &criu, &args).ok();
+        let at = count(&ctx);
+        if leave_running {
+            assert_eq!(c.status(), "running");
+            count_past(&ctx, at);
+            c.moat(&["delete", "--force", &c.id]).ok();
+        } else {
+            // Gone, as runc's: no state, and the counter stopped.
+            let st = c.moat(&["state", &c.id]);
+            assert_ne!(st.code, 0, "state after checkpoint: {}", st.stdout);
+            std::thread::sleep(Duration::from_millis(300));
+            assert_eq!(count(&ctx), at, "the counter moved after the checkpoint");
+        }
+        ctx.assert_no_trace(&c.id);
+        let at = count(&ctx);
+        let b = ctx.bundle_str();
+        moat(
+            &ctx,
+            &criu,
+            &[
+                "restore",
+                "-d",
+                "--bundle",
+                &b,
+                "--image-path",
+                img_s,
+                &c.id,
+            ],
+        )
+        .ok();
+        assert_eq!(c.status(), "running");
+        let pid = c.pid();
+        let next = count_past(&ctx, at);
+        // Counting on: a fresh start would be back near 1.
+        assert!(next > at, "restored counter {next} after checkpointed {at}");
+        let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup");
+        assert!(
+            cg.lines().all(|l| l.ends_with(&format!("/moat/{}", c.id))),
+            "restored init {pid} outside its cgroup:\n{cg}"
+        );
+        assert_eq!(
+            std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok(),
+            std::fs::read_link(format!("/proc/{pid}/ns/pid_for_children")).ok()
+        );
+        // The namespaces of its spec are its own again (the cgroup namespace is the one
+        // CRIU leaves to moat when told to ignore cgroups).
+        for ns in ["pid", "mnt", "net", "ipc", "uts", "cgroup"] {
+            assert_ne!(
+                std::fs::read_link(format!("/proc/{pid}/ns/{ns}")).ok(),
+                std::fs::read_link(format!("/proc/self/ns/{ns}")).ok(),
+                "restored into the host's {ns} namespace"
+            );
+        }
+        c.moat(&["delete", "--force", &c.id]).ok();
+        ctx.assert_no_trace(&c.id);
+        assert_cwd_empty(&ctx);
+    }
+}
+
+/// Every runc flag moat does not apply yet is refused, naming it, before anything is made:
+/// the container still runs, no image directory appears; a restore refused leaves no trace.
+#[test]
+#[ignore = "root: real containers"]
+fn unapplied_flags_are_refused_by_name() {
+    if !require_root() {
+        return;
+    }
+    let ctx = counter("ckflags");
+    let c = ctx.create_ok("c");
+    c.start();
+    let img = ctx.dir.join("image");
+    let img_s = img.to_str().expect("utf-8");
+    let b = ctx.bundle_str();
+    let checkpoint: &[&[&str]] = &[
+        &["--parent-path", "p"],
+        &["--tcp-established"],
+        &["--tcp-skip-in-flight"],
+        &["--link-remap"],
+        &["--ext-unix-sk"],
+        &["--shell-job"],
+        &["--lazy-pages"],
+        &["--status-fd", "1"],
+        &["--page-server", "127.0.0.1:1"],
+        &["--file-locks"],
+        &["--pre-dump"],
+        &["--empty-ns", "network"],
+        &["--auto-dedup"],
+        &["--manage-cgroups-mode", "soft"],
+    ];
+    for flag in checkpoint {
+        let mut args = vec!["checkpoint", "--image-path", img_s];
+        args.extend_from_slice(flag);
+        args.push(&c.id);
+        let out = ctx.moat(&args).fails();
+        assert!(
+            out.stderr.contains(flag[0]),
+            "checkpoint {flag:?}: the error does not name the flag: {}",
+            out.stderr
+        );
+        assert!(!img.exists(), "checkpoint {flag:?} made {}", img.display());
+        assert_eq!(c.status(), "running", "checkpoint {flag:?}");
+    }
+    let restore: &[&[&str]] = &[
+        &["--console-socket", "/nonexistent"],
+        &["--tcp-established"],
+        &["--ext-unix-sk"],
+        &["--shell-job"],
+        &["--file-locks"],
+        &["--no-subreaper"],
+        &["--no-pivot"],
+        &["--empty-ns", "network"],
+        &["--auto-dedup"],
+        &["--lazy-pages"],
+        &["--lsm-profile", "x"],
+        &["--lsm-mount-context", "x"],
+        &["--manage-cgroups-mode", "full"],
+    ];
+    let rid = ctx.id("r");
+    for flag in restore {
+        let mut args = vec!["restore", "-d", "--bundle", &b, "--image-path", img_s];
+        args.extend_from_slice(flag);
+        args.push(&rid);
+        let out = ctx.moat(&args).fails();
+        assert!(
+            out.stderr.contains(flag[0]),
+            "restore {flag:?}: the error does not name the flag: {}",
+            out.stderr
+        );
+        ctx.assert_no_trace(&rid);
+    }
+    let out = ctx
+        .moat(&["restore", "--bundle", &b, "--image-path", img_s, &rid])
+        .fails();
+    assert!(out.stderr.contains("--detach"), "{}", out.stderr);
+    ctx.assert_no_trace(&rid);
+    // An image directory that is not there is named, and the restore leaves nothing.
+    let out = ctx
+        .moat(&["restore", "-d", "--bundle", &b, "--image-path", img_s, &rid])
+        .fails();
+    assert!(
+        out.stderr.contains("--image-path") && out.stderr.contains(img_s),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&rid);
+}
+
+/// CRIU writes the images as root on the host and a restore reads them back: an image or
+/// work directory at or below the container's rootfs or a bind source of its spec (however
+/// it is spelled: the check is by device and inode, walking up) is refused before
+/// anything is made or dumped.
+#[test]
+#[ignore = "root: real containers"]
+fn image_paths_the_container_can_write_are_refused() {
+    if !require_root() {
+        return;
+    }
+    let mut ctx = counter("ckpaths");
+    let shared = ctx.dir.join("shared");
+    std::fs::create_dir_all(shared.join("sub")).expect("mkdir");
+    ctx.push(
+        "/mounts",
+        json!({"destination": "/shared", "type": "bind", "source": shared, "options": ["rbind", "rw"]}),
+    );
+    let c = ctx.create_ok("c");
+    c.start();
+    // The same directory spelled through a symlink outside the container's files.
+    let link = ctx.dir.join("link-to-rootfs");
+    std::os::unix::fs::symlink(ctx.rootfs(), &link).expect("symlink");
+    let inside = [
+        ctx.rootfs(),
+        ctx.rootfs().join("tmp/new/image"),
+        link.join("image"),
+        shared.clone(),
+        shared.join("sub/image"),
+    ];
+    let b = ctx.bundle_str();
+    let rid = ctx.id("r");
+    let outside = ctx.dir.join("image");
+    let outside_s = outside.to_str().expect("utf-8");
+    for p in &inside {
+        let p_s = p.to_str().expect("utf-8");
+        for flag in ["--image-path", "--work-path"] {
+            let (img, work) = if flag == "--image-path" {
+                (p_s, None)
+            } else {
+                (outside_s, Some(p_s))
+            };
+            let mut args = vec!["checkpoint", "--image-path", img];
+            if let Some(w) = work {
+                args.extend_from_slice(&["--work-path", w]);
+            }
+            args.push(&c.id);
+            let out = ctx.moat(&args).fails();
+            assert!(
+                out.stderr.contains(flag) && out.stderr.contains("inside"),
+                "checkpoint {flag} {p_s}: {}",
+                out.stderr
+            );
+            assert_eq!(c.status(), "running");
+            assert!(
+                !ctx.rootfs().join("tmp/new").exists(),
+                "{flag} {p_s} made a directory"
+            );
+            let mut args = vec!["restore", "-d", "--bundle", &b, "--image-path", img];
+            if let Some(w) = work {
+                args.extend_from_slice(&["--work-path", w]);
+            }
+            args.push(&rid);
+            let out = ctx.moat(&args).fails();
+            assert!(
+                out.stderr.contains(flag) && out.stderr.contains("inside"),
+                "restore {flag} {p_s}: {}",
+                out.stderr
+            );
+            ctx.assert_no_trace(&rid);
+        }
+    }
+    assert!(
+        !outside.exists(),
+        "a refused checkpoint made {}",
+        outside.display()
+    );
+}
+
+/// `moat features` names the CRIU moat would run and the version its RPC answers through
+/// moat-criu; without a `criu` on PATH it says so.
+#[test]
+#[ignore = "root: runs CRIU"]
+fn features_name_the_criu_in_use() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    let ctx = Ctx::new("ckfeat");
+    let out = moat(&ctx, &criu, &["features"]).ok();
+    let f: serde_json::Value = serde_json::from_str(&out.stdout).expect("features JSON");
+    let v = f["annotations"]["io.github.moat.criu"]
+        .as_str()
+        .expect("io.github.moat.criu");
+    assert!(
+        v.starts_with("4.") && v.contains(criu.to_str().expect("utf-8")),
+        "io.github.moat.criu = {v:?}"
+    );
+    let mut c = ctx.cmd();
+    c.env("PATH", "/nonexistent").arg("features");
+    let out = ctx.run(c).ok();
+    let f: serde_json::Value = serde_json::from_str(&out.stdout).expect("features JSON");
+    assert_eq!(
+        f["annotations"]["io.github.moat.criu"],
+        "unavailable: no criu on PATH"
+    );
+}
+
+/// A checkpoint image is data: restored under a bundle whose spec gives the container less
+/// than the image's process had (a capability, no_new_privs, a seccomp filter, a namespace
+/// of its own where the spec has the host's), the restore is refused while CRIU still holds
+/// the tree stopped: the error names the difference, the restored process never runs (the
+/// counter stays), and nothing is left. The same image under its own spec then restores.
+#[test]
+#[ignore = "root: real containers, CRIU"]
+fn restore_refuses_an_image_that_differs_from_the_spec() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    let mut ctx = counter("cktamper");
+    ctx.set("/process/noNewPrivileges", json!(false));
+    let original = ctx.config.clone();
+    let c = ctx.create_ok("c");
+    c.start();
+    count_past(&ctx, 5);
+    let img = ctx.dir.join("image");
+    let img_s = img.to_str().expect("utf-8").to_string();
+    moat(&ctx, &criu, &["checkpoint", "--image-path", &img_s, &c.id]).ok();
+    ctx.assert_no_trace(&c.id);
+    let at = count(&ctx);
+    type Edit = fn(&mut Ctx);
+    let cases: &[(&str, Edit, &str)] = &[
+        (
+            "a capability fewer",
+            |ctx| {
+                let caps = json!(["CAP_AUDIT_WRITE", "CAP_NET_BIND_SERVICE"]);
+                for set in ["bounding", "effective", "permitted"] {
+                    ctx.set(&format!("/process/capabilities/{set}"), caps.clone());
+                }
+            },
+            "CapBnd",
+        ),
+        (
+            "no_new_privs",
+            |ctx| {
+                ctx.set("/process/noNewPrivileges", json!(true));
+            },
+            "no_new_privs",
+        ),
+        (
+            "a seccomp filter",
+            |ctx| {
+                ctx.set(
+                    "/linux/seccomp",
+                    json!({"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_X86_64"],
+                           "syscalls": [{"names": ["kexec_load"], "action": "SCMP_ACT_ERRNO"}]}),
+                );
+            },
+            "seccomp mode 0",
+        ),
+        (
+            "the host's network namespace",
+            |ctx| {
+                ctx.without_ns("network");
+            },
+            "net namespace",
+        ),
+        (
+            "the host's uts namespace",
+            |ctx| {
+                ctx.without_ns("uts");
+                if let Some(o) = ctx.config.as_object_mut() {
+                    o.remove("hostname");
+                }
+            },
+            "uts namespace",
+        ),
+        (
+            "the host's ipc namespace",
+            |ctx| {
+                ctx.without_ns("ipc");
+            },
+            "ipc namespace",
+        ),
+    ];
+    let b = ctx.bundle_str();
+    for (what, edit, says) in cases {
+        ctx.config = original.clone();
+        edit(&mut ctx);
+        let rid = ctx.id("r");
+        // Deletes what a wrongly accepted restore left running.
+        let _guard = ctx.guard(&rid);
+        let out = moat(
+            &ctx,
+            &criu,
+            &[
+                "restore",
+                "-d",
+                "--bundle",
+                &b,
+                "--image-path",
+                &img_s,
+                &rid,
+            ],
+        )
+        .fails();
+        assert!(
+            out.stderr.contains("refused") && out.stderr.contains(says),
+            "restore under a spec with {what}: {}",
+            out.stderr
+        );
+        ctx.assert_no_trace(&rid);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            count(&ctx),
+            at,
+            "restore under a spec with {what}: the refused process ran"
+        );
+    }
+    // The image under the spec it was made with: restored, counting on.
+    ctx.config = original;
+    let rid = ctx.id("ok");
+    let r = ctx.guard(&rid);
+    moat(
+        &ctx,
+        &criu,
+        &[
+            "restore",
+            "-d",
+            "--bundle",
+            &b,
+            "--image-path",
+            &img_s,
+            &rid,
+        ],
+    )
+    .ok();
+    count_past(&ctx, at);
+    r.moat(&["delete", "--force", &rid]).ok();
+    ctx.assert_no_trace(&rid);
+}
+
+/// The container's stdio is the restore caller's: a pipe the container wrote to before
+/// its checkpoint is given, at restore, the descriptor of the same number of `moat
+/// restore` (CRIU's inherit_fd, as runc maps it), so what the restored process prints
+/// reaches the caller (here its stdout file), counting on from the checkpoint.
+#[test]
+#[ignore = "root: real containers, CRIU"]
+fn restored_stdout_reaches_the_restore_caller() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    let mut ctx = Ctx::new("ckstdio");
+    ctx.set("/root/readonly", json!(false)).sh(
+        "exec </dev/null 2>/dev/null; i=0; while :; do i=$((i+1)); echo $i; echo $i >/count; sleep 0.05; done",
+    );
+    ctx.write_config();
+    let id = ctx.id("c");
+    let c = ctx.guard(&id);
+    // `moat create` with its stdout a pipe this test reads: the container's stdout.
+    let (mut reader, writer) = std::io::pipe().expect("pipe");
+    let mut cmd = ctx.cmd();
+    cmd.args(["create", "--bundle", &ctx.bundle_str(), &id])
+        .stdin(std::process::Stdio::null())
+        .stdout(writer)
+        .stderr(std::process::Stdio::null());
+    policy_env(&mut cmd);
+    let child = spawn(&mut cmd);
+    drop(cmd);
+    assert_eq!(
+        exit_code(wait_child(child, Duration::from_secs(60))),
+        0,
+        "create"
+    );
+    c.start();
+    count_past(&ctx, 5);
+    let img = ctx.dir.join("image");
+    let img_s = img.to_str().expect("utf-8");
+    moat(&ctx, &criu, &["checkpoint", "--image-path", img_s, &id]).ok();
+    // The original is gone: its pipe's writers with it.
+    let mut before = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut before).expect("read the pipe");
+    let last: u64 = before
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("the container printed before its checkpoint");
+    let out = moat(
+        &ctx,
+        &criu,
+        &[
+            "restore",
+            "-d",
+            "--bundle",
+            &ctx.bundle_str(),
+            "--image-path",
+            img_s,
+            &id,
+        ],
+    )
+    .ok();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let printed = loop {
+        let now = out.stdout_now();
+        let past: Vec<u64> = now
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .filter(|n| *n > last)
+            .collect();
+        if past.len() >= 3 {
+            break past;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the restored container printed nothing past {last} to the restore caller: {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        printed[0],
+        last + 1,
+        "restored output does not follow the checkpointed {last}: {printed:?}"
+    );
+    c.moat(&["delete", "--force", &id]).ok();
+    ctx.assert_no_trace(&id);
+}
