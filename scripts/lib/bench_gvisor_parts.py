@@ -153,10 +153,11 @@ class Parts(GvisorRun):
             v["spec-" + name.replace(".", "_").replace("+", "_")] = s
             if cell.idx == 0 and name == "mounts":
                 pm = plain.get("mounts", [])
-                self.say("spec-mounts: moat's mounts not in plain's (the trampoline's aside): " + json.dumps(
+                self.say("moat's spec differs (way spec-mounts): its mounts not in plain's, the "
+                         "trampoline's aside: " + json.dumps(
                     [m for m in without_tramp(spec)["mounts"] if m not in pm]))
             elif cell.idx == 0:
-                self.say(f"spec-{name}: " + "; ".join(
+                self.say(f"moat's spec differs (way spec-{name}): " + "; ".join(
                     f"{'.'.join(map(str, p))}: {json.dumps(get(plain, p)[0])[:120]} → "
                     f"{json.dumps(get(without_tramp(spec), p)[0])[:160]}" for p in paths))
         # runsc's own conversion of the profile (--oci-seccomp), as the part it is of plain
