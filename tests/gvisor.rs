@@ -136,6 +136,7 @@ on_both_runscs!(
     gvisor_pod_app_seccomp_applies_under_a_sandbox_without_one,
     gvisor_ids_never_reach_another_by_prefix,
     seccomp_errnos_and_exec_under_the_containers_filter,
+    a_profile_denying_seccomp_and_prctl_runs_as_under_runc,
     seccomp_trampoline_missing_is_a_clear_error_and_leaves_nothing,
     platform_is_one_this_runsc_lists_and_defaults_to_its_own,
     control_socket_unreachable_from_host_users_and_host_network_containers,
@@ -1015,10 +1016,14 @@ fn restricted_policy_reaches_runsc_and_verify_checks_it() {
         serde_json::json!([])
     );
     assert_eq!(eff["process"]["noNewPrivileges"], true);
-    assert!(
-        eff["linux"]["seccomp"]["syscalls"].is_array(),
-        "moat's profile"
+    // moat's profile, compiled: the process runs through moat's trampoline, which
+    // installs it; runsc is not given it as well.
+    assert_eq!(
+        eff["process"]["args"][1], "--moat-gvisor-seccomp-exec",
+        "moat's profile, through the trampoline: {}",
+        eff["process"]["args"]
     );
+    assert!(eff["linux"]["seccomp"].is_null(), "{}", eff["linux"]);
     assert_eq!(eff["linux"]["cgroupsPath"], format!("{fleet}/{id}"));
     assert_eq!(eff["linux"]["resources"]["memory"]["limit"], 512 << 20);
     let decision: Value =
@@ -2181,6 +2186,58 @@ fn control_socket_unreachable_from_host_users_and_host_network_containers() {
 /// for every errno and starts exec'd processes unfiltered: moat's trampoline installs the
 /// filter inside the sandbox (src/gvisor/seccomp_exec.rs). The process's argv is its own
 /// once the trampoline has exec'd it.
+/// runc installs the container's filter itself, as its last step, so a profile need not
+/// allow `seccomp` or `prctl` (no_new_privs) for the container to run. Under gVisor moat's
+/// trampoline makes those calls inside the sandbox; runsc is not given the profile as well
+/// (its conversion would filter the trampoline's own calls and end the process with status
+/// 126 before its command). The container runs (NNP asked for), its command under the
+/// filter (`Seccomp: 2`), and the spec runsc read holds no profile.
+fn a_profile_denying_seccomp_and_prctl_runs_as_under_runc() {
+    if !usable("a_profile_denying_seccomp_and_prctl_runs_as_under_runc") {
+        return;
+    }
+    let mut e = Env::new("scdeny");
+    let cfg = e.dir.join("open.toml");
+    std::fs::write(&cfg, "default_policy = \"open\"\n").unwrap();
+    e.config = Some(cfg);
+    let b = e.bundle(
+        "run",
+        &[("moat.runtime", "gvisor")],
+        &[
+            "sh",
+            "-c",
+            "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status; echo ran",
+        ],
+    );
+    let cfg = b.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    spec["process"]["noNewPrivileges"] = Value::from(true);
+    spec["linux"]["seccomp"] = serde_json::json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "architectures": ["SCMP_ARCH_X86_64"],
+        "syscalls": [{"names": ["seccomp", "prctl"], "action": "SCMP_ACT_ERRNO"}]
+    });
+    std::fs::write(&cfg, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+    let id = e.id("run");
+    e.ok(&["create", "--bundle", b.to_str().unwrap(), &id]);
+    let runsc_config: Value =
+        serde_json::from_slice(&std::fs::read(e.root().join(&id).join("config.json")).unwrap())
+            .unwrap();
+    assert!(
+        runsc_config.pointer("/linux/seccomp").is_none(),
+        "runsc is given the profile too: {}",
+        runsc_config["linux"]
+    );
+    e.ok(&["delete", "--force", &id]);
+    let o = e.run(&["run", "--bundle", b.to_str().unwrap(), &id]);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    // (gVisor's /proc/PID/status has no NoNewPrivs line.)
+    for want in ["Seccomp:\t2", "ran"] {
+        assert!(out.contains(want), "no {want:?} in {out}");
+    }
+}
+
 fn seccomp_errnos_and_exec_under_the_containers_filter() {
     if !usable("seccomp_errnos_and_exec_under_the_containers_filter") {
         return;

@@ -144,15 +144,9 @@ pub fn ignored(spec: &Spec) -> Vec<Change> {
              its host seccomp filter stand in",
         ));
     }
+    // linux.seccomp is applied (moat's filter through its trampoline, exec'd processes
+    // included: super::seccomp_exec).
     let linux = spec.linux();
-    if linux.seccomp.is_some() {
-        out.push(note(
-            "linux.seccomp",
-            "for processes started with exec",
-            "runsc 20221219 applies the profile to the container's process and what it forks, \
-             not to processes it starts for exec (their capabilities are still cut and NNP is on)",
-        ));
-    }
     if !linux.masked_paths.is_empty() {
         out.push(note(
             "linux.maskedPaths",

@@ -13,11 +13,14 @@
 //! page the sentry maps for an execve costs a trap under ptrace, and the small static
 //! binary is ~1/10 of moat's (docs/gvisor.md, "runsc releases").
 //!
-//! runsc keeps applying its own conversion of the same profile (`--oci-seccomp`) to the
-//! container's process: an outer layer, so the result is never weaker than runsc's
-//! alone. Where both filters return ERRNO, the newest filter's errno is returned (the
-//! kernel's rule, and the sentry's: an `errnoRet` of 38 under runsc's EPERM came back as
-//! ENOSYS on both runscs).
+//! runsc is not given the profile as well when the process runs through the trampoline:
+//! its conversion would be a second filter over the same rules (errnos aside), run on every
+//! system call after moat's, and over the trampoline's own calls too, so a profile that
+//! denies `seccomp` or `prctl` (which runc never needs the container to be allowed) would
+//! end the container's process before its command. The trampoline is moat's own file and
+//! runs nothing of the container's before the filter is in: the command's first
+//! instruction is filtered as under runc. A spec without a process (nothing to wrap) keeps
+//! runsc's conversion.
 //!
 //! The binary reaches the sandbox as a read-only bind mount at [`DEST`], under the
 //! sentry's own `/dev` tmpfs (not in the rootfs, which may be read-only or hostile). Its
@@ -108,9 +111,13 @@ pub fn wrap_spec(spec: &mut Spec, cache: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The process through the trampoline at [`DEST`], a read-only bind mount of `binary`.
+/// The process through the trampoline at [`DEST`], a read-only bind mount of `binary`; the
+/// profile then no longer in runsc's spec (the module's doc says why).
 fn apply(spec: &mut Spec, filter: &seccomp::Filter, binary: &Path) {
     if let Some(process) = spec.process.as_mut() {
+        if let Some(linux) = spec.linux.as_mut() {
+            linux.seccomp = None;
+        }
         let nnp = process.no_new_privileges == Some(true);
         process.args = wrap(filter, nnp, &process.args);
         spec.mounts.push(spec::Mount {
@@ -324,8 +331,9 @@ mod tests {
         assert_eq!(m.destination, DEST);
         assert_eq!(m.source.as_deref(), Some("/cache/moat-x"));
         assert_eq!(m.options, ["bind", "ro", "nosuid", "nodev"]);
-        // runsc keeps its own conversion as the outer layer.
-        assert!(s.linux().seccomp.is_some());
+        // runsc is not given the profile too: moat's filter is the one the process runs
+        // under.
+        assert!(s.linux().seccomp.is_none());
     }
 
     #[test]

@@ -168,13 +168,22 @@ fn checks(g: &Context, rec: &Record, gv: &Gvisor, spec: &Spec) -> anyhow::Result
         network.into(),
         network == gv.network,
     );
-    let has_seccomp = spec.linux().seccomp.is_some();
+    // A profile reaches the process as moat's filter through the trampoline (its prefix in
+    // the process's args), or, where runsc's spec still holds it (no process to wrap;
+    // records of earlier moats), through runsc's conversion, which needs --oci-seccomp.
+    let runsc_profile = spec.linux().seccomp.is_some();
+    let trampoline = spec
+        .process
+        .as_ref()
+        .and_then(|p| super::seccomp_exec::prefix_of(&p.args, false))
+        .is_some();
+    let has_seccomp = runsc_profile || trampoline;
     let oci_seccomp = flag(&argv, "oci-seccomp") == Some("true");
     add(
         "runsc --oci-seccomp",
-        if has_seccomp { "true" } else { "any" }.into(),
+        if runsc_profile { "true" } else { "any" }.into(),
         oci_seccomp.to_string(),
-        oci_seccomp || !has_seccomp,
+        oci_seccomp || !runsc_profile,
     );
     let override_flags = argv.iter().any(|a| a.starts_with("--allow-flag-override"));
     add(
