@@ -1,7 +1,8 @@
 //! `moat checkpoint` / `moat restore` of a native container through CRIU (moat-criu):
 //! a shell loop counting into a file keeps counting from where it was after a restore,
 //! with and without `--leave-running`, in the cgroup moat made for it; and the refusals:
-//! every runc flag moat does not apply yet, image and work paths the container can write.
+//! every runc flag moat does not apply yet, image and work paths the container can write;
+//! a container joining a network namespace by path restored into that namespace.
 //!
 //! CRIU is Debian sid's 4.2.1 with its own libraries (scripts/lib/criu-newer; Debian 12's
 //! 3.17 fails on this kernel): `MOAT_TEST_CRIU` names its `criu`, whose directory is put
@@ -9,10 +10,12 @@
 
 mod support;
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use support::sockets::netns_of;
 use support::*;
 
 /// The `criu` to use, or `None` (and a loud skip, or a failure under scripts/test).
@@ -602,4 +605,101 @@ fn restored_stdout_reaches_the_restore_caller() {
     );
     c.moat(&["delete", "--force", &id]).ok();
     ctx.assert_no_trace(&id);
+}
+
+/// `ip netns add` a namespace; deleted on drop.
+struct NetNs(String);
+
+impl NetNs {
+    fn new(tag: &str) -> NetNs {
+        let name = format!("moat-ck{tag}-{}", std::process::id());
+        host(&["ip", "netns", "add", &name]);
+        NetNs(name)
+    }
+
+    fn path(&self) -> String {
+        format!("/var/run/netns/{}", self.0)
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        host(&["ip", "netns", "delete", &self.0]);
+    }
+}
+
+/// A container whose spec joins a network namespace by path (as podman's netavark, CNI
+/// and pods give it) is checkpointed with that namespace left out of the image (CRIU's
+/// external `net[INODE]:KEY`) and restored into the one its spec joins (moat's descriptor
+/// of the path, under that key): counting on, its netns inode the path's, with and without
+/// `--leave-running`. Without the mapping CRIU makes it a new one and the pre-resume
+/// comparison refuses the restore.
+#[test]
+#[ignore = "root: real containers, CRIU, a network namespace"]
+fn restored_into_the_network_namespace_the_spec_joins() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    for leave_running in [false, true] {
+        let netns = NetNs::new(if leave_running { "l" } else { "s" });
+        let ino = std::fs::metadata(netns.path()).expect("netns file").ino();
+        let mut ctx = counter(if leave_running { "cknetl" } else { "cknets" });
+        for n in ctx.config["linux"]["namespaces"]
+            .as_array_mut()
+            .expect("namespaces")
+            .iter_mut()
+        {
+            if n["type"] == "network" {
+                n["path"] = json!(netns.path());
+            }
+        }
+        let c = ctx.create_ok("c");
+        c.start();
+        assert_eq!(
+            netns_of(c.pid()),
+            Some(ino),
+            "created outside the joined netns"
+        );
+        count_past(&ctx, 5);
+        let img = ctx.dir.join("image");
+        let img_s = img.to_str().expect("utf-8");
+        let mut args = vec!["checkpoint", "--image-path", img_s];
+        if leave_running {
+            args.push("--leave-running");
+        }
+        args.push(&c.id);
+        moat(&ctx, &criu, &args).ok();
+        if leave_running {
+            assert_eq!(netns_of(c.pid()), Some(ino), "the original left the netns");
+            c.moat(&["delete", "--force", &c.id]).ok();
+        }
+        ctx.assert_no_trace(&c.id);
+        let at = count(&ctx);
+        let b = ctx.bundle_str();
+        let out = moat(
+            &ctx,
+            &criu,
+            &[
+                "restore",
+                "-d",
+                "--bundle",
+                &b,
+                "--image-path",
+                img_s,
+                &c.id,
+            ],
+        );
+        assert_eq!(out.code, 0, "restore: {}", out.stderr);
+        let pid = c.pid();
+        assert_eq!(
+            netns_of(pid),
+            Some(ino),
+            "restored outside the network namespace the spec joins"
+        );
+        count_past(&ctx, at);
+        c.moat(&["delete", "--force", &c.id]).ok();
+        ctx.assert_no_trace(&c.id);
+        assert_cwd_empty(&ctx);
+    }
 }

@@ -329,6 +329,9 @@ fn dump(d: wire::Dump) -> Reply {
     for (k, v) in d.ext_mnt {
         c.set_external_mount(k, v);
     }
+    for e in d.external {
+        c.add_external(e);
+    }
     let log = d
         .work_dir
         .as_ref()

@@ -128,6 +128,7 @@ pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Resul
     for mp in cgroup_mounts(c.record.pid)? {
         ext_mnt.push((mp.clone(), mp));
     }
+    let external = external_namespaces(c.record.pid, &spec)?;
     record_stdio(c.record.pid, &image_path)?;
     criu::dump(criu::wire::Dump {
         criu: criu::criu_path(req.criu.as_deref()),
@@ -137,6 +138,7 @@ pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Resul
         root: c.record.rootfs.clone(),
         leave_running: req.leave_running,
         ext_mnt,
+        external,
     })?;
     if req.leave_running {
         return Ok(0);
@@ -152,6 +154,69 @@ pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Resul
         },
     )?;
     Ok(0)
+}
+
+/// The spec's type of the namespace `/proc/<pid>/ns/NAME` names, and its `CLONE_NEW*`.
+fn ns_kind(name: &str) -> Option<(&'static str, libc::c_int)> {
+    match name {
+        "net" => Some(("network", libc::CLONE_NEWNET)),
+        _ => None,
+    }
+}
+
+/// The namespaces the spec joins by path (`linux.namespaces[].path`) that CRIU can leave
+/// out of the image (`NAME[INODE]:KEY`, the inode the init's own): a restore puts the tree
+/// back into the namespace its spec joins, as runc's does, rather than a new one.
+fn external_namespaces(pid: i32, spec: &Spec) -> std::result::Result<Vec<String>, CheckpointError> {
+    let Some(linux) = spec.linux.as_ref() else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for name in criu::EXTERNAL_NS {
+        let Some((typ, _)) = ns_kind(name) else {
+            continue;
+        };
+        if !linux
+            .namespaces
+            .iter()
+            .any(|n| n.typ == typ && n.path.is_some())
+        {
+            continue;
+        }
+        let path = PathBuf::from(format!("/proc/{pid}/ns/{name}"));
+        let c = CString::new(path.as_os_str().as_bytes()).expect("no NUL");
+        let st = sys::stat(&c).map_err(|err| CheckpointError::Path {
+            flag: "the container's namespaces",
+            path: path.clone(),
+            err,
+        })?;
+        out.push(format!(
+            "{name}[{}]:{}",
+            st.st_ino,
+            criu::external_ns_key(name)
+        ));
+    }
+    Ok(out)
+}
+
+/// For each namespace CRIU can take from outside that the restoring spec joins by path, a
+/// copy of moat's descriptor of it, inheritable, under the key an image names it by (an
+/// image that did not leave it out ignores it, and the pre-resume comparison then refuses
+/// the new one CRIU made).
+fn inherited_namespaces(plan: &crate::linux::create::Plan) -> Vec<(OwnedFd, String)> {
+    criu::EXTERNAL_NS
+        .iter()
+        .filter_map(|name| {
+            let (_, flag) = ns_kind(name)?;
+            let own = plan.joined_ns(flag)?.try_clone_to_owned().ok()?;
+            nix::fcntl::fcntl(
+                own.as_raw_fd(),
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+            )
+            .ok()?;
+            Some((own, criu::external_ns_key(name)))
+        })
+        .collect()
 }
 
 /// The mount points of cgroup file systems in the init's mount namespace.
@@ -293,7 +358,8 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
         // The container's stdio as the dump recorded it: a pipe is given the caller's
         // descriptor of the same number (as runc does), through a copy that moat-criu and
         // CRIU inherit; closed here once the restore is over.
-        let stdio = inherited_stdio(&images_dir);
+        let mut stdio = inherited_stdio(&images_dir);
+        stdio.extend(inherited_namespaces(plan));
         let inherit_fd = stdio
             .iter()
             .map(|(fd, key)| (fd.as_raw_fd(), key.clone()))

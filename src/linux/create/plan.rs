@@ -11,7 +11,7 @@
 //! shared by every container and never the container's own.
 
 use std::ffi::CString;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 
 use super::Error;
@@ -151,6 +151,18 @@ impl Plan {
         (&self.spec, &self.rootfs.rootfs, self.dns.is_some())
     }
 
+    /// The namespace of kind `flag` (`CLONE_NEW*`) the spec joins by path, as moat opened
+    /// it: a restore hands it to CRIU for an image that left that namespace out.
+    pub fn joined_ns(&self, flag: libc::c_int) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.ns
+            .joins
+            .iter()
+            .chain(self.ns.user_join.iter())
+            .chain(self.ns.mount_join.iter())
+            .find(|j| j.flag == flag)
+            .map(|j| j.fd.as_fd())
+    }
+
     /// What the tree a restore of this plan must be, checked before it runs
     /// (`moat-criu`, see [`crate::linux::criu::wire::Expect`]): the init's capability sets,
     /// NNP and seccomp filters as this plan would give them, its namespaces as this plan
@@ -193,8 +205,13 @@ impl Plan {
             .map(|&(name, flag)| {
                 let host = link(&format!("/proc/self/ns/{name}"));
                 let rule = if let Some(j) = joins.iter().find(|j| j.flag == flag) {
+                    // By the inode of the file moat opened, in `/proc/<pid>/ns/`'s form: a
+                    // namespace file opened through a bind mount (`ip netns`'s) reads
+                    // back as that mount's path, never as `NAME:[INODE]`.
                     NsRule::Joined {
-                        link: link(&format!("/proc/self/fd/{}", j.fd.as_raw_fd())),
+                        link: sys::fstat(j.fd.as_fd())
+                            .map(|st| format!("{name}:[{}]", st.st_ino))
+                            .unwrap_or_default(),
                         path: j.path.clone(),
                     }
                 } else if self.ns.new & flag != 0 {

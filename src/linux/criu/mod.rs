@@ -19,6 +19,23 @@ use super::sys;
 /// The helper's name, next to moat's own binary.
 pub const HELPER: &str = "moat-criu";
 
+/// The namespaces CRIU can leave out of an image and restore a tree into as given (its
+/// `--external net[INODE]:KEY`), by their `/proc/<pid>/ns/` name. Others joined by path
+/// are restored by CRIU as new ones, which the pre-resume comparison then refuses.
+pub const EXTERNAL_NS: &[&str] = &["net"];
+
+/// The key a namespace left out of an image is named by, at dump (`external`) and at
+/// restore (`inherit_fd`): `extRoot` + the name capitalised + `NS`, runc's, so an image
+/// runc made and one moat made name it alike.
+pub fn external_ns_key(name: &str) -> String {
+    let mut chars = name.chars();
+    let first: String = chars
+        .next()
+        .map(|c| c.to_uppercase().collect())
+        .unwrap_or_default();
+    format!("extRoot{first}{}NS", chars.as_str())
+}
+
 /// How long a version query may take.
 const VERSION_DEADLINE: Duration = Duration::from_secs(10);
 

@@ -96,6 +96,10 @@ pub struct Dump {
     /// `ext_mnt`: mount points inside the container (key) dumped as external, by the name
     /// a restore maps back to a host path (value).
     pub ext_mnt: Vec<(String, String)>,
+    /// `external`: the namespaces the spec joins by path, left out of the image as
+    /// `NAME[INODE]:KEY` (CRIU's `--external` form; `KEY` from `criu::external_ns_key`), so a
+    /// restore puts the tree back into the namespace it is given under that key.
+    pub external: Vec<String>,
 }
 
 /// What a [`Request`] got done.
