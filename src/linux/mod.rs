@@ -17,6 +17,7 @@ pub mod devices;
 pub mod egress;
 pub mod exec;
 pub mod exeseal;
+pub mod helper;
 pub mod hooks;
 pub mod hostfacts;
 pub mod idmap;

@@ -6,15 +6,11 @@
 
 pub mod wire;
 
-use std::io::{Read, Write};
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use wire::{Answer, Reply, Request};
-
-use super::sys;
 
 /// The helper's name, next to moat's own binary.
 pub const HELPER: &str = "moat-criu";
@@ -163,36 +159,12 @@ fn converse_placed(
         return Err(CriuError::Criu(e));
     }
     let body = serde_json::to_vec(req).expect("serialises");
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(&body);
-    }
-    let mut stdout = child.stdout.take().expect("piped");
-    let until = Instant::now() + deadline;
-    let mut out = Vec::new();
-    let answered = loop {
-        let left = until.saturating_duration_since(Instant::now());
-        match sys::poll_readable_within(stdout.as_fd(), left) {
-            Ok(true) => {}
-            Ok(false) | Err(_) => break false,
-        }
-        let mut buf = [0u8; 4096];
-        match stdout.read(&mut buf) {
-            Ok(0) => break true,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break true,
-        }
-    };
-    if !answered {
-        let _ = child.kill();
-    }
-    let _ = child.wait();
-    if !answered {
+    let Some(out) = super::helper::ask(&mut child, &body, deadline) else {
         return Err(CriuError::Timeout {
             helper: path,
             secs: deadline.as_secs(),
         });
-    }
+    };
     match serde_json::from_slice::<Reply>(&out) {
         Ok(r) => r.map_err(CriuError::Criu),
         Err(_) => Err(CriuError::NoAnswer { helper: path }),

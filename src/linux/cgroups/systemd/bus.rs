@@ -9,17 +9,14 @@
 //! threads stay out of the process that forks the container, and it inherits nothing
 //! but three pipes.
 
-use std::io::{Read, Write};
-use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::props::Prop;
 use super::wire::{Answer, Props, Reply, Request, Value};
 use super::Scope;
 use crate::linux::cgroups::CgroupError;
-use crate::linux::sys;
 
 /// How long one conversation (its calls and its job) may take.
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -54,36 +51,12 @@ fn converse(req: &Request, what: &str) -> Result<Answer, CgroupError> {
         .spawn()
         .map_err(|e| failed(format!("systemd: {what}: run {}: {e}", path.display())))?;
     let body = serde_json::to_vec(req).expect("serialises");
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(&body);
-    }
-    let mut stdout = child.stdout.take().expect("piped");
-    let deadline = Instant::now() + DEADLINE;
-    let mut out = Vec::new();
-    let answered = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match sys::poll_readable_within(stdout.as_fd(), left) {
-            Ok(true) => {}
-            Ok(false) | Err(_) => break false,
-        }
-        let mut buf = [0u8; 4096];
-        match stdout.read(&mut buf) {
-            Ok(0) => break true,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break true,
-        }
-    };
-    if !answered {
-        let _ = child.kill();
-    }
-    let _ = child.wait();
-    if !answered {
+    let Some(out) = crate::linux::helper::ask(&mut child, &body, DEADLINE) else {
         return Err(failed(format!(
             "systemd: {what}: no answer within {}s",
             DEADLINE.as_secs()
         )));
-    }
+    };
     match serde_json::from_slice::<Reply>(&out) {
         Ok(r) => r.map_err(failed),
         Err(_) => Err(failed(format!(
