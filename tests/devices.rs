@@ -95,9 +95,7 @@ impl Loop {
         fs::write(&file, data).expect("write loop image");
         let mut cmd = Command::new("losetup");
         cmd.args(["--find", "--show"]).arg(&file);
-        let out = run_cmd(cmd, &tmp_base(), CALL_TIMEOUT);
-        let _ = fs::remove_file(&out.out_file);
-        let _ = fs::remove_file(&out.err_file);
+        let out = run_host_cmd(cmd, CALL_TIMEOUT);
         if out.code != 0 {
             missing(&format!("losetup --find: {}", out.stderr.trim()));
             return None;
@@ -116,9 +114,7 @@ impl Drop for Loop {
     fn drop(&mut self) {
         let mut cmd = Command::new("losetup");
         cmd.args(["-d", &self.dev]);
-        let out = run_cmd(cmd, &tmp_base(), CALL_TIMEOUT);
-        let _ = fs::remove_file(&out.out_file);
-        let _ = fs::remove_file(&out.err_file);
+        let out = run_host_cmd(cmd, CALL_TIMEOUT);
         if out.code != 0 {
             eprintln!("losetup -d {}: {}", self.dev, out.stderr);
         }

@@ -117,9 +117,7 @@ impl Drop for Netns {
         // Not `host`: a panic here, while a failed assertion unwinds, would abort the run.
         let mut cmd = std::process::Command::new("ip");
         cmd.args(["netns", "del", &self.0]);
-        let out = run_cmd(cmd, &tmp_base(), std::time::Duration::from_secs(30));
-        let _ = fs::remove_file(&out.out_file);
-        let _ = fs::remove_file(&out.err_file);
+        let _ = run_host_cmd(cmd, std::time::Duration::from_secs(30));
     }
 }
 

@@ -206,7 +206,7 @@ impl Drop for DelLink {
         if Path::new("/sys/class/net").join(&self.0).exists() {
             let mut c = Command::new("ip");
             c.args(["link", "del", "dev", &self.0]);
-            let _ = support::run_cmd(c, &tmp_base(), support::CALL_TIMEOUT);
+            let _ = support::run_host_cmd(c, support::CALL_TIMEOUT);
         }
     }
 }

@@ -89,7 +89,7 @@ impl Drop for Veth {
             if on_host(end) {
                 let mut c = Command::new("ip");
                 c.args(["link", "del", "dev", end]);
-                let _ = run_cmd(c, &tmp_base(), CALL_TIMEOUT);
+                let _ = run_host_cmd(c, CALL_TIMEOUT);
             }
         }
     }

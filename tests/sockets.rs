@@ -52,9 +52,7 @@ impl Drop for Netns {
 fn host_status(args: &[&str]) -> i32 {
     let mut cmd = std::process::Command::new(args[0]);
     cmd.args(&args[1..]);
-    let out = run_cmd(cmd, &tmp_base(), std::time::Duration::from_secs(30));
-    let _ = fs::remove_file(&out.out_file);
-    let _ = fs::remove_file(&out.err_file);
+    let out = run_host_cmd(cmd, std::time::Duration::from_secs(30));
     out.code
 }
 

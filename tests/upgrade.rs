@@ -33,10 +33,10 @@ fn old_binary() -> Option<&'static Path> {
     BIN.get_or_init(build_old).as_deref()
 }
 
-/// Runs `cmd` to its end, its output in `io`; panics naming `what` if it fails.
+/// Runs `cmd` on the host to its end; panics naming `what` if it fails.
 #[track_caller]
-fn must(cmd: Command, io: &Path, timeout: Duration, what: &str) -> Out {
-    let out = run_cmd(cmd, io, timeout);
+fn must(cmd: Command, timeout: Duration, what: &str) -> Out {
+    let out = run_host_cmd(cmd, timeout);
     assert_eq!(out.code, 0, "{what}: {}{}", out.stdout, out.stderr);
     out
 }
@@ -45,7 +45,6 @@ fn build_old() -> Option<PathBuf> {
     let from = std::env::var("MOAT_UPGRADE_FROM").unwrap_or_else(|_| DEFAULT_FROM.into());
     let target = repo().join("target/moat-upgrade");
     fs::create_dir_all(&target).expect("mkdir target/moat-upgrade");
-    let io = tmp_base();
     let on_path = |name: &str| {
         std::env::var_os("PATH")
             .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
@@ -59,7 +58,7 @@ fn build_old() -> Option<PathBuf> {
         .arg(repo())
         .args(["rev-parse", "--verify", "--quiet"])
         .arg(format!("{from}^{{commit}}"));
-    let out = run_cmd(rev, &io, CALL_TIMEOUT);
+    let out = run_host_cmd(rev, CALL_TIMEOUT);
     if out.code != 0 {
         missing(&format!(
             "upgrade test: commit {from} (MOAT_UPGRADE_FROM) is not in this clone \
@@ -99,14 +98,14 @@ fn build_old() -> Option<PathBuf> {
         .arg(repo())
         .arg(&sha)
         .arg(&src.0);
-    must(export, &io, CALL_TIMEOUT, "git archive | tar -x");
+    must(export, CALL_TIMEOUT, "git archive | tar -x");
     let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     build
         .current_dir(&src.0)
         .args(["build", "--locked", "--bin", "moat"])
         .env("CARGO_TARGET_DIR", &target)
         .env("CARGO_TERM_COLOR", "never");
-    must(build, &io, BUILD_TIMEOUT, &format!("cargo build of {from}"));
+    must(build, BUILD_TIMEOUT, &format!("cargo build of {from}"));
     let built = target.join("x86_64-unknown-linux-musl/debug/moat");
     let tmp = target.join(format!(".moat-{sha}.{}", std::process::id()));
     fs::copy(&built, &tmp).expect("copy the old binary");

@@ -85,9 +85,7 @@ fn build_probe(name: &str, extra: &[&str]) -> Option<PathBuf> {
         .args(["-static", "-O2", "-o"])
         .arg(&tmp)
         .arg(&src);
-    let res = run_cmd(cmd, &tmp_base(), Duration::from_secs(120));
-    let _ = fs::remove_file(&res.out_file);
-    let _ = fs::remove_file(&res.err_file);
+    let res = run_host_cmd(cmd, Duration::from_secs(120));
     if res.code != 0 {
         missing(&format!(
             "part of the battery: cannot build {name} with gcc {extra:?} -static \

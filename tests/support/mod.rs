@@ -393,16 +393,22 @@ pub fn run_cmd(cmd: Command, io_dir: &Path, timeout: Duration) -> Out {
     spawn_bg(cmd, io_dir).wait(timeout)
 }
 
+/// Runs a command on the host (ip, gcc, losetup, …: not a container's call) like
+/// [`run_cmd`], its output kept in the returned `Out` only: the files it went to are
+/// removed before returning.
+pub fn run_host_cmd(cmd: Command, timeout: Duration) -> Out {
+    let out = run_cmd(cmd, &tmp_base(), timeout);
+    let _ = fs::remove_file(&out.out_file);
+    let _ = fs::remove_file(&out.err_file);
+    out
+}
+
 /// Runs a host command (ip, mount, …) and panics if it fails.
 #[track_caller]
 pub fn host(args: &[&str]) -> String {
-    let dir = tmp_base();
     let mut cmd = Command::new(args[0]);
     cmd.args(&args[1..]);
-    let out = run_cmd(cmd, &dir, CALL_TIMEOUT);
-    let _ = fs::remove_file(&out.out_file);
-    let _ = fs::remove_file(&out.err_file);
-    out.ok().stdout
+    run_host_cmd(cmd, CALL_TIMEOUT).ok().stdout
 }
 
 // ---------------------------------------------------------------------------------------
@@ -426,9 +432,7 @@ pub fn shared_rootfs() -> &'static Path {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mkrootfs");
         let mut cmd = Command::new(script);
         cmd.arg(&dir);
-        let out = run_cmd(cmd, &tmp_base(), Duration::from_secs(300));
-        let _ = fs::remove_file(&out.out_file);
-        let _ = fs::remove_file(&out.err_file);
+        let out = run_host_cmd(cmd, Duration::from_secs(300));
         assert_eq!(out.code, 0, "scripts/mkrootfs failed: {}", out.stderr);
         dir
     })
@@ -487,9 +491,7 @@ pub fn mkbundle(dir: &Path, args: &[&str], env: &[(&str, &str)]) {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = run_cmd(cmd, &tmp_base(), Duration::from_secs(300));
-    let _ = fs::remove_file(&out.out_file);
-    let _ = fs::remove_file(&out.err_file);
+    let out = run_host_cmd(cmd, Duration::from_secs(300));
     assert_eq!(out.code, 0, "mkbundle failed: {}", out.stderr);
 }
 
@@ -1383,9 +1385,7 @@ pub fn static_fixture(source: &str, name: &str) -> Option<PathBuf> {
     let tmp = dir.join(format!("{name}.{}", std::process::id()));
     let mut cmd = Command::new("gcc");
     cmd.args(["-static", "-O2", "-o"]).arg(&tmp).arg(&src);
-    let res = run_cmd(cmd, &tmp_base(), Duration::from_secs(120));
-    let _ = fs::remove_file(&res.out_file);
-    let _ = fs::remove_file(&res.err_file);
+    let res = run_host_cmd(cmd, Duration::from_secs(120));
     if res.code != 0 {
         missing(&format!(
             "cannot build {source} with gcc -static (install gcc and libc6-dev): {}",

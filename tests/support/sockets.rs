@@ -28,9 +28,7 @@ pub fn probe_with(prefix: &[&str], probe: &Path, args: &[&str]) -> String {
         cmd.args(&prefix[1..]).arg(probe);
     }
     cmd.args(args);
-    let out = run_cmd(cmd, &tmp_base(), Duration::from_secs(20));
-    let _ = fs::remove_file(&out.out_file);
-    let _ = fs::remove_file(&out.err_file);
+    let out = run_host_cmd(cmd, Duration::from_secs(20));
     assert_eq!(out.code, 0, "sockprobe {args:?}: {}", out.stderr);
     out.stdout.trim().to_string()
 }
