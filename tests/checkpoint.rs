@@ -262,6 +262,37 @@ fn unapplied_flags_are_refused_by_name() {
         );
         ctx.assert_no_trace(&rid);
     }
+    // Hooks that run at create or start are not run by a restore: refused by name, not
+    // skipped.
+    let mut hooked = counter("ckhooks");
+    let hb = hooked.bundle_str();
+    let hid = hooked.id("r");
+    for kind in [
+        "prestart",
+        "createRuntime",
+        "createContainer",
+        "startContainer",
+        "poststart",
+    ] {
+        hooked.config["hooks"] = serde_json::json!({ kind: [{"path": "/bin/true"}] });
+        let out = hooked
+            .moat(&[
+                "restore",
+                "-d",
+                "--bundle",
+                &hb,
+                "--image-path",
+                img_s,
+                &hid,
+            ])
+            .fails();
+        assert!(
+            out.stderr.contains(&format!("hooks.{kind}")),
+            "restore with a {kind} hook: {}",
+            out.stderr
+        );
+        hooked.assert_no_trace(&hid);
+    }
     let out = ctx
         .moat(&["restore", "--bundle", &b, "--image-path", img_s, &rid])
         .fails();

@@ -283,6 +283,24 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
         }
         .into());
     }
+    // Run by create only (CRIU restores a tree past them); poststop is recorded and runs
+    // at delete as for a created container.
+    if let Some(h) = &spec.hooks {
+        let unrun = [
+            ("hooks.prestart", &h.prestart),
+            ("hooks.createRuntime", &h.create_runtime),
+            ("hooks.createContainer", &h.create_container),
+            ("hooks.startContainer", &h.start_container),
+            ("hooks.poststart", &h.poststart),
+        ];
+        if let Some((flag, _)) = unrun.iter().find(|(_, v)| !v.is_empty()) {
+            return Err(CheckpointError::Unsupported {
+                flag,
+                what: "a container with hooks that run at create or start",
+            }
+            .into());
+        }
+    }
     if ctx.systemd_cgroup || ctx.rootless() {
         return Err(CheckpointError::Unsupported {
             flag: if ctx.systemd_cgroup {
