@@ -638,27 +638,6 @@ fn restored_stdout_reaches_the_restore_caller() {
     ctx.assert_no_trace(&id);
 }
 
-/// `ip netns add` a namespace; deleted on drop.
-struct NetNs(String);
-
-impl NetNs {
-    fn new(tag: &str) -> NetNs {
-        let name = format!("moat-ck{tag}-{}", std::process::id());
-        host(&["ip", "netns", "add", &name]);
-        NetNs(name)
-    }
-
-    fn path(&self) -> String {
-        format!("/var/run/netns/{}", self.0)
-    }
-}
-
-impl Drop for NetNs {
-    fn drop(&mut self) {
-        host(&["ip", "netns", "delete", &self.0]);
-    }
-}
-
 /// A container whose spec joins a network namespace by path (as podman's netavark, CNI
 /// and pods give it) is checkpointed with that namespace left out of the image (CRIU's
 /// external `net[INODE]:KEY`) and restored into the one its spec joins (moat's descriptor
@@ -673,7 +652,11 @@ fn restored_into_the_network_namespace_the_spec_joins() {
     }
     let Some(criu) = criu() else { return };
     for leave_running in [false, true] {
-        let netns = NetNs::new(if leave_running { "l" } else { "s" });
+        let netns = NetNs::new(&format!(
+            "moat-ck{}-{}",
+            if leave_running { "l" } else { "s" },
+            std::process::id()
+        ));
         let ino = std::fs::metadata(netns.path()).expect("netns file").ino();
         let mut ctx = counter(if leave_running { "cknetl" } else { "cknets" });
         for n in ctx.config["linux"]["namespaces"]

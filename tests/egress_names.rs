@@ -99,26 +99,12 @@ fn a_rule_binding_a_name_is_refused_at_create() {
 /// The list the updated container keeps.
 const KEPT: &str = "tcp/10.0.0.1:443,a.test:443";
 
-/// A network namespace the test made (`ip netns`), removed on drop: gVisor's sandbox
-/// (runsc `--network=host`) gets its egress programs only in a namespace of its own.
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Netns {
-        let name = format!("moat-nb-{}-{tag}", std::process::id());
-        host(&["ip", "netns", "add", &name]);
-        host(&["ip", "-n", &name, "link", "set", "lo", "up"]);
-        Netns(name)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        // Not `host`: a panic here, while a failed assertion unwinds, would abort the run.
-        let mut cmd = std::process::Command::new("ip");
-        cmd.args(["netns", "del", &self.0]);
-        let _ = run_host_cmd(cmd, std::time::Duration::from_secs(30));
-    }
+/// A network namespace the test made, its `lo` up: gVisor's sandbox (runsc
+/// `--network=host`) gets its egress programs only in a namespace of its own.
+fn netns_with_lo(tag: &str) -> NetNs {
+    let ns = NetNs::new(&format!("moat-nb-{}-{tag}", std::process::id()));
+    host(&["ip", "-n", &ns.0, "link", "set", "lo", "up"]);
+    ns
 }
 
 /// `update --egress` to a list with a bound rule fails naming it, and the list in force
@@ -141,7 +127,7 @@ fn a_rule_binding_a_name_is_refused_by_update() {
         let cfg = ctx.dir.join("moat.toml");
         fs::write(&cfg, "[egress]\nresolvers = [\"198.51.100.53\"]\n").unwrap();
         ctx.use_config(cfg.into_os_string());
-        let ns = Netns::new(runtime);
+        let ns = netns_with_lo(runtime);
         ctx.without_ns("network");
         ctx.push(
             "/linux/namespaces",

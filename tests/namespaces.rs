@@ -169,38 +169,13 @@ fn loopback_is_up_in_a_new_network_namespace_under_restricted() {
     loopback_answers(Ctx::new("lo-restr").restricted());
 }
 
-/// `ip netns add` a namespace; deleted on drop.
-struct NetNs(String);
-
-impl NetNs {
-    fn new() -> NetNs {
-        let name = format!("moat-test-{}", std::process::id());
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "delete", &name])
-            .stderr(std::process::Stdio::null())
-            .run_status();
-        host(&["ip", "netns", "add", &name]);
-        NetNs(name)
-    }
-
-    fn path(&self) -> String {
-        format!("/var/run/netns/{}", self.0)
-    }
-}
-
-impl Drop for NetNs {
-    fn drop(&mut self) {
-        host(&["ip", "netns", "delete", &self.0]);
-    }
-}
-
 #[test]
 #[ignore = "root: real containers (scripts/test runs it with --include-ignored)"]
 fn network_namespace_is_joined_by_path() {
     if !require_root() {
         return;
     }
-    let netns = NetNs::new();
+    let netns = NetNs::new(&format!("moat-test-{}", std::process::id()));
     // Something to recognise the namespace by from inside: lo is down in a new one.
     host(&[
         "ip", "netns", "exec", &netns.0, "ip", "link", "set", "lo", "up",

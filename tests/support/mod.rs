@@ -403,6 +403,34 @@ pub fn run_host_cmd(cmd: Command, timeout: Duration) -> Out {
     out
 }
 
+/// A network namespace the test made (`ip netns add`; a stale one of the same name, left
+/// by a killed run, removed first), deleted on drop. The drop never panics: it may run
+/// while a failed assertion unwinds.
+pub struct NetNs(pub String);
+
+impl NetNs {
+    pub fn new(name: &str) -> NetNs {
+        let mut del = Command::new("ip");
+        del.args(["netns", "delete", name]);
+        let _ = run_host_cmd(del, CALL_TIMEOUT);
+        host(&["ip", "netns", "add", name]);
+        NetNs(name.to_string())
+    }
+
+    /// Its file, as `ip netns` keeps it.
+    pub fn path(&self) -> String {
+        format!("/var/run/netns/{}", self.0)
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "delete", &self.0]);
+        let _ = run_host_cmd(cmd, CALL_TIMEOUT);
+    }
+}
+
 /// Runs a host command (ip, mount, …) and panics if it fails.
 #[track_caller]
 pub fn host(args: &[&str]) -> String {
