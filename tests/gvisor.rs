@@ -136,6 +136,7 @@ on_both_runscs!(
     gvisor_pod_app_seccomp_applies_under_a_sandbox_without_one,
     gvisor_ids_never_reach_another_by_prefix,
     seccomp_errnos_and_exec_under_the_containers_filter,
+    runscs_conversion_answers_every_syscall_as_moats_filter,
     a_profile_denying_seccomp_and_prctl_runs_as_under_runc,
     seccomp_trampoline_missing_is_a_clear_error_and_leaves_nothing,
     platform_is_one_this_runsc_lists_and_defaults_to_its_own,
@@ -1016,14 +1017,22 @@ fn restricted_policy_reaches_runsc_and_verify_checks_it() {
         serde_json::json!([])
     );
     assert_eq!(eff["process"]["noNewPrivileges"], true);
-    // moat's profile, compiled: the process runs through moat's trampoline, which
-    // installs it; runsc is not given it as well.
+    // moat's profile, which runsc's conversion can express: rewritten for runsc
+    // (ENOSYS as SCMP_ACT_TRACE, ptrace refused), the process's args its own, and the
+    // trampoline's prefix kept for exec'd processes.
     assert_eq!(
-        eff["process"]["args"][1], "--moat-gvisor-seccomp-exec",
-        "moat's profile, through the trampoline: {}",
-        eff["process"]["args"]
+        eff["process"]["args"],
+        serde_json::json!(["sleep", "600"]),
+        "moat's profile, through runsc's conversion"
     );
-    assert!(eff["linux"]["seccomp"].is_null(), "{}", eff["linux"]);
+    assert_eq!(
+        eff["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_TRACE",
+        "{}",
+        eff["linux"]
+    );
+    let prefix: Vec<String> =
+        serde_json::from_slice(&std::fs::read(dir.join("seccomp-exec.json")).unwrap()).unwrap();
+    assert_eq!(prefix[1], "--moat-gvisor-seccomp-exec", "{prefix:?}");
     assert_eq!(eff["linux"]["cgroupsPath"], format!("{fleet}/{id}"));
     assert_eq!(eff["linux"]["resources"]["memory"]["limit"], 512 << 20);
     let decision: Value =
@@ -2324,6 +2333,148 @@ fn seccomp_errnos_and_exec_under_the_containers_filter() {
     let m = copies[0].metadata().unwrap();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!((m.len(), m.permissions().mode() & 0o7777), (size, 0o555));
+}
+
+/// The sentry's system call table as this test's runsc lists it (number → gVisor's name).
+fn sentry_syscalls() -> std::collections::BTreeMap<u32, String> {
+    let out = Command::new(runsc())
+        .args(["help", "syscalls", "-format", "csv"])
+        .run_output()
+        .expect("runsc help syscalls");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.splitn(5, ',').collect();
+            (f.len() == 5 && f[0] == "linux" && f[1] == "amd64")
+                .then(|| Some((f[2].parse().ok()?, f[3].to_string())))?
+        })
+        .collect()
+}
+
+/// moat's RESTRICTED profile reaches the container's process through runsc's own
+/// conversion (no trampoline: the profile in runsc's spec, the process's argv its own),
+/// rewritten by moat (src/gvisor/seccomp_runsc.rs); a profile runsc cannot express (here
+/// the same one with a KILL_PROCESS rule for `vfork`, which the sweep never calls) runs
+/// through the trampoline. A static program calls every system call number with every
+/// argument -1, in both, with no_new_privs asked: each gets the same answer, but those
+/// the sentry lacks (not in `runsc help syscalls`, so runsc cannot name them), which get
+/// ENOSYS under runsc's conversion. `ioctl(TIOCSTI)` with high bits set in its 32-bit
+/// command is refused in both (runsc compares 64 bits: moat's rewrite masks the low 32),
+/// and no_new_privs reads the same. Exec'd processes keep the container's filter.
+fn runscs_conversion_answers_every_syscall_as_moats_filter() {
+    if !usable("runscs_conversion_answers_every_syscall_as_moats_filter") {
+        return;
+    }
+    let Some(sweep) = support::static_fixture("syscallsweep.c", "syscallsweep") else {
+        return;
+    };
+    let release = runsc_release();
+    let mut e = Env::new("sweep");
+    let cfg = e.dir.join("open.toml");
+    std::fs::write(&cfg, "default_policy = \"open\"\n").unwrap();
+    e.config = Some(cfg);
+    let restricted: Value =
+        serde_json::from_str(include_str!("../seccomp-profiles/restricted.json")).unwrap();
+    let mut forced = restricted.clone();
+    forced["syscalls"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"names": ["vfork"], "action": "SCMP_ACT_KILL_PROCESS"}));
+    let parse = |what: &str, out: &str| -> std::collections::BTreeMap<String, i32> {
+        let map: std::collections::BTreeMap<String, i32> = out
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
+            .collect();
+        assert!(map.len() > 450, "runsc {release}, {what}: {out}");
+        map
+    };
+    let mut answers = Vec::new();
+    for (name, profile, direct) in [("direct", &restricted, true), ("tramp", &forced, false)] {
+        let b = e.bundle(name, &[("moat.runtime", "gvisor")], &["/sweep"]);
+        std::fs::copy(&sweep, b.join("rootfs/sweep")).unwrap();
+        let cfgf = b.join("config.json");
+        let mut spec: Value = serde_json::from_slice(&std::fs::read(&cfgf).unwrap()).unwrap();
+        spec["process"]["noNewPrivileges"] = Value::from(true);
+        spec["linux"]["seccomp"] = profile.clone();
+        std::fs::write(&cfgf, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+        let id = e.id(name);
+        e.ok(&["create", "--bundle", b.to_str().unwrap(), &id]);
+        let dir = e.root().join(&id);
+        let rc: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+        assert_eq!(
+            (
+                rc["process"]["args"][0] == "/sweep",
+                rc.pointer("/linux/seccomp").is_some(),
+                dir.join("seccomp-exec.json").is_file()
+            ),
+            (direct, direct, direct),
+            "runsc {release}, {name}: process {} seccomp {}",
+            rc["process"]["args"],
+            rc["linux"]["seccomp"]
+        );
+        e.ok(&["delete", "--force", &id]);
+        let o = e.run(&["run", "--bundle", b.to_str().unwrap(), &id]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "runsc {release}, {name}: {}",
+            stderr(&o)
+        );
+        answers.push(parse(name, &String::from_utf8_lossy(&o.stdout)));
+        if direct {
+            // A process started with exec runs under moat's filter of the same profile.
+            spec["process"]["args"] = json!(["sleep", "600"]);
+            std::fs::write(&cfgf, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+            let id = e.id("long");
+            e.ok(&["create", "--bundle", b.to_str().unwrap(), &id]);
+            e.ok(&["start", &id]);
+            let out = e.ok(&["exec", &id, "/sweep"]);
+            answers.push(parse("exec", &out));
+            e.ok(&["delete", "--force", &id]);
+        }
+    }
+    let differ = |a: &std::collections::BTreeMap<String, i32>,
+                  b: &std::collections::BTreeMap<String, i32>| {
+        a.iter()
+            .filter(|(k, v)| b.get(*k) != Some(*v))
+            .map(|(k, v)| format!("{k}: {v} against {:?}", b.get(k)))
+            .collect::<Vec<_>>()
+    };
+    let d = differ(&answers[1], &answers[2]);
+    assert!(
+        d.is_empty(),
+        "runsc {release}: an exec'd process's answers, against moat's filter's: {d:?}"
+    );
+    answers.remove(1);
+    let (direct, tramp) = (&answers[0], &answers[1]);
+    let table = sentry_syscalls();
+    let mut lacking = Vec::new();
+    for (k, t) in tramp {
+        let d = direct[k];
+        if d == *t {
+            continue;
+        }
+        let nr: Option<u32> = k.parse().ok();
+        assert!(
+            nr.is_some_and(|n| !table.contains_key(&n)) && d == libc::ENOSYS,
+            "runsc {release}: {k}: {d} under runsc's conversion, {t} under moat's filter"
+        );
+        lacking.push(format!("{k}: {t}"));
+    }
+    eprintln!("runsc {release}: ENOSYS under runsc's conversion, not in its table: {lacking:?}");
+    // Not vacuous: refusals of each kind and calls that ran, in both.
+    for (k, want) in [
+        ("165", libc::EPERM),   // mount: the floor's EPERM
+        ("101", libc::EPERM),   // ptrace
+        ("0", libc::EBADF),     // read(-1): allowed, failed in the sentry
+        ("1000", libc::ENOSYS), // no such call: the default
+        ("tiocsti", libc::ENOSYS),
+        ("nnp", 1),
+    ] {
+        assert_eq!((direct[k], tramp[k]), (want, want), "runsc {release}: {k}");
+    }
 }
 
 /// moat without `moat-seccomp-exec` next to it: a gVisor create with a profile fails

@@ -56,7 +56,7 @@ def tramp_parts(spec):
     """The trampoline's mount and argv prefix in moat's spec."""
     args = spec["process"]["args"]
     if args[:2] != [TRAMP_DEST, "--moat-gvisor-seccomp-exec"]:
-        raise Failure("moat's spec has no seccomp trampoline")
+        raise Failure("moat's spec has no seccomp trampoline (its process runs under runsc's conversion of the profile, src/gvisor/seccomp_runsc.rs: nothing of it to take apart)")
     mount = next(m for m in spec["mounts"] if m["destination"] == TRAMP_DEST)
     return mount, args[:4]
 

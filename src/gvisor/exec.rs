@@ -70,6 +70,7 @@ pub fn exec(
         crate::log::warn("--cgroup ignored: a gVisor container has one host cgroup, its sandbox's");
     }
     let shadow: Value = select::shadow_config(dir)?;
+    let filter = container_filter(dir, &shadow)?;
     let bounding = container_bounding(&shadow)?;
     for c in &a.cap {
         cap_name(c, bounding)?;
@@ -77,10 +78,10 @@ pub fn exec(
     let mut r = Runsc::new(gv, g, "exec");
     let restricted = rec.policy == crate::policy::Mode::Restricted;
     let process = match (&a.process, a.tty) {
-        (Some(p), tty) => Some(process_file(dir, p, &shadow, restricted, tty)?),
+        (Some(p), tty) => Some(process_file(dir, p, &shadow, &filter, restricted, tty)?),
         (None, true) => {
             let mut p = argv_process(&shadow, a, bounding)?;
-            under_container_filter(&shadow, &mut p);
+            under_container_filter(&filter, &mut p);
             Some(write_process(dir, &p)?)
         }
         (None, false) => {
@@ -115,7 +116,7 @@ pub fn exec(
             .pointer("/process/noNewPrivileges")
             .and_then(Value::as_bool)
             .unwrap_or(false);
-        let mut argv = container_prefix(&shadow, nnp).unwrap_or_default();
+        let mut argv = container_prefix(&filter, nnp).unwrap_or_default();
         argv.extend(a.command.iter().cloned());
         r = r.args(&argv);
     }
@@ -126,22 +127,38 @@ pub fn exec(
     Err(r.exec())
 }
 
-/// The seccomp trampoline's prefix of the container's process (`super::seccomp_exec`),
-/// when the container has a profile.
-fn container_prefix(shadow: &Value, nnp: bool) -> Option<Vec<String>> {
-    let args: Vec<String> =
-        serde_json::from_value(shadow.pointer("/process/args")?.clone()).ok()?;
-    super::seccomp_exec::prefix_of(&args, nnp)
+/// The args that begin with the seccomp trampoline's prefix (`super::seccomp_exec`) when
+/// the container has a profile: kept apart when the container's own process runs under
+/// runsc's conversion of it (`super::seccomp_runsc`), else that process's args.
+fn container_filter(dir: &ContainerDir, shadow: &Value) -> Result<Option<Vec<String>>> {
+    if let Some(b) = dir.read_file(super::seccomp_exec::EXEC_PREFIX_FILE)? {
+        let v = anyhow::Context::with_context(serde_json::from_slice(&b), || {
+            format!(
+                "{}",
+                dir.file(super::seccomp_exec::EXEC_PREFIX_FILE).display()
+            )
+        })?;
+        return Ok(Some(v));
+    }
+    Ok(shadow
+        .pointer("/process/args")
+        .and_then(|a| serde_json::from_value(a.clone()).ok()))
+}
+
+/// The trampoline's prefix with no_new_privs set to `nnp`, when the container has a
+/// profile.
+fn container_prefix(filter: &Option<Vec<String>>, nnp: bool) -> Option<Vec<String>> {
+    super::seccomp_exec::prefix_of(filter.as_deref()?, nnp)
 }
 
 /// Runs process `p` under the container's filter, as its own process runs: runsc starts
 /// exec'd processes without the profile.
-fn under_container_filter(shadow: &Value, p: &mut Value) {
+fn under_container_filter(filter: &Option<Vec<String>>, p: &mut Value) {
     let nnp = p
         .get("noNewPrivileges")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    if let Some(mut args) = container_prefix(shadow, nnp) {
+    if let Some(mut args) = container_prefix(filter, nnp) {
         if let Some(a) = p.get("args").and_then(Value::as_array) {
             args.extend(a.iter().filter_map(|s| s.as_str().map(String::from)));
         }
@@ -236,6 +253,7 @@ fn process_file(
     dir: &ContainerDir,
     path: &Path,
     shadow: &Value,
+    filter: &Option<Vec<String>>,
     restricted: bool,
     tty: bool,
 ) -> Result<PathBuf> {
@@ -253,7 +271,7 @@ fn process_file(
     if tty {
         p["terminal"] = json!(true);
     }
-    under_container_filter(shadow, &mut p);
+    under_container_filter(filter, &mut p);
     write_process(dir, &p)
 }
 

@@ -202,7 +202,7 @@ pub fn features_json() -> Value {
             "moat.gvisor.runsc": runsc,
             "moat.gvisor.platform": platform,
             "moat.gvisor.network": "none for a new netns, host for none or a joined one; never sandbox",
-            "moat.gvisor.seccomp": "applied inside the sentry: moat's compiled filter (errnos as the profile says), installed by its trampoline before the container's process and exec'd ones run",
+            "moat.gvisor.seccomp": "applied inside the sentry: moat's compiled filter (errnos as the profile says), installed by its trampoline before exec'd processes and the container's process run, or runsc's conversion for the container's process where it does the same",
             "moat.gvisor.ignored": "process.apparmorProfile, linux.maskedPaths, linux.readonlyPaths, linux.sysctl, hooks.createContainer, hooks.startContainer",
             "moat.gvisor.refused": "process.selinuxLabel, --preserve-fds > 0, rootless, CRI multi-container pods",
             "moat.gvisor.pid1-signals": "the container's PID 1 is not protected from signals it does not handle (TERM, USR1 kill it)"

@@ -36,6 +36,7 @@ mod probe;
 mod rollback;
 mod runsc;
 pub mod seccomp_exec;
+mod seccomp_runsc;
 pub mod select;
 pub mod spec;
 pub mod verify;

@@ -145,7 +145,7 @@ pub fn ignored(spec: &Spec) -> Vec<Change> {
         ));
     }
     // linux.seccomp is applied (moat's filter through its trampoline, exec'd processes
-    // included: super::seccomp_exec).
+    // included, or runsc's conversion where it does the same: super::seccomp_exec).
     let linux = spec.linux();
     if !linux.masked_paths.is_empty() {
         out.push(note(

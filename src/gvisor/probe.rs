@@ -1,9 +1,9 @@
 //! What the runsc binary a container is handed to supports: its version, its platforms and
 //! its default platform, asked of runsc itself (`runsc --version`, `runsc help platforms`,
-//! `runsc flags`), since releases differ (20221219 has ptrace and kvm, ptrace the
+//! `runsc flags`, `runsc help syscalls`), since releases differ (20221219 has ptrace and kvm, ptrace the
 //! default; 20240729 adds systrap, its default).
 //!
-//! Asking costs three runsc starts (~15 ms each), so the answer is cached under moat's root
+//! Asking costs four runsc starts (~15 ms each), so the answer is cached under moat's root
 //! in `@cache/runsc/`, one file per binary, named by what identifies that file's content on
 //! this host: device, inode, size, mtime and ctime. A binary replaced or rewritten in place
 //! gets another name; a stale file is never read for it. Only gVisor creates (and `verify`)
@@ -23,6 +23,10 @@ pub struct Probe {
     pub platforms: Vec<String>,
     /// `--platform`'s default in `runsc flags`.
     pub default_platform: String,
+    /// The sentry's system call table for this architecture, as `runsc help syscalls`
+    /// lists it: number and name (gVisor's, e.g. `pselect` for `pselect6`). runsc's OCI
+    /// seccomp conversion knows these names and no others.
+    pub syscalls: Vec<(u32, String)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,8 +63,9 @@ fn cache_dir(root: &Path) -> PathBuf {
 /// The cache file's name for `runsc` as it is now.
 fn key(runsc: &Path) -> std::io::Result<String> {
     let m = std::fs::metadata(runsc)?;
+    // `v2`: the syscall table joined the probe; earlier files lack it.
     Ok(format!(
-        "{:x}-{}-{}-{}.{}-{}.{}.json",
+        "v2-{:x}-{}-{}-{}.{}-{}.{}.json",
         m.dev(),
         m.ino(),
         m.size(),
@@ -125,11 +130,38 @@ pub fn ask(runsc: &Path) -> Result<Probe, ProbeError> {
     let f = run(&["flags"])?;
     let default_platform =
         parse_default_platform(&f).ok_or_else(|| parse_err("its default platform", "flags", &f))?;
+    let t = run(&["help", "syscalls", "-format", "csv"])?;
+    let syscalls = parse_syscalls(&t);
+    if syscalls.is_empty() {
+        return Err(parse_err(
+            "its system call table",
+            "help syscalls -format csv",
+            &t,
+        ));
+    }
     Ok(Probe {
         version,
         platforms,
         default_platform,
+        syscalls,
     })
+}
+
+/// `OS,Arch,Num,Name,Support,Note` rows of this architecture (Go's names: amd64, arm64).
+fn parse_syscalls(out: &str) -> Vec<(u32, String)> {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    out.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(5, ',');
+            let (os, a, nr, name) = (f.next()?, f.next()?, f.next()?, f.next()?);
+            (os == "linux" && a == arch && !name.is_empty())
+                .then(|| Some((nr.parse().ok()?, name.to_string())))?
+        })
+        .collect()
 }
 
 impl Probe {
@@ -254,6 +286,11 @@ mod tests {
             Some("systrap")
         );
         assert_eq!(parse_default_platform("  -platform string\n"), None);
+        let csv = "OS,Arch,Num,Name,Support,Note\nlinux,amd64,0,read,Full Support,Fully Supported.\nlinux,amd64,270,pselect,Full Support,\"a, b\"\nlinux,arm64,63,read,Full Support,x\n";
+        let want: Vec<(u32, String)> = vec![(0, "read".into()), (270, "pselect".into())];
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(parse_syscalls(csv), want);
+        }
         assert_eq!(parse_version("usage: runsc"), None);
     }
 
@@ -275,6 +312,7 @@ mod tests {
             version: "0.0~20221219.0".into(),
             platforms: vec!["kvm".into(), "ptrace".into()],
             default_platform: "ptrace".into(),
+            syscalls: vec![(0, "read".into())],
         };
         let (r, s) = (
             Path::new("/usr/bin/runsc"),

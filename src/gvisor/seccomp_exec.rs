@@ -91,24 +91,54 @@ pub fn prefix_of(args: &[String], nnp: bool) -> Option<Vec<String>> {
     Some(p)
 }
 
+/// The file of a container's state directory holding the trampoline's prefix for
+/// processes started with `exec`, when the container's own process runs without it
+/// (`super::seccomp_runsc`).
+pub const EXEC_PREFIX_FILE: &str = "seccomp-exec.json";
+
 /// Rewrites the spec runsc is given when it has a profile: the process runs through the
-/// trampoline, which is bind-mounted read-only at [`DEST`]. `cache`: the state root's
-/// `@cache`.
-pub fn wrap_spec(spec: &mut Spec, cache: &Path) -> Result<()> {
+/// trampoline, which is bind-mounted read-only at [`DEST`]; or, given the sentry's
+/// system call `table` and where runsc's conversion does what moat's filter does
+/// (`super::seccomp_runsc`), runsc converts the profile it is given for the process and
+/// the trampoline waits at [`DEST`] for exec'd processes, whose prefix is returned (to be
+/// kept as [`EXEC_PREFIX_FILE`]). `cache`: the state root's `@cache`.
+pub fn wrap_spec(
+    spec: &mut Spec,
+    cache: &Path,
+    table: Option<&[(u32, String)]>,
+) -> Result<Option<Vec<String>>> {
     let Some(profile) = spec.linux().seccomp.clone() else {
-        return Ok(());
+        return Ok(None);
     };
     let filter = seccomp::compile_cached(&profile, None, Some(&cache.join("seccomp")))
         .map_err(Error::Compile)?;
     if filter.flags & FLAG_NEW_LISTENER != 0 {
         return Err(Error::Notify.into());
     }
-    if spec.process.is_none() {
-        return Ok(());
-    }
+    let Some(process) = spec.process.as_ref() else {
+        return Ok(None);
+    };
+    let nnp = process.no_new_privileges == Some(true);
+    let direct = table.map(|t| super::seccomp_runsc::runsc_profile(&profile, t));
     let binary = binary(&cache.join("gvisor"))?;
-    apply(spec, &filter, &binary);
-    Ok(())
+    match direct {
+        Some(Ok(runsc_profile)) => {
+            if let Some(linux) = spec.linux.as_mut() {
+                linux.seccomp = Some(runsc_profile);
+            }
+            mount_trampoline(spec, &binary);
+            Ok(Some(wrap(&filter, nnp, &[])))
+        }
+        other => {
+            if let Some(Err(why)) = other {
+                crate::log::debug(&format!(
+                    "seccomp: the process runs through moat's trampoline: {why}"
+                ));
+            }
+            apply(spec, &filter, &binary);
+            Ok(None)
+        }
+    }
 }
 
 /// The process through the trampoline at [`DEST`], a read-only bind mount of `binary`; the
@@ -120,15 +150,20 @@ fn apply(spec: &mut Spec, filter: &seccomp::Filter, binary: &Path) {
         }
         let nnp = process.no_new_privileges == Some(true);
         process.args = wrap(filter, nnp, &process.args);
-        spec.mounts.push(spec::Mount {
-            destination: DEST.into(),
-            typ: Some("bind".into()),
-            source: Some(binary.display().to_string()),
-            options: ["bind", "ro", "nosuid", "nodev"].map(String::from).to_vec(),
-            uid_mappings: Vec::new(),
-            gid_mappings: Vec::new(),
-        });
+        mount_trampoline(spec, binary);
     }
+}
+
+/// The trampoline `binary` bind-mounted read-only at [`DEST`].
+fn mount_trampoline(spec: &mut Spec, binary: &Path) {
+    spec.mounts.push(spec::Mount {
+        destination: DEST.into(),
+        typ: Some("bind".into()),
+        source: Some(binary.display().to_string()),
+        options: ["bind", "ro", "nosuid", "nodev"].map(String::from).to_vec(),
+        uid_mappings: Vec::new(),
+        gid_mappings: Vec::new(),
+    });
 }
 
 const FLAG_NEW_LISTENER: u32 = 8;
@@ -345,7 +380,7 @@ mod tests {
         )
         .unwrap();
         let dir = std::env::temp_dir().join(format!("moat-scx-{}", std::process::id()));
-        let e = wrap_spec(&mut s, &dir).unwrap_err();
+        let e = wrap_spec(&mut s, &dir, None).unwrap_err();
         assert!(format!("{e:#}").contains("SCMP_ACT_NOTIFY"), "{e:#}");
         assert!(
             !dir.join("gvisor").exists(),
@@ -353,7 +388,7 @@ mod tests {
         );
         let _ = std::fs::remove_dir_all(&dir);
         let mut s = Spec::parse(br#"{"process":{"args":["sh"],"cwd":"/"}}"#).unwrap();
-        wrap_spec(&mut s, Path::new("/nonexistent")).unwrap();
+        wrap_spec(&mut s, Path::new("/nonexistent"), None).unwrap();
         assert_eq!(s.process.unwrap().args, ["sh"]);
         assert!(s.mounts.is_empty());
     }

@@ -399,18 +399,19 @@ pub fn prepare(
     // What this runsc has (cached per binary under the root): the platform is one it
     // lists, runsc's own default where the config names none. An app container of a pod
     // takes its sandbox's flags instead.
-    let platform = if sandbox.is_none() {
-        let p = super::probe::cached(&runsc, &g.root)?.platform(
-            cfg.platform.as_deref(),
-            &runsc,
-            &sel.config.source,
-        )?;
-        if p == "kvm" {
-            super::probe::check_kvm(&sel.config.source)?;
+    let probe = match sandbox {
+        None => Some(super::probe::cached(&runsc, &g.root)?),
+        Some(_) => None,
+    };
+    let platform = match &probe {
+        Some(probe) => {
+            let p = probe.platform(cfg.platform.as_deref(), &runsc, &sel.config.source)?;
+            if p == "kvm" {
+                super::probe::check_kvm(&sel.config.source)?;
+            }
+            p
         }
-        p
-    } else {
-        String::new()
+        None => String::new(),
     };
     let network = network_mode(&spec)?;
     let egress = super::egress::plan(
@@ -440,9 +441,16 @@ pub fn prepare(
     // Serialised from the typed spec: runsc reads what the policy saw (super::spec). Before
     // anything exists: a pass-through field of the wrong shape is refused here.
     // The profile's errnos and exec'd processes' filter: moat's own filter, installed
-    // inside the sandbox in front of the process (super::seccomp_exec); runsc's stays.
+    // inside the sandbox in front of the process (super::seccomp_exec), or runsc's
+    // conversion for the process where it does the same (super::seccomp_runsc): never in
+    // a pod, whose other containers' processes share the sentry.
     let mut runsc_spec = spec.clone();
-    super::seccomp_exec::wrap_spec(&mut runsc_spec, &g.root.join("@cache"))?;
+    let table = probe
+        .as_ref()
+        .filter(|_| pod.is_none())
+        .map(|p| p.syscalls.as_slice());
+    let exec_prefix =
+        super::seccomp_exec::wrap_spec(&mut runsc_spec, &g.root.join("@cache"), table)?;
     let runsc_config = super::spec::config_json(&runsc_spec, &bundle, &rootfs)?;
     let state_root = g.root.clone();
     let dir = ContainerDir::create(&state_root, id)?;
@@ -502,6 +510,10 @@ pub fn prepare(
         // Written in place: nothing reads them before the record (saved atomically, last)
         // exists, and a create that fails removes the directory.
         dir.write_new(state::SPEC_FILE, &runsc_config)?;
+        if let Some(prefix) = &exec_prefix {
+            let json = serde_json::to_vec(prefix).expect("strings serialise");
+            dir.write_new(super::seccomp_exec::EXEC_PREFIX_FILE, &json)?;
+        }
         dir.save_decision(&decision, state::Save::New)?;
         let rec = Record {
             format: state::FORMAT_VERSION,

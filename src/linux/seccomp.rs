@@ -298,6 +298,43 @@ fn blocks(mut lo: u64, hi: u64, top: u64) -> Vec<(u64, u64)> {
     out
 }
 
+/// One comparison of a rule as compiled: argument `index` against `datum` (for
+/// `MaskedEqual(mask)`, `arg & mask == datum`), all 64 bits as libseccomp compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArgCmp {
+    pub index: u32,
+    pub op: ScmpCompareOp,
+    pub datum: u64,
+}
+
+impl ArgCmp {
+    fn scmp(&self) -> ScmpArgCompare {
+        ScmpArgCompare::new(self.index, self.op, self.datum)
+    }
+
+    /// The comparison as an OCI `args[]` entry (the mask in `value`, the expected value
+    /// in `valueTwo` for `SCMP_CMP_MASKED_EQ`).
+    pub fn oci(&self) -> spec::SeccompArg {
+        let (op, value, value_two) = match self.op {
+            ScmpCompareOp::NotEqual => ("SCMP_CMP_NE", self.datum, 0),
+            ScmpCompareOp::Less => ("SCMP_CMP_LT", self.datum, 0),
+            ScmpCompareOp::LessOrEqual => ("SCMP_CMP_LE", self.datum, 0),
+            ScmpCompareOp::Equal => ("SCMP_CMP_EQ", self.datum, 0),
+            ScmpCompareOp::GreaterEqual => ("SCMP_CMP_GE", self.datum, 0),
+            ScmpCompareOp::Greater => ("SCMP_CMP_GT", self.datum, 0),
+            ScmpCompareOp::MaskedEqual(mask) => ("SCMP_CMP_MASKED_EQ", mask, self.datum),
+            // Non-exhaustive upstream; `conditions` only produces the seven above.
+            _ => unreachable!("an operator `conditions` never produces"),
+        };
+        spec::SeccompArg {
+            index: self.index,
+            value,
+            value_two,
+            op: op.into(),
+        }
+    }
+}
+
 /// One parsed `args[]` entry of a `syscalls[]` entry.
 #[derive(Clone, Copy)]
 struct Cond {
@@ -317,9 +354,13 @@ struct Cond {
 /// expected value) must fit the width, or be a negative number of that width written
 /// sign-extended (`-1`, `AT_FDCWD`); anything else names a value the call can never see,
 /// and is refused.
-fn narrow(c: Cond, bits: u32, name: &str, at: &str) -> Result<Vec<ScmpArgCompare>, SeccompError> {
+fn narrow(c: Cond, bits: u32, name: &str, at: &str) -> Result<Vec<ArgCmp>, SeccompError> {
     if bits >= 64 {
-        return Ok(vec![ScmpArgCompare::new(c.index, c.op, c.datum)]);
+        return Ok(vec![ArgCmp {
+            index: c.index,
+            op: c.op,
+            datum: c.datum,
+        }]);
     }
     let top = (1u64 << bits) - 1;
     let field = match c.op {
@@ -338,12 +379,13 @@ fn narrow(c: Cond, bits: u32, name: &str, at: &str) -> Result<Vec<ScmpArgCompare
             ),
         ));
     };
-    let masked = |(mask, value): (u64, u64)| {
-        ScmpArgCompare::new(c.index, ScmpCompareOp::MaskedEqual(mask), value)
+    let masked = |(mask, value): (u64, u64)| ArgCmp {
+        index: c.index,
+        op: ScmpCompareOp::MaskedEqual(mask),
+        datum: value,
     };
-    let range = |lo: u64, hi: u64| -> Vec<ScmpArgCompare> {
-        blocks(lo, hi, top).into_iter().map(masked).collect()
-    };
+    let range =
+        |lo: u64, hi: u64| -> Vec<ArgCmp> { blocks(lo, hi, top).into_iter().map(masked).collect() };
     Ok(match c.op {
         ScmpCompareOp::MaskedEqual(mask) => vec![masked((mask & top, v))],
         ScmpCompareOp::Equal => vec![masked((top, v))],
@@ -419,7 +461,7 @@ fn rules_for(
     separate: bool,
     name: &str,
     at: &str,
-) -> Result<Vec<Vec<ScmpArgCompare>>, SeccompError> {
+) -> Result<Vec<Vec<ArgCmp>>, SeccompError> {
     if conds.is_empty() {
         return Ok(vec![Vec::new()]);
     }
@@ -639,6 +681,7 @@ pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
                 let added = if rule.is_empty() {
                     ctx.add_rule(act, nr).map(drop)
                 } else {
+                    let rule: Vec<ScmpArgCompare> = rule.iter().map(ArgCmp::scmp).collect();
                     ctx.add_rule_conditional(act, nr, &rule).map(drop)
                 };
                 added.map_err(|e| lib(&format!("{at}.names[{j}]"), e))?;
@@ -729,21 +772,8 @@ fn newer_than_profile(
     default: ScmpAction,
 ) -> Option<Vec<libc::sock_filter>> {
     const ENOSYS: i32 = libc::ENOSYS;
-    match default {
-        ScmpAction::Allow | ScmpAction::Log | ScmpAction::Trace(_) => return None,
-        ScmpAction::Errno(ENOSYS) => return None,
-        _ => {}
-    }
     let arch = NATIVE_AUDIT_ARCH?;
-    let native = ScmpArch::native();
-    let last = seccomp
-        .syscalls
-        .iter()
-        .flat_map(|c| &c.names)
-        .filter_map(|n| ScmpSyscall::from_name_by_arch(n, native).ok())
-        .map(ScmpSyscall::as_raw_syscall)
-        .max()
-        .and_then(|nr| u32::try_from(nr).ok())?;
+    let last = enosys_above(seccomp, default)?;
     // Classic BPF, jumps relative to the next instruction; seccomp_data: nr at 0, arch at 4.
     // BPF opcodes are 16 bits; libc spells them as u32.
     let insn = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
@@ -777,6 +807,79 @@ fn newer_than_profile(
         libc::SECCOMP_RET_ERRNO | ENOSYS as u32,
     ));
     Some(stub)
+}
+
+/// The bound of [`newer_than_profile`]'s stub: the highest native syscall the profile
+/// names, when the default action refuses with something other than ENOSYS.
+fn enosys_above(seccomp: &spec::Seccomp, default: ScmpAction) -> Option<u32> {
+    match default {
+        ScmpAction::Allow | ScmpAction::Log | ScmpAction::Trace(_) => return None,
+        ScmpAction::Errno(libc::ENOSYS) => return None,
+        _ => {}
+    }
+    let native = ScmpArch::native();
+    seccomp
+        .syscalls
+        .iter()
+        .flat_map(|c| &c.names)
+        .filter_map(|n| ScmpSyscall::from_name_by_arch(n, native).ok())
+        .map(ScmpSyscall::as_raw_syscall)
+        .max()
+        .and_then(|nr| u32::try_from(nr).ok())
+}
+
+/// What [`compile`]'s program does with each native system call, for checking another
+/// conversion of the same profile against it (runsc's, in `gvisor::seccomp_exec`).
+#[derive(Debug)]
+pub struct NativeRules {
+    pub default: ScmpAction,
+    /// Each native syscall number a rule names with an action other than the default:
+    /// its rules in profile order, each an action and the comparisons that must all hold
+    /// for it (none: always).
+    pub named: std::collections::BTreeMap<u32, Vec<(ScmpAction, Vec<ArgCmp>)>>,
+    /// Native syscalls numbered above this one get ENOSYS ([`newer_than_profile`]).
+    pub enosys_above: Option<u32>,
+}
+
+/// [`NativeRules`] of a profile [`compile`] accepts (its errors otherwise).
+pub fn native_rules(seccomp: &spec::Seccomp) -> Result<NativeRules, SeccompError> {
+    let default = action(
+        &seccomp.default_action,
+        seccomp.default_errno_ret,
+        ".defaultAction",
+        ".defaultErrnoRet",
+    )?;
+    let native = ScmpArch::native();
+    let mut named = std::collections::BTreeMap::<u32, Vec<_>>::new();
+    for (i, call) in seccomp.syscalls.iter().enumerate() {
+        let at = format!(".syscalls[{i}]");
+        let act = action(
+            &call.action,
+            call.errno_ret,
+            &format!("{at}.action"),
+            &format!("{at}.errnoRet"),
+        )?;
+        if act == default {
+            continue;
+        }
+        let (conds, separate) = conditions(&call.args, &at)?;
+        for name in &call.names {
+            let Some(nr) = ScmpSyscall::from_name_by_arch(name, native)
+                .ok()
+                .and_then(|s| u32::try_from(s.as_raw_syscall()).ok())
+            else {
+                continue;
+            };
+            for rule in rules_for(&conds, separate, name, &at)? {
+                named.entry(nr).or_default().push((act, rule));
+            }
+        }
+    }
+    Ok(NativeRules {
+        default,
+        named,
+        enosys_above: enosys_above(seccomp, default),
+    })
 }
 
 /// Exports through a memfd: `seccomp_export_bpf_mem` only exists from libseccomp 2.6, and

@@ -1410,7 +1410,10 @@ pub fn static_fixture(source: &str, name: &str) -> Option<PathBuf> {
         .join(source);
     let dir = Path::new(MOAT).parent().expect("target dir");
     let out = dir.join(name);
-    let tmp = dir.join(format!("{name}.{}", std::process::id()));
+    // Apart per call: the tests of one binary run side by side and may build the same one.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!("{name}.{}.{n}", std::process::id()));
     let mut cmd = Command::new("gcc");
     cmd.args(["-static", "-O2", "-o"]).arg(&tmp).arg(&src);
     let res = run_host_cmd(cmd, Duration::from_secs(120));
