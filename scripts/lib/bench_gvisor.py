@@ -11,12 +11,12 @@ here, one cell. In a cell, the same foreground `run` of the job's /bin/true bund
           bundle with the global flags moat passed it (read from the record of one moat
           create of the bundle: --platform, --network, --oci-seccomp, --systemd-cgroup; a
           --root of its own on the same file system), the seccomp profile moat applied
-          (the bundle's own, or moat's default where it has none), so that runsc converts
-          the same profile, and a cgroupsPath as every engine gives (the bundle's, else
+          (the bundle's own, or moat's RESTRICTED profile as written where it has none),
+          and a cgroupsPath as every engine gives (the bundle's, else
           moat's path per container); nothing else of moat's (no policy, no trampoline)
   spec    that runsc, the same flags, on the spec moat wrote for it (its config.json: the
-          policy applied, the seccomp trampoline in front of the process; cgroupsPath per
-          container): splits moat's cost into its spec's (spec − runsc: the work it asks of
+          policy applied, the profile as moat rewrote it for runsc's conversion or the
+          seccomp trampoline in front of the process; cgroupsPath per container): splits moat's cost into its spec's (spec − runsc: the work it asks of
           gVisor) and its own process's (moat − spec)
 
 A platform is one cell when that moat create succeeds (kvm without /dev/kvm fails there:
@@ -43,6 +43,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -191,6 +193,8 @@ class GvisorRun:
                 backend = json.load(f)["backend"]
             with open(os.path.join(cell.moat_root, cid, "config.json")) as f:
                 cell.spec = json.load(f)
+            with open(os.path.join(cell.moat_root, cid, "policy.json")) as f:
+                decision = json.load(f)
             with open(os.path.join(self.job["bundle"], "config.json")) as f:
                 plain = json.load(f)
             # Run to its end, as runsc's delete waits for a sandbox we, its subreaper,
@@ -210,13 +214,17 @@ class GvisorRun:
             flags.append("--systemd-cgroup")
         cell.flags = flags
         # Plain runsc: the engine's spec, its rootfs where it is, and the profile moat
-        # applied (runsc's --oci-seccomp converts the same one either way).
+        # applied as a runsc user would give it: the engine's, else moat's RESTRICTED
+        # profile as written (moat gives runsc its own rewrite of it, or none when the
+        # process runs through the trampoline).
         root = plain.setdefault("root", {})
         root["path"] = os.path.join(os.path.abspath(self.job["bundle"]), root.get("path", "rootfs"))
         linux = plain.setdefault("linux", {})
-        profile = cell.spec.get("linux", {}).get("seccomp")
-        if profile is not None:
-            linux["seccomp"] = profile
+        applied = [c for c in decision.get("changes", []) if c.get("field") == "linux.seccomp"
+                   and c.get("action") == "set"]
+        if "seccomp" not in linux and applied:
+            with open(os.path.join(REPO, "seccomp-profiles", "restricted.json")) as f:
+                linux["seccomp"] = json.load(f)
         # Engines always name the container's cgroup (runsc without one makes none): the
         # bundle's own, else moat's path (per container, as moat's way has it), so both
         # ways pay runsc's cgroup set-up and removal; moat's limits stay moat's.
