@@ -552,6 +552,101 @@ fn restore_refuses_an_image_that_differs_from_the_spec() {
     ctx.assert_no_trace(&rid);
 }
 
+/// A checkpoint records the container's mount table under moat's root, and a restore
+/// gives back exactly that table or is refused while CRIU holds the tree stopped: CRIU
+/// mounts what the image lists, as root on the host. The images of a later checkpoint,
+/// taken after the container (with CAP_SYS_ADMIN) mounted a tmpfs on /mnt and took moat's
+/// mask off /proc/keys, copied over an earlier checkpoint's image directory stand for a
+/// forged image: restored from there, refused naming the tmpfs, the process never runs
+/// and nothing is left. Restored from their own directory (the table recorded for them),
+/// they run. An image directory no checkpoint of this moat wrote is refused.
+#[test]
+#[ignore = "root: real containers, CRIU"]
+fn restore_gives_back_the_checkpoints_mount_table_or_is_refused() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    let mut ctx = counter("ckmounts");
+    for set in ["bounding", "effective", "permitted"] {
+        ctx.config["process"]["capabilities"][set]
+            .as_array_mut()
+            .expect("capabilities")
+            .push(json!("CAP_SYS_ADMIN"));
+    }
+    let c = ctx.create_ok("c");
+    c.start();
+    count_past(&ctx, 5);
+    let (x, y) = (ctx.dir.join("image-x"), ctx.dir.join("image-y"));
+    let (xs, ys) = (x.to_str().unwrap(), y.to_str().unwrap());
+    moat(
+        &ctx,
+        &criu,
+        &["checkpoint", "--leave-running", "--image-path", xs, &c.id],
+    )
+    .ok();
+    c.moat(&[
+        "exec",
+        &c.id,
+        "sh",
+        "-c",
+        "mkdir -p /mnt && mount -t tmpfs extra /mnt && umount /proc/keys",
+    ])
+    .ok();
+    moat(&ctx, &criu, &["checkpoint", "--image-path", ys, &c.id]).ok();
+    ctx.assert_no_trace(&c.id);
+    let at = count(&ctx);
+    // The later images in the earlier directory (its inode, so its record, kept).
+    for e in std::fs::read_dir(&x).unwrap().flatten() {
+        std::fs::remove_file(e.path()).unwrap();
+    }
+    for e in std::fs::read_dir(&y).unwrap().flatten() {
+        std::fs::copy(e.path(), x.join(e.file_name())).unwrap();
+    }
+    let b = ctx.bundle_str();
+    let restore = |img: &str, id: &str| {
+        moat(
+            &ctx,
+            &criu,
+            &["restore", "-d", "--bundle", &b, "--image-path", img, id],
+        )
+    };
+    let rid = ctx.id("forged");
+    let guard = ctx.guard(&rid);
+    let out = restore(xs, &rid).fails();
+    assert!(
+        out.stderr.contains("restored mounts: /mnt (tmpfs")
+            && out.stderr.contains("not in the checkpoint's mount table"),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&rid);
+    drop(guard);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(count(&ctx), at, "the refused process ran");
+    // No record for a directory no checkpoint wrote.
+    let z = ctx.dir.join("image-z");
+    std::fs::create_dir(&z).unwrap();
+    for e in std::fs::read_dir(&y).unwrap().flatten() {
+        std::fs::copy(e.path(), z.join(e.file_name())).unwrap();
+    }
+    let rid = ctx.id("copy");
+    let out = restore(z.to_str().unwrap(), &rid).fails();
+    assert!(
+        out.stderr.contains("no record of a checkpoint"),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&rid);
+    // The images with the table recorded for them.
+    let rid = ctx.id("own");
+    let r = ctx.guard(&rid);
+    restore(ys, &rid).ok();
+    count_past(&ctx, at);
+    r.moat(&["delete", "--force", &rid]).ok();
+    ctx.assert_no_trace(&rid);
+}
+
 /// The container's stdio is the restore caller's: a pipe the container wrote to before
 /// its checkpoint is given, at restore, the descriptor of the same number of `moat
 /// restore` (CRIU's inherit_fd, as runc maps it), so what the restored process prints

@@ -144,6 +144,31 @@ fn compare(e: &wire::Expect, init: i32, tree: &[i32]) -> Result<(), String> {
             _ => {}
         }
     }
+    // The init's mount namespace: every process of the tree shares it (CRIU restores
+    // none other that moat's plan could make).
+    let mountinfo = std::fs::read_to_string(format!("/proc/{init}/mountinfo"))
+        .map_err(|err| format!("the restored init's mountinfo: {err}"))?;
+    let got = wire::mount_table(&mountinfo, &e.given);
+    if let Some(d) = mount_difference(&e.mounts, &got) {
+        return Err(format!("restored mounts: {d}"));
+    }
+    let init_mnt = std::fs::read_link(format!("/proc/{init}/ns/mnt"))
+        .map_err(|err| format!("the restored init's mount namespace: {err}"))?;
+    for &pid in tree {
+        // Only the init's mount table is compared: a process in another mount namespace
+        // could hold any mount the image listed.
+        match std::fs::read_link(format!("/proc/{pid}/ns/mnt")) {
+            Ok(l) if l == init_mnt => {}
+            // Gone (a zombie of the image): checked below by its status.
+            Err(_) => {}
+            Ok(l) => {
+                return Err(format!(
+                    "restored process {pid} is in a mount namespace of its own ({}), whose mounts a checkpoint does not record",
+                    l.display()
+                ))
+            }
+        }
+    }
     for &pid in tree {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .map_err(|err| format!("restored process {pid}: status: {err}"))?;
@@ -356,4 +381,82 @@ fn version(criu: String) -> Reply {
         v / 100 % 100,
         v % 100
     )))
+}
+
+/// The first difference between two mount tables, in one line.
+fn mount_difference(want: &[wire::MountEntry], got: &[wire::MountEntry]) -> Option<String> {
+    if want == got {
+        return None;
+    }
+    let missing = want.iter().find(|w| !got.contains(w));
+    let extra = got.iter().find(|g| !want.contains(g));
+    match (missing, extra) {
+        (_, Some(g)) => Some(format!(
+            "{} ({}{}, {}) is not in the checkpoint's mount table",
+            g.point,
+            g.fstype,
+            g.root
+                .as_deref()
+                .map(|r| format!(" of {r}"))
+                .unwrap_or_default(),
+            if g.flags.is_empty() {
+                "no flags".to_string()
+            } else {
+                g.flags.join(",")
+            }
+        )),
+        (Some(w), None) => Some(format!(
+            "{} ({}, {}) of the checkpoint's mount table is missing",
+            w.point,
+            w.fstype,
+            if w.flags.is_empty() {
+                "no flags".to_string()
+            } else {
+                w.flags.join(",")
+            }
+        )),
+        (None, None) => Some(format!(
+            "the mount table differs from the checkpoint's ({} mounts where it had {})",
+            got.len(),
+            want.len()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(point: &str, fstype: &str) -> wire::MountEntry {
+        wire::MountEntry {
+            point: point.into(),
+            layer: 0,
+            fstype: fstype.into(),
+            flags: vec!["ro".into()],
+            root: Some("/".into()),
+            dev: None,
+        }
+    }
+
+    #[test]
+    fn a_mount_table_must_come_back_exactly() {
+        let (a, b) = (entry("/a", "tmpfs"), entry("/b", "proc"));
+        let want = vec![a.clone(), a.clone(), b.clone()];
+        assert_eq!(mount_difference(&want, &want), None);
+        let extra = mount_difference(
+            &want,
+            &[a.clone(), a.clone(), b.clone(), entry("/x", "ext4")],
+        );
+        assert!(extra.unwrap().starts_with("/x (ext4 of /, ro) is not in"));
+        let missing = mount_difference(&want, &[a.clone(), a.clone()]);
+        assert!(missing
+            .unwrap()
+            .starts_with("/b (proc, ro) of the checkpoint's"));
+        // Same mounts, other counts.
+        let counts = mount_difference(&want, &[a.clone(), b.clone(), b.clone()]);
+        assert!(counts.unwrap().contains("differs"));
+        let mut rw = b.clone();
+        rw.flags.clear();
+        assert!(mount_difference(&want, &[a.clone(), a, rw]).is_some());
+    }
 }

@@ -80,6 +80,63 @@ pub enum CheckpointError {
     Spec(String),
     #[error("CRIU: {0}")]
     Criu(#[from] criu::CriuError),
+    /// The mount table a checkpoint recorded for an image directory (the restore compares
+    /// the restored one with it; the image's own list is what is checked).
+    #[error(
+        "--image-path {}: no record of a checkpoint into this directory on this host ({why}): \
+         moat restores only images its own checkpoint wrote here, whose mount table it recorded",
+        path.display()
+    )]
+    NoRecord { path: PathBuf, why: String },
+    #[error("record the checkpoint's mount table: {0}")]
+    Record(String),
+}
+
+/// Where a checkpoint's mount table is kept: under moat's root (never in the image
+/// directory, which whoever can write there could rewrite), by the image directory's
+/// device and inode.
+fn record_path(root: &Path, images: &Path) -> std::result::Result<PathBuf, std::io::Error> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(images)?;
+    Ok(root
+        .join("@checkpoints")
+        .join(format!("{:x}-{}.json", m.dev(), m.ino())))
+}
+
+fn save_mount_table(
+    root: &Path,
+    images: &Path,
+    table: &[criu::wire::MountEntry],
+) -> std::result::Result<(), CheckpointError> {
+    let path = record_path(root, images).map_err(|e| CheckpointError::Record(e.to_string()))?;
+    let (dir, name) = (
+        path.parent().expect("a directory"),
+        path.file_name().expect("a name"),
+    );
+    let json = serde_json::to_vec(table).expect("a mount table serialises");
+    crate::state::write_cache_file(dir, &name.to_string_lossy(), &json)
+        .map_err(|e| CheckpointError::Record(format!("{}: {e}", path.display())))
+}
+
+fn load_mount_table(
+    root: &Path,
+    images: &Path,
+) -> std::result::Result<Vec<criu::wire::MountEntry>, CheckpointError> {
+    let no = |why: String| CheckpointError::NoRecord {
+        path: images.to_path_buf(),
+        why,
+    };
+    let path = record_path(root, images).map_err(|e| no(e.to_string()))?;
+    let bytes = std::fs::read(&path).map_err(|e| no(format!("{}: {e}", path.display())))?;
+    serde_json::from_slice(&bytes).map_err(|e| no(format!("{}: {e}", path.display())))
+}
+
+/// The mount points whose source a restore gives (`Expect::given`): the rootfs and the
+/// external mounts.
+fn given_points(ext_mnt: &[(String, String)]) -> Vec<String> {
+    std::iter::once("/".to_string())
+        .chain(ext_mnt.iter().map(|(k, _)| k.clone()))
+        .collect()
 }
 
 /// `moat checkpoint`.
@@ -130,6 +187,10 @@ pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Resul
     }
     let external = external_namespaces(c.record.pid, &spec)?;
     record_stdio(c.record.pid, &image_path)?;
+    let mountinfo = std::fs::read_to_string(format!("/proc/{}/mountinfo", c.record.pid))
+        .map_err(|e| CheckpointError::Record(format!("the init's mountinfo: {e}")))?;
+    let table = criu::wire::mount_table(&mountinfo, &given_points(&ext_mnt));
+    let image_dir = image_path.clone();
     criu::dump(criu::wire::Dump {
         criu: criu::criu_path(req.criu.as_deref()),
         pid: c.record.pid,
@@ -140,6 +201,7 @@ pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Resul
         ext_mnt,
         external,
     })?;
+    save_mount_table(&ctx.root, &image_dir, &table)?;
     if req.leave_running {
         return Ok(0);
     }
@@ -312,6 +374,7 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
         }
         .into());
     }
+    let recorded = load_mount_table(&ctx.root, &req.image_path)?;
     let cfg = crate::policy::Config::load()?;
     let decided = super::policy::decide(&mut spec, &cfg, &req.id, false)?;
     let opts = crate::linux::create::Options {
@@ -372,7 +435,9 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
                 ext_mnt.push((key, s.host_dir.display().to_string()));
             }
         }
-        let expect = plan.restore_expect(cgroup);
+        let mut expect = plan.restore_expect(cgroup);
+        expect.given = given_points(&ext_mnt);
+        expect.mounts = recorded.clone();
         // The container's stdio as the dump recorded it: a pipe is given the caller's
         // descriptor of the same number (as runc does), through a copy that moat-criu and
         // CRIU inherit; closed here once the restore is over.

@@ -240,6 +240,9 @@ impl Plan {
                 .iter()
                 .map(|h| h.dir(&cgroup.path))
                 .collect(),
+            // The checkpoint's record, which the plan does not know: the caller's.
+            mounts: Vec::new(),
+            given: Vec::new(),
         }
     }
 

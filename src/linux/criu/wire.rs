@@ -62,6 +62,98 @@ pub struct Expect {
     /// The container's cgroup directory in each hierarchy (host paths): every restored
     /// process must be listed in each one's `cgroup.procs`.
     pub cgroup_dirs: Vec<std::path::PathBuf>,
+    /// The init's mount table as the checkpoint found it ([`mount_table`], recorded under
+    /// moat's root, never read from the image): the restored init's must be the same.
+    pub mounts: Vec<MountEntry>,
+    /// The mount points whose source moat gives the restore (the rootfs, the spec's binds,
+    /// the cgroup views): their source is compared by what moat gave, not by device.
+    pub given: Vec<String>,
+}
+
+/// One mount of a container's mount table: where it is, what it is and how it may be
+/// used. A restore must give back exactly the table its checkpoint recorded: CRIU mounts
+/// what the image lists, as root on the host, so an image that lists a host disk, a
+/// `/proc` without moat's masks or a writable read-only path is refused before the tree
+/// runs.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MountEntry {
+    /// The mount point, as the container sees it (mountinfo's escapes kept).
+    pub point: String,
+    /// How many mounts on the same point lie below this one.
+    pub layer: u32,
+    pub fstype: String,
+    /// Which of `ro`, `nosuid`, `nodev`, `noexec` the mount has.
+    pub flags: Vec<String>,
+    /// The directory of its filesystem mounted there (mountinfo's root) and its device
+    /// where it has one (major not 0: an anonymous device is renumbered by a restore); both
+    /// `None` for a point whose source moat gives.
+    pub root: Option<String>,
+    pub dev: Option<String>,
+}
+
+/// The mount table of a `/proc/<pid>/mountinfo` text, sorted; `given`: the points whose
+/// source moat gives ([`Expect::given`]).
+pub fn mount_table(mountinfo: &str, given: &[String]) -> Vec<MountEntry> {
+    struct Line<'a> {
+        id: &'a str,
+        parent: &'a str,
+        dev: &'a str,
+        root: &'a str,
+        point: &'a str,
+        opts: &'a str,
+        fstype: &'a str,
+    }
+    let lines: Vec<Line<'_>> = mountinfo
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            (sep >= 6 && f.len() > sep + 1).then(|| Line {
+                id: f[0],
+                parent: f[1],
+                dev: f[2],
+                root: f[3],
+                point: f[4],
+                opts: f[5],
+                fstype: f[sep + 1],
+            })
+        })
+        .collect();
+    let by_id: std::collections::HashMap<&str, &Line<'_>> =
+        lines.iter().map(|l| (l.id, l)).collect();
+    let mut out: Vec<MountEntry> = lines
+        .iter()
+        .map(|l| {
+            let mut layer = 0;
+            let mut p = by_id.get(l.parent);
+            let mut steps = 0;
+            while let Some(up) = p {
+                if up.point != l.point || steps > lines.len() {
+                    break;
+                }
+                layer += 1;
+                steps += 1;
+                p = by_id.get(up.parent);
+            }
+            let mine = !given.iter().any(|g| g == l.point);
+            let flags = l
+                .opts
+                .split(',')
+                .filter(|o| matches!(*o, "ro" | "nosuid" | "nodev" | "noexec"))
+                .map(String::from)
+                .collect();
+            MountEntry {
+                point: l.point.to_string(),
+                layer,
+                fstype: l.fstype.to_string(),
+                flags,
+                root: mine.then(|| l.root.to_string()),
+                dev: (mine && !l.dev.starts_with("0:")).then(|| l.dev.to_string()),
+            }
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// One namespace of the restored init (`/proc/<pid>/ns/<name>`, by its `readlink`).
@@ -114,3 +206,48 @@ pub enum Answer {
 
 /// The answer, or the error: one line.
 pub type Reply = Result<Answer, String>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Two mounts on /proc/kcore (procfs's file under moat's /dev/null bind), a bind of the
+    // spec at /data, and a tmpfs.
+    const INFO: &str = "\
+20 1 8:1 /var/lib/b/rootfs / rw,relatime - ext4 /dev/sda1 rw
+21 20 0:22 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw
+22 21 0:5 /null /proc/kcore ro,nosuid - devtmpfs udev rw
+23 20 8:1 /srv/data /data ro,relatime - ext4 /dev/sda1 rw
+24 20 0:40 / /tmp rw,nosuid - tmpfs tmpfs rw
+25 22 0:41 / /proc/kcore ro - tmpfs tmpfs rw
+";
+
+    #[test]
+    fn the_table_keeps_what_a_restore_must_give_back() {
+        let given = ["/".to_string(), "/data".to_string()];
+        let t = mount_table(INFO, &given);
+        assert_eq!(t.len(), 6);
+        let at = |p: &str| -> Vec<&MountEntry> { t.iter().filter(|e| e.point == p).collect() };
+        // The rootfs and the spec's bind: moat gives their sources.
+        assert_eq!(
+            (at("/")[0].root.as_deref(), at("/")[0].dev.as_deref()),
+            (None, None)
+        );
+        assert_eq!(at("/data")[0].flags, ["ro"]);
+        // Anonymous devices are renumbered by a restore; roots are kept.
+        let kcore = at("/proc/kcore");
+        assert_eq!(kcore.len(), 2);
+        assert_eq!((kcore[0].layer, kcore[0].fstype.as_str()), (0, "devtmpfs"));
+        assert_eq!((kcore[1].layer, kcore[1].fstype.as_str()), (1, "tmpfs"));
+        assert_eq!(kcore[0].root.as_deref(), Some("/null"));
+        assert_eq!(kcore[0].dev, None);
+        assert_eq!(at("/proc")[0].flags, ["nosuid", "nodev", "noexec"]);
+        // Not given: a disk's device and root are kept.
+        let t2 = mount_table(INFO, &[]);
+        let data = t2.iter().find(|e| e.point == "/data").unwrap();
+        assert_eq!(
+            (data.root.as_deref(), data.dev.as_deref()),
+            (Some("/srv/data"), Some("8:1"))
+        );
+    }
+}
