@@ -647,6 +647,79 @@ fn restore_gives_back_the_checkpoints_mount_table_or_is_refused() {
     ctx.assert_no_trace(&rid);
 }
 
+/// A container with a terminal (its pty's master the caller's, over `--console-socket`)
+/// checkpoints, and restores with `--console-socket`: CRIU makes a new pty for the
+/// restored tree and its master reaches the socket (runc's `orphan_pts_master`), where the
+/// restored shell's output goes on from the checkpointed count. Without the socket the
+/// restore is refused naming it, leaving nothing.
+#[test]
+#[ignore = "root: real containers, CRIU"]
+fn a_terminal_is_restored_through_the_console_socket() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    let mut ctx = Ctx::new("ckterm");
+    ctx.set("/root/readonly", json!(false))
+        .set("/process/terminal", json!(true))
+        .sh("i=0; while :; do i=$((i+1)); echo $i >/count; echo tick $i; sleep 0.05; done");
+    let (c, out, fds) = ctx.create_with_console("c");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let master = fds.expect("the pty master").remove(0);
+    c.start();
+    count_past(&ctx, 5);
+    let (seen, _) = read_pty(&master, Duration::from_millis(200));
+    assert!(seen.contains("tick"), "{seen:?}");
+    let img = ctx.dir.join("image");
+    let img_s = img.to_str().unwrap();
+    moat(&ctx, &criu, &["checkpoint", "--image-path", img_s, &c.id]).ok();
+    ctx.assert_no_trace(&c.id);
+    let at = count(&ctx);
+    let b = ctx.bundle_str();
+    let rid = ctx.id("r");
+    let out = moat(
+        &ctx,
+        &criu,
+        &["restore", "-d", "--bundle", &b, "--image-path", img_s, &rid],
+    )
+    .fails();
+    assert!(out.stderr.contains("--console-socket"), "{}", out.stderr);
+    ctx.assert_no_trace(&rid);
+    let (sock, listener) = console_socket(&ctx.dir);
+    let r = ctx.guard(&rid);
+    moat(
+        &ctx,
+        &criu,
+        &[
+            "restore",
+            "-d",
+            "--console-socket",
+            sock.to_str().unwrap(),
+            "--bundle",
+            &b,
+            "--image-path",
+            img_s,
+            &rid,
+        ],
+    )
+    .ok();
+    let master = receive_fds(&listener, Duration::from_secs(10))
+        .expect("the restored pty's master")
+        .remove(0);
+    count_past(&ctx, at);
+    let (seen, _) = read_pty(&master, Duration::from_millis(500));
+    let ticks: Vec<u64> = seen
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("tick ")?.parse().ok())
+        .collect();
+    assert!(
+        ticks.iter().any(|&t| t > at),
+        "no tick past {at} on the restored terminal: {seen:?}"
+    );
+    r.moat(&["delete", "--force", &rid]).ok();
+    ctx.assert_no_trace(&rid);
+}
+
 /// The container's stdio is the restore caller's: a pipe the container wrote to before
 /// its checkpoint is given, at restore, the descriptor of the same number of `moat
 /// restore` (CRIU's inherit_fd, as runc maps it), so what the restored process prints

@@ -291,6 +291,9 @@ fn restore(r: wire::Restore) -> Reply {
     for (k, v) in r.ext_mnt {
         c.set_external_mount(k, v);
     }
+    if r.console_fd.is_some() {
+        c.set_orphan_pts_master(true);
+    }
     let log = r
         .work_dir
         .as_ref()
@@ -304,13 +307,40 @@ fn restore(r: wire::Restore) -> Reply {
         ));
     }
     done.map_err(|e| format!("{e} (CRIU's log: {})", log.display()))?;
-    match RESTORED.load(std::sync::atomic::Ordering::SeqCst) {
-        0 => Err(format!(
-            "CRIU restored but named no init (CRIU's log: {})",
-            log.display()
-        )),
-        pid => Ok(Answer::Restored(pid)),
+    let pid = match RESTORED.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => {
+            return Err(format!(
+                "CRIU restored but named no init (CRIU's log: {})",
+                log.display()
+            ))
+        }
+        pid => pid,
+    };
+    if let Some(sock) = r.console_fd {
+        let master = c.take_orphan_pts_master_fd().ok_or_else(|| {
+            format!(
+                "CRIU sent no pty master for the restored terminal (CRIU's log: {})",
+                log.display()
+            )
+        })?;
+        send_with_fd(sock, &master)
+            .map_err(|e| format!("send the pty master to the console socket: {e}"))?;
     }
+    Ok(Answer::Restored(pid))
+}
+
+/// Sends `fd` over the connected unix socket `sock` (SCM_RIGHTS), with runc's payload.
+fn send_with_fd(sock: i32, fd: &std::os::fd::OwnedFd) -> nix::Result<usize> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let fds = [fd.as_raw_fd()];
+    let iov = [std::io::IoSlice::new(b"/dev/ptmx")];
+    sendmsg::<()>(
+        sock,
+        &iov,
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::empty(),
+        None,
+    )
 }
 
 /// An open directory whose descriptor `criu swrk` inherits (no close-on-exec).
@@ -350,6 +380,7 @@ fn dump(d: wire::Dump) -> Reply {
     c.set_log_file("dump.log".into());
     c.set_root(d.root.display().to_string());
     c.set_leave_running(d.leave_running);
+    c.set_orphan_pts_master(d.terminal);
     c.cgroups_mode(rust_criu::CgMode::IGNORE);
     for (k, v) in d.ext_mnt {
         c.set_external_mount(k, v);

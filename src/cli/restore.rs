@@ -8,7 +8,7 @@ use crate::container::checkpoint::{self, CheckpointError, RestoreRequest};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Path to an AF_UNIX socket which will receive the pty master (not implemented: refused)
+    /// Path to an AF_UNIX socket which will receive the file descriptor referencing the master end of the console's pseudoterminal
     #[arg(long = "console-socket")]
     pub console_socket: Option<PathBuf>,
     /// Path to criu image files for restoring (default ./checkpoint)
@@ -69,11 +69,6 @@ impl Args {
     pub fn request(&self, g: &Global) -> Result<RestoreRequest> {
         let refused = [
             (
-                self.console_socket.is_some(),
-                "--console-socket",
-                "a terminal",
-            ),
-            (
                 self.tcp_established,
                 "--tcp-established",
                 "established TCP connections",
@@ -129,6 +124,7 @@ impl Args {
             work_path: self.work_path.as_ref().map(|w| cwd.join(w)),
             pid_file: self.pid_file.as_ref().map(|p| cwd.join(p)),
             criu: g.criu.clone(),
+            console_socket: self.console_socket.clone(),
         })
     }
 }

@@ -38,6 +38,8 @@ pub struct RestoreRequest {
     pub work_path: Option<PathBuf>,
     pub pid_file: Option<PathBuf>,
     pub criu: Option<String>,
+    /// `--console-socket`: where the restored terminal's pty master goes.
+    pub console_socket: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -200,6 +202,7 @@ pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Resul
         leave_running: req.leave_running,
         ext_mnt,
         external,
+        terminal: spec.process.as_ref().is_some_and(|p| p.terminal),
     })?;
     save_mount_table(&ctx.root, &image_dir, &table)?;
     if req.leave_running {
@@ -338,12 +341,23 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
     if let Some(w) = &req.work_path {
         owned.refuse("--work-path", w)?;
     }
-    if spec.process.as_ref().is_some_and(|p| p.terminal) {
-        return Err(CheckpointError::Unsupported {
-            flag: "process.terminal",
-            what: "a container with a terminal",
+    let terminal = spec.process.as_ref().is_some_and(|p| p.terminal);
+    match (terminal, &req.console_socket) {
+        (true, None) => {
+            return Err(CheckpointError::Flag {
+                flag: "--console-socket",
+                why: "needed to restore a container with a terminal (process.terminal): it gets the pty's master",
+            }
+            .into())
         }
-        .into());
+        (false, Some(_)) => {
+            return Err(CheckpointError::Flag {
+                flag: "--console-socket",
+                why: "given for a container without a terminal (process.terminal is false)",
+            }
+            .into())
+        }
+        _ => {}
     }
     // Run by create only (CRIU restores a tree past them); poststop is recorded and runs
     // at delete as for a created container.
@@ -375,12 +389,19 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
         .into());
     }
     let recorded = load_mount_table(&ctx.root, &req.image_path)?;
+    // Connected before anything is made: the restored terminal's master goes there.
+    let console = match &req.console_socket {
+        Some(path) => Some(console_connection(path)?),
+        None => None,
+    };
     let cfg = crate::policy::Config::load()?;
     let decided = super::policy::decide(&mut spec, &cfg, &req.id, false)?;
     let opts = crate::linux::create::Options {
         id: req.id.clone(),
         bundle: req.bundle.clone(),
-        console_socket: None,
+        // The plan's check that a terminal has somewhere to go; the restore's pty is
+        // CRIU's, its master sent by the helper (never the create path's own console).
+        console_socket: req.console_socket.clone(),
         pidfd_socket: None,
         pid_file: req.pid_file.clone(),
         no_pivot: false,
@@ -457,6 +478,7 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
                 cgroupns,
                 expect,
                 inherit_fd,
+                console_fd: console.as_ref().map(|c| c.as_raw_fd()),
             },
             |pid| {
                 cgroup
@@ -469,6 +491,23 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
         restored
     })?;
     Ok(0)
+}
+
+/// `--console-socket`, connected, inheritable by the helper (no close-on-exec).
+fn console_connection(path: &Path) -> std::result::Result<OwnedFd, CheckpointError> {
+    let err = |err: std::io::Error| CheckpointError::Path {
+        flag: "--console-socket",
+        path: path.to_path_buf(),
+        err,
+    };
+    let s = std::os::unix::net::UnixStream::connect(path).map_err(err)?;
+    let fd = OwnedFd::from(s);
+    nix::fcntl::fcntl(
+        fd.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .map_err(|e| err(e.into()))?;
+    Ok(fd)
 }
 
 /// The file in an image directory naming the container's stdio at the dump (runc's name

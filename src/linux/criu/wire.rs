@@ -38,6 +38,10 @@ pub struct Restore {
     /// `inherit_fd`: the restored files CRIU names by `key` (the container's stdio as the
     /// dump recorded it) are given the helper's descriptor `fd` (inherited from moat).
     pub inherit_fd: Vec<(i32, String)>,
+    /// A container with a terminal: the helper's descriptor (inherited from moat) of the
+    /// connected `--console-socket`, which gets the master of the pty CRIU makes for the
+    /// restored tree (`orphan_pts_master`), as runc sends it.
+    pub console_fd: Option<i32>,
 }
 
 /// What moat's plan says the restored tree is. A process may lose capabilities, gain
@@ -192,6 +196,9 @@ pub struct Dump {
     /// `NAME[INODE]:KEY` (CRIU's `--external` form; `KEY` from `criu::external_ns_key`), so a
     /// restore puts the tree back into the namespace it is given under that key.
     pub external: Vec<String>,
+    /// The container has a terminal whose master is outside the tree (the engine's):
+    /// dumped as an orphan pty (`orphan_pts_master`, as runc dumps).
+    pub terminal: bool,
 }
 
 /// What a [`Request`] got done.
