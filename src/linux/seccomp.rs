@@ -180,6 +180,26 @@ fn action(
     })
 }
 
+/// The profile's `defaultAction` (with `defaultErrnoRet`).
+fn default_action(seccomp: &spec::Seccomp) -> Result<ScmpAction, SeccompError> {
+    action(
+        &seccomp.default_action,
+        seccomp.default_errno_ret,
+        ".defaultAction",
+        ".defaultErrnoRet",
+    )
+}
+
+/// The action of the `syscalls[]` entry at `at` (with its `errnoRet`).
+fn entry_action(call: &spec::SeccompSyscall, at: &str) -> Result<ScmpAction, SeccompError> {
+    action(
+        &call.action,
+        call.errno_ret,
+        &format!("{at}.action"),
+        &format!("{at}.errnoRet"),
+    )
+}
+
 fn flag_bit(name: &str) -> Option<u32> {
     Some(match name {
         "SECCOMP_FILTER_FLAG_TSYNC" => FLAG_TSYNC,
@@ -608,12 +628,7 @@ pub fn refuse_notify_before_handover(
 /// Compiles `linux.seccomp`. Syscall names unknown on this architecture are skipped with
 /// a warning; unknown actions, operators, architectures or flags are errors naming the field.
 pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
-    let default = action(
-        &seccomp.default_action,
-        seccomp.default_errno_ret,
-        ".defaultAction",
-        ".defaultErrnoRet",
-    )?;
+    let default = default_action(seccomp)?;
     let lib = |field: &str, e: libseccomp::error::SeccompError| {
         err(field, format!("libseccomp {}: {e}", libseccomp_version()))
     };
@@ -644,12 +659,7 @@ pub fn compile(seccomp: &spec::Seccomp) -> Result<Filter, SeccompError> {
     let mut added_rules = Vec::new();
     for (i, call) in seccomp.syscalls.iter().enumerate() {
         let at = format!(".syscalls[{i}]");
-        let act = action(
-            &call.action,
-            call.errno_ret,
-            &format!("{at}.action"),
-            &format!("{at}.errnoRet"),
-        )?;
+        let act = entry_action(call, &at)?;
         let (conds, separate) = conditions(&call.args, &at)?;
         if call.names.is_empty() {
             return Err(err(
@@ -843,22 +853,12 @@ pub struct NativeRules {
 
 /// [`NativeRules`] of a profile [`compile`] accepts (its errors otherwise).
 pub fn native_rules(seccomp: &spec::Seccomp) -> Result<NativeRules, SeccompError> {
-    let default = action(
-        &seccomp.default_action,
-        seccomp.default_errno_ret,
-        ".defaultAction",
-        ".defaultErrnoRet",
-    )?;
+    let default = default_action(seccomp)?;
     let native = ScmpArch::native();
     let mut named = std::collections::BTreeMap::<u32, Vec<_>>::new();
     for (i, call) in seccomp.syscalls.iter().enumerate() {
         let at = format!(".syscalls[{i}]");
-        let act = action(
-            &call.action,
-            call.errno_ret,
-            &format!("{at}.action"),
-            &format!("{at}.errnoRet"),
-        )?;
+        let act = entry_action(call, &at)?;
         if act == default {
             continue;
         }
