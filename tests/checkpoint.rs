@@ -58,6 +58,15 @@ fn moat(ctx: &Ctx, criu: &Path, args: &[&str]) -> Out {
     ctx.run(c)
 }
 
+/// `moat restore -d EXTRA… --bundle <ctx's> --image-path IMAGE ID`, CRIU on PATH.
+fn restore(ctx: &Ctx, criu: &Path, image: &str, id: &str, extra: &[&str]) -> Out {
+    let b = ctx.bundle_str();
+    let mut args = vec!["restore", "-d"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--bundle", &b, "--image-path", image, id]);
+    moat(ctx, criu, &args)
+}
+
 /// The working directory of [`moat`]'s calls.
 fn cwd(ctx: &Ctx) -> PathBuf {
     ctx.dir.join("cwd")
@@ -603,14 +612,7 @@ fn restore_gives_back_the_checkpoints_mount_table_or_is_refused() {
     for e in std::fs::read_dir(&y).unwrap().flatten() {
         std::fs::copy(e.path(), x.join(e.file_name())).unwrap();
     }
-    let b = ctx.bundle_str();
-    let restore = |img: &str, id: &str| {
-        moat(
-            &ctx,
-            &criu,
-            &["restore", "-d", "--bundle", &b, "--image-path", img, id],
-        )
-    };
+    let restore = |img: &str, id: &str| restore(&ctx, &criu, img, id, &[]);
     let rid = ctx.id("forged");
     let guard = ctx.guard(&rid);
     let out = restore(xs, &rid).fails();
@@ -675,34 +677,14 @@ fn a_terminal_is_restored_through_the_console_socket() {
     moat(&ctx, &criu, &["checkpoint", "--image-path", img_s, &c.id]).ok();
     ctx.assert_no_trace(&c.id);
     let at = count(&ctx);
-    let b = ctx.bundle_str();
     let rid = ctx.id("r");
-    let out = moat(
-        &ctx,
-        &criu,
-        &["restore", "-d", "--bundle", &b, "--image-path", img_s, &rid],
-    )
-    .fails();
+    let out = restore(&ctx, &criu, img_s, &rid, &[]).fails();
     assert!(out.stderr.contains("--console-socket"), "{}", out.stderr);
     ctx.assert_no_trace(&rid);
     let (sock, listener) = console_socket(&ctx.dir);
     let r = ctx.guard(&rid);
-    moat(
-        &ctx,
-        &criu,
-        &[
-            "restore",
-            "-d",
-            "--console-socket",
-            sock.to_str().unwrap(),
-            "--bundle",
-            &b,
-            "--image-path",
-            img_s,
-            &rid,
-        ],
-    )
-    .ok();
+    let sock = sock.to_str().unwrap();
+    restore(&ctx, &criu, img_s, &rid, &["--console-socket", sock]).ok();
     let master = receive_fds(&listener, Duration::from_secs(10))
         .expect("the restored pty's master")
         .remove(0);
