@@ -302,6 +302,22 @@ fn unapplied_flags_are_refused_by_name() {
         );
         hooked.assert_no_trace(&hid);
     }
+    // runc's CRIU configuration file annotation: refused, not ignored.
+    hooked.config["hooks"] = serde_json::json!({});
+    hooked.config["annotations"]["org.criu.config"] = serde_json::json!("/etc/criu/x.conf");
+    let out = hooked
+        .moat(&[
+            "restore",
+            "-d",
+            "--bundle",
+            &hb,
+            "--image-path",
+            img_s,
+            &hid,
+        ])
+        .fails();
+    assert!(out.stderr.contains("org.criu.config"), "{}", out.stderr);
+    hooked.assert_no_trace(&hid);
     let out = ctx
         .moat(&["restore", "--bundle", &b, "--image-path", img_s, &rid])
         .fails();

@@ -154,6 +154,7 @@ pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Resul
         .dir
         .load_spec()
         .map_err(|e| CheckpointError::Spec(e.to_string()))?;
+    criu_config(&spec)?;
     let owned = Owned::of(
         &c.record.bundle,
         &c.record.rootfs,
@@ -336,6 +337,7 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
         .as_ref()
         .map(|r| req.bundle.join(&r.path))
         .unwrap_or_else(|| req.bundle.join("rootfs"));
+    criu_config(&spec)?;
     let owned = Owned::of(&req.bundle, &rootfs, &spec, None);
     owned.refuse("--image-path", &req.image_path)?;
     if let Some(w) = &req.work_path {
@@ -491,6 +493,18 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
         restored
     })?;
     Ok(0)
+}
+
+/// runc's `org.criu.config` annotation (a CRIU configuration file for the dump and the
+/// restore): refused rather than ignored; empty (runc's "no file") is what moat does.
+fn criu_config(spec: &Spec) -> std::result::Result<(), CheckpointError> {
+    match spec.annotations.get("org.criu.config") {
+        Some(v) if !v.is_empty() => Err(CheckpointError::Unsupported {
+            flag: "annotation org.criu.config",
+            what: "a container with a CRIU configuration file",
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// `--console-socket`, connected, inheritable by the helper (no close-on-exec).
