@@ -718,6 +718,56 @@ fn a_terminal_is_restored_through_the_console_socket() {
     ctx.assert_no_trace(&rid);
 }
 
+/// A bind inside another bind's source (runc's "nested bind mounts"): its mount point,
+/// made in the outer source at create, is removed after the checkpoint; the restore makes
+/// it again (beneath the rootfs, in the helper's own mount namespace, as runc does before
+/// CRIU mounts) and the restored container counts on with both binds in place.
+#[test]
+#[ignore = "root: real containers, CRIU"]
+fn nested_binds_get_their_mount_points_back() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    let mut ctx = counter("cknest");
+    let (outer, inner) = (ctx.dir.join("outer"), ctx.dir.join("inner"));
+    std::fs::create_dir_all(&outer).unwrap();
+    std::fs::create_dir_all(&inner).unwrap();
+    for (src, dest) in [(&outer, "/test"), (&inner, "/test/for/nested")] {
+        ctx.push(
+            "/mounts",
+            json!({"type": "bind", "source": src, "destination": dest, "options": ["rw", "bind"]}),
+        );
+    }
+    let c = ctx.create_ok("c");
+    c.start();
+    count_past(&ctx, 5);
+    assert!(
+        outer.join("for/nested").is_dir(),
+        "create made the mount point"
+    );
+    let img = ctx.dir.join("image");
+    let img_s = img.to_str().unwrap();
+    moat(&ctx, &criu, &["checkpoint", "--image-path", img_s, &c.id]).ok();
+    ctx.assert_no_trace(&c.id);
+    std::fs::remove_dir_all(outer.join("for")).unwrap();
+    let at = count(&ctx);
+    let rid = ctx.id("r");
+    let r = ctx.guard(&rid);
+    restore(&ctx, &criu, img_s, &rid, &[]).ok();
+    count_past(&ctx, at);
+    let pid = r.pid();
+    let info = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    for point in ["/test", "/test/for/nested"] {
+        assert!(
+            info.lines().any(|l| l.split(' ').nth(4) == Some(point)),
+            "{point} not mounted in the restored container:\n{info}"
+        );
+    }
+    r.moat(&["delete", "--force", &rid]).ok();
+    ctx.assert_no_trace(&rid);
+}
+
 /// The container's stdio is the restore caller's: a pipe the container wrote to before
 /// its checkpoint is given, at restore, the descriptor of the same number of `moat
 /// restore` (CRIU's inherit_fd, as runc maps it), so what the restored process prints

@@ -266,6 +266,13 @@ fn restore(r: wire::Restore) -> Reply {
         None::<&str>,
     )
     .map_err(|e| format!("bind {} onto itself: {e}", r.root.display()))?;
+    for bound in prepare_binds(&r.root, &r.binds)?.iter().rev() {
+        rustix::mount::unmount(
+            format!("/proc/self/fd/{}", bound.as_raw_fd()),
+            rustix::mount::UnmountFlags::DETACH,
+        )
+        .map_err(|e| format!("take the binds made for their mount points off again: {e}"))?;
+    }
     let images = dir_fd(&r.images_dir, "--image-path")?;
     let work = match &r.work_dir {
         Some(w) => Some(dir_fd(w, "--work-path")?),
@@ -341,6 +348,91 @@ fn send_with_fd(sock: i32, fd: &std::os::fd::OwnedFd) -> nix::Result<usize> {
         MsgFlags::empty(),
         None,
     )
+}
+
+/// The mount points of the spec's binds, made as runc makes them before a restore (CRIU
+/// mounts onto what exists): in the spec's order, each missing one made beneath the root
+/// (no symlink leads out of it), and the bind put there for the moment in this helper's
+/// own mount namespace, so that a bind's mount point inside an earlier bind's source is
+/// made in that source, as create made it. Answers the binds made, for the caller to take
+/// off again before CRIU mounts them itself.
+fn prepare_binds(
+    root: &std::path::Path,
+    binds: &[(String, String)],
+) -> Result<Vec<std::os::fd::OwnedFd>, String> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags, CWD};
+    use rustix::mount::{MoveMountFlags, OpenTreeFlags};
+    let rootfd = rustix::fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("open {}: {e}", root.display()))?;
+    let beneath = |path: &str, flags: OFlags| {
+        let path = if path.is_empty() { "." } else { path };
+        rustix::fs::openat2(
+            &rootfd,
+            path,
+            flags | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+        )
+    };
+    let mut bound = Vec::new();
+    for (dest, source) in binds {
+        let what = |e: rustix::io::Errno| format!("mount point {dest} of {source}: {e}");
+        let is_dir = std::fs::metadata(source)
+            .map_err(|e| format!("{source}: {e}"))?
+            .is_dir();
+        let comps: Vec<&str> = dest
+            .split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .collect();
+        for i in 0..comps.len() {
+            let here = comps[..=i].join("/");
+            match beneath(&here, OFlags::PATH) {
+                Ok(_) => continue,
+                Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(what(e)),
+            }
+            let parent =
+                beneath(&comps[..i].join("/"), OFlags::PATH | OFlags::DIRECTORY).map_err(what)?;
+            if i + 1 == comps.len() && !is_dir {
+                rustix::fs::openat(
+                    &parent,
+                    comps[i],
+                    OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::WRONLY
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
+                    Mode::from_raw_mode(0o644),
+                )
+                .map_err(what)?;
+            } else {
+                rustix::fs::mkdirat(&parent, comps[i], Mode::from_raw_mode(0o755)).map_err(what)?;
+            }
+        }
+        let target = beneath(&comps.join("/"), OFlags::PATH).map_err(what)?;
+        let tree = rustix::mount::open_tree(
+            CWD,
+            source.as_str(),
+            OpenTreeFlags::OPEN_TREE_CLONE
+                | OpenTreeFlags::OPEN_TREE_CLOEXEC
+                | OpenTreeFlags::AT_RECURSIVE,
+        )
+        .map_err(what)?;
+        rustix::mount::move_mount(
+            &tree,
+            "",
+            &target,
+            "",
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+        )
+        .map_err(what)?;
+        bound.push(beneath(&comps.join("/"), OFlags::PATH).map_err(what)?);
+    }
+    Ok(bound)
 }
 
 /// An open directory whose descriptor `criu swrk` inherits (no close-on-exec).

@@ -443,6 +443,23 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
                 Some((m.destination.clone(), src.display().to_string()))
             })
             .collect();
+        // Made before CRIU runs, as runc makes them: a bind under one of the spec's tmpfs
+        // mounts gets its mount point from the tmpfs's restored content.
+        let tmpfs: Vec<&str> = spec
+            .mounts
+            .iter()
+            .filter(|m| m.typ.as_deref() == Some("tmpfs"))
+            .map(|m| m.destination.trim_end_matches('/'))
+            .collect();
+        let binds: Vec<(String, String)> = ext_mnt
+            .iter()
+            .filter(|(dest, _)| {
+                !tmpfs
+                    .iter()
+                    .any(|t| dest.strip_prefix(t).is_some_and(|r| r.starts_with('/')))
+            })
+            .cloned()
+            .collect();
         let cg_dest = spec
             .mounts
             .iter()
@@ -481,6 +498,7 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
                 expect,
                 inherit_fd,
                 console_fd: console.as_ref().map(|c| c.as_raw_fd()),
+                binds,
             },
             |pid| {
                 cgroup

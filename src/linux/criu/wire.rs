@@ -42,6 +42,10 @@ pub struct Restore {
     /// connected `--console-socket`, which gets the master of the pty CRIU makes for the
     /// restored tree (`orphan_pts_master`), as runc sends it.
     pub console_fd: Option<i32>,
+    /// The spec's binds (mount point, host source) in the spec's order, but those under
+    /// one of its tmpfs mounts (CRIU restores a tmpfs's content): their mount points are
+    /// made before CRIU runs, as runc makes them (`prepare_binds` in the helper).
+    pub binds: Vec<(String, String)>,
 }
 
 /// What moat's plan says the restored tree is. A process may lose capabilities, gain
