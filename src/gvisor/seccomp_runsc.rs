@@ -124,6 +124,11 @@ pub fn runsc_profile(
     }
     let tracer_free = ptrace_refused(&r);
     let default = outcome(r.default, tracer_free)?;
+    // Unconditional rules, one entry per action naming all its calls (runsc builds one
+    // rule set per entry and looks a call up within a set by number, so hundreds of
+    // one-name entries would be hundreds of sets tried in turn on every system call);
+    // then the conditional ones.
+    let mut whole: Vec<(Outcome, Vec<String>)> = Vec::new();
     let mut syscalls = Vec::new();
     for (nr, name) in table {
         let Some(rules) = r.named.get(nr) else {
@@ -143,7 +148,10 @@ pub fn runsc_profile(
             args,
         };
         if rules.iter().any(|(_, conds)| conds.is_empty()) {
-            syscalls.push(entry(Vec::new()));
+            match whole.iter_mut().find(|(a, _)| *a == action) {
+                Some((_, names)) => names.push(name.clone()),
+                None => whole.push((action, vec![name.clone()])),
+            }
         } else {
             // One entry per rule: its comparisons are on distinct arguments, which runsc
             // (like runc) ANDs; the entries of one system call are alternatives.
@@ -154,6 +162,15 @@ pub fn runsc_profile(
             );
         }
     }
+    let whole = whole
+        .into_iter()
+        .map(|(action, names)| spec::SeccompSyscall {
+            names,
+            action: action.runsc_action().into(),
+            errno_ret: None,
+            args: Vec::new(),
+        });
+    syscalls.splice(0..0, whole);
     Ok(spec::Seccomp {
         default_action: default.runsc_action().into(),
         default_errno_ret: None,
@@ -198,21 +215,30 @@ mod tests {
     fn restricted_is_taken_with_the_sentrys_names_and_narrowed_arguments() {
         let p = runsc_profile(&restricted(), &table()).expect("exact");
         assert_eq!(p.default_action, "SCMP_ACT_TRACE");
-        let names: Vec<&str> = p.syscalls.iter().map(|s| s.names[0].as_str()).collect();
+        let names: Vec<&str> = p
+            .syscalls
+            .iter()
+            .flat_map(|s| s.names.iter().map(String::as_str))
+            .collect();
         // pselect6 is allowed under gVisor's name; mount_setattr (442) is not in the
         // table and cannot be named.
         for n in ["read", "pselect", "mount", "ptrace", "ioctl", "personality"] {
             assert!(names.contains(&n), "{n} missing from {names:?}");
         }
         assert!(!names.contains(&"clone3"), "clone3 is the default's ENOSYS");
-        let mount = p.syscalls.iter().find(|s| s.names[0] == "mount").unwrap();
-        assert_eq!(mount.action, "SCMP_ACT_ERRNO");
-        // ioctl: every comparison on the 32-bit cmd is a mask of its low bits.
-        let ioctl: Vec<_> = p
+        let mount = p
             .syscalls
             .iter()
-            .filter(|s| s.names[0] == "ioctl")
-            .collect();
+            .find(|s| s.names.iter().any(|n| n == "mount"))
+            .unwrap();
+        assert!(
+            mount.names.len() > 1,
+            "one entry per action: {:?}",
+            mount.names
+        );
+        assert_eq!(mount.action, "SCMP_ACT_ERRNO");
+        // ioctl: every comparison on the 32-bit cmd is a mask of its low bits.
+        let ioctl: Vec<_> = p.syscalls.iter().filter(|s| s.names == ["ioctl"]).collect();
         assert!(ioctl.len() > 1);
         for e in &ioctl {
             assert_eq!(e.action, "SCMP_ACT_ALLOW");
@@ -235,8 +261,8 @@ mod tests {
                                {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}]),
         )
         .unwrap();
-        let names: Vec<_> = ok.syscalls.iter().map(|s| s.names[0].as_str()).collect();
-        assert_eq!(names, ["read", "ptrace"]);
+        let names: Vec<_> = ok.syscalls.iter().map(|s| s.names.clone()).collect();
+        assert_eq!(names, [vec!["read"], vec!["ptrace"]]);
         // An errno other than EPERM or ENOSYS.
         let r = enosys(json!([deny_ptrace,
             {"names": ["mount"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13}]));
