@@ -42,6 +42,11 @@ fn path_with(criu: &Path) -> std::ffi::OsString {
 /// Run from an empty directory of the test's (see [`cwd`]), with a CRIU user configuration
 /// naming a relative log file: nothing may land in the caller's working directory.
 fn moat(ctx: &Ctx, criu: &Path, args: &[&str]) -> Out {
+    ctx.run(moat_cmd(ctx, criu, args))
+}
+
+/// [`moat`]'s command, to run as it is or with more in its environment.
+fn moat_cmd(ctx: &Ctx, criu: &Path, args: &[&str]) -> std::process::Command {
     let home = ctx.dir.join("home");
     std::fs::create_dir_all(home.join(".criu")).expect("mkdir");
     std::fs::write(
@@ -55,7 +60,7 @@ fn moat(ctx: &Ctx, criu: &Path, args: &[&str]) -> Out {
         .env("HOME", &home)
         .current_dir(cwd(ctx))
         .args(args);
-    ctx.run(c)
+    c
 }
 
 /// `moat restore -d EXTRA… --bundle <ctx's> --image-path IMAGE ID`, CRIU on PATH.
@@ -764,6 +769,91 @@ fn nested_binds_get_their_mount_points_back() {
             "{point} not mounted in the restored container:\n{info}"
         );
     }
+    r.moat(&["delete", "--force", &rid]).ok();
+    ctx.assert_no_trace(&rid);
+}
+
+/// moat SIGKILLed at each step of checkpoint and restore (`MOAT_TEST_KILL_AT`,
+/// src/linux/killpoint.rs). A checkpoint killed with `--leave-running` leaves the original
+/// running and counting; one killed after its dump without it leaves a container that
+/// `delete --force` removes whole. A restore killed at any step, before CRIU, with the
+/// helper placed and its request unsent, or after the tree is restored and before the
+/// record names it, leaves nothing once `delete --force` has run (what an engine does
+/// next), whatever CRIU had restored; the image then restores.
+#[test]
+#[ignore = "root: real containers, CRIU"]
+fn checkpoint_and_restore_killed_at_every_step_leave_nothing() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    let killed = |ctx: &Ctx, args: &[&str], point: &str| {
+        ctx.write_config();
+        let mut c = moat_cmd(ctx, &criu, args);
+        c.env("MOAT_TEST_KILL_AT", point);
+        let out = ctx.run(c);
+        assert_eq!(out.code, 137, "{point}: not killed there: {}", out.stderr);
+        reap();
+    };
+    let ctx = counter("ckkill");
+    let c = ctx.create_ok("c");
+    c.start();
+    count_past(&ctx, 5);
+    for point in ["Dump", "Record", "Delete"] {
+        let img = ctx.dir.join(format!("image-{point}"));
+        let args = [
+            "checkpoint",
+            "--leave-running",
+            "--image-path",
+            img.to_str().unwrap(),
+            &c.id,
+        ];
+        killed(&ctx, &args, &format!("checkpoint:parent:{point}"));
+        assert_eq!(c.status(), "running", "checkpoint killed at {point}");
+        count_past(&ctx, count(&ctx));
+    }
+    let img = ctx.dir.join("image");
+    let img_s = img.to_str().unwrap();
+    killed(
+        &ctx,
+        &["checkpoint", "--image-path", img_s, &c.id],
+        "checkpoint:parent:Delete",
+    );
+    let _ = ctx.moat(&["delete", "--force", &c.id]);
+    reap();
+    let left = ctx.traces(&c.id);
+    assert!(
+        left.is_empty(),
+        "checkpoint killed before its delete: {left:?}"
+    );
+    let at = count(&ctx);
+    for point in [
+        "Profile", "StateDir", "Cgroup", "Record", "Criu", "Restored",
+    ] {
+        let rid = ctx.id(&format!("r-{}", point.to_lowercase()));
+        let args = [
+            "restore",
+            "-d",
+            "--bundle",
+            &ctx.bundle_str(),
+            "--image-path",
+            img_s,
+            &rid,
+        ];
+        killed(&ctx, &args, &format!("restore:parent:{point}"));
+        if point == "Restored" {
+            // Killed with the tree restored and running, before the record names it.
+            count_past(&ctx, count(&ctx));
+        }
+        let _ = ctx.moat(&["delete", "--force", &rid]);
+        reap();
+        let left = ctx.traces(&rid);
+        assert!(left.is_empty(), "restore killed at {point}: left {left:?}");
+    }
+    let rid = ctx.id("r");
+    let r = ctx.guard(&rid);
+    restore(&ctx, &criu, img_s, &rid, &[]).ok();
+    count_past(&ctx, count(&ctx).max(at));
     r.moat(&["delete", "--force", &rid]).ok();
     ctx.assert_no_trace(&rid);
 }

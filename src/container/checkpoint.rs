@@ -194,6 +194,7 @@ pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Resul
         .map_err(|e| CheckpointError::Record(format!("the init's mountinfo: {e}")))?;
     let table = criu::wire::mount_table(&mountinfo, &given_points(&ext_mnt));
     let image_dir = image_path.clone();
+    crate::linux::killpoint::at("checkpoint", "parent", "Dump");
     criu::dump(criu::wire::Dump {
         criu: criu::criu_path(req.criu.as_deref()),
         pid: c.record.pid,
@@ -205,7 +206,9 @@ pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Resul
         external,
         terminal: spec.process.as_ref().is_some_and(|p| p.terminal),
     })?;
+    crate::linux::killpoint::at("checkpoint", "parent", "Record");
     save_mount_table(&ctx.root, &image_dir, &table)?;
+    crate::linux::killpoint::at("checkpoint", "parent", "Delete");
     if req.leave_running {
         return Ok(0);
     }
@@ -503,7 +506,10 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
             |pid| {
                 cgroup
                     .add_pid(pid)
-                    .map_err(|e| format!("place moat-criu: {e}"))
+                    .map_err(|e| format!("place moat-criu: {e}"))?;
+                // The helper placed, its request not sent yet.
+                crate::linux::killpoint::at("restore", "parent", "Criu");
+                Ok(())
             },
         )
         .map_err(|e| crate::linux::create::Error::Restore(e.to_string()));

@@ -1,7 +1,7 @@
 //! Kill points, for the tests that prove an interrupted operation leaves nothing behind
 //! (tests/killpoints.rs): in debug builds, `MOAT_TEST_KILL_AT=<op>:<side>:<step>` makes
 //! moat SIGKILL itself on reaching that step, where `op` is `create`, `start`, `exec`,
-//! `delete`, `run` or `update` (the gVisor path's points are create's, start's and delete's
+//! `delete`, `run`, `update`, `checkpoint` or `restore` (the gVisor path's points are create's, start's and delete's
 //! with a `gvisor.` step; `cgroup:parent:frozen` is inside a freeze round of whatever
 //! kills a container's processes, `kill --all` or delete), `side` the process (`parent`, `child`; exec's `joiner` and `process`), and
 //! `step` a row of that operation's documented sequence (create's `Step` names, exec's

@@ -54,7 +54,9 @@ pub fn restore(
     mut plan: Plan,
     run: impl FnOnce(&Plan, &Cgroup) -> Result<i32, Error>,
 ) -> Result<(ContainerDir, Record), Error> {
+    killpoint::at("restore", "parent", "Profile");
     profile(&plan)?; // 2
+    killpoint::at("restore", "parent", "StateDir");
     let (dir, notify_sock) = state_dir(&plan)?; // 3
     drop(notify_sock);
     let restored = (|| {
@@ -76,10 +78,13 @@ pub fn restore(
             let json = serde_json::to_vec(&planned).expect("serialises");
             dir.save_file(state::CGROUP_PLANNED_FILE, &json)?;
         }
+        killpoint::at("restore", "parent", "Cgroup");
         let cgroup = cgroup(&mut plan)?; // 5
         let done = (|| {
+            killpoint::at("restore", "parent", "Record");
             let mut record = record(&plan, &dir, &cgroup)?; // 6
             let pid = run(&plan, &cgroup)?;
+            killpoint::at("restore", "parent", "Restored");
             let Some((_, start)) = state::process_start_time(pid) else {
                 return Err(died(pid));
             };
