@@ -221,6 +221,34 @@ pub fn mountinfo(bytes: &[u8]) {
     let _ = crate::linux::idmap::parse_mountinfo(&text);
 }
 
+/// A container connection's first bytes, as the binding of connections to names reads
+/// them (`policy::egress::first_bytes`, the container's to write): a name it gives is a
+/// host name as it reads them, and a verdict reached on the first half holds for the whole
+/// (more bytes never change a name read, nor turn a refusal into a name).
+pub fn first_bytes(bytes: &[u8]) {
+    use crate::policy::egress::first_bytes::{read, FirstBytes};
+    let whole = read(bytes);
+    if let FirstBytes::Tls { sni: Some(n), .. } | FirstBytes::Http { host: Some(n) } = &whole {
+        assert!(
+            !n.is_empty()
+                && n.len() <= 253
+                && !n.contains("..")
+                && n.bytes().all(|b| b.is_ascii_lowercase()
+                    || b.is_ascii_digit()
+                    || b == b'-'
+                    || b == b'.'),
+            "{n:?}"
+        );
+    }
+    // (A refusal may name another reason once more is read: it stays a refusal.)
+    let half = read(&bytes[..bytes.len() / 2]);
+    let holds = match (&half, &whole) {
+        (FirstBytes::NeedMore, _) | (FirstBytes::Other(_), FirstBytes::Other(_)) => true,
+        (h, w) => h == w,
+    };
+    assert!(holds, "{half:?} on the first half, {whole:?} on the whole");
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -231,7 +259,7 @@ mod tests {
     #[test]
     fn seeds_and_crashes_replay() {
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 9] = [
+        let targets: [Target; 10] = [
             ("passwd", super::passwd),
             ("config_json", super::config_json),
             ("exec_process", super::exec_process),
@@ -241,6 +269,7 @@ mod tests {
             ("ids", super::ids),
             ("cgroup_path", super::cgroup_path),
             ("mountinfo", super::mountinfo),
+            ("first_bytes", super::first_bytes),
         ];
         let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
         let mut ran = 0;

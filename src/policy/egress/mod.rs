@@ -19,6 +19,10 @@
 //! but loopback. A list means default deny for new outbound connections and datagrams.
 
 mod decide;
+/// Built for its tests and its fuzz target only until a runtime reads connections with it
+/// (the splice that binds `tls/` and `http/` connections to their names, not built yet).
+#[cfg(any(fuzzing, test))]
+pub mod first_bytes;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
