@@ -152,6 +152,17 @@ pub fn runsc_profile(
                 Some((_, names)) => names.push(name.clone()),
                 None => whole.push((action, vec![name.clone()])),
             }
+        } else if rules.len() > 1
+            && rules
+                .iter()
+                .all(|(_, conds)| conds.len() == 1 && conds[0].index == rules[0].1[0].index)
+        {
+            // Alternatives on one argument (what narrowing a 32-bit argument makes): one
+            // entry, whose comparisons on a repeated argument runsc (like runc) ORs, one rule
+            // set instead of one per alternative.
+            syscalls.push(entry(
+                rules.iter().map(|(_, conds)| conds[0].oci()).collect(),
+            ));
         } else {
             // One entry per rule: its comparisons are on distinct arguments, which runsc
             // (like runc) ANDs; the entries of one system call are alternatives.
@@ -238,13 +249,15 @@ mod tests {
         );
         assert_eq!(mount.action, "SCMP_ACT_ERRNO");
         // ioctl: every comparison on the 32-bit cmd is a mask of its low bits.
+        // One entry whose comparisons, all on the command (runsc ORs a repeated argument),
+        // are masks of its low 32 bits.
         let ioctl: Vec<_> = p.syscalls.iter().filter(|s| s.names == ["ioctl"]).collect();
-        assert!(ioctl.len() > 1);
-        for e in &ioctl {
-            assert_eq!(e.action, "SCMP_ACT_ALLOW");
-            assert_eq!(e.args.len(), 1);
-            assert_eq!(e.args[0].op, "SCMP_CMP_MASKED_EQ");
-            assert!(e.args[0].value <= 0xffff_ffff, "{:?}", e.args[0]);
+        assert_eq!(ioctl.len(), 1);
+        assert_eq!(ioctl[0].action, "SCMP_ACT_ALLOW");
+        assert!(ioctl[0].args.len() > 1);
+        for a in &ioctl[0].args {
+            assert_eq!((a.index, a.op.as_str()), (1, "SCMP_CMP_MASKED_EQ"));
+            assert!(a.value <= 0xffff_ffff, "{a:?}");
         }
     }
 
