@@ -773,6 +773,49 @@ fn nested_binds_get_their_mount_points_back() {
     ctx.assert_no_trace(&rid);
 }
 
+/// A bind whose source lies inside the rootfs, which the container can write: after its
+/// checkpoint the container (or whoever writes its rootfs) swaps that source for a symlink
+/// to a host directory. CRIU binds a source by path, as root, so a restore would give the
+/// container the host's directory; it is refused naming the source and the rootfs, and
+/// leaves nothing.
+#[test]
+#[ignore = "root: real containers, CRIU"]
+fn a_bind_source_the_container_can_swap_is_refused_at_restore() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    let mut ctx = counter("cksrc");
+    std::fs::create_dir_all(ctx.rootfs().join("data")).unwrap();
+    let source = ctx.rootfs().join("data");
+    ctx.push(
+        "/mounts",
+        json!({"type": "bind", "source": source, "destination": "/mnt", "options": ["rbind"]}),
+    );
+    let host = ctx.dir.join("host-secret");
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("secret"), "host\n").unwrap();
+    let c = ctx.create_ok("c");
+    c.start();
+    count_past(&ctx, 5);
+    let img = ctx.dir.join("image");
+    let img_s = img.to_str().unwrap();
+    moat(&ctx, &criu, &["checkpoint", "--image-path", img_s, &c.id]).ok();
+    ctx.assert_no_trace(&c.id);
+    std::fs::remove_dir(&source).unwrap();
+    std::os::unix::fs::symlink(&host, &source).unwrap();
+    let rid = ctx.id("r");
+    let guard = ctx.guard(&rid);
+    let out = restore(&ctx, &criu, img_s, &rid, &[]).fails();
+    assert!(
+        out.stderr.contains("mounts[].source") && out.stderr.contains("rootfs"),
+        "{}",
+        out.stderr
+    );
+    ctx.assert_no_trace(&rid);
+    drop(guard);
+}
+
 /// moat SIGKILLed at each step of checkpoint and restore (`MOAT_TEST_KILL_AT`,
 /// src/linux/killpoint.rs). A checkpoint killed with `--leave-running` leaves the original
 /// running and counting; one killed after its dump without it leaves a container that

@@ -346,6 +346,11 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
     if let Some(w) = &req.work_path {
         owned.refuse("--work-path", w)?;
     }
+    for m in spec.mounts.iter().filter(|m| is_bind(m)) {
+        if let Some(src) = &m.source {
+            owned.refuse_source(&req.bundle.join(src))?;
+        }
+    }
     let terminal = spec.process.as_ref().is_some_and(|p| p.terminal);
     match (terminal, &req.console_socket) {
         (true, None) => {
@@ -654,6 +659,42 @@ impl Owned {
                     inside: dir.clone(),
                 });
             }
+        }
+        Ok(())
+    }
+
+    /// Refuses a bind `source` whose path passes through one of the container's
+    /// directories (its rootfs, another bind source) before its last component: the
+    /// container could have put a symlink there, and CRIU binds the source by path, as
+    /// root. Walked from `/` down, one component at a time, each directory checked before
+    /// the next component is looked up in it: what is looked up was never the container's.
+    fn refuse_source(&self, source: &Path) -> std::result::Result<(), CheckpointError> {
+        let err = |err: std::io::Error| CheckpointError::Path {
+            flag: "mounts[].source",
+            path: source.to_path_buf(),
+            err,
+        };
+        let flags = libc::O_PATH | libc::O_CLOEXEC;
+        let mut cur =
+            sys::openat(sys::at_fdcwd(), c"/", flags | libc::O_DIRECTORY, 0).map_err(err)?;
+        let mut comps = source.components().skip(1).peekable();
+        while let Some(comp) = comps.next() {
+            let st = sys::fstat(cur.as_fd()).map_err(err)?;
+            let id = (st.st_dev, st.st_ino);
+            if let Some((_, what, dir)) = self.dirs.iter().find(|(d, _, _)| *d == id) {
+                return Err(CheckpointError::Inside {
+                    flag: "mounts[].source",
+                    path: source.to_path_buf(),
+                    what,
+                    inside: dir.clone(),
+                });
+            }
+            if comps.peek().is_none() {
+                break;
+            }
+            let name = CString::new(comp.as_os_str().as_bytes())
+                .map_err(|_| err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+            cur = sys::openat(cur.as_fd(), &name, flags, 0).map_err(err)?;
         }
         Ok(())
     }
