@@ -131,14 +131,11 @@ pub fn exec(
 /// the container has a profile: kept apart when the container's own process runs under
 /// runsc's conversion of it (`super::seccomp_runsc`), else that process's args.
 fn container_filter(dir: &ContainerDir, shadow: &Value) -> Result<Option<Vec<String>>> {
-    if let Some(b) = dir.read_file(super::seccomp_exec::EXEC_PREFIX_FILE)? {
-        let v = anyhow::Context::with_context(serde_json::from_slice(&b), || {
-            format!(
-                "{}",
-                dir.file(super::seccomp_exec::EXEC_PREFIX_FILE).display()
-            )
-        })?;
-        return Ok(Some(v));
+    let file = super::seccomp_exec::EXEC_PREFIX_FILE;
+    if let Some(b) = dir.read_file(file)? {
+        let prefix = serde_json::from_slice(&b)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", dir.file(file).display()))?;
+        return Ok(Some(prefix));
     }
     Ok(shadow
         .pointer("/process/args")
