@@ -9,8 +9,8 @@
 //! (under moat's 0700 root), and records its path in its state (`controlSocketPath`).
 //!
 //! So every runsc call for a gVisor container runs in a network namespace of its own,
-//! which no other process enters: create makes it (a thread `unshare`s, and the
-//! namespace is bind-mounted on `<root>/<id>/control-netns`, [`CONTROL_NETNS`]), the
+//! which no other process enters: create makes it (a thread `unshare`s while create
+//! goes on, [`unshare`], and the namespace is bind-mounted on `<root>/<id>/control-netns`, [`CONTROL_NETNS`]), the
 //! record names the pin, and `start`, `kill`, `exec`, `state`, `delete`, ... and a pod's
 //! waiters (`super::pod`) open it and `setns` into it in the child that executes runsc
 //! (moat itself stays where it is). An app container of a pod pins its sandbox's
@@ -68,11 +68,20 @@ fn pin(dir: &ContainerDir, tree: OwnedFd) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Makes a new network namespace and pins it at `<dir>/control-netns`; returns the pin's
-/// path. A thread of its own unshares, so moat's threads stay in their namespace.
-pub fn make(dir: &ContainerDir) -> Result<PathBuf> {
-    let tree = std::thread::scope(|s| {
-        s.spawn(|| -> Result<OwnedFd> {
+/// A new network namespace being made by a thread of its own, so moat's threads stay in
+/// their namespace. The kernel's setup of a namespace (its loopback device, its sysctl
+/// tables) is most of a millisecond: [`unshare`] starts it first thing in create, and
+/// [`Unshared::pin`] takes it once the state directory exists. Dropped unpinned (a create
+/// that fails first), the namespace goes with the thread's descriptor.
+pub struct Unshared(std::thread::JoinHandle<Result<OwnedFd>>);
+
+/// The thread does two system calls: a small stack is enough.
+const UNSHARE_STACK: usize = 64 * 1024;
+
+pub fn unshare() -> Result<Unshared> {
+    std::thread::Builder::new()
+        .stack_size(UNSHARE_STACK)
+        .spawn(|| -> Result<OwnedFd> {
             sys::unshare(libc::CLONE_NEWNET).context("unshare a network namespace")?;
             sys::open_tree(
                 sys::at_fdcwd(),
@@ -81,10 +90,19 @@ pub fn make(dir: &ContainerDir) -> Result<PathBuf> {
             )
             .context("open_tree /proc/thread-self/ns/net")
         })
-        .join()
-        .unwrap_or_else(|_| bail!("the thread making the control namespace panicked"))
-    })?;
-    pin(dir, tree)
+        .map(Unshared)
+        .context("start the thread making the control namespace")
+}
+
+impl Unshared {
+    /// Pins the namespace at `<dir>/control-netns`; returns the pin's path.
+    pub fn pin(self, dir: &ContainerDir) -> Result<PathBuf> {
+        let tree = self
+            .0
+            .join()
+            .unwrap_or_else(|_| bail!("the thread making the control namespace panicked"))?;
+        pin(dir, tree)
+    }
 }
 
 /// Pins the control namespace pinned at `from` (a pod sandbox's) again at

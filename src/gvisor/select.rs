@@ -380,6 +380,12 @@ pub fn prepare(
             (None, Some(joined))
         }
     };
+    // A container of its own gets a new control namespace (super::control): made while
+    // the spec is checked and written, taken once the record exists.
+    let unshared = match sandbox {
+        None => Some(super::control::unshare()?),
+        Some(_) => None,
+    };
     let sandbox_paths = sandbox
         .as_ref()
         .map(|j| super::pod::take_sandbox_paths(&mut spec, j.pid))
@@ -538,9 +544,10 @@ pub fn prepare(
         // After the record that names it: a create killed here leaves delete the pin to
         // unmount.
         if gv.control_netns.is_some() {
-            match &sandbox_control {
-                Some(theirs) => super::control::share(&dir, theirs)?,
-                None => super::control::make(&dir)?,
+            match (&sandbox_control, unshared) {
+                (Some(theirs), _) => super::control::share(&dir, theirs)?,
+                (None, Some(unshared)) => unshared.pin(&dir)?,
+                (None, None) => bail!("no control namespace was made for {id}"),
             };
         }
         // The egress programs on a cgroup v2 directory runsc create is started in: after
