@@ -144,6 +144,7 @@ on_both_runscs!(
     a_failed_create_ends_promptly_under_a_caller_that_reaps_after_it,
     a_failed_create_never_ends_another_containers_sandbox,
     kvm_only_where_the_cpu_can_run_it,
+    checkpoint_restore_and_fork_through_runsc,
 );
 
 /// True when the test can run; says why not otherwise.
@@ -2891,4 +2892,190 @@ fn kvm_only_where_the_cpu_can_run_it() {
         runsc_files(&ctx.root, &c.id)
     );
     assert!(sandboxes_of(&c.id).is_empty(), "no sandbox");
+}
+
+/// The counter a snapshot test's container keeps in its tmpfs (`/dev/shm`).
+fn counter(e: &Env, id: &str) -> u64 {
+    let out = e.ok(&["exec", id, "cat", "/dev/shm/c"]);
+    out.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{id}: counter {out:?}"))
+}
+
+/// runsc's own snapshot under moat: a RESTRICTED container checkpointed (and gone, as
+/// runc's checkpoint leaves it), restored into two new ids at once (a fork: each its own
+/// sandbox, record and cgroup), both going on from where the checkpoint stopped with
+/// the container's seccomp filter still on its process and `verify` passing. An image
+/// changed after the checkpoint, an image directory moat's checkpoint never wrote, an
+/// image path inside the rootfs and `--criu` are refused, leaving nothing; delete leaves
+/// no sandbox and no runsc state.
+fn checkpoint_restore_and_fork_through_runsc() {
+    if !usable("checkpoint_restore_and_fork_through_runsc") {
+        return;
+    }
+    let release = runsc_release();
+    let mut e = Env::new("snap");
+    let b = e.bundle(
+        "b",
+        &[("moat.runtime", "gvisor")],
+        &[
+            "sh",
+            "-c",
+            // Renamed into place: a read never sees the file half written.
+            "i=0; while :; do i=$((i+1)); echo $i > /dev/shm/t; mv /dev/shm/t /dev/shm/c; \
+             sleep 0.05; done",
+        ],
+    );
+    let bs = b.to_str().unwrap();
+    let orig = e.id("orig");
+    e.ok(&["run", "--detach", "--bundle", bs, &orig]);
+    // Far enough that a process started again (from 1) could not be taken for one going on.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while counter(&e, &orig) < 40 {
+        assert!(Instant::now() < deadline, "the counter never reached 40");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let images = e.dir.join("img");
+    let img = images.to_str().unwrap();
+    // Refused before anything is written: inside the rootfs, and a CRIU named.
+    let inside = b.join("rootfs/img");
+    let o = e.run(&[
+        "checkpoint",
+        "--image-path",
+        inside.to_str().unwrap(),
+        &orig,
+    ]);
+    assert!(!o.status.success(), "checkpoint into the rootfs");
+    assert!(
+        stderr(&o).contains("inside the container's rootfs"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !inside.exists(),
+        "the refused checkpoint made its image dir"
+    );
+    let o = e.run(&[
+        "--criu",
+        "/bin/true",
+        "checkpoint",
+        "--image-path",
+        img,
+        &orig,
+    ]);
+    assert!(!o.status.success(), "--criu for a gVisor container");
+    assert!(stderr(&o).contains("--criu"), "{}", stderr(&o));
+
+    let saved = counter(&e, &orig);
+    e.ok(&["checkpoint", "--image-path", img, &orig]);
+    assert!(
+        !e.root().join(&orig).exists(),
+        "runsc {release}: the checkpointed container is still recorded"
+    );
+    assert!(
+        runsc_files(&e.root(), &orig).is_empty(),
+        "runsc {release}: runsc state left"
+    );
+    assert!(
+        sandboxes_of(&orig).is_empty(),
+        "runsc {release}: its sandbox still runs"
+    );
+
+    // A fork: two restores of the one image, side by side.
+    let forks = [e.id("fork1"), e.id("fork2")];
+    for f in &forks {
+        e.ok(&[
+            "restore",
+            "--detach",
+            "--image-path",
+            img,
+            "--bundle",
+            bs,
+            f,
+        ]);
+    }
+    for f in &forks {
+        assert_eq!(e.state(f)["status"], "running", "runsc {release}: {f}");
+        let n = counter(&e, f);
+        assert!(
+            n >= saved,
+            "runsc {release}: {f} counts from {n}, not on from {saved}"
+        );
+        let st = e.ok(&["exec", f, "grep", "Seccomp:", "/proc/1/status"]);
+        assert!(
+            st.contains("Seccomp:\t2"),
+            "runsc {release}: {f}'s process: {st}"
+        );
+        e.ok(&["verify", f]);
+        assert_eq!(
+            sandboxes_of(f).len(),
+            1,
+            "runsc {release}: {f}'s own sandbox"
+        );
+    }
+    // Each goes on alone: stopping one leaves the other counting.
+    e.ok(&["delete", "--force", &forks[0]]);
+    let n = counter(&e, &forks[1]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        counter(&e, &forks[1]) > n,
+        "runsc {release}: the second fork stopped"
+    );
+
+    // Refusals, each leaving nothing.
+    let refused = |e: &mut Env, name: &str, images: &Path, want: &str| {
+        let id = e.id(name);
+        let o = e.run(&[
+            "restore",
+            "--detach",
+            "--image-path",
+            images.to_str().unwrap(),
+            "--bundle",
+            bs,
+            &id,
+        ]);
+        assert!(!o.status.success(), "runsc {release}: restore {name}");
+        assert!(
+            stderr(&o).contains(want),
+            "runsc {release}: {name}: {}",
+            stderr(&o)
+        );
+        assert!(!e.root().join(&id).exists(), "{name}: state dir left");
+        assert!(
+            runsc_files(&e.root(), &id).is_empty(),
+            "{name}: runsc state left"
+        );
+        assert!(sandboxes_of(&id).is_empty(), "{name}: a sandbox left");
+    };
+    // A copy of the image: same bytes, a directory no checkpoint wrote.
+    let copy = e.dir.join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    std::fs::copy(images.join("checkpoint.img"), copy.join("checkpoint.img")).unwrap();
+    refused(&mut e, "copy", &copy, "no record of a gVisor checkpoint");
+    // The image changed after the checkpoint: one byte appended.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(images.join("checkpoint.img"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"\0").unwrap();
+    drop(f);
+    refused(
+        &mut e,
+        "tampered",
+        &images,
+        "changed since moat's checkpoint",
+    );
+    // A file added beside it.
+    std::fs::write(images.join("extra.img"), b"x").unwrap();
+    refused(&mut e, "extra", &images, "changed since moat's checkpoint");
+
+    e.ok(&["delete", "--force", &forks[1]]);
+    for f in &forks {
+        assert!(!e.root().join(f).exists(), "{f}: state dir left");
+        assert!(
+            runsc_files(&e.root(), f).is_empty(),
+            "{f}: runsc state left"
+        );
+        assert!(sandboxes_of(f).is_empty(), "{f}: a sandbox left");
+    }
 }

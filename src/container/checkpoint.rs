@@ -1,5 +1,6 @@
 //! `checkpoint` / `restore`: a native container saved to a CRIU image directory and run
-//! again from one, through moat's CRIU helper (`linux/criu`, `moat-criu`). runc's flags
+//! again from one, through moat's CRIU helper (`linux/criu`, `moat-criu`); a gVisor
+//! container through runsc's own (`gvisor::snapshot`), after the same checks of the paths. runc's flags
 //! (one moat does not apply yet is refused, naming it); the image and work directories
 //! refused where the container can write (its rootfs, its bind sources, by device and
 //! inode); CRIU told to ignore cgroups: a restore gets the cgroups, limits and egress
@@ -74,10 +75,6 @@ pub enum CheckpointError {
         path: PathBuf,
         err: std::io::Error,
     },
-    #[error(
-        "{0}: not implemented for a gVisor container (runsc's own checkpoint is not wired in yet)"
-    )]
-    Gvisor(&'static str),
     #[error("read the container's spec: {0}")]
     Spec(String),
     #[error("CRIU: {0}")]
@@ -93,6 +90,12 @@ pub enum CheckpointError {
     #[error("record the checkpoint's mount table: {0}")]
     Record(String),
 }
+
+/// `--criu` names the CRIU of a native container's checkpoint and restore.
+const NOT_CRIU: CheckpointError = CheckpointError::Flag {
+    flag: "--criu",
+    why: "a gVisor container is checkpointed and restored by runsc, not CRIU",
+};
 
 /// Where a checkpoint's mount table is kept: under moat's root (never in the image
 /// directory, which whoever can write there could rewrite), by the image directory's
@@ -143,10 +146,16 @@ fn given_points(ext_mnt: &[(String, String)]) -> Vec<String> {
 
 /// `moat checkpoint`.
 pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Result<i32> {
-    if let Backend::Gvisor(_) = c.record.backend {
-        return Err(CheckpointError::Gvisor("checkpoint").into());
-    }
-    match c.record.status(&c.dir) {
+    let status = match &c.record.backend {
+        Backend::Gvisor(gv) => {
+            if req.criu.is_some() {
+                return Err(NOT_CRIU.into());
+            }
+            crate::container::Engine::status(gv, ctx, &c)?.0
+        }
+        Backend::Native => c.record.status(&c.dir),
+    };
+    match status {
         Status::Running | Status::Paused => {}
         s => return Err(CheckpointError::State(s.as_str()).into()),
     }
@@ -174,6 +183,17 @@ pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Resul
     owned.refuse("--image-path", &image_path)?;
     if let Some(w) = &work_path {
         owned.refuse("--work-path", w)?;
+    }
+    if let Backend::Gvisor(gv) = &c.record.backend {
+        crate::gvisor::snapshot::checkpoint(
+            ctx,
+            &req.id,
+            gv,
+            &image_path,
+            work_path.as_deref(),
+            req.leave_running,
+        )?;
+        return ended(ctx, c, req);
     }
     // Every bind mount of the spec is the host's, not the container's: dumped as
     // external, by its destination (the name a restore maps back to a source).
@@ -208,12 +228,16 @@ pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Resul
     })?;
     crate::linux::killpoint::at("checkpoint", "parent", "Record");
     save_mount_table(&ctx.root, &image_dir, &table)?;
+    ended(ctx, c, req)
+}
+
+/// After the dump: without --leave-running, runc's rule, the container is gone (its
+/// processes ended by the checkpointer); its state, cgroups and shares go with it.
+fn ended(ctx: &Context, c: Container, req: &CheckpointRequest) -> Result<i32> {
     crate::linux::killpoint::at("checkpoint", "parent", "Delete");
     if req.leave_running {
         return Ok(0);
     }
-    // runc's: a container checkpointed without --leave-running is gone (CRIU ended its
-    // processes); its state, cgroups and shares go with it.
     drop(c);
     super::delete::delete(
         ctx,
@@ -331,9 +355,7 @@ fn made(flag: &'static str, path: &Path) -> std::result::Result<PathBuf, Checkpo
 /// bound from the spec's sources and the new cgroup's directories.
 pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
     crate::state::validate_id(&req.id)?;
-    if crate::gvisor::select(&req.bundle)?.is_some() {
-        return Err(CheckpointError::Gvisor("restore").into());
-    }
+    let gvisor = crate::gvisor::select(&req.bundle)?;
     let mut spec = Spec::load(&req.bundle)?;
     let rootfs = spec
         .root
@@ -386,6 +408,20 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
             }
             .into());
         }
+    }
+    if let Some(sel) = gvisor {
+        if req.criu.is_some() {
+            return Err(NOT_CRIU.into());
+        }
+        let r = crate::gvisor::snapshot::Restore {
+            id: &req.id,
+            bundle: &req.bundle,
+            images: &req.image_path,
+            work: req.work_path.as_deref(),
+            pid_file: req.pid_file.as_deref(),
+            console_socket: req.console_socket.as_deref(),
+        };
+        return crate::gvisor::snapshot::restore(ctx, &r, sel);
     }
     if ctx.systemd_cgroup || ctx.rootless() {
         return Err(CheckpointError::Unsupported {

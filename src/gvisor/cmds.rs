@@ -221,12 +221,33 @@ fn forget(gv: &Gvisor, id: &str) {
     }
 }
 
-/// `runsc create` for a prepared container; a failure leaves nothing behind, as runc.
-fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<i32> {
+/// An image a prepared container is restored from (`super::snapshot`): its directory
+/// and `--work-path`.
+pub(super) struct Image<'a> {
+    pub images: &'a Path,
+    pub work: Option<&'a Path>,
+}
+
+/// `runsc create` for a prepared container, or `runsc restore --detach` of `image`; a
+/// failure leaves nothing behind, as runc.
+pub(super) fn create_prepared(
+    g: &Context,
+    p: Prepared,
+    a: &create_req::Request,
+    image: Option<Image<'_>>,
+) -> Result<i32> {
     let sandbox = pod::app_sandbox(&p.gv).map(str::to_string);
     crate::linux::killpoint::at("create", "parent", "gvisor.Prepared");
+    let call = match &image {
+        None => Runsc::new(&p.gv, g, "create"),
+        Some(i) => Runsc::new(&p.gv, g, "restore")
+            .opt("image-path", i.images)
+            .opt_some("work-path", i.work)
+            .flag("detach", true),
+    };
+    let what = if image.is_some() { "restore" } else { "create" };
     // An app container's pid file holds its waiter's pid, not the sandbox's (super::pod).
-    let raw = Runsc::new(&p.gv, g, "create")
+    let raw = call
         .in_cgroup(p.egress.as_ref().map(|(i, _)| i.procs.as_fd()))
         .opt("bundle", &p.shadow)
         .opt_some("console-socket", a.console_socket.as_ref())
@@ -235,7 +256,17 @@ fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<
             a.pid_file.as_ref().filter(|_| sandbox.is_none()),
         )
         .id(&a.id)
-        .wait_raw()?;
+        .wait_raw();
+    let raw = match raw {
+        Ok(raw) => raw,
+        // runsc did not run, or moat lost it: what was prepared goes.
+        Err(e) => {
+            drop(p.sandbox);
+            drop(p.dir);
+            discard(g, &p.gv, &g.root.clone(), &a.id);
+            return Err(e);
+        }
+    };
     crate::linux::killpoint::at("create", "parent", "gvisor.Runsc");
     drop(p.sandbox);
     if raw != 0 {
@@ -247,7 +278,7 @@ fn create_prepared(g: &Context, p: Prepared, a: &create_req::Request) -> Result<
         // runsc printed its error; one killed by a signal (128+N) printed none.
         if let Some(sig) = raw.checked_sub(128).filter(|n| *n > 0) {
             let name = nix::sys::signal::Signal::try_from(sig).map_or("?", |s| s.as_str());
-            bail!("runsc create was killed by signal {sig} ({name}); what it had made is removed");
+            bail!("runsc {what} was killed by signal {sig} ({name}); what it had made is removed");
         }
         return Ok(1);
     }
@@ -353,7 +384,7 @@ pub fn create(g: &Context, a: &create_req::Request, sel: Selection) -> Result<i3
     // --no-pivot and --no-new-keyring mean nothing to the sentry; --preserve-fds > 0 is
     // refused in prepare.
     let p = select::prepare(g, &a.bundle, &a.id, a.preserve_fds, sel)?;
-    create_prepared(g, p, a)
+    create_prepared(g, p, a, None)
 }
 
 pub fn run(g: &Context, a: &create_req::RunRequest, sel: Selection) -> Result<i32> {
@@ -370,7 +401,7 @@ pub fn run(g: &Context, a: &create_req::RunRequest, sel: Selection) -> Result<i3
         // create + start rather than `runsc run --detach`, whose re-execution drops every
         // argument containing "detach".
         let gv = p.gv.clone();
-        let code = create_prepared(g, p, c)?;
+        let code = create_prepared(g, p, c, None)?;
         if code != 0 {
             return Ok(code);
         }

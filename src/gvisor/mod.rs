@@ -38,6 +38,7 @@ mod runsc;
 pub mod seccomp_exec;
 mod seccomp_runsc;
 pub mod select;
+pub mod snapshot;
 pub mod spec;
 pub mod verify;
 

@@ -205,7 +205,7 @@ impl<'a> Runsc<'a> {
     }
 
     /// Appends the container id. runsc takes an id it has no state for as a prefix of
-    /// one it has (`web` finds `web2`): every call but create and run is refused here
+    /// one it has (`web` finds `web2`): every call but create, run and restore is refused here
     /// unless runsc's root holds state for exactly this id ([`known_exactly`]), so a
     /// delete or kill of a container runsc lost can never reach another.
     pub fn id(mut self, id: &str) -> Self {
@@ -217,7 +217,9 @@ impl<'a> Runsc<'a> {
     /// The refusal of [`Runsc::id`], in runsc's words for a container it does not know.
     fn unknown(&self) -> Option<String> {
         let id = self.id.as_deref()?;
-        if matches!(self.sub.as_str(), "create" | "run") || known_exactly(&self.gv.root, id) {
+        if matches!(self.sub.as_str(), "create" | "run" | "restore")
+            || known_exactly(&self.gv.root, id)
+        {
             return None;
         }
         Some(format!("container {id:?} does not exist"))

@@ -144,10 +144,10 @@ pub fn features(criu: Option<&str>) -> Features {
         "io.github.seccomp.libseccomp.version",
         seccomp::libseccomp_version(),
     );
-    // Not claimed yet: moat checkpoints and restores a plain native container only (no
-    // terminal, TCP, external sockets, gVisor; docs/security.md "Checkpoint images are data",
-    // docs/integrations.md), and the engines' flows
-    // have not been run through it.
+    // Not claimed yet: moat checkpoints and restores native containers without TCP
+    // connections or external sockets, and gVisor ones through runsc (docs/security.md
+    // "Checkpoint images are data", docs/integrations.md), and the engines' flows have not
+    // been run through it.
     annotations.insert("org.opencontainers.runc.checkpoint.enabled", "false".into());
     // Which CRIU `checkpoint`/`restore` would run (`criu` on PATH) and whether it answers
     // CRIU's RPC here, through moat's helper moat-criu: its version, or why not.
