@@ -410,3 +410,102 @@ fn gvisor_killed_at_every_step() {
         );
     }
 }
+
+/// A gVisor checkpoint killed before runsc runs leaves the container running and no record
+/// of an image; killed after runsc wrote the image but before its files were recorded, the
+/// image is never restorable (no record) and delete takes what is left; a restore killed at
+/// each of its points leaves nothing after `delete --force`, and the image still restores.
+#[test]
+#[ignore = "needs root: real containers"]
+fn gvisor_snapshot_killed_at_every_step() {
+    if !require_root() {
+        return;
+    }
+    if !std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("runsc").is_file()))
+    {
+        missing("runsc not installed (gvisor_snapshot_killed_at_every_step)");
+        return;
+    }
+    let mut ctx = Ctx::new("kp-gvs");
+    ctx.args(&["sleep", "60"]);
+    ctx.set("/annotations", json!({"moat.runtime": "gvisor"}));
+    let b = ctx.bundle_str();
+    let records = |ctx: &Ctx| -> usize {
+        std::fs::read_dir(ctx.root.join("@checkpoints"))
+            .map(|rd| rd.count())
+            .unwrap_or(0)
+    };
+    // Before runsc: the container goes on, nothing recorded.
+    let id = ctx.id("ck0");
+    let img = ctx.dir.join("img0");
+    let img_s = img.to_str().unwrap().to_string();
+    ctx.moat(&["run", "--detach", "--bundle", &b, &id]).ok();
+    let out = kill_at(
+        &ctx,
+        &["checkpoint", "--image-path", &img_s, &id],
+        "checkpoint:parent:gvisor.Runsc",
+    );
+    assert_ne!(out.code, 0, "checkpoint went through the kill");
+    assert_eq!(ctx.guard(&id).status(), "running", "the container stopped");
+    assert_eq!(records(&ctx), 0, "a record with no image");
+    clean_after_kill(&ctx, &id, "checkpoint:parent:gvisor.Runsc");
+    // After runsc, before the record: the image is never restorable.
+    let id = ctx.id("ck1");
+    ctx.moat(&["run", "--detach", "--bundle", &b, &id]).ok();
+    let out = kill_at(
+        &ctx,
+        &["checkpoint", "--image-path", &img_s, &id],
+        "checkpoint:parent:gvisor.Record",
+    );
+    assert_ne!(out.code, 0, "checkpoint went through the kill");
+    clean_after_kill(&ctx, &id, "checkpoint:parent:gvisor.Record");
+    let r = ctx.id("rs-unrecorded");
+    let out = ctx.moat(&[
+        "restore",
+        "--detach",
+        "--image-path",
+        &img_s,
+        "--bundle",
+        &b,
+        &r,
+    ]);
+    assert_ne!(out.code, 0, "an unrecorded image restored");
+    assert!(out.stderr.contains("no record"), "{}", out.stderr);
+    clean_after_kill(&ctx, &r, "restore of an unrecorded image");
+    // A whole checkpoint, then restores killed at each point.
+    let id = ctx.id("ck2");
+    let img = ctx.dir.join("img2");
+    let img_s = img.to_str().unwrap().to_string();
+    ctx.moat(&["run", "--detach", "--bundle", &b, &id]).ok();
+    ctx.moat(&["checkpoint", "--image-path", &img_s, &id]).ok();
+    clean_after_kill(&ctx, &id, "a whole checkpoint");
+    for (i, point) in [
+        "create:parent:gvisor.Prepared",
+        "create:parent:gvisor.Runsc",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let r = ctx.id(&format!("rs{i}"));
+        let args = [
+            "restore",
+            "--detach",
+            "--image-path",
+            &img_s,
+            "--bundle",
+            &b,
+            &r,
+        ];
+        let out = kill_at(&ctx, &args, point);
+        assert_ne!(out.code, 0, "restore went through {point}");
+        clean_after_kill(&ctx, &r, &format!("restore killed at {point}"));
+        ctx.moat(&args).ok();
+        assert_eq!(
+            ctx.guard(&r).status(),
+            "running",
+            "{point}, then a whole restore"
+        );
+        clean_after_kill(&ctx, &r, &format!("{point}, then a whole restore"));
+    }
+}
