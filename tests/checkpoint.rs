@@ -1066,3 +1066,53 @@ fn restored_into_the_network_namespace_the_spec_joins() {
         assert_cwd_empty(&ctx);
     }
 }
+
+/// A fork: one image restored into two new ids, both alive at once, each in its own
+/// namespaces and cgroup, each with the record and `verify` of a created container, the
+/// counter going on from the checkpoint; deleting one leaves the other running, and
+/// nothing of either is left after both are deleted.
+#[test]
+#[ignore = "root: real containers, CRIU"]
+fn one_image_restores_into_two_ids_at_once() {
+    if !require_root() {
+        return;
+    }
+    let Some(criu) = criu() else { return };
+    let ctx = counter("ckfork");
+    let c = ctx.create_ok("orig");
+    c.start();
+    count_past(&ctx, 10);
+    let img = ctx.dir.join("image");
+    let img_s = img.to_str().expect("utf-8");
+    moat(&ctx, &criu, &["checkpoint", "--image-path", img_s, &c.id]).ok();
+    ctx.assert_no_trace(&c.id);
+    let at = count(&ctx);
+    let forks = [ctx.guard(&ctx.id("fork1")), ctx.guard(&ctx.id("fork2"))];
+    for f in &forks {
+        restore(&ctx, &criu, img_s, &f.id, &[]).ok();
+        assert_eq!(f.status(), "running", "{}", f.id);
+        f.moat(&["verify", &f.id]).ok();
+    }
+    let pids = [forks[0].pid(), forks[1].pid()];
+    assert_ne!(pids[0], pids[1]);
+    for (f, pid) in forks.iter().zip(pids) {
+        let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup");
+        assert!(
+            cg.lines().all(|l| l.ends_with(&format!("/moat/{}", f.id))),
+            "{}'s init {pid} outside its cgroup:\n{cg}",
+            f.id
+        );
+    }
+    for ns in ["pid", "mnt", "net", "ipc", "uts"] {
+        let of = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/{ns}")).ok();
+        assert_ne!(of(pids[0]), of(pids[1]), "the forks share a {ns} namespace");
+    }
+    let next = count_past(&ctx, at);
+    assert!(next > at, "the forks counted from {next}, not on from {at}");
+    forks[0].moat(&["delete", "--force", &forks[0].id]).ok();
+    ctx.assert_no_trace(&forks[0].id);
+    assert_eq!(forks[1].status(), "running");
+    count_past(&ctx, count(&ctx));
+    forks[1].moat(&["delete", "--force", &forks[1].id]).ok();
+    ctx.assert_no_trace(&forks[1].id);
+}
