@@ -2905,10 +2905,11 @@ fn counter(e: &Env, id: &str) -> u64 {
 /// runsc's own snapshot under moat: a RESTRICTED container checkpointed (and gone, as
 /// runc's checkpoint leaves it), restored into two new ids at once (a fork: each its own
 /// sandbox, record and cgroup), both going on from where the checkpoint stopped with
-/// the container's seccomp filter still on its process and `verify` passing. An image
-/// changed after the checkpoint, an image directory moat's checkpoint never wrote, an
-/// image path inside the rootfs and `--criu` are refused, leaving nothing; delete leaves
-/// no sandbox and no runsc state.
+/// the container's seccomp filter still on its process and `verify` passing. A bundle
+/// whose spec asks other than the checkpointed one (another policy), an image changed
+/// after the checkpoint, an image directory moat's checkpoint never wrote, an image path
+/// inside the rootfs and `--criu` are refused, leaving nothing; delete leaves no sandbox
+/// and no runsc state.
 fn checkpoint_restore_and_fork_through_runsc() {
     if !usable("checkpoint_restore_and_fork_through_runsc") {
         return;
@@ -3047,6 +3048,19 @@ fn checkpoint_restore_and_fork_through_runsc() {
         );
         assert!(sandboxes_of(&id).is_empty(), "{name}: a sandbox left");
     };
+    // The image as written, under a policy that asks less of the process (OPEN keeps the
+    // bundle's capabilities and drops moat's seccomp profile): the restored process would
+    // keep what RESTRICTED gave it, so the bundle's spec must ask what it asked.
+    let open = e.dir.join("open.toml");
+    std::fs::write(&open, "default_policy = \"open\"\n").unwrap();
+    e.config = Some(open);
+    refused(
+        &mut e,
+        "open",
+        &images,
+        "differs from the checkpointed container's in",
+    );
+    e.config = None;
     // A copy of the image: same bytes, a directory no checkpoint wrote.
     let copy = e.dir.join("copy");
     std::fs::create_dir(&copy).unwrap();

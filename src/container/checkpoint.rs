@@ -189,6 +189,7 @@ pub fn checkpoint(ctx: &Context, c: Container, req: &CheckpointRequest) -> Resul
             ctx,
             &req.id,
             gv,
+            &c.dir.file(crate::state::SPEC_FILE),
             &image_path,
             work_path.as_deref(),
             req.leave_running,

@@ -138,7 +138,7 @@ pub fn state(g: &Context, rec: &Record, gv: &Gvisor) -> Result<i32> {
 /// left a zombie for a caller that reaps only after create returns would hold runsc's
 /// delete (`super::rollback`). Errors are ignored (this undoes a create that failed); what
 /// could not be removed is reported.
-fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
+pub(super) fn discard(g: &Context, gv: &Gvisor, root: &Path, id: &str) {
     let rec = ContainerDir::open(root, id)
         .ok()
         .and_then(|d| d.load().ok());

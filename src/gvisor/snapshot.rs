@@ -9,7 +9,12 @@
 //! runsc reads them. A file's change time moves with every write and cannot be set back
 //! without root. The restored sandbox is otherwise made as create makes one (the policy,
 //! the control namespace, the cgroup, the egress programs: `super::select::prepare`),
-//! never from the image; runsc checks that the spec's mounts match the image's.
+//! never from the image. The sentry's state in the image keeps the process's own
+//! credentials and filters, whatever the new spec says: so the spec runsc is given must
+//! ask of the process what the checkpointed one asked (its process, mounts, seccomp
+//! profile, namespaces, masked and read-only paths: recorded with the files), or the
+//! restore is refused: a container checkpointed under OPEN is not restored under a
+//! RESTRICTED bundle as if RESTRICTED applied.
 //!
 //! Not for a container of a pod: runsc saves the whole sandbox, every container of it.
 
@@ -33,6 +38,50 @@ pub struct ImageFile {
     pub size: u64,
     pub ctime: i64,
     pub ctime_nsec: i64,
+}
+
+/// What a checkpoint records: the image's files, and what the container's spec asked of
+/// its process ([`asked`]).
+#[derive(Debug, Serialize, Deserialize)]
+struct Recorded {
+    files: Vec<ImageFile>,
+    spec: serde_json::Value,
+}
+
+/// The parts of runsc's spec (the state directory's `config.json`) that a restored
+/// sentry does not apply again, because its saved state already holds them: the process
+/// (user, capabilities, no_new_privs, rlimits, args, env), the mounts, the seccomp
+/// profile, the namespaces' types, the masked and read-only paths, the sysctls. Not the
+/// cgroup path, the annotations or a namespace's path (per container, or per call).
+fn asked(config: &Path) -> Result<serde_json::Value> {
+    let raw = std::fs::read(config).with_context(|| format!("read {}", config.display()))?;
+    let spec: serde_json::Value =
+        serde_json::from_slice(&raw).with_context(|| format!("parse {}", config.display()))?;
+    let linux = &spec["linux"];
+    let types: Vec<&serde_json::Value> = linux["namespaces"]
+        .as_array()
+        .map(|v| v.iter().map(|n| &n["type"]).collect())
+        .unwrap_or_default();
+    Ok(serde_json::json!({
+        "process": spec["process"],
+        "mounts": spec["mounts"],
+        "linux.seccomp": linux["seccomp"],
+        "linux.namespaces": types,
+        "linux.maskedPaths": linux["maskedPaths"],
+        "linux.readonlyPaths": linux["readonlyPaths"],
+        "linux.sysctl": linux["sysctl"],
+    }))
+}
+
+/// The first of [`asked`]'s parts in which `now` differs from `then`.
+fn differs(then: &serde_json::Value, now: &serde_json::Value) -> Option<String> {
+    let (a, b) = (then.as_object()?, now.as_object()?);
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .find(|k| a.get(*k) != b.get(*k))
+        .map(|k| k.to_string())
 }
 
 /// Every entry of the image directory, sorted by name; anything but a regular file is
@@ -87,15 +136,18 @@ fn no_pod(gv: &Gvisor, what: &str) -> Result<()> {
 /// `runsc checkpoint` of a running container into `images` (made and checked by the
 /// caller), then the record of what it wrote. Without `leave_running` the container has
 /// ended; the caller deletes it, as runc does.
+#[allow(clippy::too_many_arguments)]
 pub fn checkpoint(
     g: &Context,
     id: &str,
     gv: &Gvisor,
+    config: &Path,
     images: &Path,
     work: Option<&Path>,
     leave_running: bool,
 ) -> Result<()> {
     no_pod(gv, "checkpoint")?;
+    let spec = asked(config)?;
     // An earlier record of this directory says nothing of what runsc writes now.
     let record = record_path(&g.root, images)?;
     let _ = std::fs::remove_file(&record);
@@ -117,7 +169,7 @@ pub fn checkpoint(
             images.display()
         );
     }
-    let json = serde_json::to_vec(&files).expect("image files serialise");
+    let json = serde_json::to_vec(&Recorded { files, spec }).expect("a record serialises");
     let (dir, name) = (
         record.parent().expect("a directory"),
         record.file_name().expect("a name"),
@@ -137,7 +189,7 @@ pub struct Restore<'a> {
 }
 
 /// Compares the image directory with the record of the checkpoint that wrote it.
-fn check_image(root: &Path, images: &Path) -> Result<()> {
+fn check_image(root: &Path, images: &Path) -> Result<serde_json::Value> {
     let no = |why: String| {
         anyhow::anyhow!(
             "--image-path {}: no record of a gVisor checkpoint into this directory on this \
@@ -147,8 +199,10 @@ fn check_image(root: &Path, images: &Path) -> Result<()> {
     };
     let record = record_path(root, images).map_err(|e| no(format!("{e:#}")))?;
     let bytes = std::fs::read(&record).map_err(|e| no(format!("{}: {e}", record.display())))?;
-    let recorded: Vec<ImageFile> =
-        serde_json::from_slice(&bytes).map_err(|e| no(format!("{}: {e}", record.display())))?;
+    let Recorded {
+        files: recorded,
+        spec,
+    } = serde_json::from_slice(&bytes).map_err(|e| no(format!("{}: {e}", record.display())))?;
     let now = image_files(images)?;
     if now != recorded {
         let names = |v: &[ImageFile]| v.iter().map(|f| f.name.clone()).collect::<Vec<_>>();
@@ -169,7 +223,7 @@ fn check_image(root: &Path, images: &Path) -> Result<()> {
             changed.join(", ")
         );
     }
-    Ok(())
+    Ok(spec)
 }
 
 /// `moat restore` of a gVisor container: prepared as create prepares one, then
@@ -185,8 +239,26 @@ pub fn restore(g: &Context, r: &Restore<'_>, sel: Selection) -> Result<i32> {
              restores the whole sandbox, every container of the pod"
         );
     }
-    check_image(&g.root, r.images)?;
+    let then = check_image(&g.root, r.images)?;
     let p = select::prepare(g, r.bundle, r.id, 0, sel)?;
+    let now = asked(&p.shadow.join(crate::state::SPEC_FILE));
+    let refused = match &now {
+        Ok(now) => differs(&then, now).map(|part| {
+            anyhow::anyhow!(
+                "--bundle {}: its spec, as moat's policy makes it, differs from the \
+                 checkpointed container's in {part}: the restored process keeps what it had \
+                 at the checkpoint, so the restore is refused",
+                r.bundle.display()
+            )
+        }),
+        Err(_) => None,
+    };
+    if let Some(e) = refused.or_else(|| now.err()) {
+        let (gv, root) = (p.gv.clone(), g.root.clone());
+        drop(p);
+        cmds::discard(g, &gv, &root, r.id);
+        return Err(e);
+    }
     let req = crate::container::create::Request {
         id: r.id.to_string(),
         bundle: r.bundle.to_path_buf(),
