@@ -357,6 +357,24 @@ fn run_and_update_killed_at_every_step() {
     }
 }
 
+/// A gVisor container's context (`sleep 60` under `moat.runtime=gvisor`), or `None` with
+/// the reason said: not root, or no runsc on PATH.
+fn gvisor_ctx(test: &str, tag: &str) -> Option<Ctx> {
+    if !require_root() {
+        return None;
+    }
+    if !std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("runsc").is_file()))
+    {
+        missing(&format!("runsc not installed ({test})"));
+        return None;
+    }
+    let mut ctx = Ctx::new(tag);
+    ctx.args(&["sleep", "60"]);
+    ctx.set("/annotations", json!({"moat.runtime": "gvisor"}));
+    Some(ctx)
+}
+
 /// The gVisor path (runsc, with its default platform): create killed before
 /// and after `runsc create`, start before `runsc start`, delete before and after `runsc
 /// delete`; then `delete --force` leaves nothing (state dir, runsc's files under
@@ -364,18 +382,9 @@ fn run_and_update_killed_at_every_step() {
 #[test]
 #[ignore = "needs root: real containers"]
 fn gvisor_killed_at_every_step() {
-    if !require_root() {
+    let Some(ctx) = gvisor_ctx("gvisor_killed_at_every_step", "kp-gv") else {
         return;
-    }
-    if !std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("runsc").is_file()))
-    {
-        missing("runsc not installed (gvisor_killed_at_every_step)");
-        return;
-    }
-    let mut ctx = Ctx::new("kp-gv");
-    ctx.args(&["sleep", "60"]);
-    ctx.set("/annotations", json!({"moat.runtime": "gvisor"}));
+    };
     let b = ctx.bundle_str();
     for (i, point) in [
         "create:parent:gvisor.Prepared",
@@ -418,18 +427,9 @@ fn gvisor_killed_at_every_step() {
 #[test]
 #[ignore = "needs root: real containers"]
 fn gvisor_snapshot_killed_at_every_step() {
-    if !require_root() {
+    let Some(ctx) = gvisor_ctx("gvisor_snapshot_killed_at_every_step", "kp-gvs") else {
         return;
-    }
-    if !std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("runsc").is_file()))
-    {
-        missing("runsc not installed (gvisor_snapshot_killed_at_every_step)");
-        return;
-    }
-    let mut ctx = Ctx::new("kp-gvs");
-    ctx.args(&["sleep", "60"]);
-    ctx.set("/annotations", json!({"moat.runtime": "gvisor"}));
+    };
     let b = ctx.bundle_str();
     let records = |ctx: &Ctx| -> usize {
         std::fs::read_dir(ctx.root.join("@checkpoints"))
