@@ -1,9 +1,9 @@
 //! `checkpoint` / `restore`: a native container saved to a CRIU image directory and run
 //! again from one, through moat's CRIU helper (`linux/criu`, `moat-criu`); a gVisor
-//! container through runsc's own (`gvisor::snapshot`), after the same checks of the paths. runc's flags
-//! (one moat does not apply yet is refused, naming it); the image and work directories
-//! refused where the container can write (its rootfs, its bind sources, by device and
-//! inode); CRIU told to ignore cgroups: a restore gets the cgroups, limits and egress
+//! container through runsc's own (`gvisor::snapshot`), after the same checks of the
+//! paths. runc's flags (one moat does not apply yet is refused, naming it); the image and
+//! work directories refused where the container can write (its rootfs, its bind sources,
+//! by device and inode); CRIU told to ignore cgroups: a restore gets the cgroups, limits and egress
 //! programs moat's own plan makes for the bundle (as create's rows 2–6), never the image's.
 
 use std::collections::HashSet;
@@ -97,15 +97,20 @@ const NOT_CRIU: CheckpointError = CheckpointError::Flag {
     why: "a gVisor container is checkpointed and restored by runsc, not CRIU",
 };
 
-/// Where a checkpoint's mount table is kept: under moat's root (never in the image
-/// directory, which whoever can write there could rewrite), by the image directory's
-/// device and inode.
-fn record_path(root: &Path, images: &Path) -> std::result::Result<PathBuf, std::io::Error> {
+/// Where a checkpoint's record is kept: under moat's root (never in the image directory,
+/// which whoever can write there could rewrite), by the image directory's device and
+/// inode; `kind` tells a native checkpoint's (`json`, its mount table) from a gVisor one's
+/// (`gvisor.json`, `gvisor::snapshot`).
+pub(crate) fn record_path(
+    root: &Path,
+    images: &Path,
+    kind: &str,
+) -> std::result::Result<PathBuf, std::io::Error> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(images)?;
     Ok(root
         .join("@checkpoints")
-        .join(format!("{:x}-{}.json", m.dev(), m.ino())))
+        .join(format!("{:x}-{}.{kind}", m.dev(), m.ino())))
 }
 
 fn save_mount_table(
@@ -113,7 +118,8 @@ fn save_mount_table(
     images: &Path,
     table: &[criu::wire::MountEntry],
 ) -> std::result::Result<(), CheckpointError> {
-    let path = record_path(root, images).map_err(|e| CheckpointError::Record(e.to_string()))?;
+    let path =
+        record_path(root, images, "json").map_err(|e| CheckpointError::Record(e.to_string()))?;
     let (dir, name) = (
         path.parent().expect("a directory"),
         path.file_name().expect("a name"),
@@ -131,7 +137,7 @@ fn load_mount_table(
         path: images.to_path_buf(),
         why,
     };
-    let path = record_path(root, images).map_err(|e| no(e.to_string()))?;
+    let path = record_path(root, images, "json").map_err(|e| no(e.to_string()))?;
     let bytes = std::fs::read(&path).map_err(|e| no(format!("{}: {e}", path.display())))?;
     serde_json::from_slice(&bytes).map_err(|e| no(format!("{}: {e}", path.display())))
 }
@@ -416,6 +422,7 @@ pub fn restore(ctx: &Context, req: &RestoreRequest) -> Result<i32> {
         }
         let r = crate::gvisor::snapshot::Restore {
             id: &req.id,
+            annotations: &spec.annotations,
             bundle: &req.bundle,
             images: &req.image_path,
             work: req.work_path.as_deref(),

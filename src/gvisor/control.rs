@@ -10,9 +10,10 @@
 //!
 //! So every runsc call for a gVisor container runs in a network namespace of its own,
 //! which no other process enters: create makes it (a thread `unshare`s while create
-//! goes on, [`unshare`], and the namespace is bind-mounted on `<root>/<id>/control-netns`, [`CONTROL_NETNS`]), the
-//! record names the pin, and `start`, `kill`, `exec`, `state`, `delete`, ... and a pod's
-//! waiters (`super::pod`) open it and `setns` into it in the child that executes runsc
+//! goes on, [`unshare`], and the namespace is bind-mounted on
+//! `<root>/<id>/control-netns`, [`CONTROL_NETNS`]), the record names the pin, and
+//! `start`, `kill`, `exec`, `state`, `delete`, ... and a pod's waiters (`super::pod`)
+//! open it and `setns` into it in the child that executes runsc
 //! (moat itself stays where it is). An app container of a pod pins its sandbox's
 //! namespace again under its own directory (its `runsc create` talks to the sandbox's
 //! server), so the pod's containers can be deleted in any order. The pin is unmounted

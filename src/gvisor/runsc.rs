@@ -205,8 +205,8 @@ impl<'a> Runsc<'a> {
     }
 
     /// Appends the container id. runsc takes an id it has no state for as a prefix of
-    /// one it has (`web` finds `web2`): every call but create, run and restore is refused here
-    /// unless runsc's root holds state for exactly this id ([`known_exactly`]), so a
+    /// one it has (`web` finds `web2`): every call but create, run and restore is refused
+    /// here unless runsc's root holds state for exactly this id ([`known_exactly`]), so a
     /// delete or kill of a container runsc lost can never reach another.
     pub fn id(mut self, id: &str) -> Self {
         self.argv.push(id.into());

@@ -113,13 +113,10 @@ fn image_files(images: &Path) -> Result<Vec<ImageFile>> {
     Ok(files)
 }
 
-/// Where the record of a checkpoint into `images` is kept: beside the native ones
-/// (`container::checkpoint`), by the directory's device and inode.
+/// Where the record of a checkpoint into `images` is kept: beside the native ones.
 fn record_path(root: &Path, images: &Path) -> Result<PathBuf> {
-    let m = std::fs::metadata(images).with_context(|| format!("stat {}", images.display()))?;
-    Ok(root
-        .join("@checkpoints")
-        .join(format!("{:x}-{}.gvisor.json", m.dev(), m.ino())))
+    crate::container::checkpoint::record_path(root, images, "gvisor.json")
+        .with_context(|| format!("stat {}", images.display()))
 }
 
 /// Refused for a container of a pod, naming why.
@@ -181,6 +178,8 @@ pub fn checkpoint(
 /// The restore's flags that reach runsc.
 pub struct Restore<'a> {
     pub id: &'a str,
+    /// The bundle's, as the caller read them (a pod's are refused).
+    pub annotations: &'a std::collections::BTreeMap<String, String>,
     pub bundle: &'a Path,
     pub images: &'a Path,
     pub work: Option<&'a Path>,
@@ -230,10 +229,7 @@ fn check_image(root: &Path, images: &Path) -> Result<serde_json::Value> {
 /// `runsc restore --detach` in place of `runsc create` + `start`. A failure leaves
 /// nothing behind.
 pub fn restore(g: &Context, r: &Restore<'_>, sel: Selection) -> Result<i32> {
-    if !matches!(
-        pod::requested(&sel_annotations(&sel, r.bundle)?)?,
-        pod::Requested::Own
-    ) {
+    if !matches!(pod::requested(r.annotations)?, pod::Requested::Own) {
         bail!(
             "restore of a container of a gVisor pod is not supported: runsc saves and \
              restores the whole sandbox, every container of the pod"
@@ -274,13 +270,4 @@ pub fn restore(g: &Context, r: &Restore<'_>, sel: Selection) -> Result<i32> {
         work: r.work,
     };
     cmds::create_prepared(g, p, &req, Some(image))
-}
-
-/// The bundle's annotations, read as the selection read the spec.
-fn sel_annotations(
-    sel: &Selection,
-    bundle: &Path,
-) -> Result<std::collections::BTreeMap<String, String>> {
-    let spec = crate::spec::Spec::parse_file(&sel.raw, &bundle.join("config.json"))?;
-    Ok(spec.annotations)
 }
